@@ -1,0 +1,34 @@
+# Two commands set everything up on a fresh machine: `make up` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STRATA := $(VENV)/bin/strata
+DATA_DIR ?= .strata
+PYTEST_ARGS ?=
+
+.PHONY: setup up down status test lint unit bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+up: setup
+	@$(STRATA) up --data-dir $(DATA_DIR)
+
+down:
+	@$(STRATA) down --data-dir $(DATA_DIR)
+
+status:
+	@$(STRATA) status --data-dir $(DATA_DIR)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: setup lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(STRATA) perf log
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

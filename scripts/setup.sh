@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Idempotent set-up: .venv with the package (editable) and its pinned tools, plus the
+# Delta jars in ~/.m2 so Spark's spark.jars.packages resolver finds them with no network.
+# A second run on a ready machine checks two stamps and exits: no pip, no mvn, no download.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+VENV=.venv
+# The Delta JVM artifact. delta-spark 4.4.1 on PyPI has no 4.4.1 jar on Maven Central
+# (checked 2026-11-22: 404); 4.4.0 is the newest jar built for Spark 4.2 (docs/dependencies.md).
+DELTA_ARTIFACT=io.delta:delta-spark_4.2_2.13:4.4.0
+DELTA_JAR="$HOME/.m2/repository/io/delta/delta-spark_4.2_2.13/4.4.0/delta-spark_4.2_2.13-4.4.0.jar"
+STAMP=$VENV/.strata-setup-stamp
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+
+if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -f "$DELTA_JAR" ]; then
+  echo "setup: up to date (.venv and Delta jars ready)"
+  exit 0
+fi
+
+if ! command -v java >/dev/null; then
+  echo "setup: Java 17 is required (apt-get install openjdk-17-jdk-headless)" >&2; exit 1
+fi
+if ! command -v mvn >/dev/null; then
+  echo "setup: installing maven from Debian packages"
+  apt-get update -qq && apt-get install -y -qq maven >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV with $PYTHON"
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+echo "setup: installing strata (editable) and its pinned dependencies"
+"$VENV/bin/python" -m pip install -q -e ".[dev]"
+
+if [ ! -f "$DELTA_JAR" ]; then
+  echo "setup: fetching $DELTA_ARTIFACT and its dependencies from Maven Central into ~/.m2"
+  mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.6.1:get -Dartifact="$DELTA_ARTIFACT"
+fi
+echo "$want" > "$STAMP"
+echo "setup: done"
