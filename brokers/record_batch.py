@@ -329,7 +329,8 @@ def iter_batches(
                 return
             raise CorruptRecordError(f"truncated batch header at byte {position}")
         (base_offset, batch_length) = _LENGTH_PREFIX.unpack_from(view, position)
-        if batch_length >= HEADER_SIZE - LOG_OVERHEAD and position + LOG_OVERHEAD + batch_length > end:
+        cut_off = position + LOG_OVERHEAD + batch_length > end
+        if batch_length >= HEADER_SIZE - LOG_OVERHEAD and cut_off:
             if allow_partial_tail:
                 return
             raise CorruptRecordError(
@@ -345,7 +346,7 @@ def iter_batches(
 
 # --------------------------------------------------------------------------- encoding
 
-_BinaryInput = Sequence[bytes | None] | pa.Array
+type _BinaryInput = Sequence[bytes | None] | pa.Array
 _HEADERS_TYPE: Final = PAYLOAD_SCHEMA.field("headers").type
 
 

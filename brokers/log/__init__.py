@@ -1,0 +1,21 @@
+"""The partition log storage engine: segments, sparse indexes, checkpoints, recovery.
+
+Public API: ``PartitionLog`` (one partition's log), ``LogConfig`` (its settings),
+``AppendInfo`` and ``FileSlice`` (what append and read return). The log knows
+nothing of sockets or ZooKeeper; see ``brokers/README.md``.
+"""
+
+from brokers.log.config import CleanupPolicy, FlushPolicy, LogConfig, TimestampTypeConfig
+from brokers.log.partition_log import AppendInfo, PartitionLog
+from brokers.log.segment import FileSlice, LogSegment
+
+__all__ = [
+    "AppendInfo",
+    "CleanupPolicy",
+    "FileSlice",
+    "FlushPolicy",
+    "LogConfig",
+    "LogSegment",
+    "PartitionLog",
+    "TimestampTypeConfig",
+]

@@ -1,0 +1,81 @@
+"""Small per-partition files that remember where the log stands across restarts.
+
+``OffsetCheckpoint`` byte layout: ASCII text, two lines::
+
+    0\\n                 format version
+    <offset>\\n          a non-negative decimal offset
+
+Written atomically: a temporary file is written and fsynced, renamed over the old one,
+and the directory is fsynced, so a crash leaves either the old or the new value, never
+a torn one. A missing or unreadable checkpoint reads as ``None`` and the log falls
+back to the safe default (recover everything; log start at the first segment).
+
+``CleanShutdownMarker``: an empty file whose presence says the previous process closed
+the log cleanly (all data flushed, indexes written). The log deletes it as soon as it
+opens, so a crash of *this* process is detected next time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+__all__ = ["CleanShutdownMarker", "OffsetCheckpoint", "fsync_directory"]
+
+_VERSION: Final = "0"
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class OffsetCheckpoint:
+    """An offset persisted atomically in ``path`` (see the module docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> int | None:
+        try:
+            lines = self.path.read_text(encoding="ascii").split("\n")
+        except (FileNotFoundError, UnicodeDecodeError):
+            return None
+        if len(lines) < 2 or lines[0] != _VERSION or not lines[1].isdigit():
+            return None
+        return int(lines[1])
+
+    def write(self, offset: int) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, f"{_VERSION}\n{offset}\n".encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        fsync_directory(self.path.parent)
+
+
+class CleanShutdownMarker:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def write(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_directory(self.path.parent)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        fsync_directory(self.path.parent)

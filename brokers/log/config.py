@@ -1,0 +1,148 @@
+"""Per-log (per-topic) configuration: keys, defaults, validation.
+
+Keys use Kafka's dotted names so operators can carry their habits over. Every key
+has a default; ``LogConfig.from_mapping`` rejects unknown keys and bad values with an
+``InvalidConfigError`` that names the key and the accepted range, before anything is
+applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from brokers.errors import InvalidConfigError
+
+__all__ = ["CleanupPolicy", "FlushPolicy", "LogConfig", "TOPIC_CONFIG_KEYS", "TimestampTypeConfig"]
+
+_INT32_MAX: Final = 2**31 - 1
+_INT64_MAX: Final = 2**63 - 1
+
+
+class FlushPolicy(StrEnum):
+    """When appended bytes are forced to disk (``flush.policy``).
+
+    ``none``: the page cache holds them, replication gives durability (Kafka's default);
+    ``interval``: fsync at most every ``flush.ms``; ``always``: fsync before an append
+    returns, with group commit so concurrent appends share one fsync.
+    """
+
+    NONE = "none"
+    INTERVAL = "interval"
+    ALWAYS = "always"
+
+
+class CleanupPolicy(StrEnum):
+    DELETE = "delete"
+    COMPACT = "compact"
+
+
+class TimestampTypeConfig(StrEnum):
+    CREATE_TIME = "CreateTime"
+    LOG_APPEND_TIME = "LogAppendTime"
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    attribute: str
+    parse: Callable[[str], Any]
+    check: Callable[[Any], bool]
+    accepted: str
+    doc: str
+
+
+def _int(text: str) -> int:
+    return int(text)
+
+
+def _enum(kind: type[StrEnum]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return kind(text)
+
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Settings of one partition log; topic configs map onto these fields."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1 << 20
+    flush_policy: FlushPolicy = FlushPolicy.NONE
+    flush_ms: int = 1000
+    cleanup_policy: CleanupPolicy = CleanupPolicy.DELETE
+    min_insync_replicas: int = 1
+    message_timestamp_type: TimestampTypeConfig = TimestampTypeConfig.CREATE_TIME
+
+    @classmethod
+    def from_mapping(
+        cls, values: Mapping[str, str | int], base: LogConfig | None = None
+    ) -> LogConfig:
+        """Parse topic configs (``{"retention.ms": "1000", ...}``) over ``base`` (or defaults)."""
+        changes: dict[str, Any] = {}
+        for key, raw in values.items():
+            spec = TOPIC_CONFIG_KEYS.get(key)
+            if spec is None:
+                known = ", ".join(sorted(TOPIC_CONFIG_KEYS))
+                raise InvalidConfigError(f"unknown topic config {key!r}; known keys: {known}")
+            try:
+                value = spec.parse(str(raw).strip())
+            except ValueError:
+                raise InvalidConfigError(
+                    f"topic config {key}={raw!r} is not valid; accepted: {spec.accepted}"
+                ) from None
+            if not spec.check(value):
+                raise InvalidConfigError(
+                    f"topic config {key}={raw!r} is out of range; accepted: {spec.accepted}"
+                )
+            changes[spec.attribute] = value
+        return dataclasses.replace(base or cls(), **changes)
+
+    def to_mapping(self) -> dict[str, str]:
+        """The config as topic-config strings (the inverse of ``from_mapping``)."""
+        return {key: str(getattr(self, spec.attribute)) for key, spec in TOPIC_CONFIG_KEYS.items()}
+
+
+TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
+    "segment.bytes": _Key(
+        "segment_bytes", _int, lambda v: 1024 <= v <= _INT32_MAX, f"1024..{_INT32_MAX}",
+        "roll the active segment once it would grow past this many bytes"),
+    "segment.ms": _Key(
+        "segment_ms", _int, lambda v: 1 <= v <= _INT64_MAX, "a positive number of ms",
+        "roll the active segment once its first record is this old"),
+    "retention.ms": _Key(
+        "retention_ms", _int, lambda v: v == -1 or 0 <= v <= _INT64_MAX, "-1 (forever) or ms >= 0",
+        "delete closed segments whose newest record is older than this"),
+    "retention.bytes": _Key(
+        "retention_bytes", _int, lambda v: v == -1 or 0 <= v <= _INT64_MAX,
+        "-1 (no limit) or bytes >= 0",
+        "delete the oldest closed segments while the log is larger than this"),
+    "index.interval.bytes": _Key(
+        "index_interval_bytes", _int, lambda v: 1 <= v <= _INT32_MAX, f"1..{_INT32_MAX}",
+        "bytes of log between two sparse index entries"),
+    "max.message.bytes": _Key(
+        "max_message_bytes", _int, lambda v: 64 <= v <= _INT32_MAX, f"64..{_INT32_MAX}",
+        "largest batch (header + payload) accepted for append"),
+    "flush.policy": _Key(
+        "flush_policy", _enum(FlushPolicy), lambda v: True, "none, interval, always",
+        "when appended bytes are fsynced"),
+    "flush.ms": _Key(
+        "flush_ms", _int, lambda v: 1 <= v <= _INT64_MAX, "a positive number of ms",
+        "with flush.policy=interval, the longest time unflushed data may wait"),
+    "cleanup.policy": _Key(
+        "cleanup_policy", _enum(CleanupPolicy), lambda v: True, "delete, compact",
+        "delete old segments, or keep the latest record per key"),
+    "min.insync.replicas": _Key(
+        "min_insync_replicas", _int, lambda v: 1 <= v <= 1000, "1..1000",
+        "with acks=all, the fewest in-sync replicas that must hold a write"),
+    "message.timestamp.type": _Key(
+        "message_timestamp_type", _enum(TimestampTypeConfig), lambda v: True,
+        "CreateTime, LogAppendTime", "whose clock stamps records"),
+}

@@ -1,0 +1,529 @@
+"""The log of one partition: an ordered list of segments in one directory.
+
+Directory layout::
+
+    <dir>/00000000000000000000.log        segments, named by base offset (20 digits)
+    <dir>/00000000000000000000.index      sparse offset index of that segment
+    <dir>/00000000000000000000.timeindex  sparse time index of that segment
+    <dir>/recovery-point                  offset below which everything is fsynced
+                                          and CRC-checked (``OffsetCheckpoint``)
+    <dir>/log-start-offset                first readable offset (``OffsetCheckpoint``)
+    <dir>/.clean-shutdown                 present only between a clean close and the
+                                          next open (``CleanShutdownMarker``)
+
+Invariants:
+- segments are sorted by base offset; each starts where the previous one ends; only
+  the last ("active") segment is appended to;
+- ``log_start_offset <= log_end_offset``; offsets below ``log_start_offset`` are never
+  served, even while their segment still exists;
+- ``recovery_point <= log_end_offset`` and every byte below it is durable.
+
+Opening: after a clean shutdown the segments are loaded through their indexes (fast).
+Otherwise every segment from the one holding the recovery point on is recovered:
+batches are re-validated (CRC, contiguous offsets); at the first bad batch the segment
+is truncated and every later segment is deleted (their data cannot be attached to a
+gap); indexes are rebuilt. Stray temporary files are removed.
+
+Thread-safety: one ``RLock`` serialises mutations (append, roll, truncate, retention,
+delete-records, flush bookkeeping, close). ``read`` takes the lock only to snapshot the
+segment list and runs concurrently with appends. With ``flush.policy=always`` the fsync
+runs outside the lock through ``GroupCommit``, so appends keep flowing while a sync is
+in progress and concurrent appenders share it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from brokers.errors import (
+    CorruptRecordError,
+    InvalidRecordBatchError,
+    LogClosedError,
+    LogStorageError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from brokers.log.checkpoint import CleanShutdownMarker, OffsetCheckpoint
+from brokers.log.config import FlushPolicy, LogConfig, TimestampTypeConfig
+from brokers.log.group_commit import GroupCommit
+from brokers.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    MAX_RELATIVE_OFFSET,
+    TIME_INDEX_SUFFIX,
+    FileSlice,
+    LogSegment,
+)
+from brokers.record_batch import (
+    BatchHeader,
+    peek_header,
+    set_base_offset,
+    set_log_append_time,
+    validate,
+)
+
+__all__ = ["AppendInfo", "PartitionLog"]
+
+log = logging.getLogger("strata.brokers.log")
+
+RECOVERY_POINT_FILE: Final = "recovery-point"
+LOG_START_FILE: Final = "log-start-offset"
+CLEAN_SHUTDOWN_FILE: Final = ".clean-shutdown"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """Where an append landed: offsets ``[first_offset, last_offset]``."""
+
+    first_offset: int
+    last_offset: int
+    record_count: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the log stamps LogAppendTime
+    size: int
+
+
+class PartitionLog:
+    """A partition's segments, checkpoints and policies; see the module docstring."""
+
+    def __init__(self, directory: Path | str, config: LogConfig | None = None,
+                 *, clock: Callable[[], int] = _now_ms) -> None:
+        self.directory = Path(directory)
+        self.config = config or LogConfig()
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        self._closed = False
+        self._offline: BaseException | None = None
+        self._recovery_checkpoint = OffsetCheckpoint(self.directory / RECOVERY_POINT_FILE)
+        self._start_checkpoint = OffsetCheckpoint(self.directory / LOG_START_FILE)
+        self._clean_marker = CleanShutdownMarker(self.directory / CLEAN_SHUTDOWN_FILE)
+        self.recovered_bytes_truncated = 0
+        self.opened_cleanly = False
+        self.recovery_point = 0
+        self.log_start_offset = 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._open()
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._last_flush_ms = self._clock()
+        self._group_commit = GroupCommit(self._flush_for_group_commit, self.recovery_point)
+
+    # ------------------------------------------------------------------ opening
+    def _open(self) -> None:
+        for stray in self.directory.glob("*.tmp"):
+            stray.unlink()
+        stems = (p.name[: -len(LOG_SUFFIX)] for p in self.directory.glob("*" + LOG_SUFFIX))
+        bases = sorted(int(stem) for stem in stems if stem.isdigit())
+        live = {f"{b:020d}" for b in bases}
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for orphan in self.directory.glob("*" + suffix):
+                if orphan.name[: -len(suffix)] not in live:
+                    orphan.unlink()
+        self.opened_cleanly = self._clean_marker.exists()
+        recovery_point = self._recovery_checkpoint.read() or 0
+        segments = [LogSegment(self.directory, b, self.config.index_interval_bytes, create=False)
+                    for b in bases]
+        if self.opened_cleanly:
+            segments = self._load_clean(segments)
+        else:
+            segments = self._recover(segments, recovery_point)
+            recovery_point = segments[-1].next_offset if segments else 0
+        if not segments:
+            start = self._start_checkpoint.read() or 0
+            segments = [LogSegment(self.directory, start, self.config.index_interval_bytes,
+                                   create=True)]
+        self._segments = segments
+        self._base_offsets = [s.base_offset for s in segments]
+        self.recovery_point = recovery_point
+        checkpointed_start = self._start_checkpoint.read()
+        self.log_start_offset = max(segments[0].base_offset, checkpointed_start or 0)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        # From here on a crash must be detected at the next open.
+        self._clean_marker.remove()
+        self._recovery_checkpoint.write(self.recovery_point)
+
+    def _load_clean(self, segments: list[LogSegment]) -> list[LogSegment]:
+        loaded: list[LogSegment] = []
+        for segment in segments:
+            try:
+                segment.load()
+            except CorruptRecordError as err:
+                log.warning("clean-shutdown load of %s failed (%s); recovering from it",
+                            segment.log_path.name, err)
+                return loaded + self._recover(segments[len(loaded):], segment.base_offset)
+            loaded.append(segment)
+        return self._check_contiguous(loaded)
+
+    def _recover(self, segments: list[LogSegment], recovery_point: int) -> list[LogSegment]:
+        """Recover every segment that may hold bytes at or after ``recovery_point``."""
+        kept: list[LogSegment] = []
+        for i, segment in enumerate(segments):
+            following_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            needs_recovery = following_base is None or following_base > recovery_point
+            if not needs_recovery:
+                try:
+                    segment.load()
+                except CorruptRecordError:
+                    needs_recovery = True
+            if needs_recovery:
+                truncated = segment.recover()
+                segment.flush()
+                self.recovered_bytes_truncated += truncated
+                if truncated:
+                    log.warning("recovery truncated %d bytes from %s", truncated,
+                                segment.log_path.name)
+            if kept and segment.base_offset != kept[-1].next_offset:
+                break
+            kept.append(segment)
+            if segment.next_offset != following_base and following_base is not None:
+                break
+        for dropped in segments[len(kept):]:
+            log.warning("recovery deleted %s: it no longer continues the log",
+                        dropped.log_path.name)
+            dropped.delete()
+            self.recovered_bytes_truncated += dropped.size
+        if len(kept) > 1 and kept[-1].is_empty:
+            kept.pop().delete()
+        return kept
+
+    def _check_contiguous(self, segments: list[LogSegment]) -> list[LogSegment]:
+        for before, after in itertools.pairwise(segments):
+            if before.next_offset != after.base_offset:
+                raise CorruptRecordError(
+                    f"segment {after.log_path.name} starts at {after.base_offset} but the "
+                    f"previous one ends at {before.next_offset}", segment=str(after.log_path),
+                    position=0)
+        return segments
+
+    # ------------------------------------------------------------------ state
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        with self._lock:
+            return tuple(self._segments)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed; reopen it to write")
+        if self._offline is not None:
+            raise LogStorageError(
+                f"log {self.directory} went offline after a disk error ({self._offline}); "
+                "fix the disk and restart the broker")
+
+    # ------------------------------------------------------------------ append
+    def append(self, batch: bytes | bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
+        """Validate ``batch``, assign its offsets, write it; honour the flush policy.
+
+        Nothing is written when validation fails (``InvalidRecordBatchError``,
+        ``RecordTooLargeError``).
+        """
+        header = self._validate(batch)
+        data = bytearray(batch)
+        log_append_time = -1
+        with self._lock:
+            self._check_writable()
+            base_offset = self.log_end_offset
+            set_base_offset(data, base_offset, leader_epoch)
+            if self.config.message_timestamp_type is TimestampTypeConfig.LOG_APPEND_TIME:
+                log_append_time = self._clock()
+                set_log_append_time(data, log_append_time)
+            header = peek_header(data)
+            self._write(data, header)
+            end = self.log_end_offset
+        self._after_append(end)
+        return AppendInfo(base_offset, header.last_offset, header.record_count,
+                          header.max_timestamp, log_append_time, len(data))
+
+    def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append a batch whose offsets the leader already assigned (replication).
+
+        The batch must start exactly at the log end offset.
+        """
+        header = self._validate(batch)
+        with self._lock:
+            self._check_writable()
+            if header.base_offset != self.log_end_offset:
+                raise InvalidRecordBatchError(
+                    f"replicated batch starts at {header.base_offset} but the log ends at "
+                    f"{self.log_end_offset}; truncate or fetch from the log end")
+            self._write(batch, header)
+            end = self.log_end_offset
+        self._after_append(end)
+        return AppendInfo(header.base_offset, header.last_offset, header.record_count,
+                          header.max_timestamp, -1, header.size)
+
+    def _validate(self, batch: bytes | bytearray | memoryview) -> BatchHeader:
+        if len(batch) > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {len(batch)} bytes exceeds max.message.bytes="
+                f"{self.config.max_message_bytes}; send smaller batches or raise the topic's "
+                "max.message.bytes")
+        return validate(batch)
+
+    def _write(self, data: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+        if self._should_roll(header, len(data)):
+            self._roll_locked()
+        try:
+            self.active_segment.append(data, header)
+        except OSError as err:
+            self._offline = err
+            raise LogStorageError(
+                f"write to {self.active_segment.log_path} failed: {err}; the log is now "
+                "offline, fix the disk and restart the broker") from err
+
+    def _should_roll(self, header: BatchHeader, size: int) -> bool:
+        segment = self.active_segment
+        if segment.is_empty:
+            return False
+        return (
+            segment.size + size > self.config.segment_bytes
+            or self._clock() - segment.rolled_at_ms >= self.config.segment_ms
+            or header.last_offset - segment.base_offset > MAX_RELATIVE_OFFSET
+        )
+
+    def _after_append(self, end_offset: int) -> None:
+        policy = self.config.flush_policy
+        if policy is FlushPolicy.ALWAYS:
+            self._group_commit.wait_durable(end_offset)
+        elif policy is FlushPolicy.INTERVAL:
+            self.flush_if_due()
+
+    # ------------------------------------------------------------------ flushing
+    def _flush_for_group_commit(self) -> int:
+        with self._lock:
+            self._check_writable()
+            end = self.log_end_offset
+            segment = self.active_segment
+        try:
+            os.fdatasync(segment.file.fd)
+        except OSError as err:
+            self._offline = err
+            raise LogStorageError(f"fsync of {segment.log_path} failed: {err}") from err
+        with self._lock:
+            self.recovery_point = max(self.recovery_point, end)
+        return end
+
+    def flush(self) -> None:
+        """Force every appended byte and the indexes to disk; advance the recovery point."""
+        with self._lock:
+            self._check_writable()
+            end = self.log_end_offset
+            for segment in self._segments:
+                if segment.next_offset > self.recovery_point or segment is self.active_segment:
+                    segment.flush()
+            self.recovery_point = end
+            self._recovery_checkpoint.write(end)
+            self._last_flush_ms = self._clock()
+        self._group_commit.reset(max(self._group_commit.durable_offset, end))
+
+    def flush_if_due(self) -> bool:
+        """With ``flush.policy=interval``, flush when ``flush.ms`` passed since the last one."""
+        if self.config.flush_policy is not FlushPolicy.INTERVAL:
+            return False
+        if self._clock() - self._last_flush_ms < self.config.flush_ms:
+            return False
+        self.flush()
+        return True
+
+    # ------------------------------------------------------------------ segments
+    def roll(self) -> LogSegment:
+        """Close the active segment and start a new one at the log end (no-op if empty)."""
+        with self._lock:
+            self._check_writable()
+            if not self.active_segment.is_empty:
+                self._roll_locked()
+            return self.active_segment
+
+    def _roll_locked(self) -> None:
+        old = self.active_segment
+        old.seal()
+        # A closed segment is flushed once, so the recovery point can pass it and a
+        # crash never re-scans it.
+        if self.config.flush_policy is not FlushPolicy.NONE:
+            old.flush()
+        new = LogSegment(self.directory, old.next_offset, self.config.index_interval_bytes,
+                         create=True)
+        self._segments.append(new)
+        self._base_offsets.append(new.base_offset)
+
+    # ------------------------------------------------------------------ reading
+    def read(
+        self, offset: int, max_bytes: int, *, upper_offset: int | None = None
+    ) -> FileSlice | None:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one).
+
+        ``upper_offset`` (the high watermark, later) bounds what is visible. Returns
+        ``None`` at the end of the visible log. Raises ``OffsetOutOfRangeError`` outside
+        ``[log_start_offset, log_end_offset]`` and ``CorruptRecordError`` for damaged data.
+        """
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+        with self._lock:
+            segments = list(self._segments)
+            bases = list(self._base_offsets)
+            start, end = self.log_start_offset, self.log_end_offset
+        if not start <= offset <= end:
+            raise OffsetOutOfRangeError(offset, start, end)
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        limit = end if upper_offset is None else min(end, upper_offset)
+        if offset >= limit:
+            return None
+        i = max(0, bisect_right(bases, offset) - 1)
+        while i < len(segments):
+            found = segments[i].read(offset, max_bytes, limit)
+            if found is not None:
+                return found
+            i += 1
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """First offset whose record timestamp is >= ``timestamp`` (``None``: none is)."""
+        for segment in self.segments:
+            if segment.next_offset <= self.log_start_offset:
+                continue
+            found = segment.offset_for_timestamp(timestamp)
+            if found is not None:
+                return max(found, self.log_start_offset)
+        return None
+
+    def verify(self) -> None:
+        """Scrub: CRC-check every segment now; raises ``CorruptRecordError`` on damage."""
+        for segment in self.segments:
+            segment.verify_all()
+
+    # ------------------------------------------------------------------ removal
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= ``offset``; return the new log end.
+
+        Whole batches only, so the new end may be below ``offset``. Truncating at or
+        below the log start empties the log and restarts it at ``offset``.
+        """
+        with self._lock:
+            self._check_writable()
+            if offset >= self.log_end_offset:
+                return self.log_end_offset
+            if offset <= self.log_start_offset:
+                for segment in self._segments:
+                    segment.delete()
+                fresh = LogSegment(self.directory, offset, self.config.index_interval_bytes,
+                                   create=True)
+                self._segments = [fresh]
+                self.log_start_offset = offset
+                self._start_checkpoint.write(offset)
+            else:
+                while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                    self._segments.pop().delete()
+                self.active_segment.truncate_to(offset)
+            self._base_offsets = [s.base_offset for s in self._segments]
+            end = self.log_end_offset
+            if self.recovery_point > end:
+                self.recovery_point = end
+                self._recovery_checkpoint.write(end)
+            self._group_commit.reset(min(self._group_commit.durable_offset, end))
+            return end
+
+    def delete_records(self, new_start_offset: int) -> int:
+        """Advance the log start offset (records below it become unreadable)."""
+        with self._lock:
+            self._check_writable()
+            if not self.log_start_offset <= new_start_offset <= self.log_end_offset:
+                raise OffsetOutOfRangeError(new_start_offset, self.log_start_offset,
+                                            self.log_end_offset)
+            self.log_start_offset = new_start_offset
+            self._start_checkpoint.write(new_start_offset)
+            self._delete_segments_below(new_start_offset)
+            return self.log_start_offset
+
+    def _delete_segments_below(self, offset: int) -> list[int]:
+        deleted: list[int] = []
+        while len(self._segments) > 1 and self._segments[0].next_offset <= offset:
+            segment = self._segments.pop(0)
+            segment.delete()
+            deleted.append(segment.base_offset)
+        self._base_offsets = [s.base_offset for s in self._segments]
+        return deleted
+
+    def apply_retention(self) -> list[int]:
+        """Delete whole closed segments past ``retention.ms`` or over ``retention.bytes``.
+
+        The active segment is never deleted. Returns the base offsets deleted.
+        """
+        with self._lock:
+            self._check_writable()
+            now = self._clock()
+            closed = self._segments[:-1]
+            doomed = 0
+            if self.config.retention_ms >= 0:
+                while doomed < len(closed) and (
+                    _segment_timestamp(closed[doomed]) < now - self.config.retention_ms
+                ):
+                    doomed += 1
+            if self.config.retention_bytes >= 0:
+                total = sum(s.size for s in self._segments)
+                excess = total - self.config.retention_bytes
+                removed = sum(s.size for s in closed[:doomed])
+                while doomed < len(closed) and excess - removed >= closed[doomed].size:
+                    removed += closed[doomed].size
+                    doomed += 1
+            if not doomed:
+                return []
+            new_start = closed[doomed - 1].next_offset
+            if new_start > self.log_start_offset:
+                self.log_start_offset = new_start
+                self._start_checkpoint.write(new_start)
+            return self._delete_segments_below(new_start)
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Flush everything, write the checkpoints and the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._offline is None:
+                self.flush()
+                self._start_checkpoint.write(self.log_start_offset)
+                for segment in self._segments:
+                    segment.close()
+                self._clean_marker.write()
+            else:
+                for segment in self._segments:
+                    segment.file.close()
+            self._closed = True
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _segment_timestamp(segment: LogSegment) -> int:
+    if segment.max_timestamp >= 0:
+        return segment.max_timestamp
+    return int(os.stat(segment.log_path).st_mtime * 1000)

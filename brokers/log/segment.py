@@ -1,0 +1,418 @@
+"""One segment of a partition log: ``<base offset>.log`` plus its two sparse indexes.
+
+Byte layout of the ``.log`` file: record batches (``brokers.record_batch``) back to back,
+no file header, no padding. The file name is the segment's base offset as 20 digits.
+
+Invariants:
+- the first batch's base offset is the segment's base offset; every next batch starts
+  at the previous batch's ``next_offset`` (offsets are contiguous);
+- every batch passed ``record_batch.validate`` before it was written;
+- ``size`` only grows by whole batches; a reader that snapshots ``size`` sees whole
+  batches only;
+- relative offsets fit in uint32 and positions in uint32 (the log rolls before either
+  would overflow: ``segment.bytes`` is capped at 2 GiB - 1).
+
+Recovery: ``recover()`` re-reads every batch, checks its CRC and offset continuity,
+truncates the file at the first invalid byte (a torn or garbage tail), and rebuilds
+both indexes. ``load()`` is the fast path after a clean shutdown: it loads the indexes,
+checks them, and scans only the headers after the last offset-index entry; anything
+inconsistent falls back to a rebuild or a recovery.
+
+Detection of damage that happened at rest: each segment keeps ``verified_position``:
+bytes below it have been CRC-checked by this process (on append or recovery). The
+first read of a range above it checks those batches before the range is handed out,
+so a flipped byte in a closed segment is reported as ``CorruptRecordError`` (with
+segment and position) instead of being served; later reads of the range go straight
+to ``os.sendfile``.
+
+Thread-safety: mutations (append, truncate, roll, close, delete) run under the owning
+``PartitionLog``'s lock. ``read`` may run concurrently with ``append`` on other
+threads: it works on a snapshot of ``size`` and only ever sees whole batches.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import pyarrow.compute as pc
+
+from brokers.errors import CorruptRecordError, InvalidRecordBatchError
+from brokers.log.index_file import IndexCorruptError
+from brokers.log.offset_index import OffsetIndex
+from brokers.log.time_index import TimeIndex
+from brokers.record_batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    TimestampType,
+    decode_batch,
+    peek_header,
+    validate,
+)
+
+__all__ = ["FileSlice", "LogSegment", "SegmentFile", "segment_file_name"]
+
+MAX_RELATIVE_OFFSET: Final = 2**32 - 1
+LOG_SUFFIX: Final = ".log"
+INDEX_SUFFIX: Final = ".index"
+TIME_INDEX_SUFFIX: Final = ".timeindex"
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class SegmentFile:
+    """An open ``.log`` file descriptor, closed when the last holder lets go.
+
+    ``FileSlice``s hold a reference, so a segment deleted by retention while a fetch is
+    being sent keeps its descriptor (and inode) alive until the send is done; the
+    descriptor number can never be reused under an in-flight ``sendfile``.
+    """
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, path: Path, *, create: bool) -> None:
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.path = path
+        self.fd = os.open(path, flags, 0o644)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """Whole batches ``[position, position + length)`` of one segment file.
+
+    ``first_offset`` is the base offset of the first batch, which may be below the
+    offset that was asked for; ``next_offset`` follows the last batch. A server sends
+    it with ``os.sendfile(sock, slice.fileno(), slice.position, slice.length)``.
+    """
+
+    file: SegmentFile
+    position: int
+    length: int
+    first_offset: int
+    next_offset: int
+
+    def fileno(self) -> int:
+        return self.file.fd
+
+    def read_bytes(self) -> bytes:
+        """The slice's bytes (for clients and tests; servers use ``sendfile``)."""
+        return os.pread(self.file.fd, self.length, self.position)
+
+
+class LogSegment:
+    """A ``.log`` file with its offset and time indexes; see the module docstring."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
+                 *, create: bool) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX))
+        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX))
+        self.file = SegmentFile(self.log_path, create=create)
+        self.size = os.fstat(self.file.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self._relative_offset_of_max_timestamp = 0
+        self._bytes_since_index = 0
+        self.verified_position = 0
+        self.rolled_at_ms = time.time_ns() // 1_000_000
+        if create:
+            self.offset_index.clear()
+            self.time_index.clear()
+            self.verified_position = 0
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    # ------------------------------------------------------------------ opening
+    def load(self) -> None:
+        """Fast open after a clean shutdown; falls back to rebuilding the indexes.
+
+        Raises ``CorruptRecordError`` when the batch headers after the last index entry
+        do not line up (the caller then runs ``recover``).
+        """
+        try:
+            self.offset_index.load()
+            self.time_index.load()
+            limit = MAX_RELATIVE_OFFSET + 1
+            self.offset_index.check(limit, self.size)
+            self.time_index.check(2**63 - 1, limit)
+        except IndexCorruptError:
+            self.rebuild_indexes()
+            return
+        relative, position = self.offset_index.lookup(MAX_RELATIVE_OFFSET)
+        self.next_offset = self.base_offset + relative
+        self.max_timestamp = self.time_index.last_timestamp
+        if self.time_index:
+            self._relative_offset_of_max_timestamp = self.time_index.values[-1]
+        self._bytes_since_index = 0
+        for pos, header in self._iter_headers_from(position, self.size):
+            if header.base_offset != self.next_offset:
+                raise CorruptRecordError(
+                    f"offset gap: batch starts at {header.base_offset}, expected "
+                    f"{self.next_offset}", segment=str(self.log_path), position=pos,
+                    offset=header.base_offset)
+            self.next_offset = header.next_offset
+            self._track_timestamp(header)
+            self._bytes_since_index += header.size
+        self._set_rolled_at_from_first_batch()
+
+    def rebuild_indexes(self) -> None:
+        """Recreate both index files from the batch headers (no CRC check)."""
+        self.offset_index.clear()
+        self.time_index.clear()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self._relative_offset_of_max_timestamp = 0
+        self._bytes_since_index = 0
+        for pos, header in self._iter_headers_from(0, self.size):
+            if header.base_offset != self.next_offset:
+                raise CorruptRecordError(
+                    f"offset gap: batch starts at {header.base_offset}, expected "
+                    f"{self.next_offset}", segment=str(self.log_path), position=pos,
+                    offset=header.base_offset)
+            self._index_batch(header, pos)
+            self.next_offset = header.next_offset
+        self._set_rolled_at_from_first_batch()
+
+    def recover(self) -> int:
+        """Validate every batch, truncate at the first bad byte, rebuild the indexes.
+
+        Returns the number of bytes truncated (0 for a healthy segment).
+        """
+        self.offset_index.clear()
+        self.time_index.clear()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self._relative_offset_of_max_timestamp = 0
+        self._bytes_since_index = 0
+        position = 0
+        size = self.size
+        while position < size:
+            header = self._valid_batch_at(position, size)
+            if header is None:
+                break
+            self._index_batch(header, position)
+            self.next_offset = header.next_offset
+            position += header.size
+        truncated = size - position
+        if truncated:
+            os.ftruncate(self.file.fd, position)
+            self.size = position
+        self.verified_position = self.size
+        self._set_rolled_at_from_first_batch()
+        return truncated
+
+    def _valid_batch_at(self, position: int, size: int) -> BatchHeader | None:
+        """The header of a fully valid batch at ``position``, or ``None`` if it is bad."""
+        head = os.pread(self.file.fd, HEADER_SIZE, position)
+        try:
+            header = peek_header(head)
+        except InvalidRecordBatchError:
+            return None
+        if position + header.size > size or header.base_offset != self.next_offset:
+            return None
+        try:
+            validate(os.pread(self.file.fd, header.size, position))
+        except InvalidRecordBatchError:
+            return None
+        return header
+
+    def _set_rolled_at_from_first_batch(self) -> None:
+        if self.size:
+            header = peek_header(os.pread(self.file.fd, HEADER_SIZE, 0))
+            self.rolled_at_ms = min(self.rolled_at_ms, header.max_timestamp)
+
+    # ------------------------------------------------------------------ writing
+    def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> int:
+        """Write one validated batch whose offsets are already assigned; return its position."""
+        position = self.size
+        if position == 0:
+            self.rolled_at_ms = time.time_ns() // 1_000_000
+        view = memoryview(batch)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self.file.fd, view[written:], position + written)
+        self._index_batch(header, position)
+        self.next_offset = header.next_offset
+        self.size = position + len(view)
+        if self.verified_position == position:
+            self.verified_position = self.size
+        return position
+
+    def _track_timestamp(self, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self._relative_offset_of_max_timestamp = header.base_offset - self.base_offset
+
+    def _index_batch(self, header: BatchHeader, position: int) -> None:
+        self._track_timestamp(header)
+        if self._bytes_since_index >= self.index_interval_bytes:
+            self.offset_index.append(header.base_offset - self.base_offset, position)
+            self._maybe_append_time_entry()
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+
+    def _maybe_append_time_entry(self) -> None:
+        if self.max_timestamp > self.time_index.last_timestamp and (
+            not self.time_index
+            or self._relative_offset_of_max_timestamp > self.time_index.values[-1]
+        ):
+            self.time_index.append(self.max_timestamp, self._relative_offset_of_max_timestamp)
+
+    def flush(self) -> None:
+        """fdatasync the log and persist + fsync the indexes."""
+        os.fdatasync(self.file.fd)
+        self.offset_index.persist(fsync=True)
+        self.time_index.persist(fsync=True)
+
+    def seal(self) -> None:
+        """The segment stops being active: record the final max timestamp in the time index."""
+        self._maybe_append_time_entry()
+        self.offset_index.persist(fsync=False)
+        self.time_index.persist(fsync=False)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch whose last offset is >= ``offset`` (whole batches only)."""
+        position = self._position_of_batch_with(offset)
+        if position is None:
+            return
+        os.ftruncate(self.file.fd, position)
+        self.size = position
+        self.verified_position = min(self.verified_position, position)
+        self.rebuild_indexes()
+
+    def close(self) -> None:
+        self.seal()
+        self.file.close()
+
+    def delete(self) -> None:
+        """Unlink the files; open ``FileSlice``s keep the descriptor until they are gone."""
+        self.log_path.unlink(missing_ok=True)
+        self.offset_index.delete()
+        self.time_index.delete()
+
+    # ------------------------------------------------------------------ reading
+    def _iter_headers_from(self, position: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Headers of the batches in ``[position, end)``; damage raises with its position."""
+        while position < end:
+            head = os.pread(self.file.fd, HEADER_SIZE, position)
+            try:
+                header = peek_header(head)
+            except InvalidRecordBatchError as err:
+                raise CorruptRecordError(err.message, segment=str(self.log_path),
+                                         position=position) from err
+            if position + header.size > end:
+                raise CorruptRecordError(
+                    f"batch of {header.size} bytes runs past the end of the file ({end})",
+                    segment=str(self.log_path), position=position, offset=header.base_offset)
+            yield position, header
+            position += header.size
+
+    def _position_of_batch_with(self, offset: int) -> int | None:
+        """Position of the first batch whose last offset is >= ``offset`` (None: none)."""
+        size = self.size
+        _, start = self.offset_index.lookup(max(0, offset - self.base_offset))
+        for position, header in self._iter_headers_from(start, size):
+            if header.last_offset >= offset:
+                return int(position)
+        return None
+
+    def read(
+        self, offset: int, max_bytes: int, upper_offset: int | None = None
+    ) -> FileSlice | None:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one).
+
+        Batches starting at or after ``upper_offset`` (the high watermark) are left out.
+        ``None`` when the segment holds nothing at or after ``offset`` below the bound.
+        """
+        size = self.size
+        _, start_position = self.offset_index.lookup(max(0, offset - self.base_offset))
+        headers = self._iter_headers_from(start_position, size)
+        first: tuple[int, BatchHeader] | None = None
+        for position, header in headers:
+            if header.last_offset >= offset:
+                first = (position, header)
+                break
+        if first is None:
+            return None
+        position, header = first
+        if upper_offset is not None and header.base_offset >= upper_offset:
+            return None
+        end = position + header.size
+        next_offset = header.next_offset
+        for pos, h in headers:
+            if end - position + h.size > max_bytes:
+                break
+            if upper_offset is not None and h.base_offset >= upper_offset:
+                break
+            end = pos + h.size
+            next_offset = h.next_offset
+        if end > self.verified_position:
+            self._verify(position, end)
+        return FileSlice(self.file, position, end - position, header.base_offset, next_offset)
+
+    def _verify(self, start: int, end: int) -> None:
+        """CRC-check the batches in ``[max(start, verified), end)`` once per process."""
+        lo = start if start > self.verified_position else self.verified_position
+        data = os.pread(self.file.fd, end - lo, lo)
+        view = memoryview(data)
+        position = 0
+        expected: int | None = None
+        while position < len(view):
+            try:
+                header = validate(view[position:], exact=False)
+            except InvalidRecordBatchError as err:
+                raise CorruptRecordError(err.message, segment=str(self.log_path),
+                                         position=lo + position) from err
+            if expected is not None and header.base_offset != expected:
+                raise CorruptRecordError(
+                    f"offset gap: batch starts at {header.base_offset}, expected {expected}",
+                    segment=str(self.log_path), position=lo + position,
+                    offset=header.base_offset)
+            expected = header.next_offset
+            position += header.size
+        if lo == self.verified_position:
+            self.verified_position = end
+
+    def verify_all(self) -> None:
+        """CRC-check the whole segment now (a scrub); raises ``CorruptRecordError``."""
+        self.verified_position = 0
+        if self.size:
+            self._verify(0, self.size)
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """Offset of the first record with a timestamp >= ``timestamp`` in this segment."""
+        if self.max_timestamp < timestamp:
+            return None
+        relative = self.time_index.start_for(timestamp)
+        _, start = self.offset_index.lookup(relative)
+        for position, header in self._iter_headers_from(start, self.size):
+            if header.max_timestamp < timestamp:
+                continue
+            if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+                return header.base_offset
+            _, payload = decode_batch(os.pread(self.file.fd, header.size, position))
+            index: int = pc.index(pc.greater_equal(payload.column(2), timestamp), True).as_py()
+            return header.base_offset + max(0, index)
+        return None
