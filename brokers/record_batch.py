@@ -49,7 +49,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import crc32c as _crc32c
 import pyarrow as pa
@@ -346,7 +346,7 @@ def iter_batches(
 
 # --------------------------------------------------------------------------- encoding
 
-type _BinaryInput = Sequence[bytes | None] | pa.Array
+_BinaryInput: TypeAlias = Sequence[bytes | None] | pa.Array
 _HEADERS_TYPE: Final = PAYLOAD_SCHEMA.field("headers").type
 
 
