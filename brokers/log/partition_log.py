@@ -288,6 +288,8 @@ class PartitionLog:
     def _write(self, data: bytes | bytearray | memoryview, header: BatchHeader) -> None:
         if self._should_roll(header, len(data)):
             self._roll_locked()
+        if self.active_segment.is_empty:
+            self.active_segment.rolled_at_ms = self._clock()
         try:
             self.active_segment.append(data, header)
         except OSError as err:

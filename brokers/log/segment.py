@@ -245,10 +245,11 @@ class LogSegment:
 
     # ------------------------------------------------------------------ writing
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> int:
-        """Write one validated batch whose offsets are already assigned; return its position."""
+        """Write one validated batch whose offsets are already assigned; return its position.
+
+        The owner sets ``rolled_at_ms`` (its clock) before the first append, for ``segment.ms``.
+        """
         position = self.size
-        if position == 0:
-            self.rolled_at_ms = time.time_ns() // 1_000_000
         view = memoryview(batch)
         written = 0
         while written < len(view):
