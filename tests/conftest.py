@@ -1,0 +1,89 @@
+"""Shared fixtures: real ZooKeeper servers, kazoo clients, free ports, and a process reaper.
+
+Rules every fixture here follows (and later fixtures should too): real components, free
+ports from the kernel, a private temp dir, and the processes a test started are killed by
+PID (checked against a command-line marker) in teardown even when the test fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from strata.procs import free_port, kill_pid
+from zookeeper.launcher import ZooKeeperServer
+
+#: Seconds a test waits for a kazoo connection before failing.
+KAZOO_CONNECT_TIMEOUT = 15.0
+
+
+class ProcessReaper:
+    """Remembers (pid, cmdline marker) pairs and kills the survivors at teardown."""
+
+    def __init__(self) -> None:
+        self._tracked: list[tuple[int, str]] = []
+
+    def track(self, pid: int, marker: str) -> None:
+        self._tracked.append((pid, marker))
+
+    def reap(self) -> None:
+        for pid, marker in reversed(self._tracked):
+            kill_pid(pid, grace=5.0, expect=marker)
+        self._tracked.clear()
+
+
+@pytest.fixture
+def reaper() -> Iterator[ProcessReaper]:
+    """Track PIDs a test starts (e.g. via a CLI subprocess); they die at teardown."""
+    r = ProcessReaper()
+    try:
+        yield r
+    finally:
+        r.reap()
+
+
+@pytest.fixture
+def free_tcp_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A started standalone ZooKeeper shared by the tests of one module."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), free_port(), start_timeout=60)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(grace=5.0)
+
+
+@pytest.fixture
+def kazoo_factory() -> Iterator[Callable[[str], KazooClient]]:
+    """Make connected kazoo clients for a ``host:port``; all are closed at teardown."""
+    clients: list[KazooClient] = []
+
+    def connect(hosts: str) -> KazooClient:
+        client = KazooClient(hosts=hosts, timeout=10.0)
+        clients.append(client)
+        client.start(timeout=KAZOO_CONNECT_TIMEOUT)
+        return client
+
+    try:
+        yield connect
+    finally:
+        for client in clients:
+            try:
+                client.stop()
+            finally:
+                client.close()
+
+
+@pytest.fixture
+def zk_client(
+    zookeeper_server: ZooKeeperServer, kazoo_factory: Callable[[str], KazooClient]
+) -> KazooClient:
+    """A kazoo client connected to the module's ZooKeeper."""
+    return kazoo_factory(zookeeper_server.connect_string)
