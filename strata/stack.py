@@ -1,0 +1,401 @@
+"""The local Strata stack: a list of background services started, tracked and stopped.
+
+Why it looks like this: ``make up`` / ``strata up`` must work on a laptop and in CI, be
+safe to run twice, and ``strata down`` must stop exactly what ``up`` started, even from
+another shell much later. So every started process is recorded in
+``<data-dir>/stack.json`` (name, pid, port, the command-line marker that identifies it)
+right after it becomes healthy, and everything that stops a process checks that marker
+against ``/proc/<pid>/cmdline`` first (see :mod:`strata.procs`).
+
+The stack is the ordered tuple :data:`SERVICES`. Today it holds ZooKeeper only; later
+issues append brokers, the ingest gateway and the tiering job as further
+:class:`ServiceSpec` entries. A service gets its port as ``base_port + port_offset`` and
+sees the endpoints of the services started before it (brokers need ZooKeeper's).
+
+Layout of a data dir::
+
+    <data-dir>/stack.json      what is running (written atomically)
+    <data-dir>/stack.lock      serialises concurrent `strata up` / `strata down`
+    <data-dir>/<service>/      each service's own files (data, log, pid file)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from strata.procs import PortInUseError, check_port_free, cmdline, kill_pid, pid_alive
+
+__all__ = [
+    "DEFAULT_BASE_PORT",
+    "DEFAULT_DATA_DIR",
+    "SERVICES",
+    "Launched",
+    "ProcessState",
+    "ServiceSpec",
+    "Stack",
+    "StackContext",
+    "StackError",
+    "StackStatus",
+]
+
+DEFAULT_DATA_DIR = ".strata"
+DEFAULT_BASE_PORT = 2181
+STATE_FILE = "stack.json"
+_STATE_VERSION = 1
+
+State = Literal["started", "running", "unhealthy", "stopped"]
+
+
+class StackError(RuntimeError):
+    """An expected, user-fixable problem; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class StackContext:
+    """What a service's start function needs to know about the stack."""
+
+    data_dir: Path
+    host: str
+    endpoints: dict[str, str]  # endpoint key -> "host:port[,host:port]" of services so far
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A started, healthy process as a start function reports it."""
+
+    pid: int
+    port: int
+    marker: str  # substring of /proc/<pid>/cmdline that identifies this process
+    endpoint: str  # what clients connect to, "host:port"
+    log: str  # path of its log file
+    pid_file: str | None = None  # removed by `down` once the process is gone
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One background service of the stack.
+
+    ``start(ctx, port)`` must start the process detached (own session, output to a log
+    file), wait until it is healthy and return :class:`Launched`, or raise (a
+    :class:`StackError` or the launcher's own error) leaving nothing running.
+    ``healthy(host, port)`` is a quick probe used by ``status`` and by ``up`` for
+    processes that are already running.
+    """
+
+    name: str
+    port_offset: int
+    endpoint_key: str  # "zookeeper", "bootstrap" or "gateway"
+    start: Callable[[StackContext, int], Launched]
+    healthy: Callable[[str, int], bool]
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """One line of stack.json."""
+
+    name: str
+    pid: int
+    port: int
+    marker: str
+    endpoint_key: str
+    endpoint: str
+    log: str
+    pid_file: str | None = None
+    started_at: float = field(default_factory=time.time)
+
+    def alive(self) -> bool:
+        """True if the PID is alive and still runs the command we started."""
+        line = cmdline(self.pid)
+        return pid_alive(self.pid) and line is not None and self.marker in line
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    record: ProcessRecord
+    state: State
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.record.name,
+            "pid": self.record.pid,
+            "port": self.record.port,
+            "endpoint": self.record.endpoint,
+            "state": self.state,
+            "log": self.record.log,
+        }
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    data_dir: Path
+    processes: list[ProcessState]
+
+    @property
+    def all_up(self) -> bool:
+        return bool(self.processes) and all(
+            p.state in ("started", "running") for p in self.processes
+        )
+
+    def endpoints(self) -> dict[str, str | None]:
+        """Endpoint per key. ``bootstrap`` is "" and ``gateway`` None until they exist."""
+        found: dict[str, list[str]] = {}
+        for p in self.processes:
+            if p.state in ("started", "running"):
+                found.setdefault(p.record.endpoint_key, []).append(p.record.endpoint)
+        out: dict[str, str | None] = {"bootstrap": "", "zookeeper": None, "gateway": None}
+        for key, values in found.items():
+            out[key] = ",".join(values)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "data_dir": str(self.data_dir),
+            **self.endpoints(),
+            "processes": [p.to_json() for p in self.processes],
+        }
+
+
+# -- services -------------------------------------------------------------------------
+
+
+def _start_zookeeper(ctx: StackContext, port: int) -> Launched:
+    from zookeeper.launcher import ZooKeeperServer
+
+    server = ZooKeeperServer(ctx.data_dir / "zookeeper", port, host=ctx.host)
+    server.start()
+    pid = server.pid
+    if pid is None:  # pragma: no cover - start() returned, so it is serving
+        raise StackError(f"ZooKeeper exited right after start-up; see {server.log_path}")
+    return Launched(
+        pid=pid,
+        port=port,
+        marker=server.marker,
+        endpoint=server.connect_string,
+        log=str(server.log_path),
+        pid_file=str(server.pid_path),
+    )
+
+
+def _zookeeper_healthy(host: str, port: int) -> bool:
+    from zookeeper.launcher import is_serving
+
+    return is_serving(host, port)
+
+
+#: The stack, in start order (``down`` stops in reverse). Later issues append here.
+SERVICES: tuple[ServiceSpec, ...] = (
+    ServiceSpec(
+        name="zookeeper",
+        port_offset=0,
+        endpoint_key="zookeeper",
+        start=_start_zookeeper,
+        healthy=_zookeeper_healthy,
+    ),
+)
+
+
+# -- the stack ------------------------------------------------------------------------
+
+
+class Stack:
+    """The services of one data dir. All methods are safe to call from separate processes."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR,
+        *,
+        host: str = "127.0.0.1",
+        services: Sequence[ServiceSpec] = SERVICES,
+        health_wait: float = 30.0,
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self.services = tuple(services)
+        self.health_wait = health_wait
+
+    @property
+    def state_path(self) -> Path:
+        return self.data_dir / STATE_FILE
+
+    # -- state file ---------------------------------------------------------------------
+
+    def _load(self) -> tuple[int | None, list[ProcessRecord]]:
+        try:
+            raw = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            return None, []
+        except (OSError, ValueError) as exc:
+            raise StackError(
+                f"{self.state_path} is unreadable ({exc}). If nothing of the stack is "
+                "running, delete that file and run `strata up` again."
+            ) from exc
+        try:
+            records = [ProcessRecord(**p) for p in raw.get("processes", [])]
+            base = raw.get("base_port")
+            return (int(base) if base is not None else None), records
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise StackError(
+                f"{self.state_path} has an unexpected format ({exc}); it was written by a "
+                "different Strata version. Stop the old processes, delete the file and run "
+                "`strata up` again."
+            ) from exc
+
+    def _save(self, base_port: int, records: list[ProcessRecord]) -> None:
+        payload = {
+            "version": _STATE_VERSION,
+            "host": self.host,
+            "base_port": base_port,
+            "processes": [asdict(r) for r in records],
+        }
+        tmp = self.state_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(payload, indent=2) + "\n")
+        os.replace(tmp, self.state_path)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with (self.data_dir / "stack.lock").open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StackError(
+                    f"another `strata up` or `strata down` is working on {self.data_dir}; "
+                    "wait for it to finish and try again"
+                ) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    # -- operations ---------------------------------------------------------------------
+
+    def up(self, base_port: int | None = None) -> StackStatus:
+        """Start every service that is not running; keep those that are (and all data).
+
+        ``base_port`` defaults to the one recorded in the data dir, else 2181.
+        """
+        with self._locked():
+            recorded_base, records = self._load()
+            live = [r for r in records if r.alive()]
+            if (
+                base_port is not None
+                and recorded_base is not None
+                and base_port != recorded_base
+                and live
+            ):
+                raise StackError(
+                    f"the stack in {self.data_dir} is running on base port {recorded_base}; "
+                    f"run `strata down --data-dir {self.data_dir}` first to move it to "
+                    f"{base_port}, or omit --base-port"
+                )
+            if base_port is not None:
+                base = base_port
+            elif recorded_base is not None:
+                base = recorded_base
+            else:
+                base = DEFAULT_BASE_PORT
+            by_name = {r.name: r for r in live}
+            kept: list[ProcessRecord] = []
+            states: list[ProcessState] = []
+            endpoints: dict[str, str] = {}
+            for spec in self.services:
+                existing = by_name.get(spec.name)
+                state: State
+                if existing is not None:
+                    if not self._wait_healthy(spec, existing.port):
+                        raise StackError(
+                            f"{spec.name} (pid {existing.pid}) is running but not answering "
+                            f"on port {existing.port}; see {existing.log}, then run "
+                            f"`strata down --data-dir {self.data_dir}` and `strata up` again"
+                        )
+                    record, state = existing, "running"
+                else:
+                    record = self._start(spec, base + spec.port_offset, endpoints)
+                    state = "started"
+                kept.append(record)
+                states.append(ProcessState(record, state))
+                self._save(base, kept)  # record each process as soon as it runs
+                endpoints[spec.endpoint_key] = ",".join(
+                    filter(None, [endpoints.get(spec.endpoint_key), record.endpoint])
+                )
+            return StackStatus(self.data_dir, states)
+
+    def _start(self, spec: ServiceSpec, port: int, endpoints: dict[str, str]) -> ProcessRecord:
+        try:
+            check_port_free(self.host, port, spec.name)
+        except PortInUseError:
+            raise StackError(
+                f"cannot start {spec.name}: port {port} on {self.host} is already in use by "
+                f"another process. Stop that process (`ss -ltnp 'sport = :{port}'` shows "
+                "it) or start the stack on other ports with `strata up --base-port P` "
+                f"({spec.name} uses port P+{spec.port_offset})."
+            ) from None
+        ctx = StackContext(self.data_dir, self.host, dict(endpoints))
+        launched = spec.start(ctx, port)
+        return ProcessRecord(
+            name=spec.name,
+            pid=launched.pid,
+            port=launched.port,
+            marker=launched.marker,
+            endpoint_key=spec.endpoint_key,
+            endpoint=launched.endpoint,
+            log=launched.log,
+            pid_file=launched.pid_file,
+        )
+
+    def _wait_healthy(self, spec: ServiceSpec, port: int) -> bool:
+        deadline = time.monotonic() + self.health_wait
+        while True:
+            if spec.healthy(self.host, port):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+
+    def status(self) -> StackStatus:
+        """What stack.json records, each process checked (alive + health probe)."""
+        _, records = self._load()
+        specs = {s.name: s for s in self.services}
+        states: list[ProcessState] = []
+        for record in records:
+            state: State
+            if not record.alive():
+                state = "stopped"
+            else:
+                spec = specs.get(record.name)
+                ok = spec is None or spec.healthy(self.host, record.port)
+                state = "running" if ok else "unhealthy"
+            states.append(ProcessState(record, state))
+        return StackStatus(self.data_dir, states)
+
+    def down(self, grace: float = 10.0) -> list[tuple[ProcessRecord, str]]:
+        """Stop exactly the recorded PIDs, last started first; data stays on disk.
+
+        Returns each record with what happened: ``stopped``, ``not running`` or
+        ``pid reused`` (the PID now belongs to another program and was left alone).
+        """
+        with self._locked():
+            base, records = self._load()
+            outcome: list[tuple[ProcessRecord, str]] = []
+            for record in reversed(records):
+                if record.alive():
+                    kill_pid(record.pid, grace, expect=record.marker)
+                    what = "stopped"
+                elif pid_alive(record.pid):
+                    what = "pid reused"
+                else:
+                    what = "not running"
+                if record.pid_file and not record.alive():
+                    Path(record.pid_file).unlink(missing_ok=True)
+                outcome.append((record, what))
+            if base is not None:
+                self._save(base, [])
+            return outcome
