@@ -13,15 +13,38 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "BrokerNotAvailableError",
     "CorruptRecordError",
-    "InvalidRecordBatchError",
+    "DuplicateSequenceError",
+    "FencedLeaderEpochError",
     "InvalidConfigError",
-    "LogStorageError",
+    "InvalidPartitionsError",
+    "InvalidProducerEpochError",
+    "InvalidRecordBatchError",
+    "InvalidReplicationFactorError",
+    "InvalidRequestError",
+    "InvalidRequiredAcksError",
+    "InvalidTopicError",
     "LogClosedError",
+    "LogStorageError",
+    "NONE_CODE",
+    "NetworkError",
+    "NotEnoughReplicasError",
+    "NotLeaderError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "PolicyViolationError",
     "RecordTooLargeError",
+    "RequestTimedOutError",
     "StrataError",
+    "TopicAlreadyExistsError",
+    "UnknownLeaderEpochError",
+    "UnknownProducerIdError",
+    "UnknownServerError",
+    "UnknownTopicOrPartitionError",
+    "UnsupportedVersionError",
     "error_for_code",
+    "raise_for_code",
 ]
 
 
@@ -58,6 +81,14 @@ class OffsetOutOfRangeError(StrataError):
             f"seek to an offset in that range (earliest={log_start_offset}, "
             f"latest={log_end_offset})"
         )
+
+    @classmethod
+    def from_message(cls, message: str) -> OffsetOutOfRangeError:
+        """Rebuild from a wire message when the range is not known."""
+        error = cls.__new__(cls)
+        error.offset = error.log_start_offset = error.log_end_offset = -1
+        StrataError.__init__(error, message)
+        return error
 
 
 class CorruptRecordError(StrataError):
@@ -121,10 +152,185 @@ class LogClosedError(StrataError):
     name = "LOG_DIR_NOT_FOUND"
 
 
+class UnknownTopicOrPartitionError(StrataError):
+    """The topic or partition does not exist on this cluster; create it or check the name."""
+
+    code = 3
+    name = "UNKNOWN_TOPIC_OR_PARTITION"
+    retriable = True
+
+
+class NotLeaderError(StrataError):
+    """This broker does not lead the partition; refresh metadata and retry on the leader."""
+
+    code = 6
+    name = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+
+class RequestTimedOutError(StrataError):
+    """The request did not complete within its timeout; retry, or raise the timeout."""
+
+    code = 7
+    name = "REQUEST_TIMED_OUT"
+    retriable = True
+
+
+class BrokerNotAvailableError(StrataError):
+    """The broker is not available (starting, stopping or unreachable); retry later."""
+
+    code = 8
+    name = "BROKER_NOT_AVAILABLE"
+    retriable = True
+
+
+class NetworkError(StrataError):
+    """The connection to the broker failed; the client reconnects and retries."""
+
+    code = 13
+    name = "NETWORK_EXCEPTION"
+    retriable = True
+
+
+class InvalidTopicError(StrataError):
+    """The topic name is not valid: use 1-249 characters from [a-zA-Z0-9._-]."""
+
+    code = 17
+    name = "INVALID_TOPIC_EXCEPTION"
+
+
+class NotEnoughReplicasError(StrataError):
+    """Fewer in-sync replicas than min.insync.replicas; retry when replicas catch up."""
+
+    code = 19
+    name = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
+class InvalidRequiredAcksError(StrataError):
+    """acks must be 0, 1 or -1 (all)."""
+
+    code = 21
+    name = "INVALID_REQUIRED_ACKS"
+
+
+class UnsupportedVersionError(StrataError):
+    """The broker does not support this API or version; call ApiVersions and downgrade."""
+
+    code = 35
+    name = "UNSUPPORTED_VERSION"
+
+
+class TopicAlreadyExistsError(StrataError):
+    """A topic with this name exists; pick another name or delete it first."""
+
+    code = 36
+    name = "TOPIC_ALREADY_EXISTS"
+
+
+class InvalidPartitionsError(StrataError):
+    """The partition count is not valid: use 1 or more."""
+
+    code = 37
+    name = "INVALID_PARTITIONS"
+
+
+class InvalidReplicationFactorError(StrataError):
+    """The replication factor must be between 1 and the number of live brokers."""
+
+    code = 38
+    name = "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidRequestError(StrataError):
+    """The request is malformed; check the client against docs/protocol.md."""
+
+    code = 42
+    name = "INVALID_REQUEST"
+
+
+class PolicyViolationError(StrataError):
+    """The request breaks a cluster policy; see the message for which one."""
+
+    code = 44
+    name = "POLICY_VIOLATION"
+
+
+class OutOfOrderSequenceError(StrataError):
+    """The broker received a sequence number with a gap; the producer must reset its state."""
+
+    code = 45
+    name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class DuplicateSequenceError(StrataError):
+    """The batch was already written; its original offset is returned."""
+
+    code = 46
+    name = "DUPLICATE_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(StrataError):
+    """A newer producer with the same id fenced this one; stop using it."""
+
+    code = 47
+    name = "INVALID_PRODUCER_EPOCH"
+
+
+class UnknownProducerIdError(StrataError):
+    """The broker has no state for this producer id; call InitProducerId again."""
+
+    code = 59
+    name = "UNKNOWN_PRODUCER_ID"
+
+
+class FencedLeaderEpochError(StrataError):
+    """The leader epoch in the request is older than the broker's; refresh metadata."""
+
+    code = 74
+    name = "FENCED_LEADER_EPOCH"
+    retriable = True
+
+
+class UnknownLeaderEpochError(StrataError):
+    """The leader epoch in the request is newer than the broker's; retry shortly."""
+
+    code = 75
+    name = "UNKNOWN_LEADER_EPOCH"
+    retriable = True
+
+
+class UnknownServerError(StrataError):
+    """The broker failed unexpectedly; see its log."""
+
+    code = -1
+    name = "UNKNOWN_SERVER_ERROR"
+
+
 _BY_CODE: dict[int, type[StrataError]] = {
     cls.code: cls
     for cls in (
-        StrataError,
+        UnknownServerError,
+        UnknownTopicOrPartitionError,
+        NotLeaderError,
+        RequestTimedOutError,
+        BrokerNotAvailableError,
+        NetworkError,
+        InvalidTopicError,
+        NotEnoughReplicasError,
+        InvalidRequiredAcksError,
+        UnsupportedVersionError,
+        TopicAlreadyExistsError,
+        InvalidPartitionsError,
+        InvalidReplicationFactorError,
+        InvalidRequestError,
+        PolicyViolationError,
+        OutOfOrderSequenceError,
+        DuplicateSequenceError,
+        InvalidProducerEpochError,
+        UnknownProducerIdError,
+        FencedLeaderEpochError,
+        UnknownLeaderEpochError,
         OffsetOutOfRangeError,
         CorruptRecordError,
         InvalidRecordBatchError,
@@ -136,6 +342,20 @@ _BY_CODE: dict[int, type[StrataError]] = {
 }
 
 
+NONE_CODE = 0
+
+
 def error_for_code(code: int) -> type[StrataError]:
-    """The error class for a wire code (``StrataError`` for codes this build does not know)."""
-    return _BY_CODE.get(code, StrataError)
+    """The error class for a wire code (``UnknownServerError`` for codes this build lacks)."""
+    return _BY_CODE.get(code, UnknownServerError)
+
+
+def raise_for_code(code: int, message: str | None) -> None:
+    """Raise the error a response's ``error_code`` stands for (0: no error)."""
+    if code == NONE_CODE:
+        return
+    cls = error_for_code(code)
+    text = message or (cls.__doc__ or "").strip() or f"error code {code}"
+    if cls is OffsetOutOfRangeError:
+        raise OffsetOutOfRangeError.from_message(text)
+    raise cls(text)
