@@ -326,6 +326,11 @@ class Stack:
                 endpoints[spec.endpoint_key] = ",".join(
                     filter(None, [endpoints.get(spec.endpoint_key), record.endpoint])
                 )
+            # Live processes of services this version does not know (e.g. recorded on
+            # another branch) stay recorded, so `down` can still stop them.
+            known = {spec.name for spec in self.services}
+            kept.extend(r for r in live if r.name not in known)
+            self._save(base, kept)
             return StackStatus(self.data_dir, states)
 
     def _start(self, spec: ServiceSpec, port: int, endpoints: dict[str, str]) -> ProcessRecord:
@@ -387,7 +392,14 @@ class Stack:
             outcome: list[tuple[ProcessRecord, str]] = []
             for record in reversed(records):
                 if record.alive():
-                    kill_pid(record.pid, grace, expect=record.marker)
+                    try:
+                        kill_pid(record.pid, grace, expect=record.marker)
+                    except TimeoutError:
+                        raise StackError(
+                            f"{record.name} (pid {record.pid}) survived SIGKILL; it is probably "
+                            "stuck in the kernel (e.g. on a hung disk). Check `ps -o stat "
+                            f"{record.pid}` and run `strata down` again later."
+                        ) from None
                     what = "stopped"
                 elif pid_alive(record.pid):
                     what = "pid reused"
