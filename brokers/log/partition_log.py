@@ -39,7 +39,7 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -236,13 +236,18 @@ class PartitionLog:
                 "fix the disk and restart the broker")
 
     # ------------------------------------------------------------------ append
-    def append(self, batch: bytes | bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
+    def append(self, batch: bytes | bytearray | memoryview, *, leader_epoch: int = 0,
+               validated: BatchHeader | None = None, wait_for_flush: bool = True) -> AppendInfo:
         """Validate ``batch``, assign its offsets, write it; honour the flush policy.
 
         Nothing is written when validation fails (``InvalidRecordBatchError``,
-        ``RecordTooLargeError``).
+        ``RecordTooLargeError``). A caller that already ran ``record_batch.validate``
+        passes its header as ``validated`` to skip a second CRC pass. With
+        ``wait_for_flush=False`` an append under ``flush.policy=always`` returns before
+        the fsync; the caller must then ``wait_durable(info.last_offset + 1)`` before it
+        acknowledges (the broker does that off its event loop).
         """
-        header = self._validate(batch)
+        header = self._check_size(batch) if validated is not None else self.validate(batch)
         data = bytearray(batch)
         log_append_time = -1
         with self._lock:
@@ -255,16 +260,24 @@ class PartitionLog:
             header = peek_header(data)
             self._write(data, header)
             end = self.log_end_offset
-        self._after_append(end)
+        if wait_for_flush:
+            self._after_append(end)
+        elif self.config.flush_policy is FlushPolicy.INTERVAL:
+            self.flush_if_due()
         return AppendInfo(base_offset, header.last_offset, header.record_count,
                           header.max_timestamp, log_append_time, len(data))
+
+    def wait_durable(self, end_offset: int) -> None:
+        """Block until every offset below ``end_offset`` is fsynced (flush.policy=always)."""
+        if self.config.flush_policy is FlushPolicy.ALWAYS:
+            self._group_commit.wait_durable(end_offset)
 
     def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:
         """Append a batch whose offsets the leader already assigned (replication).
 
         The batch must start exactly at the log end offset.
         """
-        header = self._validate(batch)
+        header = self.validate(batch)
         with self._lock:
             self._check_writable()
             if header.base_offset != self.log_end_offset:
@@ -277,13 +290,18 @@ class PartitionLog:
         return AppendInfo(header.base_offset, header.last_offset, header.record_count,
                           header.max_timestamp, -1, header.size)
 
-    def _validate(self, batch: bytes | bytearray | memoryview) -> BatchHeader:
+    def validate(self, batch: bytes | bytearray | memoryview) -> BatchHeader:
+        """Check a batch as ``append`` would (size limit, header, CRC) without writing it."""
+        self._check_size(batch)
+        return validate(batch)
+
+    def _check_size(self, batch: bytes | bytearray | memoryview) -> BatchHeader:
         if len(batch) > self.config.max_message_bytes:
             raise RecordTooLargeError(
                 f"batch of {len(batch)} bytes exceeds max.message.bytes="
                 f"{self.config.max_message_bytes}; send smaller batches or raise the topic's "
                 "max.message.bytes")
-        return validate(batch)
+        return peek_header(batch)
 
     def _write(self, data: bytes | bytearray | memoryview, header: BatchHeader) -> None:
         if self._should_roll(header, len(data)):
@@ -413,6 +431,17 @@ class PartitionLog:
             if found is not None:
                 return max(found, self.log_start_offset)
         return None
+
+    def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """Headers of every batch from the one holding ``from_offset`` to the log end."""
+        for segment in self.segments:
+            if segment.next_offset <= from_offset:
+                continue
+            start = 0
+            if segment.base_offset < from_offset:
+                start = segment.position_of(from_offset) or 0
+            for _, header in segment.iter_headers(start, segment.size):
+                yield header
 
     def verify(self) -> None:
         """Scrub: CRC-check every segment now; raises ``CorruptRecordError`` on damage."""

@@ -166,7 +166,7 @@ class LogSegment:
         if self.time_index:
             self._relative_offset_of_max_timestamp = self.time_index.values[-1]
         self._bytes_since_index = 0
-        for pos, header in self._iter_headers_from(position, self.size):
+        for pos, header in self.iter_headers(position, self.size):
             if header.base_offset != self.next_offset:
                 raise CorruptRecordError(
                     f"offset gap: batch starts at {header.base_offset}, expected "
@@ -185,7 +185,7 @@ class LogSegment:
         self.max_timestamp = -1
         self._relative_offset_of_max_timestamp = 0
         self._bytes_since_index = 0
-        for pos, header in self._iter_headers_from(0, self.size):
+        for pos, header in self.iter_headers(0, self.size):
             if header.base_offset != self.next_offset:
                 raise CorruptRecordError(
                     f"offset gap: batch starts at {header.base_offset}, expected "
@@ -295,7 +295,7 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch whose last offset is >= ``offset`` (whole batches only)."""
-        position = self._position_of_batch_with(offset)
+        position = self.position_of(offset)
         if position is None:
             return
         os.ftruncate(self.file.fd, position)
@@ -314,7 +314,7 @@ class LogSegment:
         self.time_index.delete()
 
     # ------------------------------------------------------------------ reading
-    def _iter_headers_from(self, position: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+    def iter_headers(self, position: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of the batches in ``[position, end)``; damage raises with its position."""
         while position < end:
             head = os.pread(self.file.fd, HEADER_SIZE, position)
@@ -330,11 +330,11 @@ class LogSegment:
             yield position, header
             position += header.size
 
-    def _position_of_batch_with(self, offset: int) -> int | None:
+    def position_of(self, offset: int) -> int | None:
         """Position of the first batch whose last offset is >= ``offset`` (None: none)."""
         size = self.size
         _, start = self.offset_index.lookup(max(0, offset - self.base_offset))
-        for position, header in self._iter_headers_from(start, size):
+        for position, header in self.iter_headers(start, size):
             if header.last_offset >= offset:
                 return int(position)
         return None
@@ -349,7 +349,7 @@ class LogSegment:
         """
         size = self.size
         _, start_position = self.offset_index.lookup(max(0, offset - self.base_offset))
-        headers = self._iter_headers_from(start_position, size)
+        headers = self.iter_headers(start_position, size)
         first: tuple[int, BatchHeader] | None = None
         for position, header in headers:
             if header.last_offset >= offset:
@@ -408,7 +408,7 @@ class LogSegment:
             return None
         relative = self.time_index.start_for(timestamp)
         _, start = self.offset_index.lookup(relative)
-        for position, header in self._iter_headers_from(start, self.size):
+        for position, header in self.iter_headers(start, self.size):
             if header.max_timestamp < timestamp:
                 continue
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:

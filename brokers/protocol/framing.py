@@ -53,13 +53,13 @@ def encode_request(header: RequestHeader, body: Message) -> bytes:
     return bytes(out)
 
 
-def encode_response(correlation_id: int, body: Message, version: int
+def encode_response(correlation_id: int, body: Message, version: int, error_code: int = 0
                     ) -> list[bytes | SendableRegion]:
     """A whole response frame as chunks (byte strings and file regions to sendfile)."""
 
     def prefix(w: Writer) -> None:
         w.write(FRAME_PREFIX.pack(0))  # patched below once the size is known
-        write_message(w, ResponseHeader(correlation_id), 0)
+        write_message(w, ResponseHeader(correlation_id, error_code), 0)
 
     size, chunks = encode_chunks(prefix, body, version)
     first = chunks[0]

@@ -123,17 +123,20 @@ class RequestHeader(Message):
 
 @dataclass(slots=True)
 class ResponseHeader(Message):
+    """``error_code`` 0: the API's response body follows. Otherwise the request failed as
+    a whole (unsupported API or version, malformed body) and an ``ErrorResponse`` follows."""
+
     correlation_id: int
-    FIELDS: ClassVar = (Field("correlation_id", INT32),)
+    error_code: int = 0
+    FIELDS: ClassVar = (Field("correlation_id", INT32), Field("error_code", INT16))
 
 
 @dataclass(slots=True)
 class ErrorResponse(Message):
-    """Body sent for a request the broker cannot parse or does not support."""
+    """Body after a ``ResponseHeader`` whose ``error_code`` is not 0."""
 
-    error_code: int
     error_message: str | None = None
-    FIELDS: ClassVar = (Field("error_code", INT16), Field("error_message", NULLABLE_STRING))
+    FIELDS: ClassVar = (Field("error_message", NULLABLE_STRING),)
 
 
 # ----------------------------------------------------------------------------- ApiVersions

@@ -1,0 +1,315 @@
+"""One Strata broker process: ZooKeeper session, hosted partitions, server, metrics.
+
+Start-up order: take the data-directory lock (two brokers can never share a log
+directory), connect to ZooKeeper, read the cluster id, load every topic this broker
+hosts a replica of (opening — and if needed recovering — their logs), start listening,
+then register the ephemeral ``/brokers/ids/<id>`` so clients only ever find a broker
+that can answer. Topic creation, deletion and config changes reach every broker through
+ZooKeeper watches.
+
+Shutdown (SIGTERM or ``stop()``): stop accepting connections, let in-flight requests
+finish (up to ``shutdown.timeout.ms``), close every log (flush, producer-state snapshot,
+clean-shutdown marker), then close the ZooKeeper session (the registration vanishes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+from brokers.config import BrokerConfig
+from brokers.coordination import BrokerRegistration, Coordinator, PartitionState, TopicDefinition
+from brokers.errors import StrataError
+from brokers.log import LogConfig
+from brokers.metrics import BrokerMetrics, PartitionStats
+from brokers.network import ConnectionHandler
+from brokers.partition import Partition, read_topic_id
+
+__all__ = ["Broker", "DataDirLockedError", "run_broker"]
+
+log = logging.getLogger("strata.brokers.broker")
+
+LOCK_FILE: Final = ".lock"
+
+
+class DataDirLockedError(StrataError):
+    """Another process holds the data directory."""
+
+    code = 8
+    name = "DATA_DIR_LOCKED"
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.data_dir = config.data_dir
+        self.coordinator = Coordinator(config.zookeeper_connect,
+                                       session_timeout_ms=config.zookeeper_session_timeout_ms)
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.topics: dict[str, TopicDefinition] = {}
+        self.topic_overrides: dict[str, dict[str, str]] = {}
+        self.partition_states: dict[tuple[str, int], PartitionState] = {}
+        self.live_brokers: dict[int, BrokerRegistration] = {}
+        self.cluster_id = ""
+        self.metrics = BrokerMetrics(self._partition_stats)
+        self.port = config.port
+        self._server: asyncio.Server | None = None
+        self._connections: set[ConnectionHandler] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sync_lock = asyncio.Lock()
+        self._lock_fd = -1
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self._producer_ids: Iterator[int] = iter(())
+        self.started = False
+        # Imported here to keep the handler table next to the code that uses it.
+        from brokers.handlers import RequestHandlers
+
+        self.handlers = RequestHandlers(self)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        await asyncio.to_thread(self.coordinator.start)
+        self.cluster_id = await asyncio.to_thread(self.coordinator.cluster_id)
+        self._server = await asyncio.start_server(self._on_connection, self.config.host,
+                                                  self.config.port, limit=1 << 20)
+        self.port = self._server.sockets[0].getsockname()[1]
+        await self._refresh_brokers()
+        await self.sync_topics(await asyncio.to_thread(self.coordinator.list_topics))
+        registration = BrokerRegistration(self.broker_id, self.config.advertised, self.port,
+                                          time.time_ns() // 1_000_000)
+        await asyncio.to_thread(self.coordinator.register_broker, registration)
+        self.coordinator.watch_topics(self._threadsafe(self._on_topics_changed))
+        self.coordinator.watch_brokers(self._threadsafe(self._on_brokers_changed))
+        self.metrics.serve(self.config.host, self.config.metrics_port)
+        self._tasks.append(asyncio.create_task(self._periodic_retention()))
+        self._tasks.append(asyncio.create_task(self._periodic_flush()))
+        self.started = True
+        log.info("broker %d serving on %s:%d (metrics on %d)", self.broker_id,
+                 self.config.host, self.port, self.metrics.port)
+
+    async def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await self._drain_connections()
+        for partition in list(self.partitions.values()):
+            try:
+                partition.close()
+            except Exception:
+                log.exception("closing %s failed", partition)
+        self.partitions.clear()
+        self.metrics.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(self.coordinator.stop)
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+        log.info("broker %d stopped cleanly", self.broker_id)
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def _drain_connections(self) -> None:
+        in_flight = [t for c in self._connections for t in c.in_flight]
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=self.config.shutdown_timeout_ms / 1000)
+        for connection in list(self._connections):
+            connection.close()
+
+    def _lock_data_dir(self) -> None:
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirLockedError(
+                f"data directory {self.data_dir} is in use by another broker process; stop "
+                "it or give this broker its own log.dirs") from None
+        self._lock_fd = fd
+
+    # ------------------------------------------------------------------ connections
+    async def _on_connection(self, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        handler = ConnectionHandler(reader, writer, self.handlers.dispatch,
+                                    self.config.socket_request_max_bytes, self.metrics,
+                                    self._connections.discard)
+        self._connections.add(handler)
+        await handler.serve()
+
+    # ------------------------------------------------------------------ ZooKeeper watches
+    def _threadsafe(self, callback: Any) -> Any:
+        """Wrap a coroutine function so kazoo's thread can trigger it on our loop."""
+        loop = self._loop
+        assert loop is not None
+
+        def fire(value: Any) -> None:
+            if not self._stopped.is_set():
+                loop.call_soon_threadsafe(lambda: loop.create_task(callback(value)))
+
+        return fire
+
+    async def _on_topics_changed(self, names: list[str]) -> None:
+        await self.sync_topics(names)
+
+    async def _on_brokers_changed(self, ids: list[int]) -> None:
+        await self._refresh_brokers()
+
+    async def _refresh_brokers(self) -> None:
+        brokers = await asyncio.to_thread(self.coordinator.live_brokers)
+        self.live_brokers = {b.broker_id: b for b in brokers}
+
+    async def sync_topics(self, names: list[str] | None = None) -> None:
+        """Bring hosted partitions in line with ZooKeeper's topic list."""
+        async with self._sync_lock:
+            if self._stopped.is_set():
+                return
+            if names is None:
+                names = await asyncio.to_thread(self.coordinator.list_topics)
+            wanted = set(names)
+            for name in sorted(wanted):
+                current = self.topics.get(name)
+                definition = await asyncio.to_thread(self.coordinator.get_topic, name)
+                if definition is None:
+                    wanted.discard(name)
+                    continue
+                if current is not None and current.topic_id != definition.topic_id:
+                    self._drop_topic(name)  # deleted and re-created under the same name
+                    current = None
+                if current is None:
+                    await self._load_topic(definition)
+            for name in list(self.topics):
+                if name not in wanted:
+                    self._drop_topic(name)
+            self._remove_stale_dirs()
+
+    async def _load_topic(self, topic: TopicDefinition) -> None:
+        overrides, _ = await asyncio.to_thread(self.coordinator.topic_configs, topic.name)
+        states = {}
+        for p in topic.assignment:
+            states[p] = await asyncio.to_thread(self.coordinator.partition_state, topic.name, p)
+        self.topics[topic.name] = topic
+        self.topic_overrides[topic.name] = overrides
+        config = self.log_config_for(topic.name)
+        for p, replicas in topic.assignment.items():
+            self.partition_states[(topic.name, p)] = states[p]
+            if self.broker_id not in replicas:
+                continue
+            directory = self.data_dir / f"{topic.name}-{p}"
+            if directory.exists() and read_topic_id(directory) not in (None, topic.topic_id):
+                shutil.rmtree(directory)  # a previous topic of the same name
+            partition = Partition(topic.name, p, topic.topic_id, directory, config,
+                                  self.broker_id)
+            state = states[p]
+            partition.set_state(state.leader, state.leader_epoch, state.isr, replicas)
+            self.partitions[(topic.name, p)] = partition
+        self.coordinator.watch_topic_configs(topic.name, self._threadsafe(
+            lambda configs, name=topic.name: self._on_configs_changed(name, configs)))
+        log.info("loaded topic %s (%d partitions)", topic.name, topic.partition_count)
+
+    async def _on_configs_changed(self, name: str, overrides: dict[str, str] | None) -> None:
+        if overrides is None or name not in self.topics:
+            return
+        self.topic_overrides[name] = overrides
+        config = self.log_config_for(name)
+        for (topic, _), partition in self.partitions.items():
+            if topic == name:
+                partition.set_config(config)
+
+    def _drop_topic(self, name: str) -> None:
+        self.topics.pop(name, None)
+        self.topic_overrides.pop(name, None)
+        for key in [k for k in self.partition_states if k[0] == name]:
+            del self.partition_states[key]
+        for key in [k for k in self.partitions if k[0] == name]:
+            self.partitions.pop(key).delete()
+        log.info("dropped topic %s", name)
+
+    def _remove_stale_dirs(self) -> None:
+        hosted = {p.directory for p in self.partitions.values()}
+        for child in self.data_dir.iterdir():
+            if child.is_dir() and child not in hosted and read_topic_id(child) is not None:
+                log.info("removing %s: its topic no longer exists", child.name)
+                shutil.rmtree(child, ignore_errors=True)
+
+    def log_config_for(self, topic: str) -> LogConfig:
+        return LogConfig.from_mapping(self.topic_overrides.get(topic, {}),
+                                      base=self.config.log_defaults)
+
+    # ------------------------------------------------------------------ producer ids
+    async def next_producer_id(self) -> int:
+        for pid in self._producer_ids:
+            return pid
+        block = await asyncio.to_thread(self.coordinator.allocate_producer_id_block,
+                                        self.broker_id, self.config.producer_id_block_size)
+        self._producer_ids = iter(block)
+        return next(self._producer_ids)
+
+    # ------------------------------------------------------------------ background work
+    async def _periodic_retention(self) -> None:
+        interval = self.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.apply_retention()
+
+    def apply_retention(self) -> int:
+        deleted = 0
+        for partition in list(self.partitions.values()):
+            try:
+                deleted += len(partition.log.apply_retention())
+            except StrataError as err:
+                log.error("retention on %s failed: %s", partition, err)
+        return deleted
+
+    async def _periodic_flush(self) -> None:
+        interval = self.config.flush_scheduler_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for partition in list(self.partitions.values()):
+                try:
+                    partition.log.flush_if_due()
+                except StrataError as err:
+                    log.error("flush of %s failed: %s", partition, err)
+
+    def _partition_stats(self) -> Iterator[PartitionStats]:
+        for (topic, p), partition in list(self.partitions.items()):
+            lg = partition.log
+            yield topic, p, lg.log_start_offset, lg.log_end_offset, partition.high_watermark, \
+                lg.size_bytes
+
+
+async def run_broker(config: BrokerConfig) -> int:
+    """Run until SIGTERM/SIGINT; return the process exit code."""
+    import signal
+
+    broker = Broker(config)
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_requested.set)
+    try:
+        await broker.start()
+    except StrataError as err:
+        log.error("%s", err)
+        await broker.stop()
+        return 2
+    print(f"strata broker {config.broker_id} ready on {config.advertised}:{broker.port} "
+          f"metrics {broker.metrics.port}", flush=True)
+    await stop_requested.wait()
+    await broker.stop()
+    return 0

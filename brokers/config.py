@@ -1,0 +1,190 @@
+"""Broker configuration: defaults < config file < ``STRATA_*`` environment < flags.
+
+The file is Java-properties style (``key=value`` lines, ``#`` comments), like Kafka's
+``server.properties``. An environment variable ``STRATA_<KEY>`` overrides ``<key>``
+(upper-cased, dots as underscores: ``STRATA_LOG_SEGMENT_BYTES`` sets
+``log.segment.bytes``). Flags (``--override key=value`` and the named shortcuts) win.
+
+Every broker-wide default for a topic config is the topic key prefixed with ``log.``
+(``log.retention.ms`` is the default of ``retention.ms``). ``docs/configuration.md``
+lists every key with its default; ``BrokerConfig.describe()`` produces that table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from brokers.errors import InvalidConfigError
+from brokers.log.config import TOPIC_CONFIG_KEYS, LogConfig
+
+__all__ = ["BROKER_KEYS", "BrokerConfig", "load_broker_config"]
+
+
+@dataclass(frozen=True, slots=True)
+class _BrokerKey:
+    attribute: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+    check: Callable[[Any], bool] = lambda v: True
+    accepted: str = ""
+
+
+def _port(v: int) -> bool:
+    return 0 <= v <= 65535
+
+
+BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
+    "broker.id": _BrokerKey("broker_id", int, 0, "unique id of this broker in the cluster",
+                            lambda v: 0 <= v < 2**31, "0 .. 2^31-1"),
+    "host": _BrokerKey("host", str, "127.0.0.1", "address the broker listens on"),
+    "port": _BrokerKey("port", int, 9092, "TCP port of the Strata protocol", _port, "0..65535"),
+    "advertised.host": _BrokerKey("advertised_host", str, "",
+                                  "host clients are told to connect to (default: host)"),
+    "log.dirs": _BrokerKey("log_dir", str, "./data/broker",
+                           "directory holding one sub-directory per partition"),
+    "zookeeper.connect": _BrokerKey("zookeeper_connect", str, "127.0.0.1:2181",
+                                    "ZooKeeper connection string host:port[,host:port...]"),
+    "zookeeper.session.timeout.ms": _BrokerKey(
+        "zookeeper_session_timeout_ms", int, 10_000,
+        "ZooKeeper session timeout; a dead broker's registration vanishes after it",
+        lambda v: 2_000 <= v <= 120_000, "2000..120000"),
+    "metrics.port": _BrokerKey("metrics_port", int, 9190,
+                               "HTTP port serving Prometheus /metrics (0: pick a free port)",
+                               _port, "0..65535"),
+    "socket.request.max.bytes": _BrokerKey(
+        "socket_request_max_bytes", int, 100 * 1024 * 1024,
+        "largest request frame accepted; a larger one closes that connection",
+        lambda v: 1024 <= v < 2**31, "1024 .. 2^31-1"),
+    "num.partitions": _BrokerKey("num_partitions", int, 1,
+                                 "partitions of a topic created without a count",
+                                 lambda v: v >= 1, ">= 1"),
+    "default.replication.factor": _BrokerKey(
+        "default_replication_factor", int, 1, "replicas of a topic created without a factor",
+        lambda v: v >= 1, ">= 1"),
+    "producer.id.block.size": _BrokerKey(
+        "producer_id_block_size", int, 1000, "producer ids claimed from ZooKeeper at a time",
+        lambda v: v >= 1, ">= 1"),
+    "log.retention.check.interval.ms": _BrokerKey(
+        "retention_check_interval_ms", int, 300_000, "how often retention runs",
+        lambda v: v >= 1, ">= 1"),
+    "log.flush.scheduler.interval.ms": _BrokerKey(
+        "flush_scheduler_interval_ms", int, 1000,
+        "how often logs with flush.policy=interval are checked", lambda v: v >= 1, ">= 1"),
+    "shutdown.timeout.ms": _BrokerKey(
+        "shutdown_timeout_ms", int, 10_000,
+        "how long a SIGTERM waits for in-flight requests before closing", lambda v: v >= 0,
+        ">= 0"),
+    "fetch.max.wait.ms": _BrokerKey(
+        "fetch_max_wait_ms", int, 30_000, "upper bound on a fetch's max_wait_ms",
+        lambda v: v >= 0, ">= 0"),
+}
+
+_LOG_DEFAULT_PREFIX: Final = "log."
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    broker_id: int = 0
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str = ""
+    log_dir: str = "./data/broker"
+    zookeeper_connect: str = "127.0.0.1:2181"
+    zookeeper_session_timeout_ms: int = 10_000
+    metrics_port: int = 9190
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    producer_id_block_size: int = 1000
+    retention_check_interval_ms: int = 300_000
+    flush_scheduler_interval_ms: int = 1000
+    shutdown_timeout_ms: int = 10_000
+    fetch_max_wait_ms: int = 30_000
+    log_defaults: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def advertised(self) -> str:
+        return self.advertised_host or self.host
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.log_dir)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, str]) -> BrokerConfig:
+        """Parse ``key -> value`` strings; unknown keys and bad values are errors."""
+        broker: dict[str, Any] = {}
+        log_values: dict[str, str] = {}
+        for key, raw in values.items():
+            if key.startswith(_LOG_DEFAULT_PREFIX) and key[len(_LOG_DEFAULT_PREFIX):] \
+                    in TOPIC_CONFIG_KEYS:
+                log_values[key[len(_LOG_DEFAULT_PREFIX):]] = raw
+                continue
+            spec = BROKER_KEYS.get(key)
+            if spec is None:
+                raise InvalidConfigError(
+                    f"unknown broker config {key!r}; see docs/configuration.md for the keys")
+            try:
+                value = spec.parse(raw.strip())
+            except ValueError:
+                raise InvalidConfigError(f"broker config {key}={raw!r} is not a valid value") \
+                    from None
+            if not spec.check(value):
+                raise InvalidConfigError(
+                    f"broker config {key}={raw!r} is out of range; accepted: {spec.accepted}")
+            broker[spec.attribute] = value
+        try:
+            log_defaults = LogConfig.from_mapping(log_values)
+        except InvalidConfigError as err:
+            raise InvalidConfigError(f"broker default (log.*): {err.message}") from None
+        return cls(**broker, log_defaults=log_defaults)
+
+    @staticmethod
+    def describe() -> list[tuple[str, str, str]]:
+        """(key, default, meaning) for every key, topic defaults included."""
+        rows = [(k, str(s.default), s.doc) for k, s in BROKER_KEYS.items()]
+        defaults = LogConfig()
+        for key, spec in TOPIC_CONFIG_KEYS.items():
+            rows.append((_LOG_DEFAULT_PREFIX + key, str(getattr(defaults, spec.attribute)),
+                         f"default of topic config {key}: {spec.doc}"))
+        return rows
+
+
+def parse_properties(text: str, source: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", "!")):
+            continue
+        if "=" not in stripped:
+            raise InvalidConfigError(f"{source}:{number}: expected key=value, got {line!r}")
+        key, value = stripped.split("=", 1)
+        values[key.strip()] = value.strip()
+    return values
+
+
+def _env_key(key: str) -> str:
+    return "STRATA_" + key.upper().replace(".", "_")
+
+
+def load_broker_config(path: Path | None = None, overrides: Mapping[str, str] | None = None,
+                       environ: Mapping[str, str] | None = None) -> BrokerConfig:
+    """Defaults, then the file, then ``STRATA_*`` variables, then ``overrides``."""
+    values: dict[str, str] = {}
+    if path is not None:
+        try:
+            values.update(parse_properties(path.read_text(), str(path)))
+        except OSError as err:
+            raise InvalidConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    env = os.environ if environ is None else environ
+    known = list(BROKER_KEYS) + [_LOG_DEFAULT_PREFIX + k for k in TOPIC_CONFIG_KEYS]
+    for key in known:
+        if _env_key(key) in env:
+            values[key] = env[_env_key(key)]
+    values.update(overrides or {})
+    return BrokerConfig.from_mapping(values)

@@ -1,0 +1,360 @@
+"""Everything Strata keeps in ZooKeeper, behind one small typed interface.
+
+Znode layout (every value is UTF-8 JSON with a ``"version": 1`` field)::
+
+    /strata/cluster/id                          {"id": "<uuid>"}            persistent
+    /strata/brokers/ids/<broker id>             BrokerRegistration          EPHEMERAL
+    /strata/brokers/topics/<topic>              TopicDefinition (id, replica assignment)
+    /strata/brokers/topics/<topic>/partitions/<p>/state
+                                                PartitionState {leader, leader_epoch,
+                                                isr, controller_epoch}; versioned writes
+    /strata/config/topics/<topic>               {"config": {key: value}}  (overrides only)
+    /strata/latest_producer_id_block            {"broker", "block_start", "block_end"}
+    /strata/controller, /strata/controller_epoch  (issue 4: controller election)
+
+Why a ``/strata`` root: several clusters, or Strata beside other tenants, can share one
+ensemble. Topic definitions and configs are persistent, so restarting any process
+loses nothing; a broker registration is ephemeral, so it vanishes with the broker's
+session and two live brokers can never hold the same id.
+
+Threading: kazoo runs its callbacks on its own thread. This module's methods are
+blocking; the asyncio broker calls them through ``asyncio.to_thread`` and receives
+watch events through callbacks it re-schedules with ``loop.call_soon_threadsafe``.
+Conditional (versioned) writes are used wherever two writers could race: a lost race
+raises ``ConcurrentUpdateError`` and the caller re-reads instead of guessing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+
+from brokers.errors import (
+    BrokerNotAvailableError,
+    StrataError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+__all__ = [
+    "BrokerIdInUseError",
+    "BrokerRegistration",
+    "ConcurrentUpdateError",
+    "Coordinator",
+    "PartitionState",
+    "ROOT",
+    "TopicDefinition",
+]
+
+log = logging.getLogger("strata.brokers.coordination")
+
+ROOT: Final = "/strata"
+_CLUSTER_ID = f"{ROOT}/cluster/id"
+_BROKER_IDS = f"{ROOT}/brokers/ids"
+_TOPICS = f"{ROOT}/brokers/topics"
+_TOPIC_CONFIGS = f"{ROOT}/config/topics"
+_PRODUCER_ID_BLOCK = f"{ROOT}/latest_producer_id_block"
+
+
+class BrokerIdInUseError(StrataError):
+    """Another live broker is registered with this id."""
+
+    code = 8
+    name = "BROKER_ID_IN_USE"
+
+
+class ConcurrentUpdateError(StrataError):
+    """A conditional ZooKeeper write lost a race; re-read the state and decide again."""
+
+    code = 55
+    name = "CONCURRENT_UPDATE"
+    retriable = True
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    port: int
+    start_epoch: int  # ms since the epoch at registration: tells restarts apart
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDefinition:
+    name: str
+    topic_id: str
+    # partition -> replica broker ids, the first being the preferred leader
+    assignment: dict[int, list[int]]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.assignment)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int = 0
+    zk_version: int = field(default=-1, compare=False)
+
+
+def _dump(value: dict[str, Any]) -> bytes:
+    return json.dumps({"version": 1, **value}, sort_keys=True).encode()
+
+
+def _load(data: bytes) -> dict[str, Any]:
+    value = json.loads(data.decode())
+    if not isinstance(value, dict):
+        raise ValueError("znode value is not a JSON object")
+    return value
+
+
+class Coordinator:
+    """A broker's (or an admin tool's) session with ZooKeeper."""
+
+    def __init__(self, hosts: str, *, session_timeout_ms: int = 10_000,
+                 connect_timeout_s: float = 15.0) -> None:
+        self.hosts = hosts
+        self.session_timeout_ms = session_timeout_ms
+        self._connect_timeout_s = connect_timeout_s
+        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000)
+        self._state_listeners: list[Callable[[str], None]] = []
+        self.zk.add_listener(self._on_state)
+
+    # ------------------------------------------------------------------ session
+    def start(self) -> None:
+        try:
+            self.zk.start(timeout=self._connect_timeout_s)
+        except Exception as err:
+            raise BrokerNotAvailableError(
+                f"cannot reach ZooKeeper at {self.hosts} ({err}); start it (`strata up`) or "
+                "fix zookeeper.connect") from err
+        for path in (_BROKER_IDS, _TOPICS, _TOPIC_CONFIGS):
+            self.zk.ensure_path(path)
+
+    def stop(self) -> None:
+        try:
+            self.zk.stop()
+        finally:
+            self.zk.close()
+
+    def add_state_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener("SUSPENDED" | "LOST" | "CONNECTED")`` on kazoo's thread."""
+        self._state_listeners.append(listener)
+
+    def _on_state(self, state: str) -> None:
+        name = {KazooState.LOST: "LOST", KazooState.SUSPENDED: "SUSPENDED"}.get(state, "CONNECTED")
+        log.info("ZooKeeper session state: %s", name)
+        for listener in self._state_listeners:
+            listener(name)
+
+    def cluster_id(self) -> str:
+        """The cluster id, created by the first process that asks."""
+        try:
+            return str(_load(self.zk.get(_CLUSTER_ID)[0])["id"])
+        except NoNodeError:
+            pass
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(_CLUSTER_ID, _dump({"id": uuid.uuid4().hex}), makepath=True)
+        return str(_load(self.zk.get(_CLUSTER_ID)[0])["id"])
+
+    # ------------------------------------------------------------------ brokers
+    def register_broker(self, registration: BrokerRegistration, *,
+                        wait_for_stale_s: float | None = None) -> None:
+        """Create the ephemeral ``/brokers/ids/<id>``.
+
+        A node left by a previous, dead session of the same broker disappears once that
+        session times out, so this waits up to ``wait_for_stale_s`` (default: the
+        session timeout plus a margin) before giving up with ``BrokerIdInUseError``.
+        """
+        path = f"{_BROKER_IDS}/{registration.broker_id}"
+        data = _dump({k: v for k, v in asdict(registration).items()})
+        wait = (self.session_timeout_ms / 1000 + 2) if wait_for_stale_s is None \
+            else wait_for_stale_s
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self.zk.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                if time.monotonic() >= deadline:
+                    try:
+                        holder = _load(self.zk.get(path)[0])
+                    except NoNodeError:
+                        continue
+                    raise BrokerIdInUseError(
+                        f"broker id {registration.broker_id} is registered by a live broker "
+                        f"at {holder.get('host')}:{holder.get('port')}; stop it or pick "
+                        "another broker.id") from None
+                time.sleep(0.25)
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        children = self.zk.get_children(_BROKER_IDS)
+        out: list[BrokerRegistration] = []
+        for child in sorted(children, key=int):
+            try:
+                value = _load(self.zk.get(f"{_BROKER_IDS}/{child}")[0])
+            except NoNodeError:
+                continue
+            value.pop("version", None)
+            out.append(BrokerRegistration(**value))
+        return out
+
+    def watch_brokers(self, callback: Callable[[list[int]], None]) -> None:
+        """``callback(sorted live broker ids)`` now and on every change (kazoo's thread)."""
+        self.zk.ChildrenWatch(_BROKER_IDS)(lambda ids: callback(sorted(int(i) for i in ids)))
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(self, topic: TopicDefinition, configs: dict[str, str]) -> None:
+        """Create the topic, its config and every partition's initial state atomically."""
+        states = {p: PartitionState(leader=replicas[0], leader_epoch=0, isr=list(replicas))
+                  for p, replicas in topic.assignment.items()}
+        tx = self.zk.transaction()
+        tx.create(f"{_TOPICS}/{topic.name}", _dump(
+            {"topic_id": topic.topic_id,
+             "partitions": {str(p): r for p, r in sorted(topic.assignment.items())}}))
+        tx.create(f"{_TOPICS}/{topic.name}/partitions", b"")
+        for p, state in sorted(states.items()):
+            tx.create(f"{_TOPICS}/{topic.name}/partitions/{p}", b"")
+            tx.create(f"{_TOPICS}/{topic.name}/partitions/{p}/state", _state_bytes(state))
+        config_path = f"{_TOPIC_CONFIGS}/{topic.name}"
+        if self.zk.exists(config_path):
+            tx.set_data(config_path, _dump({"config": configs}))
+        else:
+            tx.create(config_path, _dump({"config": configs}))
+        results = tx.commit()
+        failures = [r for r in results if isinstance(r, Exception)]
+        if failures:
+            if any(isinstance(r, NodeExistsError) for r in failures) and \
+                    self.zk.exists(f"{_TOPICS}/{topic.name}"):
+                raise TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
+            raise ConcurrentUpdateError(f"creating topic {topic.name!r} failed: {failures}")
+
+    def list_topics(self) -> list[str]:
+        return sorted(self.zk.get_children(_TOPICS))
+
+    def get_topic(self, name: str) -> TopicDefinition | None:
+        try:
+            value = _load(self.zk.get(f"{_TOPICS}/{name}")[0])
+        except NoNodeError:
+            return None
+        assignment = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
+        return TopicDefinition(name, str(value["topic_id"]), dict(sorted(assignment.items())))
+
+    def require_topic(self, name: str) -> TopicDefinition:
+        topic = self.get_topic(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(
+                f"topic {name!r} does not exist; create it with `strata topic create {name}`")
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        """Remove the topic's znodes; brokers watching the topic list drop its logs."""
+        self.require_topic(name)
+        for _ in range(5):
+            try:
+                self.zk.delete(f"{_TOPICS}/{name}", recursive=True)
+                break
+            except NotEmptyError:
+                continue
+            except NoNodeError:
+                break
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(f"{_TOPIC_CONFIGS}/{name}")
+
+    def watch_topics(self, callback: Callable[[list[str]], None]) -> None:
+        """``callback(sorted topic names)`` now and on every change (kazoo's thread)."""
+        self.zk.ChildrenWatch(_TOPICS)(lambda names: callback(sorted(names)))
+
+    def topic_configs(self, name: str) -> tuple[dict[str, str], int]:
+        """The topic's config overrides and the znode version (for conditional writes)."""
+        try:
+            data, stat = self.zk.get(f"{_TOPIC_CONFIGS}/{name}")
+        except NoNodeError:
+            self.require_topic(name)
+            return {}, -1
+        return {str(k): str(v) for k, v in _load(data)["config"].items()}, stat.version
+
+    def set_topic_configs(self, name: str, configs: dict[str, str], expected_version: int) -> None:
+        path = f"{_TOPIC_CONFIGS}/{name}"
+        try:
+            if expected_version < 0:
+                self.zk.create(path, _dump({"config": configs}), makepath=True)
+            else:
+                self.zk.set(path, _dump({"config": configs}), version=expected_version)
+        except (BadVersionError, NodeExistsError) as err:
+            raise ConcurrentUpdateError(
+                f"the configs of topic {name!r} changed meanwhile; re-read and retry") from err
+
+    def watch_topic_configs(self, name: str, callback: Callable[[dict[str, str] | None], None]
+                            ) -> None:
+        def on_data(data: bytes | None, stat: Any) -> bool | None:
+            if data is None:
+                callback(None)
+                return False
+            callback({str(k): str(v) for k, v in _load(data)["config"].items()})
+            return None
+
+        self.zk.DataWatch(f"{_TOPIC_CONFIGS}/{name}")(on_data)
+
+    # ------------------------------------------------------------------ partition state
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        try:
+            data, stat = self.zk.get(f"{_TOPICS}/{topic}/partitions/{partition}/state")
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(
+                f"partition {topic}-{partition} does not exist") from None
+        value = _load(data)
+        return PartitionState(int(value["leader"]), int(value["leader_epoch"]),
+                              [int(b) for b in value["isr"]], int(value["controller_epoch"]),
+                              stat.version)
+
+    def update_partition_state(self, topic: str, partition: int, state: PartitionState
+                               ) -> PartitionState:
+        """Conditional write against ``state.zk_version``; returns the state, new version."""
+        path = f"{_TOPICS}/{topic}/partitions/{partition}/state"
+        try:
+            stat = self.zk.set(path, _state_bytes(state), version=state.zk_version)
+        except BadVersionError as err:
+            raise ConcurrentUpdateError(
+                f"state of {topic}-{partition} changed meanwhile; re-read it") from err
+        return PartitionState(state.leader, state.leader_epoch, list(state.isr),
+                              state.controller_epoch, stat.version)
+
+    # ------------------------------------------------------------------ producer ids
+    def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> range:
+        """Claim the next block of producer ids with a compare-and-set loop."""
+        while True:
+            try:
+                data, stat = self.zk.get(_PRODUCER_ID_BLOCK)
+                start = int(_load(data)["block_end"])
+                version = stat.version
+            except NoNodeError:
+                start, version = 0, -1
+            value = _dump({"broker": broker_id, "block_start": start,
+                           "block_end": start + block_size})
+            try:
+                if version < 0:
+                    self.zk.create(_PRODUCER_ID_BLOCK, value, makepath=True)
+                else:
+                    self.zk.set(_PRODUCER_ID_BLOCK, value, version=version)
+                return range(start, start + block_size)
+            except (BadVersionError, NodeExistsError):
+                continue
+
+
+def _state_bytes(state: PartitionState) -> bytes:
+    return _dump({"leader": state.leader, "leader_epoch": state.leader_epoch,
+                  "isr": list(state.isr), "controller_epoch": state.controller_epoch})
+

@@ -1,0 +1,452 @@
+"""What each API does: decode the body, act on partitions or ZooKeeper, build the answer.
+
+Per-partition failures are reported in the partition's ``error_code`` and
+``error_message`` (the rest of the request still succeeds), as in Kafka. Request-level
+failures (unsupported version, malformed body) raise, and the network layer answers
+with the error in the response header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from brokers.coordination import ConcurrentUpdateError, TopicDefinition
+from brokers.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    InvalidTopicError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    RequestTimedOutError,
+    StrataError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
+from brokers.log import LogConfig
+from brokers.log.config import TOPIC_CONFIG_KEYS
+from brokers.protocol import (
+    API_VERSIONS,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    REQUEST_TYPES,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    ApiKey,
+    ApiVersionRange,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    BrokerInfo,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribedConfig,
+    FetchPartitionResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchTopicResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+    Message,
+    MetadataRequest,
+    MetadataResponse,
+    PartitionMetadata,
+    ProducePartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopicResponse,
+    Reader,
+    RequestHeader,
+    TopicConfigs,
+    TopicMetadata,
+    TopicResult,
+    decode,
+)
+
+if TYPE_CHECKING:
+    from brokers.broker import Broker
+    from brokers.partition import Partition
+
+__all__ = ["RequestHandlers"]
+
+_ACKS_ALL = -1
+
+
+def _error(err: StrataError | None) -> tuple[int, str | None]:
+    return (0, None) if err is None else (err.code, err.message)
+
+
+class RequestHandlers:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._table: dict[ApiKey, Callable[[Any], Awaitable[Message | None]]] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.ALTER_CONFIGS: self.alter_configs,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+        }
+
+    async def dispatch(self, header: RequestHeader, body: Reader) -> Message | None:
+        try:
+            api = ApiKey(header.api_key)
+        except ValueError:
+            raise UnsupportedVersionError(
+                f"unknown api key {header.api_key}; this broker speaks "
+                f"{sorted(int(k) for k in ApiKey)}") from None
+        low, high = API_VERSIONS[api]
+        if not low <= header.api_version <= high:
+            raise UnsupportedVersionError(
+                f"{api.name} version {header.api_version} is not supported (supported: "
+                f"{low}..{high}); upgrade the broker or downgrade the client")
+        request = decode(REQUEST_TYPES[api], body, header.api_version)
+        return await self._table[api](request)
+
+    # ------------------------------------------------------------------ helpers
+    def _leader_partition(self, topic: str, partition: int) -> Partition:
+        hosted = self.broker.partitions.get((topic, partition))
+        if hosted is None:
+            if topic not in self.broker.topics or \
+                    partition not in self.broker.topics[topic].assignment:
+                raise UnknownTopicOrPartitionError(
+                    f"{topic}-{partition} does not exist; check the topic name and its "
+                    "partition count (strata topic describe)")
+            raise NotLeaderError(
+                f"broker {self.broker.broker_id} does not host {topic}-{partition}; "
+                "refresh metadata and send to the leader")
+        if not hosted.is_leader:
+            raise NotLeaderError(
+                f"broker {self.broker.broker_id} is not the leader of {topic}-{partition} "
+                f"(leader is {hosted.leader_id}); refresh metadata")
+        return hosted
+
+    # ------------------------------------------------------------------ ApiVersions
+    async def api_versions(self, request: ApiVersionsRequest) -> ApiVersionsResponse:
+        return ApiVersionsResponse(0, [ApiVersionRange(int(k), lo, hi)
+                                       for k, (lo, hi) in API_VERSIONS.items()])
+
+    # ------------------------------------------------------------------ Metadata
+    async def metadata(self, request: MetadataRequest) -> MetadataResponse:
+        b = self.broker
+        brokers = [BrokerInfo(r.broker_id, r.host, r.port)
+                   for r in sorted(b.live_brokers.values(), key=lambda r: r.broker_id)]
+        names = sorted(b.topics) if request.topics is None else request.topics
+        topics: list[TopicMetadata] = []
+        for name in names:
+            definition = b.topics.get(name)
+            if definition is None:
+                err = UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+                topics.append(TopicMetadata(err.code, name, []))
+                continue
+            partitions = []
+            for p, replicas in definition.assignment.items():
+                state = b.partition_states.get((name, p))
+                leader = state.leader if state else -1
+                if leader not in b.live_brokers:
+                    leader = -1
+                partitions.append(PartitionMetadata(
+                    0, p, leader, state.leader_epoch if state else -1, list(replicas),
+                    list(state.isr) if state else []))
+            topics.append(TopicMetadata(0, name, partitions))
+        return MetadataResponse(brokers, b.broker_id, topics, b.cluster_id)
+
+    # ------------------------------------------------------------------ topics admin
+    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
+        results = []
+        for topic in request.topics:
+            try:
+                definition, overrides = self._plan_topic(topic.name, topic.num_partitions,
+                                                         topic.replication_factor,
+                                                         {c.name: c.value or "" for c in
+                                                          topic.configs})
+                if not request.validate_only:
+                    await asyncio.to_thread(self.broker.coordinator.create_topic, definition,
+                                            overrides)
+                    await self._await_topic(topic.name, present=True,
+                                            timeout_ms=request.timeout_ms)
+                results.append(TopicResult(topic.name, 0, None))
+            except StrataError as err:
+                results.append(TopicResult(topic.name, *_error(err)))
+        return CreateTopicsResponse(results)
+
+    def _plan_topic(self, name: str, partitions: int, replication: int,
+                    configs: dict[str, str]) -> tuple[TopicDefinition, dict[str, str]]:
+        if not valid_topic_name(name):
+            raise InvalidTopicError(
+                f"topic name {name!r} is not valid: use 1-249 characters from [a-zA-Z0-9._-], "
+                "not '.' or '..'")
+        if name.startswith("__"):
+            raise PolicyViolationError(
+                f"topic {name!r}: names starting with '__' are reserved for internal topics")
+        if name in self.broker.topics:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        partitions = self.broker.config.num_partitions if partitions == -1 else partitions
+        replication = self.broker.config.default_replication_factor if replication == -1 \
+            else replication
+        if not 1 <= partitions <= 100_000:
+            raise InvalidPartitionsError(
+                f"partition count {partitions} is not valid; use 1..100000")
+        live = sorted(self.broker.live_brokers)
+        if not 1 <= replication <= len(live):
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication} is not valid with {len(live)} live "
+                f"broker(s) {live}; use 1..{len(live)} or start more brokers")
+        LogConfig.from_mapping(configs, base=self.broker.config.log_defaults)
+        start = random.randrange(len(live))
+        assignment = {p: [live[(start + p + r) % len(live)] for r in range(replication)]
+                      for p in range(partitions)}
+        return TopicDefinition(name, uuid.uuid4().hex, assignment), dict(configs)
+
+    async def _await_topic(self, name: str, *, present: bool, timeout_ms: int) -> None:
+        """Wait until this broker's view of ``name`` matches (watches are asynchronous)."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while (name in self.broker.topics) != present:
+            if time.monotonic() >= deadline:
+                raise RequestTimedOutError(
+                    f"topic {name!r} was {'created' if present else 'deleted'} in ZooKeeper "
+                    "but this broker has not caught up yet; check again shortly")
+            await self.broker.sync_topics()
+            if (name in self.broker.topics) != present:
+                await asyncio.sleep(0.02)
+
+    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        results = []
+        for name in request.topics:
+            try:
+                await asyncio.to_thread(self.broker.coordinator.delete_topic, name)
+                await self._await_topic(name, present=False, timeout_ms=request.timeout_ms)
+                results.append(TopicResult(name, 0, None))
+            except StrataError as err:
+                results.append(TopicResult(name, *_error(err)))
+        return DeleteTopicsResponse(results)
+
+    async def describe_configs(self, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        out = []
+        defaults = self.broker.config.log_defaults.to_mapping()
+        for name in request.topics:
+            if name not in self.broker.topics:
+                err = UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+                out.append(TopicConfigs(name, err.code, err.message, []))
+                continue
+            overrides = self.broker.topic_overrides.get(name, {})
+            effective = self.broker.log_config_for(name).to_mapping()
+            out.append(TopicConfigs(name, 0, None, [
+                DescribedConfig(key, effective[key],
+                                key not in overrides and effective[key] == defaults[key])
+                for key in TOPIC_CONFIG_KEYS]))
+        return DescribeConfigsResponse(out)
+
+    async def alter_configs(self, request: AlterConfigsRequest) -> AlterConfigsResponse:
+        results = []
+        for topic in request.topics:
+            try:
+                if topic.name not in self.broker.topics:
+                    raise UnknownTopicOrPartitionError(f"topic {topic.name!r} does not exist")
+                for _ in range(5):
+                    current, version = await asyncio.to_thread(
+                        self.broker.coordinator.topic_configs, topic.name)
+                    updated = dict(current)
+                    for key in topic.delete:
+                        if key not in TOPIC_CONFIG_KEYS:
+                            raise InvalidConfigError(f"unknown topic config {key!r}")
+                        updated.pop(key, None)
+                    for entry in topic.set:
+                        updated[entry.name] = entry.value or ""
+                    LogConfig.from_mapping(updated, base=self.broker.config.log_defaults)
+                    if request.validate_only:
+                        break
+                    try:
+                        await asyncio.to_thread(self.broker.coordinator.set_topic_configs,
+                                                topic.name, updated, version)
+                        await self.broker._on_configs_changed(topic.name, updated)
+                        break
+                    except ConcurrentUpdateError:
+                        continue
+                else:
+                    raise RequestTimedOutError(
+                        f"configs of {topic.name!r} kept changing concurrently; retry")
+                results.append(TopicResult(topic.name, 0, None))
+            except StrataError as err:
+                results.append(TopicResult(topic.name, *_error(err)))
+        return AlterConfigsResponse(results)
+
+    # ------------------------------------------------------------------ Produce
+    async def produce(self, request: ProduceRequest) -> ProduceResponse | None:
+        if request.acks not in (0, 1, _ACKS_ALL):
+            err: StrataError = InvalidRequiredAcksError(
+                f"acks={request.acks} is not valid; use 0, 1 or -1 (all)")
+            return ProduceResponse([ProduceTopicResponse(t.name, [
+                ProducePartitionResponse(p.partition, err.code, error_message=err.message)
+                for p in t.partitions]) for t in request.topics])
+        topics: list[ProduceTopicResponse] = []
+        waits: list[Awaitable[None]] = []
+        for topic in request.topics:
+            answers: list[ProducePartitionResponse] = []
+            for part in topic.partitions:
+                answer = ProducePartitionResponse(part.partition, 0)
+                try:
+                    if part.records is None:
+                        raise InvalidRequestError("records are null")
+                    partition = self._leader_partition(topic.name, part.partition)
+                    if request.acks == _ACKS_ALL and \
+                            len(partition.isr) < partition.config.min_insync_replicas:
+                        raise NotEnoughReplicasError(
+                            f"{partition.name} has {len(partition.isr)} in-sync replicas, "
+                            f"min.insync.replicas is {partition.config.min_insync_replicas}")
+                    result = partition.append_as_leader(part.records)
+                    answer.base_offset = result.first_offset
+                    answer.log_append_time = result.log_append_time
+                    answer.log_start_offset = partition.log.log_start_offset
+                    if request.acks != 0:
+                        waits.append(self._await_ack(partition, result.last_offset + 1,
+                                                     request.acks, request.timeout_ms, answer))
+                except StrataError as err:
+                    answer.error_code, answer.error_message = _error(err)
+                answers.append(answer)
+            topics.append(ProduceTopicResponse(topic.name, answers))
+        if request.acks == 0:
+            return None
+        if waits:
+            await asyncio.gather(*waits)
+        return ProduceResponse(topics)
+
+    async def _await_ack(self, partition: Partition, end_offset: int, acks: int,
+                         timeout_ms: int, answer: ProducePartitionResponse) -> None:
+        try:
+            await asyncio.wait_for(partition.wait_durable(end_offset), max(timeout_ms, 1) / 1000)
+            if acks == _ACKS_ALL:
+                deadline = time.monotonic() + timeout_ms / 1000
+                while partition.high_watermark < end_offset:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError
+                    await asyncio.wait_for(partition.wait_for_data(), remaining)
+        except TimeoutError:
+            err = RequestTimedOutError(
+                f"{partition.name}: the write was not acknowledged by the in-sync replicas "
+                f"within {timeout_ms} ms; it may still be committed, retry with idempotence")
+            answer.error_code, answer.error_message = _error(err)
+        except StrataError as err:
+            answer.error_code, answer.error_message = _error(err)
+
+    # ------------------------------------------------------------------ Fetch
+    async def fetch(self, request: FetchRequest) -> FetchResponse:
+        max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
+        deadline = time.monotonic() + max_wait
+        while True:
+            response, size, partitions = self._read_fetch(request)
+            remaining = deadline - time.monotonic()
+            if size >= max(request.min_bytes, 1) or remaining <= 0 or not partitions:
+                return response
+            waiters = [asyncio.ensure_future(p.wait_for_data()) for p in partitions]
+            try:
+                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
+    def _read_fetch(self, request: FetchRequest) -> tuple[FetchResponse, int, list[Partition]]:
+        budget = max(request.max_bytes, 1)
+        total = 0
+        waitable: list[Partition] = []
+        topics = []
+        for topic in request.topics:
+            answers = []
+            for part in topic.partitions:
+                answer = FetchPartitionResponse(part.partition, 0)
+                try:
+                    partition = self._leader_partition(topic.name, part.partition)
+                    waitable.append(partition)
+                    answer.high_watermark = partition.high_watermark
+                    answer.log_start_offset = partition.log.log_start_offset
+                    answer.log_end_offset = partition.log.log_end_offset
+                    limit = min(max(part.partition_max_bytes, 1), budget) if total else \
+                        max(part.partition_max_bytes, 1)
+                    if budget > 0 or not total:
+                        found = partition.read(part.fetch_offset, limit,
+                                               for_follower=request.replica_id >= 0)
+                        if found is not None:
+                            answer.records = found
+                            total += found.length
+                            budget -= found.length
+                except OffsetOutOfRangeError as err:
+                    answer.error_code, answer.error_message = _error(err)
+                    answer.log_start_offset = err.log_start_offset
+                    answer.high_watermark = err.log_end_offset
+                except StrataError as err:
+                    answer.error_code, answer.error_message = _error(err)
+                answers.append(answer)
+            topics.append(FetchTopicResponse(topic.name, answers))
+        return FetchResponse(topics), total, waitable
+
+    # ------------------------------------------------------------------ ListOffsets
+    async def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        topics = []
+        for topic in request.topics:
+            answers = []
+            for part in topic.partitions:
+                answer = ListOffsetsPartitionResponse(part.partition, 0)
+                try:
+                    partition = self._leader_partition(topic.name, part.partition)
+                    answer.leader_epoch = partition.leader_epoch
+                    if part.timestamp == EARLIEST_TIMESTAMP:
+                        answer.offset = partition.log.log_start_offset
+                    elif part.timestamp == LATEST_TIMESTAMP:
+                        answer.offset = partition.high_watermark
+                    elif part.timestamp < 0:
+                        raise InvalidRequestError(
+                            f"timestamp {part.timestamp} is not valid: use -2 (earliest), "
+                            "-1 (latest) or milliseconds since the epoch")
+                    else:
+                        found = partition.log.offset_for_timestamp(part.timestamp)
+                        if found is not None and found < partition.high_watermark:
+                            answer.offset = found
+                            answer.timestamp = part.timestamp
+                except StrataError as err:
+                    answer.error_code, answer.error_message = _error(err)
+                answers.append(answer)
+            topics.append(ListOffsetsTopicResponse(topic.name, answers))
+        return ListOffsetsResponse(topics)
+
+    # ------------------------------------------------------------------ InitProducerId
+    async def init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:
+        if request.transactional_id is not None:
+            err = InvalidRequestError("transactions are not supported yet; use "
+                                      "transactional_id = null for an idempotent producer")
+            return InitProducerIdResponse(err.code, error_message=err.message)
+        if request.producer_id >= 0:
+            epoch = request.producer_epoch + 1
+            if epoch > 32767:
+                return InitProducerIdResponse(0, await self.broker.next_producer_id(), 0)
+            return InitProducerIdResponse(0, request.producer_id, epoch)
+        return InitProducerIdResponse(0, await self.broker.next_producer_id(), 0)
+
+
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def valid_topic_name(name: str) -> bool:
+    return bool(_TOPIC_NAME.match(name)) and name not in (".", "..")

@@ -1,0 +1,91 @@
+"""Prometheus metrics of one broker, served over HTTP at ``/metrics``.
+
+Names (all prefixed ``strata_``):
+
+    requests_total{api, error}              counter   requests handled, by API and outcome
+    request_latency_seconds{api}            histogram time from frame read to response sent
+    bytes_in_total / bytes_out_total        counter   request / response frame bytes
+    connections                             gauge     open client connections
+    partition_log_end_offset{topic,partition}    gauge (collected live)
+    partition_log_start_offset{topic,partition}  gauge
+    partition_high_watermark{topic,partition}    gauge
+    partition_size_bytes{topic,partition}        gauge
+
+Each broker has its own registry, so several brokers in one test process do not mix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["BrokerMetrics", "PartitionStats"]
+
+# (topic, partition, log_start, log_end, high_watermark, size_bytes)
+PartitionStats = tuple[str, int, int, int, int, int]
+
+_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _PartitionCollector(Collector):
+    def __init__(self, source: Callable[[], Iterable[PartitionStats]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Any]:
+        families = {
+            "log_end_offset": GaugeMetricFamily(
+                "strata_partition_log_end_offset", "next offset to be written",
+                labels=["topic", "partition"]),
+            "log_start_offset": GaugeMetricFamily(
+                "strata_partition_log_start_offset", "first readable offset",
+                labels=["topic", "partition"]),
+            "high_watermark": GaugeMetricFamily(
+                "strata_partition_high_watermark", "offsets below it are committed",
+                labels=["topic", "partition"]),
+            "size_bytes": GaugeMetricFamily(
+                "strata_partition_size_bytes", "bytes of log segments on disk",
+                labels=["topic", "partition"]),
+        }
+        for topic, partition, start, end, hw, size in self._source():
+            labels = [topic, str(partition)]
+            families["log_end_offset"].add_metric(labels, end)
+            families["log_start_offset"].add_metric(labels, start)
+            families["high_watermark"].add_metric(labels, hw)
+            families["size_bytes"].add_metric(labels, size)
+        yield from families.values()
+
+
+class BrokerMetrics:
+    def __init__(self, partitions: Callable[[], Iterable[PartitionStats]]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("strata_requests_total", "requests handled",
+                                ["api", "error"], registry=self.registry)
+        self.latency = Histogram("strata_request_latency_seconds", "request latency",
+                                 ["api"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.bytes_in = Counter("strata_bytes_in_total", "request bytes received",
+                                registry=self.registry)
+        self.bytes_out = Counter("strata_bytes_out_total", "response bytes sent",
+                                 registry=self.registry)
+        self.connections = Gauge("strata_connections", "open client connections",
+                                 registry=self.registry)
+        self.registry.register(_PartitionCollector(partitions))
+        self._server: Any = None
+        self.port = -1
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the HTTP endpoint in a daemon thread; return the bound port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server = server
+        self.port = int(server.server_port)
+        return self.port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

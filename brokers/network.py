@@ -1,0 +1,162 @@
+"""The broker's TCP front: frames in, frames out; nothing about what requests mean.
+
+Per connection: read a 4-byte size, check it against ``socket.request.max.bytes`` and
+the smallest possible header *before* reading the frame (a bad size closes that
+connection only), read the frame, decode the request header, and hand the rest to the
+dispatcher as its own task, so several requests can be in flight on one connection
+(a long-polling fetch does not block a produce behind it). Responses are written under
+a per-connection lock, whole frame by whole frame; record data goes out with
+``loop.sendfile`` (``os.sendfile`` underneath) straight from the segment files.
+
+A frame whose header cannot be decoded closes the connection (there is no correlation
+id to answer to). An unknown API or version, or a body that does not decode, gets a
+response whose header carries the error code, then the connection goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import IO, Any, cast
+
+from brokers.errors import InvalidRequestError, StrataError, UnsupportedVersionError
+from brokers.protocol import (
+    FRAME_PREFIX,
+    ErrorResponse,
+    Message,
+    Reader,
+    RequestHeader,
+    SendableRegion,
+    encode_response,
+    read_request_header,
+)
+from brokers.protocol.framing import MIN_REQUEST_FRAME
+
+__all__ = ["ConnectionHandler", "Dispatcher"]
+
+log = logging.getLogger("strata.brokers.network")
+
+# dispatcher(header, body reader) -> response message, or None for no response (acks=0)
+Dispatcher = Callable[[RequestHeader, Reader], Awaitable[Message | None]]
+
+
+class _RegionFile:
+    """The minimal file object ``loop.sendfile`` needs, over a ``SendableRegion``."""
+
+    mode = "rb"
+
+    def __init__(self, region: SendableRegion) -> None:
+        self._region = region
+
+    def fileno(self) -> int:
+        return self._region.fileno()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return offset  # segment files are only read with pread/sendfile: no shared cursor
+
+
+class ConnectionHandler:
+    """Serves one client connection; see the module docstring."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 dispatch: Dispatcher, max_frame_bytes: int, metrics: Any,
+                 on_close: Callable[[ConnectionHandler], None]) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.dispatch = dispatch
+        self.max_frame_bytes = max_frame_bytes
+        self.metrics = metrics
+        self.on_close = on_close
+        self.peer = writer.get_extra_info("peername")
+        self._write_lock = asyncio.Lock()
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self.closing = False
+
+    async def serve(self) -> None:
+        self.metrics.connections.inc()
+        try:
+            while not self.closing:
+                try:
+                    prefix = await self.reader.readexactly(FRAME_PREFIX.size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                (size,) = FRAME_PREFIX.unpack(prefix)
+                if not MIN_REQUEST_FRAME <= size <= self.max_frame_bytes:
+                    log.warning("closing %s: frame size %d outside %d..%d", self.peer, size,
+                                MIN_REQUEST_FRAME, self.max_frame_bytes)
+                    return
+                try:
+                    frame = await self.reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                self.metrics.bytes_in.inc(size + FRAME_PREFIX.size)
+                try:
+                    header, body = read_request_header(frame)
+                except StrataError as err:
+                    log.warning("closing %s: undecodable request header: %s", self.peer, err)
+                    return
+                task = asyncio.create_task(self._handle(header, body, time.perf_counter()))
+                self.in_flight.add(task)
+                task.add_done_callback(self.in_flight.discard)
+        finally:
+            self.metrics.connections.dec()
+            await self._drain_in_flight()
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+            self.on_close(self)
+
+    async def _drain_in_flight(self) -> None:
+        if self.in_flight:
+            await asyncio.gather(*self.in_flight, return_exceptions=True)
+
+    async def _handle(self, header: RequestHeader, body: Reader, started: float) -> None:
+        api = str(header.api_key)
+        error_name = "NONE"
+        try:
+            response = await self.dispatch(header, body)
+            if response is None:
+                return
+            chunks = encode_response(header.correlation_id, response, header.api_version)
+        except (UnsupportedVersionError, InvalidRequestError) as err:
+            error_name = err.name
+            chunks = encode_response(header.correlation_id, ErrorResponse(err.message), 0,
+                                     error_code=err.code)
+        except Exception as err:  # a handler bug must not take the broker down
+            log.exception("request %s from %s failed", header, self.peer)
+            error_name = "UNKNOWN_SERVER_ERROR"
+            chunks = encode_response(header.correlation_id,
+                                     ErrorResponse(f"internal error: {err}"), 0, error_code=-1)
+        try:
+            await self._write(chunks)
+        except (ConnectionError, RuntimeError) as err:
+            log.info("could not answer %s: %s", self.peer, err)
+            self.closing = True
+        finally:
+            self.metrics.requests.labels(api, error_name).inc()
+            self.metrics.latency.labels(api).observe(time.perf_counter() - started)
+
+    async def _write(self, chunks: list[bytes | SendableRegion]) -> None:
+        loop = asyncio.get_running_loop()
+        async with self._write_lock:
+            total = 0
+            for chunk in chunks:
+                if isinstance(chunk, bytes):
+                    self.writer.write(chunk)
+                    total += len(chunk)
+                else:
+                    await self.writer.drain()
+                    # _RegionFile is duck-typed: sendfile only calls fileno() and seek().
+                    region_file = cast(IO[bytes], _RegionFile(chunk))
+                    await loop.sendfile(self.writer.transport, region_file, chunk.position,
+                                        chunk.length)
+                    total += chunk.length
+            await self.writer.drain()
+            self.metrics.bytes_out.inc(total)
+
+    def close(self) -> None:
+        self.closing = True
+        self.writer.close()

@@ -1,0 +1,180 @@
+"""Idempotent-producer state of one partition: the last sequences per producer id.
+
+For each producer id the leader remembers its epoch and the last
+``MAX_BATCHES_PER_PRODUCER`` batches it wrote (first/last sequence, first/last offset).
+A batch is then either:
+
+- new and in order (``base_sequence == last_sequence + 1``, or 0 for a new producer or
+  a new epoch): appended;
+- a duplicate of a remembered batch (same sequence range): acknowledged with the
+  original offset, not appended again (a retry after a lost response);
+- out of order (a gap): rejected with ``OUT_OF_ORDER_SEQUENCE_NUMBER``;
+- from an older epoch: rejected with ``INVALID_PRODUCER_EPOCH`` (a fenced zombie).
+
+Persistence: ``<offset, 20 digits>.snapshot`` files in the partition directory (JSON,
+written atomically) capture the state as of ``offset``. On open the newest snapshot at
+or below the log end is loaded and the batch headers after it are replayed (headers
+carry producer id, epoch and sequence), so the state survives a restart or a crash
+without the payloads ever being decoded. Only the two newest snapshots are kept.
+
+Thread-safety: not thread-safe; the partition calls it from the event loop only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from brokers.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from brokers.log.checkpoint import fsync_directory
+from brokers.record_batch import NO_PRODUCER_ID, BatchHeader
+
+__all__ = ["BatchMetadata", "ProducerStateManager"]
+
+MAX_BATCHES_PER_PRODUCER: Final = 5
+SNAPSHOT_SUFFIX: Final = ".snapshot"
+_INT32_MAX: Final = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class _ProducerEntry:
+    epoch: int
+    batches: deque[BatchMetadata] = field(
+        default_factory=lambda: deque(maxlen=MAX_BATCHES_PER_PRODUCER))
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else -1
+
+
+def _next_sequence(sequence: int) -> int:
+    return 0 if sequence == _INT32_MAX else sequence + 1
+
+
+class ProducerStateManager:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._producers: dict[int, _ProducerEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    # ------------------------------------------------------------------ checks
+    def check(self, header: BatchHeader) -> BatchMetadata | None:
+        """The remembered batch if ``header`` duplicates one; raise if it must be refused."""
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID:
+            return None
+        entry = self._producers.get(pid)
+        if entry is None:
+            if header.base_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} is unknown to this partition and its first batch has "
+                    f"sequence {header.base_sequence}, not 0; the producer must reset")
+            return None
+        if header.producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {pid} epoch {header.producer_epoch} is older than the current "
+                f"epoch {entry.epoch}: a newer instance fenced this producer; stop it")
+        if header.producer_epoch > entry.epoch:
+            if header.base_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} started epoch {header.producer_epoch} at sequence "
+                    f"{header.base_sequence}, not 0")
+            return None
+        for batch in entry.batches:
+            if batch.first_sequence == header.base_sequence \
+                    and batch.last_sequence == header.last_sequence:
+                return batch
+        expected = _next_sequence(entry.last_sequence)
+        if header.base_sequence != expected:
+            raise OutOfOrderSequenceError(
+                f"producer {pid} sent sequence {header.base_sequence} but {expected} was "
+                "expected: an earlier batch is missing; the producer must retry in order")
+        return None
+
+    def update(self, header: BatchHeader, first_offset: int) -> None:
+        """Record an appended batch (leader append, follower append or log replay)."""
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID:
+            return
+        entry = self._producers.get(pid)
+        if entry is None or header.producer_epoch > entry.epoch:
+            entry = _ProducerEntry(header.producer_epoch)
+            self._producers[pid] = entry
+        entry.batches.append(BatchMetadata(
+            header.base_sequence, header.last_sequence, first_offset,
+            first_offset + header.last_offset_delta))
+
+    def replay(self, headers: Iterable[BatchHeader]) -> None:
+        for header in headers:
+            self.update(header, header.base_offset)
+
+    def clear(self) -> None:
+        self._producers.clear()
+
+    # ------------------------------------------------------------------ snapshots
+    def _snapshot_path(self, offset: int) -> Path:
+        return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+    def snapshot_offsets(self) -> list[int]:
+        files = self.directory.glob("*" + SNAPSHOT_SUFFIX)
+        stems = (p.name[: -len(SNAPSHOT_SUFFIX)] for p in files)
+        return sorted(int(s) for s in stems if s.isdigit())
+
+    def write_snapshot(self, offset: int) -> None:
+        """Persist the state as of ``offset`` (the log end it reflects)."""
+        state = {
+            str(pid): {"epoch": e.epoch,
+                       "batches": [[b.first_sequence, b.last_sequence, b.first_offset,
+                                    b.last_offset] for b in e.batches]}
+            for pid, e in self._producers.items()
+        }
+        path = self._snapshot_path(offset)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", encoding="ascii") as f:
+            json.dump({"version": 1, "offset": offset, "producers": state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_directory(self.directory)
+        for old in self.snapshot_offsets()[:-2]:
+            self._snapshot_path(old).unlink(missing_ok=True)
+
+    def load(self, log_end_offset: int) -> int:
+        """Load the newest usable snapshot at or below the log end; return its offset.
+
+        Snapshots above the log end (the log was truncated) are deleted. Returns the
+        log start for a replay of everything when none is usable (0).
+        """
+        self._producers.clear()
+        for offset in reversed(self.snapshot_offsets()):
+            path = self._snapshot_path(offset)
+            if offset > log_end_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                value = json.loads(path.read_text(encoding="ascii"))
+                for pid, entry in value["producers"].items():
+                    producer = _ProducerEntry(int(entry["epoch"]))
+                    for fs, ls, fo, lo in entry["batches"]:
+                        producer.batches.append(BatchMetadata(fs, ls, fo, lo))
+                    self._producers[int(pid)] = producer
+                return offset
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                path.unlink(missing_ok=True)  # a damaged snapshot: fall back to an older one
+                self._producers.clear()
+        return 0
