@@ -1,0 +1,165 @@
+"""The client's view of the cluster: brokers, partition leaders, one connection per broker.
+
+Metadata is fetched from any reachable broker (the bootstrap list first, then brokers
+learnt since) and refreshed when a request fails with a retriable error such as
+``NOT_LEADER_OR_FOLLOWER`` or a broken connection. All methods run on one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from brokers.errors import (
+    NetworkError,
+    StrataError,
+    UnknownTopicOrPartitionError,
+    raise_for_code,
+)
+from brokers.protocol import ApiKey, Message, MetadataRequest, MetadataResponse
+from strata.client._connection import BrokerConnection
+
+__all__ = ["Cluster", "PartitionInfo", "parse_bootstrap"]
+
+log = logging.getLogger("strata.client.cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def parse_bootstrap(bootstrap: str | list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
+    """``"host:port,host:port"`` (or a list) to addresses; a clear error when malformed."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out: list[tuple[str, int]] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"bootstrap server {item!r} is not host:port; pass e.g. --bootstrap "
+                "127.0.0.1:9092 or set STRATA_BOOTSTRAP")
+        out.append((host, int(port)))
+    if not out:
+        raise ValueError("no bootstrap servers given; pass --bootstrap host:port or set "
+                         "STRATA_BOOTSTRAP (strata up prints it)")
+    return out
+
+
+class Cluster:
+    def __init__(self, bootstrap: str | list[str], *, client_id: str = "strata-python",
+                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, dict[int, PartitionInfo]] = {}
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._refresh_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ connections
+    async def connection_to(self, address: tuple[str, int]) -> BrokerConnection:
+        connection = self._connections.get(address)
+        if connection is not None and connection.is_open:
+            return connection
+        connection = BrokerConnection(*address, client_id=self.client_id)
+        await connection.connect(timeout=self.request_timeout_ms / 1000)
+        self._connections[address] = connection
+        return connection
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        address = self.brokers.get(node_id)
+        if address is None:
+            await self.refresh()
+            address = self.brokers.get(node_id)
+            if address is None:
+                raise NetworkError(f"broker {node_id} is not in the cluster metadata")
+        return await self.connection_to(address)
+
+    def _candidates(self) -> list[tuple[str, int]]:
+        seen: list[tuple[str, int]] = []
+        for address in [*self.brokers.values(), *self.bootstrap]:
+            if address not in seen:
+                seen.append(address)
+        return seen
+
+    async def send_any(self, api: ApiKey, body: Message) -> Message:
+        """Send to the first broker that answers (admin and metadata requests)."""
+        errors: list[str] = []
+        for address in self._candidates():
+            try:
+                connection = await self.connection_to(address)
+                return await asyncio.wait_for(connection.request(api, body),
+                                              self.request_timeout_ms / 1000)
+            except (NetworkError, TimeoutError) as err:
+                errors.append(f"{address[0]}:{address[1]}: {err}")
+        raise NetworkError("no broker answered: " + "; ".join(errors) +
+                           " — is the cluster up (strata status)?")
+
+    # ------------------------------------------------------------------ metadata
+    async def refresh(self, topics: list[str] | None = None) -> MetadataResponse:
+        async with self._refresh_lock:
+            response = await self.send_any(ApiKey.METADATA, MetadataRequest(topics))
+            assert isinstance(response, MetadataResponse)
+            self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+            self.cluster_id = response.cluster_id
+            self.controller_id = response.controller_id
+            if topics is None:
+                self.topics = {}
+            for topic in response.topics:
+                if topic.error_code:
+                    self.topics.pop(topic.name, None)
+                    continue
+                self.topics[topic.name] = {
+                    p.partition: PartitionInfo(topic.name, p.partition, p.leader, p.leader_epoch,
+                                               tuple(p.replicas), tuple(p.isr))
+                    for p in topic.partitions
+                }
+            return response
+
+    async def partitions_for(self, topic: str, *, refresh: bool = False
+                             ) -> dict[int, PartitionInfo]:
+        if refresh or topic not in self.topics:
+            response = await self.refresh([topic])
+            for t in response.topics:
+                if t.name == topic and t.error_code:
+                    raise_for_code(t.error_code, f"topic {topic!r} does not exist; create it "
+                                   f"with `strata topic create {topic}`")
+        found = self.topics.get(topic)
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        return found
+
+    async def leader_for(self, topic: str, partition: int) -> int:
+        partitions = await self.partitions_for(topic)
+        info = partitions.get(partition)
+        if info is None:
+            raise UnknownTopicOrPartitionError(
+                f"{topic} has partitions 0..{len(partitions) - 1}; {partition} does not exist")
+        if info.leader < 0:
+            partitions = await self.partitions_for(topic, refresh=True)
+            info = partitions[partition]
+            if info.leader < 0:
+                raise NetworkError(f"{topic}-{partition} has no live leader right now")
+        return info.leader
+
+    async def backoff(self, attempt: int) -> None:
+        await asyncio.sleep(min(self.retry_backoff_ms * (2 ** min(attempt, 6)), 2000) / 1000)
+
+    async def close(self) -> None:
+        connections, self._connections = self._connections, {}
+        for connection in connections.values():
+            with contextlib.suppress(StrataError):
+                await connection.close()
