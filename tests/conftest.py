@@ -8,11 +8,13 @@ PID (checked against a command-line marker) in teardown even when the test fails
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
 from strata.procs import free_port, kill_pid
+from tests.support.brokers import BrokerProcess
 from zookeeper.launcher import ZooKeeperServer
 
 #: Seconds a test waits for a kazoo connection before failing.
@@ -87,3 +89,38 @@ def zk_client(
 ) -> KazooClient:
     """A kazoo client connected to the module's ZooKeeper."""
     return kazoo_factory(zookeeper_server.connect_string)
+
+
+@pytest.fixture
+def broker_factory(
+    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start real broker processes against the module's ZooKeeper; all die at teardown."""
+    started: list[BrokerProcess] = []
+
+    def start(broker_id: int = 0, overrides: dict[str, str] | None = None,
+              data_dir: Path | None = None) -> BrokerProcess:
+        process = BrokerProcess(zookeeper_server.connect_string,
+                                data_dir or tmp_path_factory.mktemp(f"broker{broker_id}"),
+                                broker_id, overrides=overrides)
+        started.append(process)
+        return process.start()
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def broker(
+    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    """One broker shared by a module's tests (each test should use its own topics)."""
+    process = BrokerProcess(zookeeper_server.connect_string, tmp_path_factory.mktemp("broker"))
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()

@@ -1,0 +1,107 @@
+"""Real broker processes for tests: free ports, private data dirs, killed by PID.
+
+``BrokerProcess`` runs ``python -m brokers`` in its own session and waits for its
+"ready" line; ``stop()`` sends SIGTERM (clean shutdown), ``kill()`` SIGKILL, and
+``restart()`` starts it again on the same data dir and port. Every PID is checked
+against a marker in its command line before it is signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from strata.procs import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class BrokerProcess:
+    def __init__(self, zookeeper: str, data_dir: Path, broker_id: int = 0,
+                 port: int | None = None, overrides: dict[str, str] | None = None) -> None:
+        self.zookeeper = zookeeper
+        self.data_dir = data_dir
+        self.broker_id = broker_id
+        self.port = port or free_port()
+        self.overrides = dict(overrides or {})
+        self.overrides.setdefault("zookeeper.session.timeout.ms", "6000")
+        self.process: subprocess.Popen[str] | None = None
+        self.output: deque[str] = deque(maxlen=400)
+        self.metrics_port = -1
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def marker(self) -> str:
+        return str(self.data_dir)
+
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        args = [sys.executable, "-m", "brokers", "--broker-id", str(self.broker_id),
+                "--port", str(self.port), "--data-dir", str(self.data_dir),
+                "--zookeeper", self.zookeeper, "--metrics-port", "0"]
+        for key, value in self.overrides.items():
+            args += ["--override", f"{key}={value}"]
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, env=env, start_new_session=True)
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.process is not None and self.process.stdout is not None
+            for line in self.process.stdout:
+                self.output.append(line)
+                if line.startswith(f"strata broker {self.broker_id} ready"):
+                    self.metrics_port = int(line.rsplit(" ", 1)[1])
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.05):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"broker {self.broker_id} did not start:\n" +
+                                   "".join(self.output))
+        return self
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: a clean shutdown. Returns the exit code."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """SIGKILL (a crash), only if the PID is still this broker."""
+        if self.process is not None and self.process.poll() is None:
+            # Our own un-reaped child: its PID cannot have been recycled.
+            self.process.kill()
+            self.process.wait(10)
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def restart(self, timeout: float = 60.0) -> BrokerProcess:
+        return self.start(timeout)
+
+    def log_text(self) -> str:
+        return "".join(self.output)
