@@ -91,11 +91,18 @@ class OffsetOutOfRangeError(StrataError):
         return error
 
 
-class CorruptRecordError(StrataError):
-    """Bytes already in the log fail validation (bad CRC, bad length, broken offsets).
+class InvalidRecordBatchError(StrataError):
+    """A batch offered for append or decoding is malformed; nothing was written."""
 
-    Raised when stored data is found damaged: names the segment file and byte
-    position so an operator can inspect it or restore the replica.
+    code = 87
+    name = "INVALID_RECORD"
+
+
+class CorruptRecordError(InvalidRecordBatchError):
+    """Bytes fail their checksum or framing: damaged in transit or on disk.
+
+    For stored data it names the segment file and byte position so an operator can
+    inspect it or restore the replica; for a produced batch nothing was written.
     """
 
     code = 2
@@ -111,17 +118,10 @@ class CorruptRecordError(StrataError):
             where = f" in segment {segment} at byte {position}"
             if offset is not None:
                 where += f" (batch base offset {offset})"
-        super().__init__(
-            f"{message}{where}; the stored data is damaged: restore this partition from a "
-            "replica or truncate the log at that position"
-        )
-
-
-class InvalidRecordBatchError(StrataError):
-    """A batch offered for append or decoding is malformed; nothing was written."""
-
-    code = 87
-    name = "INVALID_RECORD"
+        if segment is not None:
+            message = (f"{message}{where}; the stored data is damaged: restore this partition "
+                       "from a replica or truncate the log at that position")
+        super().__init__(message)
 
 
 class RecordTooLargeError(StrataError):

@@ -14,7 +14,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from strata.procs import free_port, kill_pid
-from tests.support.brokers import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 from zookeeper.launcher import ZooKeeperServer
 
 #: Seconds a test waits for a kazoo connection before failing.

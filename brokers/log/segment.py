@@ -32,7 +32,9 @@ threads: it works on a snapshot of ``size`` and only ever sees whole batches.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,7 +58,10 @@ from brokers.record_batch import (
 
 __all__ = ["FileSlice", "LogSegment", "SegmentFile", "segment_file_name"]
 
+log = logging.getLogger("strata.brokers.log")
+
 MAX_RELATIVE_OFFSET: Final = 2**32 - 1
+_VERIFY_CHUNK: Final = 8 << 20  # bytes read per step when verifying
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
@@ -130,12 +135,14 @@ class LogSegment:
         self.max_timestamp = -1
         self._relative_offset_of_max_timestamp = 0
         self._bytes_since_index = 0
-        self.verified_position = 0
+        # (position, base offset expected there): bytes below were CRC- and
+        # continuity-checked by this process. Replaced as one tuple under _lock.
+        self._verified = (0, base_offset)
+        self._lock = threading.RLock()
         self.rolled_at_ms = time.time_ns() // 1_000_000
         if create:
             self.offset_index.clear()
             self.time_index.clear()
-            self.verified_position = 0
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"
@@ -143,6 +150,10 @@ class LogSegment:
     @property
     def is_empty(self) -> bool:
         return self.size == 0
+
+    @property
+    def verified_position(self) -> int:
+        return self._verified[0]
 
     # ------------------------------------------------------------------ opening
     def load(self) -> None:
@@ -179,6 +190,10 @@ class LogSegment:
 
     def rebuild_indexes(self) -> None:
         """Recreate both index files from the batch headers (no CRC check)."""
+        with self._lock:
+            self._rebuild_indexes()
+
+    def _rebuild_indexes(self) -> None:
         self.offset_index.clear()
         self.time_index.clear()
         self.next_offset = self.base_offset
@@ -219,7 +234,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(self.file.fd, position)
             self.size = position
-        self.verified_position = self.size
+        self._verified = (self.size, self.next_offset)
         self._set_rolled_at_from_first_batch()
         return truncated
 
@@ -249,17 +264,18 @@ class LogSegment:
 
         The owner sets ``rolled_at_ms`` (its clock) before the first append, for ``segment.ms``.
         """
-        position = self.size
-        view = memoryview(batch)
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self.file.fd, view[written:], position + written)
-        self._index_batch(header, position)
-        self.next_offset = header.next_offset
-        self.size = position + len(view)
-        if self.verified_position == position:
-            self.verified_position = self.size
-        return position
+        with self._lock:
+            position = self.size
+            view = memoryview(batch)
+            written = 0
+            while written < len(view):
+                written += os.pwrite(self.file.fd, view[written:], position + written)
+            self._index_batch(header, position)
+            self.next_offset = header.next_offset
+            self.size = position + len(view)
+            if self._verified[0] == position:
+                self._verified = (self.size, self.next_offset)
+            return position
 
     def _track_timestamp(self, header: BatchHeader) -> None:
         if header.max_timestamp > self.max_timestamp:
@@ -298,10 +314,12 @@ class LogSegment:
         position = self.position_of(offset)
         if position is None:
             return
-        os.ftruncate(self.file.fd, position)
-        self.size = position
-        self.verified_position = min(self.verified_position, position)
-        self.rebuild_indexes()
+        with self._lock:
+            os.ftruncate(self.file.fd, position)
+            self.size = position
+            if self._verified[0] > position:
+                self._verified = (0, self.base_offset)  # re-checked lazily from the start
+            self._rebuild_indexes()
 
     def close(self) -> None:
         self.seal()
@@ -330,11 +348,33 @@ class LogSegment:
             yield position, header
             position += header.size
 
+    def _headers_from_index(self, offset: int, size: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Headers from the index entry at or before ``offset``, checking the entry.
+
+        An entry that does not point at the batch it names (a damaged index that still
+        looked sane at load) triggers a rebuild from the log, then one more try.
+        """
+        for attempt in range(2):
+            relative, start = self.offset_index.lookup(max(0, offset - self.base_offset))
+            headers = self.iter_headers(start, size)
+            first = next(headers, None)
+            if first is None:
+                return
+            if first[1].base_offset == self.base_offset + relative:
+                yield first
+                yield from headers
+                return
+            if attempt == 0:
+                log.warning("%s: index entry %d -> %d points at batch %d; rebuilding indexes",
+                            self.log_path.name, relative, start, first[1].base_offset)
+                self.rebuild_indexes()
+        raise CorruptRecordError(
+            f"index and log disagree at offset {offset} even after a rebuild",
+            segment=str(self.log_path), position=0)
+
     def position_of(self, offset: int) -> int | None:
         """Position of the first batch whose last offset is >= ``offset`` (None: none)."""
-        size = self.size
-        _, start = self.offset_index.lookup(max(0, offset - self.base_offset))
-        for position, header in self.iter_headers(start, size):
+        for position, header in self._headers_from_index(offset, self.size):
             if header.last_offset >= offset:
                 return int(position)
         return None
@@ -346,10 +386,10 @@ class LogSegment:
 
         Batches starting at or after ``upper_offset`` (the high watermark) are left out.
         ``None`` when the segment holds nothing at or after ``offset`` below the bound.
+        Bytes not yet checked by this process are CRC- and continuity-checked first.
         """
         size = self.size
-        _, start_position = self.offset_index.lookup(max(0, offset - self.base_offset))
-        headers = self.iter_headers(start_position, size)
+        headers = self._headers_from_index(offset, size)
         first: tuple[int, BatchHeader] | None = None
         for position, header in headers:
             if header.last_offset >= offset:
@@ -369,46 +409,60 @@ class LogSegment:
                 break
             end = pos + h.size
             next_offset = h.next_offset
-        if end > self.verified_position:
-            self._verify(position, end)
+        if end > self._verified[0]:
+            self._verify_up_to(end)
         return FileSlice(self.file, position, end - position, header.base_offset, next_offset)
 
-    def _verify(self, start: int, end: int) -> None:
-        """CRC-check the batches in ``[max(start, verified), end)`` once per process."""
-        lo = start if start > self.verified_position else self.verified_position
-        data = os.pread(self.file.fd, end - lo, lo)
-        view = memoryview(data)
-        position = 0
-        expected: int | None = None
-        while position < len(view):
-            try:
-                header = validate(view[position:], exact=False)
-            except InvalidRecordBatchError as err:
-                raise CorruptRecordError(err.message, segment=str(self.log_path),
-                                         position=lo + position) from err
-            if expected is not None and header.base_offset != expected:
-                raise CorruptRecordError(
-                    f"offset gap: batch starts at {header.base_offset}, expected {expected}",
-                    segment=str(self.log_path), position=lo + position,
-                    offset=header.base_offset)
-            expected = header.next_offset
-            position += header.size
-        if lo == self.verified_position:
-            self.verified_position = end
+    def _verify_up_to(self, end: int) -> None:
+        """Check every batch from the verified point to ``end``: CRC and contiguous offsets.
+
+        Runs once per byte per process, in chunks of at most ``_VERIFY_CHUNK`` bytes so
+        memory stays bounded whatever the segment size.
+        """
+        position, expected = self._verified
+        while position < end:
+            data = os.pread(self.file.fd, min(_VERIFY_CHUNK, end - position), position)
+            view = memoryview(data)
+            done = 0
+            while done < len(view):
+                if done and len(view) - done < HEADER_SIZE:
+                    break  # the chunk ends inside a header: read on from there
+                try:
+                    header = peek_header(view, done)
+                    if done + header.size > len(view):
+                        if done == 0:  # one batch larger than a chunk: read it whole
+                            view = memoryview(os.pread(self.file.fd, header.size, position))
+                        else:
+                            break
+                    validate(view[done:], exact=False)
+                except InvalidRecordBatchError as err:
+                    raise CorruptRecordError(err.message, segment=str(self.log_path),
+                                             position=position + done) from err
+                if header.base_offset != expected:
+                    raise CorruptRecordError(
+                        f"offset gap: batch starts at {header.base_offset}, expected {expected}",
+                        segment=str(self.log_path), position=position + done,
+                        offset=header.base_offset)
+                expected = header.next_offset
+                done += header.size
+            position += done
+            with self._lock:
+                if position > self._verified[0]:
+                    self._verified = (position, expected)
 
     def verify_all(self) -> None:
         """CRC-check the whole segment now (a scrub); raises ``CorruptRecordError``."""
-        self.verified_position = 0
+        with self._lock:
+            self._verified = (0, self.base_offset)
         if self.size:
-            self._verify(0, self.size)
+            self._verify_up_to(self.size)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Offset of the first record with a timestamp >= ``timestamp`` in this segment."""
         if self.max_timestamp < timestamp:
             return None
-        relative = self.time_index.start_for(timestamp)
-        _, start = self.offset_index.lookup(relative)
-        for position, header in self.iter_headers(start, self.size):
+        start_offset = self.base_offset + self.time_index.start_for(timestamp)
+        for position, header in self._headers_from_index(start_offset, self.size):
             if header.max_timestamp < timestamp:
                 continue
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
