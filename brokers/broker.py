@@ -85,13 +85,13 @@ class Broker:
         self._server = await asyncio.start_server(self._on_connection, self.config.host,
                                                   self.config.port, limit=1 << 20)
         self.port = self._server.sockets[0].getsockname()[1]
-        await self._refresh_brokers()
         await self.sync_topics(await asyncio.to_thread(self.coordinator.list_topics))
         registration = BrokerRegistration(self.broker_id, self.config.advertised, self.port,
                                           time.time_ns() // 1_000_000)
         await asyncio.to_thread(self.coordinator.register_broker, registration)
         self.coordinator.watch_topics(self._threadsafe(self._on_topics_changed))
         self.coordinator.watch_brokers(self._threadsafe(self._on_brokers_changed))
+        await self._refresh_brokers()  # our own registration is in the list from now on
         self.metrics.serve(self.config.host, self.config.metrics_port)
         self._tasks.append(asyncio.create_task(self._periodic_retention()))
         self._tasks.append(asyncio.create_task(self._periodic_flush()))

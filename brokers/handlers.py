@@ -178,10 +178,10 @@ class RequestHandlers:
         results = []
         for topic in request.topics:
             try:
-                definition, overrides = self._plan_topic(topic.name, topic.num_partitions,
-                                                         topic.replication_factor,
-                                                         {c.name: c.value or "" for c in
-                                                          topic.configs})
+                definition, overrides = self._plan_topic(
+                    topic.name, topic.num_partitions, topic.replication_factor,
+                    {c.name: c.value or "" for c in topic.configs},
+                    {a.partition: list(a.broker_ids) for a in topic.assignments})
                 if not request.validate_only:
                     await asyncio.to_thread(self.broker.coordinator.create_topic, definition,
                                             overrides)
@@ -193,7 +193,8 @@ class RequestHandlers:
         return CreateTopicsResponse(results)
 
     def _plan_topic(self, name: str, partitions: int, replication: int,
-                    configs: dict[str, str]) -> tuple[TopicDefinition, dict[str, str]]:
+                    configs: dict[str, str], explicit: dict[int, list[int]]
+                    ) -> tuple[TopicDefinition, dict[str, str]]:
         if not valid_topic_name(name):
             raise InvalidTopicError(
                 f"topic name {name!r} is not valid: use 1-249 characters from [a-zA-Z0-9._-], "
@@ -203,22 +204,51 @@ class RequestHandlers:
                 f"topic {name!r}: names starting with '__' are reserved for internal topics")
         if name in self.broker.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        live = sorted(self.broker.live_brokers)
+        LogConfig.from_mapping(configs, base=self.broker.config.log_defaults)
+        if explicit:
+            return TopicDefinition(name, uuid.uuid4().hex,
+                                   self._check_assignment(explicit, partitions, replication,
+                                                          live)), dict(configs)
         partitions = self.broker.config.num_partitions if partitions == -1 else partitions
         replication = self.broker.config.default_replication_factor if replication == -1 \
             else replication
         if not 1 <= partitions <= 100_000:
             raise InvalidPartitionsError(
                 f"partition count {partitions} is not valid; use 1..100000")
-        live = sorted(self.broker.live_brokers)
         if not 1 <= replication <= len(live):
             raise InvalidReplicationFactorError(
                 f"replication factor {replication} is not valid with {len(live)} live "
                 f"broker(s) {live}; use 1..{len(live)} or start more brokers")
-        LogConfig.from_mapping(configs, base=self.broker.config.log_defaults)
         start = random.randrange(len(live))
         assignment = {p: [live[(start + p + r) % len(live)] for r in range(replication)]
                       for p in range(partitions)}
         return TopicDefinition(name, uuid.uuid4().hex, assignment), dict(configs)
+
+    @staticmethod
+    def _check_assignment(explicit: dict[int, list[int]], partitions: int, replication: int,
+                          live: list[int]) -> dict[int, list[int]]:
+        if partitions != -1 or replication != -1:
+            raise InvalidRequestError(
+                "give either explicit replica assignments or partition count and replication "
+                "factor, not both (set both counts to -1)")
+        if sorted(explicit) != list(range(len(explicit))):
+            raise InvalidPartitionsError(
+                f"assignments name partitions {sorted(explicit)}; they must be 0..n-1")
+        sizes = {len(r) for r in explicit.values()}
+        if len(sizes) != 1 or 0 in sizes:
+            raise InvalidReplicationFactorError(
+                "every partition needs the same, non-zero number of replicas")
+        for p, replicas in explicit.items():
+            if len(set(replicas)) != len(replicas):
+                raise InvalidReplicationFactorError(
+                    f"partition {p} lists a broker twice: {replicas}")
+            unknown = [b for b in replicas if b not in live]
+            if unknown:
+                raise InvalidReplicationFactorError(
+                    f"partition {p} is assigned to brokers {unknown} that are not live "
+                    f"(live: {live})")
+        return dict(sorted(explicit.items()))
 
     async def _await_topic(self, name: str, *, present: bool, timeout_ms: int) -> None:
         """Wait until this broker's view of ``name`` matches (watches are asynchronous)."""
@@ -383,8 +413,9 @@ class RequestHandlers:
                     answer.high_watermark = partition.high_watermark
                     answer.log_start_offset = partition.log.log_start_offset
                     answer.log_end_offset = partition.log.log_end_offset
-                    limit = min(max(part.partition_max_bytes, 1), budget) if total else \
-                        max(part.partition_max_bytes, 1)
+                    # At least one batch overall (the first non-empty partition), so a
+                    # consumer always progresses even past a batch above max_bytes.
+                    limit = max(1, min(part.partition_max_bytes, budget))
                     if budget > 0 or not total:
                         found = partition.read(part.fetch_offset, limit,
                                                for_follower=request.replica_id >= 0)

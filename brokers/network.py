@@ -25,6 +25,7 @@ from typing import IO, Any, cast
 from brokers.errors import InvalidRequestError, StrataError, UnsupportedVersionError
 from brokers.protocol import (
     FRAME_PREFIX,
+    ApiKey,
     ErrorResponse,
     Message,
     Reader,
@@ -38,6 +39,8 @@ from brokers.protocol.framing import MIN_REQUEST_FRAME
 __all__ = ["ConnectionHandler", "Dispatcher"]
 
 log = logging.getLogger("strata.brokers.network")
+
+_API_NAMES = {int(k): k.name for k in ApiKey}
 
 # dispatcher(header, body reader) -> response message, or None for no response (acks=0)
 Dispatcher = Callable[[RequestHeader, Reader], Awaitable[Message | None]]
@@ -114,7 +117,7 @@ class ConnectionHandler:
             await asyncio.gather(*self.in_flight, return_exceptions=True)
 
     async def _handle(self, header: RequestHeader, body: Reader, started: float) -> None:
-        api = str(header.api_key)
+        api = _API_NAMES.get(header.api_key, "UNKNOWN")
         error_name = "NONE"
         try:
             response = await self.dispatch(header, body)

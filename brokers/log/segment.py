@@ -84,6 +84,7 @@ class SegmentFile:
     def __init__(self, path: Path, *, create: bool) -> None:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self.path = path
+        self.fd = -1  # so __del__ is safe when os.open raises (e.g. FileExistsError)
         self.fd = os.open(path, flags, 0o644)
 
     def close(self) -> None:

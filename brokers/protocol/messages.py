@@ -77,6 +77,7 @@ __all__ = [
     "ProduceTopicResponse",
     "REQUEST_TYPES",
     "RESPONSE_TYPES",
+    "ReplicaAssignment",
     "RequestHeader",
     "ResponseHeader",
     "TopicConfigs",
@@ -236,16 +237,28 @@ class ConfigEntry(Message):
 
 
 @dataclass(slots=True)
+class ReplicaAssignment(Message):
+    partition: int
+    broker_ids: list[int]
+    FIELDS: ClassVar = (Field("partition", INT32), Field("broker_ids", Array(INT32)))
+
+
+@dataclass(slots=True)
 class CreatableTopic(Message):
+    """``num_partitions``/``replication_factor`` -1: the broker defaults. A non-empty
+    ``assignments`` places every replica explicitly (then both counts must be -1)."""
+
     name: str
     num_partitions: int
     replication_factor: int
     configs: list[ConfigEntry] = field(default_factory=list)
+    assignments: list[ReplicaAssignment] = field(default_factory=list)
     FIELDS: ClassVar = (
         Field("name", STRING),
         Field("num_partitions", INT32),
         Field("replication_factor", INT16),
         Field("configs", Array(Struct(ConfigEntry))),
+        Field("assignments", Array(Struct(ReplicaAssignment))),
     )
 
 
