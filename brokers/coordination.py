@@ -68,14 +68,14 @@ _PRODUCER_ID_BLOCK = f"{ROOT}/latest_producer_id_block"
 class BrokerIdInUseError(StrataError):
     """Another live broker is registered with this id."""
 
-    code = 8
+    code = 1002
     name = "BROKER_ID_IN_USE"
 
 
 class ConcurrentUpdateError(StrataError):
     """A conditional ZooKeeper write lost a race; re-read the state and decide again."""
 
-    code = 55
+    code = 1003
     name = "CONCURRENT_UPDATE"
     retriable = True
 

@@ -149,7 +149,7 @@ class LogClosedError(StrataError):
     """The log was closed (shutdown or deletion) while an operation was pending."""
 
     code = 57
-    name = "LOG_DIR_NOT_FOUND"
+    name = "LOG_CLOSED"
 
 
 class UnknownTopicOrPartitionError(StrataError):

@@ -1,0 +1,224 @@
+"""Render ``docs/protocol.md`` and ``docs/configuration.md`` from the code.
+
+``python -m brokers.docgen`` rewrites both files; a test fails when the committed files
+differ from what the code says, so the reference docs cannot drift.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from brokers.errors import __all__ as _error_names
+from brokers.errors import error_for_code
+from brokers.protocol import codec
+from brokers.protocol.codec import Array, Field, Message, Struct, WireType
+from brokers.protocol.messages import (
+    API_VERSIONS,
+    REQUEST_TYPES,
+    RESPONSE_TYPES,
+    ApiKey,
+    ErrorResponse,
+    RequestHeader,
+    ResponseHeader,
+)
+
+_PRIMITIVES: dict[int, str] = {
+    id(codec.INT8): "int8",
+    id(codec.INT16): "int16",
+    id(codec.INT32): "int32",
+    id(codec.INT64): "int64",
+    id(codec.BOOL): "bool",
+    id(codec.STRING): "string",
+    id(codec.NULLABLE_STRING): "nullable string",
+    id(codec.BYTES): "bytes",
+    id(codec.NULLABLE_BYTES): "nullable bytes",
+    id(codec.RECORDS): "records",
+}
+
+INTRO = """# Strata wire protocol
+
+Generated from `brokers/protocol/messages.py` by `python -m brokers.docgen`; a
+test fails if this file and the code disagree.
+
+## Frames
+
+Every request and response is a frame: an `int32` size (bytes that follow, big-endian),
+then a header, then a body. The broker rejects a request frame larger than
+`socket.request.max.bytes` (default 100 MiB) or smaller than a request header by
+closing that connection, before reading the frame.
+
+Requests on one connection may be pipelined. The broker may answer them in any order;
+clients match answers to requests by `correlation_id`. A Produce with `acks=0` gets no
+answer at all.
+
+### Primitive types
+
+| type | encoding |
+|---|---|
+| int8, int16, int32, int64 | big-endian two's complement, 1/2/4/8 bytes |
+| bool | int8, 0 or 1 (anything else is INVALID_REQUEST) |
+| string | int16 length n ≥ 0, then n bytes of UTF-8 |
+| nullable string | int16 length, -1 for null |
+| bytes | int32 length n ≥ 0, then n bytes |
+| nullable bytes | int32 length, -1 for null |
+| records | nullable bytes holding whole record batches (`docs/format.md`); \
+fetched records go out with `sendfile` straight from the segment files |
+| [T] | int32 count n ≥ 0 (-1 for null where marked nullable), then n values of T |
+
+Decoding checks every length and count against the bytes that remain in the frame
+before allocating anything, so a frame can never make a decoder allocate more than its
+own size.
+
+### Versions
+
+Each API has a version range (`ApiVersions` returns it). A field added in a later
+version is marked "since vN" below; older clients neither send nor receive it.
+Current ranges:
+
+"""
+
+HEADERS = """
+## Request header
+
+{request}
+
+## Response header
+
+{response}
+
+`error_code` 0 means the API's response body follows. Any other code means the request
+failed as a whole (unknown API, unsupported version, undecodable body, broker fault)
+and this body follows instead:
+
+{error}
+"""
+
+
+def _type_name(t: WireType) -> str:
+    if isinstance(t, Array):
+        inner = _type_name(t.item)
+        return f"[{inner}]" + (" (nullable)" if t.nullable else "")
+    if isinstance(t, Struct):
+        return t.cls.__name__
+    return _PRIMITIVES.get(id(t), type(t).__name__)
+
+
+def _nested(t: WireType) -> list[type[Message]]:
+    if isinstance(t, Array):
+        return _nested(t.item)
+    if isinstance(t, Struct):
+        return [t.cls]
+    return []
+
+
+def _table(cls: type[Message]) -> str:
+    lines = ["| field | type | since |", "|---|---|---|"]
+    for f in cls.FIELDS:
+        assert isinstance(f, Field)
+        lines.append(f"| `{f.name}` | {_type_name(f.type)} | v{f.since} |")
+    if len(lines) == 2:
+        lines.append("| (empty body) | | |")
+    return "\n".join(lines)
+
+
+def _render_message(cls: type[Message], seen: set[type[Message]]) -> list[str]:
+    out = [f"#### {cls.__name__}", ""]
+    doc = (cls.__doc__ or "").strip()
+    if doc and not doc.startswith(cls.__name__ + "("):
+        out += [" ".join(doc.split()), ""]
+    out += [_table(cls), ""]
+    seen.add(cls)
+    for f in cls.FIELDS:
+        for nested in _nested(f.type):
+            if nested not in seen:
+                out += _render_message(nested, seen)
+    return out
+
+
+def render() -> str:
+    parts = [INTRO, "| API | key | versions |", "|---|---:|---|"]
+    for key, (low, high) in API_VERSIONS.items():
+        parts.append(f"| {key.name} | {int(key)} | {low}..{high} |")
+    parts.append(HEADERS.format(request=_table(RequestHeader), response=_table(ResponseHeader),
+                                error=_table(ErrorResponse)))
+    parts.append("## APIs\n")
+    for key in ApiKey:
+        seen: set[type[Message]] = set()
+        parts.append(f"### {key.name} (key {int(key)})\n")
+        parts.append("Request:\n")
+        parts += _render_message(REQUEST_TYPES[key], seen)
+        parts.append("Response:\n")
+        parts += _render_message(RESPONSE_TYPES[key], seen)
+    parts.append("## Error codes\n")
+    parts.append("| code | name | meaning | retriable |")
+    parts.append("|---:|---|---|---|")
+    import brokers.errors as errors_module
+
+    rows = {}
+    for name in _error_names:
+        cls = getattr(errors_module, name)
+        if isinstance(cls, type) and hasattr(cls, "code"):
+            rows[cls.code] = error_for_code(cls.code)
+    for code in sorted(rows):
+        cls = rows[code]
+        doc = " ".join((cls.__doc__ or "").split())
+        parts.append(f"| {code} | {cls.name} | {doc} | {'yes' if cls.retriable else 'no'} |")
+    return "\n".join(parts).rstrip() + "\n"
+
+
+CONFIG_INTRO = """# Strata configuration
+
+Generated from `brokers/config.py` and `brokers/log/config.py` by
+`python -m brokers.docgen`; a test fails if this file and the code disagree.
+
+## Broker configuration
+
+A broker reads, in increasing precedence: the defaults below, a properties file
+(`strata broker start --config FILE`, `key=value` lines, `#` comments), environment
+variables `STRATA_<KEY>` (upper case, dots as underscores: `STRATA_LOG_SEGMENT_BYTES`
+sets `log.segment.bytes`), then flags (`--override key=value`, and the shortcuts
+`--broker-id`, `--host`, `--port`, `--data-dir`, `--zookeeper`, `--metrics-port`).
+Unknown keys and out-of-range values stop the broker with a message naming the key.
+Keys starting with `log.` are the broker-wide defaults of the topic configs below.
+
+"""
+
+TOPIC_INTRO = """
+## Topic configuration
+
+Set at creation (`strata topic create NAME -c key=value`) or later
+(`strata topic alter-config NAME --set key=value --delete key`); a topic without an
+override uses the broker's `log.<key>` default. Unknown keys and bad values are
+rejected before anything is written.
+
+"""
+
+
+def render_configuration() -> str:
+    from brokers.config import BrokerConfig
+    from brokers.log.config import TOPIC_CONFIG_KEYS, LogConfig
+
+    parts = [CONFIG_INTRO, "| key | default | meaning |", "|---|---|---|"]
+    for key, default, meaning in BrokerConfig.describe():
+        parts.append(f"| `{key}` | `{default}` | {meaning} |")
+    parts.append(TOPIC_INTRO)
+    parts.append("| key | default | accepted | meaning |")
+    parts.append("|---|---|---|---|")
+    defaults = LogConfig()
+    for key, spec in TOPIC_CONFIG_KEYS.items():
+        parts.append(f"| `{key}` | `{getattr(defaults, spec.attribute)}` | {spec.accepted} | "
+                     f"{spec.doc} |")
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def main() -> None:
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    (docs / "protocol.md").write_text(render())
+    (docs / "configuration.md").write_text(render_configuration())
+    sys.stdout.write(f"wrote {docs / 'protocol.md'} and {docs / 'configuration.md'}\n")
+
+
+if __name__ == "__main__":
+    main()
