@@ -7,9 +7,10 @@ Byte layout: a flat array of 8-byte big-endian entries, no header::
      4      4   position        uint32   byte position of that batch in the .log file
 
 Invariants: both columns strictly increase; every position is the start of a batch
-in the segment's log and below its size. One entry is added for the first batch of a
-segment and then whenever at least ``index.interval.bytes`` of log were appended since
-the previous entry, so a lookup lands at most one interval before the wanted batch.
+in the segment's log and below its size. An entry is added for a batch whenever at
+least ``index.interval.bytes`` of log were appended since the previous entry (none for
+the first batch: an empty lookup means "scan from byte 0"), so a lookup lands at most
+one interval before the wanted batch.
 
 Recovery: the file is disposable. After a clean shutdown it is loaded and checked
 (``check``); after a crash, or if the check fails, the segment rebuilds it by scanning

@@ -416,9 +416,16 @@ class PartitionLog:
             return None
         i = max(0, bisect_right(bases, offset) - 1)
         while i < len(segments):
-            found = segments[i].read(offset, max_bytes, limit)
+            segment = segments[i]
+            found = segment.read(offset, max_bytes, limit)
             if found is not None:
                 return found
+            if segment.next_offset > offset:
+                # The segment claims the offset but no batch holds it: never skip ahead.
+                raise CorruptRecordError(
+                    f"no batch holds offset {offset} although the segment ends at "
+                    f"{segment.next_offset}", segment=str(segment.log_path), position=0,
+                    offset=offset)
             i += 1
         return None
 
@@ -427,9 +434,9 @@ class PartitionLog:
         for segment in self.segments:
             if segment.next_offset <= self.log_start_offset:
                 continue
-            found = segment.offset_for_timestamp(timestamp)
+            found = segment.offset_for_timestamp(timestamp, self.log_start_offset)
             if found is not None:
-                return max(found, self.log_start_offset)
+                return found
         return None
 
     def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
@@ -460,17 +467,15 @@ class PartitionLog:
             if offset >= self.log_end_offset:
                 return self.log_end_offset
             if offset <= self.log_start_offset:
-                for segment in self._segments:
-                    segment.delete()
-                fresh = LogSegment(self.directory, offset, self.config.index_interval_bytes,
-                                   create=True)
-                self._segments = [fresh]
-                self.log_start_offset = offset
-                self._start_checkpoint.write(offset)
+                self._restart_at(offset)
             else:
                 while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                     self._segments.pop().delete()
                 self.active_segment.truncate_to(offset)
+                if self.log_end_offset < self.log_start_offset:
+                    # The batch holding ``offset`` began below the log start: nothing
+                    # readable is left, so the log restarts empty at ``offset``.
+                    self._restart_at(offset)
             self._base_offsets = [s.base_offset for s in self._segments]
             end = self.log_end_offset
             if self.recovery_point > end:
@@ -478,6 +483,14 @@ class PartitionLog:
                 self._recovery_checkpoint.write(end)
             self._group_commit.reset(min(self._group_commit.durable_offset, end))
             return end
+
+    def _restart_at(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes,
+                                     create=True)]
+        self.log_start_offset = offset
+        self._start_checkpoint.write(offset)
 
     def delete_records(self, new_start_offset: int) -> int:
         """Advance the log start offset (records below it become unreadable)."""

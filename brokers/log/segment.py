@@ -164,6 +164,9 @@ class LogSegment:
         do not line up (the caller then runs ``recover``).
         """
         try:
+            if self.size and not (self.offset_index.path.exists()
+                                  and self.time_index.path.exists()):
+                raise IndexCorruptError("an index file is missing")
             self.offset_index.load()
             self.time_index.load()
             limit = MAX_RELATIVE_OFFSET + 1
@@ -363,7 +366,16 @@ class LogSegment:
                 return
             if first[1].base_offset == self.base_offset + relative:
                 yield first
-                yield from headers
+                expected = first[1].next_offset
+                for position, header in headers:
+                    # base_offset is outside the CRC: a damaged one must not be believed.
+                    if header.base_offset != expected:
+                        raise CorruptRecordError(
+                            f"offset gap: batch starts at {header.base_offset}, expected "
+                            f"{expected}", segment=str(self.log_path), position=position,
+                            offset=header.base_offset)
+                    expected = header.next_offset
+                    yield position, header
                 return
             if attempt == 0:
                 log.warning("%s: index entry %d -> %d points at batch %d; rebuilding indexes",
@@ -458,17 +470,20 @@ class LogSegment:
         if self.size:
             self._verify_up_to(self.size)
 
-    def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """Offset of the first record with a timestamp >= ``timestamp`` in this segment."""
+    def offset_for_timestamp(self, timestamp: int, min_offset: int = 0) -> int | None:
+        """First offset >= ``min_offset`` whose record timestamp is >= ``timestamp``."""
         if self.max_timestamp < timestamp:
             return None
-        start_offset = self.base_offset + self.time_index.start_for(timestamp)
+        start_offset = max(self.base_offset + self.time_index.start_for(timestamp), min_offset)
         for position, header in self._headers_from_index(start_offset, self.size):
-            if header.max_timestamp < timestamp:
+            if header.max_timestamp < timestamp or header.last_offset < min_offset:
                 continue
+            skip = max(0, min_offset - header.base_offset)
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-                return header.base_offset
+                return header.base_offset + skip
             _, payload = decode_batch(os.pread(self.file.fd, header.size, position))
-            index: int = pc.index(pc.greater_equal(payload.column(2), timestamp), True).as_py()
-            return header.base_offset + max(0, index)
+            candidates = payload.column(2).slice(skip)
+            index: int = pc.index(pc.greater_equal(candidates, timestamp), True).as_py()
+            if index >= 0:
+                return header.base_offset + skip + index
         return None
