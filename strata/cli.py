@@ -72,8 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--base-port",
         type=_port,
         default=None,
-        help="first port of the stack; ZooKeeper listens on it "
-        "(default: the one recorded in the data dir, else 2181)",
+        help="first port of the stack; ZooKeeper listens on it, broker i on P+10+i, its "
+        "metrics on P+40+i (default: the one recorded in the data dir, else 2181)",
+    )
+    up.add_argument(
+        "--brokers",
+        type=int,
+        default=None,
+        help="number of brokers (default: as many as the data dir already has, else 1)",
     )
     _add_format(up)
     up.set_defaults(handler=_cmd_up)
@@ -112,12 +118,14 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
         print("  (no processes recorded)")
     endpoints = status.endpoints()
     print(f"ZooKeeper: {endpoints['zookeeper'] or '-'}")
-    print(f"Bootstrap: {endpoints['bootstrap'] or '- (brokers are not part of the stack yet)'}")
+    print(f"Bootstrap: {endpoints['bootstrap'] or '-'}")
     print(f"Gateway:   {endpoints['gateway'] or '- (not part of the stack yet)'}")
+    if endpoints["bootstrap"]:
+        print(f"Use it:    export STRATA_BOOTSTRAP={endpoints['bootstrap']}")
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    stack = Stack(args.data_dir)
+    stack = Stack(args.data_dir, brokers=args.brokers)
     status = stack.up(base_port=args.base_port)
     _print_status(status, args.format, f"Strata stack is up (data dir {stack.data_dir})")
     if args.format == "text":

@@ -7,10 +7,11 @@ another shell much later. So every started process is recorded in
 right after it becomes healthy, and everything that stops a process checks that marker
 against ``/proc/<pid>/cmdline`` first (see :mod:`strata.procs`).
 
-The stack is the ordered tuple :data:`SERVICES`. Today it holds ZooKeeper only; later
-issues append brokers, the ingest gateway and the tiering job as further
-:class:`ServiceSpec` entries. A service gets its port as ``base_port + port_offset`` and
-sees the endpoints of the services started before it (brokers need ZooKeeper's).
+The stack is an ordered tuple of :class:`ServiceSpec` built by :func:`stack_services`:
+ZooKeeper, then ``broker-0`` .. ``broker-<N-1>`` (later issues append the ingest gateway
+and the tiering job). A service gets its port as ``base_port + port_offset`` and sees
+the endpoints of the services started before it (brokers need ZooKeeper's). Port plan
+for base port P: ZooKeeper P, broker i P+10+i, its metrics P+40+i.
 
 Layout of a data dir::
 
@@ -24,6 +25,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -190,16 +194,101 @@ def _zookeeper_healthy(host: str, port: int) -> bool:
     return is_serving(host, port)
 
 
-#: The stack, in start order (``down`` stops in reverse). Later issues append here.
-SERVICES: tuple[ServiceSpec, ...] = (
-    ServiceSpec(
-        name="zookeeper",
-        port_offset=0,
-        endpoint_key="zookeeper",
-        start=_start_zookeeper,
-        healthy=_zookeeper_healthy,
-    ),
+BROKER_PORT_OFFSET = 10
+BROKER_METRICS_OFFSET = 40
+MAX_BROKERS = 30
+
+
+def _start_broker(broker_id: int) -> Callable[[StackContext, int], Launched]:
+    def start(ctx: StackContext, port: int) -> Launched:
+        zookeeper = ctx.endpoints.get("zookeeper")
+        if not zookeeper:
+            raise StackError("brokers need ZooKeeper, which is not running")
+        data = ctx.data_dir / f"broker-{broker_id}"
+        data.mkdir(parents=True, exist_ok=True)
+        log_path = data / "broker.log"
+        metrics_port = port - BROKER_PORT_OFFSET + BROKER_METRICS_OFFSET
+        check_port_free(ctx.host, metrics_port, f"broker-{broker_id} metrics")
+        args = [sys.executable, "-m", "brokers", "--broker-id", str(broker_id), "--host",
+                ctx.host, "--port", str(port), "--data-dir", str(data / "logs"),
+                "--zookeeper", zookeeper, "--metrics-port", str(metrics_port)]
+        with open(log_path, "ab") as log_file:
+            process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_file,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        marker = str(data / "logs")
+        deadline = time.monotonic() + 60
+        while not _broker_healthy(ctx.host, port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                if process.poll() is None:
+                    kill_pid(process.pid, 5.0, expect=marker)
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise StackError(f"broker-{broker_id} did not start; end of {log_path}:\n{tail}")
+            time.sleep(0.1)
+        return Launched(pid=process.pid, port=port, marker=marker,
+                        endpoint=f"{ctx.host}:{port}", log=str(log_path))
+
+    return start
+
+
+def _broker_healthy(host: str, port: int) -> bool:
+    """The broker answers an ApiVersions request and is registered (Metadata lists it)."""
+    from brokers.protocol import (
+        FRAME_PREFIX,
+        ApiKey,
+        MetadataRequest,
+        MetadataResponse,
+        RequestHeader,
+        decode,
+        encode_request,
+        read_response_header,
+    )
+
+    try:
+        with socket.create_connection((host, port), timeout=2) as sock:
+            sock.sendall(encode_request(RequestHeader(int(ApiKey.METADATA), 0, 1, "strata-up"),
+                                        MetadataRequest([])))
+            (size,) = FRAME_PREFIX.unpack(_recv_exactly(sock, FRAME_PREFIX.size))
+            header, reader = read_response_header(_recv_exactly(sock, size))
+            response = decode(MetadataResponse, reader)
+    except (OSError, ValueError, RuntimeError):
+        return False
+    return header.error_code == 0 and any(b.port == port for b in response.brokers)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise RuntimeError("connection closed")
+        data += chunk
+    return data
+
+
+ZOOKEEPER_SERVICE = ServiceSpec(
+    name="zookeeper",
+    port_offset=0,
+    endpoint_key="zookeeper",
+    start=_start_zookeeper,
+    healthy=_zookeeper_healthy,
 )
+
+
+def broker_service(broker_id: int) -> ServiceSpec:
+    return ServiceSpec(name=f"broker-{broker_id}", port_offset=BROKER_PORT_OFFSET + broker_id,
+                       endpoint_key="bootstrap", start=_start_broker(broker_id),
+                       healthy=_broker_healthy)
+
+
+def stack_services(brokers: int = 1) -> tuple[ServiceSpec, ...]:
+    """The stack in start order (``down`` stops in reverse)."""
+    if not 1 <= brokers <= MAX_BROKERS:
+        raise StackError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
+    return (ZOOKEEPER_SERVICE, *(broker_service(i) for i in range(brokers)))
+
+
+#: The default stack (one broker until replication lands).
+SERVICES: tuple[ServiceSpec, ...] = stack_services(1)
 
 
 # -- the stack ------------------------------------------------------------------------
@@ -213,13 +302,27 @@ class Stack:
         data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR,
         *,
         host: str = "127.0.0.1",
-        services: Sequence[ServiceSpec] = SERVICES,
+        services: Sequence[ServiceSpec] | None = None,
+        brokers: int | None = None,
         health_wait: float = 30.0,
     ) -> None:
+        """``brokers`` None: as many as the data dir has broker directories (1 if none)."""
         self.data_dir = Path(data_dir).resolve()
         self.host = host
-        self.services = tuple(services)
+        self._fixed_services = tuple(services) if services is not None else None
+        self.brokers = brokers
         self.health_wait = health_wait
+
+    @property
+    def services(self) -> tuple[ServiceSpec, ...]:
+        if self._fixed_services is not None:
+            return self._fixed_services
+        count = self.brokers
+        if count is None:
+            # A cluster keeps its size across `down`/`up`: each broker has a directory.
+            existing = list(self.data_dir.glob("broker-*"))
+            count = max(1, len([d for d in existing if d.name[len("broker-"):].isdigit()]))
+        return stack_services(count)
 
     @property
     def state_path(self) -> Path:
