@@ -69,29 +69,32 @@ def test_up_status_up_again_down(
         _track_recorded(reaper, data_dir)  # before any assertion can fail
         info = _json(up)
         assert info["zookeeper"] == f"127.0.0.1:{port}"
-        assert info["bootstrap"] == "" and info["gateway"] is None
-        [zk] = info["processes"]
+        assert info["bootstrap"] == f"127.0.0.1:{port + 10}" and info["gateway"] is None
+        zk, broker = info["processes"]
         assert zk["name"] == "zookeeper" and zk["port"] == port and zk["state"] == "started"
-        pid = zk["pid"]
-        assert pid_alive(pid)
+        assert broker["name"] == "broker-0" and broker["port"] == port + 10
+        pid, broker_pid = zk["pid"], broker["pid"]
+        assert pid_alive(pid) and pid_alive(broker_pid)
 
         client = kazoo_factory(info["zookeeper"])
         client.create("/strata-cli-test", b"kept")
 
         status = strata("status", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
         assert status.returncode == 0, status.stderr
-        assert [(p["pid"], p["state"]) for p in _json(status)["processes"]] == [(pid, "running")]
+        assert [(p["pid"], p["state"]) for p in _json(status)["processes"]] == [
+            (pid, "running"), (broker_pid, "running")]
 
         again = strata("up", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
         assert again.returncode == 0, again.stderr
         again_info = _json(again)
-        assert [(p["pid"], p["state"]) for p in again_info["processes"]] == [(pid, "running")]
+        assert [(p["pid"], p["state"]) for p in again_info["processes"]] == [
+            (pid, "running"), (broker_pid, "running")]
         assert again_info["zookeeper"] == info["zookeeper"]
 
         down = strata("down", "--data-dir", str(data_dir), cwd=tmp_path)
         assert down.returncode == 0, down.stderr
         assert "stopped" in down.stdout
-        assert not pid_alive(pid)
+        assert not pid_alive(pid) and not pid_alive(broker_pid)
 
         after = strata("status", "--data-dir", str(data_dir), cwd=tmp_path)
         assert after.returncode == 1
@@ -107,7 +110,7 @@ def test_up_status_up_again_down(
         reader = kazoo_factory(new_info["zookeeper"])
         assert reader.get("/strata-cli-test")[0] == b"kept"
         assert strata("down", "--data-dir", str(data_dir), cwd=tmp_path).returncode == 0
-        assert not pid_alive(new_info["processes"][0]["pid"])
+        assert not any(pid_alive(p["pid"]) for p in new_info["processes"])
     finally:
         reaper.reap()
 
