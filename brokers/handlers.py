@@ -391,6 +391,10 @@ class RequestHandlers:
             remaining = deadline - time.monotonic()
             if size >= max(request.min_bytes, 1) or remaining <= 0 or not partitions:
                 return response
+            # As in Kafka: a partition error (out of range, not leader, ...) is answered at
+            # once; waiting for data could not fix it and would delay the client's reset.
+            if any(p.error_code for t in response.topics for p in t.partitions):
+                return response
             waiters = [asyncio.ensure_future(p.wait_for_data()) for p in partitions]
             try:
                 await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
