@@ -1,2 +1,81 @@
 """The Strata Python client (depends only on ``brokers.record_batch``, ``brokers.protocol``
-and ``brokers.errors``, never on the broker's server or log)."""
+and ``brokers.errors``, never on the broker's server or log).
+
+The public API is what ``__all__`` lists; modules whose names start with ``_`` are
+internal. Each client has a blocking face and an asyncio face over one implementation::
+
+    from strata.client import Admin, Consumer, NewTopic, TopicPartition
+
+    with Admin("127.0.0.1:9092") as admin:
+        admin.create_topics([NewTopic("events", num_partitions=3, replication_factor=1)])
+    with Consumer("127.0.0.1:9092", auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("events", p) for p in range(3)])
+        for record in consumer.poll(timeout_ms=1000):
+            ...
+
+Errors are the typed ``brokers.errors`` classes (re-exported here), each with a wire
+``code``, a ``name`` and a message that says what to do.
+"""
+
+from brokers.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    NetworkError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    StrataError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from brokers.record_batch import CONSUMER_SCHEMA, TimestampType
+from strata.client.admin import (
+    Admin,
+    AsyncAdmin,
+    ClusterDescription,
+    ConfigValue,
+    ListOffsetsResult,
+    NewTopic,
+    OffsetSpec,
+    PartitionDescription,
+    TopicDescription,
+)
+from strata.client.consumer import (
+    AsyncConsumer,
+    Consumer,
+    ConsumerRecord,
+    OffsetResetStrategy,
+    TopicPartition,
+)
+
+__all__ = [
+    "CONSUMER_SCHEMA",
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "ClusterDescription",
+    "ConfigValue",
+    "Consumer",
+    "ConsumerRecord",
+    "InvalidConfigError",
+    "InvalidPartitionsError",
+    "InvalidReplicationFactorError",
+    "InvalidTopicError",
+    "ListOffsetsResult",
+    "NetworkError",
+    "NewTopic",
+    "NotLeaderError",
+    "OffsetOutOfRangeError",
+    "OffsetResetStrategy",
+    "OffsetSpec",
+    "PartitionDescription",
+    "PolicyViolationError",
+    "StrataError",
+    "TimestampType",
+    "TopicAlreadyExistsError",
+    "TopicDescription",
+    "TopicPartition",
+    "UnknownTopicOrPartitionError",
+]
