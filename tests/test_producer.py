@@ -1,0 +1,845 @@
+"""The producer against real ZooKeeper and broker processes over TCP.
+
+Records are read back with raw ``FetchRequest``s through ``BrokerConnection`` and
+``batches_to_table`` (not through the consumer), so what is checked is what the broker
+stored. Fault injection uses ``ChaosProxy``: a TCP proxy between producer and broker
+that can read a produce response from the broker and then *drop the connection instead
+of delivering it* (the broker wrote the batch; the producer never hears so), or refuse
+connections while a broker is killed and restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from brokers.errors import (
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+    raise_for_code,
+)
+from brokers.protocol import (
+    FRAME_PREFIX,
+    ApiKey,
+    ConfigEntry,
+    CreatableTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    MetadataResponse,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
+    decode,
+    encode_response,
+    read_response_header,
+)
+from brokers.record_batch import (
+    BatchHeader,
+    Compression,
+    batches_to_table,
+    build_batch,
+    iter_batches,
+)
+from strata.client._cluster import Cluster
+from strata.client._partitioner import (
+    StickyPartitioner,
+    murmur2,
+    partition_for_key,
+    to_positive,
+)
+from strata.client._sync import EventLoopThread
+from strata.client.producer import (
+    AsyncProducer,
+    BufferFullError,
+    DeliveryTimeoutError,
+    Producer,
+    ProducerClosedError,
+    ProducerConfig,
+    RecordMetadata,
+)
+from tests.support.broker_process import BrokerProcess
+
+_names = itertools.count()
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{next(_names)}-{time.monotonic_ns() % 1_000_000}"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+async def _create_topic(bootstrap: str, name: str, partitions: int = 1,
+                        configs: dict[str, str] | None = None) -> None:
+    cluster = Cluster(bootstrap)
+    try:
+        entries = [ConfigEntry(k, v) for k, v in (configs or {}).items()]
+        response = await cluster.send_any(ApiKey.CREATE_TOPICS, CreateTopicsRequest(
+            [CreatableTopic(name, partitions, 1, entries)]))
+        assert isinstance(response, CreateTopicsResponse)
+        for topic in response.topics:
+            raise_for_code(topic.error_code, topic.error_message)
+    finally:
+        await cluster.close()
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1,
+                 configs: dict[str, str] | None = None) -> str:
+    asyncio.run(_create_topic(bootstrap, name, partitions, configs))
+    return name
+
+
+async def _read_partition(bootstrap: str, topic: str, partition: int
+                          ) -> tuple[pa.Table, list[BatchHeader]]:
+    """Every committed record of one partition, plus the headers of the batches they came in."""
+    cluster = Cluster(bootstrap)
+    try:
+        leader = await cluster.leader_for(topic, partition)
+        connection = await cluster.connection(leader)
+        offset = 0
+        tables: list[pa.Table] = []
+        headers: list[BatchHeader] = []
+        while True:
+            response = await connection.request(ApiKey.FETCH, FetchRequest(
+                [FetchTopic(topic, [FetchPartition(partition, offset, 4 << 20)])],
+                max_wait_ms=0))
+            assert isinstance(response, FetchResponse)
+            answer = response.topics[0].partitions[0]
+            raise_for_code(answer.error_code, answer.error_message)
+            if offset >= answer.high_watermark or not answer.records:
+                break
+            data = bytes(answer.records)
+            for header, _ in iter_batches(data):
+                if header.next_offset > offset:
+                    headers.append(header)
+            tables.append(batches_to_table(data, topic=topic, partition=partition,
+                                           start_offset=offset))
+            offset = headers[-1].next_offset
+        table = pa.concat_tables(tables) if tables else batches_to_table(
+            b"", topic=topic, partition=partition)
+        return table, headers
+    finally:
+        await cluster.close()
+
+
+def read_partition(bootstrap: str, topic: str, partition: int
+                   ) -> tuple[pa.Table, list[BatchHeader]]:
+    return asyncio.run(_read_partition(bootstrap, topic, partition))
+
+
+def results(futures: list[concurrent.futures.Future[RecordMetadata]],
+            timeout: float = 30) -> list[RecordMetadata]:
+    return [f.result(timeout) for f in futures]
+
+
+class ChaosProxy:
+    """A TCP proxy in front of one broker, with response loss on demand.
+
+    - ``drop_every = n``: the response to every n-th produce request is read from the
+      broker and thrown away, and both TCP connections are closed (a real disconnect
+      after the broker has written the batch).
+    - ``drop_next(block=True)``: drop the next produce response, then refuse every new
+      connection (accept + close) until ``unblock()``.
+    Metadata responses are rewritten so the broker is advertised at the proxy's port,
+    so every request of the client goes through the proxy.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.drop_every = 0
+        self.produce_requests = 0
+        self.dropped = 0
+        self.refusing = False
+        self._block_after_drop = False
+        self._drop_next = False
+        self.dropped_event = threading.Event()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._thread = EventLoopThread("chaos-proxy")
+        self.port = self._thread.run(self._start())
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def drop_next(self, *, block: bool) -> None:
+        self.dropped_event.clear()
+        self._block_after_drop = block
+        self._drop_next = True
+
+    def unblock(self) -> None:
+        self.refusing = False
+
+    def disconnect_all(self) -> None:
+        """Close every proxied connection now."""
+        async def close_all() -> None:
+            for writer in list(self._writers):
+                writer.close()
+
+        self._thread.run(close_all())
+
+    async def _start(self) -> int:
+        self._server = await asyncio.start_server(self._on_client, "127.0.0.1", 0)
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def _on_client(self, client_reader: asyncio.StreamReader,
+                         client_writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            client_writer.close()
+            return
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(
+                "127.0.0.1", self.upstream_port)
+        except OSError:
+            client_writer.close()
+            return
+        self._writers |= {client_writer, upstream_writer}
+        apis: dict[int, int] = {}
+        doomed: set[int] = set()
+
+        async def read_frame(reader: asyncio.StreamReader) -> bytes:
+            (size,) = FRAME_PREFIX.unpack(await reader.readexactly(FRAME_PREFIX.size))
+            return await reader.readexactly(size)
+
+        async def requests() -> None:
+            while True:
+                frame = await read_frame(client_reader)
+                api_key, _, correlation_id = struct.unpack_from(">hhi", frame)
+                apis[correlation_id] = api_key
+                if api_key == ApiKey.PRODUCE:
+                    self.produce_requests += 1
+                    if self._drop_next or (self.drop_every and
+                                           self.produce_requests % self.drop_every == 0):
+                        self._drop_next = False
+                        doomed.add(correlation_id)
+                upstream_writer.write(FRAME_PREFIX.pack(len(frame)) + frame)
+                await upstream_writer.drain()
+
+        async def responses() -> None:
+            while True:
+                frame = await read_frame(upstream_reader)
+                (correlation_id,) = struct.unpack_from(">i", frame)
+                api_key = apis.pop(correlation_id, None)
+                if correlation_id in doomed:
+                    self.dropped += 1
+                    if self._block_after_drop:
+                        self._block_after_drop = False
+                        self.refusing = True
+                    self.dropped_event.set()
+                    return  # the broker answered; the client never hears it
+                if api_key == ApiKey.METADATA:
+                    client_writer.write(self._rewrite_metadata(frame))
+                else:
+                    client_writer.write(FRAME_PREFIX.pack(len(frame)) + frame)
+                await client_writer.drain()
+
+        tasks = [asyncio.create_task(requests()), asyncio.create_task(responses())]
+        with contextlib.suppress(Exception):
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        for writer in (client_writer, upstream_writer):
+            writer.close()
+            self._writers.discard(writer)
+
+    def _rewrite_metadata(self, frame: bytes) -> bytes:
+        header, reader = read_response_header(frame)
+        if header.error_code:
+            return FRAME_PREFIX.pack(len(frame)) + frame
+        body = decode(MetadataResponse, reader, 0)
+        for broker in body.brokers:
+            if broker.port == self.upstream_port:
+                broker.port = self.port
+        chunks = encode_response(header.correlation_id, body, 0)
+        return b"".join(c if isinstance(c, bytes) else c.read_bytes() for c in chunks)
+
+    def close(self) -> None:
+        async def stop() -> None:
+            self._server.close()
+            for writer in list(self._writers):
+                writer.close()
+
+        self._thread.run(stop())
+        self._thread.close()
+
+
+@pytest.fixture
+def proxy_factory() -> Iterator[Any]:
+    proxies: list[ChaosProxy] = []
+
+    def make(port: int) -> ChaosProxy:
+        proxy = ChaosProxy(port)
+        proxies.append(proxy)
+        return proxy
+
+    try:
+        yield make
+    finally:
+        for proxy in proxies:
+            proxy.close()
+
+
+# --------------------------------------------------------------------------- unit
+
+
+KAFKA_MURMUR2 = {  # Kafka UtilsTest.testMurmur2, plus librdkafka's rdmurmur2.c vectors
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+    b"": 275646681,
+    b"kafka": -798503068,
+    b"giberish123456789": -1890243828,
+    b"1234": -1614185708,
+    b"234": -406844982,
+    b"34": -2026295078,
+}
+
+
+def test_murmur2_matches_kafka_vectors() -> None:
+    for data, expected in KAFKA_MURMUR2.items():
+        assert murmur2(data) == expected, data
+        assert murmur2(bytearray(data)) == expected
+    assert to_positive(-(2**31)) == 0
+    # partition = (murmur2 & 0x7fffffff) % n, as Kafka's BuiltInPartitioner.partitionForKey.
+    assert partition_for_key(b"foobar", 50) == 16
+    assert partition_for_key(b"599999", 12) == 3
+    assert partition_for_key(b"1039-36302-36840-2-9f138052", 12) == 4
+    assert partition_for_key(b"1388-20023-36900-2-c9985f66", 12) == 0
+
+
+def test_sticky_partitioner_moves_only_when_its_batch_closes() -> None:
+    import random
+
+    sticky = StickyPartitioner(random.Random(7))
+    first = sticky.partition("t", 4)
+    assert all(sticky.partition("t", 4) == first for _ in range(10))
+    sticky.batch_closed("t", (first + 1) % 4, 4)  # another partition's batch: no move
+    assert sticky.partition("t", 4) == first
+    seen = {first}
+    previous = first
+    for _ in range(40):
+        sticky.batch_closed("t", previous, 4)
+        current = sticky.partition("t", 4)
+        assert current != previous
+        seen.add(current)
+        previous = current
+    assert seen == {0, 1, 2, 3}
+    sticky.batch_closed("one", sticky.partition("one", 1), 1)
+    assert sticky.partition("one", 1) == 0
+
+
+def test_config_validation() -> None:
+    assert ProducerConfig.from_options("h:1", {}).idempotent
+    assert ProducerConfig.from_options("h:1", {}).acks == -1
+    # Like Kafka: idempotence left at its default is switched off by acks 0/1 ...
+    assert not ProducerConfig.from_options("h:1", {"acks": 1}).idempotent
+    assert not ProducerConfig.from_options("h:1", {"acks": "all", "retries": 0}).idempotent
+    # ... but asked for explicitly with them it is an error.
+    with pytest.raises(ValueError, match="requires acks='all'"):
+        ProducerConfig.from_options("h:1", {"acks": 1, "enable_idempotence": True})
+    with pytest.raises(ValueError, match="requires acks='all'"):
+        ProducerConfig.from_options("h:1", {"acks": 0, "enable_idempotence": True})
+    with pytest.raises(ValueError, match="compression"):
+        ProducerConfig.from_options("h:1", {"compression": "gzip"})
+    with pytest.raises(ValueError, match="acks"):
+        ProducerConfig.from_options("h:1", {"acks": 2})
+    with pytest.raises(ValueError, match="batch_size"):
+        ProducerConfig.from_options("h:1", {"batch_size": 0})
+    with pytest.raises(ValueError, match="unknown producer option"):
+        ProducerConfig.from_options("h:1", {"lingerms": 3})  # type: ignore[typeddict-unknown-key]
+    with pytest.raises(ValueError, match="host:port"):
+        Producer("nonsense")
+    assert ProducerConfig.from_options("h:1", {"compression": "zstd"}).compression \
+        is Compression.ZSTD
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+def test_sync_round_trip(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("sync"), partitions=3)
+    base_ts = 1_700_000_000_000
+    records: list[dict[str, Any]] = []
+    for i in range(60):
+        records.append({
+            "value": None if i == 7 else f"value-{i}".encode(),
+            "key": None if i % 5 == 0 else f"key-{i}".encode(),
+            "headers": [("trace", f"t{i}".encode()), ("n", None)] if i % 3 == 0 else None,
+            "timestamp_ms": base_ts + i,
+        })
+    called: list[RecordMetadata] = []
+    with Producer(broker.bootstrap, linger_ms=2) as producer:
+        futures = [producer.send(topic, partition=1, **r) for r in records]
+        for future in futures:
+            future.add_done_callback(lambda f: called.append(f.result()))
+        producer.send(topic, "as str", key="k-str", partition=1, headers={"h": b"v"},
+                      timestamp_ms=base_ts + 100).result(30)
+        _, pending = concurrent.futures.wait(futures, timeout=30)
+        assert not pending and not futures[0].cancel()  # a queued record cannot be recalled
+        metas = [f.result() for f in concurrent.futures.as_completed(futures, timeout=30)]
+        metas.sort(key=lambda m: m.offset)
+    assert sorted(called) == sorted(metas)
+    assert [m.partition for m in metas] == [1] * 60
+    assert [m.offset for m in metas] == list(range(60))
+    assert [m.timestamp for m in metas] == [base_ts + i for i in range(60)]
+    assert all(m.topic == topic for m in metas)
+
+    table, _ = read_partition(broker.bootstrap, topic, 1)
+    assert table.num_rows == 61
+    assert table.column("offset").to_pylist() == list(range(61))
+    assert table.column("value").to_pylist()[:60] == [r["value"] for r in records]
+    assert table.column("key").to_pylist()[:60] == [r["key"] for r in records]
+    assert table.column("timestamp").to_pylist()[:60] == [r["timestamp_ms"] for r in records]
+    headers = table.column("headers").to_pylist()
+    for r, h in zip(records, headers[:60], strict=True):
+        expected = None if r["headers"] is None else [{"key": k, "value": v}
+                                                      for k, v in r["headers"]]
+        assert h == expected
+    assert table.column("value")[60].as_py() == b"as str"
+    assert table.column("key")[60].as_py() == b"k-str"
+    assert headers[60] == [{"key": "h", "value": b"v"}]
+    for other in (0, 2):
+        assert read_partition(broker.bootstrap, topic, other)[0].num_rows == 0
+
+
+def test_send_errors_are_typed(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("errors"), partitions=2,
+                         configs={"max.message.bytes": "4000"})
+    producer = Producer(broker.bootstrap, max_block_ms=2000, linger_ms=1)
+    try:
+        with pytest.raises(UnknownTopicOrPartitionError, match="does not exist"):
+            producer.send(_topic("missing"), b"x")
+        with pytest.raises(ValueError, match="partition 5 does not exist"):
+            producer.send(topic, b"x", partition=5)
+        with pytest.raises(TypeError, match="must be bytes"):
+            producer.send(topic, 12345)  # type: ignore[arg-type]
+        # A broker-side, non-retriable error fails that batch's futures with its type ...
+        assert producer.send(topic, b"small", partition=0).result(30).offset == 0
+        with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes"):
+            producer.send(topic, b"L" * 10_000, partition=0).result(30)
+        # ... and the partition goes on (under a fresh producer id: the failed batch used
+        # up sequence numbers the broker never saw).
+        assert producer.send(topic, b"small again", partition=0).result(30).offset == 1
+    finally:
+        producer.close()
+    with pytest.raises(ProducerClosedError):
+        producer.send(topic, b"x")
+    _, headers = read_partition(broker.bootstrap, topic, 0)
+    assert [h.base_sequence for h in headers] == [0, 0]
+    assert headers[0].producer_id != headers[1].producer_id
+
+
+def test_async_round_trip_and_log_append_time(broker: BrokerProcess) -> None:
+    create_time_topic = create_topic(broker.bootstrap, _topic("async"), partitions=2)
+    append_topic = create_topic(broker.bootstrap, _topic("append"),
+                                configs={"message.timestamp.type": "LogAppendTime"})
+
+    async def main() -> tuple[list[RecordMetadata], list[RecordMetadata], float, float]:
+        async with AsyncProducer(broker.bootstrap, linger_ms=1) as producer:
+            futures = [await producer.send(create_time_topic, f"v{i}".encode(),
+                                           key=f"k{i}".encode(), headers=[("i", str(i).encode())],
+                                           timestamp_ms=1_000 + i) for i in range(40)]
+            created = list(await asyncio.gather(*futures))
+            before = time.time() * 1000
+            appended = [await f for f in [await producer.send(append_topic, b"x",
+                                                              timestamp_ms=5)
+                                          for _ in range(10)]]
+            after = time.time() * 1000
+            return created, appended, before, after
+
+    created, appended, before, after = asyncio.run(main())
+    for meta, i in zip(created, range(40), strict=True):
+        assert meta.partition == partition_for_key(f"k{i}".encode(), 2)
+        assert meta.timestamp == 1_000 + i
+    for partition in (0, 1):
+        table, _ = read_partition(broker.bootstrap, create_time_topic, partition)
+        mine = [(m.offset, i) for i, m in enumerate(created) if m.partition == partition]
+        assert table.column("offset").to_pylist() == [o for o, _ in mine]
+        assert table.column("value").to_pylist() == [f"v{i}".encode() for _, i in mine]
+        assert table.column("headers").to_pylist() == [
+            [{"key": "i", "value": str(i).encode()}] for _, i in mine]
+    # LogAppendTime: the broker's clock, not the 5 ms the producer stamped.
+    assert all(before - 1000 <= m.timestamp <= after + 1000 for m in appended)
+    table, _ = read_partition(broker.bootstrap, append_topic, 0)
+    assert table.column("timestamp").to_pylist() == [m.timestamp for m in appended]
+    assert set(table.column("timestampType").to_pylist()) == {1}
+
+
+def test_acks_levels(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("acks"))
+    with Producer(broker.bootstrap, acks=1) as producer:
+        assert not producer.config.idempotent
+        metas = results([producer.send(topic, f"one-{i}".encode()) for i in range(10)])
+        assert [m.offset for m in metas] == list(range(10))
+    with Producer(broker.bootstrap, acks=0) as producer:
+        metas = results([producer.send(topic, f"zero-{i}".encode()) for i in range(10)])
+        assert {m.offset for m in metas} == {-1}
+    deadline = time.monotonic() + 10
+    while read_partition(broker.bootstrap, topic, 0)[0].num_rows < 20:
+        assert time.monotonic() < deadline, "acks=0 records never arrived"
+        time.sleep(0.05)
+    _, headers = read_partition(broker.bootstrap, topic, 0)
+    assert {h.producer_id for h in headers} == {-1}  # not idempotent with acks 0/1
+
+
+# --------------------------------------------------------------------------- partitioning
+
+
+def test_keys_land_on_kafka_partitions(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("keys"), partitions=6)
+    keys = [f"user-{i}".encode() for i in range(60)]
+    with Producer(broker.bootstrap) as producer:
+        first = results([producer.send(topic, b"a", key=k) for k in keys])
+        second = results([producer.send(topic, b"b", key=k) for k in keys])
+    for key, a, b in zip(keys, first, second, strict=True):
+        assert a.partition == b.partition == partition_for_key(key, 6)
+    assert len({m.partition for m in first}) == 6
+    for partition in range(6):
+        table, _ = read_partition(broker.bootstrap, topic, partition)
+        assert all(partition_for_key(k, 6) == partition for k in table.column("key").to_pylist())
+
+
+def test_sticky_partitioning_for_null_keys(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("sticky"), partitions=4)
+    with Producer(broker.bootstrap, linger_ms=2000, batch_size=1 << 20) as producer:
+        futures = [producer.send(topic, b"x" * 100) for _ in range(20)]
+        producer.flush()
+        assert len({m.partition for m in results(futures)}) == 1  # one batch, one partition
+    with Producer(broker.bootstrap, linger_ms=2000, batch_size=1000) as producer:
+        futures = [producer.send(topic, b"y" * 100) for _ in range(100)]
+        producer.flush()
+        partitions = [m.partition for m in results(futures)]
+    runs = [(p, len(list(group))) for p, group in itertools.groupby(partitions)]
+    # Each batch (8 records of 116 estimated bytes under batch_size=1000) fills one
+    # partition, then the sticky partition moves to a different one.
+    assert [n for _, n in runs] == [8] * 12 + [4]
+    assert all(a != b for (a, _), (b, _) in itertools.pairwise(runs))
+    assert len(set(partitions)) > 1
+
+
+# --------------------------------------------------------------------------- batching
+
+
+def test_linger_and_batch_size_form_batches(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("batching"), partitions=2)
+    with Producer(broker.bootstrap, linger_ms=300, batch_size=1 << 20) as producer:
+        started = time.monotonic()
+        futures = [producer.send(topic, f"{i:04d}".encode(), partition=0) for i in range(300)]
+        metas = results(futures)
+        waited = time.monotonic() - started
+    assert [m.offset for m in metas] == list(range(300))
+    assert waited >= 0.25  # nothing left before linger expired
+    _, headers = read_partition(broker.bootstrap, topic, 0)
+    assert sum(h.record_count for h in headers) == 300
+    assert len(headers) <= 3 and max(h.record_count for h in headers) >= 100
+
+    with Producer(broker.bootstrap, linger_ms=5000, batch_size=1000) as producer:
+        started = time.monotonic()
+        futures = [producer.send(topic, b"z" * 100, partition=1) for i in range(96)]
+        # 8 records of 116 estimated bytes fill a batch: the 9th does not fit in 1000.
+        # The first 11 batches went out full without waiting for linger ...
+        results(futures[:88])
+        assert time.monotonic() - started < 4
+        # ... the 12th holds 8 records too but waits for its linger (or a flush).
+        assert not futures[-1].done()
+        producer.flush()
+        assert [m.offset for m in results(futures)] == list(range(96))
+    _, headers = read_partition(broker.bootstrap, topic, 1)
+    assert [h.record_count for h in headers] == [8] * 12
+
+
+def test_compression(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("compress"), partitions=3)
+    values = [(f"record {i} " * 40).encode() for i in range(200)]
+    sizes: dict[str, int] = {}
+    for partition, codec in enumerate(("none", "lz4", "zstd")):
+        with Producer(broker.bootstrap, compression=codec, linger_ms=50) as producer:
+            results([producer.send(topic, v, partition=partition) for v in values])
+        table, headers = read_partition(broker.bootstrap, topic, partition)
+        assert table.column("value").to_pylist() == values
+        assert {h.compression for h in headers} == {Compression.parse(codec)}
+        sizes[codec] = sum(h.size for h in headers)
+    assert sizes["lz4"] < sizes["none"] / 3
+    assert sizes["zstd"] < sizes["none"] / 3
+
+
+def test_send_batch_columnar_fast_path(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("columnar"), partitions=4)
+    values = pa.array([f"{i:08d}".encode() for i in range(20_000)], pa.binary())
+    with Producer(broker.bootstrap, batch_size=64 * 1024) as producer:
+        parts = producer.send_batch(topic, values, partition=2).result(30)
+        assert sum(p.record_count for p in parts) == 20_000 and len(parts) > 1
+        assert [p.base_offset for p in parts] == list(itertools.accumulate(
+            [0] + [p.record_count for p in parts[:-1]]))
+        sticky = producer.send_batch(topic, pa.array(["s"] * 5000)).result(30)
+        keys = [f"k{i}".encode() for i in range(500)]
+        keyed = producer.send_batch(topic, [b"v"] * 500, keys=keys).result(30)
+    table, headers = read_partition(broker.bootstrap, topic, 2)
+    own = table.slice(0, 20_000)
+    assert own.column("value").equals(pa.chunked_array([values]))
+    mine = [h for h in headers if h.base_offset < 20_000]
+    assert [h.record_count for h in mine] == [p.record_count for p in parts]
+    # Chunks hold about batch_size estimated bytes (8-byte values + 16 = 24 each) and
+    # their encoding carries only their own rows, not the whole input column.
+    assert all(h.record_count <= 64 * 1024 // 24 + 1 for h in mine)
+    assert all(h.size < 2 * 64 * 1024 for h in mine)
+    assert sum(p.record_count for p in sticky) == 5000
+    if len(sticky) > 1:  # chunks rotate over the partitions like sticky batches
+        assert all(a.partition != b.partition for a, b in itertools.pairwise(sticky))
+    for meta in keyed:
+        table, _ = read_partition(broker.bootstrap, topic, meta.partition)
+        got = table.slice(meta.base_offset, meta.record_count).column("key").to_pylist()
+        assert all(partition_for_key(k, 4) == meta.partition for k in got)
+    assert sum(p.record_count for p in keyed) == 500
+
+
+# --------------------------------------------------------------------------- back-pressure
+
+
+def test_back_pressure_raise(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("raise"))
+    with Producer(broker.bootstrap, buffer_memory=2000, linger_ms=60_000,
+                  batch_size=1 << 20, on_buffer_full="raise") as producer:
+        futures = [producer.send(topic, b"r" * 100) for _ in range(17)]  # 17 * 116 bytes
+        with pytest.raises(BufferFullError) as caught:
+            producer.send(topic, b"r" * 100)
+        assert caught.value.code == 1000 and caught.value.name == "BUFFER_FULL"
+        assert "buffer_memory=2000" in str(caught.value) and caught.value.retriable
+        producer.flush()
+        assert [m.offset for m in results(futures)] == list(range(17))
+        after = producer.send(topic, b"after")  # room again
+        producer.flush()
+        assert after.result(30).offset == 17
+
+
+def test_back_pressure_block(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("block"))
+    with Producer(broker.bootstrap, buffer_memory=2000, linger_ms=60_000,
+                  batch_size=1 << 20, max_block_ms=10_000) as producer:
+        for _ in range(17):
+            producer.send(topic, b"b" * 100)
+        blocked: list[concurrent.futures.Future[RecordMetadata]] = []
+        sender = threading.Thread(target=lambda: blocked.append(producer.send(topic, b"l" * 100)))
+        sender.start()
+        time.sleep(0.3)
+        assert sender.is_alive() and not blocked  # waiting for buffer space
+        producer.flush()  # acknowledgements free the buffer
+        sender.join(10)
+        assert not sender.is_alive()
+        producer.flush()
+        assert blocked[0].result(10).offset == 17
+    with Producer(broker.bootstrap, buffer_memory=2000, linger_ms=60_000,
+                  batch_size=1 << 20, max_block_ms=200) as producer:
+        for _ in range(17):
+            producer.send(topic, b"b" * 100)
+        started = time.monotonic()
+        with pytest.raises(BufferFullError, match="max_block_ms=200"):
+            producer.send(topic, b"b" * 100)
+        assert time.monotonic() - started >= 0.19
+
+    async def async_block() -> None:
+        async with AsyncProducer(broker.bootstrap, buffer_memory=2000, linger_ms=60_000,
+                                 batch_size=1 << 20) as producer:
+            for _ in range(17):
+                await producer.send(topic, b"a" * 100)
+            late = asyncio.create_task(producer.send(topic, b"l" * 100))
+            await asyncio.sleep(0.2)
+            assert not late.done()
+            await producer.flush()
+            future = await asyncio.wait_for(late, 10)
+            await producer.flush()
+            assert (await future).offset > 0
+
+    asyncio.run(async_block())
+
+
+# --------------------------------------------------------------------------- idempotence
+
+
+def _check_exactly_once(bootstrap: str, topic: str, sent: dict[int, list[bytes]],
+                        metas: dict[int, list[RecordMetadata]]) -> None:
+    for partition, values in sent.items():
+        table, _ = read_partition(bootstrap, topic, partition)
+        assert table.column("value").to_pylist() == values  # every record once, in order
+        assert table.column("offset").to_pylist() == list(range(len(values)))  # no gaps
+        assert [m.offset for m in metas[partition]] == list(range(len(values)))
+
+
+def test_idempotent_producer_under_response_loss(broker: BrokerProcess, proxy_factory: Any
+                                                 ) -> None:
+    topic = create_topic(broker.bootstrap, _topic("lossy"), partitions=2)
+    proxy: ChaosProxy = proxy_factory(broker.port)
+    proxy.drop_every = 3
+    sent: dict[int, list[bytes]] = {0: [], 1: []}
+    futures: dict[int, list[concurrent.futures.Future[RecordMetadata]]] = {0: [], 1: []}
+    with Producer(proxy.bootstrap, batch_size=600, linger_ms=2, retry_backoff_ms=20,
+                  request_timeout_ms=5000) as producer:
+        assert producer.config.idempotent
+        for i in range(1500):
+            partition = i % 2
+            value = f"{partition}-{i:05d}".encode()
+            sent[partition].append(value)
+            futures[partition].append(producer.send(topic, value, partition=partition))
+        producer.flush()
+        metas = {p: results(f) for p, f in futures.items()}
+    assert proxy.dropped >= 5, proxy.dropped
+    _check_exactly_once(broker.bootstrap, topic, sent, metas)
+
+    # The same faults without idempotence do write duplicates: the check above has teeth.
+    control = create_topic(broker.bootstrap, _topic("lossy-control"))
+    proxy.dropped = 0
+    with Producer(proxy.bootstrap, enable_idempotence=False, batch_size=600, linger_ms=2,
+                  retry_backoff_ms=20) as producer:
+        plain = [f"c-{i:05d}".encode() for i in range(300)]
+        results([producer.send(control, v) for v in plain])
+    table, _ = read_partition(broker.bootstrap, control, 0)
+    assert proxy.dropped >= 1
+    assert table.num_rows > len(plain)
+
+
+def test_async_idempotent_producer_under_response_loss(broker: BrokerProcess,
+                                                       proxy_factory: Any) -> None:
+    topic = create_topic(broker.bootstrap, _topic("lossy-async"))
+    proxy: ChaosProxy = proxy_factory(broker.port)
+    proxy.drop_every = 2
+
+    async def main() -> list[RecordMetadata]:
+        async with AsyncProducer(proxy.bootstrap, batch_size=400, linger_ms=1,
+                                 retry_backoff_ms=10) as producer:
+            futures = [await producer.send(topic, f"{i:05d}".encode()) for i in range(400)]
+            return list(await asyncio.gather(*futures))
+
+    metas = asyncio.run(main())
+    assert proxy.dropped >= 3
+    _check_exactly_once(broker.bootstrap, topic, {0: [f"{i:05d}".encode() for i in range(400)]},
+                        {0: metas})
+
+
+def test_delivery_timeout_when_the_broker_is_unreachable(broker: BrokerProcess,
+                                                         proxy_factory: Any) -> None:
+    topic = create_topic(broker.bootstrap, _topic("unreachable"))
+    proxy: ChaosProxy = proxy_factory(broker.port)
+    with Producer(proxy.bootstrap, delivery_timeout_ms=1500, request_timeout_ms=500,
+                  retry_backoff_ms=50, linger_ms=1) as producer:
+        assert producer.send(topic, b"first").result(30).offset == 0
+        proxy.refusing = True
+        proxy.disconnect_all()
+        started = time.monotonic()
+        lost = producer.send(topic, b"lost")
+        with pytest.raises(DeliveryTimeoutError, match="delivery_timeout_ms=1500") as caught:
+            lost.result(30)
+        assert 1.2 < time.monotonic() - started < 10
+        assert caught.value.last_error is not None and caught.value.last_error.retriable
+        proxy.unblock()
+        assert producer.send(topic, b"back").result(30).offset == 1
+    table, _ = read_partition(broker.bootstrap, topic, 0)
+    assert table.column("value").to_pylist() == [b"first", b"back"]
+
+
+def test_out_of_order_sequence_fails_the_partition_then_recovers(broker: BrokerProcess
+                                                                  ) -> None:
+    topic = create_topic(broker.bootstrap, _topic("gap"))
+    with Producer(broker.bootstrap, linger_ms=1) as producer:
+        results([producer.send(topic, f"a{i}".encode()) for i in range(5)])
+        state = producer._engine._partitions[(topic, 0)]
+        pid, epoch = state.producer_id, state.producer_epoch
+        assert state.next_sequence == 5
+
+        async def steal_sequences() -> None:
+            # Another writer with the same producer id takes sequences 5..14, so the
+            # producer's next batch (5..7) is a gap from the broker's point of view.
+            cluster = Cluster(broker.bootstrap)
+            try:
+                connection = await cluster.connection(await cluster.leader_for(topic, 0))
+                batch = build_batch([b"intruder"] * 10, producer_id=pid, producer_epoch=epoch,
+                                    base_sequence=5)
+                response = await connection.request(ApiKey.PRODUCE, ProduceRequest(
+                    -1, 5000, [ProduceTopic(topic, [ProducePartition(0, batch)])]))
+                assert isinstance(response, ProduceResponse)
+                assert response.topics[0].partitions[0].error_code == 0
+            finally:
+                await cluster.close()
+
+        asyncio.run(steal_sequences())
+        doomed = [producer.send(topic, f"b{i}".encode()) for i in range(3)]
+        for future in doomed:
+            with pytest.raises(OutOfOrderSequenceError, match="were not written"):
+                future.result(30)
+        # The partition continues under a fresh producer id.
+        after = results([producer.send(topic, f"c{i}".encode()) for i in range(3)])
+        assert [m.offset for m in after] == [15, 16, 17]
+        assert state.producer_id != pid
+    table, headers = read_partition(broker.bootstrap, topic, 0)
+    assert table.column("value").to_pylist() == (
+        [f"a{i}".encode() for i in range(5)] + [b"intruder"] * 10 +
+        [f"c{i}".encode() for i in range(3)])
+    assert headers[-1].base_sequence == 0
+
+
+def test_broker_kill_and_restart_keeps_acked_records_and_producer_state(
+        broker_factory: Any, proxy_factory: Any) -> None:
+    crashing = broker_factory(broker_id=1, overrides={"log.flush.policy": "always"})
+
+    async def leader_partition(topic: str) -> int:
+        cluster = Cluster(crashing.bootstrap)
+        try:
+            partitions = await cluster.partitions_for(topic)
+            return next(p for p, info in partitions.items() if info.leader == 1)
+        finally:
+            await cluster.close()
+
+    # Two partitions: if another broker lives in this ZooKeeper, one lands on each.
+    topic = create_topic(crashing.bootstrap, _topic("crash"), partitions=2)
+    partition = asyncio.run(leader_partition(topic))
+    proxy: ChaosProxy = proxy_factory(crashing.port)
+    sent: list[bytes] = []
+    futures: list[concurrent.futures.Future[RecordMetadata]] = []
+
+    def send(prefix: str, count: int) -> list[concurrent.futures.Future[RecordMetadata]]:
+        batch = []
+        for i in range(count):
+            sent.append(f"{prefix}-{i:04d}".encode())
+            batch.append(producer.send(topic, sent[-1], partition=partition))
+        futures.extend(batch)
+        return batch
+
+    with Producer(proxy.bootstrap, linger_ms=5, retry_backoff_ms=50,
+                  request_timeout_ms=5000, delivery_timeout_ms=90_000) as producer:
+        results(send("before", 200))
+        # The broker writes (and fsyncs) this batch, but its answer is lost and the proxy
+        # refuses the retries until the broker has been SIGKILLed and restarted.
+        proxy.drop_next(block=True)
+        unanswered = send("unanswered", 10)
+        assert proxy.dropped_event.wait(15), "the produce request never reached the broker"
+        crashing.kill()
+        queued = send("while-down", 50)  # queued while nothing is reachable
+        crashing.restart()
+        proxy.unblock()
+        # The retry is the same batch with the same sequence: the restarted broker
+        # rebuilt its producer state from the log and answers with the original offsets.
+        assert [m.offset for m in results(unanswered, 60)] == list(range(200, 210))
+        assert [m.offset for m in results(queued, 60)] == list(range(210, 260))
+        results(send("after", 200))
+    metas = results(futures)
+    assert [m.offset for m in metas] == list(range(len(sent)))
+    table, _ = read_partition(crashing.bootstrap, topic, partition)
+    assert table.column("value").to_pylist() == sent  # every ack present, once, in order
