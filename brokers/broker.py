@@ -42,7 +42,7 @@ LOCK_FILE: Final = ".lock"
 class DataDirLockedError(StrataError):
     """Another process holds the data directory."""
 
-    code = 1001
+    code = 1101
     name = "DATA_DIR_LOCKED"
 
 

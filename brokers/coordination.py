@@ -68,14 +68,14 @@ _PRODUCER_ID_BLOCK = f"{ROOT}/latest_producer_id_block"
 class BrokerIdInUseError(StrataError):
     """Another live broker is registered with this id."""
 
-    code = 1002
+    code = 1102
     name = "BROKER_ID_IN_USE"
 
 
 class ConcurrentUpdateError(StrataError):
     """A conditional ZooKeeper write lost a race; re-read the state and decide again."""
 
-    code = 1003
+    code = 1103
     name = "CONCURRENT_UPDATE"
     retriable = True
 

@@ -1,9 +1,17 @@
 """The ``strata`` command: run the local stack and the benchmarks.
 
-    strata up     [--data-dir DIR] [--base-port P] [--format text|json]
+    strata up     [--brokers N] [--data-dir DIR] [--base-port P] [--format text|json]
     strata status [--data-dir DIR] [--format text|json]
     strata down   [--data-dir DIR]
-    strata perf log [...]            (options come from strata.perf)
+    strata broker start [--config FILE] [--broker-id N] [--port P] [--override K=V ...]
+    strata topic create|list|describe|alter-config|delete ...
+    strata produce TOPIC [--key-separator SEP] [--acks 0|1|all] [--partition P]
+    strata consume TOPIC [--from-beginning|--offset N|--timestamp MS] [--partition P]
+                         [-n COUNT] [--timeout-ms MS]
+    strata perf log|produce|consume [...]
+
+Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
+``--format text|json``.
 
 Exit codes: 0 success; 1 an expected problem, explained on stderr in one message that says
 what to do (no traceback); 2 bad usage (argparse); 130 interrupted. ``status`` exits 1
@@ -13,25 +21,17 @@ when some recorded process is not running.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Sequence
-from typing import Protocol, cast
 
+from brokers.errors import StrataError
+from strata.commands.common import CommandError
 from strata.procs import PortInUseError
 from strata.stack import DEFAULT_DATA_DIR, Stack, StackError, StackStatus
 from zookeeper.launcher import ZooKeeperError
 
 __all__ = ["build_parser", "main"]
-
-
-class _PerfModule(Protocol):
-    """What ``strata perf log`` needs from :mod:`strata.perf` (imported lazily)."""
-
-    def add_log_arguments(self, parser: argparse.ArgumentParser) -> None: ...
-
-    def run_log(self, args: argparse.Namespace) -> int: ...
 
 
 class _UserError(Exception):
@@ -96,13 +96,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down.set_defaults(handler=_cmd_down)
 
+    from strata.commands import broker, consume, produce, topic
+
+    for module in (broker, topic, produce, consume):
+        module.register(sub)
+
     perf = sub.add_parser("perf", help="benchmarks")
     perf_sub = perf.add_subparsers(dest="perf_command", metavar="BENCHMARK", required=True)
-    # Registered for `strata --help` / `strata perf --help` only; main() hands
-    # `strata perf log ...` to strata.perf's own parser (see _run_perf_log).
-    perf_sub.add_parser(
-        "log", help="partition log append/read throughput", add_help=False
-    ).set_defaults(handler=None)
+    from strata import perf as perf_log
+    from strata import perf_client
+
+    log = perf_sub.add_parser("log", help="partition log append/read throughput")
+    perf_log.add_log_arguments(log)
+    log.set_defaults(handler=perf_log.run_log)
+    produce_perf = perf_sub.add_parser("produce", help="producer throughput and latency")
+    perf_client.add_produce_arguments(produce_perf)
+    produce_perf.set_defaults(handler=perf_client.run_produce)
+    consume_perf = perf_sub.add_parser("consume", help="consumer throughput (and e2e latency)")
+    perf_client.add_consume_arguments(consume_perf)
+    consume_perf.set_defaults(handler=perf_client.run_consume)
     return parser
 
 
@@ -158,35 +170,15 @@ def _cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_perf_log(argv: Sequence[str]) -> int:
-    """Dispatch to strata.perf, imported only here so the rest of the CLI never needs it."""
-    try:
-        perf = cast(_PerfModule, importlib.import_module("strata.perf"))
-    except ModuleNotFoundError as exc:
-        if exc.name != "strata.perf":
-            raise
-        raise _UserError(
-            "`strata perf log` is not available: strata/perf.py is not in this checkout"
-        ) from None
-    parser = argparse.ArgumentParser(
-        prog="strata perf log", description="Partition log append/read benchmark."
-    )
-    perf.add_log_arguments(parser)
-    return perf.run_log(parser.parse_args(list(argv)))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``strata`` console script; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args_list[:2] == ["perf", "log"]:
-            return _run_perf_log(args_list[2:])
         args = build_parser().parse_args(args_list)
-        if args.handler is None:  # pragma: no cover - only `perf log`, dispatched above
-            raise _UserError("unknown command")
         code: int = args.handler(args)
         return code
-    except (StackError, PortInUseError, ZooKeeperError, _UserError) as exc:
+    except (StackError, PortInUseError, ZooKeeperError, _UserError, CommandError,
+            StrataError, ValueError) as exc:
         # Expected operational failures (port taken, no java, ZooKeeper did not start...):
         # their messages say what to do. Anything else is a bug and keeps its traceback.
         print(f"strata: error: {exc}", file=sys.stderr)

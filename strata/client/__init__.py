@@ -49,9 +49,25 @@ from strata.client.consumer import (
     OffsetResetStrategy,
     TopicPartition,
 )
+from strata.client.producer import (
+    AsyncProducer,
+    BatchMetadata,
+    BufferFullError,
+    DeliveryTimeoutError,
+    Producer,
+    ProducerClosedError,
+    RecordMetadata,
+)
 
 __all__ = [
     "CONSUMER_SCHEMA",
+    "AsyncProducer",
+    "BatchMetadata",
+    "BufferFullError",
+    "DeliveryTimeoutError",
+    "Producer",
+    "ProducerClosedError",
+    "RecordMetadata",
     "Admin",
     "AsyncAdmin",
     "AsyncConsumer",

@@ -68,16 +68,24 @@ class Cluster:
         self.controller_id = -1
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self._refresh_lock = asyncio.Lock()
+        self._connect_locks: dict[tuple[str, int], asyncio.Lock] = {}
 
     # ------------------------------------------------------------------ connections
     async def connection_to(self, address: tuple[str, int]) -> BrokerConnection:
         connection = self._connections.get(address)
         if connection is not None and connection.is_open:
             return connection
-        connection = BrokerConnection(*address, client_id=self.client_id)
-        await connection.connect(timeout=self.request_timeout_ms / 1000)
-        self._connections[address] = connection
-        return connection
+        # One connect at a time per address: two tasks racing here would each open a
+        # connection and the loser's would leak (its read task pending forever).
+        lock = self._connect_locks.setdefault(address, asyncio.Lock())
+        async with lock:
+            connection = self._connections.get(address)
+            if connection is not None and connection.is_open:
+                return connection
+            connection = BrokerConnection(*address, client_id=self.client_id)
+            await connection.connect(timeout=self.request_timeout_ms / 1000)
+            self._connections[address] = connection
+            return connection
 
     async def connection(self, node_id: int) -> BrokerConnection:
         address = self.brokers.get(node_id)

@@ -1,0 +1,1 @@
+"""Subcommands of the ``strata`` CLI; each module exposes ``register(subparsers)``."""

@@ -1,0 +1,207 @@
+"""``strata perf produce`` and ``strata perf consume``: client throughput and latency.
+
+Modelled on Kafka's ``kafka-producer-perf-test`` / ``kafka-consumer-perf-test``.
+
+produce: sends ``--num-records`` records of ``--record-size`` random bytes (null keys, so
+the sticky partitioner spreads batches over the partitions). ``--api batch`` (default)
+hands the producer whole Arrow columns of ``--chunk-records`` records (``send_batch``,
+no per-record Python); ``--api send`` calls ``send`` once per record as an application
+would. Latency is measured from the moment a record is handed to the producer to its
+acknowledgement (per chunk for ``--api batch``). ``--throughput`` caps records/s.
+
+consume: reads ``--num-records`` records from the start of every partition with
+``poll_arrow`` (columns, no per-record Python) and reports throughput. Its latency is
+each record's age when it was consumed (now - record timestamp): run it while a
+producer is writing to measure end-to-end latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["add_consume_arguments", "add_produce_arguments", "run_consume", "run_produce",
+           "summarize"]
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", default=None, metavar="HOST:PORT[,...]",
+                        help="brokers (default: $STRATA_BOOTSTRAP)")
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--num-records", type=_positive, required=True)
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--record-size", type=_positive, default=100)
+    parser.add_argument("--throughput", type=float, default=-1,
+                        help="records/s cap; -1 for as fast as possible")
+    parser.add_argument("--acks", choices=("0", "1", "all"), default="1")
+    parser.add_argument("--batch-size", type=_positive, default=128 * 1024,
+                        help="producer batch_size in bytes")
+    parser.add_argument("--linger-ms", type=float, default=5.0)
+    parser.add_argument("--compression", choices=("none", "lz4", "zstd"), default="none")
+    parser.add_argument("--api", choices=("batch", "send"), default="batch")
+    parser.add_argument("--chunk-records", type=_positive, default=1000,
+                        help="records per send_batch call with --api batch")
+
+
+def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--timeout-ms", type=_positive, default=60_000,
+                        help="give up when no record arrived for this long")
+
+
+def summarize(records: int, value_bytes: int, seconds: float,
+              latencies_ms: list[float] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "records": records,
+        "seconds": round(seconds, 3),
+        "records_per_sec": round(records / seconds) if seconds > 0 else 0,
+        "mb_per_sec": round(value_bytes / seconds / 1e6, 2) if seconds > 0 else 0,
+    }
+    if latencies_ms:
+        ordered = sorted(latencies_ms)
+
+        def pct(q: float) -> float:
+            return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+        out["latency_ms"] = {
+            "avg": round(sum(ordered) / len(ordered), 3), "p50": pct(0.50), "p95": pct(0.95),
+            "p99": pct(0.99), "p999": pct(0.999), "max": round(ordered[-1], 3),
+        }
+    return out
+
+
+def _print(result: dict[str, Any], fmt: str, what: str) -> None:
+    if fmt == "json":
+        print(json.dumps(result))
+        return
+    line = (f"{what}: {result['records']} records in {result['seconds']} s, "
+            f"{result['records_per_sec']:,} records/s, {result['mb_per_sec']} MB/s")
+    latency = result.get("latency_ms")
+    if latency:
+        line += (f", latency ms avg {latency['avg']} p50 {latency['p50']} p95 "
+                 f"{latency['p95']} p99 {latency['p99']} p99.9 {latency['p999']} "
+                 f"max {latency['max']}")
+    print(line)
+
+
+def _bootstrap(args: argparse.Namespace) -> str:
+    from strata.commands.common import bootstrap_of
+
+    return bootstrap_of(args)
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    from strata.client import Producer
+
+    acks: int | str = "all" if args.acks == "all" else int(args.acks)
+    payload = os.urandom(args.record_size)
+    latencies: list[float] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def on_done(started: float, count: int) -> Any:
+        def done(future: Any) -> None:
+            elapsed = (time.perf_counter() - started) * 1000
+            error = future.exception()
+            with lock:
+                if error is not None:
+                    errors.append(error)
+                else:
+                    latencies.extend([elapsed] * count)
+        return done
+
+    with Producer(_bootstrap(args), acks=acks, batch_size=args.batch_size,
+                  linger_ms=args.linger_ms, compression=args.compression,
+                  enable_idempotence=None if args.acks == "all" else False) as producer:
+        producer.partitions_for(args.topic)  # metadata before the clock starts
+        start = time.perf_counter()
+        sent = 0
+        if args.api == "batch":
+            chunk = pa.array([payload] * args.chunk_records, pa.binary())
+            while sent < args.num_records:
+                n = min(args.chunk_records, args.num_records - sent)
+                _pace(args.throughput, sent, start)
+                began = time.perf_counter()
+                future = producer.send_batch(args.topic, chunk.slice(0, n))
+                future.add_done_callback(on_done(began, n))
+                sent += n
+        else:
+            for i in range(args.num_records):
+                if i % 1000 == 0:
+                    _pace(args.throughput, i, start)
+                producer.send(args.topic, payload).add_done_callback(
+                    on_done(time.perf_counter(), 1))
+        producer.flush()
+        seconds = time.perf_counter() - start
+    if errors:
+        print(f"strata perf produce: {len(errors)} send(s) failed, first: {errors[0]}")
+        return 1
+    result = summarize(len(latencies), len(latencies) * args.record_size, seconds, latencies)
+    result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})
+    _print(result, args.format, "produce")
+    return 0
+
+
+def _pace(throughput: float, sent: int, start: float) -> None:
+    if throughput <= 0:
+        return
+    ahead = sent / throughput - (time.perf_counter() - start)
+    if ahead > 0:
+        time.sleep(ahead)
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    from strata.client import Admin, Consumer, TopicPartition
+
+    bootstrap = _bootstrap(args)
+    with Admin(bootstrap) as admin:
+        description = admin.describe_topics([args.topic])[args.topic]
+    partitions = [TopicPartition(args.topic, p.partition) for p in description.partitions]
+    latencies: list[float] = []
+    records = 0
+    value_bytes = 0
+    with Consumer(bootstrap, auto_offset_reset="earliest",
+                  max_partition_fetch_bytes=4 << 20) as consumer:
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(partitions)
+        start = time.perf_counter()
+        last = start
+        while records < args.num_records:
+            table = consumer.poll_arrow(timeout_ms=200)
+            now = time.perf_counter()
+            if table.num_rows == 0:
+                if (now - last) * 1000 > args.timeout_ms:
+                    break
+                continue
+            last = now
+            table = table.slice(0, args.num_records - records)
+            records += table.num_rows
+            value_bytes += pc.sum(pc.binary_length(table.column("value"))).as_py() or 0
+            ages = pc.subtract(time.time_ns() // 1_000_000, table.column("timestamp"))
+            # A sample per batch of rows keeps the percentile arithmetic cheap.
+            latencies.extend(float(v) for v in ages.to_pylist()[:: max(1, table.num_rows // 64)])
+        seconds = last - start
+    if records < args.num_records:
+        print(f"strata perf consume: only {records} of {args.num_records} records arrived "
+              f"within --timeout-ms {args.timeout_ms}")
+        return 1
+    _print(summarize(records, value_bytes, seconds, latencies), args.format, "consume")
+    return 0

@@ -1,0 +1,120 @@
+"""The real `strata` topic/produce/consume/perf commands against a real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.broker_process import BrokerProcess
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def strata(broker: BrokerProcess | None, *args: str, stdin: str | bytes | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("STRATA_BOOTSTRAP", None)
+    if broker is not None:
+        env["STRATA_BOOTSTRAP"] = broker.bootstrap
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    return subprocess.run([sys.executable, "-m", "strata.cli", *args], input=data,
+                          capture_output=True, env=env, timeout=timeout, check=False)
+
+
+def ok(result: subprocess.CompletedProcess[bytes]) -> str:
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+    return result.stdout.decode()
+
+
+def fails(result: subprocess.CompletedProcess[bytes], *words: str) -> str:
+    err = result.stderr.decode()
+    assert result.returncode == 1, (result.stdout, err)
+    assert "Traceback" not in err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+def test_topic_lifecycle_commands(broker: BrokerProcess) -> None:
+    ok(strata(broker, "topic", "create", "cli-topics", "-p", "3", "-c", "retention.ms=60000"))
+    assert "cli-topics" in json.loads(ok(strata(broker, "topic", "list", "--format", "json")))
+    described = json.loads(ok(strata(broker, "topic", "describe", "cli-topics",
+                                     "--format", "json")))
+    assert [p["partition"] for p in described["partitions"]] == [0, 1, 2]
+    assert described["overrides"] == {"retention.ms": "60000"}
+    assert {"leader", "replicas", "isr", "log_start_offset", "log_end_offset",
+            "high_watermark"} <= set(described["partitions"][0])
+    text = ok(strata(broker, "topic", "describe", "cli-topics"))
+    assert "HIGH-WATERMARK" in text
+    ok(strata(broker, "topic", "alter-config", "cli-topics", "--set", "segment.bytes=1048576",
+              "--delete", "retention.ms"))
+    described = json.loads(ok(strata(broker, "topic", "describe", "cli-topics",
+                                     "--format", "json")))
+    assert described["overrides"] == {"segment.bytes": "1048576"}
+    fails(strata(broker, "topic", "create", "cli-topics"), "TOPIC_ALREADY_EXISTS")
+    fails(strata(broker, "topic", "create", "bad name"), "INVALID_TOPIC")
+    fails(strata(broker, "topic", "create", "cli-x", "-c", "retention.ms"), "key=value")
+    fails(strata(broker, "topic", "alter-config", "cli-topics", "--set", "nope=1"),
+          "INVALID_CONFIG", "nope")
+    ok(strata(broker, "topic", "delete", "cli-topics"))
+    fails(strata(broker, "topic", "describe", "cli-topics"), "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_produce_then_consume_round_trip(broker: BrokerProcess) -> None:
+    ok(strata(broker, "topic", "create", "cli-data", "-p", "2"))
+    report = ok(strata(broker, "produce", "cli-data", "--key-separator", ":",
+                       "--format", "json", stdin="k1:one\nk2:two\nk1:three\n"))
+    assert json.loads(report) == {"acknowledged": 3, "failed": 0, "error": None}
+    binary = b"\xff\xfe raw\n"
+    ok(strata(broker, "produce", "cli-data", "--partition", "1", "--acks", "1", stdin=binary))
+    out = ok(strata(broker, "consume", "cli-data", "--from-beginning", "-n", "4",
+                    "--format", "json"))
+    records = [json.loads(line) for line in out.splitlines()]
+    assert len(records) == 4
+    by_value = {r["value"]: r for r in records}
+    assert set(by_value) >= {"one", "two", "three"}
+    assert by_value["one"]["key"] == "k1" and by_value["one"]["value_encoding"] == "utf-8"
+    assert by_value["one"]["partition"] == by_value["three"]["partition"]  # same key
+    raw = [r for r in records if r["value_encoding"] == "base64"]
+    assert len(raw) == 1 and raw[0]["partition"] == 1
+    assert {"topic", "partition", "offset", "timestamp", "key", "value", "headers"} <= set(raw[0])
+    # Per-partition order and --offset/--partition.
+    p1 = ok(strata(broker, "consume", "cli-data", "--partition", "1", "--offset", "0",
+                   "--timeout-ms", "1500", "--format", "json"))
+    offsets = [json.loads(line)["offset"] for line in p1.splitlines()]
+    assert offsets == sorted(offsets) and offsets[0] == 0
+    # --timeout-ms stops a consumer that is at the end.
+    tail = strata(broker, "consume", "cli-data", "--timeout-ms", "500")
+    assert ok(tail) == "" and b"0 record(s) consumed" in tail.stderr
+
+
+def test_produce_reports_failures_and_usage_errors(broker: BrokerProcess) -> None:
+    fails(strata(broker, "produce", "no-such-topic", stdin="x\n"), "UNKNOWN_TOPIC")
+    fails(strata(None, "produce", "t", stdin="x\n"), "STRATA_BOOTSTRAP")
+    ok(strata(broker, "topic", "create", "cli-sep"))
+    fails(strata(broker, "produce", "cli-sep", "--key-separator", ":", stdin="nosep\n"),
+          "no key separator")
+    fails(strata(broker, "consume", "cli-sep", "--offset", "3"), "needs --partition")
+    fails(strata(broker, "consume", "cli-sep", "--partition", "4", "-n", "1"),
+          "no partition 4")
+
+
+def test_perf_produce_and_consume_print_the_figures(broker: BrokerProcess) -> None:
+    ok(strata(broker, "topic", "create", "cli-perf", "-p", "4"))
+    produced: dict[str, Any] = json.loads(ok(strata(
+        broker, "perf", "produce", "--topic", "cli-perf", "--num-records", "20000",
+        "--record-size", "100", "--format", "json")))
+    assert produced["records"] == 20000 and produced["records_per_sec"] > 0
+    assert set(produced["latency_ms"]) == {"avg", "p50", "p95", "p99", "p999", "max"}
+    consumed = json.loads(ok(strata(broker, "perf", "consume", "--topic", "cli-perf",
+                                    "--num-records", "20000", "--format", "json")))
+    assert consumed["records"] == 20000 and consumed["mb_per_sec"] > 0
+    per_record = json.loads(ok(strata(
+        broker, "perf", "produce", "--topic", "cli-perf", "--num-records", "2000",
+        "--api", "send", "--acks", "all", "--format", "json")))
+    assert per_record["records"] == 2000
