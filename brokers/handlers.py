@@ -456,10 +456,9 @@ class RequestHandlers:
                             f"timestamp {part.timestamp} is not valid: use -2 (earliest), "
                             "-1 (latest) or milliseconds since the epoch")
                     else:
-                        found = partition.log.offset_for_timestamp(part.timestamp)
-                        if found is not None and found < partition.high_watermark:
-                            answer.offset = found
-                            answer.timestamp = part.timestamp
+                        found = partition.log.find_by_timestamp(part.timestamp)
+                        if found is not None and found[0] < partition.high_watermark:
+                            answer.offset, answer.timestamp = found
                 except StrataError as err:
                     answer.error_code, answer.error_message = _error(err)
                 answers.append(answer)

@@ -30,7 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from brokers.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from brokers.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    UnknownProducerIdError,
+)
 from brokers.log.checkpoint import fsync_directory
 from brokers.record_batch import NO_PRODUCER_ID, BatchHeader
 
@@ -81,9 +85,10 @@ class ProducerStateManager:
         entry = self._producers.get(pid)
         if entry is None:
             if header.base_sequence != 0:
-                raise OutOfOrderSequenceError(
+                raise UnknownProducerIdError(
                     f"producer {pid} is unknown to this partition and its first batch has "
-                    f"sequence {header.base_sequence}, not 0; the producer must reset")
+                    f"sequence {header.base_sequence}, not 0; call InitProducerId and start "
+                    "again at sequence 0")
             return None
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpochError(

@@ -134,11 +134,13 @@ def test_describe_and_alter_configs(admin: Admin) -> None:
     assert {"retention.bytes", "cleanup.policy", "min.insync.replicas", "max.message.bytes",
             "flush.policy", "segment.ms"} <= set(configs)
 
-    admin.alter_configs("configured", set={"segment.bytes": 1 << 20, "cleanup.policy": "compact"})
+    admin.alter_configs("configured", set={"segment.bytes": 1 << 20, "cleanup.policy": "delete"})
     configs = admin.describe_configs(["configured"])["configured"]
     assert configs["segment.bytes"] == ConfigValue("segment.bytes", str(1 << 20), False)
-    assert configs["cleanup.policy"].value == "compact"
+    assert configs["cleanup.policy"] == ConfigValue("cleanup.policy", "delete", False)
     assert configs["retention.ms"].value == "60000"  # untouched
+    with pytest.raises(InvalidConfigError, match="compact arrives with log compaction"):
+        admin.alter_configs("configured", set={"cleanup.policy": "compact"})
 
     admin.alter_configs("configured", delete=["retention.ms", "cleanup.policy"])
     configs = admin.describe_configs(["configured"])["configured"]

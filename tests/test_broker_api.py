@@ -267,14 +267,18 @@ def test_list_offsets_earliest_latest_and_by_timestamp(broker: BrokerProcess) ->
     produce(broker, name, 0, build_batch([b"d"], timestamps=[5000]))
 
     def lookup(ts: int) -> int:
+        return int(lookup_with_time(ts)[0])
+
+    def lookup_with_time(ts: int) -> tuple[int, int]:
         response = run(call(broker, ApiKey.LIST_OFFSETS, ListOffsetsRequest([ListOffsetsTopic(
             name, [ListOffsetsPartition(0, ts)])])))
-        return int(response.topics[0].partitions[0].offset)
+        answer = response.topics[0].partitions[0]
+        return answer.offset, answer.timestamp
 
     assert lookup(EARLIEST_TIMESTAMP) == 0
     assert lookup(LATEST_TIMESTAMP) == 4
     assert lookup(0) == 0
-    assert lookup(2500) == 1  # first record at or after 2500 is offset 1 (3000)
+    assert lookup_with_time(2500) == (1, 3000)  # the first record at or after 2500
     assert lookup(4000) == 3
     assert lookup(9999) == -1  # no such record
 
@@ -305,6 +309,9 @@ def test_idempotent_produce_dedupes_and_rejects_gaps(broker: BrokerProcess) -> N
     assert bumped.error_code == 0 and bumped.base_offset == 4
     zombie = produce(broker, name, 0, batch(4, producer_epoch=epoch))
     assert zombie.error_code == 47  # INVALID_PRODUCER_EPOCH
+    stranger = build_batch([b"?"], producer_id=other.producer_id, producer_epoch=0,
+                           base_sequence=5)
+    assert produce(broker, name, 0, stranger).error_code == 59  # UNKNOWN_PRODUCER_ID
     assert values_at(fetch(broker, name, 0, 0), name, 0) == [b"s0", b"s1", b"s2", b"s3",
                                                               b"s0", b"s1"]
 

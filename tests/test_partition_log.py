@@ -757,7 +757,7 @@ def test_log_config_parses_and_round_trips() -> None:
     config = LogConfig.from_mapping({
         "segment.bytes": "2048", "segment.ms": 60_000, "retention.ms": "-1",
         "retention.bytes": " 1000 ", "flush.policy": "always",
-        "message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact",
+        "message.timestamp.type": "LogAppendTime", "cleanup.policy": "delete",
     })
     assert config.segment_bytes == 2048 and config.segment_ms == 60_000
     assert config.retention_ms == -1 and config.retention_bytes == 1000

@@ -137,8 +137,9 @@ TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
         "flush_ms", _int, lambda v: 1 <= v <= _INT64_MAX, "a positive number of ms",
         "with flush.policy=interval, the longest time unflushed data may wait"),
     "cleanup.policy": _Key(
-        "cleanup_policy", _enum(CleanupPolicy), lambda v: True, "delete, compact",
-        "delete old segments, or keep the latest record per key"),
+        "cleanup_policy", _enum(CleanupPolicy), lambda v: v is CleanupPolicy.DELETE,
+        "delete (compact arrives with log compaction, issue [7/7])",
+        "delete old segments (compact, keeping the latest record per key, is not built yet)"),
     "min.insync.replicas": _Key(
         "min_insync_replicas", _int, lambda v: 1 <= v <= 1000, "1..1000",
         "with acks=all, the fewest in-sync replicas that must hold a write"),

@@ -431,10 +431,15 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset whose record timestamp is >= ``timestamp`` (``None``: none is)."""
+        found = self.find_by_timestamp(timestamp)
+        return None if found is None else found[0]
+
+    def find_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, record timestamp)`` of the first record at or after ``timestamp``."""
         for segment in self.segments:
             if segment.next_offset <= self.log_start_offset:
                 continue
-            found = segment.offset_for_timestamp(timestamp, self.log_start_offset)
+            found = segment.find_by_timestamp(timestamp, self.log_start_offset)
             if found is not None:
                 return found
         return None

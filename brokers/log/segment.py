@@ -472,6 +472,12 @@ class LogSegment:
 
     def offset_for_timestamp(self, timestamp: int, min_offset: int = 0) -> int | None:
         """First offset >= ``min_offset`` whose record timestamp is >= ``timestamp``."""
+        found = self.find_by_timestamp(timestamp, min_offset)
+        return None if found is None else found[0]
+
+    def find_by_timestamp(self, timestamp: int, min_offset: int = 0) -> tuple[int, int] | None:
+        """``(offset, record timestamp)`` of the first record >= ``min_offset`` at or
+        after ``timestamp``; ``None`` if the segment has none."""
         if self.max_timestamp < timestamp:
             return None
         start_offset = max(self.base_offset + self.time_index.start_for(timestamp), min_offset)
@@ -480,10 +486,10 @@ class LogSegment:
                 continue
             skip = max(0, min_offset - header.base_offset)
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-                return header.base_offset + skip
+                return header.base_offset + skip, header.max_timestamp
             _, payload = decode_batch(os.pread(self.file.fd, header.size, position))
             candidates = payload.column(2).slice(skip)
             index: int = pc.index(pc.greater_equal(candidates, timestamp), True).as_py()
             if index >= 0:
-                return header.base_offset + skip + index
+                return header.base_offset + skip + index, int(candidates[index].as_py())
         return None
