@@ -195,7 +195,8 @@ def run_consume(args: argparse.Namespace) -> int:
             table = table.slice(0, args.num_records - records)
             records += table.num_rows
             value_bytes += pc.sum(pc.binary_length(table.column("value"))).as_py() or 0
-            ages = pc.subtract(time.time_ns() // 1_000_000, table.column("timestamp"))
+            now_ms = pa.scalar(time.time_ns() // 1_000_000, pa.int64())
+            ages = pc.subtract(now_ms, table.column("timestamp"))
             # A sample per batch of rows keeps the percentile arithmetic cheap.
             latencies.extend(float(v) for v in ages.to_pylist()[:: max(1, table.num_rows // 64)])
         seconds = last - start

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from brokers.errors import CorruptRecordError, InvalidRecordBatchError
@@ -489,7 +490,10 @@ class LogSegment:
                 return header.base_offset + skip, header.max_timestamp
             _, payload = decode_batch(os.pread(self.file.fd, header.size, position))
             candidates = payload.column(2).slice(skip)
-            index: int = pc.index(pc.greater_equal(candidates, timestamp), True).as_py()
+            # An Arrow scalar, not a Python int: pyarrow retries a failing optional import
+            # on every call given a Python scalar (about 70 us here).
+            at_or_after = pc.greater_equal(candidates, pa.scalar(timestamp, pa.int64()))
+            index: int = pc.index(at_or_after, True).as_py()
             if index >= 0:
                 return header.base_offset + skip + index, int(candidates[index].as_py())
         return None

@@ -935,16 +935,28 @@ class _Engine:
             target_array = pa.array(targets, pa.int32())
             groups = []
             for p in sorted(set(targets)):
-                mask = pc.equal(target_array, p)
+                mask = pc.equal(target_array, pa.scalar(p, pa.int32()))
                 groups.append((None if p < 0 else p, payload.filter(mask)))
         out: list[tuple[int | None, pa.RecordBatch, int]] = []
         for target, rows in groups:
-            sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(rows.column(0)), 0),
-                                  pc.fill_null(pc.binary_length(rows.column(1)), 0)),
-                           RECORD_OVERHEAD)
+            # Common case: the rows fit one batch. Their buffer size plus the per-record
+            # overhead bounds the estimate from above, so no per-row sizes are needed.
+            estimate = rows.nbytes + rows.num_rows * RECORD_OVERHEAD
+            if estimate <= self.config.batch_size and rows.num_rows <= MAX_RECORDS_PER_BATCH:
+                out.append((target, pa.RecordBatch.from_arrays(
+                    [*rows.columns, pa.nulls(rows.num_rows, _HEADERS_TYPE)],
+                    schema=PAYLOAD_SCHEMA), estimate))
+                continue
+            # Scalars are passed as Arrow scalars: given a Python int, pyarrow retries a
+            # failing optional import on every call (about 70 us each here).
+            zero = pa.scalar(0, pa.int32())
+            sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(rows.column(0)), zero),
+                                  pc.fill_null(pc.binary_length(rows.column(1)), zero)),
+                           pa.scalar(RECORD_OVERHEAD, pa.int32()))
             sizes = pc.cast(sizes, pa.int64())
             cumulative = pc.cumulative_sum(sizes)
-            windows = pc.divide(pc.subtract(cumulative, 1), self.config.batch_size)
+            windows = pc.divide(pc.subtract(cumulative, pa.scalar(1, pa.int64())),
+                                pa.scalar(self.config.batch_size, pa.int64()))
             ends = pc.run_end_encode(windows).run_ends.to_pylist()
             start = 0
             for end in ends:
