@@ -34,6 +34,7 @@ from brokers.protocol import (
     encode_response,
     read_request_header,
 )
+from brokers.protocol.codec import Chunk
 from brokers.protocol.framing import MIN_REQUEST_FRAME
 
 __all__ = ["ConnectionHandler", "Dispatcher"]
@@ -142,12 +143,12 @@ class ConnectionHandler:
             self.metrics.requests.labels(api, error_name).inc()
             self.metrics.latency.labels(api).observe(time.perf_counter() - started)
 
-    async def _write(self, chunks: list[bytes | SendableRegion]) -> None:
+    async def _write(self, chunks: list[Chunk]) -> None:
         loop = asyncio.get_running_loop()
         async with self._write_lock:
             total = 0
             for chunk in chunks:
-                if isinstance(chunk, bytes):
+                if not isinstance(chunk, SendableRegion):
                     self.writer.write(chunk)
                     total += len(chunk)
                 else:

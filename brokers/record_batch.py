@@ -539,38 +539,59 @@ def batches_to_table(
     """Decode every whole batch in ``buf`` into one table in ``CONSUMER_SCHEMA``.
 
     Records below ``start_offset`` or at/after ``end_offset`` are sliced away (a fetch
-    starts at the batch containing the wanted offset). Offsets, topic and partition
-    columns are built by Arrow (``arange``/``repeat``), never row by row.
+    starts at the batch containing the wanted offset). The payloads are stitched into
+    one table without copying; offsets, topic, partition and timestamp-type columns are
+    built once for the whole fetch by Arrow (``arange``/``repeat``), never row by row.
     """
-    parts: list[pa.RecordBatch] = []
+    payloads: list[pa.RecordBatch] = []
+    headers: list[BatchHeader] = []
     for header, view in iter_batches(buf):
         if header.next_offset <= start_offset:
             continue
         if end_offset is not None and header.base_offset >= end_offset:
             break
-        _, payload = decode_batch(view, verify=False)
-        n = payload.num_rows
-        offsets = pa.arange(header.base_offset, header.base_offset + n)
-        if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-            timestamps = pa.repeat(pa.scalar(header.max_timestamp, pa.int64()), n)
-        else:
-            timestamps = payload.column(2)
-        rb = pa.RecordBatch.from_arrays(
-            [
-                payload.column(0),
-                payload.column(1),
-                pa.repeat(pa.scalar(topic, pa.string()), n),
-                pa.repeat(pa.scalar(partition, pa.int32()), n),
-                offsets,
-                timestamps,
-                pa.repeat(pa.scalar(int(header.timestamp_type), pa.int32()), n),
-                payload.column(3),
-            ],
-            schema=CONSUMER_SCHEMA,
-        )
-        lo = max(0, start_offset - header.base_offset)
-        hi = n if end_offset is None else min(n, end_offset - header.base_offset)
-        if lo or hi < n:
-            rb = rb.slice(lo, hi - lo)
-        parts.append(rb)
-    return pa.Table.from_batches(parts, schema=CONSUMER_SCHEMA)
+        payloads.append(decode_batch(view, verify=False)[1])
+        headers.append(header)
+    if not payloads:
+        return CONSUMER_SCHEMA.empty_table()
+    total = sum(h.record_count for h in headers)
+    first = headers[0].base_offset
+    contiguous = headers[-1].next_offset - first == total
+    offsets: pa.Array = pa.arange(first, first + total) if contiguous else pa.concat_arrays(
+        [pa.arange(h.base_offset, h.next_offset) for h in headers])
+    payload = pa.Table.from_batches(payloads, schema=PAYLOAD_SCHEMA)
+    append_time = [h.timestamp_type is TimestampType.LOG_APPEND_TIME for h in headers]
+    if not any(append_time):
+        timestamps: pa.ChunkedArray | pa.Array = payload.column(2)
+        types: pa.Array = pa.repeat(pa.scalar(int(TimestampType.CREATE_TIME), pa.int32()), total)
+    else:
+        timestamps = pa.chunked_array([
+            pa.repeat(pa.scalar(h.max_timestamp, pa.int64()), h.record_count) if log_time
+            else p.column(2) for h, p, log_time in zip(headers, payloads, append_time,
+                                                        strict=True)], pa.int64())
+        types = pa.chunked_array([
+            pa.repeat(pa.scalar(int(h.timestamp_type), pa.int32()), h.record_count)
+            for h in headers], pa.int32())
+    table = pa.Table.from_arrays(
+        [
+            payload.column(0),
+            payload.column(1),
+            pa.repeat(pa.scalar(topic, pa.string()), total),
+            pa.repeat(pa.scalar(partition, pa.int32()), total),
+            offsets,
+            timestamps,
+            types,
+            payload.column(3),
+        ],
+        schema=CONSUMER_SCHEMA,
+    )
+    if not contiguous:  # offsets with gaps (a compacted log): select by value
+        keep = pc.greater_equal(offsets, pa.scalar(start_offset, pa.int64()))
+        if end_offset is not None:
+            keep = pc.and_(keep, pc.less(offsets, pa.scalar(end_offset, pa.int64())))
+        return table.filter(keep)
+    lo = max(0, start_offset - first)
+    hi = total if end_offset is None else min(total, end_offset - first)
+    if lo or hi < total:
+        table = table.slice(lo, hi - lo)
+    return table

@@ -472,3 +472,15 @@ def test_damaged_payload_with_valid_crc(codec: str, position: int, value: int) -
     buf[position] = value
     struct.pack_into(">I", buf, 17, crc32c.crc32c(bytes(buf[21:])))
     _exercise_decoders(bytes(buf))
+
+
+def test_batches_to_table_with_offset_gaps_selects_by_offset_value() -> None:
+    """After compaction a fetch can hold batches whose offsets do not follow on."""
+    first = bytearray(build_batch([b"a", b"b"], now_ms=1))
+    second = bytearray(build_batch([b"c", b"d"], now_ms=2))
+    set_base_offset(first, 0, 0)
+    set_base_offset(second, 5, 0)
+    table = batches_to_table(bytes(first + second), topic="t", partition=0, start_offset=1,
+                             end_offset=6)
+    assert table.column("offset").to_pylist() == [1, 5]
+    assert table.column("value").to_pylist() == [b"b", b"c"]

@@ -30,13 +30,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Final, Protocol, TypeVar, runtime_checkable
 
 from brokers.errors import InvalidRequestError
 
 __all__ = [
     "BOOL",
     "BYTES",
+    "Chunk",
     "INT8",
     "INT16",
     "INT32",
@@ -56,6 +57,7 @@ __all__ = [
     "decode",
     "encode",
     "encode_chunks",
+    "join_chunks",
     "write_message",
 ]
 
@@ -106,36 +108,55 @@ class Reader:
         return value
 
 
+Chunk = bytes | bytearray | memoryview | SendableRegion
+_BLOB_MIN: Final = 4096  # byte fields at least this long are referenced, not copied
+
+
 class Writer:
-    """Accumulates a frame as chunks: byte strings and sendfile regions."""
+    """Accumulates a frame as chunks: byte strings, large blobs and sendfile regions.
+
+    Small fields are packed into one buffer; a large byte field (a record batch) is
+    kept as its own chunk so it is copied once, when the frame is sent, not on every
+    layer of encoding.
+    """
 
     __slots__ = ("buf", "chunks", "size")
 
     def __init__(self) -> None:
-        self.chunks: list[bytes | SendableRegion] = []
+        self.chunks: list[Chunk] = []
         self.buf = bytearray()
         self.size = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.buf += data
+        if len(data) >= _BLOB_MIN:
+            self._flush_buf()
+            self.chunks.append(data)
+        else:
+            self.buf += data
         self.size += len(data)
+
+    def _flush_buf(self) -> None:
+        if self.buf:
+            self.chunks.append(bytes(self.buf))
+            self.buf = bytearray()
 
     def pack(self, fmt: struct.Struct, value: Any) -> None:
         self.buf += fmt.pack(value)
         self.size += fmt.size
 
     def region(self, region: SendableRegion) -> None:
-        if self.buf:
-            self.chunks.append(bytes(self.buf))
-            self.buf = bytearray()
+        self._flush_buf()
         self.chunks.append(region)
         self.size += region.length
 
-    def finish(self) -> list[bytes | SendableRegion]:
-        if self.buf:
-            self.chunks.append(bytes(self.buf))
-            self.buf = bytearray()
+    def finish(self) -> list[Chunk]:
+        self._flush_buf()
         return self.chunks
+
+
+def join_chunks(chunks: list[Chunk]) -> bytes:
+    """One byte string for a frame (file regions are read); one copy of each chunk."""
+    return b"".join(c.read_bytes() if isinstance(c, SendableRegion) else c for c in chunks)
 
 
 class WireType(Protocol):
@@ -314,14 +335,11 @@ def encode(message: Message, version: int = 0) -> bytes:
     """The message's bytes (it must not contain sendfile regions)."""
     w = Writer()
     write_message(w, message, version)
-    chunks = w.finish()
-    if any(not isinstance(c, bytes) for c in chunks):
-        raise TypeError("message holds file regions; use encode_chunks")
-    return b"".join(c for c in chunks if isinstance(c, bytes))
+    return join_chunks(w.finish())
 
 
 def encode_chunks(write_prefix: Callable[[Writer], None], message: Message,
-                  version: int = 0) -> tuple[int, list[bytes | SendableRegion]]:
+                  version: int = 0) -> tuple[int, list[Chunk]]:
     """Encode ``prefix + message`` as chunks; return (total size, chunks)."""
     w = Writer()
     write_prefix(w)

@@ -13,12 +13,13 @@ from typing import Final
 
 from brokers.errors import InvalidRequestError
 from brokers.protocol.codec import (
+    Chunk,
     Message,
     Reader,
-    SendableRegion,
     Writer,
     decode,
     encode_chunks,
+    join_chunks,
     write_message,
 )
 from brokers.protocol.messages import RequestHeader, ResponseHeader
@@ -44,17 +45,11 @@ def encode_request(header: RequestHeader, body: Message) -> bytes:
         write_message(w, header, 0)
 
     size, chunks = encode_chunks(prefix, body, header.api_version)
-    out = bytearray(FRAME_PREFIX.pack(size))
-    for chunk in chunks:
-        if isinstance(chunk, SendableRegion):
-            out += chunk.read_bytes()
-        else:
-            out += chunk
-    return bytes(out)
+    return join_chunks([FRAME_PREFIX.pack(size), *chunks])
 
 
 def encode_response(correlation_id: int, body: Message, version: int, error_code: int = 0
-                    ) -> list[bytes | SendableRegion]:
+                    ) -> list[Chunk]:
     """A whole response frame as chunks (byte strings and file regions to sendfile)."""
 
     def prefix(w: Writer) -> None:
