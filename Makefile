@@ -28,7 +28,7 @@ test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: setup
-	$(STRATA) perf log
+	@bash scripts/bench.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
