@@ -261,7 +261,10 @@ class Coordinator:
 
     def delete_topic(self, name: str) -> None:
         """Remove the topic's znodes; brokers watching the topic list drop its logs."""
-        self.require_topic(name)
+        if self.get_topic(name) is None:
+            raise UnknownTopicOrPartitionError(
+                f"topic {name!r} does not exist, so there is nothing to delete; check the "
+                "name with `strata topic list`")
         for _ in range(5):
             try:
                 self.zk.delete(f"{_TOPICS}/{name}", recursive=True)

@@ -150,6 +150,7 @@ class LogClosedError(StrataError):
 
     code = 57
     name = "LOG_CLOSED"
+    retriable = True  # the partition is being shut down or moved: retry after metadata
 
 
 class UnknownTopicOrPartitionError(StrataError):

@@ -46,12 +46,12 @@ def parse_bootstrap(bootstrap: str | list[str] | tuple[str, ...]) -> list[tuple[
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(
-                f"bootstrap server {item!r} is not host:port; pass e.g. --bootstrap "
-                "127.0.0.1:9092 or set STRATA_BOOTSTRAP")
+                f"bootstrap server {item!r} is not host:port; give e.g. \"127.0.0.1:9092\" "
+                "(several: comma-separated)")
         out.append((host, int(port)))
     if not out:
-        raise ValueError("no bootstrap servers given; pass --bootstrap host:port or set "
-                         "STRATA_BOOTSTRAP (strata up prints it)")
+        raise ValueError("no bootstrap servers given; give at least one \"host:port\" "
+                         "(`strata up` prints the address)")
     return out
 
 

@@ -27,6 +27,9 @@ class EventLoopThread:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
+    def is_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
     def submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coroutine`` on the loop; return a ``concurrent.futures.Future``."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
@@ -34,7 +37,11 @@ class EventLoopThread:
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coroutine`` on the loop and wait for its result."""
         if threading.current_thread() is self._thread:
+            coroutine.close()
             raise RuntimeError("sync client method called from its own event loop thread")
+        if self.loop.is_closed() or not self._thread.is_alive():
+            coroutine.close()
+            raise RuntimeError("this client is closed; create a new one")
         return self.submit(coroutine).result(timeout)
 
     def close(self) -> None:

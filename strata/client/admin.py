@@ -128,8 +128,8 @@ class ConfigValue:
 
 
 class ListOffsetsResult(NamedTuple):
-    """``offset`` is ``-1`` for a timestamp after every record. ``timestamp`` echoes the
-    timestamp that was asked for (``-1`` for earliest/latest or no match)."""
+    """``offset`` is ``-1`` for a timestamp after every record. ``timestamp`` is the found
+    record's timestamp for a timestamp lookup (``-1`` for earliest/latest or no match)."""
 
     offset: int
     timestamp: int

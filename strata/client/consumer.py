@@ -56,7 +56,6 @@ from typing import Any, Final, Literal, NamedTuple, ParamSpec, TypeAlias, TypeVa
 import pyarrow as pa
 
 from brokers.errors import (
-    LogClosedError,
     NetworkError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
@@ -143,11 +142,11 @@ def error_from_code(code: int, message: str | None) -> StrataError:
 def is_transient(err: BaseException) -> bool:
     """Worth retrying after a metadata refresh and a back-off.
 
-    ``LOG_DIR_NOT_FOUND`` is what a broker answers while it shuts a partition down, so it
-    counts as transient too; ``TimeoutError`` is a request the broker did not answer.
+    ``LOG_CLOSED`` (what a broker answers while it shuts a partition down) is retriable;
+    ``TimeoutError`` is a request the broker did not answer.
     """
     if isinstance(err, StrataError):
-        return err.retriable or isinstance(err, LogClosedError)
+        return err.retriable
     return isinstance(err, TimeoutError)
 
 

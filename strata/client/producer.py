@@ -1634,6 +1634,10 @@ class Producer:
         """Deliver buffered records (up to ``timeout`` s), close connections, stop the thread."""
         if self._closed:
             return
+        if self._thread.is_loop_thread():
+            raise RuntimeError(
+                "Producer.close() was called from a delivery callback (the producer's own "
+                "I/O thread); call it from your thread, or use flush() there")
         self._closed = True
         try:
             self._thread.run(self._engine.close(timeout))
