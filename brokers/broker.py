@@ -17,20 +17,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Final
 
 from brokers.config import BrokerConfig
 from brokers.coordination import BrokerRegistration, Coordinator, PartitionState, TopicDefinition
-from brokers.errors import StrataError
+from brokers.errors import LogStorageError, StrataError
 from brokers.log import LogConfig
 from brokers.metrics import BrokerMetrics, PartitionStats
 from brokers.network import ConnectionHandler
-from brokers.partition import Partition, read_topic_id
+from brokers.partition import METADATA_FILE, Partition, read_topic_id
 
 __all__ = ["Broker", "DataDirLockedError", "run_broker"]
 
@@ -39,11 +40,29 @@ log = logging.getLogger("strata.brokers.broker")
 LOCK_FILE: Final = ".lock"
 
 
+META_FILE: Final = "meta.json"
+STRAY_SUFFIX: Final = "-stray"
+
+
 class DataDirLockedError(StrataError):
     """Another process holds the data directory."""
 
     code = 1101
     name = "DATA_DIR_LOCKED"
+
+
+class ClusterIdMismatchError(StrataError):
+    """The data dir was written for another cluster or broker id."""
+
+    code = 1104
+    name = "CLUSTER_ID_MISMATCH"
+
+
+class PortInUseBrokerError(StrataError):
+    """The broker's listen or metrics port is taken."""
+
+    code = 1105
+    name = "PORT_IN_USE"
 
 
 class Broker:
@@ -69,6 +88,10 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._producer_ids: Iterator[int] = iter(())
+        self._session_lost = False
+        # Partitions that could not be opened (damaged data, disk errors): they answer
+        # every request with their error instead of taking the broker down.
+        self.offline: dict[tuple[str, int], StrataError] = {}
         self.started = False
         # Imported here to keep the handler table next to the code that uses it.
         from brokers.handlers import RequestHandlers
@@ -80,24 +103,85 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
-        await asyncio.to_thread(self.coordinator.start)
-        self.cluster_id = await asyncio.to_thread(self.coordinator.cluster_id)
-        self._server = await asyncio.start_server(self._on_connection, self.config.host,
-                                                  self.config.port, limit=1 << 20)
+        try:
+            # Bind both ports first: a port in use fails before anything is registered.
+            self._server = await asyncio.start_server(
+                self._on_connection, self.config.host, self.config.port, limit=1 << 20,
+                start_serving=False)
+            self.metrics.serve(self.config.host, self.config.metrics_port)
+        except OSError as err:
+            raise PortInUseBrokerError(
+                f"cannot listen on {self.config.host} port {self.config.port} or metrics port "
+                f"{self.config.metrics_port}: {err.strerror}; stop the process using it or "
+                "choose other ports (port / metrics.port)") from None
         self.port = self._server.sockets[0].getsockname()[1]
+        await asyncio.to_thread(self.coordinator.start)
+        self.coordinator.add_state_listener(self._threadsafe_state)
+        self.cluster_id = await asyncio.to_thread(self.coordinator.cluster_id)
+        self._check_cluster_id()
+        # Register before loading or serving anything: a second broker with this id
+        # fails here, before it could acknowledge a single write.
+        await self._register()
         await self.sync_topics(await asyncio.to_thread(self.coordinator.list_topics))
-        registration = BrokerRegistration(self.broker_id, self.config.advertised, self.port,
-                                          time.time_ns() // 1_000_000)
-        await asyncio.to_thread(self.coordinator.register_broker, registration)
         self.coordinator.watch_topics(self._threadsafe(self._on_topics_changed))
         self.coordinator.watch_brokers(self._threadsafe(self._on_brokers_changed))
         await self._refresh_brokers()  # our own registration is in the list from now on
-        self.metrics.serve(self.config.host, self.config.metrics_port)
+        await self._server.start_serving()
         self._tasks.append(asyncio.create_task(self._periodic_retention()))
         self._tasks.append(asyncio.create_task(self._periodic_flush()))
         self.started = True
         log.info("broker %d serving on %s:%d (metrics on %d)", self.broker_id,
                  self.config.host, self.port, self.metrics.port)
+
+    async def _register(self) -> None:
+        registration = BrokerRegistration(self.broker_id, self.config.advertised, self.port,
+                                          time.time_ns() // 1_000_000)
+        await asyncio.to_thread(self.coordinator.register_broker, registration)
+
+    def _check_cluster_id(self) -> None:
+        """A data dir belongs to one cluster: never serve (or delete) another's data."""
+        meta = self.data_dir / META_FILE
+        try:
+            recorded = json.loads(meta.read_text())
+        except FileNotFoundError:
+            meta.write_text(json.dumps({"version": 1, "cluster_id": self.cluster_id,
+                                        "broker_id": self.broker_id}))
+            return
+        except ValueError:
+            raise ClusterIdMismatchError(
+                f"{meta} is unreadable; check the data dir (log.dirs) and remove the file "
+                "only if it really belongs to this cluster") from None
+        if recorded.get("cluster_id") != self.cluster_id:
+            raise ClusterIdMismatchError(
+                f"data dir {self.data_dir} belongs to cluster {recorded.get('cluster_id')}, "
+                f"but ZooKeeper at {self.config.zookeeper_connect} holds cluster "
+                f"{self.cluster_id}; point zookeeper.connect at the right ensemble or use "
+                "another log.dirs")
+        if recorded.get("broker_id") != self.broker_id:
+            raise ClusterIdMismatchError(
+                f"data dir {self.data_dir} belongs to broker {recorded.get('broker_id')}, "
+                f"not {self.broker_id}; give each broker its own log.dirs")
+
+    def _threadsafe_state(self, state: str) -> None:
+        loop = self._loop
+        if loop is not None and not self._stopped.is_set():
+            loop.call_soon_threadsafe(lambda: loop.create_task(self._on_session_state(state)))
+
+    async def _on_session_state(self, state: str) -> None:
+        if state == "LOST":
+            # Our ephemeral registration is gone; ZooKeeper no longer vouches for us.
+            self._session_lost = True
+            log.error("ZooKeeper session lost: broker %d is unregistered until it reconnects",
+                      self.broker_id)
+        elif state == "CONNECTED" and self._session_lost:
+            self._session_lost = False
+            try:
+                await self._register()
+                await self.sync_topics()
+                await self._refresh_brokers()
+                log.info("broker %d registered again after a lost session", self.broker_id)
+            except StrataError as err:
+                log.error("re-registration after a lost session failed: %s", err)
 
     async def stop(self) -> None:
         if self._stopped.is_set():
@@ -107,6 +191,10 @@ class Broker:
             self._server.close()
         for task in self._tasks:
             task.cancel()
+        for connection in list(self._connections):
+            connection.stop_reading()
+        for partition in self.partitions.values():
+            partition.wake_waiters()  # parked long polls answer now instead of at timeout
         await self._drain_connections()
         for partition in list(self.partitions.values()):
             try:
@@ -121,6 +209,10 @@ class Broker:
             os.close(self._lock_fd)
             self._lock_fd = -1
         log.info("broker %d stopped cleanly", self.broker_id)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopped.is_set()
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -212,9 +304,17 @@ class Broker:
                 continue
             directory = self.data_dir / f"{topic.name}-{p}"
             if directory.exists() and read_topic_id(directory) not in (None, topic.topic_id):
-                shutil.rmtree(directory)  # a previous topic of the same name
-            partition = Partition(topic.name, p, topic.topic_id, directory, config,
-                                  self.broker_id)
+                self._set_aside(directory, "an older topic of the same name")
+            try:
+                partition = Partition(topic.name, p, topic.topic_id, directory, config,
+                                      self.broker_id)
+            except (StrataError, OSError) as err:
+                # One damaged partition must not take the broker (and every other
+                # partition) down: it stays offline and answers with the error.
+                log.error("partition %s-%d is OFFLINE: %s", topic.name, p, err)
+                self.offline[(topic.name, p)] = err if isinstance(err, StrataError) else \
+                    LogStorageError(f"opening {directory} failed: {err}")
+                continue
             state = states[p]
             partition.set_state(state.leader, state.leader_epoch, state.isr, replicas)
             self.partitions[(topic.name, p)] = partition
@@ -234,6 +334,8 @@ class Broker:
     def _drop_topic(self, name: str) -> None:
         self.topics.pop(name, None)
         self.topic_overrides.pop(name, None)
+        for key in [k for k in self.offline if k[0] == name]:
+            del self.offline[key]
         for key in [k for k in self.partition_states if k[0] == name]:
             del self.partition_states[key]
         for key in [k for k in self.partitions if k[0] == name]:
@@ -241,11 +343,22 @@ class Broker:
         log.info("dropped topic %s", name)
 
     def _remove_stale_dirs(self) -> None:
+        """Set aside partition dirs whose topic is gone (deleted while we were down).
+
+        Renamed, not deleted, as Kafka does with ``-stray`` logs: if ZooKeeper lost its
+        data, the logs are still on disk for an operator.
+        """
         hosted = {p.directory for p in self.partitions.values()}
+        hosted |= {self.data_dir / f"{t}-{p}" for t, p in self.offline}
         for child in self.data_dir.iterdir():
             if child.is_dir() and child not in hosted and read_topic_id(child) is not None:
-                log.info("removing %s: its topic no longer exists", child.name)
-                shutil.rmtree(child, ignore_errors=True)
+                self._set_aside(child, "its topic no longer exists")
+
+    def _set_aside(self, directory: Path, why: str) -> None:
+        target = directory.with_name(f"{directory.name}.{int(time.time())}{STRAY_SUFFIX}")
+        log.warning("setting %s aside as %s: %s", directory.name, target.name, why)
+        (directory / METADATA_FILE).rename(directory / (METADATA_FILE + STRAY_SUFFIX))
+        directory.rename(target)
 
     def log_config_for(self, topic: str) -> LogConfig:
         return LogConfig.from_mapping(self.topic_overrides.get(topic, {}),
@@ -306,6 +419,10 @@ async def run_broker(config: BrokerConfig) -> int:
         await broker.start()
     except StrataError as err:
         log.error("%s", err)
+        await broker.stop()
+        return 2
+    except Exception as err:  # unexpected: log it with its traceback, exit with a code
+        log.exception("broker %d failed to start: %s", config.broker_id, err)
         await broker.stop()
         return 2
     print(f"strata broker {config.broker_id} ready on {config.advertised}:{broker.port} "

@@ -16,14 +16,18 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import KazooException
+
 from brokers.coordination import ConcurrentUpdateError, TopicDefinition
 from brokers.errors import (
+    BrokerNotAvailableError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
+    LogStorageError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -88,10 +92,18 @@ if TYPE_CHECKING:
 __all__ = ["RequestHandlers"]
 
 _ACKS_ALL = -1
+# Partitions of one topic: its metadata goes to ZooKeeper in one multi-op, and ZooKeeper
+# refuses requests above jute.maxbuffer (1 MiB); 4,096 partitions stay well below it.
+MAX_PARTITIONS = 4096
 
 
-def _error(err: StrataError | None) -> tuple[int, str | None]:
-    return (0, None) if err is None else (err.code, err.message)
+def _error(err: StrataError | KazooException | None) -> tuple[int, str | None]:
+    if err is None:
+        return 0, None
+    if isinstance(err, KazooException):  # ZooKeeper trouble: retriable, with a code
+        err = BrokerNotAvailableError(
+            f"ZooKeeper did not complete the change ({err!r}); check the ensemble and retry")
+    return err.code, err.message
 
 
 class RequestHandlers:
@@ -128,6 +140,11 @@ class RequestHandlers:
     # ------------------------------------------------------------------ helpers
     def _leader_partition(self, topic: str, partition: int) -> Partition:
         hosted = self.broker.partitions.get((topic, partition))
+        offline = self.broker.offline.get((topic, partition))
+        if offline is not None:
+            raise LogStorageError(
+                f"{topic}-{partition} is offline on broker {self.broker.broker_id}: "
+                f"{offline.message}")
         if hosted is None:
             if topic not in self.broker.topics or \
                     partition not in self.broker.topics[topic].assignment:
@@ -188,7 +205,7 @@ class RequestHandlers:
                     await self._await_topic(topic.name, present=True,
                                             timeout_ms=request.timeout_ms)
                 results.append(TopicResult(topic.name, 0, None))
-            except StrataError as err:
+            except (StrataError, KazooException) as err:
                 results.append(TopicResult(topic.name, *_error(err)))
         return CreateTopicsResponse(results)
 
@@ -213,9 +230,10 @@ class RequestHandlers:
         partitions = self.broker.config.num_partitions if partitions == -1 else partitions
         replication = self.broker.config.default_replication_factor if replication == -1 \
             else replication
-        if not 1 <= partitions <= 100_000:
+        if not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(
-                f"partition count {partitions} is not valid; use 1..100000")
+                f"partition count {partitions} is not valid; use 1..{MAX_PARTITIONS} (the "
+                "topic's metadata is written to ZooKeeper in one transaction)")
         if not 1 <= replication <= len(live):
             raise InvalidReplicationFactorError(
                 f"replication factor {replication} is not valid with {len(live)} live "
@@ -232,6 +250,9 @@ class RequestHandlers:
             raise InvalidRequestError(
                 "give either explicit replica assignments or partition count and replication "
                 "factor, not both (set both counts to -1)")
+        if len(explicit) > MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"{len(explicit)} partitions is more than {MAX_PARTITIONS}")
         if sorted(explicit) != list(range(len(explicit))):
             raise InvalidPartitionsError(
                 f"assignments name partitions {sorted(explicit)}; they must be 0..n-1")
@@ -269,7 +290,7 @@ class RequestHandlers:
                 await asyncio.to_thread(self.broker.coordinator.delete_topic, name)
                 await self._await_topic(name, present=False, timeout_ms=request.timeout_ms)
                 results.append(TopicResult(name, 0, None))
-            except StrataError as err:
+            except (StrataError, KazooException) as err:
                 results.append(TopicResult(name, *_error(err)))
         return DeleteTopicsResponse(results)
 
@@ -319,7 +340,7 @@ class RequestHandlers:
                     raise RequestTimedOutError(
                         f"configs of {topic.name!r} kept changing concurrently; retry")
                 results.append(TopicResult(topic.name, 0, None))
-            except StrataError as err:
+            except (StrataError, KazooException) as err:
                 results.append(TopicResult(topic.name, *_error(err)))
         return AlterConfigsResponse(results)
 
@@ -389,7 +410,8 @@ class RequestHandlers:
         while True:
             response, size, partitions = self._read_fetch(request)
             remaining = deadline - time.monotonic()
-            if size >= max(request.min_bytes, 1) or remaining <= 0 or not partitions:
+            if size >= max(request.min_bytes, 1) or remaining <= 0 or not partitions \
+                    or self.broker.stopping:
                 return response
             # As in Kafka: a partition error (out of range, not leader, ...) is answered at
             # once; waiting for data could not fix it and would delay the client's reset.
@@ -471,12 +493,19 @@ class RequestHandlers:
             err = InvalidRequestError("transactions are not supported yet; use "
                                       "transactional_id = null for an idempotent producer")
             return InitProducerIdResponse(err.code, error_message=err.message)
-        if request.producer_id >= 0:
-            epoch = request.producer_epoch + 1
-            if epoch > 32767:
-                return InitProducerIdResponse(0, await self.broker.next_producer_id(), 0)
-            return InitProducerIdResponse(0, request.producer_id, epoch)
-        return InitProducerIdResponse(0, await self.broker.next_producer_id(), 0)
+        if request.producer_id != -1 or request.producer_epoch != -1:
+            # Bumping the epoch of an existing id would let any client fence any other;
+            # that needs a transactional id, which does not exist yet.
+            err = InvalidRequestError(
+                "an idempotent producer asks for a new id: send producer_id=-1 and "
+                "producer_epoch=-1 (epoch bumps need transactions, not supported yet)")
+            return InitProducerIdResponse(err.code, error_message=err.message)
+        try:
+            return InitProducerIdResponse(0, await self.broker.next_producer_id(), 0)
+        except KazooException as err:
+            unavailable = BrokerNotAvailableError(
+                f"ZooKeeper did not answer while allocating a producer id ({err!r}); retry")
+            return InitProducerIdResponse(unavailable.code, error_message=unavailable.message)
 
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

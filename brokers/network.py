@@ -42,6 +42,7 @@ __all__ = ["ConnectionHandler", "Dispatcher"]
 log = logging.getLogger("strata.brokers.network")
 
 _API_NAMES = {int(k): k.name for k in ApiKey}
+MAX_IN_FLIGHT = 32  # requests being handled per connection
 
 # dispatcher(header, body reader) -> response message, or None for no response (acks=0)
 Dispatcher = Callable[[RequestHeader, Reader], Awaitable[Message | None]]
@@ -77,12 +78,19 @@ class ConnectionHandler:
         self.peer = writer.get_extra_info("peername")
         self._write_lock = asyncio.Lock()
         self.in_flight: set[asyncio.Task[None]] = set()
+        # Back-pressure: at most MAX_IN_FLIGHT requests per connection are being
+        # handled; the next frame is not read until one finishes, so one client cannot
+        # pin unbounded memory (each frame can be up to socket.request.max.bytes).
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.closing = False
 
     async def serve(self) -> None:
         self.metrics.connections.inc()
         try:
             while not self.closing:
+                await self._slots.acquire()
+                if self.closing:
+                    return
                 try:
                     prefix = await self.reader.readexactly(FRAME_PREFIX.size)
                 except (asyncio.IncompleteReadError, ConnectionError):
@@ -104,7 +112,7 @@ class ConnectionHandler:
                     return
                 task = asyncio.create_task(self._handle(header, body, time.perf_counter()))
                 self.in_flight.add(task)
-                task.add_done_callback(self.in_flight.discard)
+                task.add_done_callback(self._done)
         finally:
             self.metrics.connections.dec()
             await self._drain_in_flight()
@@ -112,6 +120,10 @@ class ConnectionHandler:
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
             self.on_close(self)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.in_flight.discard(task)
+        self._slots.release()
 
     async def _drain_in_flight(self) -> None:
         if self.in_flight:
@@ -136,9 +148,12 @@ class ConnectionHandler:
                                      ErrorResponse(f"internal error: {err}"), 0, error_code=-1)
         try:
             await self._write(chunks)
-        except (ConnectionError, RuntimeError) as err:
-            log.info("could not answer %s: %s", self.peer, err)
+        except Exception as err:
+            # Part of a frame may be on the wire: the stream can no longer be parsed by
+            # the client, so the connection is cut rather than left desynchronised.
+            log.info("could not answer %s (%r); closing the connection", self.peer, err)
             self.closing = True
+            self.writer.transport.abort()
         finally:
             self.metrics.requests.labels(api, error_name).inc()
             self.metrics.latency.labels(api).observe(time.perf_counter() - started)
@@ -155,11 +170,23 @@ class ConnectionHandler:
                     await self.writer.drain()
                     # _RegionFile is duck-typed: sendfile only calls fileno() and seek().
                     region_file = cast(IO[bytes], _RegionFile(chunk))
-                    await loop.sendfile(self.writer.transport, region_file, chunk.position,
-                                        chunk.length)
+                    if chunk.fileno() < 0:
+                        raise OSError(f"segment file of {chunk} was closed before sending")
+                    sent = await loop.sendfile(self.writer.transport, region_file,
+                                               chunk.position, chunk.length, fallback=False)
+                    if sent != chunk.length:  # the file shrank under us (truncation)
+                        raise OSError(f"sent {sent} of {chunk.length} bytes of {chunk}")
                     total += chunk.length
             await self.writer.drain()
             self.metrics.bytes_out.inc(total)
+
+    def stop_reading(self) -> None:
+        """Shutdown: take no new requests; the ones in flight still get their answers."""
+        self.closing = True
+        transport = self.writer.transport
+        if isinstance(transport, asyncio.ReadTransport):
+            transport.pause_reading()
+        self._slots.release()  # unblock a serve loop waiting for a slot, so it can exit
 
     def close(self) -> None:
         self.closing = True

@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -32,6 +33,11 @@ __all__ = ["LeaderAppend", "Partition"]
 log = logging.getLogger("strata.brokers.partition")
 
 METADATA_FILE: Final = "partition.metadata"
+
+# Threads that wait for group-commit fsyncs (flush.policy=always). Separate from the
+# default executor so slow disks never starve ZooKeeper calls made via to_thread.
+_DURABILITY_WAITS: Final = ThreadPoolExecutor(max_workers=64,
+                                              thread_name_prefix="strata-durability")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +115,8 @@ class Partition:
 
     async def wait_durable(self, end_offset: int) -> None:
         if self.log.config.flush_policy is FlushPolicy.ALWAYS:
-            await asyncio.to_thread(self.log.wait_durable, end_offset)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(_DURABILITY_WAITS, self.log.wait_durable, end_offset)
 
     def _advance_high_watermark(self) -> None:
         # One replica (or an ISR of just the leader): everything appended is committed.
@@ -122,6 +129,10 @@ class Partition:
     def _notify(self) -> None:
         self._data_arrived.set()
         self._data_arrived = asyncio.Event()
+
+    def wake_waiters(self) -> None:
+        """Answer every parked long poll now (shutdown)."""
+        self._notify()
 
     async def wait_for_data(self) -> None:
         """Return when the next append (or HW move) happens; callers add the timeout."""

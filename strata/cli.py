@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="stop the processes recorded by `strata up`")
     _add_data_dir(down)
     down.add_argument(
-        "--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL"
+        "--grace", type=float, default=30.0,
+        help="seconds between SIGTERM and SIGKILL (default 30: above a broker's "
+        "shutdown.timeout.ms of 10 s, so a clean shutdown is never cut short)"
     )
     down.set_defaults(handler=_cmd_down)
 

@@ -484,7 +484,7 @@ class Stack:
             states.append(ProcessState(record, state))
         return StackStatus(self.data_dir, states)
 
-    def down(self, grace: float = 10.0) -> list[tuple[ProcessRecord, str]]:
+    def down(self, grace: float = 30.0) -> list[tuple[ProcessRecord, str]]:
         """Stop exactly the recorded PIDs, last started first; data stays on disk.
 
         Returns each record with what happened: ``stopped``, ``not running`` or

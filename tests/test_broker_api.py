@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -378,3 +379,60 @@ def test_metrics_endpoint_reports_requests_and_partitions(broker: BrokerProcess)
     assert 'strata_requests_total{api="PRODUCE",error="NONE"}' in text
     assert "strata_request_latency_seconds_bucket" in text
     assert "strata_bytes_in_total" in text and "strata_connections" in text
+
+
+def test_init_producer_id_refuses_epoch_bumps_of_existing_ids(broker: BrokerProcess) -> None:
+    """Bumping another producer's epoch would fence it; without transactions it is refused."""
+    fresh = run(call(broker, ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest()))
+    bump = run(call(broker, ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest(
+        producer_id=fresh.producer_id, producer_epoch=0)))
+    assert bump.error_code == 42 and "producer_id=-1" in bump.error_message
+    transactional = run(call(broker, ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest(
+        transactional_id="tx")))
+    assert transactional.error_code == 42
+
+
+def test_sigterm_answers_a_parked_long_poll_and_shuts_down_cleanly(
+        broker_factory: Callable[..., BrokerProcess]) -> None:
+    process = broker_factory(broker_id=11)
+    name = topic_name("drain")
+    create(process, name)
+
+    async def scenario() -> tuple[float, Any]:
+        async with BrokerConnection("127.0.0.1", process.port) as consumer:
+            waiting = asyncio.create_task(consumer.request(ApiKey.FETCH, FetchRequest(
+                [FetchTopic(name, [FetchPartition(0, 0)])], max_wait_ms=25_000, min_bytes=1)))
+            await asyncio.sleep(0.5)
+            started = time.monotonic()
+            process.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+            answer = await waiting
+            return time.monotonic() - started, answer
+
+    elapsed, answer = run(scenario())
+    assert answer.topics[0].partitions[0].error_code == 0  # answered, not cut off
+    assert elapsed < 5, f"the parked fetch held shutdown for {elapsed:.1f}s"
+    assert process.stop() == 0
+    assert "stopped cleanly" in process.log_text()
+    assert (process.data_dir / f"{name}-0" / ".clean-shutdown").exists()
+
+
+def test_a_damaged_partition_goes_offline_alone(
+        broker_factory: Callable[..., BrokerProcess]) -> None:
+    """Damage found when a log is opened takes that partition offline, not the broker."""
+    process = broker_factory(broker_id=12)
+    healthy, damaged = topic_name("healthy"), topic_name("damaged")
+    create(process, healthy)
+    create(process, damaged)
+    produce(process, healthy, 0, build_batch([b"fine"]))
+    produce(process, damaged, 0, build_batch([b"soon broken"] * 3))
+    assert process.stop() == 0
+    segment = process.data_dir / f"{damaged}-0" / ("0" * 20 + ".log")
+    data = bytearray(segment.read_bytes())
+    data[16] ^= 0xFF  # the magic byte of the first batch
+    segment.write_bytes(bytes(data))
+    process.restart()
+    assert values_at(fetch(process, healthy, 0, 0), healthy, 0) == [b"fine"]
+    broken = fetch(process, damaged, 0, 0)
+    assert broken.error_code == 56 and "offline" in broken.error_message
+    assert produce(process, damaged, 0, build_batch([b"x"])).error_code == 56
+    assert "OFFLINE" in process.log_text()
