@@ -11,16 +11,23 @@ VENV=.venv
 # (checked 2026-11-22: 404); 4.4.0 is the newest jar built for Spark 4.2 (docs/dependencies.md).
 DELTA_ARTIFACT=io.delta:delta-spark_4.2_2.13:4.4.0
 DELTA_JAR="$HOME/.m2/repository/io/delta/delta-spark_4.2_2.13/4.4.0/delta-spark_4.2_2.13-4.4.0.jar"
+DELTA_STORAGE_JAR="$HOME/.m2/repository/io/delta/delta-storage/4.4.0/delta-storage-4.4.0.jar"
 STAMP=$VENV/.strata-setup-stamp
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 
-if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -f "$DELTA_JAR" ]; then
+if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
+    && [ -f "$DELTA_JAR" ] && [ -f "$DELTA_STORAGE_JAR" ]; then
   echo "setup: up to date (.venv and Delta jars ready)"
   exit 0
 fi
 
 if ! command -v java >/dev/null; then
-  echo "setup: Java 17 is required (apt-get install openjdk-17-jdk-headless)" >&2; exit 1
+  echo "setup: Java 17 or newer is required (apt-get install openjdk-17-jdk-headless)" >&2; exit 1
+fi
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
+  echo "setup: Java 17 or newer is required, found '${java_major:-unknown}' (apt-get install openjdk-17-jdk-headless)" >&2
+  exit 1
 fi
 if ! command -v mvn >/dev/null; then
   echo "setup: installing maven from Debian packages"
@@ -35,7 +42,7 @@ fi
 echo "setup: installing strata (editable) and its pinned dependencies"
 "$VENV/bin/python" -m pip install -q -e ".[dev]"
 
-if [ ! -f "$DELTA_JAR" ]; then
+if [ ! -f "$DELTA_JAR" ] || [ ! -f "$DELTA_STORAGE_JAR" ]; then
   echo "setup: fetching $DELTA_ARTIFACT and its dependencies from Maven Central into ~/.m2"
   mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.6.1:get -Dartifact="$DELTA_ARTIFACT"
 fi

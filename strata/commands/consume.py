@@ -64,7 +64,9 @@ def _consume(args: argparse.Namespace) -> int:
         partitions = [args.partition]
     tps = [TopicPartition(args.topic, p) for p in partitions]
     printed = 0
-    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+    # An explicit --offset outside the log is an error to report, not to paper over.
+    reset = "none" if args.offset is not None else "earliest"
+    with Consumer(bootstrap, auto_offset_reset=reset) as consumer:
         consumer.assign(tps)
         if args.from_beginning:
             consumer.seek_to_beginning(tps)
