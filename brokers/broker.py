@@ -382,11 +382,13 @@ class Broker:
 
     def apply_retention(self) -> int:
         deleted = 0
+        now_ms = time.time_ns() // 1_000_000
         for partition in list(self.partitions.values()):
             try:
                 deleted += len(partition.log.apply_retention())
             except StrataError as err:
                 log.error("retention on %s failed: %s", partition, err)
+            partition.producers.expire(now_ms, self.config.producer_id_expiration_ms)
         return deleted
 
     async def _periodic_flush(self) -> None:

@@ -69,6 +69,10 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
     "producer.id.block.size": _BrokerKey(
         "producer_id_block_size", int, 1000, "producer ids claimed from ZooKeeper at a time",
         lambda v: v >= 1, ">= 1"),
+    "producer.id.expiration.ms": _BrokerKey(
+        "producer_id_expiration_ms", int, 86_400_000,
+        "forget an idempotent producer's sequence state after this long without a batch",
+        lambda v: v >= 1, ">= 1"),
     "log.retention.check.interval.ms": _BrokerKey(
         "retention_check_interval_ms", int, 300_000, "how often retention runs",
         lambda v: v >= 1, ">= 1"),
@@ -101,6 +105,7 @@ class BrokerConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     producer_id_block_size: int = 1000
+    producer_id_expiration_ms: int = 86_400_000
     retention_check_interval_ms: int = 300_000
     flush_scheduler_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000

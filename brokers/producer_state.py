@@ -58,6 +58,7 @@ class _ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=MAX_BATCHES_PER_PRODUCER))
+    last_timestamp: int = -1  # largest batch max_timestamp seen (ms): drives expiry
 
     @property
     def last_sequence(self) -> int:
@@ -123,6 +124,21 @@ class ProducerStateManager:
         entry.batches.append(BatchMetadata(
             header.base_sequence, header.last_sequence, first_offset,
             first_offset + header.last_offset_delta))
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+
+    def expire(self, now_ms: int, max_idle_ms: int) -> int:
+        """Forget producers whose last batch is older than ``max_idle_ms``; return how many.
+
+        Without this the map (and every snapshot) grows with each producer id ever seen.
+        A forgotten producer that comes back must start again at sequence 0
+        (``UNKNOWN_PRODUCER_ID`` tells it so), exactly like Kafka's
+        ``producer.id.expiration.ms``.
+        """
+        idle = [pid for pid, e in self._producers.items()
+                if e.last_timestamp < now_ms - max_idle_ms]
+        for pid in idle:
+            del self._producers[pid]
+        return len(idle)
 
     def replay(self, headers: Iterable[BatchHeader]) -> None:
         for header in headers:
@@ -143,7 +159,7 @@ class ProducerStateManager:
     def write_snapshot(self, offset: int) -> None:
         """Persist the state as of ``offset`` (the log end it reflects)."""
         state = {
-            str(pid): {"epoch": e.epoch,
+            str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp,
                        "batches": [[b.first_sequence, b.last_sequence, b.first_offset,
                                     b.last_offset] for b in e.batches]}
             for pid, e in self._producers.items()
@@ -174,7 +190,8 @@ class ProducerStateManager:
             try:
                 value = json.loads(path.read_text(encoding="ascii"))
                 for pid, entry in value["producers"].items():
-                    producer = _ProducerEntry(int(entry["epoch"]))
+                    producer = _ProducerEntry(int(entry["epoch"]),
+                                              last_timestamp=int(entry.get("last_timestamp", -1)))
                     for fs, ls, fo, lo in entry["batches"]:
                         producer.batches.append(BatchMetadata(fs, ls, fo, lo))
                     self._producers[int(pid)] = producer
