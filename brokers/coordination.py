@@ -47,6 +47,8 @@ from brokers.errors import (
 
 __all__ = [
     "BrokerIdInUseError",
+    "ControllerLease",
+    "ControllerMovedError",
     "BrokerRegistration",
     "ConcurrentUpdateError",
     "Coordinator",
@@ -63,6 +65,8 @@ _BROKER_IDS = f"{ROOT}/brokers/ids"
 _TOPICS = f"{ROOT}/brokers/topics"
 _TOPIC_CONFIGS = f"{ROOT}/config/topics"
 _PRODUCER_ID_BLOCK = f"{ROOT}/latest_producer_id_block"
+_CONTROLLER = f"{ROOT}/controller"
+_CONTROLLER_EPOCH = f"{ROOT}/controller_epoch"
 
 
 class BrokerIdInUseError(StrataError):
@@ -98,6 +102,24 @@ class TopicDefinition:
     @property
     def partition_count(self) -> int:
         return len(self.assignment)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerLease:
+    """Proof of being controller: the epoch won and the ``/controller_epoch`` znode version
+    it was written at. Every controller write is conditional on that version, so a
+    deposed controller's writes fail (``ControllerMovedError``) instead of landing."""
+
+    broker_id: int
+    epoch: int
+    epoch_zk_version: int
+
+
+class ControllerMovedError(StrataError):
+    """Another broker became controller since this lease was won; stop acting as one."""
+
+    code = 1106
+    name = "CONTROLLER_MOVED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +356,79 @@ class Coordinator:
                 f"state of {topic}-{partition} changed meanwhile; re-read it") from err
         return PartitionState(state.leader, state.leader_epoch, list(state.isr),
                               state.controller_epoch, stat.version)
+
+    # ------------------------------------------------------------------ controller
+    def try_become_controller(self, broker_id: int) -> ControllerLease | None:
+        """Create the ephemeral ``/controller`` and bump ``/controller_epoch`` atomically.
+
+        Returns the lease when this broker won, ``None`` when another broker already
+        holds ``/controller``. The epoch is the fencing token (Kafka's ZooKeeper era).
+        """
+        for _ in range(10):
+            try:
+                data, stat = self.zk.get(_CONTROLLER_EPOCH)
+                epoch, version = int(_load(data)["epoch"]), stat.version
+            except NoNodeError:
+                epoch, version = 0, -1
+            tx = self.zk.transaction()
+            tx.create(_CONTROLLER, _dump({"broker_id": broker_id, "epoch": epoch + 1,
+                                          "timestamp": time.time_ns() // 1_000_000}),
+                      ephemeral=True)
+            if version < 0:
+                tx.create(_CONTROLLER_EPOCH, _dump({"epoch": epoch + 1}))
+            else:
+                tx.set_data(_CONTROLLER_EPOCH, _dump({"epoch": epoch + 1}), version=version)
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return ControllerLease(broker_id, epoch + 1, version + 1)
+            if self.zk.exists(_CONTROLLER):
+                return None  # someone else is controller
+            # The epoch moved between our read and our write: read again.
+        raise ConcurrentUpdateError("controller election kept racing; retry")
+
+    def controller(self) -> tuple[int, int] | None:
+        """``(broker id, epoch)`` of the current controller, or ``None``."""
+        try:
+            value = _load(self.zk.get(_CONTROLLER)[0])
+        except NoNodeError:
+            return None
+        return int(value["broker_id"]), int(value["epoch"])
+
+    def watch_controller(self, callback: Callable[[tuple[int, int] | None], None]) -> None:
+        """``callback((broker id, epoch) | None)`` now and whenever the controller changes."""
+        def on_data(data: bytes | None, stat: Any) -> None:
+            if data is None:
+                callback(None)
+            else:
+                value = _load(data)
+                callback((int(value["broker_id"]), int(value["epoch"])))
+
+        self.zk.DataWatch(_CONTROLLER)(on_data)
+
+    def update_partition_state_as_controller(self, lease: ControllerLease, topic: str,
+                                             partition: int, state: PartitionState
+                                             ) -> PartitionState:
+        """Write partition state only if ``lease`` is still the newest controller epoch
+        and the state is unchanged since it was read (``state.zk_version``)."""
+        path = f"{_TOPICS}/{topic}/partitions/{partition}/state"
+        stamped = PartitionState(state.leader, state.leader_epoch, list(state.isr), lease.epoch,
+                                 state.zk_version)
+        tx = self.zk.transaction()
+        tx.check(_CONTROLLER_EPOCH, lease.epoch_zk_version)
+        tx.set_data(path, _state_bytes(stamped), version=state.zk_version)
+        results = tx.commit()
+        # In a failed multi-op the failing operation carries its own error and the
+        # others come back as RolledBackError.
+        if isinstance(results[0], BadVersionError | NoNodeError):
+            raise ControllerMovedError(
+                f"controller epoch {lease.epoch} of broker {lease.broker_id} is no longer "
+                "current; another broker is controller now")
+        if isinstance(results[1], BadVersionError):
+            raise ConcurrentUpdateError(
+                f"state of {topic}-{partition} changed meanwhile; re-read it")
+        if isinstance(results[1], NoNodeError):
+            raise UnknownTopicOrPartitionError(f"partition {topic}-{partition} does not exist")
+        return self.partition_state(topic, partition)
 
     # ------------------------------------------------------------------ producer ids
     def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> range:
