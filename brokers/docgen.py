@@ -6,6 +6,8 @@ differ from what the code says, so the reference docs cannot drift.
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 
 from brokers.errors import __all__ as _error_names
@@ -49,7 +51,11 @@ closing that connection, before reading the frame.
 
 Requests on one connection may be pipelined. The broker may answer them in any order;
 clients match answers to requests by `correlation_id`. A Produce with `acks=0` gets no
-answer at all.
+answer at all, unless the request fails as a whole (see the response header below).
+
+Below each API's schema, its request and response classes say what the fields mean
+and which error each partition or topic can report. Errors are per partition (or per
+topic for the admin APIs): one failing partition does not fail the others.
 
 ### Primitive types
 
@@ -121,11 +127,32 @@ def _table(cls: type[Message]) -> str:
     return "\n".join(lines)
 
 
+def _doc_markdown(doc: str) -> list[str]:
+    """A class docstring as Markdown blocks.
+
+    Blank lines separate paragraphs, a line starting with ``- `` starts a list item,
+    other lines continue the current paragraph or item, and RST double backquotes
+    become Markdown single ones.
+    """
+    blocks = []
+    for paragraph in re.split(r"\n\s*\n", inspect.cleandoc(doc)):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            text = line.strip()
+            if not lines or text.startswith("- "):
+                lines.append(text)
+            else:
+                lines[-1] += " " + text
+        blocks.append("\n".join(lines).replace("``", "`"))
+    return blocks
+
+
 def _render_message(cls: type[Message], seen: set[type[Message]]) -> list[str]:
     out = [f"#### {cls.__name__}", ""]
     doc = (cls.__doc__ or "").strip()
     if doc and not doc.startswith(cls.__name__ + "("):
-        out += [" ".join(doc.split()), ""]
+        for block in _doc_markdown(doc):
+            out += [block, ""]
     out += [_table(cls), ""]
     seen.add(cls)
     for f in cls.FIELDS:
@@ -178,8 +205,13 @@ A broker reads, in increasing precedence: the defaults below, a properties file
 variables `STRATA_<KEY>` (upper case, dots as underscores: `STRATA_LOG_SEGMENT_BYTES`
 sets `log.segment.bytes`), then flags (`--override key=value`, and the shortcuts
 `--broker-id`, `--host`, `--port`, `--data-dir`, `--zookeeper`, `--metrics-port`).
-Unknown keys and out-of-range values stop the broker with a message naming the key.
-Keys starting with `log.` are the broker-wide defaults of the topic configs below.
+Only variables named after a known key are read. Unknown keys and out-of-range values
+stop the broker with a message naming the key.
+
+A key `log.<topic key>` sets the broker-wide default of that topic key (`log.retention.ms`
+is the default of `retention.ms`; see "Topic configuration" below). Not every key starting
+with `log.` is one: `log.dirs`, `log.retention.check.interval.ms` and
+`log.flush.scheduler.interval.ms` are broker keys of their own.
 
 """
 

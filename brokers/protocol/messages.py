@@ -125,7 +125,8 @@ class RequestHeader(Message):
 @dataclass(slots=True)
 class ResponseHeader(Message):
     """``error_code`` 0: the API's response body follows. Otherwise the request failed as
-    a whole (unsupported API or version, malformed body) and an ``ErrorResponse`` follows."""
+    a whole (unsupported API or version, malformed body, or UNKNOWN_SERVER_ERROR for a
+    broker fault) and an ``ErrorResponse`` follows."""
 
     correlation_id: int
     error_code: int = 0
@@ -145,6 +146,12 @@ class ErrorResponse(Message):
 
 @dataclass(slots=True)
 class ApiVersionsRequest(Message):
+    """Asks which API versions the broker speaks; the body is empty.
+
+    A request whose version is outside a range in ``ApiVersionsResponse`` fails as a
+    whole: the response header carries UNSUPPORTED_VERSION.
+    """
+
     FIELDS: ClassVar = ()
 
 
@@ -160,6 +167,8 @@ class ApiVersionRange(Message):
 
 @dataclass(slots=True)
 class ApiVersionsResponse(Message):
+    """``error_code`` is always 0; ``apis`` holds one range per API key this broker serves."""
+
     error_code: int = 0
     apis: list[ApiVersionRange] = field(default_factory=list)
     FIELDS: ClassVar = (Field("error_code", INT16), Field("apis", Array(Struct(ApiVersionRange))))
@@ -170,12 +179,20 @@ class ApiVersionsResponse(Message):
 
 @dataclass(slots=True)
 class MetadataRequest(Message):
+    """``topics`` null: every topic; an empty list: no topics (brokers and cluster id only).
+
+    Topics are never created by a Metadata request. Any broker answers from its own view
+    of ZooKeeper, which watches keep current; right after a change it may lag briefly.
+    """
+
     topics: list[str] | None = None  # None: every topic
     FIELDS: ClassVar = (Field("topics", Array(STRING, nullable=True)),)
 
 
 @dataclass(slots=True)
 class BrokerInfo(Message):
+    """A live broker: registered in ZooKeeper, at the host and port it advertises."""
+
     node_id: int
     host: str
     port: int
@@ -184,6 +201,12 @@ class BrokerInfo(Message):
 
 @dataclass(slots=True)
 class PartitionMetadata(Message):
+    """``replicas`` is the assignment, preferred leader first. ``leader`` is -1 when the
+    leader recorded in ZooKeeper is not a live broker (send nothing to it; refresh
+    later). ``leader_epoch`` -1 and an empty ``isr``: the broker has no partition state.
+    ``error_code`` is always 0.
+    """
+
     error_code: int
     partition: int
     leader: int
@@ -202,6 +225,9 @@ class PartitionMetadata(Message):
 
 @dataclass(slots=True)
 class TopicMetadata(Message):
+    """A topic that does not exist: ``error_code`` UNKNOWN_TOPIC_OR_PARTITION and no
+    partitions."""
+
     error_code: int
     name: str
     partitions: list[PartitionMetadata]
@@ -214,6 +240,10 @@ class TopicMetadata(Message):
 
 @dataclass(slots=True)
 class MetadataResponse(Message):
+    """``brokers``: every live broker, by id. ``controller_id``: no controller is elected
+    yet, so it is the id of the broker that answered. ``cluster_id``: from ZooKeeper.
+    """
+
     brokers: list[BrokerInfo]
     controller_id: int
     topics: list[TopicMetadata]
@@ -231,6 +261,8 @@ class MetadataResponse(Message):
 
 @dataclass(slots=True)
 class ConfigEntry(Message):
+    """A topic config key and its value (docs/configuration.md); null is not a valid value."""
+
     name: str
     value: str | None
     FIELDS: ClassVar = (Field("name", STRING), Field("value", NULLABLE_STRING))
@@ -238,6 +270,8 @@ class ConfigEntry(Message):
 
 @dataclass(slots=True)
 class ReplicaAssignment(Message):
+    """The brokers holding one partition's replicas; the first one is the initial leader."""
+
     partition: int
     broker_ids: list[int]
     FIELDS: ClassVar = (Field("partition", INT32), Field("broker_ids", Array(INT32)))
@@ -245,8 +279,24 @@ class ReplicaAssignment(Message):
 
 @dataclass(slots=True)
 class CreatableTopic(Message):
-    """``num_partitions``/``replication_factor`` -1: the broker defaults. A non-empty
-    ``assignments`` places every replica explicitly (then both counts must be -1)."""
+    """One topic to create. ``name``: 1 to 249 characters from ``[a-zA-Z0-9._-]``, not
+    ``.`` or ``..`` (else INVALID_TOPIC_EXCEPTION); names starting with ``__`` are
+    reserved (POLICY_VIOLATION); an existing name gives TOPIC_ALREADY_EXISTS.
+
+    ``num_partitions`` / ``replication_factor`` -1: the broker's ``num.partitions`` /
+    ``default.replication.factor``. A partition count outside 1..4096 gives
+    INVALID_PARTITIONS, a replication factor outside 1..(live brokers)
+    INVALID_REPLICATION_FACTOR. The replicas are spread over the live brokers
+    round-robin from a random start.
+
+    A non-empty ``assignments`` places every replica explicitly; then both counts must
+    be -1 (else INVALID_REQUEST), the partitions must be 0..n-1 (else
+    INVALID_PARTITIONS), and every partition needs the same non-zero number of
+    distinct, live brokers (else INVALID_REPLICATION_FACTOR).
+
+    ``configs``: topic config overrides, checked over the broker defaults; an unknown
+    key or a bad value gives INVALID_CONFIG.
+    """
 
     name: str
     num_partitions: int
@@ -264,6 +314,16 @@ class CreatableTopic(Message):
 
 @dataclass(slots=True)
 class CreateTopicsRequest(Message):
+    """Creates each topic on its own: each gets its own result, in request order.
+
+    ``validate_only``: run every check, write nothing. Otherwise the topic, its config
+    overrides and every partition's initial state (leader: the first replica, leader
+    epoch 0, ISR: all replicas) are written to ZooKeeper in one transaction, and the
+    broker then waits up to ``timeout_ms`` until its own view holds the topic. If it
+    does not in time, the result is REQUEST_TIMED_OUT although the topic was created;
+    with ``timeout_ms`` <= 0 there is no wait, so that is the usual answer.
+    """
+
     topics: list[CreatableTopic]
     timeout_ms: int = 30_000
     validate_only: bool = False
@@ -276,6 +336,8 @@ class CreateTopicsRequest(Message):
 
 @dataclass(slots=True)
 class TopicResult(Message):
+    """The outcome for one topic: ``error_code`` 0, or the error and a message."""
+
     name: str
     error_code: int
     error_message: str | None = None
@@ -292,6 +354,13 @@ class CreateTopicsResponse(Message):
 
 @dataclass(slots=True)
 class DeleteTopicsRequest(Message):
+    """Deletes each topic on its own (its znodes: definition, partition states, config
+    overrides); every broker drops its replicas' logs when its ZooKeeper watch fires.
+    The answering broker waits up to ``timeout_ms`` until its own view no longer holds
+    the topic (else REQUEST_TIMED_OUT, although the topic is deleted). A topic that does
+    not exist gives UNKNOWN_TOPIC_OR_PARTITION.
+    """
+
     topics: list[str]
     timeout_ms: int = 30_000
     FIELDS: ClassVar = (Field("topics", Array(STRING)), Field("timeout_ms", INT32))
@@ -305,12 +374,17 @@ class DeleteTopicsResponse(Message):
 
 @dataclass(slots=True)
 class DescribeConfigsRequest(Message):
+    """Every topic config key of each named topic, with its effective value."""
+
     topics: list[str]
     FIELDS: ClassVar = (Field("topics", Array(STRING)),)
 
 
 @dataclass(slots=True)
 class DescribedConfig(Message):
+    """``is_default``: the topic has no override for this key, so ``value`` is the
+    broker's ``log.<key>`` default."""
+
     name: str
     value: str | None
     is_default: bool
@@ -321,6 +395,9 @@ class DescribedConfig(Message):
 
 @dataclass(slots=True)
 class TopicConfigs(Message):
+    """One topic's configs; a topic that does not exist has ``error_code``
+    UNKNOWN_TOPIC_OR_PARTITION and no configs."""
+
     name: str
     error_code: int
     error_message: str | None
@@ -341,6 +418,12 @@ class DescribeConfigsResponse(Message):
 
 @dataclass(slots=True)
 class AlterConfigsTopic(Message):
+    """Changes to one topic's config overrides: ``set`` adds or replaces keys,
+    ``delete`` removes overrides (the key falls back to the broker default). Keys not
+    named keep their overrides. The resulting set is validated as a whole; an unknown
+    key or a bad value gives INVALID_CONFIG and nothing is written.
+    """
+
     name: str
     set: list[ConfigEntry] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
@@ -353,6 +436,14 @@ class AlterConfigsTopic(Message):
 
 @dataclass(slots=True)
 class AlterConfigsRequest(Message):
+    """Alters each topic on its own (UNKNOWN_TOPIC_OR_PARTITION if it does not exist).
+    ``validate_only``: check, write nothing.
+
+    The write is a compare-and-set of the topic's config znode, retried when another
+    writer got there first (REQUEST_TIMED_OUT after five lost races). Every broker
+    applies the new configs through its ZooKeeper watch.
+    """
+
     topics: list[AlterConfigsTopic]
     validate_only: bool = False
     FIELDS: ClassVar = (
@@ -371,6 +462,22 @@ class AlterConfigsResponse(Message):
 
 @dataclass(slots=True)
 class ProducePartition(Message):
+    """``records`` must hold exactly ONE record batch (docs/format.md): a second batch
+    in the same field, or any other bytes after the first batch, is rejected with
+    INVALID_RECORD. Null records give INVALID_REQUEST. A field larger than the topic's
+    ``max.message.bytes`` gives MESSAGE_TOO_LARGE (checked first), a checksum mismatch
+    CORRUPT_MESSAGE. The leader assigns the offsets.
+
+    Idempotence: a batch carrying a producer id (from InitProducerId) is checked against
+    the last 5 batches of that producer on this partition. A retry of one of them is not
+    written again: it answers error 0 with the original ``base_offset``. A sequence gap
+    gives OUT_OF_ORDER_SEQUENCE_NUMBER, an older producer epoch INVALID_PRODUCER_EPOCH,
+    and a producer the partition does not know whose batch does not start at sequence 0
+    UNKNOWN_PRODUCER_ID (a producer idle for ``producer.id.expiration.ms`` is forgotten).
+
+    When a partition answers with one of these errors, nothing of its batch was written.
+    """
+
     partition: int
     records: Any  # bytes of exactly one record batch
     FIELDS: ClassVar = (Field("partition", INT32), Field("records", RECORDS))
@@ -378,6 +485,8 @@ class ProducePartition(Message):
 
 @dataclass(slots=True)
 class ProduceTopic(Message):
+    """The partitions of one topic to write to; each is handled on its own."""
+
     name: str
     partitions: list[ProducePartition]
     FIELDS: ClassVar = (Field("name", STRING), Field("partitions", Array(Struct(ProducePartition))))
@@ -385,6 +494,32 @@ class ProduceTopic(Message):
 
 @dataclass(slots=True)
 class ProduceRequest(Message):
+    """Appends one batch per partition on the partition's leader.
+
+    ``acks``:
+
+    - ``0``: no response at all, so partition errors are not reported either (a request
+      that fails as a whole still gets an error response);
+    - ``1``: answer once the leader has appended the batch (with ``flush.policy=always``,
+      once it is also fsynced);
+    - ``-1`` (all): before appending, the partition needs at least
+      ``min.insync.replicas`` in-sync replicas (else NOT_ENOUGH_REPLICAS and nothing is
+      written); answer once the high watermark has passed the batch. Replication is not
+      built yet: the high watermark follows the log end only while the leader is the
+      sole in-sync replica, so with more in-sync replicas ``acks=-1`` times out;
+    - anything else: every partition answers INVALID_REQUIRED_ACKS.
+
+    ``timeout_ms``: how long ``acks`` 1 and -1 wait for the fsync and for the high
+    watermark. When it runs out the partition answers REQUEST_TIMED_OUT, but the batch
+    was appended (``base_offset`` is set) and may still be committed: retry with
+    idempotence.
+
+    Partitions are independent: each one answers with its own error code and message,
+    and an error in one does not stop the others from being written. A partition not
+    led by this broker answers NOT_LEADER_OR_FOLLOWER; an unknown one
+    UNKNOWN_TOPIC_OR_PARTITION; one whose log could not be opened STORAGE_ERROR.
+    """
+
     acks: int  # 0, 1 or -1 (all)
     timeout_ms: int
     topics: list[ProduceTopic]
@@ -397,6 +532,12 @@ class ProduceRequest(Message):
 
 @dataclass(slots=True)
 class ProducePartitionResponse(Message):
+    """``base_offset``: offset of the batch's first record; for a retried duplicate, the
+    offset it got the first time. -1 when the batch was not written.
+    ``log_append_time``: the broker's timestamp when the topic uses ``LogAppendTime``,
+    else -1. ``log_start_offset``: the partition's first offset after the append.
+    """
+
     partition: int
     error_code: int
     base_offset: int = -1
@@ -424,6 +565,8 @@ class ProduceTopicResponse(Message):
 
 @dataclass(slots=True)
 class ProduceResponse(Message):
+    """One answer per requested partition. ``throttle_time_ms`` is always 0 (no quotas)."""
+
     topics: list[ProduceTopicResponse]
     throttle_time_ms: int = 0
     FIELDS: ClassVar = (
@@ -436,6 +579,19 @@ class ProduceResponse(Message):
 
 @dataclass(slots=True)
 class FetchPartition(Message):
+    """``fetch_offset``: the first offset wanted. The records start at the batch that
+    holds it, so the first batch may begin before ``fetch_offset``: the client skips
+    the records below it. The end of what a reader may see is the high watermark for a
+    consumer and the log end offset for a follower: at the end there are no records and
+    no error; outside ``[log_start_offset, end]`` the partition answers
+    OFFSET_OUT_OF_RANGE.
+
+    ``partition_max_bytes``: the most bytes of records this partition returns, except
+    that its first batch is returned whole even when larger (see ``FetchRequest``).
+
+    ``current_leader_epoch`` is accepted but not checked yet.
+    """
+
     partition: int
     fetch_offset: int
     partition_max_bytes: int = 1 << 20
@@ -450,6 +606,8 @@ class FetchPartition(Message):
 
 @dataclass(slots=True)
 class FetchTopic(Message):
+    """The partitions of one topic to read; they are read in request order."""
+
     name: str
     partitions: list[FetchPartition]
     FIELDS: ClassVar = (Field("name", STRING), Field("partitions", Array(Struct(FetchPartition))))
@@ -457,6 +615,29 @@ class FetchTopic(Message):
 
 @dataclass(slots=True)
 class FetchRequest(Message):
+    """Reads record batches from partition leaders, with a long poll.
+
+    ``replica_id`` -1: a consumer; reads stop at the high watermark (committed data
+    only; ``ProduceRequest`` says when it moves). A broker id (>= 0): a follower, for
+    replication; reads go up to the log end offset. The broker id is not authenticated
+    yet: any client that sends one reads uncommitted data.
+
+    ``max_wait_ms`` / ``min_bytes``: the broker answers once the records it would return
+    add up to ``min_bytes`` (a value <= 0 counts as 1), once ``max_wait_ms`` has passed
+    (capped by the broker's ``fetch.max.wait.ms``), or at once when any partition has an
+    error or the broker is shutting down. While it waits, an append to any requested
+    partition makes it read again.
+
+    ``max_bytes`` and ``partition_max_bytes``: partitions are read in order; each returns
+    whole batches up to its ``partition_max_bytes`` or what is left of ``max_bytes``,
+    whichever is smaller, but at least one batch when it has data, even a batch larger
+    than both limits, so that a consumer always makes progress. A response can therefore
+    exceed ``max_bytes``. Once ``max_bytes`` is used up, the partitions after it return
+    no records (and no error).
+
+    ``isolation_level`` is accepted but not checked yet.
+    """
+
     topics: list[FetchTopic]
     max_wait_ms: int = 500
     min_bytes: int = 1
@@ -475,6 +656,15 @@ class FetchRequest(Message):
 
 @dataclass(slots=True)
 class FetchPartitionResponse(Message):
+    """``high_watermark``, ``log_start_offset``, ``log_end_offset``: the partition's
+    offsets when it was read. With OFFSET_OUT_OF_RANGE, ``log_start_offset`` and
+    ``high_watermark`` hold the ends of the valid range (for a follower the upper end
+    is the log end offset). When the partition is unknown, not led by this broker or
+    offline, all three are -1.
+    ``records``: whole batches, sent straight from the segment files; null when there
+    is nothing to return.
+    """
+
     partition: int
     error_code: int
     high_watermark: int = -1
@@ -495,6 +685,8 @@ class FetchPartitionResponse(Message):
 
 @dataclass(slots=True)
 class FetchTopicResponse(Message):
+    """One answer per requested partition, in request order."""
+
     name: str
     partitions: list[FetchPartitionResponse]
     FIELDS: ClassVar = (
@@ -504,6 +696,8 @@ class FetchTopicResponse(Message):
 
 @dataclass(slots=True)
 class FetchResponse(Message):
+    """``throttle_time_ms`` and ``error_code`` are always 0: errors are per partition."""
+
     topics: list[FetchTopicResponse]
     error_code: int = 0
     throttle_time_ms: int = 0
@@ -519,6 +713,12 @@ class FetchResponse(Message):
 
 @dataclass(slots=True)
 class ListOffsetsPartition(Message):
+    """``timestamp`` -2 (earliest): the log start offset. -1 (latest): the high
+    watermark, the offset the next committed record will get. A time in ms since the
+    epoch (>= 0): the first committed record, in offset order, whose timestamp is at or
+    after it. Any other negative value gives INVALID_REQUEST.
+    """
+
     partition: int
     timestamp: int  # EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, or ms
     FIELDS: ClassVar = (Field("partition", INT32), Field("timestamp", INT64))
@@ -526,6 +726,8 @@ class ListOffsetsPartition(Message):
 
 @dataclass(slots=True)
 class ListOffsetsTopic(Message):
+    """The partitions of one topic to look up, on their leader."""
+
     name: str
     partitions: list[ListOffsetsPartition]
     FIELDS: ClassVar = (
@@ -535,6 +737,9 @@ class ListOffsetsTopic(Message):
 
 @dataclass(slots=True)
 class ListOffsetsRequest(Message):
+    """Looks up offsets by time on partition leaders. ``replica_id`` and
+    ``isolation_level`` are accepted but not used yet."""
+
     topics: list[ListOffsetsTopic]
     replica_id: int = -1
     isolation_level: int = 0
@@ -547,6 +752,11 @@ class ListOffsetsRequest(Message):
 
 @dataclass(slots=True)
 class ListOffsetsPartitionResponse(Message):
+    """``offset``: the offset found. For a timestamp query, ``timestamp`` is that
+    record's timestamp, and both are -1 when no committed record is that recent; for -2
+    and -1 ``timestamp`` is -1. ``leader_epoch``: the partition's current leader epoch.
+    """
+
     partition: int
     error_code: int
     timestamp: int = -1
@@ -565,6 +775,8 @@ class ListOffsetsPartitionResponse(Message):
 
 @dataclass(slots=True)
 class ListOffsetsTopicResponse(Message):
+    """One answer per requested partition."""
+
     name: str
     partitions: list[ListOffsetsPartitionResponse]
     FIELDS: ClassVar = (
@@ -574,6 +786,8 @@ class ListOffsetsTopicResponse(Message):
 
 @dataclass(slots=True)
 class ListOffsetsResponse(Message):
+    """One entry per requested topic; errors are per partition."""
+
     topics: list[ListOffsetsTopicResponse]
     FIELDS: ClassVar = (Field("topics", Array(Struct(ListOffsetsTopicResponse))),)
 
@@ -583,6 +797,14 @@ class ListOffsetsResponse(Message):
 
 @dataclass(slots=True)
 class InitProducerIdRequest(Message):
+    """Gets an id for an idempotent producer.
+
+    ``transactional_id`` must be null: transactions are not supported yet (else
+    INVALID_REQUEST). ``transaction_timeout_ms`` is ignored. ``producer_id`` and
+    ``producer_epoch`` must both be -1, which requests a new id (anything else is
+    INVALID_REQUEST: bumping the epoch of an existing id needs transactions).
+    """
+
     transactional_id: str | None = None
     transaction_timeout_ms: int = 60_000
     producer_id: int = -1
@@ -597,6 +819,11 @@ class InitProducerIdRequest(Message):
 
 @dataclass(slots=True)
 class InitProducerIdResponse(Message):
+    """A new producer id with epoch 0, unique in the cluster: brokers claim ids from
+    ZooKeeper in blocks of ``producer.id.block.size``. ZooKeeper trouble gives
+    BROKER_NOT_AVAILABLE. On an error, ``producer_id`` and ``producer_epoch`` are -1.
+    """
+
     error_code: int
     producer_id: int = -1
     producer_epoch: int = -1
