@@ -1,12 +1,20 @@
-"""`strata up/status/down` as real subprocesses, with a real ZooKeeper and kazoo."""
+"""`strata up/status/down` as real subprocesses, with a real ZooKeeper and kazoo.
+
+Port plan of a stack with base port P: ZooKeeper P, broker i P+10+i, its metrics P+40+i.
+Tests pick P with :func:`free_base_port` (every port of the plan is free, and P lies below
+the kernel's ephemeral range so client sockets of other tests cannot take it) and retry
+``up`` on another base if one of them is grabbed in between.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +22,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from strata.procs import free_port, pid_alive
+from strata.client import Admin
+from strata.procs import PortInUseError, check_port_free, pid_alive
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,15 +36,87 @@ def _strata_command() -> list[str]:
     return [sys.executable, "-m", "strata.cli"]
 
 
-def strata(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def strata(*args: str, cwd: Path, bootstrap: str | None = None,
+           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("STRATA_BOOTSTRAP", None)
+    if bootstrap is not None:
+        env["STRATA_BOOTSTRAP"] = bootstrap
     return subprocess.run(
         [*_strata_command(), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
-        stdin=subprocess.DEVNULL,
+        env=env,
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
     )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _port_free(port: int) -> bool:
+    try:
+        check_port_free("127.0.0.1", port, "test probe")
+    except PortInUseError:
+        return False
+    return True
+
+
+def stack_ports(base: int, brokers: int = 1) -> list[int]:
+    """Every port a stack of ``brokers`` brokers on base port ``base`` listens on."""
+    return [base, *(base + 10 + i for i in range(brokers)),
+            *(base + 40 + i for i in range(brokers))]
+
+
+def free_base_port(brokers: int = 1, attempts: int = 500) -> int:
+    """A base port P whose whole port plan (P, P+10+i, P+40+i) is free right now.
+
+    Taken from below the ephemeral range: outgoing connections of concurrent tests take
+    ephemeral ports and could land on P+10 between this check and `strata up`.
+    """
+    high = min(_ephemeral_low(), 65536) - 64
+    low = max(1024, high - 12000)
+    rng = random.Random()
+    for _ in range(attempts):
+        base = rng.randrange(low, high)
+        if all(_port_free(port) for port in stack_ports(base, brokers)):
+            return base
+    raise RuntimeError(f"no free base port with {brokers} broker(s) in {low}..{high}")
+
+
+def up_on_free_ports(data_dir: Path, cwd: Path, reaper: Any, *extra: str,
+                     brokers: int = 1, attempts: int = 3) -> tuple[int, dict[str, Any]]:
+    """`strata up --base-port P --format json` on a free P; retried on a port clash.
+
+    Every PID `up` records (even of a failed attempt) is handed to ``reaper``.
+    """
+    last = ""
+    for _ in range(attempts):
+        base = free_base_port(brokers)
+        result = strata("up", "--data-dir", str(data_dir), "--base-port", str(base),
+                        "--format", "json", *extra, cwd=cwd)
+        if (data_dir / "stack.json").exists():
+            _track_recorded(reaper, data_dir)  # before any assertion can fail
+        if result.returncode == 0:
+            return base, _json(result)
+        last = result.stderr
+        assert "already in use" in last, last  # anything but a port clash is a failure
+        # Another process took a port of the plan: stop what did start, try another base.
+        ok(strata("down", "--data-dir", str(data_dir), cwd=cwd))
+    raise AssertionError(f"`strata up` hit busy ports {attempts} times; last error:\n{last}")
 
 
 def _track_recorded(reaper: Any, data_dir: Path) -> None:
@@ -53,21 +134,8 @@ def test_up_status_up_again_down(
     tmp_path: Path, reaper: Any, kazoo_factory: Callable[[str], KazooClient]
 ) -> None:
     data_dir = tmp_path / "stack"
-    port = free_port()
     try:
-        up = strata(
-            "up",
-            "--data-dir",
-            str(data_dir),
-            "--base-port",
-            str(port),
-            "--format",
-            "json",
-            cwd=tmp_path,
-        )
-        assert up.returncode == 0, up.stderr
-        _track_recorded(reaper, data_dir)  # before any assertion can fail
-        info = _json(up)
+        port, info = up_on_free_ports(data_dir, tmp_path, reaper)
         assert info["zookeeper"] == f"127.0.0.1:{port}"
         assert info["bootstrap"] == f"127.0.0.1:{port + 10}" and info["gateway"] is None
         zk, broker = info["processes"]
@@ -134,3 +202,112 @@ def test_usage_errors_are_short(tmp_path: Path) -> None:
     assert bad_port.returncode == 2 and "outside 1-65535" in bad_port.stderr
     nothing = strata("down", "--data-dir", str(tmp_path / "none"), cwd=tmp_path)
     assert nothing.returncode == 0 and "Nothing to stop" in nothing.stdout
+
+
+def _consume_all(bootstrap: str, topic: str, cwd: Path, *args: str) -> list[dict[str, Any]]:
+    out = ok(strata("consume", topic, "--format", "json", *args, cwd=cwd, bootstrap=bootstrap))
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_records_survive_down_and_up(tmp_path: Path, reaper: Any) -> None:
+    """Broker data (not just ZooKeeper's) survives `down`/`up`, read back with the CLI."""
+    data_dir = tmp_path / "stack"
+    topic, count = "kept-records", 60
+    lines = [f"k{i % 5}:value-{i}" for i in range(count)]
+    try:
+        base, info = up_on_free_ports(data_dir, tmp_path, reaper)
+        bootstrap = info["bootstrap"]
+        assert bootstrap == f"127.0.0.1:{base + 10}"
+        ok(strata("topic", "create", topic, "-p", "2", cwd=tmp_path, bootstrap=bootstrap))
+        report = json.loads(ok(strata("produce", topic, "--key-separator", ":", "--format",
+                                      "json", cwd=tmp_path, bootstrap=bootstrap,
+                                      stdin="\n".join(lines) + "\n")))
+        assert report == {"acknowledged": count, "failed": 0, "error": None}
+        before = _consume_all(bootstrap, topic, tmp_path, "--from-beginning", "-n", str(count),
+                              "--timeout-ms", "10000")
+        assert len(before) == count
+
+        ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
+        assert not any(pid_alive(p["pid"]) for p in info["processes"])
+
+        restarted = strata("up", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
+        _track_recorded(reaper, data_dir)
+        assert restarted.returncode == 0, restarted.stderr
+        new_info = _json(restarted)
+        assert new_info["bootstrap"] == bootstrap  # the recorded base port is reused
+        assert [p["state"] for p in new_info["processes"]] == ["started", "started"]
+
+        # -n stops at `count`; --timeout-ms keeps a lost record from hanging the test.
+        after = _consume_all(bootstrap, topic, tmp_path, "--from-beginning", "-n", str(count),
+                             "--timeout-ms", "10000")
+        assert sorted((r["key"], r["value"]) for r in after) == \
+            sorted(tuple(line.split(":", 1)) for line in lines)
+        assert sorted((r["partition"], r["offset"], r["value"]) for r in after) == \
+            sorted((r["partition"], r["offset"], r["value"]) for r in before)
+        for partition in (0, 1):
+            mine = sorted((r for r in after if r["partition"] == partition),
+                          key=lambda r: r["offset"])
+            assert [r["offset"] for r in mine] == list(range(len(mine)))
+            # One producer: each partition holds its records in the order they were sent.
+            sent = [int(r["value"].split("-")[1]) for r in mine]
+            assert sent == sorted(sent)
+        # Exactly those records: reading without -n until idle finds no others.
+        everything = _consume_all(bootstrap, topic, tmp_path, "--from-beginning",
+                                  "--timeout-ms", "1500")
+        assert len(everything) == count
+        described = json.loads(ok(strata("topic", "describe", topic, "--format", "json",
+                                         cwd=tmp_path, bootstrap=bootstrap)))
+        assert sum(p["high_watermark"] for p in described["partitions"]) == count
+        ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
+        assert not any(pid_alive(p["pid"]) for p in new_info["processes"])
+    finally:
+        reaper.reap()
+
+
+def _metrics_answer(port: int) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.status == 200 and b"strata_" in response.read()
+
+
+def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
+    data_dir = tmp_path / "stack"
+    try:
+        base, info = up_on_free_ports(data_dir, tmp_path, reaper, "--brokers", "2", brokers=2)
+        assert [(p["name"], p["port"], p["state"]) for p in info["processes"]] == [
+            ("zookeeper", base, "started"), ("broker-0", base + 10, "started"),
+            ("broker-1", base + 11, "started")]
+        assert info["bootstrap"] == f"127.0.0.1:{base + 10},127.0.0.1:{base + 11}"
+        pids = [p["pid"] for p in info["processes"]]
+        assert all(pid_alive(pid) for pid in pids)
+
+        status = strata("status", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
+        assert status.returncode == 0, status.stdout
+        assert [p["state"] for p in _json(status)["processes"]] == ["running"] * 3
+        # Both brokers are registered and serve their metrics on P+40+i.
+        with Admin(info["bootstrap"]) as admin:
+            assert admin.describe_cluster().brokers == {
+                0: ("127.0.0.1", base + 10), 1: ("127.0.0.1", base + 11)}
+        assert _metrics_answer(base + 40) and _metrics_answer(base + 41)
+
+        again = strata("up", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert [(p["name"], p["pid"], p["state"]) for p in _json(again)["processes"]] == [
+            ("zookeeper", pids[0], "running"), ("broker-0", pids[1], "running"),
+            ("broker-1", pids[2], "running")]
+
+        # The cluster keeps its size across down/up too (no --brokers given).
+        ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
+        assert not any(pid_alive(pid) for pid in pids)
+        restarted = strata("up", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
+        _track_recorded(reaper, data_dir)
+        assert restarted.returncode == 0, restarted.stderr
+        new_info = _json(restarted)
+        assert [(p["name"], p["port"], p["state"]) for p in new_info["processes"]] == [
+            ("zookeeper", base, "started"), ("broker-0", base + 10, "started"),
+            ("broker-1", base + 11, "started")]
+        with Admin(new_info["bootstrap"]) as admin:
+            assert set(admin.describe_cluster().brokers) == {0, 1}
+        ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
+        assert not any(pid_alive(p["pid"]) for p in new_info["processes"])
+    finally:
+        reaper.reap()
