@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from strata.client import Producer
 from tests.support.broker_process import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,3 +119,53 @@ def test_perf_produce_and_consume_print_the_figures(broker: BrokerProcess) -> No
         broker, "perf", "produce", "--topic", "cli-perf", "--num-records", "2000",
         "--api", "send", "--acks", "all", "--format", "json")))
     assert per_record["records"] == 2000
+
+
+def test_consume_from_a_timestamp(broker: BrokerProcess) -> None:
+    """--timestamp MS starts each partition at its first record stamped at or after MS."""
+    topic = "cli-timestamps"
+    ok(strata(broker, "topic", "create", topic, "-p", "2"))
+    # Out of order on purpose: "first at or after" is by offset, not the smallest stamp.
+    stamps = {0: [1000, 3000, 2000, 4000], 1: [500, 1500, 2600, 2700]}
+    with Producer(broker.bootstrap, linger_ms=50) as producer:
+        futures = [producer.send(topic, f"p{p}-{i}".encode(), partition=p, timestamp_ms=ts)
+                   for p, times in stamps.items() for i, ts in enumerate(times)]
+        producer.flush()
+    written = [f.result(timeout=30) for f in futures]
+    assert [(m.partition, m.offset, m.timestamp) for m in written] == [
+        (p, i, ts) for p, times in stamps.items() for i, ts in enumerate(times)]
+
+    def consume(*args: str) -> list[tuple[int, int, int, str]]:
+        out = ok(strata(broker, "consume", topic, "--format", "json", *args))
+        records = [json.loads(line) for line in out.splitlines()]
+        return sorted((r["partition"], r["offset"], r["timestamp"], r["value"])
+                      for r in records)
+
+    # No -n: consume until idle, so a record before the start would show up too.
+    assert consume("--timestamp", "2500", "--timeout-ms", "3000") == [
+        (0, 1, 3000, "p0-1"), (0, 2, 2000, "p0-2"), (0, 3, 4000, "p0-3"),
+        (1, 2, 2600, "p1-2"), (1, 3, 2700, "p1-3")]
+    assert consume("--timestamp", "3000", "--partition", "0", "--timeout-ms", "3000") == [
+        (0, 1, 3000, "p0-1"), (0, 2, 2000, "p0-2"), (0, 3, 4000, "p0-3")]
+    everything = consume("--timestamp", "0", "-n", "8", "--timeout-ms", "10000")
+    assert [(r[0], r[1]) for r in everything] == [(p, i) for p in (0, 1) for i in range(4)]
+    # After every record: positioned at the end, so nothing is printed.
+    late = strata(broker, "consume", topic, "--timestamp", "4001", "--timeout-ms", "1000")
+    assert ok(late) == "" and b"0 record(s) consumed" in late.stderr
+    both = strata(broker, "consume", topic, "--timestamp", "1", "--from-beginning")
+    assert both.returncode == 2 and b"not allowed with" in both.stderr  # argparse usage
+    fails(strata(broker, "consume", topic, "--timestamp", "-5", "-n", "1"), "not valid")
+
+
+def test_perf_log_smoke() -> None:
+    report = json.loads(ok(strata(None, "perf", "log", "--seconds", "0.2", "--record-sizes",
+                                  "100", "--batch-sizes", "10", "--format", "json")))
+    assert report["machine"]["cpus"] >= 1 and report["machine"]["python"]
+    rows = report["results"]
+    assert [r["operation"] for r in rows] == ["append", "read-sendfile", "read-copy"]
+    appended = rows[0]["records"]
+    assert appended > 0 and appended % 10 == 0  # whole batches of 10
+    for row in rows:
+        assert row["record_size"] == 100 and row["batch_records"] == 10
+        assert row["records"] == appended  # both reads cover everything appended
+        assert row["seconds"] >= 0 and row["records_per_sec"] > 0 and row["mb_per_sec"] > 0
