@@ -1,11 +1,14 @@
 """One Strata broker process: ZooKeeper session, hosted partitions, server, metrics.
 
 Start-up order: take the data-directory lock (two brokers can never share a log
-directory), connect to ZooKeeper, read the cluster id, load every topic this broker
-hosts a replica of (opening — and if needed recovering — their logs), start listening,
-then register the ephemeral ``/brokers/ids/<id>`` so clients only ever find a broker
-that can answer. Topic creation, deletion and config changes reach every broker through
-ZooKeeper watches.
+directory); bind the listen and metrics ports (a taken port fails before anything is
+registered); connect to ZooKeeper and read the cluster id, which must match the one
+recorded in the data dir (``meta.json``); register the ephemeral
+``/strata/brokers/ids/<id>`` (a second broker with the same id fails here, before it
+could acknowledge anything); load every topic this broker hosts a replica of (opening,
+and if needed recovering, their logs; a partition that cannot be opened stays offline
+alone); then start serving. Topic creation, deletion and config changes reach every
+broker through ZooKeeper watches; after a lost session the broker registers again.
 
 Shutdown (SIGTERM or ``stop()``): stop accepting connections, let in-flight requests
 finish (up to ``shutdown.timeout.ms``), close every log (flush, producer-state snapshot,
@@ -27,7 +30,13 @@ from typing import Any, Final
 
 from brokers.config import BrokerConfig
 from brokers.coordination import BrokerRegistration, Coordinator, PartitionState, TopicDefinition
-from brokers.errors import LogStorageError, StrataError
+from brokers.errors import (
+    ClusterIdMismatchError,
+    DataDirLockedError,
+    LogStorageError,
+    PortInUseBrokerError,
+    StrataError,
+)
 from brokers.log import LogConfig
 from brokers.metrics import BrokerMetrics, PartitionStats
 from brokers.network import ConnectionHandler
@@ -44,25 +53,7 @@ META_FILE: Final = "meta.json"
 STRAY_SUFFIX: Final = "-stray"
 
 
-class DataDirLockedError(StrataError):
-    """Another process holds the data directory."""
 
-    code = 1101
-    name = "DATA_DIR_LOCKED"
-
-
-class ClusterIdMismatchError(StrataError):
-    """The data dir was written for another cluster or broker id."""
-
-    code = 1104
-    name = "CLUSTER_ID_MISMATCH"
-
-
-class PortInUseBrokerError(StrataError):
-    """The broker's listen or metrics port is taken."""
-
-    code = 1105
-    name = "PORT_IN_USE"
 
 
 class Broker:
@@ -208,7 +199,8 @@ class Broker:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
-        log.info("broker %d stopped cleanly", self.broker_id)
+        if self.started:
+            log.info("broker %d stopped cleanly", self.broker_id)
 
     @property
     def stopping(self) -> bool:

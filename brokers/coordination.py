@@ -39,8 +39,10 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from brokers.errors import (
+    BrokerIdInUseError,
     BrokerNotAvailableError,
-    StrataError,
+    ConcurrentUpdateError,
+    ControllerMovedError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -69,19 +71,6 @@ _CONTROLLER = f"{ROOT}/controller"
 _CONTROLLER_EPOCH = f"{ROOT}/controller_epoch"
 
 
-class BrokerIdInUseError(StrataError):
-    """Another live broker is registered with this id."""
-
-    code = 1102
-    name = "BROKER_ID_IN_USE"
-
-
-class ConcurrentUpdateError(StrataError):
-    """A conditional ZooKeeper write lost a race; re-read the state and decide again."""
-
-    code = 1103
-    name = "CONCURRENT_UPDATE"
-    retriable = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +103,6 @@ class ControllerLease:
     epoch: int
     epoch_zk_version: int
 
-
-class ControllerMovedError(StrataError):
-    """Another broker became controller since this lease was won; stop acting as one."""
-
-    code = 1106
-    name = "CONTROLLER_MOVED"
 
 
 @dataclass(frozen=True, slots=True)

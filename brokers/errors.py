@@ -13,8 +13,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "BrokerIdInUseError",
     "BrokerNotAvailableError",
+    "ClusterIdMismatchError",
+    "ConcurrentUpdateError",
+    "ControllerMovedError",
     "CorruptRecordError",
+    "DataDirLockedError",
     "DuplicateSequenceError",
     "FencedLeaderEpochError",
     "InvalidConfigError",
@@ -34,6 +39,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "PolicyViolationError",
+    "PortInUseBrokerError",
     "RecordTooLargeError",
     "RequestTimedOutError",
     "StrataError",
@@ -265,7 +271,8 @@ class OutOfOrderSequenceError(StrataError):
 
 
 class DuplicateSequenceError(StrataError):
-    """The batch was already written; its original offset is returned."""
+    """Not sent by this broker: a duplicate batch is answered with error 0 and the
+    offset it was first written at."""
 
     code = 46
     name = "DUPLICATE_SEQUENCE_NUMBER"
@@ -308,10 +315,53 @@ class UnknownServerError(StrataError):
     name = "UNKNOWN_SERVER_ERROR"
 
 
+# Codes 1100+: broker start-up and coordination errors. Only CONCURRENT_UPDATE can reach
+# a client (from CreateTopics or AlterConfigs); the others stop a broker at start-up.
+
+
+class BrokerIdInUseError(StrataError):
+    """Another live broker is registered with this id."""
+
+    code = 1102
+    name = "BROKER_ID_IN_USE"
+
+class ConcurrentUpdateError(StrataError):
+    """A conditional ZooKeeper write lost a race; re-read the state and decide again."""
+
+    code = 1103
+    name = "CONCURRENT_UPDATE"
+    retriable = True
+
+class ControllerMovedError(StrataError):
+    """Another broker became controller since this lease was won; stop acting as one."""
+
+    code = 1106
+    name = "CONTROLLER_MOVED"
+
+class DataDirLockedError(StrataError):
+    """Another process holds the data directory."""
+
+    code = 1101
+    name = "DATA_DIR_LOCKED"
+
+class ClusterIdMismatchError(StrataError):
+    """The data dir was written for another cluster or broker id."""
+
+    code = 1104
+    name = "CLUSTER_ID_MISMATCH"
+
+class PortInUseBrokerError(StrataError):
+    """The broker's listen or metrics port is taken."""
+
+    code = 1105
+    name = "PORT_IN_USE"
+
+
 _BY_CODE: dict[int, type[StrataError]] = {
     cls.code: cls
     for cls in (
         UnknownServerError,
+        ConcurrentUpdateError,  # can reach the wire from CreateTopics
         UnknownTopicOrPartitionError,
         NotLeaderError,
         RequestTimedOutError,

@@ -234,6 +234,10 @@ class RequestHandlers:
             raise InvalidPartitionsError(
                 f"partition count {partitions} is not valid; use 1..{MAX_PARTITIONS} (the "
                 "topic's metadata is written to ZooKeeper in one transaction)")
+        if 1 < replication <= len(live):
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication} needs replication between brokers, which "
+                "this version does not have yet (issue [4/7]); use replication factor 1")
         if not 1 <= replication <= len(live):
             raise InvalidReplicationFactorError(
                 f"replication factor {replication} is not valid with {len(live)} live "
@@ -260,6 +264,10 @@ class RequestHandlers:
         if len(sizes) != 1 or 0 in sizes:
             raise InvalidReplicationFactorError(
                 "every partition needs the same, non-zero number of replicas")
+        if sizes != {1}:
+            raise InvalidReplicationFactorError(
+                "more than one replica per partition needs replication between brokers, "
+                "which this version does not have yet (issue [4/7]); assign one broker each")
         for p, replicas in explicit.items():
             if len(set(replicas)) != len(replicas):
                 raise InvalidReplicationFactorError(
@@ -272,7 +280,12 @@ class RequestHandlers:
         return dict(sorted(explicit.items()))
 
     async def _await_topic(self, name: str, *, present: bool, timeout_ms: int) -> None:
-        """Wait until this broker's view of ``name`` matches (watches are asynchronous)."""
+        """Wait until this broker's view of ``name`` matches (watches are asynchronous).
+
+        ``timeout_ms <= 0`` does not wait: the change is made, as in Kafka.
+        """
+        if timeout_ms <= 0:
+            return
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         while (name in self.broker.topics) != present:
             if time.monotonic() >= deadline:
@@ -439,13 +452,14 @@ class RequestHandlers:
                     answer.high_watermark = partition.high_watermark
                     answer.log_start_offset = partition.log.log_start_offset
                     answer.log_end_offset = partition.log.log_end_offset
-                    # At least one batch overall (the first non-empty partition), so a
-                    # consumer always progresses even past a batch above max_bytes.
+                    # As in Kafka (KIP-74): the first non-empty partition returns at
+                    # least one whole batch, so a consumer always gets past a batch above
+                    # the limits; every later partition must fit both limits.
                     limit = max(1, min(part.partition_max_bytes, budget))
-                    if budget > 0 or not total:
+                    if budget > 0:
                         found = partition.read(part.fetch_offset, limit,
                                                for_follower=request.replica_id >= 0)
-                        if found is not None:
+                        if found is not None and (not total or found.length <= limit):
                             answer.records = found
                             total += found.length
                             budget -= found.length

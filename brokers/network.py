@@ -134,7 +134,9 @@ class ConnectionHandler:
         error_name = "NONE"
         try:
             response = await self.dispatch(header, body)
-            if response is None:
+            if response is None:  # acks=0: no answer, but still counted
+                self.metrics.requests.labels(api, error_name).inc()
+                self.metrics.latency.labels(api).observe(time.perf_counter() - started)
                 return
             chunks = encode_response(header.correlation_id, response, header.api_version)
         except (UnsupportedVersionError, InvalidRequestError) as err:

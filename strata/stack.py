@@ -217,13 +217,18 @@ def _start_broker(broker_id: int) -> Callable[[StackContext, int], Launched]:
                                        stderr=subprocess.STDOUT, start_new_session=True)
         marker = str(data / "logs")
         deadline = time.monotonic() + 60
-        while not _broker_healthy(ctx.host, port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                if process.poll() is None:
-                    kill_pid(process.pid, 5.0, expect=marker)
-                tail = log_path.read_text(errors="replace")[-2000:]
-                raise StackError(f"broker-{broker_id} did not start; end of {log_path}:\n{tail}")
-            time.sleep(0.1)
+        try:
+            while not _broker_healthy(ctx.host, port):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    tail = log_path.read_text(errors="replace")[-2000:]
+                    raise StackError(
+                        f"broker-{broker_id} did not start; end of {log_path}:\n{tail}")
+                time.sleep(0.1)
+        except BaseException:
+            # Not healthy (or Ctrl-C): leave nothing running that stack.json won't know.
+            if process.poll() is None:
+                kill_pid(process.pid, 5.0, expect=marker)
+            raise
         return Launched(pid=process.pid, port=port, marker=marker,
                         endpoint=f"{ctx.host}:{port}", log=str(log_path))
 

@@ -1,6 +1,7 @@
-"""ZooKeeper for Strata: a launcher for a real server (and, later, the coordination module).
+"""ZooKeeper for Strata: a launcher for a real server.
 
-See zookeeper/README.md for the API and the planned znode layout.
+The client side (every znode Strata reads or writes) is ``brokers/coordination.py``;
+zookeeper/README.md gives the launcher API and the znode layout.
 """
 
 from zookeeper.launcher import (

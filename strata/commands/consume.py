@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from strata.client import Admin, Consumer, TopicPartition
+from strata.client import Admin, Consumer, OffsetResetStrategy, TopicPartition
 from strata.commands.common import (
     CommandError,
     add_bootstrap,
@@ -65,7 +65,7 @@ def _consume(args: argparse.Namespace) -> int:
     tps = [TopicPartition(args.topic, p) for p in partitions]
     printed = 0
     # An explicit --offset outside the log is an error to report, not to paper over.
-    reset = "none" if args.offset is not None else "earliest"
+    reset: OffsetResetStrategy = "none" if args.offset is not None else "earliest"
     with Consumer(bootstrap, auto_offset_reset=reset) as consumer:
         consumer.assign(tps)
         if args.from_beginning:
