@@ -20,6 +20,10 @@ JVM's command line: :meth:`ZooKeeperServer.stop` and :meth:`ZooKeeperServer.is_r
 check ``/proc/<pid>/cmdline`` for it, so a recycled PID is never mistaken for ours, and a
 fresh ``ZooKeeperServer`` object for the same directory finds a server started by another
 process (that is how ``strata up`` / ``strata down`` work across invocations).
+
+:class:`ZooKeeperEnsemble` runs several servers as one ensemble (``QuorumPeerMain``, a
+``server.N`` line per member, ``data/myid``): it launches every member before waiting for
+any, and calls the ensemble healthy when every member serves and exactly one leads.
 """
 
 from __future__ import annotations
@@ -41,12 +45,16 @@ from typing import IO, Self
 from strata.procs import check_port_free, cmdline, kill_pid, pid_alive
 
 __all__ = [
+    "EnsembleHealth",
     "EnsembleMember",
+    "ZooKeeperEnsemble",
     "ZooKeeperError",
     "ZooKeeperServer",
     "ZooKeeperStartError",
+    "ensemble_health",
     "four_letter_word",
     "is_serving",
+    "server_mode",
 ]
 
 _TEMPLATE_DIR = Path(__file__).resolve().parent
@@ -73,8 +81,9 @@ class ZooKeeperStartError(ZooKeeperError):
 class EnsembleMember:
     """One server of a ZooKeeper ensemble, as it appears in every member's zoo.cfg.
 
-    Ports: ``peer_port`` carries follower-leader traffic, ``election_port`` leader election
-    and ``client_port`` client sessions (the one kazoo connects to).
+    Ports: ``peer_port`` carries follower-leader traffic (the "quorum port"),
+    ``election_port`` leader election and ``client_port`` client sessions (the one kazoo
+    connects to). ``server_id`` is what the member's ``data/myid`` holds (1..255).
     """
 
     server_id: int
@@ -84,11 +93,21 @@ class EnsembleMember:
     election_port: int
 
     def cfg_line(self) -> str:
-        """The ``server.N=...`` line ZooKeeper expects (3.5+ syntax with the client port)."""
+        """The ``server.N=...`` line ZooKeeper expects (3.5+ syntax with the client address).
+
+        The client address carries the host, not only the port: ZooKeeper refuses to start
+        when ``clientPortAddress`` (always written, ``127.0.0.1`` by default) differs from
+        the client address of its own ``server.N`` line, and a bare ``;port`` means
+        0.0.0.0.
+        """
         return (
             f"server.{self.server_id}={self.host}:{self.peer_port}:{self.election_port}"
-            f";{self.client_port}"
+            f";{self.host}:{self.client_port}"
         )
+
+    @property
+    def client_address(self) -> str:
+        return f"{self.host}:{self.client_port}"
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> str:
@@ -118,9 +137,65 @@ def is_serving(host: str, port: int, timeout: float = 1.0) -> bool:
     try:
         if four_letter_word(host, port, "ruok", timeout) != "imok":
             return False
-        return "Mode:" in four_letter_word(host, port, "srvr", timeout)
     except OSError:
         return False
+    return server_mode(host, port, timeout) is not None
+
+
+def server_mode(host: str, port: int, timeout: float = 1.0) -> str | None:
+    """The ``Mode:`` a serving server reports in ``srvr``, else None.
+
+    ``"standalone"`` for a single server; ``"leader"`` or ``"follower"`` (``"observer"``)
+    for an ensemble member that is part of a working quorum. None when the server is
+    unreachable or not serving (no quorum yet, election in progress, loading its data).
+    """
+    try:
+        reply = four_letter_word(host, port, "srvr", timeout)
+    except OSError:
+        return None
+    for line in reply.splitlines():
+        if line.startswith("Mode:"):
+            return line.partition(":")[2].strip() or None
+    return None
+
+
+@dataclass(frozen=True)
+class EnsembleHealth:
+    """What every node of an ensemble reports, in node order (see :func:`ensemble_health`).
+
+    Healthy means every node serves and exactly one of them is the leader (a single node
+    is healthy when it serves as ``standalone``).
+    """
+
+    modes: tuple[tuple[str, str | None], ...]  # ("host:port", mode or None if not serving)
+
+    @property
+    def leaders(self) -> list[str]:
+        return [address for address, mode in self.modes if mode == "leader"]
+
+    @property
+    def serving(self) -> list[str]:
+        return [address for address, mode in self.modes if mode is not None]
+
+    @property
+    def healthy(self) -> bool:
+        if len(self.serving) != len(self.modes) or not self.modes:
+            return False
+        if len(self.modes) == 1:
+            return self.modes[0][1] in ("standalone", "leader")
+        return len(self.leaders) == 1
+
+    def describe(self) -> str:
+        """E.g. ``127.0.0.1:2181 leader, 127.0.0.1:2182 follower, 127.0.0.1:2183 not
+        serving``."""
+        return ", ".join(f"{address} {mode or 'not serving'}" for address, mode in self.modes)
+
+
+def ensemble_health(addresses: Sequence[tuple[str, int]], timeout: float = 1.0) -> EnsembleHealth:
+    """Ask every ``(host, client_port)`` for its mode (``srvr``); see :class:`EnsembleHealth`."""
+    return EnsembleHealth(
+        tuple((f"{host}:{port}", server_mode(host, port, timeout)) for host, port in addresses)
+    )
 
 
 def _java_executable() -> str:
@@ -171,10 +246,9 @@ class ZooKeeperServer:
     asked to) and returns once the server answers ``ruok`` with ``imok`` and ``srvr``
     reports it serving. ``stop()`` ends exactly that PID.
 
-    For an ensemble, pass ``ensemble`` (all members, including this one) and ``server_id``;
-    start every member with ``start(wait=False)`` and then call ``wait_until_serving()`` on
-    each, because no member serves before a quorum is up. Only standalone mode is exercised
-    by the tests today.
+    For an ensemble, pass ``ensemble`` (all members, including this one) and ``server_id``,
+    or use :class:`ZooKeeperEnsemble`, which starts every member before it waits for any
+    (no member serves before a quorum is up) and checks that exactly one leads.
     """
 
     def __init__(
@@ -184,6 +258,8 @@ class ZooKeeperServer:
         *,
         host: str = "127.0.0.1",
         tick_time_ms: int = 2000,
+        init_limit: int = 10,
+        sync_limit: int = 5,
         max_client_cnxns: int = 60,
         heap: str = "256m",
         ensemble: Sequence[EnsembleMember] | None = None,
@@ -196,6 +272,8 @@ class ZooKeeperServer:
         self.host = host
         self.client_port = client_port
         self.tick_time_ms = tick_time_ms
+        self.init_limit = init_limit
+        self.sync_limit = sync_limit
         self.max_client_cnxns = max_client_cnxns
         self.heap = heap
         self.ensemble = tuple(ensemble) if ensemble else ()
@@ -243,6 +321,16 @@ class ZooKeeperServer:
         return f"{self.host}:{self.client_port}"
 
     @property
+    def member(self) -> EnsembleMember | None:
+        """This server's own entry of ``ensemble`` (None when standalone)."""
+        return next((m for m in self.ensemble if m.server_id == self.server_id), None)
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit code of the JVM this object started, once it has exited; else None."""
+        return self._proc.poll() if self._proc is not None else None
+
+    @property
     def pid(self) -> int | None:
         """PID of the running server (ours or found via the pid file), else None."""
         if self._proc is not None and self._proc.poll() is None:
@@ -273,8 +361,8 @@ class ZooKeeperServer:
         template = string.Template((_TEMPLATE_DIR / "zoo.cfg.template").read_text())
         return template.substitute(
             tick_time=self.tick_time_ms,
-            init_limit=10,
-            sync_limit=5,
+            init_limit=self.init_limit,
+            sync_limit=self.sync_limit,
             data_dir=self.data_dir,
             client_port=self.client_port,
             client_host=self.host,
@@ -328,6 +416,14 @@ class ZooKeeperServer:
                 "stop it first or use another directory"
             )
         check_port_free(self.host, self.client_port, f"ZooKeeper client port ({self.directory})")
+        member = self.member
+        if member is not None:
+            # A taken quorum or election port does not stop the JVM at once: it retries,
+            # then leaves the ensemble. Refuse up front instead, like the client port.
+            check_port_free(member.host, member.peer_port,
+                            f"ZooKeeper quorum port of server {member.server_id}")
+            check_port_free(member.host, member.election_port,
+                            f"ZooKeeper election port of server {member.server_id}")
         self.directory.mkdir(parents=True, exist_ok=True)
         self._write_files()
         cmd = self.command()
@@ -436,3 +532,162 @@ class ZooKeeperServer:
 
     def __repr__(self) -> str:
         return f"ZooKeeperServer({str(self.directory)!r}, client_port={self.client_port})"
+
+
+class ZooKeeperEnsemble:
+    """The servers of one ZooKeeper ensemble, each a :class:`ZooKeeperServer` in its own dir.
+
+    ``ZooKeeperEnsemble(dirs, members).start()`` launches every member that is not already
+    running *before* waiting for any (a member serves only once a quorum has formed, so
+    starting them one by one with a wait in between would never finish), then waits until
+    the ensemble is healthy: every member answers ``srvr`` with a Mode and exactly one is
+    the leader. Members already running (found through their directories, as for a single
+    server) are left alone, so ``start()`` also restarts the members that died.
+    """
+
+    def __init__(
+        self,
+        directories: Sequence[str | os.PathLike[str]],
+        members: Sequence[EnsembleMember],
+        *,
+        tick_time_ms: int = 2000,
+        init_limit: int = 10,
+        sync_limit: int = 5,
+        heap: str = "128m",
+        zookeeper_home: str | None = None,
+        start_timeout: float = 60.0,
+        log_level: str = "INFO",
+    ) -> None:
+        if len(directories) != len(members) or not members:
+            raise ValueError("an ensemble needs one directory per member, and some members")
+        self.members = tuple(members)
+        self.start_timeout = start_timeout
+        self.nodes: tuple[ZooKeeperServer, ...] = tuple(
+            ZooKeeperServer(
+                directory,
+                member.client_port,
+                host=member.host,
+                tick_time_ms=tick_time_ms,
+                init_limit=init_limit,
+                sync_limit=sync_limit,
+                heap=heap,
+                ensemble=self.members,
+                server_id=member.server_id,
+                zookeeper_home=zookeeper_home,
+                start_timeout=start_timeout,
+                log_level=log_level,
+            )
+            for directory, member in zip(directories, self.members, strict=True)
+        )
+
+    @property
+    def connect_string(self) -> str:
+        """``host:port,host:port,...`` of every member, for kazoo and brokers."""
+        return ",".join(node.connect_string for node in self.nodes)
+
+    def health(self, timeout: float = 1.0) -> EnsembleHealth:
+        return ensemble_health([(n.host, n.client_port) for n in self.nodes], timeout)
+
+    def healthy(self) -> bool:
+        return self.health().healthy
+
+    def leader(self) -> ZooKeeperServer | None:
+        """The member that reports ``Mode: leader`` right now, if any."""
+        for node in self.nodes:
+            if server_mode(node.host, node.client_port) == "leader":
+                return node
+        return None
+
+    def start(self, wait: bool = True) -> list[ZooKeeperServer]:
+        """Launch every member that is not running, then (``wait``) wait until healthy.
+
+        Returns the members launched by this call. If any launch or the wait fails (or is
+        interrupted), the members launched by this call are stopped again, members that
+        were running before are left alone, and the error is raised:
+        :class:`strata.procs.PortInUseError` for a taken client, quorum or election port,
+        :class:`ZooKeeperStartError` (with the log tails) for a member that exits or an
+        ensemble that is not healthy within ``start_timeout``.
+        """
+        launched: list[ZooKeeperServer] = []
+        try:
+            for node in self.nodes:
+                if not node.is_running():
+                    node.start(wait=False)
+                    launched.append(node)
+            if wait:
+                self.wait_until_healthy()
+        except BaseException:
+            for node in reversed(launched):
+                node.stop(grace=5.0)
+            raise
+        return launched
+
+    def wait_until_healthy(self, timeout: float | None = None) -> EnsembleHealth:
+        """Block until every member serves and exactly one leads; raise if one exits."""
+        budget = self.start_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        while True:
+            for node in self.nodes:
+                if not node.is_running():
+                    code = node.returncode
+                    how = f"exited with code {code}" if code is not None else "is not running"
+                    raise ZooKeeperStartError(
+                        f"ZooKeeper server {node.server_id} of the ensemble {how} "
+                        f"(log: {node.log_path})",
+                        node.log_tail(),
+                    )
+            health = self.health()
+            if health.healthy:
+                return health
+            if time.monotonic() >= deadline:
+                tails = "\n".join(
+                    f"--- {node.log_path} ---\n{node.log_tail(15)}"
+                    for node, (_, mode) in zip(self.nodes, health.modes, strict=True)
+                    if mode != "leader"  # the leader's log rarely says why others lag
+                )
+                raise ZooKeeperStartError(
+                    f"ZooKeeper ensemble {self.connect_string} was not healthy after "
+                    f"{budget:.0f}s (want every server serving and exactly one leader; "
+                    f"now: {health.describe()})",
+                    tails,
+                )
+            time.sleep(0.2)
+
+    def wait_for_leader(self, timeout: float = 30.0) -> ZooKeeperServer:
+        """Block until a majority of members serve and exactly one of them leads.
+
+        Unlike :meth:`wait_until_healthy` this tolerates dead members: it is what to wait
+        for after a member was killed.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            health = self.health()
+            leaders = health.leaders
+            if len(leaders) == 1 and len(health.serving) > len(self.nodes) // 2:
+                return next(n for n in self.nodes if n.connect_string == leaders[0])
+            if time.monotonic() >= deadline:
+                raise ZooKeeperError(
+                    f"no single ZooKeeper leader with a quorum after {timeout:.0f}s "
+                    f"(now: {health.describe()})"
+                )
+            time.sleep(0.1)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop every member by PID (see :meth:`ZooKeeperServer.stop`), last one first."""
+        for node in reversed(self.nodes):
+            node.stop(grace=grace)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperEnsemble({self.connect_string!r})"
