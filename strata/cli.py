@@ -1,6 +1,7 @@
 """The ``strata`` command: run the local stack and the benchmarks.
 
-    strata up     [--brokers N] [--data-dir DIR] [--base-port P] [--format text|json]
+    strata up     [--brokers N] [--zookeeper-nodes 1|3] [--data-dir DIR] [--base-port P]
+                  [--format text|json]
     strata status [--data-dir DIR] [--format text|json]
     strata down   [--data-dir DIR]
     strata broker start [--config FILE] [--broker-id N] [--port P] [--override K=V ...]
@@ -28,7 +29,13 @@ from collections.abc import Sequence
 from brokers.errors import StrataError
 from strata.commands.common import CommandError
 from strata.procs import PortInUseError
-from strata.stack import DEFAULT_DATA_DIR, Stack, StackError, StackStatus
+from strata.stack import (
+    DEFAULT_DATA_DIR,
+    ZOOKEEPER_NODE_CHOICES,
+    Stack,
+    StackError,
+    StackStatus,
+)
 from zookeeper.launcher import ZooKeeperError
 
 __all__ = ["build_parser", "main"]
@@ -72,14 +79,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--base-port",
         type=_port,
         default=None,
-        help="first port of the stack; ZooKeeper listens on it, broker i on P+10+i, its "
-        "metrics on P+40+i (default: the one recorded in the data dir, else 2181)",
+        help="first port of the stack: ZooKeeper listens on P (ensemble node k on P+k, its "
+        "quorum port P+3+k, election port P+6+k), broker i on P+10+i, its metrics on P+40+i "
+        "(default: the one recorded in the data dir, else 2181)",
     )
     up.add_argument(
         "--brokers",
         type=int,
         default=None,
         help="number of brokers (default: as many as the data dir already has, else 1)",
+    )
+    up.add_argument(
+        "--zookeeper-nodes",
+        type=int,
+        choices=ZOOKEEPER_NODE_CHOICES,
+        default=None,
+        help="ZooKeeper servers: 1 (one server, in DIR/zookeeper) or 3 (an ensemble that "
+        "survives the loss of one node, in DIR/zookeeper-0..2) (default: as many as the "
+        "data dir already has, else 1; it cannot be changed on an existing data dir)",
     )
     _add_format(up)
     up.set_defaults(handler=_cmd_up)
@@ -127,7 +144,7 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
     print(headline)
     for p in status.processes:
         r = p.record
-        print(f"  {r.name:<10} {r.endpoint:<22} pid {r.pid:<8} {p.state:<10} log {r.log}")
+        print(f"  {r.name:<12} {r.endpoint:<22} pid {r.pid:<8} {p.state:<10} log {r.log}")
     if not status.processes:
         print("  (no processes recorded)")
     endpoints = status.endpoints()
@@ -139,7 +156,7 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    stack = Stack(args.data_dir, brokers=args.brokers)
+    stack = Stack(args.data_dir, brokers=args.brokers, zookeeper_nodes=args.zookeeper_nodes)
     status = stack.up(base_port=args.base_port)
     _print_status(status, args.format, f"Strata stack is up (data dir {stack.data_dir})")
     if args.format == "text":
@@ -167,7 +184,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
         print(f"Nothing to stop: no processes recorded in {stack.data_dir}")
         return 0
     for record, what in outcome:
-        print(f"  {record.name:<10} pid {record.pid:<8} {what}")
+        print(f"  {record.name:<12} pid {record.pid:<8} {what}")
     print(f"Stack stopped; data kept in {stack.data_dir}")
     return 0
 

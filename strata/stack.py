@@ -8,20 +8,34 @@ right after it becomes healthy, and everything that stops a process checks that 
 against ``/proc/<pid>/cmdline`` first (see :mod:`strata.procs`).
 
 The stack is an ordered tuple of :class:`ServiceSpec` built by :func:`stack_services`:
-ZooKeeper, then ``broker-0`` .. ``broker-<N-1>`` (later issues append the ingest gateway
-and the tiering job). A service gets its port as ``base_port + port_offset`` and sees
-the endpoints of the services started before it (brokers need ZooKeeper's). Port plan
-for base port P: ZooKeeper P, broker i P+10+i, its metrics P+40+i.
+ZooKeeper (one ``zookeeper`` server, or an ensemble ``zookeeper-0`` .. ``zookeeper-2``),
+then ``broker-0`` .. ``broker-<N-1>`` (later issues append the ingest gateway and the
+tiering job). A service gets its port as ``base_port + port_offset`` and sees the
+endpoints of the services started before it (brokers need ZooKeeper's, comma-separated
+for an ensemble).
+
+Port plan for base port P (:data:`ZOOKEEPER_PEER_OFFSET` and friends)::
+
+    ZooKeeper node k (0-based)    client P+k, quorum P+3+k, election P+6+k  (P..P+8)
+    broker i (i < 30)             P+10+i                                    (P+10..P+39)
+    broker i metrics              P+40+i                                    (P+40..P+69)
+
+A single ZooKeeper uses only P. Services of a *group* (the members of an ensemble) are
+launched together and only then waited for as a whole, because no ensemble member
+serves before a quorum of them runs.
 
 Layout of a data dir::
 
     <data-dir>/stack.json      what is running (written atomically)
     <data-dir>/stack.lock      serialises concurrent `strata up` / `strata down`
-    <data-dir>/<service>/      each service's own files (data, log, pid file)
+    <data-dir>/<service>/      each service's own files (data, log, pid file):
+                               zookeeper/ (single server) or zookeeper-0..2/ (ensemble),
+                               broker-<i>/
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -33,14 +47,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from strata.procs import PortInUseError, check_port_free, cmdline, kill_pid, pid_alive
+
+if TYPE_CHECKING:
+    from zookeeper.launcher import ZooKeeperEnsemble, ZooKeeperServer
 
 __all__ = [
     "DEFAULT_BASE_PORT",
     "DEFAULT_DATA_DIR",
     "SERVICES",
+    "ZOOKEEPER_NODE_CHOICES",
     "Launched",
     "ProcessState",
     "ServiceSpec",
@@ -69,6 +87,7 @@ class StackContext:
     data_dir: Path
     host: str
     endpoints: dict[str, str]  # endpoint key -> "host:port[,host:port]" of services so far
+    base_port: int = DEFAULT_BASE_PORT
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,12 @@ class ServiceSpec:
     :class:`StackError` or the launcher's own error) leaving nothing running.
     ``healthy(host, port)`` is a quick probe used by ``status`` and by ``up`` for
     processes that are already running.
+
+    Grouped services (``group`` set, consecutive in the stack, e.g. the members of a
+    ZooKeeper ensemble) differ: ``start`` only launches the process and returns at once,
+    and once every member of the group runs (already, or launched by this ``up``),
+    ``group_wait(ctx)`` of the first member blocks until the whole group is healthy or
+    raises. If it raises, ``up`` stops the members it launched.
     """
 
     name: str
@@ -99,6 +124,8 @@ class ServiceSpec:
     endpoint_key: str  # "zookeeper", "bootstrap" or "gateway"
     start: Callable[[StackContext, int], Launched]
     healthy: Callable[[str, int], bool]
+    group: str | None = None
+    group_wait: Callable[[StackContext], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -170,13 +197,9 @@ class StackStatus:
 # -- services -------------------------------------------------------------------------
 
 
-def _start_zookeeper(ctx: StackContext, port: int) -> Launched:
-    from zookeeper.launcher import ZooKeeperServer
-
-    server = ZooKeeperServer(ctx.data_dir / "zookeeper", port, host=ctx.host)
-    server.start()
+def _launched(server: ZooKeeperServer, port: int) -> Launched:
     pid = server.pid
-    if pid is None:  # pragma: no cover - start() returned, so it is serving
+    if pid is None:  # pragma: no cover - start() returned, so the JVM ran a moment ago
         raise StackError(f"ZooKeeper exited right after start-up; see {server.log_path}")
     return Launched(
         pid=pid,
@@ -188,10 +211,95 @@ def _start_zookeeper(ctx: StackContext, port: int) -> Launched:
     )
 
 
+def _start_zookeeper(ctx: StackContext, port: int) -> Launched:
+    from zookeeper.launcher import ZooKeeperServer
+
+    server = ZooKeeperServer(ctx.data_dir / "zookeeper", port, host=ctx.host)
+    server.start()
+    return _launched(server, port)
+
+
 def _zookeeper_healthy(host: str, port: int) -> bool:
     from zookeeper.launcher import is_serving
 
     return is_serving(host, port)
+
+
+#: ``--zookeeper-nodes`` values: a single server, or a 3-node ensemble (tolerates 1 loss).
+ZOOKEEPER_NODE_CHOICES = (1, 3)
+ZOOKEEPER_PEER_OFFSET = 3  # node k's quorum (follower <-> leader) port: P+3+k
+ZOOKEEPER_ELECTION_OFFSET = 6  # node k's leader-election port: P+6+k
+ZOOKEEPER_ENSEMBLE_HEAP = "128m"  # three JVMs share two cores and the brokers' memory
+
+
+def zookeeper_node_dir(data_dir: Path, nodes: int, k: int) -> Path:
+    """``zookeeper/`` for a single server (the layout from before ensembles existed),
+    ``zookeeper-<k>/`` for ensemble member k."""
+    return data_dir / ("zookeeper" if nodes == 1 else f"zookeeper-{k}")
+
+
+def zookeeper_layout(data_dir: Path) -> int | None:
+    """How many ZooKeeper servers the data dir holds: the ``zookeeper-<k>`` directories,
+    else 1 if it has ``zookeeper/``, else None (nothing started yet)."""
+    members = [d for d in data_dir.glob("zookeeper-*")
+               if d.is_dir() and d.name[len("zookeeper-"):].isdigit()]
+    if members:
+        return len(members)
+    return 1 if (data_dir / "zookeeper").is_dir() else None
+
+
+def _ensemble(ctx: StackContext, nodes: int) -> ZooKeeperEnsemble:
+    from zookeeper.launcher import EnsembleMember, ZooKeeperEnsemble
+
+    # server.N ids (data/myid) are 1-based: ZooKeeper wants 1..255; directories are 0-based
+    # like the service names.
+    members = [
+        EnsembleMember(k + 1, ctx.host, ctx.base_port + k,
+                       ctx.base_port + ZOOKEEPER_PEER_OFFSET + k,
+                       ctx.base_port + ZOOKEEPER_ELECTION_OFFSET + k)
+        for k in range(nodes)
+    ]
+    return ZooKeeperEnsemble([zookeeper_node_dir(ctx.data_dir, nodes, k) for k in range(nodes)],
+                             members, heap=ZOOKEEPER_ENSEMBLE_HEAP)
+
+
+def _start_ensemble_member(k: int, nodes: int) -> Callable[[StackContext, int], Launched]:
+    def start(ctx: StackContext, port: int) -> Launched:
+        ensemble = _ensemble(ctx, nodes)
+        # Every member's directory exists before the first JVM starts: the layout on disk
+        # is what tells a later `strata up` how many nodes this stack has.
+        for node in ensemble.nodes:
+            node.directory.mkdir(parents=True, exist_ok=True)
+        server = ensemble.nodes[k]
+        server.start(wait=False)  # the group is waited for once every member runs
+        return _launched(server, port)
+
+    return start
+
+
+def _wait_ensemble(nodes: int) -> Callable[[StackContext], None]:
+    def wait(ctx: StackContext) -> None:
+        _ensemble(ctx, nodes).wait_until_healthy()
+
+    return wait
+
+
+def zookeeper_services(nodes: int = 1) -> tuple[ServiceSpec, ...]:
+    """``zookeeper`` (one server) or the ensemble ``zookeeper-0`` .. ``zookeeper-<n-1>``."""
+    if nodes not in ZOOKEEPER_NODE_CHOICES:
+        raise StackError(
+            f"--zookeeper-nodes must be one of {', '.join(map(str, ZOOKEEPER_NODE_CHOICES))}, "
+            f"got {nodes}"
+        )
+    if nodes == 1:
+        return (ZOOKEEPER_SERVICE,)
+    wait = _wait_ensemble(nodes)
+    return tuple(
+        ServiceSpec(name=f"zookeeper-{k}", port_offset=k, endpoint_key="zookeeper",
+                    start=_start_ensemble_member(k, nodes), healthy=_zookeeper_healthy,
+                    group="zookeeper", group_wait=wait)
+        for k in range(nodes)
+    )
 
 
 BROKER_PORT_OFFSET = 10
@@ -285,11 +393,19 @@ def broker_service(broker_id: int) -> ServiceSpec:
                        healthy=_broker_healthy)
 
 
-def stack_services(brokers: int = 1) -> tuple[ServiceSpec, ...]:
+def stack_services(brokers: int = 1, zookeeper_nodes: int = 1) -> tuple[ServiceSpec, ...]:
     """The stack in start order (``down`` stops in reverse)."""
     if not 1 <= brokers <= MAX_BROKERS:
         raise StackError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
-    return (ZOOKEEPER_SERVICE, *(broker_service(i) for i in range(brokers)))
+    return (*zookeeper_services(zookeeper_nodes), *(broker_service(i) for i in range(brokers)))
+
+
+def _all_known_services() -> dict[str, ServiceSpec]:
+    """Every service name any stack layout can have, for probing recorded processes."""
+    known: dict[str, ServiceSpec] = {}
+    for nodes in ZOOKEEPER_NODE_CHOICES:
+        known.update((s.name, s) for s in stack_services(MAX_BROKERS, nodes))
+    return known
 
 
 #: The default stack (one broker until replication lands).
@@ -309,13 +425,16 @@ class Stack:
         host: str = "127.0.0.1",
         services: Sequence[ServiceSpec] | None = None,
         brokers: int | None = None,
+        zookeeper_nodes: int | None = None,
         health_wait: float = 30.0,
     ) -> None:
-        """``brokers`` None: as many as the data dir has broker directories (1 if none)."""
+        """``brokers`` None: as many as the data dir has broker directories (1 if none).
+        ``zookeeper_nodes`` None: as many as it has ZooKeeper directories (1 if none)."""
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self._fixed_services = tuple(services) if services is not None else None
         self.brokers = brokers
+        self.zookeeper_nodes = zookeeper_nodes
         self.health_wait = health_wait
 
     @property
@@ -327,7 +446,32 @@ class Stack:
             # A cluster keeps its size across `down`/`up`: each broker has a directory.
             existing = list(self.data_dir.glob("broker-*"))
             count = max(1, len([d for d in existing if d.name[len("broker-"):].isdigit()]))
-        return stack_services(count)
+        nodes = self.zookeeper_nodes
+        if nodes is None:
+            nodes = zookeeper_layout(self.data_dir) or 1  # same for ZooKeeper's size
+            if nodes not in ZOOKEEPER_NODE_CHOICES:
+                raise StackError(
+                    f"{self.data_dir} has {nodes} zookeeper-<k> directories, but an ensemble "
+                    f"has {max(ZOOKEEPER_NODE_CHOICES)} members; restore the missing one or "
+                    "start over in a new data dir"
+                )
+        return stack_services(count, nodes)
+
+    def _check_zookeeper_layout(self) -> None:
+        """Refuse to switch between one ZooKeeper and an ensemble on an existing data dir."""
+        on_disk = zookeeper_layout(self.data_dir)
+        wanted = self.zookeeper_nodes
+        if wanted is None or on_disk is None or wanted == on_disk:
+            return
+        have = ("a single ZooKeeper (zookeeper/)" if on_disk == 1
+                else f"a {on_disk}-node ZooKeeper ensemble (zookeeper-<k>/)")
+        raise StackError(
+            f"{self.data_dir} already holds {have}, and --zookeeper-nodes {wanted} would "
+            "start a new, empty ZooKeeper: the brokers' data belongs to the cluster recorded "
+            "in the existing one, so they would refuse to start. Leave out --zookeeper-nodes "
+            f"to keep {on_disk}; to start over with {wanted}, run `strata down --data-dir "
+            f"{self.data_dir}` and delete that directory, or use another --data-dir."
+        )
 
     @property
     def state_path(self) -> Path:
@@ -410,38 +554,84 @@ class Stack:
                 base = recorded_base
             else:
                 base = DEFAULT_BASE_PORT
+            self._check_zookeeper_layout()
+            services = self.services
             by_name = {r.name: r for r in live}
             kept: list[ProcessRecord] = []
             states: list[ProcessState] = []
             endpoints: dict[str, str] = {}
-            for spec in self.services:
-                existing = by_name.get(spec.name)
-                state: State
-                if existing is not None:
-                    if not self._wait_healthy(spec, existing.port):
-                        raise StackError(
-                            f"{spec.name} (pid {existing.pid}) is running but not answering "
-                            f"on port {existing.port}; see {existing.log}, then run "
-                            f"`strata down --data-dir {self.data_dir}` and `strata up` again"
-                        )
-                    record, state = existing, "running"
+            for group in _groups(services):
+                if group[0].group is None:
+                    (spec,) = group
+                    self._up_one(spec, base, by_name.get(spec.name), kept, states, endpoints)
                 else:
-                    record = self._start(spec, base + spec.port_offset, endpoints)
-                    state = "started"
-                kept.append(record)
-                states.append(ProcessState(record, state))
-                self._save(base, kept)  # record each process as soon as it runs
-                endpoints[spec.endpoint_key] = ",".join(
-                    filter(None, [endpoints.get(spec.endpoint_key), record.endpoint])
-                )
+                    self._up_group(group, base, by_name, kept, states, endpoints)
             # Live processes of services this version does not know (e.g. recorded on
             # another branch) stay recorded, so `down` can still stop them.
-            known = {spec.name for spec in self.services}
+            known = {spec.name for spec in services}
             kept.extend(r for r in live if r.name not in known)
             self._save(base, kept)
             return StackStatus(self.data_dir, states)
 
-    def _start(self, spec: ServiceSpec, port: int, endpoints: dict[str, str]) -> ProcessRecord:
+    def _up_one(self, spec: ServiceSpec, base: int, existing: ProcessRecord | None,
+                kept: list[ProcessRecord], states: list[ProcessState],
+                endpoints: dict[str, str]) -> None:
+        state: State
+        if existing is not None:
+            if not self._wait_healthy(spec, existing.port):
+                raise StackError(
+                    f"{spec.name} (pid {existing.pid}) is running but not answering "
+                    f"on port {existing.port}; see {existing.log}, then run "
+                    f"`strata down --data-dir {self.data_dir}` and `strata up` again"
+                )
+            record, state = existing, "running"
+        else:
+            record = self._start(spec, base, endpoints)
+            state = "started"
+        kept.append(record)
+        states.append(ProcessState(record, state))
+        self._save(base, kept)  # record each process as soon as it runs
+        _add_endpoint(endpoints, record)
+
+    def _up_group(self, group: Sequence[ServiceSpec], base: int,
+                  by_name: dict[str, ProcessRecord], kept: list[ProcessRecord],
+                  states: list[ProcessState], endpoints: dict[str, str]) -> None:
+        """Launch every missing member, record it, then wait for the group as a whole."""
+        launched: list[ProcessRecord] = []
+        added: list[ProcessRecord] = []
+        try:
+            for spec in group:
+                existing = by_name.get(spec.name)
+                state: State
+                if existing is not None:
+                    record, state = existing, "running"
+                else:
+                    record = self._start(spec, base, endpoints)
+                    launched.append(record)
+                    state = "started"
+                added.append(record)
+                kept.append(record)
+                states.append(ProcessState(record, state))
+                self._save(base, kept)  # recorded as soon as it runs, so `down` finds it
+            wait = group[0].group_wait
+            if wait is not None:
+                wait(StackContext(self.data_dir, self.host, dict(endpoints), base))
+        except BaseException:
+            # Not healthy (or Ctrl-C): stop what this call launched; members that were
+            # running before stay as they were.
+            for record in reversed(launched):
+                with contextlib.suppress(TimeoutError):
+                    kill_pid(record.pid, 5.0, expect=record.marker)
+                if record.pid_file and not record.alive():
+                    Path(record.pid_file).unlink(missing_ok=True)
+                kept.remove(record)
+            self._save(base, kept)
+            raise
+        for record in added:
+            _add_endpoint(endpoints, record)
+
+    def _start(self, spec: ServiceSpec, base: int, endpoints: dict[str, str]) -> ProcessRecord:
+        port = base + spec.port_offset
         try:
             check_port_free(self.host, port, spec.name)
         except PortInUseError:
@@ -451,8 +641,16 @@ class Stack:
                 "it) or start the stack on other ports with `strata up --base-port P` "
                 f"({spec.name} uses port P+{spec.port_offset})."
             ) from None
-        ctx = StackContext(self.data_dir, self.host, dict(endpoints))
-        launched = spec.start(ctx, port)
+        ctx = StackContext(self.data_dir, self.host, dict(endpoints), base)
+        try:
+            launched = spec.start(ctx, port)
+        except PortInUseError as exc:
+            # Another port of the plan (a broker's metrics, a ZooKeeper quorum or election
+            # port) is taken: the whole plan moves with --base-port.
+            raise StackError(
+                f"cannot start {spec.name}: {exc} `strata up --base-port P` moves every port "
+                "of the stack."
+            ) from None
         return ProcessRecord(
             name=spec.name,
             pid=launched.pid,
@@ -476,7 +674,9 @@ class Stack:
     def status(self) -> StackStatus:
         """What stack.json records, each process checked (alive + health probe)."""
         _, records = self._load()
-        specs = {s.name: s for s in self.services}
+        # Probe by the recorded name, whatever the data dir's layout says today.
+        specs = ({s.name: s for s in self._fixed_services} if self._fixed_services is not None
+                 else _all_known_services())
         states: list[ProcessState] = []
         for record in records:
             state: State
@@ -519,3 +719,20 @@ class Stack:
             if base is not None:
                 self._save(base, [])
             return outcome
+
+
+def _groups(services: Sequence[ServiceSpec]) -> list[list[ServiceSpec]]:
+    """Services in start order, consecutive members of one group together."""
+    out: list[list[ServiceSpec]] = []
+    for spec in services:
+        if out and spec.group is not None and out[-1][0].group == spec.group:
+            out[-1].append(spec)
+        else:
+            out.append([spec])
+    return out
+
+
+def _add_endpoint(endpoints: dict[str, str], record: ProcessRecord) -> None:
+    endpoints[record.endpoint_key] = ",".join(
+        filter(None, [endpoints.get(record.endpoint_key), record.endpoint])
+    )

@@ -1,9 +1,10 @@
 """`strata up/status/down` as real subprocesses, with a real ZooKeeper and kazoo.
 
-Port plan of a stack with base port P: ZooKeeper P, broker i P+10+i, its metrics P+40+i.
-Tests pick P with :func:`free_base_port` (every port of the plan is free, and P lies below
-the kernel's ephemeral range so client sockets of other tests cannot take it) and retry
-``up`` on another base if one of them is grabbed in between.
+Port plan of a stack with base port P: ZooKeeper P (a 3-node ensemble: node k client P+k,
+quorum P+3+k, election P+6+k), broker i P+10+i, its metrics P+40+i. Tests pick P with
+:func:`free_base_port` (every port of the plan is free, and P lies below the kernel's
+ephemeral range so client sockets of other tests cannot take it) and retry ``up`` on
+another base if one of them is grabbed in between.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +26,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from strata.client import Admin
-from strata.procs import PortInUseError, check_port_free, pid_alive
+from strata.procs import PortInUseError, check_port_free, cmdline, pid_alive
+from zookeeper.launcher import server_mode
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -75,14 +79,16 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def stack_ports(base: int, brokers: int = 1) -> list[int]:
+def stack_ports(base: int, brokers: int = 1, zookeeper_nodes: int = 1) -> list[int]:
     """Every port a stack of ``brokers`` brokers on base port ``base`` listens on."""
-    return [base, *(base + 10 + i for i in range(brokers)),
+    zookeeper = [base] if zookeeper_nodes == 1 else \
+        [base + offset + k for offset in (0, 3, 6) for k in range(zookeeper_nodes)]
+    return [*zookeeper, *(base + 10 + i for i in range(brokers)),
             *(base + 40 + i for i in range(brokers))]
 
 
-def free_base_port(brokers: int = 1, attempts: int = 500) -> int:
-    """A base port P whose whole port plan (P, P+10+i, P+40+i) is free right now.
+def free_base_port(brokers: int = 1, attempts: int = 500, zookeeper_nodes: int = 1) -> int:
+    """A base port P whose whole port plan (P[..P+8], P+10+i, P+40+i) is free right now.
 
     Taken from below the ephemeral range: outgoing connections of concurrent tests take
     ephemeral ports and could land on P+10 between this check and `strata up`.
@@ -92,24 +98,27 @@ def free_base_port(brokers: int = 1, attempts: int = 500) -> int:
     rng = random.Random()
     for _ in range(attempts):
         base = rng.randrange(low, high)
-        if all(_port_free(port) for port in stack_ports(base, brokers)):
+        if all(_port_free(port) for port in stack_ports(base, brokers, zookeeper_nodes)):
             return base
     raise RuntimeError(f"no free base port with {brokers} broker(s) in {low}..{high}")
 
 
-def up_on_free_ports(data_dir: Path, cwd: Path, reaper: Any, *extra: str,
-                     brokers: int = 1, attempts: int = 3) -> tuple[int, dict[str, Any]]:
+def up_on_free_ports(data_dir: Path, cwd: Path, reaper: Any, *extra: str, brokers: int = 1,
+                     zookeeper_nodes: int = 1, attempts: int = 3) -> tuple[int, dict[str, Any]]:
     """`strata up --base-port P --format json` on a free P; retried on a port clash.
 
     Every PID `up` records (even of a failed attempt) is handed to ``reaper``.
     """
     last = ""
     for _ in range(attempts):
-        base = free_base_port(brokers)
-        result = strata("up", "--data-dir", str(data_dir), "--base-port", str(base),
-                        "--format", "json", *extra, cwd=cwd)
-        if (data_dir / "stack.json").exists():
-            _track_recorded(reaper, data_dir)  # before any assertion can fail
+        base = free_base_port(brokers, zookeeper_nodes=zookeeper_nodes)
+        try:
+            result = strata("up", "--data-dir", str(data_dir), "--base-port", str(base),
+                            "--format", "json", *extra, cwd=cwd)
+        finally:
+            # Before any assertion can fail, and even if `up` itself timed out.
+            if (data_dir / "stack.json").exists():
+                _track_recorded(reaper, data_dir)
         if result.returncode == 0:
             return base, _json(result)
         last = result.stderr
@@ -310,4 +319,126 @@ def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
         ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
         assert not any(pid_alive(p["pid"]) for p in new_info["processes"])
     finally:
+        reaper.reap()
+
+
+def _produce(bootstrap: str, topic: str, lines: list[str], cwd: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads(ok(strata(
+        "produce", topic, "--key-separator", ":", "--format", "json", cwd=cwd,
+        bootstrap=bootstrap,
+        stdin="\n".join(lines) + "\n")))
+    return report
+
+
+def _wait_for_zookeeper_leader(ports: list[int], timeout: float) -> int:
+    """The port of the node that leads a quorum of ``ports`` (polled until ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        modes = {port: server_mode("127.0.0.1", port) for port in ports}
+        leaders = [port for port, mode in modes.items() if mode == "leader"]
+        if len(leaders) == 1 and sum(m is not None for m in modes.values()) >= 2:
+            return leaders[0]
+        assert time.monotonic() < deadline, f"no ZooKeeper leader within {timeout}s: {modes}"
+        time.sleep(0.1)
+
+
+def test_up_with_a_zookeeper_ensemble_rides_out_losing_its_leader(
+    tmp_path: Path, reaper: Any, kazoo_factory: Callable[[str], KazooClient]
+) -> None:
+    """`--zookeeper-nodes 3`: three healthy members, brokers get all three addresses; with
+    the ZooKeeper leader SIGKILLed the stack still produces, consumes and creates topics,
+    the broker keeps its session, `up` restarts the member, `down` stops everything."""
+    data_dir = tmp_path / "stack"
+    try:
+        base, info = up_on_free_ports(data_dir, tmp_path, reaper, "--zookeeper-nodes", "3",
+                                      "--brokers", "1", zookeeper_nodes=3)
+        assert [(p["name"], p["port"], p["state"]) for p in info["processes"]] == [
+            ("zookeeper-0", base, "started"), ("zookeeper-1", base + 1, "started"),
+            ("zookeeper-2", base + 2, "started"), ("broker-0", base + 10, "started")]
+        zk_ports = [base, base + 1, base + 2]
+        assert info["zookeeper"] == ",".join(f"127.0.0.1:{port}" for port in zk_ports)
+        modes = sorted(server_mode("127.0.0.1", port) or "-" for port in zk_ports)
+        assert modes == ["follower", "follower", "leader"]
+        for k in range(3):
+            node = data_dir / f"zookeeper-{k}"
+            assert (node / "data" / "myid").read_text().strip() == str(k + 1)
+            cfg = (node / "zoo.cfg").read_text()
+            assert f"server.{k + 1}=127.0.0.1:{base + 3 + k}:{base + 6 + k};" \
+                f"127.0.0.1:{base + k}" in cfg
+        assert not (data_dir / "zookeeper").exists()  # the single-node layout is not used
+        pids = {p["name"]: p["pid"] for p in info["processes"]}
+        assert f"--zookeeper {info['zookeeper']}" in (cmdline(pids["broker-0"]) or "")
+
+        bootstrap = info["bootstrap"]
+        ok(strata("topic", "create", "before", "-p", "2", cwd=tmp_path, bootstrap=bootstrap))
+        first = [f"k{i % 3}:before-{i}" for i in range(20)]
+        assert _produce(bootstrap, "before", first, tmp_path)["acknowledged"] == 20
+
+        watcher = kazoo_factory(info["zookeeper"])
+        owner = watcher.get("/strata/brokers/ids/0")[1].ephemeralOwner
+        watcher.stop()  # this test's own client must not hold the session of interest
+
+        leader_port = _wait_for_zookeeper_leader(zk_ports, 5)
+        victim = next(p for p in info["processes"] if p["port"] == leader_port)
+        os.kill(victim["pid"], signal.SIGKILL)  # the recorded PID of the leader
+        killed_at = time.monotonic()
+        survivors = [port for port in zk_ports if port != leader_port]
+        new_leader = _wait_for_zookeeper_leader(survivors, 20)
+        print(f"{victim['name']} killed; new leader on {new_leader} after "
+              f"{time.monotonic() - killed_at:.1f}s")
+
+        second = [f"k{i % 3}:after-{i}" for i in range(20)]
+        assert _produce(bootstrap, "before", second, tmp_path) == \
+            {"acknowledged": 20, "failed": 0, "error": None}
+        records = _consume_all(bootstrap, "before", tmp_path, "--from-beginning", "-n", "40",
+                               "--timeout-ms", "10000")
+        assert sorted(r["value"] for r in records) == \
+            sorted(line.split(":", 1)[1] for line in first + second)
+        # A ZooKeeper write through the broker (CreateTopics) works once its client has
+        # moved to a survivor; retried briefly while it reconnects.
+        deadline = time.monotonic() + 20
+        while True:
+            created = strata("topic", "create", "after", cwd=tmp_path, bootstrap=bootstrap)
+            if created.returncode == 0 or "already exists" in created.stderr:
+                break
+            assert time.monotonic() < deadline, created.stderr
+            time.sleep(0.5)
+        assert _produce(bootstrap, "after", ["x:1", "y:2"], tmp_path)["acknowledged"] == 2
+        assert len(_consume_all(bootstrap, "after", tmp_path, "--from-beginning", "-n", "2",
+                                "--timeout-ms", "10000")) == 2
+        # The broker's session survived the election: same ephemeral owner as before.
+        survivor = kazoo_factory(",".join(f"127.0.0.1:{port}" for port in survivors))
+        assert survivor.get("/strata/brokers/ids/0")[1].ephemeralOwner == owner
+
+        status = strata("status", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
+        assert status.returncode == 1  # one recorded process is down
+        status_info = _json(status)
+        assert {p["name"]: p["state"] for p in status_info["processes"]} == {
+            **{f"zookeeper-{k}": "running" for k in range(3)}, "broker-0": "running",
+            victim["name"]: "stopped"}
+        assert f"127.0.0.1:{leader_port}" not in status_info["zookeeper"]
+
+        # `up` without flags keeps 3 nodes (from the data dir) and restarts only the victim.
+        again = strata("up", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
+        _track_recorded(reaper, data_dir)
+        assert again.returncode == 0, again.stderr
+        again_info = _json(again)
+        assert {p["name"]: p["state"] for p in again_info["processes"]} == {
+            **{f"zookeeper-{k}": "running" for k in range(3)}, "broker-0": "running",
+            victim["name"]: "started"}
+        assert again_info["zookeeper"] == info["zookeeper"]
+        assert server_mode("127.0.0.1", leader_port) == "follower"
+
+        # Switching an existing data dir to a single ZooKeeper is refused, nothing changes.
+        single = strata("up", "--data-dir", str(data_dir), "--zookeeper-nodes", "1",
+                        cwd=tmp_path)
+        assert single.returncode == 1 and "--zookeeper-nodes" in single.stderr
+        assert "Traceback" not in single.stderr
+
+        down = ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
+        assert down.count("stopped") == 5  # 4 processes + the closing line
+        assert not any(pid_alive(p["pid"]) for p in again_info["processes"])
+    finally:
+        if (data_dir / "stack.json").exists():
+            _track_recorded(reaper, data_dir)  # whatever the last `up` recorded
         reaper.reap()
