@@ -133,7 +133,10 @@ class Coordinator:
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
         self._connect_timeout_s = connect_timeout_s
-        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000)
+        # Reconnect quickly and forever: kazoo's default backoff doubles up to 60 s, which
+        # can outlast the session during a ZooKeeper leader election and lose it.
+        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000,
+                              connection_retry={"max_tries": -1, "max_delay": 1.0})
         self._state_listeners: list[Callable[[str], None]] = []
         self.zk.add_listener(self._on_state)
 
