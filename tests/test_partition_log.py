@@ -21,12 +21,13 @@ from brokers.errors import (
     InvalidConfigError,
     InvalidRecordBatchError,
     LogClosedError,
+    NotLeaderError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
 from brokers.log import FlushPolicy, LogConfig, PartitionLog, TimestampTypeConfig
 from brokers.log.checkpoint import OffsetCheckpoint
-from brokers.log.group_commit import GroupCommit
+from brokers.log.group_commit import GroupCommit, OffsetsTruncatedError
 from brokers.record_batch import (
     MAX_RECORDS_PER_BATCH,
     TimestampType,
@@ -569,6 +570,93 @@ def test_group_commit_shares_flushes_and_propagates_errors() -> None:
     fail.clear()
     commit.wait_durable(84)  # the next flush succeeds again
     assert commit.durable_offset == 84
+
+
+def test_group_commit_reset_voids_a_flush_that_started_before_it() -> None:
+    """A truncation while a flush is in flight: the flush's log-end snapshot names
+    offsets that no longer exist (and that later appends reuse), so publishing it would
+    let those appends be acknowledged without an fsync."""
+    end = [100]
+    in_flush, release = threading.Event(), threading.Event()
+    flushed: list[int] = []
+
+    def flush() -> int:
+        snapshot = end[0]
+        if not release.is_set():
+            in_flush.set()
+            release.wait(10)
+        flushed.append(snapshot)
+        return snapshot
+
+    commit = GroupCommit(flush, durable_offset=50)
+    errors: list[BaseException] = []
+
+    def waiter(offset: int) -> None:
+        try:
+            commit.wait_durable(offset)
+        except OffsetsTruncatedError as exc:
+            errors.append(exc)
+
+    truncated = threading.Thread(target=waiter, args=(100,))  # its offsets get cut below
+    truncated.start()
+    assert in_flush.wait(10)
+    survivor = threading.Thread(target=waiter, args=(55,))  # below the truncation point
+    survivor.start()
+    end[0] = 60
+    commit.reset(min(commit.durable_offset, 60), truncated_to=60)
+    release.set()
+    truncated.join(10)
+    survivor.join(10)
+    assert not truncated.is_alive() and not survivor.is_alive()
+    assert commit.durable_offset == 60  # from a flush that started after the reset
+    assert flushed == [100, 60] and commit.discarded_flushes == 1
+    assert len(errors) == 1 and (errors[0].offset, errors[0].truncated_to) == (100, 60)
+    # New appends at the reused offsets wait for a fresh flush.
+    end[0] = 90
+    commit.wait_durable(90)
+    assert commit.durable_offset == 90 and flushed[-1] == 90
+
+
+def test_truncation_during_a_group_commit_flush_never_acknowledges_unsynced_appends(
+    tmp_path: Path,
+) -> None:
+    log = PartitionLog(tmp_path, LogConfig(flush_policy=FlushPolicy.ALWAYS))
+    for _ in range(3):
+        log.append(_batch())  # offsets 0..8, durable
+    flush = log._group_commit._flush
+    in_flush, release = threading.Event(), threading.Event()
+
+    def slow_flush() -> int:  # the fsync of the next append is still running when...
+        end = flush()
+        if not release.is_set():
+            in_flush.set()
+            release.wait(10)
+        return end
+
+    log._group_commit._flush = slow_flush
+    outcome: list[object] = []
+
+    def appender() -> None:
+        try:
+            outcome.append(log.append(_batch(tag="doomed")))  # offsets 9..11
+        except NotLeaderError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=appender)
+    thread.start()
+    assert in_flush.wait(10)
+    assert log.truncate_to(9) == 9  # ... the log is truncated under it
+    release.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], NotLeaderError), outcome
+    assert log._group_commit.durable_offset <= log.log_end_offset == 9
+    assert log.recovery_point <= log.log_end_offset
+    flushes = log._group_commit.flush_count
+    info = log.append(_batch(tag="new"))  # reuses offsets 9..11
+    assert info.first_offset == 9
+    assert log._group_commit.flush_count == flushes + 1  # fsynced before acknowledged
+    assert log._group_commit.durable_offset == 12
 
 
 def test_flush_policy_interval(tmp_path: Path) -> None:

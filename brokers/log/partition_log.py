@@ -49,12 +49,13 @@ from brokers.errors import (
     InvalidRecordBatchError,
     LogClosedError,
     LogStorageError,
+    NotLeaderError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
 from brokers.log.checkpoint import CleanShutdownMarker, OffsetCheckpoint
 from brokers.log.config import FlushPolicy, LogConfig, TimestampTypeConfig
-from brokers.log.group_commit import GroupCommit
+from brokers.log.group_commit import GroupCommit, OffsetsTruncatedError
 from brokers.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -114,6 +115,9 @@ class PartitionLog:
         self._clean_marker = CleanShutdownMarker(self.directory / CLEAN_SHUTDOWN_FILE)
         self.recovered_bytes_truncated = 0
         self.opened_cleanly = False
+        # Bumped by every truncation: a group-commit flush whose log-end snapshot
+        # predates one must not move the recovery point.
+        self._truncations = 0
         self.recovery_point = 0
         self.log_start_offset = 0
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -268,9 +272,21 @@ class PartitionLog:
                           header.max_timestamp, log_append_time, len(data))
 
     def wait_durable(self, end_offset: int) -> None:
-        """Block until every offset below ``end_offset`` is fsynced (flush.policy=always)."""
+        """Block until every offset below ``end_offset`` is fsynced (flush.policy=always).
+
+        Raises ``NotLeaderError`` if a truncation removed those offsets meanwhile.
+        """
         if self.config.flush_policy is FlushPolicy.ALWAYS:
+            self._wait_durable(end_offset)
+
+    def _wait_durable(self, end_offset: int) -> None:
+        try:
             self._group_commit.wait_durable(end_offset)
+        except OffsetsTruncatedError as err:
+            raise NotLeaderError(
+                f"log {self.directory} was truncated to offset {err.truncated_to} before "
+                f"offsets below {end_offset} were fsynced: those records are not in the log "
+                "(the partition's leadership changed); retry on the current leader") from err
 
     def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:
         """Append a batch whose offsets the leader already assigned (replication).
@@ -329,7 +345,7 @@ class PartitionLog:
     def _after_append(self, end_offset: int) -> None:
         policy = self.config.flush_policy
         if policy is FlushPolicy.ALWAYS:
-            self._group_commit.wait_durable(end_offset)
+            self._wait_durable(end_offset)
         elif policy is FlushPolicy.INTERVAL:
             self.flush_if_due()
 
@@ -339,13 +355,15 @@ class PartitionLog:
             self._check_writable()
             end = self.log_end_offset
             segment = self.active_segment
+            truncations = self._truncations
         try:
             os.fdatasync(segment.file.fd)
         except OSError as err:
             self._offline = err
             raise LogStorageError(f"fsync of {segment.log_path} failed: {err}") from err
         with self._lock:
-            self.recovery_point = max(self.recovery_point, end)
+            if self._truncations == truncations:  # else ``end`` may name truncated offsets
+                self.recovery_point = max(self.recovery_point, end)
         return end
 
     def flush(self) -> None:
@@ -359,7 +377,7 @@ class PartitionLog:
             self.recovery_point = end
             self._recovery_checkpoint.write(end)
             self._last_flush_ms = self._clock()
-        self._group_commit.reset(max(self._group_commit.durable_offset, end))
+            self._group_commit.advance(end)
 
     def flush_if_due(self) -> bool:
         """With ``flush.policy=interval``, flush when ``flush.ms`` passed since the last one."""
@@ -471,6 +489,7 @@ class PartitionLog:
             self._check_writable()
             if offset >= self.log_end_offset:
                 return self.log_end_offset
+            self._truncations += 1
             if offset <= self.log_start_offset:
                 self._restart_at(offset)
             else:
@@ -486,7 +505,8 @@ class PartitionLog:
             if self.recovery_point > end:
                 self.recovery_point = end
                 self._recovery_checkpoint.write(end)
-            self._group_commit.reset(min(self._group_commit.durable_offset, end))
+            self._group_commit.reset(min(self._group_commit.durable_offset, end),
+                                     truncated_to=end)
             return end
 
     def _restart_at(self, offset: int) -> None:
