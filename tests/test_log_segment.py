@@ -6,13 +6,14 @@ calls ``LogSegment.append``). Everything runs on real files in ``tmp_path``.
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 from pathlib import Path
 
 import pytest
 
-from brokers.errors import CorruptRecordError
+from brokers.errors import CorruptRecordError, LogClosedError
 from brokers.log.segment import LogSegment, segment_file_name
 from brokers.record_batch import (
     HEADER_SIZE,
@@ -378,3 +379,56 @@ def test_first_read_after_load_verifies_and_later_reads_skip(tmp_path: Path) -> 
     assert [bytes(v) for _, v in iter_batches(found.read_bytes(), allow_partial_tail=False)] == \
         [b for _, b in written]
     decode_batch(written[-1][1])
+
+
+# ----------------------------------------------------------------------- descriptor lifetime
+
+def _fd_is_closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError as err:
+        assert err.errno == errno.EBADF
+        return True
+    return False
+
+
+def test_a_file_slice_keeps_its_descriptor_after_the_segment_is_closed(tmp_path: Path) -> None:
+    """Closing a segment must not close a descriptor an in-flight ``sendfile`` uses: the
+    number could be reused by another file and the send would read the wrong bytes."""
+    segment = _new(tmp_path)
+    written = _fill(segment, [2, 3])
+    found = segment.read(0, 10**9)
+    assert found is not None
+    fd = found.fileno()
+    segment.close()
+    with pytest.raises(LogClosedError):
+        segment.read(0, 1)
+    other = os.open(tmp_path / "unrelated", os.O_RDWR | os.O_CREAT, 0o644)  # would take fd
+    try:
+        assert other != fd
+        assert found.fileno() == fd and os.fstat(fd).st_size == segment.size
+        assert found.read_bytes() == b"".join(data for _, data in written)
+    finally:
+        os.close(other)
+    del segment
+    gc.collect()
+    assert not _fd_is_closed(fd)  # the slice still holds it
+    del found
+    gc.collect()
+    assert _fd_is_closed(fd)
+
+
+def test_a_deleted_segment_closes_its_descriptor_with_the_last_slice(tmp_path: Path) -> None:
+    segment = _new(tmp_path)
+    written = _fill(segment, [2])
+    found = segment.read(0, 10**9)
+    assert found is not None
+    fd = found.fileno()
+    segment.delete()
+    assert not segment.log_path.exists()
+    assert found.read_bytes() == written[0][1]  # the inode lives while the slice does
+    with pytest.raises(LogClosedError):
+        segment.read(0, 1)
+    del found  # the deleted segment let go of the file: the slice was the last holder
+    gc.collect()
+    assert _fd_is_closed(fd)

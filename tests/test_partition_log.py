@@ -6,12 +6,14 @@ Real directories in ``tmp_path``; time is controlled with the ``clock=`` paramet
 
 from __future__ import annotations
 
+import errno
 import gc
 import itertools
 import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import crc32c
@@ -657,6 +659,40 @@ def test_truncation_during_a_group_commit_flush_never_acknowledges_unsynced_appe
     assert info.first_offset == 9
     assert log._group_commit.flush_count == flushes + 1  # fsynced before acknowledged
     assert log._group_commit.durable_offset == 12
+
+
+def test_a_file_slice_stays_valid_after_the_log_is_closed(tmp_path: Path) -> None:
+    """The network layer may still be sending a slice (``os.sendfile``) when the log is
+    closed; closing used to close the descriptor under it (and the number could then be
+    reused by any file opened next)."""
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=1024))
+    while len(log.segments) < 3:
+        log.append(_batch(pad=200))
+    found = log.read(0, BIG)  # from the first, closed segment
+    assert found is not None
+    expected = found.read_bytes()
+    fd = found.fileno()
+    log.close()
+    other = os.open(tmp_path / "unrelated", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        assert other != fd
+        assert found.fileno() == fd and found.read_bytes() == expected
+    finally:
+        os.close(other)
+    calls: list[Callable[[PartitionLog], object]] = [
+        lambda lg: lg.read(0, 1), lambda lg: list(lg.batch_headers(0)),
+        lambda lg: lg.find_by_timestamp(0), PartitionLog.verify]
+    for call in calls:
+        with pytest.raises(LogClosedError):
+            call(log)
+    del log
+    gc.collect()
+    os.fstat(fd)  # the slice alone keeps it open
+    del found
+    gc.collect()
+    with pytest.raises(OSError) as info:
+        os.fstat(fd)
+    assert info.value.errno == errno.EBADF
 
 
 def test_flush_policy_interval(tmp_path: Path) -> None:

@@ -231,6 +231,10 @@ class PartitionLog:
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
     def _check_writable(self) -> None:
         if self._closed:
             raise LogClosedError(f"log {self.directory} is closed; reopen it to write")
@@ -355,9 +359,10 @@ class PartitionLog:
             self._check_writable()
             end = self.log_end_offset
             segment = self.active_segment
+            file = segment.file
             truncations = self._truncations
         try:
-            os.fdatasync(segment.file.fd)
+            os.fdatasync(file.fd)
         except OSError as err:
             self._offline = err
             raise LogStorageError(f"fsync of {segment.log_path} failed: {err}") from err
@@ -419,8 +424,7 @@ class PartitionLog:
         ``None`` at the end of the visible log. Raises ``OffsetOutOfRangeError`` outside
         ``[log_start_offset, log_end_offset]`` and ``CorruptRecordError`` for damaged data.
         """
-        if self._closed:
-            raise LogClosedError(f"log {self.directory} is closed")
+        self._check_open()
         with self._lock:
             segments = list(self._segments)
             bases = list(self._base_offsets)
@@ -454,6 +458,7 @@ class PartitionLog:
 
     def find_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, record timestamp)`` of the first record at or after ``timestamp``."""
+        self._check_open()
         for segment in self.segments:
             if segment.next_offset <= self.log_start_offset:
                 continue
@@ -464,6 +469,7 @@ class PartitionLog:
 
     def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one holding ``from_offset`` to the log end."""
+        self._check_open()
         for segment in self.segments:
             if segment.next_offset <= from_offset:
                 continue
@@ -475,6 +481,7 @@ class PartitionLog:
 
     def verify(self) -> None:
         """Scrub: CRC-check every segment now; raises ``CorruptRecordError`` on damage."""
+        self._check_open()
         for segment in self.segments:
             segment.verify_all()
 
@@ -570,7 +577,11 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
-        """Flush everything, write the checkpoints and the clean-shutdown marker."""
+        """Flush everything, write the checkpoints and the clean-shutdown marker.
+
+        Segments let go of their files without closing them: a ``FileSlice`` still being
+        sent keeps its descriptor until it is dropped.
+        """
         with self._lock:
             if self._closed:
                 return
@@ -582,7 +593,7 @@ class PartitionLog:
                 self._clean_marker.write()
             else:
                 for segment in self._segments:
-                    segment.file.close()
+                    segment.close(seal=False)
             self._closed = True
 
     def __enter__(self) -> PartitionLog:

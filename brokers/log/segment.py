@@ -25,9 +25,16 @@ so a flipped byte in a closed segment is reported as ``CorruptRecordError`` (wit
 segment and position) instead of being served; later reads of the range go straight
 to ``os.sendfile``.
 
+Descriptor lifetime: the ``.log`` descriptor lives in a ``SegmentFile`` shared by the
+segment and every ``FileSlice`` handed out. Nothing closes it explicitly: ``close`` and
+``delete`` only drop the segment's reference, and the descriptor is closed by
+``SegmentFile.__del__`` once the last holder is gone (CPython reference counting), so
+an in-flight ``sendfile`` never sees its descriptor closed or its number reused.
+
 Thread-safety: mutations (append, truncate, roll, close, delete) run under the owning
 ``PartitionLog``'s lock. ``read`` may run concurrently with ``append`` on other
-threads: it works on a snapshot of ``size`` and only ever sees whole batches.
+threads: it works on a snapshot of ``size`` and of the file, and only ever sees whole
+batches; the verified point is updated under the segment's own lock.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from brokers.errors import CorruptRecordError, InvalidRecordBatchError
+from brokers.errors import CorruptRecordError, InvalidRecordBatchError, LogClosedError
 from brokers.log.index_file import IndexCorruptError
 from brokers.log.offset_index import OffsetIndex
 from brokers.log.time_index import TimeIndex
@@ -75,9 +82,11 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 class SegmentFile:
     """An open ``.log`` file descriptor, closed when the last holder lets go.
 
-    ``FileSlice``s hold a reference, so a segment deleted by retention while a fetch is
-    being sent keeps its descriptor (and inode) alive until the send is done; the
-    descriptor number can never be reused under an in-flight ``sendfile``.
+    The segment and every ``FileSlice`` hold a reference. There is deliberately no
+    ``close`` method: the descriptor is closed in ``__del__`` only, when CPython's
+    reference count drops to zero, so a slice being sent with ``os.sendfile`` keeps a
+    valid descriptor (and, for a deleted segment, its inode) until the send is done,
+    and the descriptor number can never be reused under it.
     """
 
     __slots__ = ("fd", "path")
@@ -88,13 +97,10 @@ class SegmentFile:
         self.fd = -1  # so __del__ is safe when os.open raises (e.g. FileExistsError)
         self.fd = os.open(path, flags, 0o644)
 
-    def close(self) -> None:
+    def __del__(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-    def __del__(self) -> None:
-        self.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +109,9 @@ class FileSlice:
 
     ``first_offset`` is the base offset of the first batch, which may be below the
     offset that was asked for; ``next_offset`` follows the last batch. A server sends
-    it with ``os.sendfile(sock, slice.fileno(), slice.position, slice.length)``.
+    it with ``os.sendfile(sock, slice.fileno(), slice.position, slice.length)``; the
+    descriptor stays open while the slice exists, even if the log is closed or the
+    segment deleted meanwhile.
     """
 
     file: SegmentFile
@@ -131,8 +139,8 @@ class LogSegment:
         self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
         self.offset_index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX))
         self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX))
-        self.file = SegmentFile(self.log_path, create=create)
-        self.size = os.fstat(self.file.fd).st_size
+        self._file: SegmentFile | None = SegmentFile(self.log_path, create=create)
+        self.size = os.fstat(self._file.fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
         self._relative_offset_of_max_timestamp = 0
@@ -148,6 +156,14 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"
+
+    @property
+    def file(self) -> SegmentFile:
+        """The open ``.log`` file; ``LogClosedError`` once the segment is closed or deleted."""
+        file = self._file
+        if file is None:
+            raise LogClosedError(f"segment {self.log_path} is closed")
+        return file
 
     @property
     def is_empty(self) -> bool:
@@ -326,21 +342,30 @@ class LogSegment:
                 self._verified = (0, self.base_offset)  # re-checked lazily from the start
             self._rebuild_indexes()
 
-    def close(self) -> None:
-        self.seal()
-        self.file.close()
+    def close(self, *, seal: bool = True) -> None:
+        """Stop using the segment: seal it (skipped after a disk error), drop the file.
+
+        The descriptor is not closed here: ``FileSlice``s still being sent keep it open,
+        and ``SegmentFile.__del__`` closes it when the last of them is gone.
+        """
+        if seal and self._file is not None:
+            self.seal()
+        self._file = None
 
     def delete(self) -> None:
         """Unlink the files; open ``FileSlice``s keep the descriptor until they are gone."""
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self._file = None
 
     # ------------------------------------------------------------------ reading
-    def iter_headers(self, position: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+    def iter_headers(self, position: int, end: int,
+                     file: SegmentFile | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of the batches in ``[position, end)``; damage raises with its position."""
+        fd = (file or self.file).fd
         while position < end:
-            head = os.pread(self.file.fd, HEADER_SIZE, position)
+            head = os.pread(fd, HEADER_SIZE, position)
             try:
                 header = peek_header(head)
             except InvalidRecordBatchError as err:
@@ -353,7 +378,8 @@ class LogSegment:
             yield position, header
             position += header.size
 
-    def _headers_from_index(self, offset: int, size: int) -> Iterator[tuple[int, BatchHeader]]:
+    def _headers_from_index(self, offset: int, size: int, file: SegmentFile | None = None
+                            ) -> Iterator[tuple[int, BatchHeader]]:
         """Headers from the index entry at or before ``offset``, checking the entry.
 
         An entry that does not point at the batch it names (a damaged index that still
@@ -361,7 +387,7 @@ class LogSegment:
         """
         for attempt in range(2):
             relative, start = self.offset_index.lookup(max(0, offset - self.base_offset))
-            headers = self.iter_headers(start, size)
+            headers = self.iter_headers(start, size, file)
             first = next(headers, None)
             if first is None:
                 return
@@ -402,8 +428,9 @@ class LogSegment:
         ``None`` when the segment holds nothing at or after ``offset`` below the bound.
         Bytes not yet checked by this process are CRC- and continuity-checked first.
         """
+        file = self.file
         size = self.size
-        headers = self._headers_from_index(offset, size)
+        headers = self._headers_from_index(offset, size, file)
         first: tuple[int, BatchHeader] | None = None
         for position, header in headers:
             if header.last_offset >= offset:
@@ -424,10 +451,10 @@ class LogSegment:
             end = pos + h.size
             next_offset = h.next_offset
         if end > self._verified[0]:
-            self._verify_up_to(end)
-        return FileSlice(self.file, position, end - position, header.base_offset, next_offset)
+            self._verify_up_to(end, file)
+        return FileSlice(file, position, end - position, header.base_offset, next_offset)
 
-    def _verify_up_to(self, end: int) -> None:
+    def _verify_up_to(self, end: int, file: SegmentFile) -> None:
         """Check every batch from the verified point to ``end``: CRC and contiguous offsets.
 
         Runs once per byte per process, in chunks of at most ``_VERIFY_CHUNK`` bytes so
@@ -435,7 +462,7 @@ class LogSegment:
         """
         position, expected = self._verified
         while position < end:
-            data = os.pread(self.file.fd, min(_VERIFY_CHUNK, end - position), position)
+            data = os.pread(file.fd, min(_VERIFY_CHUNK, end - position), position)
             view = memoryview(data)
             done = 0
             while done < len(view):
@@ -445,7 +472,7 @@ class LogSegment:
                     header = peek_header(view, done)
                     if done + header.size > len(view):
                         if done == 0:  # one batch larger than a chunk: read it whole
-                            view = memoryview(os.pread(self.file.fd, header.size, position))
+                            view = memoryview(os.pread(file.fd, header.size, position))
                         else:
                             break
                     validate(view[done:], exact=False)
@@ -469,8 +496,9 @@ class LogSegment:
         with self._lock:
             self._verified = (0, self.base_offset)
         if self.size:
-            self._verify_up_to(self.size)
+            self._verify_up_to(self.size, self.file)
 
+    # ------------------------------------------------------------------ timestamps
     def offset_for_timestamp(self, timestamp: int, min_offset: int = 0) -> int | None:
         """First offset >= ``min_offset`` whose record timestamp is >= ``timestamp``."""
         found = self.find_by_timestamp(timestamp, min_offset)
@@ -481,14 +509,15 @@ class LogSegment:
         after ``timestamp``; ``None`` if the segment has none."""
         if self.max_timestamp < timestamp:
             return None
+        file = self.file
         start_offset = max(self.base_offset + self.time_index.start_for(timestamp), min_offset)
-        for position, header in self._headers_from_index(start_offset, self.size):
+        for position, header in self._headers_from_index(start_offset, self.size, file):
             if header.max_timestamp < timestamp or header.last_offset < min_offset:
                 continue
             skip = max(0, min_offset - header.base_offset)
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
                 return header.base_offset + skip, header.max_timestamp
-            _, payload = decode_batch(os.pread(self.file.fd, header.size, position))
+            _, payload = decode_batch(os.pread(file.fd, header.size, position))
             candidates = payload.column(2).slice(skip)
             # An Arrow scalar, not a Python int: pyarrow retries a failing optional import
             # on every call given a Python scalar (about 70 us here).
