@@ -381,6 +381,62 @@ def test_first_read_after_load_verifies_and_later_reads_skip(tmp_path: Path) -> 
     decode_batch(written[-1][1])
 
 
+# ----------------------------------------------------------------------- range verification
+
+def _big_closed_segment(tmp_path: Path, batches: int = 60) -> list[tuple[int, bytes]]:
+    segment = _new(tmp_path, interval=INTERVAL)
+    written = _fill(segment, [3] * batches, pad=200)
+    segment.seal()
+    segment.close()
+    return written
+
+
+def test_read_verifies_only_the_range_it_returns(tmp_path: Path) -> None:
+    """After a restart, a fetch near the end of a closed segment checks what it returns,
+    not everything from byte 0 (it used to CRC-read the whole segment first)."""
+    written = _big_closed_segment(tmp_path)
+    segment = _reopen(tmp_path)
+    segment.load()
+    assert segment.verified_ranges == ()
+    position, data = written[-3]
+    found = segment.read(peek_header(data).base_offset, 2 * len(data))
+    assert found is not None and found.position == position
+    assert segment.verified_ranges == ((position, position + found.length),)
+    # Ranges merge, so each byte is checked once per process and the list stays short.
+    before_position, before = written[-4]
+    found = segment.read(peek_header(before).base_offset, 1)
+    assert found is not None
+    assert segment.verified_ranges == ((before_position, position + 2 * len(data)),)
+    segment.read(0, 1)
+    assert len(segment.verified_ranges) == 2
+    segment.verify_all()
+    assert segment.verified_ranges == ((0, segment.size),)
+
+
+def test_damage_outside_the_returned_range_does_not_fail_the_read(tmp_path: Path) -> None:
+    """A flipped payload byte early in a segment fails reads of that batch only; a read
+    near the end used to fail too, because it verified from byte 0."""
+    written = _big_closed_segment(tmp_path)
+    damaged_position, damaged = written[1]
+    with open(tmp_path / segment_file_name(0, ".log"), "r+b") as f:
+        f.seek(damaged_position + len(damaged) - 40)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+    segment = _reopen(tmp_path)
+    segment.load()
+    _, data = written[-1]
+    found = segment.read(peek_header(data).base_offset, 1)
+    assert found is not None and found.read_bytes() == data
+    with pytest.raises(CorruptRecordError) as info:
+        segment.read(peek_header(damaged).base_offset, 1)
+    assert (info.value.segment, info.value.position) == (str(segment.log_path), damaged_position)
+    with pytest.raises(CorruptRecordError):  # a multi-batch read that covers it, too
+        segment.read(0, 10**9)
+    with pytest.raises(CorruptRecordError):
+        segment.verify_all()
+
+
 # ----------------------------------------------------------------------- descriptor lifetime
 
 def _fd_is_closed(fd: int) -> bool:

@@ -18,12 +18,14 @@ both indexes. ``load()`` is the fast path after a clean shutdown: it loads the i
 checks them, and scans only the headers after the last offset-index entry; anything
 inconsistent falls back to a rebuild or a recovery.
 
-Detection of damage that happened at rest: each segment keeps ``verified_position``:
-bytes below it have been CRC-checked by this process (on append or recovery). The
-first read of a range above it checks those batches before the range is handed out,
-so a flipped byte in a closed segment is reported as ``CorruptRecordError`` (with
-segment and position) instead of being served; later reads of the range go straight
-to ``os.sendfile``.
+Detection of damage that happened at rest: each segment remembers which byte ranges
+this process has CRC-checked (``verified_ranges``: a short list of merged intervals;
+bytes appended or recovered by this process count as checked). ``read`` checks only
+the batches of the range it returns that are not covered yet (CRC of each batch,
+offset continuity), so a flipped byte is reported as ``CorruptRecordError`` (with
+segment and position) instead of being served, each byte is checked once per process,
+and the first fetch near the end of a large closed segment costs only what it returns.
+``verify_all`` re-checks the whole segment (a scrub).
 
 Descriptor lifetime: the ``.log`` descriptor lives in a ``SegmentFile`` shared by the
 segment and every ``FileSlice`` handed out. Nothing closes it explicitly: ``close`` and
@@ -34,7 +36,7 @@ an in-flight ``sendfile`` never sees its descriptor closed or its number reused.
 Thread-safety: mutations (append, truncate, roll, close, delete) run under the owning
 ``PartitionLog``'s lock. ``read`` may run concurrently with ``append`` on other
 threads: it works on a snapshot of ``size`` and of the file, and only ever sees whole
-batches; the verified point is updated under the segment's own lock.
+batches; the verified ranges are updated under the segment's own lock.
 """
 
 from __future__ import annotations
@@ -145,9 +147,10 @@ class LogSegment:
         self.max_timestamp = -1
         self._relative_offset_of_max_timestamp = 0
         self._bytes_since_index = 0
-        # (position, base offset expected there): bytes below were CRC- and
-        # continuity-checked by this process. Replaced as one tuple under _lock.
-        self._verified = (0, base_offset)
+        # Byte ranges [start, end) CRC- and continuity-checked by this process: sorted,
+        # disjoint and never touching (adjacent ranges are merged). The list is never
+        # mutated in place, only replaced under _lock, so readers may use a snapshot.
+        self._verified: list[tuple[int, int]] = []
         self._lock = threading.RLock()
         self.rolled_at_ms = time.time_ns() // 1_000_000
         if create:
@@ -170,8 +173,20 @@ class LogSegment:
         return self.size == 0
 
     @property
+    def verified_ranges(self) -> tuple[tuple[int, int], ...]:
+        """Byte ranges ``[start, end)`` this process has CRC-checked (merged, sorted)."""
+        return tuple(self._verified)
+
+    @property
     def verified_position(self) -> int:
-        return self._verified[0]
+        """End of the checked prefix ``[0, n)`` of the file (0 if byte 0 is unchecked)."""
+        ranges = self._verified
+        return ranges[0][1] if ranges and ranges[0][0] == 0 else 0
+
+    def _corrupt(self, message: str, position: int,
+                 offset: int | None = None) -> CorruptRecordError:
+        return CorruptRecordError(message, segment=str(self.log_path), position=position,
+                                  offset=offset)
 
     # ------------------------------------------------------------------ opening
     def load(self) -> None:
@@ -255,7 +270,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(self.file.fd, position)
             self.size = position
-        self._verified = (self.size, self.next_offset)
+        self._verified = [(0, self.size)] if self.size else []
         self._set_rolled_at_from_first_batch()
         return truncated
 
@@ -286,16 +301,16 @@ class LogSegment:
         The owner sets ``rolled_at_ms`` (its clock) before the first append, for ``segment.ms``.
         """
         with self._lock:
+            fd = self.file.fd
             position = self.size
             view = memoryview(batch)
             written = 0
             while written < len(view):
-                written += os.pwrite(self.file.fd, view[written:], position + written)
+                written += os.pwrite(fd, view[written:], position + written)
             self._index_batch(header, position)
             self.next_offset = header.next_offset
             self.size = position + len(view)
-            if self._verified[0] == position:
-                self._verified = (self.size, self.next_offset)
+            self._mark_verified(position, self.size)  # validated before it was written
             return position
 
     def _track_timestamp(self, header: BatchHeader) -> None:
@@ -338,8 +353,7 @@ class LogSegment:
         with self._lock:
             os.ftruncate(self.file.fd, position)
             self.size = position
-            if self._verified[0] > position:
-                self._verified = (0, self.base_offset)  # re-checked lazily from the start
+            self._verified = [(s, min(e, position)) for s, e in self._verified if s < position]
             self._rebuild_indexes()
 
     def close(self, *, seal: bool = True) -> None:
@@ -426,7 +440,8 @@ class LogSegment:
 
         Batches starting at or after ``upper_offset`` (the high watermark) are left out.
         ``None`` when the segment holds nothing at or after ``offset`` below the bound.
-        Bytes not yet checked by this process are CRC- and continuity-checked first.
+        The batches of the returned range not yet checked by this process are CRC- and
+        continuity-checked first; nothing outside the range is read.
         """
         file = self.file
         size = self.size
@@ -441,6 +456,8 @@ class LogSegment:
         position, header = first
         if upper_offset is not None and header.base_offset >= upper_offset:
             return None
+        # Base offset of every batch of the range, by position: where a check starts.
+        starts = {position: header.base_offset}
         end = position + header.size
         next_offset = header.next_offset
         for pos, h in headers:
@@ -448,55 +465,99 @@ class LogSegment:
                 break
             if upper_offset is not None and h.base_offset >= upper_offset:
                 break
+            starts[pos] = h.base_offset
             end = pos + h.size
             next_offset = h.next_offset
-        if end > self._verified[0]:
-            self._verify_up_to(end, file)
+        gaps = self._unverified(position, end)
+        if any(start not in starts for start, _ in gaps):
+            gaps = [(position, end)]  # a boundary this walk did not see: check it all
+        for start, stop in gaps:
+            self._verify_range(file, start, stop, starts[start])
+            self._mark_verified(start, stop)
         return FileSlice(file, position, end - position, header.base_offset, next_offset)
 
-    def _verify_up_to(self, end: int, file: SegmentFile) -> None:
-        """Check every batch from the verified point to ``end``: CRC and contiguous offsets.
+    # ------------------------------------------------------------------ verification
+    def _unverified(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of ``[start, end)`` not covered by a verified range."""
+        gaps: list[tuple[int, int]] = []
+        at = start
+        for s, e in self._verified:
+            if e <= at:
+                continue
+            if s >= end:
+                break
+            if s > at:
+                gaps.append((at, s))
+            at = e
+            if at >= end:
+                break
+        if at < end:
+            gaps.append((at, end))
+        return gaps
 
-        Runs once per byte per process, in chunks of at most ``_VERIFY_CHUNK`` bytes so
-        memory stays bounded whatever the segment size.
+    def _mark_verified(self, start: int, end: int) -> None:
+        if start >= end:
+            return
+        with self._lock:
+            ranges = self._verified
+            if ranges and ranges[-1][1] == start:  # the common case: appends in order
+                self._verified = [*ranges[:-1], (ranges[-1][0], end)]
+                return
+            merged: list[tuple[int, int]] = []
+            for s, e in ranges:
+                if e < start or s > end:
+                    merged.append((s, e))
+                else:
+                    start, end = min(s, start), max(e, end)
+            merged.append((start, end))
+            merged.sort()
+            self._verified = merged
+
+    def _verify_range(self, file: SegmentFile, start: int, end: int, expected: int) -> None:
+        """Check every batch of ``[start, end)``: CRC, and offsets contiguous from ``expected``.
+
+        Reads at most ``_VERIFY_CHUNK`` bytes per step (or one batch, if larger), so
+        memory stays bounded whatever the range.
         """
-        position, expected = self._verified
+        position = start
         while position < end:
-            data = os.pread(file.fd, min(_VERIFY_CHUNK, end - position), position)
-            view = memoryview(data)
+            view = memoryview(os.pread(file.fd, min(_VERIFY_CHUNK, end - position), position))
             done = 0
             while done < len(view):
                 if done and len(view) - done < HEADER_SIZE:
                     break  # the chunk ends inside a header: read on from there
+                at = position + done
                 try:
                     header = peek_header(view, done)
-                    if done + header.size > len(view):
-                        if done == 0:  # one batch larger than a chunk: read it whole
-                            view = memoryview(os.pread(file.fd, header.size, position))
-                        else:
-                            break
-                    validate(view[done:], exact=False)
                 except InvalidRecordBatchError as err:
-                    raise CorruptRecordError(err.message, segment=str(self.log_path),
-                                             position=position + done) from err
+                    raise self._corrupt(err.message, at) from err
+                if at + header.size > end:
+                    raise self._corrupt(
+                        f"batch of {header.size} bytes runs past the end of the checked "
+                        f"range ({end})", at, header.base_offset)
+                if done + header.size > len(view):
+                    if done:
+                        break  # read on from this batch
+                    view = memoryview(os.pread(file.fd, header.size, at))  # one big batch
+                try:
+                    validate(view[done:done + header.size])
+                except InvalidRecordBatchError as err:
+                    raise self._corrupt(err.message, at, header.base_offset) from err
                 if header.base_offset != expected:
-                    raise CorruptRecordError(
-                        f"offset gap: batch starts at {header.base_offset}, expected {expected}",
-                        segment=str(self.log_path), position=position + done,
-                        offset=header.base_offset)
+                    raise self._corrupt(
+                        f"offset gap: batch starts at {header.base_offset}, expected "
+                        f"{expected}", at, header.base_offset)
                 expected = header.next_offset
                 done += header.size
             position += done
-            with self._lock:
-                if position > self._verified[0]:
-                    self._verified = (position, expected)
 
     def verify_all(self) -> None:
         """CRC-check the whole segment now (a scrub); raises ``CorruptRecordError``."""
-        with self._lock:
-            self._verified = (0, self.base_offset)
-        if self.size:
-            self._verify_up_to(self.size, self.file)
+        file = self.file
+        size = self.size
+        if size:
+            self._verify_range(file, 0, size, self.base_offset)
+            self._mark_verified(0, size)
 
     # ------------------------------------------------------------------ timestamps
     def offset_for_timestamp(self, timestamp: int, min_offset: int = 0) -> int | None:
@@ -518,6 +579,7 @@ class LogSegment:
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
                 return header.base_offset + skip, header.max_timestamp
             _, payload = decode_batch(os.pread(file.fd, header.size, position))
+            self._mark_verified(position, position + header.size)  # decode checked the CRC
             candidates = payload.column(2).slice(skip)
             # An Arrow scalar, not a Python int: pyarrow retries a failing optional import
             # on every call given a Python scalar (about 70 us here).
