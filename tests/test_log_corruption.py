@@ -8,12 +8,14 @@ the directory, cleanly (after ``close``) or uncleanly (the old object is dropped
 from __future__ import annotations
 
 import gc
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from brokers.errors import CorruptRecordError
+from brokers.errors import CorruptRecordError, InvalidRecordBatchError
 from brokers.log import LogConfig, PartitionLog
 from brokers.log.segment import LogSegment
 from brokers.record_batch import HEADER_SIZE, build_batch, iter_batches, peek_header
@@ -49,6 +51,18 @@ def _flip(path: Path, position: int, mask: int = 0x20) -> None:
         byte = f.read(1)[0]
         f.seek(position)
         f.write(bytes([byte ^ mask]))
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    """Every segment file's bytes (``.log`` and set-aside ``.corrupt`` files)."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())
+            if p.name.endswith((".log", ".corrupt"))}
+
+
+def _crash(log: PartitionLog) -> None:
+    """Drop a log without closing it: no clean-shutdown marker, as after a crash."""
+    del log
+    gc.collect()
 
 
 def _content(log: PartitionLog, start: int, stop: int) -> list[bytes]:
@@ -142,27 +156,128 @@ def test_flipped_base_offset_in_closed_segment_is_not_served(tmp_path: Path) -> 
 
 
 def test_truncated_closed_segment_after_clean_shutdown(tmp_path: Path) -> None:
-    """A closed segment lost its tail while the log was down (a bad restore, a bad disk)."""
+    """A closed segment lost its tail while the log was down (a bad restore, a bad disk).
+
+    That is damage at rest: the open reports it and changes nothing on disk (it used to
+    truncate the segment and delete every later one).
+    """
     log = _fill(tmp_path)
-    first, second = log.segments[0], log.segments[1]
-    batches = _batches(first)
-    position, _, base, _ = batches[-2]
-    kept = _content(log, 0, base)
+    first = log.segments[0]
+    position, _, _, _ = _batches(first)[-2]
     log.close()
     os.truncate(first.log_path, position + 30)  # inside the second to last batch
-    log = PartitionLog(tmp_path, CONFIG)
-    assert log.log_end_offset == base
-    assert [s.base_offset for s in log.segments] == [0]
-    assert not second.log_path.exists()  # cannot be attached to the gap
-    assert _content(log, 0, base) == kept
-    log.verify()
-    assert log.append(build_batch([b"after"], now_ms=1)).first_offset == base
+    before = _snapshot(tmp_path)
+    for _ in range(2):  # reported again on every open: nothing was repaired away
+        with pytest.raises(CorruptRecordError) as info:
+            PartitionLog(tmp_path, CONFIG)
+        assert (info.value.segment, info.value.position) == (str(first.log_path), position)
+        assert _snapshot(tmp_path) == before
+        assert (tmp_path / ".clean-shutdown").exists()
+
+
+def _damaged_segments(directory: Path, config: LogConfig, batch: int, field_at: int,
+                      mask: int, *, clean: bool) -> tuple[Path, int, dict[str, bytes]]:
+    """Several segments, flushed; flip one byte of batch ``batch`` of the first one."""
+    log = PartitionLog(directory, config)
+    for i in range(30):
+        log.append(build_batch([f"v{i}-{j}".encode() * 8 for j in range(3)], now_ms=1_000 + i))
+    assert len(log.segments) >= 4
+    first = log.segments[0]
+    position = _batches(first)[batch][0]
+    if clean:
+        log.close()
+    else:
+        log.flush()  # the recovery point: the log end, so every closed segment is below it
+        _crash(log)
+    _flip(first.log_path, position + field_at, mask)
+    return first.log_path, position, _snapshot(directory)
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
+def test_damage_at_rest_found_on_open_never_deletes_data(tmp_path: Path, clean: bool) -> None:
+    """The review's reproduction: batch 2 of the first segment gets a bad magic byte.
+
+    Opening used to fall back to recovery, truncate the first segment there and delete
+    every later segment with only a WARNING. The open must raise instead, naming the
+    file and byte, and leave every byte on disk as it was.
+    """
+    config = LogConfig(segment_bytes=8192, index_interval_bytes=10**6)  # no index entry:
+    # the open walks every header, so it meets the damage
+    path, position, before = _damaged_segments(tmp_path, config, 2, 16, 0x40, clean=clean)
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError) as info:
+            PartitionLog(tmp_path, config)
+        assert info.value.segment == str(path)
+        assert info.value.position == position
+        assert path.name in str(info.value) and f"byte {position}" in str(info.value)
+        assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
+@pytest.mark.parametrize(("field", "at", "mask"), [("magic", 16, 0x40),
+                                                   ("record_count", 57, 0x40)])
+def test_bad_first_header_of_a_closed_segment_is_a_corrupt_record_error(
+    tmp_path: Path, clean: bool, field: str, at: int, mask: int,
+) -> None:
+    """The first header is read on open (``rolled_at`` comes from it); a bad one used to
+    escape as a bare ``InvalidRecordBatchError`` (no segment, no position) on a clean
+    open and wipe the log on an unclean one."""
+    path, _, before = _damaged_segments(tmp_path, CONFIG, 0, at, mask, clean=clean)
+    with pytest.raises(CorruptRecordError) as info:
+        PartitionLog(tmp_path, CONFIG)
+    assert (info.value.segment, info.value.position) == (str(path), 0)
+    assert _snapshot(tmp_path) == before
+
+
+def _open_with_damage(directory: Path, where: str) -> tuple[PartitionLog, Path, int]:
+    """A healthy log reopened (nothing checked yet by this process), then damage
+    injected under it while it is open (its descriptor sees the change)."""
+    _fill(directory).close()
+    log = PartitionLog(directory, CONFIG)
+    first = log.segments[0]
+    position, size, _, _ = _batches(first)[0]
+    at = {"header": position + 57, "payload": position + size - 25}[where]
+    _flip(first.log_path, at, 0x40)
+    return log, first.log_path, position
+
+
+_PATHS: dict[str, Callable[[PartitionLog], object]] = {
+    "read": lambda log: log.read(0, BIG),
+    "batch_headers": lambda log: list(log.batch_headers(0)),
+    "offset_for_timestamp": lambda log: log.offset_for_timestamp(0),
+    "find_by_timestamp": lambda log: log.find_by_timestamp(1_000),
+    "rebuild_indexes": lambda log: log.segments[0].rebuild_indexes(),
+    "load": lambda log: LogSegment(log.directory, 0, 2000, create=False).load(),
+    "recover-below-durable": lambda log: LogSegment(log.directory, 0, 2000,
+                                                    create=False).recover(durable_below=10**6),
+    "verify": lambda log: log.verify(),
+}
+
+
+@pytest.mark.parametrize("path", sorted(_PATHS))
+@pytest.mark.parametrize("where", ["header", "payload"])
+def test_every_path_reports_stored_damage_with_segment_and_position(
+    tmp_path: Path, path: str, where: str,
+) -> None:
+    log, log_path, position = _open_with_damage(tmp_path, where)
+    header_only = {"batch_headers", "rebuild_indexes", "load"}
+    if where == "payload" and path in header_only:
+        _PATHS[path](log)  # these read headers only: a payload flip is not theirs to find
+        return
+    try:
+        _PATHS[path](log)
+    except CorruptRecordError as err:
+        assert (err.segment, err.position) == (str(log_path), position)
+    except InvalidRecordBatchError as err:  # pragma: no cover - the defect being tested
+        pytest.fail(f"{path} raised a bare {type(err).__name__}: {err}")
+    else:
+        pytest.fail(f"{path} did not report the damage")
 
 
 # ----------------------------------------------------------------------- unclean shutdown
 
 def test_unclean_shutdown_truncates_at_a_corrupt_batch_after_the_recovery_point(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
     log = _fill(tmp_path, batches=10)
     log.flush()  # the recovery point: everything so far
@@ -179,14 +294,21 @@ def test_unclean_shutdown_truncates_at_a_corrupt_batch_after_the_recovery_point(
     del log  # crash: no close, no clean-shutdown marker
     gc.collect()
     _flip(damaged_segment.log_path, position + HEADER_SIZE + 100)
+    doomed_bytes = {path: path.read_bytes() for path in doomed}
 
-    log = PartitionLog(tmp_path, CONFIG)
+    with caplog.at_level(logging.ERROR, logger="strata.brokers.log"):
+        log = PartitionLog(tmp_path, CONFIG)
     assert not log.opened_cleanly
     assert log.log_end_offset == base  # truncated at the damaged batch
     assert log.recovered_bytes_truncated > 0
     assert os.path.getsize(damaged_segment.log_path) == position
+    # The segments that can no longer follow are set aside, not deleted, and said so.
+    assert log.set_aside == [path.with_name(path.name + ".corrupt") for path in doomed]
     for path in doomed:
         assert not path.exists()
+        assert path.with_name(path.name + ".corrupt").read_bytes() == doomed_bytes[path]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and all(str(path) in errors[0] for path in doomed)
     assert log.segments[-1].base_offset == damaged_segment.base_offset
     assert _content(log, 0, log.log_end_offset) == kept
     log.verify()
@@ -208,6 +330,59 @@ def test_unclean_shutdown_corruption_below_recovery_point_is_reported_on_read(
     with pytest.raises(CorruptRecordError) as info:
         log.read(base, 1)
     assert (info.value.segment, info.value.position) == (str(first.log_path), position)
+
+
+def test_unclean_shutdown_damage_below_the_recovery_point_of_the_active_segment(
+    tmp_path: Path,
+) -> None:
+    """The segment holding the recovery point is recovered, but its bytes below the
+    recovery point were fsynced: a bad batch there is damage at rest, not a torn write,
+    and is reported instead of truncated."""
+    log = PartitionLog(tmp_path, LogConfig(segment_bytes=10**6))
+    for i in range(6):
+        log.append(build_batch([f"early{i}".encode() * 10] * 3, now_ms=1_000))
+    log.flush()
+    for i in range(6):
+        log.append(build_batch([f"late{i}".encode() * 10] * 3, now_ms=2_000))
+    (segment,) = log.segments
+    position, size, _, _ = _batches(segment)[3]  # below the recovery point
+    _crash(log)
+    _flip(segment.log_path, position + size - 30)
+    before = _snapshot(tmp_path)
+    with pytest.raises(CorruptRecordError) as info:
+        PartitionLog(tmp_path, LogConfig(segment_bytes=10**6))
+    assert (info.value.segment, info.value.position) == (str(segment.log_path), position)
+    assert "recovery point" in str(info.value)
+    assert _snapshot(tmp_path) == before
+
+
+def test_unclean_open_reports_a_log_that_ends_below_the_recovery_point(tmp_path: Path) -> None:
+    """A segment cut at a batch boundary below the recovery point looks healthy, but
+    offsets that were fsynced are gone: reported, not silently reused for new data."""
+    log = _fill(tmp_path)
+    log.flush()
+    last = log.segments[-1]
+    cut = _batches(last)[-1][0]
+    _crash(log)
+    os.truncate(last.log_path, cut)
+    with pytest.raises(CorruptRecordError, match="durable data is missing"):
+        PartitionLog(tmp_path, CONFIG)
+
+
+def test_truncate_to_then_crash_reopens_cleanly_below_the_old_recovery_point(
+    tmp_path: Path,
+) -> None:
+    """``truncate_to`` lowers the recovery point before it cuts anything, so a crash
+    right after a truncation is not mistaken for lost durable data."""
+    log = _fill(tmp_path)
+    log.flush()
+    batches = _batches(log.segments[1])
+    middle = batches[1][2] + 1  # inside the second batch of the second segment
+    end = log.truncate_to(middle)
+    assert end == batches[1][2]
+    _crash(log)
+    log = PartitionLog(tmp_path, CONFIG)
+    assert not log.opened_cleanly and log.log_end_offset == end
 
 
 # ----------------------------------------------------------------------- indexes

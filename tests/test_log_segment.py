@@ -352,20 +352,33 @@ def test_load_rebuilds_corrupt_indexes(tmp_path: Path, damage: str) -> None:
     assert index_path.stat().st_size == 8 * len(entries[0])  # the file was rewritten
 
 
-def test_load_reports_an_index_entry_off_a_batch_boundary(tmp_path: Path) -> None:
-    written, _, _ = _sealed_segment(tmp_path)
+def test_load_rebuilds_an_index_entry_off_a_batch_boundary(tmp_path: Path) -> None:
+    """The index is what is wrong, not the log: load rebuilds it and loses nothing
+    (load never falls back to a recovery that could truncate durable data)."""
+    written, entries, next_offset = _sealed_segment(tmp_path)
     index_path = tmp_path / segment_file_name(0, ".index")
     raw = bytearray(index_path.read_bytes())
     last_position = int.from_bytes(raw[-4:], "big")
     raw[-4:] = (last_position + 5).to_bytes(4, "big")  # still in order, still below size
     index_path.write_bytes(bytes(raw))
+    log_bytes = (tmp_path / segment_file_name(0, ".log")).read_bytes()
+    segment = _reopen(tmp_path)
+    segment.load()
+    _check_loaded(segment, written, entries, next_offset)
+    assert segment.log_path.read_bytes() == log_bytes
+
+
+def test_load_reports_damaged_log_headers_and_changes_nothing(tmp_path: Path) -> None:
+    written, _, _ = _sealed_segment(tmp_path)
+    position, data = written[-2]
+    with open(tmp_path / segment_file_name(0, ".log"), "r+b") as f:
+        f.truncate(position + len(data) // 2)  # the tail of a closed segment went missing
+    log_bytes = (tmp_path / segment_file_name(0, ".log")).read_bytes()
     segment = _reopen(tmp_path)
     with pytest.raises(CorruptRecordError) as info:
         segment.load()
-    assert info.value.segment == str(segment.log_path)
-    # The caller falls back to recovery, which rebuilds from the data and loses nothing.
-    assert segment.recover() == 0
-    assert segment.next_offset == sum(peek_header(b).record_count for _, b in written)
+    assert (info.value.segment, info.value.position) == (str(segment.log_path), position)
+    assert segment.log_path.read_bytes() == log_bytes
 
 
 def test_first_read_after_load_verifies_and_later_reads_skip(tmp_path: Path) -> None:

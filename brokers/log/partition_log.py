@@ -18,11 +18,18 @@ Invariants:
   served, even while their segment still exists;
 - ``recovery_point <= log_end_offset`` and every byte below it is durable.
 
-Opening: after a clean shutdown the segments are loaded through their indexes (fast).
-Otherwise every segment from the one holding the recovery point on is recovered:
-batches are re-validated (CRC, contiguous offsets); at the first bad batch the segment
-is truncated and every later segment is deleted (their data cannot be attached to a
-gap); indexes are rebuilt. Stray temporary files are removed.
+Opening never deletes data that was durable. After a clean shutdown every segment is
+loaded through its indexes (``LogSegment.load``: bad indexes are rebuilt); a segment
+whose batch headers do not line up, segments that do not follow each other, or a log
+that ends below the recovery point raise ``CorruptRecordError`` naming the file and
+byte position, and nothing is modified: the owner keeps the partition offline until
+an operator restores it. After an unclean shutdown the segments entirely below the
+recovery point are opened the same way (they were fsynced: damage there is damage at
+rest and raises too); only the segments at or after the recovery point are recovered
+(CRC, contiguous offsets), and a torn tail there is truncated. Segments that can no
+longer follow such a truncation are renamed ``<name>.log.corrupt`` (kept for
+inspection, invisible to the log) and logged at ERROR, never deleted. Stray temporary
+files are removed.
 
 Thread-safety: one ``RLock`` serialises mutations (append, roll, truncate, retention,
 delete-records, flush bookkeeping, close). ``read`` takes the lock only to snapshot the
@@ -53,7 +60,7 @@ from brokers.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from brokers.log.checkpoint import CleanShutdownMarker, OffsetCheckpoint
+from brokers.log.checkpoint import CleanShutdownMarker, OffsetCheckpoint, fsync_directory
 from brokers.log.config import FlushPolicy, LogConfig, TimestampTypeConfig
 from brokers.log.group_commit import GroupCommit, OffsetsTruncatedError
 from brokers.log.segment import (
@@ -79,6 +86,7 @@ log = logging.getLogger("strata.brokers.log")
 RECOVERY_POINT_FILE: Final = "recovery-point"
 LOG_START_FILE: Final = "log-start-offset"
 CLEAN_SHUTDOWN_FILE: Final = ".clean-shutdown"
+CORRUPT_SUFFIX: Final = ".corrupt"  # segments set aside by recovery: <base>.log.corrupt
 
 
 def _now_ms() -> int:
@@ -114,6 +122,7 @@ class PartitionLog:
         self._start_checkpoint = OffsetCheckpoint(self.directory / LOG_START_FILE)
         self._clean_marker = CleanShutdownMarker(self.directory / CLEAN_SHUTDOWN_FILE)
         self.recovered_bytes_truncated = 0
+        self.set_aside: list[Path] = []  # segment files recovery renamed to *.corrupt
         self.opened_cleanly = False
         # Bumped by every truncation: a group-commit flush whose log-end snapshot
         # predates one must not move the recovery point.
@@ -142,7 +151,7 @@ class PartitionLog:
         segments = [LogSegment(self.directory, b, self.config.index_interval_bytes, create=False)
                     for b in bases]
         if self.opened_cleanly:
-            segments = self._load_clean(segments)
+            segments = self._load_clean(segments, recovery_point)
         else:
             segments = self._recover(segments, recovery_point)
             recovery_point = segments[-1].next_offset if segments else 0
@@ -160,58 +169,91 @@ class PartitionLog:
         self._clean_marker.remove()
         self._recovery_checkpoint.write(self.recovery_point)
 
-    def _load_clean(self, segments: list[LogSegment]) -> list[LogSegment]:
-        loaded: list[LogSegment] = []
+    def _load_clean(self, segments: list[LogSegment], recovery_point: int) -> list[LogSegment]:
+        """Open after a clean shutdown: everything was flushed, so any damage is at rest.
+
+        Raises ``CorruptRecordError`` rather than truncating or dropping anything.
+        """
         for segment in segments:
-            try:
-                segment.load()
-            except CorruptRecordError as err:
-                log.warning("clean-shutdown load of %s failed (%s); recovering from it",
-                            segment.log_path.name, err)
-                return loaded + self._recover(segments[len(loaded):], segment.base_offset)
-            loaded.append(segment)
-        return self._check_contiguous(loaded)
+            segment.load()
+        self._check_contiguous(segments)
+        self._check_reaches(segments, recovery_point)
+        return segments
 
     def _recover(self, segments: list[LogSegment], recovery_point: int) -> list[LogSegment]:
-        """Recover every segment that may hold bytes at or after ``recovery_point``."""
+        """Open after a crash: recover (and maybe truncate) only what follows the
+        recovery point; everything below it is durable and opened like a clean log.
+
+        A torn tail cuts the log: the segments after it are set aside (renamed to
+        ``*.log.corrupt``), not deleted. Damage below the recovery point raises
+        ``CorruptRecordError`` before anything is modified.
+        """
         kept: list[LogSegment] = []
         for i, segment in enumerate(segments):
+            if kept and segment.base_offset != kept[-1].next_offset:
+                previous = kept[-1]
+                if min(previous.next_offset, segment.base_offset) < recovery_point:
+                    self._check_contiguous([previous, segment])  # raises: durable data
+                break  # the previous segment lost a torn tail: the rest cannot follow
             following_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
-            needs_recovery = following_base is None or following_base > recovery_point
-            if not needs_recovery:
-                try:
-                    segment.load()
-                except CorruptRecordError:
-                    needs_recovery = True
-            if needs_recovery:
-                truncated = segment.recover()
+            if following_base is not None and following_base <= recovery_point:
+                segment.load()  # entirely below the recovery point: fsynced data
+            else:
+                truncated = segment.recover(durable_below=recovery_point)
                 segment.flush()
                 self.recovered_bytes_truncated += truncated
                 if truncated:
-                    log.warning("recovery truncated %d bytes from %s", truncated,
-                                segment.log_path.name)
-            if kept and segment.base_offset != kept[-1].next_offset:
-                break
+                    log.warning("recovery truncated a torn tail of %d bytes from %s "
+                                "(offsets from %d on)", truncated, segment.log_path,
+                                segment.next_offset)
             kept.append(segment)
-            if segment.next_offset != following_base and following_base is not None:
-                break
-        for dropped in segments[len(kept):]:
-            log.warning("recovery deleted %s: it no longer continues the log",
-                        dropped.log_path.name)
-            dropped.delete()
-            self.recovered_bytes_truncated += dropped.size
+        dropped = segments[len(kept):]
+        for segment in dropped:
+            self.recovered_bytes_truncated += segment.size
+            self.set_aside.append(self._set_aside(segment))
+        if dropped:
+            log.error(
+                "recovery of %s set aside %d segment(s) that no longer continue the log, "
+                "which now ends at offset %d (a torn tail after the recovery point): %s "
+                "(renamed, not deleted; inspect them, then remove them or restore the "
+                "partition from a replica)",
+                self.directory, len(dropped), kept[-1].next_offset,
+                ", ".join(str(p) for p in self.set_aside))
+            fsync_directory(self.directory)
         if len(kept) > 1 and kept[-1].is_empty:
-            kept.pop().delete()
+            kept.pop().delete()  # an empty active segment holds no data
+        self._check_reaches(kept, recovery_point)
         return kept
 
-    def _check_contiguous(self, segments: list[LogSegment]) -> list[LogSegment]:
+    def _set_aside(self, segment: LogSegment) -> Path:
+        """Rename a segment's ``.log`` out of the log (``*.log.corrupt``); drop its indexes."""
+        target = segment.log_path.with_name(segment.log_path.name + CORRUPT_SUFFIX)
+        for n in itertools.count(1):
+            if not target.exists():
+                break
+            target = segment.log_path.with_name(f"{segment.log_path.name}.{n}{CORRUPT_SUFFIX}")
+        segment.log_path.rename(target)
+        segment.offset_index.delete()
+        segment.time_index.delete()
+        segment.close(seal=False)
+        return target
+
+    def _check_contiguous(self, segments: list[LogSegment]) -> None:
         for before, after in itertools.pairwise(segments):
             if before.next_offset != after.base_offset:
                 raise CorruptRecordError(
                     f"segment {after.log_path.name} starts at {after.base_offset} but the "
                     f"previous one ends at {before.next_offset}", segment=str(after.log_path),
                     position=0)
-        return segments
+
+    def _check_reaches(self, segments: list[LogSegment], recovery_point: int) -> None:
+        """Every offset below the recovery point was fsynced: the log must still hold it."""
+        if segments and segments[-1].next_offset < recovery_point:
+            last = segments[-1]
+            raise CorruptRecordError(
+                f"the log ends at offset {last.next_offset} but the recovery point says "
+                f"offsets up to {recovery_point} were fsynced: durable data is missing",
+                segment=str(last.log_path), position=last.size)
 
     # ------------------------------------------------------------------ state
     @property
@@ -497,6 +539,12 @@ class PartitionLog:
             if offset >= self.log_end_offset:
                 return self.log_end_offset
             self._truncations += 1
+            new_end = self._end_after_truncation(offset)
+            if self.recovery_point > new_end:
+                # First: a crash half-way must never find a recovery point above the
+                # data that is left (the next open would report durable data missing).
+                self.recovery_point = new_end
+                self._recovery_checkpoint.write(new_end)
             if offset <= self.log_start_offset:
                 self._restart_at(offset)
             else:
@@ -515,6 +563,16 @@ class PartitionLog:
             self._group_commit.reset(min(self._group_commit.durable_offset, end),
                                      truncated_to=end)
             return end
+
+    def _end_after_truncation(self, offset: int) -> int:
+        """The log end ``truncate_to(offset)`` leaves (``offset`` < log end)."""
+        if offset <= self.log_start_offset:
+            return offset
+        i = max(0, bisect_right(self._base_offsets, offset) - 1)
+        base = self._segments[i].batch_holding(offset)
+        if base is None or base < self.log_start_offset:
+            return offset  # the log restarts empty at ``offset``
+        return base
 
     def _restart_at(self, offset: int) -> None:
         for segment in self._segments:

@@ -12,11 +12,20 @@ Invariants:
 - relative offsets fit in uint32 and positions in uint32 (the log rolls before either
   would overflow: ``segment.bytes`` is capped at 2 GiB - 1).
 
-Recovery: ``recover()`` re-reads every batch, checks its CRC and offset continuity,
-truncates the file at the first invalid byte (a torn or garbage tail), and rebuilds
-both indexes. ``load()`` is the fast path after a clean shutdown: it loads the indexes,
-checks them, and scans only the headers after the last offset-index entry; anything
-inconsistent falls back to a rebuild or a recovery.
+Opening: ``load()`` is the path for data that is known to be durable (after a clean
+shutdown, or below the recovery point): it loads the indexes, checks them, and walks
+the batch headers after the last offset-index entry. An index that fails its check or
+does not match the headers is rebuilt from the batch headers (indexes are disposable);
+damage to the log itself (headers that do not line up) raises ``CorruptRecordError``
+naming the file and byte position, and nothing is changed in the ``.log``.
+``recover(durable_below)`` is for bytes that may be a torn tail after a crash: it
+re-reads every batch, checks its CRC and offset continuity, truncates the file at the
+first invalid byte and rebuilds both indexes; an invalid batch at an offset below
+``durable_below`` (the recovery point: fsynced, so not torn) raises instead.
+
+Every error about stored bytes is a ``CorruptRecordError`` with ``segment`` and
+``position`` set, whichever path found it (open, index rebuild, header walk, read,
+timestamp lookup, scrub).
 
 Detection of damage that happened at rest: each segment remembers which byte ranges
 this process has CRC-checked (``verified_ranges``: a short list of merged intervals;
@@ -190,10 +199,10 @@ class LogSegment:
 
     # ------------------------------------------------------------------ opening
     def load(self) -> None:
-        """Fast open after a clean shutdown; falls back to rebuilding the indexes.
+        """Open durable data through the indexes; rebuild indexes that do not match.
 
-        Raises ``CorruptRecordError`` when the batch headers after the last index entry
-        do not line up (the caller then runs ``recover``).
+        Raises ``CorruptRecordError`` (file and byte position) when the batch headers
+        themselves do not line up; the ``.log`` is never modified here.
         """
         try:
             if self.size and not (self.offset_index.path.exists()
@@ -204,28 +213,42 @@ class LogSegment:
             limit = MAX_RELATIVE_OFFSET + 1
             self.offset_index.check(limit, self.size)
             self.time_index.check(2**63 - 1, limit)
-        except IndexCorruptError:
+            self._load_tail()
+        except IndexCorruptError as err:
+            log.info("%s: %s; rebuilding the indexes", self.log_path.name, err)
             self.rebuild_indexes()
             return
+        except CorruptRecordError as err:
+            # The last index entry may be what is wrong (indexes are disposable): a
+            # rebuild walks every header from byte 0 and raises if the log is damaged.
+            log.warning("%s: the headers after the last index entry do not line up (%s); "
+                        "rebuilding the indexes from the whole file", self.log_path.name, err)
+            self.rebuild_indexes()
+            return
+        self._set_rolled_at_from_first_batch()
+
+    def _load_tail(self) -> None:
+        """Walk the headers after the last offset-index entry to find the segment's end."""
         relative, position = self.offset_index.lookup(MAX_RELATIVE_OFFSET)
         self.next_offset = self.base_offset + relative
         self.max_timestamp = self.time_index.last_timestamp
-        if self.time_index:
-            self._relative_offset_of_max_timestamp = self.time_index.values[-1]
+        self._relative_offset_of_max_timestamp = (
+            self.time_index.values[-1] if self.time_index else 0)
         self._bytes_since_index = 0
         for pos, header in self.iter_headers(position, self.size):
             if header.base_offset != self.next_offset:
-                raise CorruptRecordError(
+                raise self._corrupt(
                     f"offset gap: batch starts at {header.base_offset}, expected "
-                    f"{self.next_offset}", segment=str(self.log_path), position=pos,
-                    offset=header.base_offset)
+                    f"{self.next_offset}", pos, header.base_offset)
             self.next_offset = header.next_offset
             self._track_timestamp(header)
             self._bytes_since_index += header.size
-        self._set_rolled_at_from_first_batch()
 
     def rebuild_indexes(self) -> None:
-        """Recreate both index files from the batch headers (no CRC check)."""
+        """Recreate both index files from the batch headers (no CRC check).
+
+        Raises ``CorruptRecordError`` when the headers do not line up.
+        """
         with self._lock:
             self._rebuild_indexes()
 
@@ -238,61 +261,84 @@ class LogSegment:
         self._bytes_since_index = 0
         for pos, header in self.iter_headers(0, self.size):
             if header.base_offset != self.next_offset:
-                raise CorruptRecordError(
+                raise self._corrupt(
                     f"offset gap: batch starts at {header.base_offset}, expected "
-                    f"{self.next_offset}", segment=str(self.log_path), position=pos,
-                    offset=header.base_offset)
+                    f"{self.next_offset}", pos, header.base_offset)
             self._index_batch(header, pos)
             self.next_offset = header.next_offset
         self._set_rolled_at_from_first_batch()
 
-    def recover(self) -> int:
+    def recover(self, durable_below: int = 0) -> int:
         """Validate every batch, truncate at the first bad byte, rebuild the indexes.
 
-        Returns the number of bytes truncated (0 for a healthy segment).
+        Returns the number of bytes truncated (0 for a healthy segment). Only a torn
+        tail may be cut: when the first bad batch starts below ``durable_below`` (the
+        recovery point, below which everything was fsynced) nothing is truncated and
+        ``CorruptRecordError`` names the file and position.
         """
-        self.offset_index.clear()
-        self.time_index.clear()
-        self.next_offset = self.base_offset
-        self.max_timestamp = -1
-        self._relative_offset_of_max_timestamp = 0
-        self._bytes_since_index = 0
-        position = 0
-        size = self.size
-        while position < size:
-            header = self._valid_batch_at(position, size)
-            if header is None:
-                break
-            self._index_batch(header, position)
-            self.next_offset = header.next_offset
-            position += header.size
-        truncated = size - position
-        if truncated:
-            os.ftruncate(self.file.fd, position)
-            self.size = position
-        self._verified = [(0, self.size)] if self.size else []
-        self._set_rolled_at_from_first_batch()
-        return truncated
+        with self._lock:
+            file = self.file
+            self.offset_index.clear()
+            self.time_index.clear()
+            self.next_offset = self.base_offset
+            self.max_timestamp = -1
+            self._relative_offset_of_max_timestamp = 0
+            self._bytes_since_index = 0
+            position = 0
+            size = self.size
+            while position < size:
+                header, problem = self._check_batch_at(file, position, size)
+                if header is None:
+                    if self.next_offset < durable_below:
+                        raise self._corrupt(
+                            f"{problem}; offsets below the recovery point {durable_below} "
+                            "were fsynced before the crash, so this is damage at rest, not "
+                            "a torn write, and recovery does not truncate it", position,
+                            self.next_offset)
+                    log.warning("%s: torn tail at byte %d (%s)", self.log_path.name,
+                                position, problem)
+                    break
+                self._index_batch(header, position)
+                self.next_offset = header.next_offset
+                position += header.size
+            truncated = size - position
+            if truncated:
+                os.ftruncate(file.fd, position)
+                self.size = position
+            self._verified = [(0, self.size)] if self.size else []
+            self._set_rolled_at_from_first_batch()
+            return truncated
 
-    def _valid_batch_at(self, position: int, size: int) -> BatchHeader | None:
-        """The header of a fully valid batch at ``position``, or ``None`` if it is bad."""
-        head = os.pread(self.file.fd, HEADER_SIZE, position)
+    def _check_batch_at(self, file: SegmentFile, position: int,
+                        size: int) -> tuple[BatchHeader | None, str]:
+        """``(header, "")`` for a fully valid batch at ``position``, else ``(None, why)``."""
         try:
-            header = peek_header(head)
-        except InvalidRecordBatchError:
-            return None
-        if position + header.size > size or header.base_offset != self.next_offset:
-            return None
+            header = peek_header(os.pread(file.fd, HEADER_SIZE, position))
+        except InvalidRecordBatchError as err:
+            return None, err.message
+        if position + header.size > size:
+            return None, f"batch of {header.size} bytes runs past the end of the file ({size})"
+        if header.base_offset != self.next_offset:
+            return None, (f"offset gap: batch starts at {header.base_offset}, expected "
+                          f"{self.next_offset}")
         try:
-            validate(os.pread(self.file.fd, header.size, position))
-        except InvalidRecordBatchError:
-            return None
-        return header
+            validate(os.pread(file.fd, header.size, position))
+        except InvalidRecordBatchError as err:
+            return None, err.message
+        return header, ""
 
     def _set_rolled_at_from_first_batch(self) -> None:
-        if self.size:
+        if not self.size:
+            return
+        try:
             header = peek_header(os.pread(self.file.fd, HEADER_SIZE, 0))
-            self.rolled_at_ms = min(self.rolled_at_ms, header.max_timestamp)
+        except InvalidRecordBatchError as err:
+            raise self._corrupt(err.message, 0) from err
+        if header.base_offset != self.base_offset:
+            raise self._corrupt(
+                f"the first batch starts at offset {header.base_offset} but the segment's "
+                f"file name says {self.base_offset}", 0, header.base_offset)
+        self.rolled_at_ms = min(self.rolled_at_ms, header.max_timestamp)
 
     # ------------------------------------------------------------------ writing
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> int:
@@ -383,12 +429,11 @@ class LogSegment:
             try:
                 header = peek_header(head)
             except InvalidRecordBatchError as err:
-                raise CorruptRecordError(err.message, segment=str(self.log_path),
-                                         position=position) from err
+                raise self._corrupt(err.message, position) from err
             if position + header.size > end:
-                raise CorruptRecordError(
+                raise self._corrupt(
                     f"batch of {header.size} bytes runs past the end of the file ({end})",
-                    segment=str(self.log_path), position=position, offset=header.base_offset)
+                    position, header.base_offset)
             yield position, header
             position += header.size
 
@@ -397,7 +442,8 @@ class LogSegment:
         """Headers from the index entry at or before ``offset``, checking the entry.
 
         An entry that does not point at the batch it names (a damaged index that still
-        looked sane at load) triggers a rebuild from the log, then one more try.
+        looked sane at load) triggers a rebuild from the log, then one more try. Every
+        header yielded continues the offsets of the one before.
         """
         for attempt in range(2):
             relative, start = self.offset_index.lookup(max(0, offset - self.base_offset))
@@ -411,10 +457,9 @@ class LogSegment:
                 for position, header in headers:
                     # base_offset is outside the CRC: a damaged one must not be believed.
                     if header.base_offset != expected:
-                        raise CorruptRecordError(
+                        raise self._corrupt(
                             f"offset gap: batch starts at {header.base_offset}, expected "
-                            f"{expected}", segment=str(self.log_path), position=position,
-                            offset=header.base_offset)
+                            f"{expected}", position, header.base_offset)
                     expected = header.next_offset
                     yield position, header
                 return
@@ -422,16 +467,24 @@ class LogSegment:
                 log.warning("%s: index entry %d -> %d points at batch %d; rebuilding indexes",
                             self.log_path.name, relative, start, first[1].base_offset)
                 self.rebuild_indexes()
-        raise CorruptRecordError(
-            f"index and log disagree at offset {offset} even after a rebuild",
-            segment=str(self.log_path), position=0)
+        raise self._corrupt(f"index and log disagree at offset {offset} even after a rebuild",
+                            0)
+
+    def _batch_holding(self, offset: int) -> tuple[int, BatchHeader] | None:
+        for position, header in self._headers_from_index(offset, self.size):
+            if header.last_offset >= offset:
+                return position, header
+        return None
 
     def position_of(self, offset: int) -> int | None:
         """Position of the first batch whose last offset is >= ``offset`` (None: none)."""
-        for position, header in self._headers_from_index(offset, self.size):
-            if header.last_offset >= offset:
-                return int(position)
-        return None
+        found = self._batch_holding(offset)
+        return None if found is None else found[0]
+
+    def batch_holding(self, offset: int) -> int | None:
+        """Base offset of the first batch whose last offset is >= ``offset`` (None: none)."""
+        found = self._batch_holding(offset)
+        return None if found is None else found[1].base_offset
 
     def read(
         self, offset: int, max_bytes: int, upper_offset: int | None = None
@@ -578,7 +631,10 @@ class LogSegment:
             skip = max(0, min_offset - header.base_offset)
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
                 return header.base_offset + skip, header.max_timestamp
-            _, payload = decode_batch(os.pread(file.fd, header.size, position))
+            try:
+                _, payload = decode_batch(os.pread(file.fd, header.size, position))
+            except InvalidRecordBatchError as err:
+                raise self._corrupt(err.message, position, header.base_offset) from err
             self._mark_verified(position, position + header.size)  # decode checked the CRC
             candidates = payload.column(2).slice(skip)
             # An Arrow scalar, not a Python int: pyarrow retries a failing optional import
