@@ -23,13 +23,16 @@ from brokers.errors import (
     InvalidConfigError,
     InvalidRecordBatchError,
     LogClosedError,
+    LogStorageError,
     NotLeaderError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
 from brokers.log import FlushPolicy, LogConfig, PartitionLog, TimestampTypeConfig
+from brokers.log import partition_log as partition_log_module
 from brokers.log.checkpoint import OffsetCheckpoint
 from brokers.log.group_commit import GroupCommit, OffsetsTruncatedError
+from brokers.log.segment import LogSegment
 from brokers.record_batch import (
     MAX_RECORDS_PER_BATCH,
     TimestampType,
@@ -661,7 +664,81 @@ def test_truncation_during_a_group_commit_flush_never_acknowledges_unsynced_appe
     assert log._group_commit.durable_offset == 12
 
 
-def test_a_file_slice_stays_valid_after_the_log_is_closed(tmp_path: Path) -> None:
+def _break_fsync(segment: LogSegment) -> None:
+    """Point the segment's descriptor at a pipe: fdatasync fails (EINVAL) like a dying
+    disk. The descriptor number stays the segment's, so nothing else is disturbed."""
+    r, w = os.pipe()
+    os.dup2(r, segment.file.fd)
+    os.close(r)
+    os.close(w)
+
+
+def test_failed_flush_takes_the_log_offline(tmp_path: Path) -> None:
+    """``flush.policy=interval``: the periodic flush (``flush_if_due``) must not swallow
+    or leak a raw OSError; the log goes offline as after a failed write."""
+    clock = FakeClock()
+    config = LogConfig(flush_policy=FlushPolicy.INTERVAL, flush_ms=1000)
+    log = PartitionLog(tmp_path, config, clock=clock)
+    stored = [_stored(_batch(), 0)]
+    log.append(_batch())
+    recovery_point = log.recovery_point
+    _break_fsync(log.active_segment)
+    clock.now += 1000
+    with pytest.raises(LogStorageError, match="offline"):
+        log.flush_if_due()
+    assert log.recovery_point == recovery_point  # nothing was made durable
+    with pytest.raises(LogStorageError):
+        log.append(_batch())
+    with pytest.raises(LogStorageError):
+        log.flush()
+    log.close()  # offline: no flush, no clean-shutdown marker
+    assert not (tmp_path / ".clean-shutdown").exists()
+    reopened = PartitionLog(tmp_path, config, clock=clock)
+    assert not reopened.opened_cleanly
+    assert _read_all(reopened) == stored
+
+
+def test_failed_fsync_on_close_reports_and_still_closes(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path)
+    log.append(_batch())
+    _break_fsync(log.active_segment)
+    with pytest.raises(LogStorageError):
+        log.close()
+    assert not (tmp_path / ".clean-shutdown").exists()
+    log.close()  # closed already: a no-op
+    with pytest.raises(LogClosedError):
+        log.read(0, BIG)
+
+
+@pytest.mark.parametrize("policy", list(FlushPolicy))
+def test_new_segment_files_are_made_durable_with_a_directory_fsync(
+    tmp_path: Path, policy: FlushPolicy, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new file's name lives in the directory: without fsyncing the directory a power
+    loss can lose the whole segment even though its data was fsynced."""
+    synced: list[list[str]] = []
+    real = partition_log_module.fsync_directory
+
+    def recording(directory: Path) -> None:
+        synced.append(_log_files(directory))
+        real(directory)
+
+    monkeypatch.setattr(partition_log_module, "fsync_directory", recording)
+    log = PartitionLog(tmp_path, LogConfig(flush_policy=policy, segment_bytes=1024))
+    synced.clear()
+    while len(log.segments) < 3:
+        log.append(_batch(pad=200))
+    rolled = _log_files(tmp_path)
+    log.truncate_to(0)  # restarts the log in a new file
+    if policy is FlushPolicy.NONE:
+        assert synced == []
+    else:
+        # Each fsync ran once the new file existed: two rolls, then the restart.
+        assert synced == [rolled[:2], rolled, ["00000000000000000000.log"]]
+
+
+@pytest.mark.parametrize("how", ["clean", "offline"])
+def test_a_file_slice_stays_valid_after_the_log_is_closed(tmp_path: Path, how: str) -> None:
     """The network layer may still be sending a slice (``os.sendfile``) when the log is
     closed; closing used to close the descriptor under it (and the number could then be
     reused by any file opened next)."""
@@ -672,6 +749,10 @@ def test_a_file_slice_stays_valid_after_the_log_is_closed(tmp_path: Path) -> Non
     assert found is not None
     expected = found.read_bytes()
     fd = found.fileno()
+    if how == "offline":
+        _break_fsync(log.active_segment)
+        with pytest.raises(LogStorageError):
+            log.flush()
     log.close()
     other = os.open(tmp_path / "unrelated", os.O_RDWR | os.O_CREAT, 0o644)
     try:

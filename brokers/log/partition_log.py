@@ -157,8 +157,7 @@ class PartitionLog:
             recovery_point = segments[-1].next_offset if segments else 0
         if not segments:
             start = self._start_checkpoint.read() or 0
-            segments = [LogSegment(self.directory, start, self.config.index_interval_bytes,
-                                   create=True)]
+            segments = [self._new_segment(start)]
         self._segments = segments
         self._base_offsets = [s.base_offset for s in segments]
         self.recovery_point = recovery_point
@@ -254,6 +253,14 @@ class PartitionLog:
                 f"the log ends at offset {last.next_offset} but the recovery point says "
                 f"offsets up to {recovery_point} were fsynced: durable data is missing",
                 segment=str(last.log_path), position=last.size)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        """Create an empty segment file; with a flush policy, make its name durable too."""
+        segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes,
+                             create=True)
+        if self.config.flush_policy is not FlushPolicy.NONE:
+            fsync_directory(self.directory)
+        return segment
 
     # ------------------------------------------------------------------ state
     @property
@@ -366,17 +373,21 @@ class PartitionLog:
         return peek_header(batch)
 
     def _write(self, data: bytes | bytearray | memoryview, header: BatchHeader) -> None:
-        if self._should_roll(header, len(data)):
-            self._roll_locked()
-        if self.active_segment.is_empty:
-            self.active_segment.rolled_at_ms = self._clock()
         try:
+            if self._should_roll(header, len(data)):
+                self._roll_locked()  # fsyncs the old segment and creates a file: may fail
+            if self.active_segment.is_empty:
+                self.active_segment.rolled_at_ms = self._clock()
             self.active_segment.append(data, header)
         except OSError as err:
-            self._offline = err
-            raise LogStorageError(
-                f"write to {self.active_segment.log_path} failed: {err}; the log is now "
-                "offline, fix the disk and restart the broker") from err
+            raise self._storage_failed(f"write to {self.active_segment.log_path}", err) from err
+
+    def _storage_failed(self, what: str, err: OSError) -> LogStorageError:
+        """Take the log offline after a disk error; the error for the caller to raise."""
+        self._offline = err
+        log.error("%s failed: %s; log %s is now offline", what, err, self.directory)
+        return LogStorageError(f"{what} failed: {err}; the log is now offline, fix the disk "
+                               "and restart the broker")
 
     def _should_roll(self, header: BatchHeader, size: int) -> bool:
         segment = self.active_segment
@@ -406,23 +417,31 @@ class PartitionLog:
         try:
             os.fdatasync(file.fd)
         except OSError as err:
-            self._offline = err
-            raise LogStorageError(f"fsync of {segment.log_path} failed: {err}") from err
+            with self._lock:
+                raise self._storage_failed(f"fsync of {segment.log_path}", err) from err
         with self._lock:
             if self._truncations == truncations:  # else ``end`` may name truncated offsets
                 self.recovery_point = max(self.recovery_point, end)
         return end
 
     def flush(self) -> None:
-        """Force every appended byte and the indexes to disk; advance the recovery point."""
+        """Force every appended byte and the indexes to disk; advance the recovery point.
+
+        A disk error takes the log offline and raises ``LogStorageError``: an fsync
+        failure must never be ignored (the page cache may have dropped the data).
+        """
         with self._lock:
             self._check_writable()
             end = self.log_end_offset
-            for segment in self._segments:
-                if segment.next_offset > self.recovery_point or segment is self.active_segment:
-                    segment.flush()
+            try:
+                for segment in self._segments:
+                    if (segment.next_offset > self.recovery_point
+                            or segment is self.active_segment):
+                        segment.flush()
+                self._recovery_checkpoint.write(end)
+            except OSError as err:
+                raise self._storage_failed(f"flush of {self.directory}", err) from err
             self.recovery_point = end
-            self._recovery_checkpoint.write(end)
             self._last_flush_ms = self._clock()
             self._group_commit.advance(end)
 
@@ -451,8 +470,7 @@ class PartitionLog:
         # crash never re-scans it.
         if self.config.flush_policy is not FlushPolicy.NONE:
             old.flush()
-        new = LogSegment(self.directory, old.next_offset, self.config.index_interval_bytes,
-                         create=True)
+        new = self._new_segment(old.next_offset)
         self._segments.append(new)
         self._base_offsets.append(new.base_offset)
 
@@ -577,8 +595,7 @@ class PartitionLog:
     def _restart_at(self, offset: int) -> None:
         for segment in self._segments:
             segment.delete()
-        self._segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes,
-                                     create=True)]
+        self._segments = [self._new_segment(offset)]
         self.log_start_offset = offset
         self._start_checkpoint.write(offset)
 
@@ -638,21 +655,28 @@ class PartitionLog:
         """Flush everything, write the checkpoints and the clean-shutdown marker.
 
         Segments let go of their files without closing them: a ``FileSlice`` still being
-        sent keeps its descriptor until it is dropped.
+        sent keeps its descriptor until it is dropped. After a disk error (the log is
+        offline, or this flush fails) nothing more is written, no clean-shutdown marker
+        either, and the error is raised once the log is closed.
         """
         with self._lock:
             if self._closed:
                 return
-            if self._offline is None:
-                self.flush()
-                self._start_checkpoint.write(self.log_start_offset)
-                for segment in self._segments:
-                    segment.close()
-                self._clean_marker.write()
-            else:
+            try:
+                if self._offline is None:
+                    try:
+                        self.active_segment.seal()  # the final time-index entry gets fsynced
+                        self.flush()  # raises LogStorageError itself
+                        self._start_checkpoint.write(self.log_start_offset)
+                        for segment in self._segments:
+                            segment.close()
+                        self._clean_marker.write()
+                    except OSError as err:
+                        raise self._storage_failed(f"close of {self.directory}", err) from err
+            finally:
                 for segment in self._segments:
                     segment.close(seal=False)
-            self._closed = True
+                self._closed = True
 
     def __enter__(self) -> PartitionLog:
         return self
