@@ -10,6 +10,12 @@ below it; a clean reopen changes nothing; an unclean reopen (the old object is s
 dropped, its page-cache writes survive) also loses nothing and drops only a trailing
 empty segment.
 
+``ClockedPartitionLogMachine`` puts the log's clock in play (``clock=``): records carry
+timestamps just behind the clock, a rule moves the clock forward, segments also roll
+once ``segment.ms`` passed since their roll time (the clock at their first append; the
+first batch's max timestamp after a reopen or a truncation), and retention also deletes
+the oldest closed segments whose newest record is older than ``retention.ms``.
+
 After every step the log must match the model: start/end offsets, segment bases and
 sizes, every batch's bytes, and every index entry (offset index entries point at a
 batch header with the right base offset; time index entries name a batch whose max
@@ -18,6 +24,7 @@ timestamp is the entry's timestamp).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import shutil
@@ -26,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -59,6 +66,7 @@ class Batch:
 class Segment:
     base: int
     batches: list[Batch] = field(default_factory=list)
+    rolled_at: int = -1  # the roll time segment.ms counts from (meaningful once non-empty)
 
     @property
     def size(self) -> int:
@@ -125,10 +133,24 @@ class PartitionLogMachine(RuleBasedStateMachine):
         values = [f"{self.sequence}:{i}:".encode() + b"v" * pad for i in range(count)]
         self.sequence += 1
         batch = build_batch(values, timestamps=timestamps, compression=compression)
+        self._append(batch, timestamps)
+
+    def _rolls(self, active: Segment, size: int) -> bool:
+        """Whether appending ``size`` bytes rolls the non-empty active segment first."""
+        return (active.size + size > self.config.segment_bytes
+                or self.clock.now - active.rolled_at >= self.config.segment_ms)
+
+    def _append(self, batch: bytes, timestamps: list[int]) -> None:
+        assert self.log is not None
+        count = len(timestamps)
         active = self.segments[-1]
-        if active.batches and active.size + len(batch) > self.config.segment_bytes:
+        if active.batches and self._rolls(active, len(batch)):
+            if active.size + len(batch) <= self.config.segment_bytes:
+                event("segment rolled by segment.ms")
             active = Segment(self.end)
             self.segments.append(active)
+        if not active.batches:
+            active.rolled_at = self.clock.now
         info = self.log.append(batch)
         assert (info.first_offset, info.last_offset) == (self.end, self.end + count - 1)
         stored = bytearray(batch)
@@ -189,7 +211,10 @@ class PartitionLogMachine(RuleBasedStateMachine):
             while len(self.segments) > 1 and self.segments[-1].base >= offset:
                 self.segments.pop()
             active = self.segments[-1]
-            active.batches = [b for b in active.batches if b.next - 1 < offset]
+            kept = [b for b in active.batches if b.next - 1 < offset]
+            if kept and len(kept) < len(active.batches):  # the segment was rebuilt
+                active.rolled_at = min(active.rolled_at, max(kept[0].timestamps))
+            active.batches = kept
             if self.end < self.start:
                 # The batch holding offset began below a mid-batch log start: nothing
                 # readable is left, and the log restarts empty at offset.
@@ -210,11 +235,20 @@ class PartitionLogMachine(RuleBasedStateMachine):
     def apply_retention(self) -> None:
         assert self.log is not None
         closed = self.segments[:-1]
-        excess = sum(s.size for s in self.segments) - self.config.retention_bytes
-        removed = doomed = 0
-        while doomed < len(closed) and excess - removed >= closed[doomed].size:
-            removed += closed[doomed].size
-            doomed += 1
+        doomed = 0
+        if self.config.retention_ms >= 0:
+            cutoff = self.clock.now - self.config.retention_ms
+            while doomed < len(closed) and max(
+                    ts for b in closed[doomed].batches for ts in b.timestamps) < cutoff:
+                doomed += 1
+            if doomed:
+                event("segments deleted by retention.ms")
+        if self.config.retention_bytes >= 0:
+            excess = sum(s.size for s in self.segments) - self.config.retention_bytes
+            removed = sum(s.size for s in closed[:doomed])
+            while doomed < len(closed) and excess - removed >= closed[doomed].size:
+                removed += closed[doomed].size
+                doomed += 1
         expected: list[int] = []
         if doomed:
             new_start = closed[doomed - 1].next
@@ -236,6 +270,13 @@ class PartitionLogMachine(RuleBasedStateMachine):
         self.log = self._open()
         assert self.log.opened_cleanly
         assert self.log.recovered_bytes_truncated == 0
+        self._roll_times_after_reopen()
+
+    def _roll_times_after_reopen(self) -> None:
+        """A reopened segment's roll time is its first batch's max timestamp."""
+        for segment in self.segments:
+            if segment.batches:
+                segment.rolled_at = max(segment.batches[0].timestamps)
 
     @rule()
     def reopen_unclean(self) -> None:
@@ -245,8 +286,10 @@ class PartitionLogMachine(RuleBasedStateMachine):
         self.log = self._open()
         assert not self.log.opened_cleanly
         assert self.log.recovered_bytes_truncated == 0
+        assert self.log.set_aside == []
         if len(self.segments) > 1 and not self.segments[-1].batches:
             self.segments.pop()
+        self._roll_times_after_reopen()
 
     @rule(data=st.data())
     def offset_for_timestamp(self, data: st.DataObject) -> None:
@@ -254,7 +297,8 @@ class PartitionLogMachine(RuleBasedStateMachine):
         records = [(b.base + i, ts) for b in self._batches() for i, ts in enumerate(b.timestamps)
                    if b.base + i >= self.start]
         if records:
-            target = data.draw(st.integers(records[0][1] - 5, records[-1][1] + 5), label="ts")
+            stamps = [ts for _, ts in records]  # not monotonic: producers' clocks differ
+            target = data.draw(st.integers(min(stamps) - 5, max(stamps) + 5), label="ts")
         else:
             target = self.timestamp
         expected = next((o for o, ts in records if ts >= target), None)
@@ -292,6 +336,14 @@ class PartitionLogMachine(RuleBasedStateMachine):
                 previous = b.next
 
     @invariant()
+    def roll_times_agree(self) -> None:
+        if self.log is None:
+            return
+        for segment, model in zip(self.log.segments, self.segments, strict=True):
+            if model.batches:
+                assert segment.rolled_at_ms == model.rolled_at, segment
+
+    @invariant()
     def indexes_agree_with_the_log(self) -> None:
         if self.log is None:
             return
@@ -319,10 +371,56 @@ class PartitionLogMachine(RuleBasedStateMachine):
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-PartitionLogMachine.TestCase.settings = settings(
-    max_examples=60,
-    stateful_step_count=35,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+class ClockedPartitionLogMachine(PartitionLogMachine):
+    """The model with time in play: ``segment.ms`` rolls and ``retention.ms``."""
+
+    @initialize(
+        segment_bytes=st.integers(2048, 20_000),
+        interval=st.sampled_from([1, 2000, 4096]),
+        retention_bytes=st.sampled_from([-1, -1, 15_000]),
+        retention_ms=st.sampled_from([-1, 0, 5_000, 5_000, 60_000]),
+        segment_ms=st.sampled_from([1, 1, 3_000, 30_000]),
+    )
+    def start_log(self, segment_bytes: int, interval: int, retention_bytes: int,
+                  retention_ms: int, segment_ms: int) -> None:
+        self.config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=interval,
+                                retention_bytes=retention_bytes, retention_ms=retention_ms,
+                                segment_ms=segment_ms)
+        self.log = self._open()
+
+    # Ages and clock steps line up with segment.ms and retention.ms, so records land
+    # exactly on the boundaries (off-by-one comparisons) often.
+    @rule(ages=st.lists(st.sampled_from([0, 1, 999, 1_000, 2_000, 4_999, 5_000, 20_000]),
+                        min_size=1, max_size=8),
+          pad=st.integers(0, 300), elapsed=st.sampled_from([0, 0, 1_000, 3_000, 5_000, 20_000]))
+    def append(self, ages: list[int], pad: int, elapsed: int) -> None:
+        self.clock.now += elapsed  # time passes between appends, as it does
+        timestamps = [self.clock.now - age for age in ages]  # producers' clocks lag a bit
+        values = [f"{self.sequence}:{i}:".encode() + b"v" * pad for i in range(len(ages))]
+        self.sequence += 1
+        self._append(build_batch(values, timestamps=timestamps), timestamps)
+
+    @rule(ms=st.sampled_from([0, 1, 999, 1_000, 2_999, 3_000, 5_000, 60_000, 70_000]))
+    def advance_clock(self, ms: int) -> None:
+        """Time passes and the broker's periodic retention check runs."""
+        self.clock.now += ms
+        self.apply_retention()
+
+    @rule(retention_ms=st.sampled_from([-1, 0, 1, 1_000, 3_000, 5_000]))
+    def alter_retention_ms(self, retention_ms: int) -> None:
+        """An operator changes retention.ms (the broker assigns ``log.config``)."""
+        assert self.log is not None
+        self.config = dataclasses.replace(self.config, retention_ms=retention_ms)
+        self.log.config = self.config
+        self.apply_retention()
+
+
+def _settings(max_examples: int) -> settings:
+    return settings(max_examples=max_examples, stateful_step_count=35, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+PartitionLogMachine.TestCase.settings = _settings(60)
+ClockedPartitionLogMachine.TestCase.settings = _settings(45)  # < 15 s here, for the budget
 TestPartitionLogModel = pytest.mark.timeout(120)(PartitionLogMachine.TestCase)
+TestClockedPartitionLogModel = pytest.mark.timeout(120)(ClockedPartitionLogMachine.TestCase)

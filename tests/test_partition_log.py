@@ -253,6 +253,19 @@ def test_retention_by_time_deletes_whole_closed_segments(tmp_path: Path) -> None
     assert len(_read_all(log)) == 2
 
 
+def test_retention_by_time_boundary(tmp_path: Path) -> None:
+    """A closed segment goes once its newest record is *older* than retention.ms."""
+    clock = FakeClock(10_000_000)
+    log = PartitionLog(tmp_path, LogConfig(retention_ms=20_000), clock=clock)
+    log.append(_batch(2, ts=[clock.now - 5, clock.now]))
+    log.roll()
+    log.append(_batch(1, ts=clock.now))
+    clock.now += 20_000  # the newest record is exactly retention.ms old: kept
+    assert log.apply_retention() == []
+    clock.now += 1
+    assert log.apply_retention() == [0]
+
+
 def test_retention_by_time_only_deletes_a_prefix(tmp_path: Path) -> None:
     clock = FakeClock(10_000_000)
     log = PartitionLog(tmp_path, LogConfig(retention_ms=20_000), clock=clock)
