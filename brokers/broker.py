@@ -387,11 +387,13 @@ class Broker:
         interval = self.config.flush_scheduler_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            for partition in list(self.partitions.values()):
+            for key, partition in list(self.partitions.items()):
                 try:
                     partition.log.flush_if_due()
                 except StrataError as err:
-                    log.error("flush of %s failed: %s", partition, err)
+                    # The log refuses writes from now on; say so to every client.
+                    log.error("partition %s is OFFLINE: flush failed: %s", partition.name, err)
+                    self.offline[key] = err
 
     def _partition_stats(self) -> Iterator[PartitionStats]:
         for (topic, p), partition in list(self.partitions.items()):

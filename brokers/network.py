@@ -172,8 +172,6 @@ class ConnectionHandler:
                     await self.writer.drain()
                     # _RegionFile is duck-typed: sendfile only calls fileno() and seek().
                     region_file = cast(IO[bytes], _RegionFile(chunk))
-                    if chunk.fileno() < 0:
-                        raise OSError(f"segment file of {chunk} was closed before sending")
                     sent = await loop.sendfile(self.writer.transport, region_file,
                                                chunk.position, chunk.length, fallback=False)
                     if sent != chunk.length:  # the file shrank under us (truncation)

@@ -155,8 +155,10 @@ class Partition:
         self.log.close()
 
     def delete(self) -> None:
-        self.log.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        try:
+            self.log.close()
+        finally:  # a disk error while closing must not keep a deleted topic's files
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def read_topic_id(directory: Path) -> str | None:

@@ -1002,3 +1002,20 @@ def test_log_config_parses_and_round_trips() -> None:
     layered = LogConfig.from_mapping({"flush.ms": "5"}, base=config)
     assert layered.flush_ms == 5 and layered.segment_bytes == 2048
     assert LogConfig.from_mapping({}) == LogConfig()
+
+
+def test_timestamp_lookup_over_an_undecodable_payload_answers_the_batch_start(
+        tmp_path: Path) -> None:
+    """A producer may send a CRC-valid batch whose payload is not Arrow (the broker does not
+    decode payloads). Timestamp lookups must not report that as disk damage."""
+    from brokers.record_batch import HEADER_SIZE, crc_of
+
+    log = PartitionLog(tmp_path, LogConfig())
+    log.append(build_batch([b"a", b"b"], timestamps=[1000, 2000]))
+    junk = bytearray(build_batch([b"c", b"d"], timestamps=[3000, 4000]))
+    junk[HEADER_SIZE:] = b"\x07" * (len(junk) - HEADER_SIZE)
+    junk[17:21] = crc_of(junk).to_bytes(4, "big")
+    log.append(bytes(junk))
+    assert log.find_by_timestamp(2500) == (2, 3000)  # the junk batch's first offset
+    assert log.find_by_timestamp(1500) == (1, 2000)  # decodable batches stay exact
+    log.close()

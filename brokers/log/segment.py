@@ -631,11 +631,23 @@ class LogSegment:
             skip = max(0, min_offset - header.base_offset)
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
                 return header.base_offset + skip, header.max_timestamp
+            data = os.pread(file.fd, header.size, position)
             try:
-                _, payload = decode_batch(os.pread(file.fd, header.size, position))
+                validate(data)
             except InvalidRecordBatchError as err:
                 raise self._corrupt(err.message, position, header.base_offset) from err
-            self._mark_verified(position, position + header.size)  # decode checked the CRC
+            self._mark_verified(position, position + header.size)
+            try:
+                _, payload = decode_batch(data, verify=False)
+            except InvalidRecordBatchError as err:
+                # The bytes are what the producer sent (the CRC holds): the broker never
+                # decodes payloads at produce time, so an undecodable one is the
+                # producer's, not damage. Answer conservatively with the batch's first
+                # record rather than fail every timestamp lookup on this partition.
+                log.warning("%s: batch at offset %d has a payload that is not Arrow (%s); "
+                            "timestamp lookup answers its first offset", self.log_path.name,
+                            header.base_offset, err.message)
+                return header.base_offset + skip, header.first_timestamp
             candidates = payload.column(2).slice(skip)
             # An Arrow scalar, not a Python int: pyarrow retries a failing optional import
             # on every call given a Python scalar (about 70 us here).
