@@ -8,6 +8,8 @@ Directory layout::
     <dir>/recovery-point                  offset below which everything is fsynced
                                           and CRC-checked (``OffsetCheckpoint``)
     <dir>/log-start-offset                first readable offset (``OffsetCheckpoint``)
+    <dir>/leader-epoch-checkpoint         first offset of each leader epoch
+                                          (``LeaderEpochCache``, brokers/log/leader_epoch.py)
     <dir>/.clean-shutdown                 present only between a clean close and the
                                           next open (``CleanShutdownMarker``)
 
@@ -17,6 +19,12 @@ Invariants:
 - ``log_start_offset <= log_end_offset``; offsets below ``log_start_offset`` are never
   served, even while their segment still exists;
 - ``recovery_point <= log_end_offset`` and every byte below it is durable.
+- the leader-epoch cache has one entry per epoch found in the batches from the log
+  start on (its first offset, or the log start for the epoch covering it); it is
+  updated on every append that brings a larger epoch, on truncation, delete-records
+  and retention. On open it is loaded, and rebuilt from the batch headers when the
+  file is missing, malformed or disagrees with the log; after a crash the batches
+  from the recovery point on are re-checked for epochs the file missed.
 
 Opening never deletes data that was durable. After a clean shutdown every segment is
 loaded through its indexes (``LogSegment.load``: bad indexes are rebuilt); a segment
@@ -63,6 +71,7 @@ from brokers.errors import (
 from brokers.log.checkpoint import CleanShutdownMarker, OffsetCheckpoint, fsync_directory
 from brokers.log.config import FlushPolicy, LogConfig, TimestampTypeConfig
 from brokers.log.group_commit import GroupCommit, OffsetsTruncatedError
+from brokers.log.leader_epoch import LEADER_EPOCH_FILE, EpochEntry, LeaderEpochCache
 from brokers.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -121,6 +130,8 @@ class PartitionLog:
         self._recovery_checkpoint = OffsetCheckpoint(self.directory / RECOVERY_POINT_FILE)
         self._start_checkpoint = OffsetCheckpoint(self.directory / LOG_START_FILE)
         self._clean_marker = CleanShutdownMarker(self.directory / CLEAN_SHUTDOWN_FILE)
+        self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
+        self.epoch_cache_rebuilt = False  # True when open rebuilt it from batch headers
         self.recovered_bytes_truncated = 0
         self.set_aside: list[Path] = []  # segment files recovery renamed to *.corrupt
         self.opened_cleanly = False
@@ -148,6 +159,7 @@ class PartitionLog:
                     orphan.unlink()
         self.opened_cleanly = self._clean_marker.exists()
         recovery_point = self._recovery_checkpoint.read() or 0
+        checkpointed_recovery_point = recovery_point
         segments = [LogSegment(self.directory, b, self.config.index_interval_bytes, create=False)
                     for b in bases]
         if self.opened_cleanly:
@@ -164,9 +176,54 @@ class PartitionLog:
         checkpointed_start = self._start_checkpoint.read()
         self.log_start_offset = max(segments[0].base_offset, checkpointed_start or 0)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self._load_epochs(scan_from=None if self.opened_cleanly else checkpointed_recovery_point)
         # From here on a crash must be detected at the next open.
         self._clean_marker.remove()
         self._recovery_checkpoint.write(self.recovery_point)
+
+    def _load_epochs(self, scan_from: int | None) -> None:
+        """Load the leader-epoch cache, or rebuild it from the batch headers.
+
+        ``scan_from`` (after a crash: the recovery point) re-reads the headers from
+        there on, since an append may have reached the segment but not the checkpoint.
+        """
+        path = self.directory / LEADER_EPOCH_FILE
+        loaded = LeaderEpochCache.load(path)
+        start, end = self.log_start_offset, self.log_end_offset
+        if loaded is not None and self._epochs_consistent(loaded.entries, start, end):
+            self._epochs = loaded
+            self._epochs.truncate_from_start(start)  # a crash may have cut delete-records short
+            if scan_from is not None and scan_from < end:
+                for header in self.batch_headers(max(scan_from, start)):
+                    self._epochs.assign(header.leader_epoch, max(header.base_offset, start))
+            return
+        entries: list[EpochEntry] = []
+        if start < end:
+            for header in self.batch_headers(start):
+                if header.leader_epoch >= 0 and (
+                        not entries or header.leader_epoch > entries[-1].epoch):
+                    offset = max(header.base_offset, start)
+                    while entries and entries[-1].start_offset >= offset:
+                        entries.pop()
+                    entries.append(EpochEntry(header.leader_epoch, offset))
+        if path.exists() or entries:
+            log.warning("leader-epoch checkpoint of %s was %s; rebuilt it from the batch "
+                        "headers: %s", self.directory,
+                        "missing" if loaded is None and not path.exists() else
+                        "malformed" if loaded is None else "inconsistent with the log",
+                        entries)
+        self._epochs = LeaderEpochCache(path)
+        self._epochs.replace(entries)
+        self.epoch_cache_rebuilt = True
+
+    @staticmethod
+    def _epochs_consistent(entries: tuple[EpochEntry, ...], start: int, end: int) -> bool:
+        """No entry past the log end; a non-empty log has an entry covering its start."""
+        if not entries:
+            return start == end
+        if entries[-1].start_offset > end:
+            return False
+        return start == end or entries[0].start_offset <= start
 
     def _load_clean(self, segments: list[LogSegment], recovery_point: int) -> list[LogSegment]:
         """Open after a clean shutdown: everything was flushed, so any damage is at rest.
@@ -316,6 +373,7 @@ class PartitionLog:
                 set_log_append_time(data, log_append_time)
             header = peek_header(data)
             self._write(data, header)
+            self._assign_epoch(header)
             end = self.log_end_offset
         if wait_for_flush:
             self._after_append(end)
@@ -354,6 +412,7 @@ class PartitionLog:
                     f"replicated batch starts at {header.base_offset} but the log ends at "
                     f"{self.log_end_offset}; truncate or fetch from the log end")
             self._write(batch, header)
+            self._assign_epoch(header)
             end = self.log_end_offset
         self._after_append(end)
         return AppendInfo(header.base_offset, header.last_offset, header.record_count,
@@ -381,6 +440,34 @@ class PartitionLog:
             self.active_segment.append(data, header)
         except OSError as err:
             raise self._storage_failed(f"write to {self.active_segment.log_path}", err) from err
+
+    def _assign_epoch(self, header: BatchHeader) -> None:
+        """After a write: a batch from a newer leader epoch starts that epoch."""
+        if header.leader_epoch > self._epochs.latest_epoch:
+            try:
+                self._epochs.assign(header.leader_epoch, header.base_offset)
+            except OSError as err:
+                raise self._storage_failed(f"write of {self._epochs.path}", err) from err
+
+    # ------------------------------------------------------------------ leader epochs
+    @property
+    def latest_epoch(self) -> int:
+        """The largest leader epoch in the log's epoch cache (-1: none)."""
+        with self._lock:
+            return self._epochs.latest_epoch
+
+    @property
+    def leader_epochs(self) -> tuple[EpochEntry, ...]:
+        """The leader-epoch cache: ``(epoch, start_offset)`` in increasing order."""
+        with self._lock:
+            return self._epochs.entries
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """``(epoch, end offset)`` answering OffsetForLeaderEpoch; see
+        ``LeaderEpochCache.end_offset_for``. ``(-1, -1)`` when the epoch is unknown."""
+        self._check_open()
+        with self._lock:
+            return self._epochs.end_offset_for(epoch, self.log_end_offset)
 
     def _storage_failed(self, what: str, err: OSError) -> LogStorageError:
         """Take the log offline after a disk error; the error for the caller to raise."""
@@ -575,6 +662,7 @@ class PartitionLog:
                     self._restart_at(offset)
             self._base_offsets = [s.base_offset for s in self._segments]
             end = self.log_end_offset
+            self._epochs.truncate_from_end(end)
             if self.recovery_point > end:
                 self.recovery_point = end
                 self._recovery_checkpoint.write(end)
@@ -598,6 +686,7 @@ class PartitionLog:
         self._segments = [self._new_segment(offset)]
         self.log_start_offset = offset
         self._start_checkpoint.write(offset)
+        self._epochs.clear()  # nothing is left that any epoch wrote
 
     def delete_records(self, new_start_offset: int) -> int:
         """Advance the log start offset (records below it become unreadable)."""
@@ -608,6 +697,7 @@ class PartitionLog:
                                             self.log_end_offset)
             self.log_start_offset = new_start_offset
             self._start_checkpoint.write(new_start_offset)
+            self._epochs.truncate_from_start(new_start_offset)
             self._delete_segments_below(new_start_offset)
             return self.log_start_offset
 
@@ -648,6 +738,7 @@ class PartitionLog:
             if new_start > self.log_start_offset:
                 self.log_start_offset = new_start
                 self._start_checkpoint.write(new_start)
+                self._epochs.truncate_from_start(new_start)
             return self._delete_segments_below(new_start)
 
     # ------------------------------------------------------------------ closing
