@@ -21,6 +21,7 @@ from kazoo.exceptions import KazooException
 from brokers.coordination import ConcurrentUpdateError, TopicDefinition
 from brokers.errors import (
     BrokerNotAvailableError,
+    FencedLeaderEpochError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -35,6 +36,7 @@ from brokers.errors import (
     RequestTimedOutError,
     StrataError,
     TopicAlreadyExistsError,
+    UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
@@ -72,6 +74,10 @@ from brokers.protocol import (
     Message,
     MetadataRequest,
     MetadataResponse,
+    OffsetForLeaderEpochPartitionResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderEpochTopicResponse,
     PartitionMetadata,
     ProducePartitionResponse,
     ProduceRequest,
@@ -120,6 +126,7 @@ class RequestHandlers:
             ApiKey.FETCH: self.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
         }
 
     async def dispatch(self, header: RequestHeader, body: Reader) -> Message | None:
@@ -500,6 +507,33 @@ class RequestHandlers:
                 answers.append(answer)
             topics.append(ListOffsetsTopicResponse(topic.name, answers))
         return ListOffsetsResponse(topics)
+
+    # ------------------------------------------------------------------ OffsetForLeaderEpoch
+    async def offset_for_leader_epoch(
+            self, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+        topics = []
+        for topic in request.topics:
+            answers = []
+            for part in topic.partitions:
+                answer = OffsetForLeaderEpochPartitionResponse(part.partition, 0)
+                try:
+                    partition = self._leader_partition(topic.name, part.partition)
+                    current = partition.leader_epoch
+                    if 0 <= part.current_leader_epoch < current:
+                        raise FencedLeaderEpochError(
+                            f"{partition.name}: leader epoch {part.current_leader_epoch} is "
+                            f"older than the current {current}; refresh metadata")
+                    if part.current_leader_epoch > current:
+                        raise UnknownLeaderEpochError(
+                            f"{partition.name}: leader epoch {part.current_leader_epoch} is "
+                            f"newer than this broker's {current}; retry shortly")
+                    answer.leader_epoch, answer.end_offset = \
+                        partition.log.end_offset_for_epoch(part.leader_epoch)
+                except StrataError as err:
+                    answer.error_code, answer.error_message = _error(err)
+                answers.append(answer)
+            topics.append(OffsetForLeaderEpochTopicResponse(topic.name, answers))
+        return OffsetForLeaderEpochResponse(topics)
 
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:

@@ -436,3 +436,37 @@ def test_a_damaged_partition_goes_offline_alone(
     assert broken.error_code == 56 and "offline" in broken.error_message
     assert produce(process, damaged, 0, build_batch([b"x"])).error_code == 56
     assert "OFFLINE" in process.log_text()
+
+
+def test_offset_for_leader_epoch_answers_from_the_leaders_epoch_cache(
+        broker: BrokerProcess) -> None:
+    """A single broker leads with epoch 0 and stamps it on every produced batch, so
+    epoch 0 ends at the log end; a newer epoch is unknown; errors are per partition."""
+    from brokers.protocol import (
+        OffsetForLeaderEpochPartition,
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderEpochTopic,
+    )
+
+    name = topic_name("epochs")
+    create(broker, name)
+    assert produce(broker, name, 0, build_batch([b"a", b"b"])).error_code == 0
+    assert produce(broker, name, 0, build_batch([b"c"])).error_code == 0
+
+    def ask(topic: str, partition: int, epoch: int, current: int = -1) -> Any:
+        response = run(call(broker, ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochRequest(
+            [OffsetForLeaderEpochTopic(topic, [
+                OffsetForLeaderEpochPartition(partition, current, epoch)])], replica_id=-1)))
+        assert response.topics[0].name == topic
+        return response.topics[0].partitions[0]
+
+    answer = ask(name, 0, 0)
+    assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, 0, 3)
+    assert answer.error_message is None
+    newer = ask(name, 0, 1)
+    assert (newer.error_code, newer.leader_epoch, newer.end_offset) == (0, -1, -1)
+    assert ask(name, 0, 0, current=0).error_code == 0
+    assert ask(name, 0, 0, current=1).error_code == 75  # UNKNOWN_LEADER_EPOCH
+    missing = ask("no-such-topic", 0, 0)
+    assert (missing.error_code, missing.leader_epoch, missing.end_offset) == (3, -1, -1)
+    assert ask(name, 5, 0).error_code == 3

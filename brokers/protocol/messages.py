@@ -67,6 +67,12 @@ __all__ = [
     "AlterConfigsResponse",
     "AlterConfigsTopic",
     "MetadataRequest",
+    "OffsetForLeaderEpochPartition",
+    "OffsetForLeaderEpochPartitionResponse",
+    "OffsetForLeaderEpochRequest",
+    "OffsetForLeaderEpochResponse",
+    "OffsetForLeaderEpochTopic",
+    "OffsetForLeaderEpochTopicResponse",
     "MetadataResponse",
     "PartitionMetadata",
     "ProducePartition",
@@ -103,6 +109,7 @@ class ApiKey(IntEnum):
     FETCH = 7
     LIST_OFFSETS = 8
     INIT_PRODUCER_ID = 9
+    OFFSET_FOR_LEADER_EPOCH = 10
 
 
 # ----------------------------------------------------------------------------- headers
@@ -836,6 +843,104 @@ class InitProducerIdResponse(Message):
     )
 
 
+# ----------------------------------------------------------------------------- OffsetForLeaderEpoch
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochPartition(Message):
+    """``leader_epoch``: the epoch of the last batch in the asker's log (from its
+    leader-epoch cache). ``current_leader_epoch``: the partition's leader epoch as the
+    asker knows it; -1 skips the check, anything else must equal the leader's current
+    epoch (older: FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH; both retriable
+    after a metadata refresh).
+    """
+
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+    FIELDS: ClassVar = (
+        Field("partition", INT32),
+        Field("current_leader_epoch", INT32),
+        Field("leader_epoch", INT32),
+    )
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochTopic(Message):
+    """The partitions of one topic to ask about, on their leader."""
+
+    name: str
+    partitions: list[OffsetForLeaderEpochPartition]
+    FIELDS: ClassVar = (
+        Field("name", STRING), Field("partitions", Array(Struct(OffsetForLeaderEpochPartition)))
+    )
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochRequest(Message):
+    """Asks a partition leader where an epoch ends in its log (Kafka KIP-101/KIP-279).
+
+    A replica that becomes a follower sends the epoch of its last batch and truncates
+    its log to ``min(its log end, end_offset)`` of the answer, then fetches from there:
+    this removes a divergent tail without losing records the new leader also has
+    (truncating to the high watermark would). ``replica_id``: the asking broker's id,
+    -1 for a client (debugging tools); not used yet.
+    """
+
+    topics: list[OffsetForLeaderEpochTopic]
+    replica_id: int = -1
+    FIELDS: ClassVar = (
+        Field("replica_id", INT32),
+        Field("topics", Array(Struct(OffsetForLeaderEpochTopic))),
+    )
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochPartitionResponse(Message):
+    """From the leader's leader-epoch cache: for the leader's latest epoch, its log end
+    offset; for an older epoch, the start offset of the next larger epoch it knows,
+    with ``leader_epoch`` the largest epoch it knows at or below the requested one
+    (the requested one itself if it is older than all). ``leader_epoch`` and
+    ``end_offset`` are -1 when the epoch is newer than any the leader knows, when it
+    knows none, and on an error (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+    KAFKA_STORAGE_ERROR for an offline partition, FENCED_LEADER_EPOCH,
+    UNKNOWN_LEADER_EPOCH).
+    """
+
+    partition: int
+    error_code: int
+    leader_epoch: int = -1
+    end_offset: int = -1
+    error_message: str | None = None
+    FIELDS: ClassVar = (
+        Field("partition", INT32),
+        Field("error_code", INT16),
+        Field("leader_epoch", INT32),
+        Field("end_offset", INT64),
+        Field("error_message", NULLABLE_STRING),
+    )
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochTopicResponse(Message):
+    """One answer per requested partition."""
+
+    name: str
+    partitions: list[OffsetForLeaderEpochPartitionResponse]
+    FIELDS: ClassVar = (
+        Field("name", STRING),
+        Field("partitions", Array(Struct(OffsetForLeaderEpochPartitionResponse))),
+    )
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochResponse(Message):
+    """One entry per requested topic; errors are per partition."""
+
+    topics: list[OffsetForLeaderEpochTopicResponse]
+    FIELDS: ClassVar = (Field("topics", Array(Struct(OffsetForLeaderEpochTopicResponse))),)
+
+
 # ----------------------------------------------------------------------------- registry
 
 REQUEST_TYPES: Final[dict[ApiKey, type[Message]]] = {
@@ -849,6 +954,7 @@ REQUEST_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.FETCH: FetchRequest,
     ApiKey.LIST_OFFSETS: ListOffsetsRequest,
     ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
 }
 
 RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
@@ -862,6 +968,7 @@ RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.FETCH: FetchResponse,
     ApiKey.LIST_OFFSETS: ListOffsetsResponse,
     ApiKey.INIT_PRODUCER_ID: InitProducerIdResponse,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochResponse,
 }
 
 # Versions this build speaks, per API: (min, max). Bump max when a field is added.
