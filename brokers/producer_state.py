@@ -23,7 +23,6 @@ Thread-safety: not thread-safe; the partition calls it from the event loop only.
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from brokers.errors import (
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
-from brokers.log.checkpoint import fsync_directory
+from brokers.log.checkpoint import write_atomically
 from brokers.record_batch import NO_PRODUCER_ID, BatchHeader
 
 __all__ = ["BatchMetadata", "ProducerStateManager"]
@@ -164,14 +163,8 @@ class ProducerStateManager:
                                     b.last_offset] for b in e.batches]}
             for pid, e in self._producers.items()
         }
-        path = self._snapshot_path(offset)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="ascii") as f:
-            json.dump({"version": 1, "offset": offset, "producers": state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_directory(self.directory)
+        write_atomically(self._snapshot_path(offset), json.dumps(
+            {"version": 1, "offset": offset, "producers": state}).encode("ascii"))
         for old in self.snapshot_offsets()[:-2]:
             self._snapshot_path(old).unlink(missing_ok=True)
 

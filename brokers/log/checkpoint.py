@@ -21,9 +21,25 @@ import os
 from pathlib import Path
 from typing import Final
 
-__all__ = ["CleanShutdownMarker", "OffsetCheckpoint", "fsync_directory"]
+__all__ = ["CleanShutdownMarker", "OffsetCheckpoint", "fsync_directory", "write_atomically"]
 
 _VERSION: Final = "0"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves the old or the new file, never a
+    torn one: write a temporary file, fsync it, rename it over, fsync the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:
@@ -50,15 +66,7 @@ class OffsetCheckpoint:
         return int(lines[1])
 
     def write(self, offset: int) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, f"{_VERSION}\n{offset}\n".encode("ascii"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_directory(self.path.parent)
+        write_atomically(self.path, f"{_VERSION}\n{offset}\n".encode("ascii"))
 
 
 class CleanShutdownMarker:

@@ -32,13 +32,12 @@ a non-empty log, or a first entry that starts after the log start).
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from brokers.log.checkpoint import fsync_directory
+from brokers.log.checkpoint import write_atomically
 
 __all__ = ["LEADER_EPOCH_FILE", "UNDEFINED_EPOCH", "UNDEFINED_OFFSET", "EpochEntry",
            "LeaderEpochCache"]
@@ -98,15 +97,8 @@ class LeaderEpochCache:
     def write(self) -> None:
         """Persist the entries atomically (see the module docstring)."""
         body = "".join(f"{e.epoch} {e.start_offset}\n" for e in self._entries)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, f"{_VERSION}\n{len(self._entries)}\n{body}".encode("ascii"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_directory(self.path.parent)
+        write_atomically(self.path,
+                         f"{_VERSION}\n{len(self._entries)}\n{body}".encode("ascii"))
 
     # ------------------------------------------------------------------ queries
     @property
