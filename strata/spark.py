@@ -15,6 +15,7 @@ Spark 4.2 instead.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,13 +37,18 @@ def spark_session(app_name: str, extra_conf: Mapping[str, str] | None = None) ->
     """Return a SparkSession configured from ``conf/spark-defaults.conf``.
 
     ``SPARK_CONF_DIR`` is pointed at the repository's ``conf/`` unless the caller already
-    set it (an operator's own configuration wins). ``extra_conf`` overrides single keys,
-    e.g. ``{"spark.sql.shuffle.partitions": "1"}``. If a session already exists in this
-    process it is returned (Spark allows one SparkContext per JVM) with ``extra_conf``
-    applied to the runtime SQL settings only.
+    set it (an operator's own configuration wins), and ``PYSPARK_PYTHON`` at this
+    interpreter unless set, so Spark's Python workers run in the same environment.
+    ``extra_conf`` overrides single keys, e.g. ``{"spark.sql.shuffle.partitions": "1"}``.
+    If a session already exists in this process it is returned (Spark allows one
+    SparkContext per JVM) with ``extra_conf`` applied to the runtime SQL settings only.
     """
     if "SPARK_CONF_DIR" not in os.environ and REPO_CONF_DIR.is_dir():
         os.environ["SPARK_CONF_DIR"] = str(REPO_CONF_DIR)
+    # Spark starts its Python workers (UDFs, the strata data source) with PYSPARK_PYTHON,
+    # else the first ``python3`` on PATH, which outside an activated venv is a system
+    # Python without pyarrow or this project. The JVM inherits the variable at launch.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     from pyspark.sql import SparkSession
 

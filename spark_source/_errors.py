@@ -1,0 +1,47 @@
+"""Errors the Spark source raises, in the project's error convention.
+
+Why typed errors with codes: a Spark query fails with the Python traceback text of
+whatever the data source raised, wrapped in a ``PythonException``. A stable name in that
+text (``[INVALID_SPARK_OPTION]``, ``[DATA_LOSS]``) is what an operator can grep for and
+what tests assert on, and the message says what to do, as every ``StrataError`` does
+(``brokers/errors.py``: numeric ``code``, symbolic ``name``, ``str(err)`` is
+``"[NAME] message"``).
+
+Codes 1200 and up belong to the Spark connector. Like the client's 1000-range codes they
+are never sent on the wire.
+"""
+
+from __future__ import annotations
+
+from strata.client import StrataError
+
+__all__ = ["StrataSparkDataLossError", "StrataSparkOptionError"]
+
+
+class StrataSparkOptionError(StrataError):
+    """A source option is unknown, malformed or contradicts another one.
+
+    Raised when the query starts (reader creation, ``initialOffset``, batch planning),
+    before any data is read. ``option`` names the offending option as the user spells it
+    in the docs (``startingOffsets``), so the message can be acted on directly.
+    """
+
+    code = 1200
+    name = "INVALID_SPARK_OPTION"
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(f"option {option}: {message}")
+
+
+class StrataSparkDataLossError(StrataError):
+    """Records the query still had to read are gone, and ``failOnDataLoss`` is true.
+
+    Retention (``retention.ms`` / ``retention.bytes``) deleted them, or their topic or
+    partition was deleted (and maybe recreated, which resets its offsets). The message
+    names the topic-partition and the offsets, and the two ways out: accept the loss with
+    ``failOnDataLoss=false`` or start over from a new checkpoint.
+    """
+
+    code = 1201
+    name = "DATA_LOSS"

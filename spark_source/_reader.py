@@ -1,0 +1,604 @@
+"""The read side: offset planning on the driver, Arrow reads on the executors.
+
+How a micro-batch flows through the PySpark 4.2 Python Data Source API, and where each
+piece lives:
+
+* ``StrataStreamReader`` runs on the driver, in the long-lived Python worker Spark keeps
+  for the query's source. ``initialOffset`` resolves ``startingOffsets`` /
+  ``startingTimestamp`` to concrete offsets; ``latestOffset(start, limit)`` asks the
+  cluster for every subscribed partition's high watermark (new partitions and new topics
+  matching ``subscribePattern`` start at their earliest offset), applies
+  ``maxOffsetsPerTrigger`` (``ReadMaxRows``) and the ``Trigger.AvailableNow`` target, and
+  returns the batch's end offsets; ``partitions(start, end)`` cuts ``[start, end)`` per
+  partition into ``OffsetRange`` s, split further to honour ``minPartitions``.
+* Spark checkpoints ``end`` in its offset log before the batch runs, so a re-run batch
+  (after a crash) gets the same ranges: the source needs no state of its own and
+  ``commit`` has nothing to do.
+* ``read(range)`` runs in an executor's Python worker (on a copy of the reader unpickled
+  there, which is why the reader opens no connection before it is used). It reads exactly
+  ``[start, end)`` from the partition leader with a ``strata.client.Consumer`` (manual
+  assignment + seek; it follows leader changes through metadata, and the broker serves
+  only committed records, below the high watermark) and yields ``pyarrow.RecordBatch``es
+  built column-wise from the fetched batches: no per-record Python.
+
+Arrow types: Spark checks the first batch's Arrow schema against
+``to_arrow_schema(schema, timezone="UTC")`` exactly (field names, types and nullability),
+so ``SPARK_ARROW_SCHEMA`` spells that out: ``timestamp`` is ``timestamp[us, tz=UTC]``
+(the client's ``int64`` milliseconds are reinterpreted as ``timestamp[ms]`` and widened
+by Arrow), ``partition`` / ``timestampType`` stay ``int32``, every field is nullable, and
+the headers list's item field is called ``element``.
+
+Data loss (records deleted by retention before the query read them, or a topic deleted
+or recreated): with ``failOnDataLoss=true`` the query fails with ``StrataSparkDataLossError``
+naming the partition and offsets; with ``false`` the reader logs a warning and reads on
+from the log start offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from spark_source._errors import StrataSparkDataLossError, StrataSparkOptionError
+from spark_source._options import (
+    EARLIEST,
+    LATEST,
+    Offsets,
+    OffsetsJson,
+    SourceOptions,
+    describe,
+    offsets_from_json,
+    offsets_to_json,
+)
+from strata.client import (
+    Admin,
+    Consumer,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    TopicPartition,
+    UnknownTopicOrPartitionError,
+)
+
+__all__ = [
+    "SPARK_ARROW_SCHEMA",
+    "OffsetRange",
+    "PartitionOffsets",
+    "StrataBatchReader",
+    "StrataStreamReader",
+    "plan_ranges",
+    "rate_limit",
+    "read_range",
+    "to_spark_table",
+]
+
+log = logging.getLogger("spark_source")
+
+#: The Arrow form of the source schema that Spark accepts from ``read()`` (see the module
+#: docstring; a test checks it against ``pyspark.sql.pandas.types.to_arrow_schema``).
+_HEADERS_TYPE: Final = pa.list_(pa.field("element", pa.struct([
+    pa.field("key", pa.string()), pa.field("value", pa.binary())])))
+SPARK_ARROW_SCHEMA: Final = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+    pa.field("headers", _HEADERS_TYPE),
+])
+
+#: Per-fetch size for one range. Big fetches amortise the per-request and per-yield cost;
+#: the consumer buffers about two of them (one being handed out, one in flight).
+FETCH_BYTES: Final = 8 << 20
+#: A read that makes no progress this long fails the task (Kafka's source waits
+#: ``spark.network.timeout``, 120 s, too): the leader is gone or the log was truncated.
+STALL_TIMEOUT_S: Final = 120.0
+_POLL_MS: Final = 500
+
+
+def to_spark_table(table: pa.Table) -> pa.Table:
+    """A ``CONSUMER_SCHEMA`` table in ``SPARK_ARROW_SCHEMA``: whole-column casts only."""
+    timestamps = table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")) \
+        .cast(pa.timestamp("us", tz="UTC"))
+    return pa.Table.from_arrays([
+        table.column("key"),
+        table.column("value"),
+        table.column("topic"),
+        table.column("partition"),
+        table.column("offset"),
+        timestamps,
+        table.column("timestampType"),
+        table.column("headers").cast(_HEADERS_TYPE),
+    ], schema=SPARK_ARROW_SCHEMA)
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+class OffsetRange(InputPartition):
+    """One Spark task's work: offsets ``[start, end)`` of one topic-partition.
+
+    Picklable plain data: Spark ships it from the driver to an executor.
+    """
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def __repr__(self) -> str:
+        return f"OffsetRange({self.topic}-{self.partition} [{self.start}, {self.end}))"
+
+
+def plan_ranges(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
+                min_partitions: int | None) -> list[OffsetRange]:
+    """One range per partition with records in ``[begin, end)``; with ``minPartitions``
+    larger than that count, big ranges are cut so there are at least about that many.
+
+    The split follows Kafka's ``KafkaOffsetRangeCalculator``: each range gets a share of
+    ``minPartitions`` proportional to its size (at least one part), and the parts of a
+    range are as equal as integer division allows.
+    """
+    ranges = [(tp, begin[tp], end[tp]) for tp in sorted(end)
+              if tp in begin and end[tp] > begin[tp]]
+    if min_partitions is None or min_partitions <= len(ranges):
+        return [OffsetRange(tp.topic, tp.partition, lo, hi) for tp, lo, hi in ranges]
+    total = sum(hi - lo for _, lo, hi in ranges)
+    out: list[OffsetRange] = []
+    for tp, lo, hi in ranges:
+        size = hi - lo
+        parts = max(round(size / total * min_partitions), 1)
+        remaining, start = size, lo
+        for part in range(parts):
+            piece = remaining // (parts - part)
+            remaining -= piece
+            if piece:
+                out.append(OffsetRange(tp.topic, tp.partition, start, start + piece))
+            start += piece
+    return out
+
+
+def rate_limit(begin: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
+               max_rows: int) -> Offsets:
+    """End offsets that admit at most ``max_rows`` records in total.
+
+    The budget is split over the partitions in proportion to their backlog, as Kafka's
+    source does, with two differences: the total never exceeds ``max_rows`` (exact
+    integer shares, largest remainders first), and every partition with a backlog gets at
+    least one record while the budget has one per partition, so a small partition is not
+    starved behind a big one. Partitions without a backlog keep their begin offset.
+    """
+    backlog = {tp: latest[tp] - begin[tp] for tp in sorted(begin)
+               if tp in latest and latest[tp] > begin[tp]}
+    total = sum(backlog.values())
+    end = {tp: begin[tp] for tp in begin}
+    if total <= max_rows:
+        end.update({tp: latest[tp] for tp in backlog})
+        return end
+    share: dict[TopicPartition, int] = {}
+    if max_rows < len(backlog):
+        # Not even one record each: the biggest backlogs go first.
+        for tp in sorted(backlog, key=lambda tp: (-backlog[tp], tp))[:max_rows]:
+            share[tp] = 1
+    else:
+        budget = max_rows - len(backlog)
+        rest_total = total - len(backlog)
+        remainders: list[tuple[int, TopicPartition]] = []
+        for tp, size in backlog.items():
+            whole, remainder = divmod(budget * (size - 1), rest_total)
+            share[tp] = 1 + whole
+            remainders.append((remainder, tp))
+        leftover = budget - sum(share.values()) + len(backlog)
+        for _, tp in sorted(remainders, key=lambda item: (-item[0], item[1]))[:leftover]:
+            share[tp] += 1
+    for tp, count in share.items():
+        end[tp] = begin[tp] + count
+    return end
+
+
+# ----------------------------------------------------------------------------- the cluster
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """A partition's readable range right now: ``[log_start, high_watermark)``."""
+
+    log_start: int
+    high_watermark: int
+
+
+class ClusterView:
+    """What the subscription covers on the cluster, through one lazily opened ``Admin``.
+
+    Lazy and dropped on pickling because Spark pickles readers to ship them to executors,
+    and an open client (sockets, an event-loop thread) cannot travel.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._admin: Admin | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options = state["options"]
+        self._admin = None
+
+    @property
+    def admin(self) -> Admin:
+        if self._admin is None:
+            self._admin = Admin(self.options.bootstrap, client_id="strata-spark-source")
+        return self._admin
+
+    def close(self) -> None:
+        if self._admin is not None:
+            admin, self._admin = self._admin, None
+            admin.close()
+
+    def snapshot(self, *, require_topics: bool) -> dict[TopicPartition, PartitionOffsets]:
+        """Every subscribed partition with its log start offset and high watermark.
+
+        ``require_topics``: a ``subscribe`` topic that does not exist is an option error
+        (at query start); otherwise it is simply absent (the caller decides whether that
+        is data loss).
+        """
+        opts = self.options
+        if opts.subscribe is not None:
+            names = list(opts.subscribe)
+            try:
+                described = self.admin.describe_topics(names)
+            except UnknownTopicOrPartitionError:
+                existing = set(self.admin.list_topics())
+                missing = [name for name in names if name not in existing]
+                if missing and require_topics:
+                    raise StrataSparkOptionError(
+                        "subscribe", f"topic(s) {', '.join(missing)} do not exist on "
+                        f"{opts.bootstrap}; create them (strata topic create NAME) or fix "
+                        "the names") from None
+                names = [name for name in names if name in existing]
+                described = self.admin.describe_topics(names) if names else {}
+        else:
+            names = [name for name in self.admin.list_topics() if opts.subscribes_to(name)]
+            described = self.admin.describe_topics(names) if names else {}
+        out: dict[TopicPartition, PartitionOffsets] = {}
+        unknown: list[TopicPartition] = []
+        for name, topic in described.items():
+            for p in topic.partitions:
+                tp = TopicPartition(name, p.partition)
+                out[tp] = PartitionOffsets(p.log_start_offset, p.high_watermark)
+                if p.log_start_offset < 0 or p.high_watermark < 0:
+                    unknown.append(tp)
+        if unknown:  # the leader did not answer describe_topics: ask again, with retries
+            earliest = self.admin.list_offsets(dict.fromkeys(unknown, "earliest"))
+            latest = self.admin.list_offsets(dict.fromkeys(unknown, "latest"))
+            for tp in unknown:
+                out[tp] = PartitionOffsets(earliest[tp].offset, latest[tp].offset)
+        return dict(sorted(out.items()))
+
+    def offsets_for_timestamp(self, tps: Sequence[TopicPartition], timestamp_ms: int
+                              ) -> dict[TopicPartition, int]:
+        """First offset at or after ``timestamp_ms`` per partition (``-1``: none is)."""
+        if not tps:
+            return {}
+        found = self.admin.list_offsets(dict.fromkeys(tps, timestamp_ms))
+        return {tp: found[tp].offset for tp in tps}
+
+
+def resolve_offsets(option: str, spec: str | Offsets, snapshot: Mapping[TopicPartition,
+                    PartitionOffsets]) -> Offsets:
+    """``startingOffsets`` / ``endingOffsets`` against the cluster: concrete offsets.
+
+    JSON offsets must name every partition of every subscribed topic (as in Kafka's
+    source), and none past the partition's latest offset.
+    """
+    if spec == "earliest":
+        return {tp: o.log_start for tp, o in snapshot.items()}
+    if spec == "latest":
+        return {tp: o.high_watermark for tp, o in snapshot.items()}
+    assert isinstance(spec, dict)
+    unknown = [tp for tp in spec if tp not in snapshot]
+    if unknown:
+        raise StrataSparkOptionError(
+            option, f"names partition(s) {describe(unknown)}, which do not exist; give "
+            "offsets for existing partitions only (strata topic describe TOPIC)")
+    topics = {tp.topic for tp in spec}
+    missing = [tp for tp in snapshot if tp.topic in topics and tp not in spec]
+    if missing:
+        raise StrataSparkOptionError(
+            option, f"gives no offset for partition(s) {describe(missing)}; list every "
+            f"partition of each topic it names (use {EARLIEST} for earliest, {LATEST} for "
+            "latest)")
+    absent = sorted({tp.topic for tp in snapshot} - topics)
+    if absent:
+        raise StrataSparkOptionError(
+            option, f"gives no offsets for subscribed topic(s) {', '.join(absent)}; list "
+            f"every subscribed topic (use {EARLIEST} for earliest, {LATEST} for latest)")
+    out: Offsets = {}
+    for tp, offset in sorted(spec.items()):
+        bounds = snapshot[tp]
+        if offset == EARLIEST:
+            out[tp] = bounds.log_start
+        elif offset == LATEST:
+            out[tp] = bounds.high_watermark
+        elif offset > bounds.high_watermark:
+            raise StrataSparkOptionError(
+                option, f"asks for offset {offset} of {tp}, but its latest offset is "
+                f"{bounds.high_watermark}; use an offset up to that, or {LATEST} for latest")
+        else:
+            out[tp] = offset
+    return out
+
+
+def _data_loss(options: SourceOptions, message: str) -> None:
+    """Fail with ``message`` (failOnDataLoss=true) or log it as a warning (false)."""
+    if options.fail_on_data_loss:
+        raise StrataSparkDataLossError(
+            f"{message}. Set the source option failOnDataLoss=false to skip the lost records "
+            "with a warning, or restart the query from a new checkpointLocation")
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Yield records ``[rng.start, rng.end)`` of one partition as Spark Arrow batches.
+
+    Offsets below the log start (deleted by retention since the batch was planned) are
+    data loss; a partition whose log now ends before the range (topic recreated) too.
+    """
+    tp = rng.topic_partition
+    consumer = Consumer(options.bootstrap, client_id="strata-spark-source",
+                        auto_offset_reset="none", max_partition_fetch_bytes=FETCH_BYTES,
+                        fetch_max_bytes=FETCH_BYTES)
+    try:
+        consumer.assign([tp])
+        position = rng.start
+        consumer.seek(tp, position)
+        progress_at = time.monotonic()
+        while position < rng.end:
+            try:
+                table = consumer.poll_arrow(timeout_ms=_POLL_MS)
+            except OffsetOutOfRangeError as err:
+                position = _skip_lost(options, rng, position, err)
+                if position < rng.end:
+                    consumer.seek(tp, position)
+                continue
+            if table.num_rows == 0:
+                if time.monotonic() - progress_at > STALL_TIMEOUT_S:
+                    raise RequestTimedOutError(
+                        f"no records of {tp} arrived for {STALL_TIMEOUT_S:.0f} s while "
+                        f"offsets [{position}, {rng.end}) were still to be read; check that "
+                        f"the partition has a live leader (strata topic describe {rng.topic})")
+                continue
+            progress_at = time.monotonic()
+            offsets = table.column("offset")
+            last = offsets[-1].as_py()
+            if last >= rng.end:  # offsets ascend: keep the rows below the end
+                table = table.slice(0, pc.sum(pc.less(offsets, rng.end)).as_py() or 0)
+            position = min(last + 1, rng.end)
+            if table.num_rows:
+                yield from to_spark_table(table).to_batches()
+    finally:
+        consumer.close()
+
+
+def _skip_lost(options: SourceOptions, rng: OffsetRange, position: int,
+               err: OffsetOutOfRangeError) -> int:
+    """Where to go on after an out-of-range fetch at ``position`` (or raise)."""
+    tp = rng.topic_partition
+    if err.log_start_offset >= 0 and position < err.log_start_offset:
+        lost_end = min(err.log_start_offset, rng.end)
+        _data_loss(options, f"records {position}..{lost_end - 1} of {tp} were deleted "
+                   f"(retention or a topic deletion) before the query read them; the log "
+                   f"now starts at offset {err.log_start_offset}")
+        return lost_end
+    if 0 <= err.log_end_offset < position:
+        _data_loss(options, f"{tp} now ends at offset {err.log_end_offset}, before offset "
+                   f"{position} where the query was to read on (the topic was probably "
+                   f"deleted and recreated); records {position}..{rng.end - 1} are not there")
+        return rng.end
+    raise err
+
+
+class _ReadsRanges:
+    """``read`` for both readers: an ``OffsetRange`` becomes Arrow batches."""
+
+    options: SourceOptions
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, OffsetRange):
+            # Spark turns an empty plan into one InputPartition(None): nothing to read.
+            return iter(())
+        return read_range(self.options, partition)
+
+
+# ----------------------------------------------------------------------------- batch
+
+
+class StrataBatchReader(_ReadsRanges, DataSourceReader):
+    """``spark.read.format("strata")``: ``startingOffsets`` .. ``endingOffsets``, once.
+
+    The offsets are resolved when Spark plans the read (``partitions``), on the driver.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        view = ClusterView(self.options)
+        try:
+            snapshot = view.snapshot(require_topics=True)
+            begin = _starting_offsets(self.options, view, snapshot)
+            assert self.options.ending_offsets is not None
+            end = resolve_offsets("endingOffsets", self.options.ending_offsets, snapshot)
+        finally:
+            view.close()
+        for tp in sorted(end):
+            if begin[tp] > end[tp]:
+                raise StrataSparkOptionError(
+                    "endingOffsets", f"ends {tp} at offset {end[tp]}, before its starting "
+                    f"offset {begin[tp]}; choose an end at or after the start")
+            if begin[tp] < snapshot[tp].log_start and self.options.fail_on_data_loss:
+                _data_loss(self.options, f"records {begin[tp]}..{snapshot[tp].log_start - 1} "
+                           f"of {tp} were deleted (retention) before this query could read "
+                           f"them; the log now starts at offset {snapshot[tp].log_start}")
+        return plan_ranges(begin, end, self.options.min_partitions)
+
+
+def _starting_offsets(options: SourceOptions, view: ClusterView,
+                      snapshot: Mapping[TopicPartition, PartitionOffsets]) -> Offsets:
+    if options.starting_timestamp is not None:
+        found = view.offsets_for_timestamp(list(snapshot), options.starting_timestamp)
+        # No record that late: start at the end, so only newer records are read.
+        return {tp: offset if offset >= 0 else snapshot[tp].high_watermark
+                for tp, offset in found.items()}
+    assert options.starting_offsets is not None
+    return resolve_offsets("startingOffsets", options.starting_offsets, snapshot)
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
+                         SupportsTriggerAvailableNow):
+    """``spark.readStream.format("strata")``: micro-batches of offset ranges.
+
+    State kept between calls (all of it recomputable, so a restart loses nothing):
+    the last high watermarks seen (``reportLatestOffset``), the begin offsets chosen for
+    partitions discovered by ``latestOffset`` (so ``partitions`` plans exactly the range
+    that was admitted), and the ``Trigger.AvailableNow`` target.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._view = ClusterView(options)
+        self._latest: Offsets | None = None
+        self._new_begins: Offsets = {}
+        self._available_now: Offsets | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors need only the options (read); driver-side state stays behind.
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options = state["options"]
+        self._view = ClusterView(self.options)
+        self._latest = None
+        self._new_begins = {}
+        self._available_now = None
+
+    # -------------------------------------------------------------- offsets
+    def initialOffset(self) -> OffsetsJson:
+        """Where a new query starts (a restarted one starts from its checkpoint)."""
+        snapshot = self._view.snapshot(require_topics=True)
+        start = _starting_offsets(self.options, self._view, snapshot)
+        self._latest = {tp: o.high_watermark for tp, o in snapshot.items()}
+        return offsets_to_json(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxOffsetsPerTrigger`` as Spark's admission control (4.2) sees it."""
+        if self.options.max_offsets_per_trigger is None:
+            return super().getDefaultReadLimit()
+        return ReadMaxRows(self.options.max_offsets_per_trigger)
+
+    def latestOffset(self, start: OffsetsJson, limit: ReadLimit) -> OffsetsJson:
+        """End offsets of the next batch: the high watermarks, capped by the
+        ``Trigger.AvailableNow`` target and by ``limit``."""
+        begin = offsets_from_json(start, "start offset")
+        snapshot = self._view.snapshot(require_topics=False)
+        latest = {tp: o.high_watermark for tp, o in snapshot.items()}
+        self._latest = latest
+
+        for tp in sorted(set(begin) - set(snapshot)):
+            if not self.options.subscribes_to(tp.topic):
+                # The query was restarted with another subscription: not data loss.
+                log.info("%s is no longer subscribed (%s); not reading it any more", tp,
+                         self.options.subscription)
+                del begin[tp]
+                continue
+            _data_loss(self.options, f"{tp} no longer exists (its topic was deleted); "
+                       f"records from offset {begin[tp]} on may never have been read")
+            del begin[tp]
+        new = sorted(set(snapshot) - set(begin))
+        if self._available_now is not None:
+            new = [tp for tp in new if tp in self._available_now]
+        self._new_begins = {tp: snapshot[tp].log_start for tp in new}
+        if new:
+            log.info("reading new partitions %s from their earliest offsets", describe(new))
+        begin.update(self._new_begins)
+
+        for tp, offset in sorted(begin.items()):
+            bounds = snapshot[tp]
+            if offset > bounds.high_watermark:
+                _data_loss(self.options, f"{tp} now ends at offset {bounds.high_watermark}, "
+                           f"before offset {offset} where the query was to read on (the "
+                           "topic was probably deleted and recreated)")
+                self._new_begins[tp] = bounds.log_start
+                begin[tp] = bounds.log_start
+            elif offset < bounds.log_start and self.options.fail_on_data_loss:
+                _data_loss(self.options, f"records {offset}..{bounds.log_start - 1} of {tp} "
+                           "were deleted (retention) before the query read them; the log "
+                           f"now starts at offset {bounds.log_start}")
+
+        target = {tp: latest[tp] for tp in begin}
+        if self._available_now is not None:
+            target = {tp: min(hw, self._available_now.get(tp, begin[tp]))
+                      for tp, hw in target.items()}
+        target = {tp: max(offset, begin[tp]) for tp, offset in target.items()}
+        if isinstance(limit, ReadMaxRows):
+            return offsets_to_json(rate_limit(begin, target, limit.max_rows))
+        return offsets_to_json(target)
+
+    def reportLatestOffset(self) -> OffsetsJson | None:
+        """The newest offsets seen (uncapped), so query progress shows the lag."""
+        return None if self._latest is None else offsets_to_json(self._latest)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the target: today's high watermarks. Later records, and partitions created
+        later, wait for the next run, so the query stops once it has caught up."""
+        snapshot = self._view.snapshot(require_topics=False)
+        self._available_now = {tp: o.high_watermark for tp, o in snapshot.items()}
+
+    def partitions(self, start: OffsetsJson, end: OffsetsJson) -> Sequence[InputPartition]:
+        begin = offsets_from_json(start, "start offset")
+        until = offsets_from_json(end, "end offset")
+        # Partitions that latestOffset discovered (or reset after a recreation) begin
+        # where it admitted them. A restarted query re-plans its last batch without a
+        # latestOffset call; those begin at today's earliest offset, as they would have.
+        moved = [tp for tp, offset in until.items() if tp not in begin or begin[tp] > offset]
+        unknown = [tp for tp in moved if tp not in self._new_begins]
+        log_starts: Offsets = {}
+        if unknown:
+            snapshot = self._view.snapshot(require_topics=False)
+            log_starts = {tp: o.log_start for tp, o in snapshot.items()}
+        for tp in moved:
+            begin[tp] = self._new_begins.get(tp, log_starts.get(tp, until[tp]))
+        return plan_ranges(begin, until, self.options.min_partitions)
+
+    def commit(self, end: OffsetsJson) -> None:
+        """Nothing to do: Spark's checkpoint holds the offsets; brokers keep no state for
+        this reader."""
+
+    def stop(self) -> None:
+        self._view.close()
