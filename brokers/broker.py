@@ -187,6 +187,12 @@ class Broker:
         for partition in self.partitions.values():
             partition.wake_waiters()  # parked long polls answer now instead of at timeout
         await self._drain_connections()
+        # A topic sync running since before the SIGTERM must finish first: one that went
+        # on after the partitions were closed would find their directories unhosted and
+        # set them aside as strays (it re-checks ``stopping`` after every await, too).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._sync_lock.acquire(),
+                                   self.config.shutdown_timeout_ms / 1000)
         for partition in list(self.partitions.values()):
             try:
                 partition.close()
@@ -269,6 +275,8 @@ class Broker:
             for name in sorted(wanted):
                 current = self.topics.get(name)
                 definition = await asyncio.to_thread(self.coordinator.get_topic, name)
+                if self._stopped.is_set():
+                    return
                 if definition is None:
                     wanted.discard(name)
                     continue
@@ -277,6 +285,8 @@ class Broker:
                     current = None
                 if current is None:
                     await self._load_topic(definition)
+            if self._stopped.is_set():
+                return
             for name in list(self.topics):
                 if name not in wanted:
                     self._drop_topic(name)
@@ -287,6 +297,8 @@ class Broker:
         states = {}
         for p in topic.assignment:
             states[p] = await asyncio.to_thread(self.coordinator.partition_state, topic.name, p)
+        if self._stopped.is_set():
+            return  # the partitions are being closed: opening more would leak them
         self.topics[topic.name] = topic
         self.topic_overrides[topic.name] = overrides
         config = self.log_config_for(topic.name)
@@ -381,6 +393,10 @@ class Broker:
             except StrataError as err:
                 log.error("retention on %s failed: %s", partition, err)
             partition.producers.expire(now_ms, self.config.producer_id_expiration_ms)
+            try:
+                partition.staging.expire(now_ms, self.config.sink_staging_retention_ms)
+            except OSError as err:
+                log.error("expiring staged sink data of %s failed: %s", partition, err)
         return deleted
 
     async def _periodic_flush(self) -> None:
