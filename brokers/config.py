@@ -73,6 +73,10 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "producer_id_expiration_ms", int, 86_400_000,
         "forget an idempotent producer's sequence state after this long without a batch",
         lambda v: v >= 1, ">= 1"),
+    "sink.staging.retention.ms": _BrokerKey(
+        "sink_staging_retention_ms", int, 86_400_000,
+        "delete records a sink writer staged but nobody committed or aborted after this long",
+        lambda v: v >= 1, ">= 1"),
     "log.retention.check.interval.ms": _BrokerKey(
         "retention_check_interval_ms", int, 300_000, "how often retention runs",
         lambda v: v >= 1, ">= 1"),
@@ -106,6 +110,7 @@ class BrokerConfig:
     default_replication_factor: int = 1
     producer_id_block_size: int = 1000
     producer_id_expiration_ms: int = 86_400_000
+    sink_staging_retention_ms: int = 86_400_000
     retention_check_interval_ms: int = 300_000
     flush_scheduler_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000

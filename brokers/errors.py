@@ -42,6 +42,7 @@ __all__ = [
     "PortInUseBrokerError",
     "RecordTooLargeError",
     "RequestTimedOutError",
+    "StagedDataMissingError",
     "StrataError",
     "TopicAlreadyExistsError",
     "UnknownLeaderEpochError",
@@ -357,11 +358,19 @@ class PortInUseBrokerError(StrataError):
     name = "PORT_IN_USE"
 
 
+class StagedDataMissingError(StrataError):
+    """A sink commit named staged records the partition leader does not hold (exactly)."""
+
+    code = 1107
+    name = "STAGED_DATA_MISSING"
+
+
 _BY_CODE: dict[int, type[StrataError]] = {
     cls.code: cls
     for cls in (
         UnknownServerError,
         ConcurrentUpdateError,  # can reach the wire from CreateTopics
+        StagedDataMissingError,
         UnknownTopicOrPartitionError,
         NotLeaderError,
         RequestTimedOutError,

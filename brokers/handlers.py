@@ -47,6 +47,10 @@ from brokers.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     REQUEST_TYPES,
+    AbortPartitionResponse,
+    AbortStagedRequest,
+    AbortStagedResponse,
+    AbortTopicResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     ApiKey,
@@ -54,6 +58,10 @@ from brokers.protocol import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     BrokerInfo,
+    CommitPartitionResponse,
+    CommitStagedRequest,
+    CommitStagedResponse,
+    CommitTopicResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -85,11 +93,16 @@ from brokers.protocol import (
     ProduceTopicResponse,
     Reader,
     RequestHeader,
+    StagePartitionResponse,
+    StageRecordsRequest,
+    StageRecordsResponse,
+    StageTopicResponse,
     TopicConfigs,
     TopicMetadata,
     TopicResult,
     decode,
 )
+from brokers.staging import StagedPart
 
 if TYPE_CHECKING:
     from brokers.broker import Broker
@@ -127,6 +140,9 @@ class RequestHandlers:
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+            ApiKey.STAGE_RECORDS: self.stage_records,
+            ApiKey.COMMIT_STAGED: self.commit_staged,
+            ApiKey.ABORT_STAGED: self.abort_staged,
         }
 
     async def dispatch(self, header: RequestHeader, body: Reader) -> Message | None:
@@ -422,6 +438,85 @@ class RequestHandlers:
             answer.error_code, answer.error_message = _error(err)
         except StrataError as err:
             answer.error_code, answer.error_message = _error(err)
+
+    # ------------------------------------------------------------------ sink commits
+    async def stage_records(self, request: StageRecordsRequest) -> StageRecordsResponse:
+        topics = []
+        for topic in request.topics:
+            answers = []
+            for part in topic.partitions:
+                answer = StagePartitionResponse(part.partition, 0)
+                try:
+                    if part.records is None:
+                        raise InvalidRequestError("records are null")
+                    partition = self._leader_partition(topic.name, part.partition)
+                    answer.duplicate = partition.stage(request.staging_id, part.chunk_sequence,
+                                                       part.records)
+                except StrataError as err:
+                    answer.error_code, answer.error_message = _error(err)
+                except OSError as err:
+                    failure = LogStorageError(
+                        f"staging on {topic.name}-{part.partition} failed: {err}; fix the "
+                        "disk, then re-run the task")
+                    answer.error_code, answer.error_message = _error(failure)
+                answers.append(answer)
+            topics.append(StageTopicResponse(topic.name, answers))
+        return StageRecordsResponse(topics)
+
+    async def commit_staged(self, request: CommitStagedRequest) -> CommitStagedResponse:
+        topics = []
+        waits: list[Awaitable[None]] = []
+        for topic in request.topics:
+            answers = []
+            for part in topic.partitions:
+                answer = CommitPartitionResponse(part.partition, 0)
+                try:
+                    partition = self._leader_partition(topic.name, part.partition)
+                    result = partition.commit_staged(
+                        request.producer_id, request.batch_id,
+                        [StagedPart(p.staging_id, p.chunks, p.records) for p in part.parts])
+                    answer.duplicate = result.duplicate
+                    answer.base_offset = result.first_offset
+                    answer.last_offset = result.last_offset
+                    answer.last_committed_batch = result.last_committed_batch
+                    if not result.duplicate:
+                        waits.append(self._await_commit(partition, result.last_offset + 1,
+                                                        request.timeout_ms, answer))
+                except StrataError as err:
+                    answer.error_code, answer.error_message = _error(err)
+                except OSError as err:
+                    failure = LogStorageError(
+                        f"reading staged data of {topic.name}-{part.partition} failed: "
+                        f"{err}; fix the disk, then re-run the batch")
+                    answer.error_code, answer.error_message = _error(failure)
+                answers.append(answer)
+            topics.append(CommitTopicResponse(topic.name, answers))
+        if waits:
+            await asyncio.gather(*waits)
+        return CommitStagedResponse(topics)
+
+    async def _await_commit(self, partition: Partition, end_offset: int, timeout_ms: int,
+                            answer: CommitPartitionResponse) -> None:
+        # Same wait as an acks=all produce; the produce answer type differs only in name.
+        shim = ProducePartitionResponse(answer.partition, 0)
+        await self._await_ack(partition, end_offset, _ACKS_ALL, timeout_ms, shim)
+        if shim.error_code:
+            answer.error_code, answer.error_message = shim.error_code, shim.error_message
+
+    async def abort_staged(self, request: AbortStagedRequest) -> AbortStagedResponse:
+        topics = []
+        for topic in request.topics:
+            answers = []
+            for part in topic.partitions:
+                answer = AbortPartitionResponse(part.partition, 0)
+                try:
+                    partition = self._leader_partition(topic.name, part.partition)
+                    answer.discarded = partition.abort_staged(list(part.staging_ids))
+                except StrataError as err:
+                    answer.error_code, answer.error_message = _error(err)
+                answers.append(answer)
+            topics.append(AbortTopicResponse(topic.name, answers))
+        return AbortStagedResponse(topics)
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, request: FetchRequest) -> FetchResponse:

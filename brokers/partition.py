@@ -24,11 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from brokers.errors import OffsetOutOfRangeError
+from brokers.errors import InvalidRecordBatchError, InvalidRequestError, OffsetOutOfRangeError
 from brokers.log import AppendInfo, FileSlice, FlushPolicy, LogConfig, PartitionLog
 from brokers.producer_state import ProducerStateManager
+from brokers.record_batch import (
+    BROKER_ONLY_ATTRIBUTE_BITS,
+    SINK_PRODUCER_ID_BASE,
+    peek_header,
+    stamp_sink_commit,
+)
+from brokers.staging import StagedPart, StagingArea
 
-__all__ = ["LeaderAppend", "Partition"]
+__all__ = ["LeaderAppend", "Partition", "SinkCommit"]
 
 log = logging.getLogger("strata.brokers.partition")
 
@@ -50,6 +57,23 @@ class LeaderAppend:
     duplicate: bool
 
 
+@dataclass(frozen=True, slots=True)
+class SinkCommit:
+    """The outcome of a sink commit in this partition.
+
+    ``duplicate``: the sink had already committed this batch id (or a later one) here;
+    nothing was appended and ``first_offset``/``last_offset`` are -1.
+    """
+
+    first_offset: int
+    last_offset: int
+    duplicate: bool
+    last_committed_batch: int
+
+
+_INT32_MAX: Final = 2**31 - 1
+
+
 class Partition:
     def __init__(self, topic: str, partition: int, topic_id: str, directory: Path,
                  config: LogConfig, broker_id: int) -> None:
@@ -65,13 +89,25 @@ class Partition:
         self.log = PartitionLog(directory, config)
         (directory / METADATA_FILE).write_text(json.dumps({"version": 1, "topic_id": topic_id}))
         self.producers = ProducerStateManager(directory)
-        snapshot = self.producers.load(self.log.log_end_offset)
-        self.producers.replay(self.log.batch_headers(max(snapshot, self.log.log_start_offset)))
+        self._load_producer_state()
+        torn = self.producers.open_commit()
+        if torn is not None:
+            # A crash in the middle of a sink commit's group append: the group must be
+            # all or nothing, so its head goes too (the commit is re-run by its writer).
+            log.warning("%s-%d: removing a torn sink commit from offset %d to the log end "
+                        "%d", topic, partition, torn, self.log.log_end_offset)
+            self.log.truncate_to(torn)
+            self._load_producer_state()
+        self.staging = StagingArea(directory)
         self.high_watermark = self.log.log_end_offset
         self._data_arrived = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, leader={self.leader_id})"
+
+    def _load_producer_state(self) -> None:
+        snapshot = self.producers.load(self.log.log_end_offset)
+        self.producers.replay(self.log.batch_headers(max(snapshot, self.log.log_start_offset)))
 
     @property
     def name(self) -> str:
@@ -104,6 +140,14 @@ class Partition:
         written when one is raised.
         """
         header = self.log.validate(batch)
+        if header.attributes & BROKER_ONLY_ATTRIBUTE_BITS:
+            raise InvalidRecordBatchError(
+                "produced batches must not set the transactional, control or commit-end "
+                "attribute bits: only a sink commit (CommitStaged) writes those")
+        if header.producer_id >= SINK_PRODUCER_ID_BASE:
+            raise InvalidRecordBatchError(
+                f"producer id {header.producer_id} is in the range reserved for sinks "
+                f"(>= {SINK_PRODUCER_ID_BASE}); use the id InitProducerId returned")
         duplicate = self.producers.check(header)
         if duplicate is not None:
             return LeaderAppend(duplicate.first_offset, duplicate.last_offset, -1, True)
@@ -112,6 +156,48 @@ class Partition:
         self.producers.update(header, info.first_offset)
         self._advance_high_watermark()
         return LeaderAppend(info.first_offset, info.last_offset, info.log_append_time, False)
+
+    def stage(self, staging_id: str, chunk_sequence: int, batch: memoryview | bytes) -> bool:
+        """Stage a sink writer's chunk (invisible until committed); True for a resend."""
+        header = self.log.validate(batch)
+        return self.staging.stage(staging_id, chunk_sequence, batch, header)
+
+    def commit_staged(self, producer_id: int, batch_id: int, parts: list[StagedPart]
+                      ) -> SinkCommit:
+        """Append the staged ``parts`` as sink ``producer_id``'s commit ``batch_id``.
+
+        Exactly once per (sink, batch id, partition): a batch id at or below the sink's
+        last commit here is a replay; its staged files are discarded and nothing is
+        appended. Otherwise the files are checked against the writers' counts
+        (``STAGED_DATA_MISSING`` if they differ; nothing is appended) and appended as one
+        group whose last batch ends the commit. No fsync wait: the caller does that.
+        """
+        if producer_id < SINK_PRODUCER_ID_BASE:
+            raise InvalidRequestError(
+                f"sink producer id {producer_id} is below {SINK_PRODUCER_ID_BASE}; derive it "
+                "from the sink id (strata.client.sink_producer_id)")
+        if not 0 <= batch_id <= _INT32_MAX:
+            raise InvalidRequestError(f"batch id {batch_id} is outside 0..{_INT32_MAX}")
+        if not parts:
+            raise InvalidRequestError("a commit names at least one staged part")
+        last = self.producers.last_commit(producer_id)
+        ids = [p.staging_id for p in parts]
+        if batch_id <= last:
+            self.staging.discard(ids)
+            return SinkCommit(-1, -1, True, last)
+        batches = self.staging.collect(parts)
+        for i, data in enumerate(batches):
+            stamp_sink_commit(data, producer_id, batch_id, ends_commit=i == len(batches) - 1)
+        info = self.log.append_group(batches, leader_epoch=self.leader_epoch)
+        for data in batches:
+            header = peek_header(data)
+            self.producers.update(header, header.base_offset)
+        self.staging.discard(ids)
+        self._advance_high_watermark()
+        return SinkCommit(info.first_offset, info.last_offset, False, batch_id)
+
+    def abort_staged(self, staging_ids: list[str]) -> int:
+        return self.staging.discard(staging_ids)
 
     async def wait_durable(self, end_offset: int) -> None:
         if self.log.config.flush_policy is FlushPolicy.ALWAYS:

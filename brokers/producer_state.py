@@ -11,6 +11,14 @@ A batch is then either:
 - out of order (a gap): rejected with ``OUT_OF_ORDER_SEQUENCE_NUMBER``;
 - from an older epoch: rejected with ``INVALID_PRODUCER_EPOCH`` (a fenced zombie).
 
+Sink commits (``brokers/staging.py``) are the other kind of writer: their batches carry
+the transactional bit, a producer id derived from the sink's id and
+``base_sequence = the sink's batch id``. For them the state is the last *completed*
+commit (``last_commit``: the batch id of the last group whose commit-end batch is in the
+log); a commit whose batch id is at or below it is a replay and is discarded whole.
+Sink entries never expire: a Spark query may come back after any pause and re-run its
+last batch, and there are few sinks.
+
 Persistence: ``<offset, 20 digits>.snapshot`` files in the partition directory (JSON,
 written atomically) capture the state as of ``offset``. On open the newest snapshot at
 or below the log end is loaded and the batch headers after it are replayed (headers
@@ -58,6 +66,11 @@ class _ProducerEntry:
     batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=MAX_BATCHES_PER_PRODUCER))
     last_timestamp: int = -1  # largest batch max_timestamp seen (ms): drives expiry
+    # Sink writers only: batch id of the last completed commit (-1: none), and the
+    # first offset of a commit group whose end batch has not been seen (replay only).
+    last_commit: int = -1
+    open_commit_offset: int | None = None
+    is_sink: bool = False
 
     @property
     def last_sequence(self) -> int:
@@ -111,10 +124,36 @@ class ProducerStateManager:
                 "expected: an earlier batch is missing; the producer must retry in order")
         return None
 
+    def last_commit(self, producer_id: int) -> int:
+        """Batch id of the sink's last completed commit in this partition (-1: none)."""
+        entry = self._producers.get(producer_id)
+        return entry.last_commit if entry is not None and entry.is_sink else -1
+
+    def open_commit(self) -> int | None:
+        """First offset of a sink commit group without its end batch (torn), if any."""
+        starts = [e.open_commit_offset for e in self._producers.values()
+                  if e.open_commit_offset is not None]
+        return min(starts) if starts else None
+
+    def _update_sink(self, header: BatchHeader, first_offset: int) -> None:
+        entry = self._producers.get(header.producer_id)
+        if entry is None or not entry.is_sink:
+            entry = _ProducerEntry(0, is_sink=True)
+            self._producers[header.producer_id] = entry
+        if entry.open_commit_offset is None:
+            entry.open_commit_offset = first_offset
+        if header.ends_commit:
+            entry.last_commit = max(entry.last_commit, header.base_sequence)
+            entry.open_commit_offset = None
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+
     def update(self, header: BatchHeader, first_offset: int) -> None:
         """Record an appended batch (leader append, follower append or log replay)."""
         pid = header.producer_id
         if pid == NO_PRODUCER_ID:
+            return
+        if header.is_transactional:
+            self._update_sink(header, first_offset)
             return
         entry = self._producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
@@ -134,7 +173,7 @@ class ProducerStateManager:
         ``producer.id.expiration.ms``.
         """
         idle = [pid for pid, e in self._producers.items()
-                if e.last_timestamp < now_ms - max_idle_ms]
+                if not e.is_sink and e.last_timestamp < now_ms - max_idle_ms]
         for pid in idle:
             del self._producers[pid]
         return len(idle)
@@ -159,6 +198,7 @@ class ProducerStateManager:
         """Persist the state as of ``offset`` (the log end it reflects)."""
         state = {
             str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp,
+                       "sink": e.is_sink, "last_commit": e.last_commit,
                        "batches": [[b.first_sequence, b.last_sequence, b.first_offset,
                                     b.last_offset] for b in e.batches]}
             for pid, e in self._producers.items()
@@ -184,7 +224,9 @@ class ProducerStateManager:
                 value = json.loads(path.read_text(encoding="ascii"))
                 for pid, entry in value["producers"].items():
                     producer = _ProducerEntry(int(entry["epoch"]),
-                                              last_timestamp=int(entry.get("last_timestamp", -1)))
+                                              last_timestamp=int(entry.get("last_timestamp", -1)),
+                                              last_commit=int(entry.get("last_commit", -1)),
+                                              is_sink=bool(entry.get("sink", False)))
                     for fs, ls, fo, lo in entry["batches"]:
                         producer.batches.append(BatchMetadata(fs, ls, fo, lo))
                     self._producers[int(pid)] = producer

@@ -15,7 +15,9 @@ so the fields a Kafka operator knows sit where they expect them)::
     17      4   crc            uint32   CRC32C of bytes [21, end): attributes .. payload
     21      2   attributes     int16    bits 0-2 compression (0 none, 1 lz4, 2 zstd),
                                         bit 3 timestamp type (0 create, 1 log-append),
-                                        bit 4 transactional, bit 5 control; others 0
+                                        bit 4 transactional (written by a sink commit),
+                                        bit 5 control (reserved), bit 6 ends a sink
+                                        commit; others 0
     23      4   last_offset_delta int32 record_count - 1
     27      8   first_timestamp int64   smallest record timestamp, ms since the epoch
     35      8   max_timestamp  int64    largest record timestamp (log-append time when
@@ -67,7 +69,9 @@ __all__ = [
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
     "PAYLOAD_SCHEMA",
+    "SINK_PRODUCER_ID_BASE",
     "CONSUMER_SCHEMA",
+    "BROKER_ONLY_ATTRIBUTE_BITS",
     "BatchHeader",
     "Compression",
     "TimestampType",
@@ -80,6 +84,7 @@ __all__ = [
     "peek_header",
     "set_base_offset",
     "set_log_append_time",
+    "stamp_sink_commit",
     "validate",
 ]
 
@@ -116,6 +121,10 @@ _ATTRIBUTES_AT: Final = 21
 _MAX_TIMESTAMP_AT: Final = 35
 
 NO_PRODUCER_ID: Final = -1
+# Producer ids from this value up belong to sinks (derived from the sink id by hashing,
+# so every broker agrees without coordination); InitProducerId allocates ids counting up
+# from 0 and never gets near it.
+SINK_PRODUCER_ID_BASE: Final = 1 << 62
 NO_PRODUCER_EPOCH: Final = -1
 NO_SEQUENCE: Final = -1
 
@@ -123,7 +132,13 @@ _COMPRESSION_MASK: Final = 0x07
 _TIMESTAMP_TYPE_BIT: Final = 0x08
 _TRANSACTIONAL_BIT: Final = 0x10
 _CONTROL_BIT: Final = 0x20
-_KNOWN_ATTRIBUTE_BITS: Final = 0x3F
+# The last batch of one sink commit's group in a partition (see brokers/staging.py): a
+# group without it at the log's tail is a torn commit, which recovery removes.
+_COMMIT_END_BIT: Final = 0x40
+_KNOWN_ATTRIBUTE_BITS: Final = 0x7F
+# Bits only the broker may set (a sink commit); a produced or staged batch carrying one
+# is refused, so no client can forge a commit or hide records from the dedupe.
+BROKER_ONLY_ATTRIBUTE_BITS: Final = _TRANSACTIONAL_BIT | _CONTROL_BIT | _COMMIT_END_BIT
 
 PAYLOAD_SCHEMA: Final = pa.schema(
     [
@@ -220,6 +235,11 @@ class BatchHeader:
         return bool(self.attributes & _CONTROL_BIT)
 
     @property
+    def ends_commit(self) -> bool:
+        """The last batch of a sink commit's group (``base_sequence`` is its batch id)."""
+        return bool(self.attributes & _COMMIT_END_BIT)
+
+    @property
     def last_sequence(self) -> int:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
@@ -309,6 +329,26 @@ def set_log_append_time(batch: bytearray | memoryview, timestamp_ms: int) -> Non
     (attributes,) = struct.unpack_from(">h", batch, _ATTRIBUTES_AT)
     struct.pack_into(">h", batch, _ATTRIBUTES_AT, attributes | _TIMESTAMP_TYPE_BIT)
     struct.pack_into(">q", batch, _MAX_TIMESTAMP_AT, timestamp_ms)
+    struct.pack_into(">I", batch, _CRC_AT, crc_of(batch))
+
+
+_SINK_FIELDS = struct.Struct(">qhi")  # at 43: producer_id, producer_epoch, base_sequence
+
+
+def stamp_sink_commit(batch: bytearray | memoryview, producer_id: int, batch_id: int,
+                      *, ends_commit: bool) -> None:
+    """Mark a staged batch as part of sink commit ``batch_id`` of ``producer_id`` (in place).
+
+    Sets the transactional bit (and the commit-end bit on the group's last batch), the
+    sink's producer id, epoch 0 and ``base_sequence = batch_id``, then recomputes the CRC.
+    Producer state reads these fields back from the log to recognise a replayed commit.
+    """
+    (attributes,) = struct.unpack_from(">h", batch, _ATTRIBUTES_AT)
+    attributes = (attributes & ~BROKER_ONLY_ATTRIBUTE_BITS) | _TRANSACTIONAL_BIT
+    if ends_commit:
+        attributes |= _COMMIT_END_BIT
+    struct.pack_into(">h", batch, _ATTRIBUTES_AT, attributes)
+    _SINK_FIELDS.pack_into(batch, 43, producer_id, 0, batch_id)
     struct.pack_into(">I", batch, _CRC_AT, crc_of(batch))
 
 

@@ -12,7 +12,14 @@ from brokers.errors import (
     UnknownProducerIdError,
 )
 from brokers.producer_state import ProducerStateManager
-from brokers.record_batch import BatchHeader, build_batch, peek_header, set_base_offset
+from brokers.record_batch import (
+    SINK_PRODUCER_ID_BASE,
+    BatchHeader,
+    build_batch,
+    peek_header,
+    set_base_offset,
+    stamp_sink_commit,
+)
 
 
 def _header(pid: int, epoch: int, seq: int, n: int = 2, ts: int = 1000,
@@ -51,3 +58,31 @@ def test_idle_producers_expire_and_snapshots_keep_their_age(tmp_path: Path) -> N
     with pytest.raises(UnknownProducerIdError):  # producer 1 must start over at 0
         reloaded.check(_header(1, 0, 2))
     assert reloaded.check(_header(2, 0, 2)) is None
+
+
+def _sink_header(pid: int, batch_id: int, *, ends: bool, ts: int = 1000,
+                 base: int = 0) -> BatchHeader:
+    batch = bytearray(build_batch([b"v"], timestamps=[ts]))
+    stamp_sink_commit(batch, pid, batch_id, ends_commit=ends)
+    set_base_offset(batch, base, 0)
+    return peek_header(batch)
+
+
+def test_sink_commits_count_only_when_their_group_ends_and_never_expire(
+        tmp_path: Path) -> None:
+    pid = SINK_PRODUCER_ID_BASE + 5
+    state = ProducerStateManager(tmp_path)
+    assert state.last_commit(pid) == -1
+    state.update(_sink_header(pid, 3, ends=False, base=0), 0)
+    assert state.last_commit(pid) == -1 and state.open_commit() == 0  # torn so far
+    state.update(_sink_header(pid, 3, ends=True, base=1), 1)
+    assert state.last_commit(pid) == 3 and state.open_commit() is None
+    # A sink idle far beyond the expiry keeps its state: Spark may re-run a batch later.
+    assert state.expire(now_ms=10**12, max_idle_ms=1) == 0
+    state.write_snapshot(2)
+    reloaded = ProducerStateManager(tmp_path)
+    assert reloaded.load(2) == 2
+    assert reloaded.last_commit(pid) == 3
+    # Replaying a group without its end batch leaves it open (the partition truncates it).
+    reloaded.replay([_sink_header(pid, 4, ends=False, base=2)])
+    assert reloaded.open_commit() == 2 and reloaded.last_commit(pid) == 3

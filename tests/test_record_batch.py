@@ -215,7 +215,7 @@ def _bad_batches() -> dict[str, bytes]:
             _with_field(good, "i", 57, MAX_RECORDS_PER_BATCH + 1), "i", 23,
             MAX_RECORDS_PER_BATCH),
         "record_count vs last_offset_delta": _with_field(good, "i", 23, 5),
-        "unknown attribute bit 6": _with_field(good, "h", 21, 0x40),
+        "unknown attribute bit 7": _with_field(good, "h", 21, 0x80),
         "unknown attribute high bit": _with_field(good, "h", 21, -0x8000),
         "unknown compression 3": _with_field(good, "h", 21, 3),
         "max_timestamp before first (create time)": _with_field(good, "q", 35, 0),

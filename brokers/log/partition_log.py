@@ -54,7 +54,7 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -381,6 +381,49 @@ class PartitionLog:
             self.flush_if_due()
         return AppendInfo(base_offset, header.last_offset, header.record_count,
                           header.max_timestamp, log_append_time, len(data))
+
+    def append_group(self, batches: Sequence[bytearray], *, leader_epoch: int) -> AppendInfo:
+        """Append already-validated ``batches`` as one unit (a sink commit's group).
+
+        They get consecutive offsets and land in one segment with nothing between them,
+        so the group is never split by a roll, by retention or by another append (a
+        torn group can only be the log's tail after a crash; the partition removes it on
+        open). Each batch is stamped in place. Does not wait for the flush policy's fsync:
+        the caller waits with ``wait_durable`` before it acknowledges.
+        """
+        if not batches:
+            raise ValueError("append_group needs at least one batch")
+        log_append_time = -1
+        with self._lock:
+            self._check_writable()
+            base_offset = offset = self.log_end_offset
+            headers: list[BatchHeader] = []
+            stamp_time = self.config.message_timestamp_type is TimestampTypeConfig.LOG_APPEND_TIME
+            if stamp_time:
+                log_append_time = self._clock()
+            for data in batches:
+                set_base_offset(data, offset, leader_epoch)
+                if stamp_time:
+                    set_log_append_time(data, log_append_time)
+                header = peek_header(data)
+                headers.append(header)
+                offset = header.next_offset
+            total = sum(len(b) for b in batches)
+            try:
+                if self._should_roll(headers[-1], total):
+                    self._roll_locked()
+                if self.active_segment.is_empty:
+                    self.active_segment.rolled_at_ms = self._clock()
+                for data, header in zip(batches, headers, strict=True):
+                    self.active_segment.append(data, header)
+            except OSError as err:
+                raise self._storage_failed(
+                    f"write to {self.active_segment.log_path}", err) from err
+            self._assign_epoch(headers[0])
+        if self.config.flush_policy is FlushPolicy.INTERVAL:
+            self.flush_if_due()
+        return AppendInfo(base_offset, headers[-1].last_offset, offset - base_offset,
+                          max(h.max_timestamp for h in headers), log_append_time, total)
 
     def wait_durable(self, end_offset: int) -> None:
         """Block until every offset below ``end_offset`` is fsynced (flush.policy=always).
