@@ -43,6 +43,10 @@ from brokers.protocol import (
     CommitStagedRequest,
     CommitStagedResponse,
     CommitTopic,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
     StagedPartEntry,
     StagePartition,
     StageRecordsRequest,
@@ -121,8 +125,12 @@ class StagingWriter:
 
     def __init__(self, bootstrap: str | list[str], *, staging_id: str | None = None,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
-                 max_pending: int = 32, client_id: str = "strata-sink") -> None:
+                 max_pending: int = 32, client_id: str = "strata-sink",
+                 direct: bool = False) -> None:
         self.staging_id = staging_id or uuid.uuid4().hex
+        # direct: produce (acks=all) instead of staging, for at-least-once sinks. Records
+        # are visible at once; a retry after a lost answer may write a batch twice.
+        self.direct = direct
         self.delivery_timeout_ms = delivery_timeout_ms
         self._thread = EventLoopThread("strata-sink-writer")
         self._cluster = Cluster(bootstrap, client_id=client_id,
@@ -149,6 +157,10 @@ class StagingWriter:
         self._pending.append(future)
         return future
 
+    def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic`` (metadata; ``UnknownTopicOrPartitionError`` if absent)."""
+        return len(self._thread.run(self._cluster.partitions_for(topic), timeout=60))
+
     def flush(self) -> None:
         """Wait until every queued chunk is acknowledged; raise the first failure."""
         pending, self._pending = self._pending, []
@@ -165,18 +177,24 @@ class StagingWriter:
         # asyncio.Lock wakes waiters in FIFO order and run_coroutine_threadsafe schedules
         # in submission order, so chunks of a partition go out in chunk order.
         async with state.lock:
-            request = StageRecordsRequest(self.staging_id, [StageTopic(
-                tp.topic, [StagePartition(tp.partition, chunk, batch)])])
+            request: StageRecordsRequest | ProduceRequest
+            if self.direct:
+                request = ProduceRequest(-1, self._cluster.request_timeout_ms, [ProduceTopic(
+                    tp.topic, [ProducePartition(tp.partition, batch)])])
+            else:
+                request = StageRecordsRequest(self.staging_id, [StageTopic(
+                    tp.topic, [StagePartition(tp.partition, chunk, batch)])])
             deadline = time.monotonic() + self.delivery_timeout_ms / 1000
             attempt = 0
             while True:
                 try:
                     leader = await self._cluster.leader_for(tp.topic, tp.partition)
                     connection = await self._cluster.connection(leader)
+                    api = ApiKey.PRODUCE if self.direct else ApiKey.STAGE_RECORDS
                     response = await asyncio.wait_for(
-                        connection.request(ApiKey.STAGE_RECORDS, request),
+                        connection.request(api, request),
                         self._cluster.request_timeout_ms / 1000)
-                    assert isinstance(response, StageRecordsResponse)
+                    assert isinstance(response, StageRecordsResponse | ProduceResponse)
                     answer = response.topics[0].partitions[0]
                     if answer.error_code:
                         raise error_from_code(answer.error_code, answer.error_message)

@@ -1,0 +1,438 @@
+"""The Spark sink: ``df.write.format("strata")`` and ``df.writeStream.format("strata")``.
+
+Exactly once (the default, ``deliveryGuarantee=exactly-once``): every Spark task stages
+its rows on the partition leaders under a fresh staging id (``StagingWriter``); no
+consumer sees staged records. When every task of the micro-batch has succeeded, Spark
+calls ``commit(messages, batchId)`` on the driver, which asks each leader to append
+exactly the staged files the tasks reported, stamped with the sink's producer id and
+the batch id (``CommitStaged``). The broker remembers, in the log itself, the last batch
+id each sink committed per partition, so a batch Spark re-runs after a crash, or a
+commit Spark repeats, appends nothing the second time. Failed batches are aborted
+(staged files deleted); staged files nobody commits expire on the broker.
+
+The sink's identity (``sinkId``) must be the same every time the query restarts from
+its checkpoint: by default it is the ``checkpointLocation`` option's absolute path.
+
+At least once (``deliveryGuarantee=at-least-once``): tasks produce straight to the
+topic (acks=all); records are visible as soon as each task writes them, and a task
+retried by Spark writes its rows again.
+
+Rows to records, columnar throughout (no per-row Python unless keys must be hashed):
+``value`` (binary or string, required), ``key`` (binary or string), ``topic`` (string;
+else the ``topic`` option), ``partition`` (int; else Kafka's murmur2 of the key, and
+rows without a key go to ``(task partition id + chunk number) mod partitions``, which
+is the same on a re-run of the same plan), ``headers``
+(``array<struct<key:string,value:binary>>``), ``timestamp`` (timestamp; else the write
+time). docs/spark.md has the full option table and the failure cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from spark_source._errors import StrataSparkOptionError
+from spark_source._options import _bootstrap
+
+__all__ = ["SinkOptions", "StrataCommitMessage", "batch_writer", "parse_sink_options",
+           "stream_writer"]
+
+log = logging.getLogger("strata.spark_source.sink")
+
+EXACTLY_ONCE: Final = "exactly-once"
+AT_LEAST_ONCE: Final = "at-least-once"
+
+#: Options the sink accepts (lower-case) -> spelling in messages and docs.
+SINK_OPTION_NAMES: Final[dict[str, str]] = {
+    n.lower(): n for n in ("bootstrap.servers", "kafka.bootstrap.servers", "topic",
+                           "checkpointLocation", "sinkId", "deliveryGuarantee",
+                           "compression", "maxRecordsPerBatch", "path")
+}
+_COLUMNS: Final = ("key", "value", "topic", "partition", "headers", "timestamp")
+#: Encoded chunks stay below this (the broker's default max.message.bytes is 1 MiB).
+_TARGET_CHUNK_BYTES: Final = 768 * 1024
+_MAX_BATCH_ID: Final = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    bootstrap: str
+    topic: str | None
+    sink_id: str | None
+    delivery: str
+    compression: str
+    max_records_per_batch: int
+    columns: tuple[str, ...]
+
+
+def parse_sink_options(options: Mapping[str, str], schema: StructType, *, streaming: bool,
+                       env: Mapping[str, str] | None = None) -> SinkOptions:
+    """Validate options and the DataFrame's columns; raise ``StrataSparkOptionError``."""
+    opts = {k.lower(): v for k, v in options.items()}
+    for key in sorted(opts):
+        if key not in SINK_OPTION_NAMES:
+            known = ", ".join(sorted(SINK_OPTION_NAMES.values()))
+            raise StrataSparkOptionError(
+                key, f"is not a strata sink option; remove it or fix its spelling (options: "
+                f"{known})")
+    bootstrap = _bootstrap(opts, os.environ if env is None else env)
+    columns = _check_columns(schema)
+    topic = opts.get("topic")
+    if topic is not None and not topic.strip():
+        raise StrataSparkOptionError("topic", "is empty; name the topic to write to")
+    if topic is None and "topic" not in columns:
+        raise StrataSparkOptionError(
+            "topic", "is not set and the DataFrame has no topic column; set "
+            "option('topic', 'name') or add a string column named topic")
+    delivery = opts.get("deliveryguarantee", EXACTLY_ONCE).strip().lower()
+    if delivery not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+        raise StrataSparkOptionError(
+            "deliveryGuarantee", f"{opts['deliveryguarantee']!r} is not valid; use "
+            f"{EXACTLY_ONCE} (default) or {AT_LEAST_ONCE}")
+    compression = opts.get("compression", "none").strip().lower()
+    if compression not in ("none", "lz4", "zstd"):
+        raise StrataSparkOptionError(
+            "compression", f"{opts['compression']!r} is not valid; use none, lz4 or zstd")
+    raw_max = opts.get("maxrecordsperbatch", "65536").strip()
+    if not raw_max.isdigit() or not 1 <= int(raw_max) <= 1 << 20:
+        raise StrataSparkOptionError(
+            "maxRecordsPerBatch", f"{raw_max!r} is not valid; use a whole number 1..1048576")
+    sink_id = opts.get("sinkid")
+    if sink_id is not None and not sink_id.strip():
+        raise StrataSparkOptionError("sinkId", "is empty; give a stable name for this sink")
+    if sink_id is None and opts.get("checkpointlocation"):
+        sink_id = "checkpoint:" + os.path.abspath(opts["checkpointlocation"])
+    if streaming and delivery == EXACTLY_ONCE and sink_id is None:
+        raise StrataSparkOptionError(
+            "checkpointLocation", "is needed by the exactly-once sink to recognise a "
+            "re-run batch after a restart; set .option('checkpointLocation', path) on "
+            "writeStream (or option sinkId to a name that stays the same across restarts)")
+    return SinkOptions(bootstrap, topic.strip() if topic else None, sink_id, delivery,
+                       compression, int(raw_max), columns)
+
+
+def _check_columns(schema: StructType) -> tuple[str, ...]:
+    names = [f.name.lower() for f in schema.fields]
+    unknown = [f.name for f in schema.fields if f.name.lower() not in _COLUMNS]
+    if unknown:
+        raise StrataSparkOptionError(
+            "columns", f"the DataFrame has column(s) {unknown} the strata sink does not "
+            f"write; select only {', '.join(_COLUMNS)} (value is required)")
+    if "value" not in names:
+        raise StrataSparkOptionError(
+            "columns", "the DataFrame has no value column; select or alias one "
+            "(binary or string), e.g. selectExpr('CAST(x AS STRING) AS value')")
+    expected: dict[str, tuple[str, tuple[type[DataType], ...]]] = {
+        "key": ("binary or string", (BinaryType, StringType)),
+        "value": ("binary or string", (BinaryType, StringType)),
+        "topic": ("string", (StringType,)),
+        "partition": ("int", (IntegerType,)),
+        "timestamp": ("timestamp", (TimestampType,)),
+    }
+    for f in schema.fields:
+        name = f.name.lower()
+        if name == "headers":
+            if not _is_headers_type(f.dataType):
+                raise StrataSparkOptionError(
+                    "columns", f"column headers has type {f.dataType.simpleString()}; it "
+                    "must be array<struct<key:string,value:binary>>")
+            continue
+        label, types = expected[name]
+        if not isinstance(f.dataType, types):
+            raise StrataSparkOptionError(
+                "columns", f"column {f.name} has type {f.dataType.simpleString()}; it must "
+                f"be {label} (cast it)")
+    return tuple(names)
+
+
+def _is_headers_type(t: DataType) -> bool:
+    if not isinstance(t, ArrayType) or not isinstance(t.elementType, StructType):
+        return False
+    fields = t.elementType.fields
+    return [f.name for f in fields] == ["key", "value"] and \
+        isinstance(fields[0].dataType, StringType) and isinstance(fields[1].dataType, BinaryType)
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+@dataclass
+class StrataCommitMessage(WriterCommitMessage):
+    """What one task staged: ``(topic, partition) -> (staging id, chunks, records)``."""
+
+    staged: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
+    records: int = 0
+
+
+def _write_task(options: SinkOptions, batches: Iterator[Any]) -> StrataCommitMessage:
+    """Executor side: turn Arrow batches into record batches and stage (or produce) them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark import TaskContext
+
+    from brokers.record_batch import build_batch
+    from strata.client._partitioner import partition_for_key
+    from strata.client.sink import StagingWriter
+
+    context = TaskContext.get()
+    task_partition = context.partitionId() if context is not None else 0
+    writer = StagingWriter(options.bootstrap, direct=options.delivery == AT_LEAST_ONCE,
+                           client_id="strata-spark-sink")
+    counts: dict[str, int] = {}
+    chunk_number = 0
+    total = 0
+
+    def partitions_of(topic: str) -> int:
+        if topic not in counts:
+            counts[topic] = writer.partition_count(topic)
+        return counts[topic]
+
+    def send(topic: str, partition: int, rows: Any) -> None:
+        """Encode ``rows`` (a pa.Table/RecordBatch slice) for one partition, in chunks."""
+        nonlocal chunk_number
+        n = rows.num_rows
+        if n == 0:
+            return
+        per_row = max(1, rows.nbytes // n)
+        step = max(1, min(options.max_records_per_batch, _TARGET_CHUNK_BYTES // per_row))
+        for start in range(0, n, step):
+            piece = rows.slice(start, step)
+            value = piece.column("value")
+            key = piece.column("key") if "key" in piece.column_names else None
+            headers = piece.column("headers") if "headers" in piece.column_names else None
+            timestamps = None
+            if "timestamp" in piece.column_names:
+                ts = piece.column("timestamp")
+                if ts.null_count:
+                    ts = pc.fill_null(ts, pa.scalar(time.time_ns() // 1000, ts.type))
+                timestamps = pc.divide(ts.cast(pa.int64()), pa.scalar(1000, pa.int64()))
+            batch = build_batch(value, keys=key, timestamps=timestamps, headers=headers,
+                                compression=options.compression)
+            writer.stage(topic, partition, batch)
+            chunk_number += 1
+
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            total += batch.num_rows
+            table = pa.Table.from_batches([batch])
+            table = table.rename_columns([c.lower() for c in table.column_names])
+            if table.column("value").null_count:
+                raise StrataSparkOptionError(
+                    "columns", "column value has nulls; a record needs a value (filter them "
+                    "out or coalesce them)")
+            for name in ("key", "value"):
+                if name in table.column_names and pa.types.is_string(table.column(name).type):
+                    i = table.column_names.index(name)
+                    table = table.set_column(i, name, table.column(name).cast(pa.binary()))
+            for topic, rows in _split_by_topic(table, options.topic):
+                n_partitions = partitions_of(topic)
+                for partition, part_rows in _split_by_partition(
+                        rows, n_partitions, task_partition + chunk_number, partition_for_key):
+                    if not 0 <= partition < n_partitions:
+                        raise StrataSparkOptionError(
+                            "columns", f"partition {partition} does not exist in topic "
+                            f"{topic!r} (partitions 0..{n_partitions - 1})")
+                    send(topic, partition, part_rows)
+        writer.flush()
+        staged = {(tp.topic, tp.partition): (p.staging_id, p.chunks, p.records)
+                  for tp, p in writer.parts().items()}
+        return StrataCommitMessage(staged, total)
+    except BaseException:
+        if not writer.direct:
+            writer.abort()
+        raise
+    finally:
+        writer.close()
+
+
+def _split_by_topic(table: Any, default_topic: str | None) -> Iterator[tuple[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    # As in Spark's Kafka sink, the topic option overrides the topic column.
+    if default_topic is not None or "topic" not in table.column_names:
+        assert default_topic is not None
+        if "topic" in table.column_names:
+            table = table.drop_columns(["topic"])
+        yield default_topic, table
+        return
+    topics = table.column("topic")
+    if topics.null_count:
+        raise StrataSparkOptionError(
+            "topic", "some rows have a null topic and no topic option is set; set "
+            "option('topic', ...) or fill the column")
+    rest = table.drop_columns(["topic"])
+    for name in pc.unique(topics).to_pylist():
+        yield str(name), rest.filter(pc.equal(topics, pa.scalar(name)))
+
+
+def _split_by_partition(table: Any, n_partitions: int, rotation: int,
+                        partition_for_key: Any) -> Iterator[tuple[int, Any]]:
+    """Rows per target partition. Explicit ``partition`` wins, then murmur2 of the key;
+    rows with neither go to one partition per call (``rotation mod n``), in order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    explicit = table.column("partition") if "partition" in table.column_names else None
+    if explicit is not None:
+        table = table.drop_columns(["partition"])
+    keys = table.column("key") if "key" in table.column_names else None
+    if (explicit is None or explicit.null_count == len(explicit)) and \
+            (keys is None or keys.null_count == len(keys)):
+        yield rotation % n_partitions, table
+        return
+    fallback = rotation % n_partitions
+    key_list = keys.to_pylist() if keys is not None else [None] * table.num_rows
+    explicit_list = explicit.to_pylist() if explicit is not None else [None] * table.num_rows
+    targets = [
+        p if p is not None else
+        (partition_for_key(k, n_partitions) if k is not None else fallback)
+        for p, k in zip(explicit_list, key_list, strict=True)
+    ]
+    target_array = pa.array(targets, pa.int32())
+    for partition in sorted(set(targets)):
+        yield partition, table.filter(pc.equal(target_array, pa.scalar(partition, pa.int32())))
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def _merge(messages: list[WriterCommitMessage | None]) -> dict[Any, list[Any]]:
+    from strata.client import TopicPartition
+    from strata.client.sink import StagedPart
+
+    parts: dict[Any, list[Any]] = {}
+    for message in messages:
+        if not isinstance(message, StrataCommitMessage):
+            continue
+        for (topic, partition), (staging_id, chunks, records) in message.staged.items():
+            parts.setdefault(TopicPartition(topic, partition), []).append(
+                StagedPart(staging_id, chunks, records))
+    return parts
+
+
+def _commit(options: SinkOptions, sink_id: str, batch_id: int,
+            messages: list[WriterCommitMessage | None]) -> None:
+    from strata.client.sink import SinkCommitter, sink_producer_id
+
+    if options.delivery == AT_LEAST_ONCE:
+        return  # the tasks' produce requests were the writes
+    if not 0 <= batch_id <= _MAX_BATCH_ID:
+        raise StrataSparkOptionError(
+            "checkpointLocation", f"batch id {batch_id} is above {_MAX_BATCH_ID}, the "
+            "largest the exactly-once sink records; start the query from a new checkpoint "
+            "with a new sinkId")
+    parts = _merge(messages)
+    if not parts:
+        return
+    with SinkCommitter(options.bootstrap) as committer:
+        results = committer.commit(sink_producer_id(sink_id), batch_id, parts)
+    replays = sorted(str(tp) for tp, r in results.items() if r.duplicate)
+    if replays:
+        log.info("sink %s batch %d was already committed in %s; nothing appended there",
+                 sink_id, batch_id, ", ".join(replays))
+
+
+def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None]) -> None:
+    from strata.client.sink import SinkCommitter
+
+    if options.delivery == AT_LEAST_ONCE:
+        return
+    parts = _merge(messages)
+    if parts:
+        with SinkCommitter(options.bootstrap) as committer:
+            committer.abort({tp: [p.staging_id for p in ps] for tp, ps in parts.items()})
+
+
+class StrataStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming sink: one commit per micro-batch, exactly once per batch id."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _write_task(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        assert self.options.sink_id is not None or self.options.delivery == AT_LEAST_ONCE
+        _commit(self.options, self.options.sink_id or "", batchId, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _abort(self.options, messages)
+
+
+class StrataBatchWriter(DataSourceArrowWriter):
+    """Batch write: all staged rows of the job are committed together at the end."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        # One job, one commit: a fresh sink id unless the user names one (then batch id 0
+        # of that sink is written at most once, even if the job is run again).
+        self.sink_id = options.sink_id or f"batch-write:{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _write_task(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _commit(self.options, self.sink_id, 0, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _abort(self.options, messages)
+
+
+def _check_topic(options: SinkOptions) -> None:
+    """Fail at query start, not in every task, when the ``topic`` option names no topic."""
+    from strata.client import UnknownTopicOrPartitionError
+    from strata.client.sink import StagingWriter
+
+    if options.topic is None:
+        return
+    with StagingWriter(options.bootstrap, client_id="strata-spark-sink-check") as probe:
+        try:
+            probe.partition_count(options.topic)
+        except UnknownTopicOrPartitionError:
+            raise StrataSparkOptionError(
+                "topic", f"topic {options.topic!r} does not exist at {options.bootstrap}; "
+                f"create it first (strata topic create {options.topic} --partitions N)"
+            ) from None
+
+
+def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool
+                  ) -> StrataStreamWriter:
+    parsed = parse_sink_options(options, schema, streaming=True)
+    _check_topic(parsed)
+    return StrataStreamWriter(parsed)
+
+
+def batch_writer(options: Mapping[str, str], schema: StructType, overwrite: bool
+                 ) -> StrataBatchWriter:
+    parsed = parse_sink_options(options, schema, streaming=False)
+    if overwrite:
+        raise StrataSparkOptionError(
+            "mode", "overwrite is not supported: a topic is an append-only log; use "
+            "mode('append')")
+    _check_topic(parsed)
+    return StrataBatchWriter(parsed)
+
