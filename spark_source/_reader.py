@@ -398,7 +398,7 @@ def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
                 table = table.slice(0, pc.sum(pc.less(offsets, rng.end)).as_py() or 0)
             position = min(last + 1, rng.end)
             if table.num_rows:
-                yield from to_spark_table(table).to_batches()
+                yield from to_spark_table(table).combine_chunks().to_batches()
     finally:
         consumer.close()
 
@@ -445,7 +445,7 @@ class StrataBatchReader(_ReadsRanges, DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
-    def partitions(self) -> Sequence[InputPartition]:
+    def partitions(self) -> list[OffsetRange]:
         view = ClusterView(self.options)
         try:
             snapshot = view.snapshot(require_topics=True)
@@ -580,7 +580,7 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
         snapshot = self._view.snapshot(require_topics=False)
         self._available_now = {tp: o.high_watermark for tp, o in snapshot.items()}
 
-    def partitions(self, start: OffsetsJson, end: OffsetsJson) -> Sequence[InputPartition]:
+    def partitions(self, start: OffsetsJson, end: OffsetsJson) -> list[OffsetRange]:
         begin = offsets_from_json(start, "start offset")
         until = offsets_from_json(end, "end offset")
         # Partitions that latestOffset discovered (or reset after a recreation) begin
