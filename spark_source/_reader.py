@@ -74,6 +74,7 @@ from strata.client import (
 __all__ = [
     "SPARK_ARROW_SCHEMA",
     "OffsetRange",
+    "fetch_bytes_for",
     "PartitionOffsets",
     "StrataBatchReader",
     "StrataStreamReader",
@@ -101,12 +102,24 @@ SPARK_ARROW_SCHEMA: Final = pa.schema([
 ])
 
 #: Per-fetch size for one range. Big fetches amortise the per-request and per-yield cost;
-#: the consumer buffers about two of them (one being handed out, one in flight).
+#: the consumer buffers about two of them (one being handed out, one in flight). A short
+#: range gets smaller fetches (``fetch_bytes_for``): the consumer fetches ahead, and
+#: whatever lies past the range's end is decoded for nothing.
 FETCH_BYTES: Final = 8 << 20
+MIN_FETCH_BYTES: Final = 1 << 20
+#: Bytes per record assumed when sizing a short range's fetches (generous: a fetch
+#: always returns at least one whole batch, so a low guess costs round trips, not
+#: progress).
+_BYTES_PER_RECORD_GUESS: Final = 512
 #: A read that makes no progress this long fails the task (Kafka's source waits
 #: ``spark.network.timeout``, 120 s, too): the leader is gone or the log was truncated.
 STALL_TIMEOUT_S: Final = 120.0
 _POLL_MS: Final = 500
+
+
+def fetch_bytes_for(records: int) -> int:
+    """Fetch size for a range of ``records`` records (see ``FETCH_BYTES``)."""
+    return max(MIN_FETCH_BYTES, min(FETCH_BYTES, records * _BYTES_PER_RECORD_GUESS))
 
 
 def to_spark_table(table: pa.Table) -> pa.Table:
@@ -368,9 +381,10 @@ def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
     data loss; a partition whose log now ends before the range (topic recreated) too.
     """
     tp = rng.topic_partition
+    fetch_bytes = fetch_bytes_for(rng.end - rng.start)
     consumer = Consumer(options.bootstrap, client_id="strata-spark-source",
-                        auto_offset_reset="none", max_partition_fetch_bytes=FETCH_BYTES,
-                        fetch_max_bytes=FETCH_BYTES)
+                        auto_offset_reset="none", max_partition_fetch_bytes=fetch_bytes,
+                        fetch_max_bytes=fetch_bytes)
     try:
         consumer.assign([tp])
         position = rng.start
