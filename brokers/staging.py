@@ -157,11 +157,12 @@ class StagingArea:
         return False
 
     # ------------------------------------------------------------------ commit
-    def collect(self, parts: Iterable[StagedPart]) -> list[bytearray]:
+    def collect(self, parts: Iterable[StagedPart]) -> list[memoryview]:
         """The staged batches of ``parts``, in order, after checking every count.
 
         Raises ``StagedDataMissingError`` (nothing is returned) if any file is missing or
-        holds a different number of chunks or records than its writer reported.
+        holds a different number of chunks or records than its writer reported. Every
+        batch is CRC-checked again: damage at rest must not get a fresh CRC when stamped.
         """
         found: list[tuple[StagedPart, _StagedFile]] = []
         for part in parts:
@@ -176,12 +177,16 @@ class StagingArea:
                     "broker crash, aborted or expired); nothing was committed, re-run the "
                     "batch (a Spark query does so when restarted from its checkpoint)")
             found.append((part, staged))
-        batches: list[bytearray] = []
+        batches: list[memoryview] = []
         for part, staged in found:
-            data = staged.path.read_bytes()
+            # One writable buffer per file; the batches are slices of it that the commit
+            # stamps and appends in place (no copy per batch).
+            data = bytearray(staged.size)
+            with open(staged.path, "rb") as f:
+                size = f.readinto(data)
             chunk = 0
-            for _, view in iter_batches(data, allow_partial_tail=False):
-                batches.append(bytearray(view))
+            for _, view in iter_batches(memoryview(data)[:size], allow_partial_tail=False):
+                batches.append(view)
                 chunk += 1
             if chunk != part.chunks:  # the file changed under us: never commit a guess
                 raise StagedDataMissingError(

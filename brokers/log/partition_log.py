@@ -382,7 +382,8 @@ class PartitionLog:
         return AppendInfo(base_offset, header.last_offset, header.record_count,
                           header.max_timestamp, log_append_time, len(data))
 
-    def append_group(self, batches: Sequence[bytearray], *, leader_epoch: int) -> AppendInfo:
+    def append_group(self, batches: Sequence[bytearray | memoryview], *, leader_epoch: int
+                     ) -> AppendInfo:
         """Append already-validated ``batches`` as one unit (a sink commit's group).
 
         They get consecutive offsets and land in one segment with nothing between them,
