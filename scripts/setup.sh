@@ -40,7 +40,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 echo "setup: installing strata (editable) and its pinned dependencies"
-"$VENV/bin/python" -m pip install -q -e ".[dev]"
+# editable_mode=compat: a .pth path entry instead of setuptools' import hook, so
+# pkgutil.iter_modules sees pyspark_strata.py and Spark registers format("strata") by
+# itself (spark_source/README.md, "Registration").
+"$VENV/bin/python" -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
 
 if [ ! -f "$DELTA_JAR" ] || [ ! -f "$DELTA_STORAGE_JAR" ]; then
   echo "setup: fetching $DELTA_ARTIFACT and its dependencies from Maven Central into ~/.m2"
