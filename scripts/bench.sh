@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: the benchmark figures of docs/benchmarks.md, on a throw-away local stack.
 # Starts ZooKeeper + one broker on free ports in a temp data dir, runs the storage,
-# produce, consume and end-to-end latency benchmarks, and stops exactly that stack.
+# produce, consume, end-to-end latency and Spark benchmarks, and stops exactly that stack.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=.venv/bin/strata
@@ -49,3 +49,11 @@ sleep 2
   --throughput 100000 --chunk-records 100 --linger-ms 1
 wait "$CONSUMER"
 cat "$DATA/e2e-consume.txt"
+
+echo "== Spark (local[2]): streaming read of 5,000,000 100-byte records, 8 partitions, noop sink"
+"$STRATA" perf spark-read --topic bench-spark-read --num-records 5000000 --partitions 8
+echo "== Spark (local[2]): batch write of 4,000,000 100-byte records into 8 partitions"
+"$STRATA" perf spark-write --num-records 4000000 --partitions 8
+echo "== Spark (local[2]): produce -> Spark (processingTime=0) -> sink topic -> consume, 5,000 records/s"
+"$STRATA" perf spark-e2e --rate 5000 --seconds 30
+"$STRATA" perf spark-e2e --rate 5000 --seconds 30 --at-least-once

@@ -9,7 +9,7 @@
     strata produce TOPIC [--key-separator SEP] [--acks 0|1|all] [--partition P]
     strata consume TOPIC [--from-beginning|--offset N|--timestamp MS] [--partition P]
                          [-n COUNT] [--timeout-ms MS]
-    strata perf log|produce|consume [...]
+    strata perf log|produce|consume|spark-read|spark-write|spark-e2e [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
 ``--format text|json``.
@@ -134,6 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
     consume_perf = perf_sub.add_parser("consume", help="consumer throughput (and e2e latency)")
     perf_client.add_consume_arguments(consume_perf)
     consume_perf.set_defaults(handler=perf_client.run_consume)
+    # The Spark benchmarks import pyspark only when they run (it is slow to import).
+    from strata import perf_spark, perf_spark_sink
+
+    spark_read = perf_sub.add_parser(
+        "spark-read", help="Spark streaming read of a topic into the noop sink")
+    perf_spark.add_spark_read_arguments(spark_read)
+    spark_read.set_defaults(handler=perf_spark.run_spark_read)
+    spark_write = perf_sub.add_parser(
+        "spark-write", help="Spark batch write into a topic (exactly- and at-least-once)")
+    perf_spark_sink.add_spark_write_arguments(spark_write)
+    spark_write.set_defaults(handler=perf_spark_sink.run_spark_write)
+    spark_e2e = perf_sub.add_parser(
+        "spark-e2e", help="latency of produce -> Spark (processingTime=0) -> topic -> consume")
+    perf_spark_sink.add_spark_e2e_arguments(spark_e2e)
+    spark_e2e.set_defaults(handler=perf_spark_sink.run_spark_e2e)
     return parser
 
 
