@@ -244,3 +244,16 @@ def test_spark_reports_sink_errors_at_query_start(spark: Any, broker: BrokerProc
         df.write.format("strata").option("bootstrap.servers", broker.bootstrap) \
             .option("topic", "sink-overwrite").mode("overwrite").save()
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_a_named_batch_write_runs_at_most_once(spark: Any, broker: BrokerProcess) -> None:
+    """With sinkId, a batch write is batch 0 of that sink: running the job again (e.g. a
+    retried pipeline step) writes nothing the second time."""
+    bootstrap = broker.bootstrap
+    _create(bootstrap, ("sink-named", 2))
+    df = spark.createDataFrame([(f"n{i}",) for i in range(50)], "value string")
+    for _ in range(2):
+        df.write.format("strata").option("bootstrap.servers", bootstrap) \
+            .option("topic", "sink-named").option("sinkId", "nightly-load-2026-11-22") \
+            .mode("append").save()
+    assert len(_records(bootstrap, "sink-named", 2, 51, timeout=5)) == 50
