@@ -65,16 +65,14 @@ class StrataDataSource(DataSource):
         return StrataStreamReader(parse_source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from spark_source import _sink  # type: ignore[attr-defined, unused-ignore]
+        from spark_source import _sink
 
-        writer: DataSourceWriter = _sink.batch_writer(self.options, schema, overwrite)
-        return writer
+        return _sink.batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from spark_source import _sink  # type: ignore[attr-defined, unused-ignore]
+        from spark_source import _sink
 
-        writer: DataSourceStreamWriter = _sink.stream_writer(self.options, schema, overwrite)
-        return writer
+        return _sink.stream_writer(self.options, schema, overwrite)
 
 
 def register(spark: SparkSession) -> None:
