@@ -184,8 +184,10 @@ def render() -> str:
     rows = {}
     for name in _error_names:
         cls = getattr(errors_module, name)
-        if isinstance(cls, type) and hasattr(cls, "code"):
-            rows[cls.code] = error_for_code(cls.code)
+        # Only codes that travel on the wire; start-up errors (11xx that stop a broker)
+        # never reach a client.
+        if isinstance(cls, type) and hasattr(cls, "code") and error_for_code(cls.code) is cls:
+            rows[cls.code] = cls
     for code in sorted(rows):
         cls = rows[code]
         doc = " ".join((cls.__doc__ or "").split())
