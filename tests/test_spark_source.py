@@ -628,3 +628,15 @@ def test_options_are_case_insensitive_and_default_sensibly() -> None:
     anything = parse_source_options({"subscribePattern": ".*", "bootstrap.servers": "h:1"},
                                     streaming=True)
     assert anything.subscribes_to("t") and not anything.subscribes_to("__internal")
+
+
+def test_small_ranges_are_packed_into_few_tasks() -> None:
+    from spark_source._reader import RangeGroup, pack_ranges
+
+    ranges = [OffsetRange("t", p, 0, n) for p, n in enumerate([10, 20, 30, 200, 5, 5])]
+    packed = pack_ranges(ranges, max_records=60)
+    shapes = [[(r.partition, r.end) for r in (g.ranges if isinstance(g, RangeGroup) else [g])]
+              for g in packed]
+    # Order kept, no range split, a big range alone, groups never above the limit.
+    assert shapes == [[(0, 10), (1, 20), (2, 30)], [(3, 200)], [(4, 5), (5, 5)]]
+    assert pack_ranges([], max_records=60) == []
