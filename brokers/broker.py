@@ -389,10 +389,18 @@ class Broker:
         now_ms = time.time_ns() // 1_000_000
         for partition in list(self.partitions.values()):
             try:
+                # Snapshot the producer state first: retention may delete the segments
+                # whose batch headers are the only other record of it (a sink's last
+                # committed batch id must survive an unclean restart after that).
+                if not partition.log.is_offline:
+                    partition.producers.write_snapshot(partition.log.log_end_offset)
                 deleted += len(partition.log.apply_retention())
             except StrataError as err:
                 log.error("retention on %s failed: %s", partition, err)
-            partition.producers.expire(now_ms, self.config.producer_id_expiration_ms)
+            except OSError as err:
+                log.error("producer-state snapshot of %s failed: %s", partition, err)
+            partition.producers.expire(now_ms, self.config.producer_id_expiration_ms,
+                                       sink_max_idle_ms=self.config.sink_state_expiration_ms)
             try:
                 partition.staging.expire(now_ms, self.config.sink_staging_retention_ms)
             except OSError as err:

@@ -77,6 +77,10 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "sink_staging_retention_ms", int, 86_400_000,
         "delete records a sink writer staged but nobody committed or aborted after this long",
         lambda v: v >= 1, ">= 1"),
+    "sink.state.expiration.ms": _BrokerKey(
+        "sink_state_expiration_ms", int, 604_800_000,
+        "forget a sink's last committed batch id after this long without a commit (a "
+        "batch re-run after that is appended again)", lambda v: v >= 1, ">= 1"),
     "log.retention.check.interval.ms": _BrokerKey(
         "retention_check_interval_ms", int, 300_000, "how often retention runs",
         lambda v: v >= 1, ">= 1"),
@@ -111,6 +115,7 @@ class BrokerConfig:
     producer_id_block_size: int = 1000
     producer_id_expiration_ms: int = 86_400_000
     sink_staging_retention_ms: int = 86_400_000
+    sink_state_expiration_ms: int = 604_800_000
     retention_check_interval_ms: int = 300_000
     flush_scheduler_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000

@@ -479,9 +479,13 @@ class RequestHandlers:
                     answer.base_offset = result.first_offset
                     answer.last_offset = result.last_offset
                     answer.last_committed_batch = result.last_committed_batch
-                    if not result.duplicate:
-                        waits.append(self._await_commit(partition, result.last_offset + 1,
-                                                        request.timeout_ms, answer))
+                    # A replay answers only once the first commit is durable too: its
+                    # answer may have been lost before the fsync finished. The log end
+                    # covers it (the first commit's end offset is not remembered).
+                    end = partition.log.log_end_offset if result.duplicate \
+                        else result.last_offset + 1
+                    waits.append(self._await_commit(partition, end, request.timeout_ms,
+                                                    answer))
                 except StrataError as err:
                     answer.error_code, answer.error_message = _error(err)
                 except OSError as err:

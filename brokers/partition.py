@@ -99,6 +99,7 @@ class Partition:
             self.log.truncate_to(torn)
             self._load_producer_state()
         self.staging = StagingArea(directory)
+        self._high_watermark_cap: int | None = None
         self.high_watermark = self.log.log_end_offset
         self._data_arrived = asyncio.Event()
 
@@ -185,15 +186,28 @@ class Partition:
         if batch_id <= last:
             self.staging.discard(ids)
             return SinkCommit(-1, -1, True, last)
+        if len(set(ids)) != len(ids):
+            raise InvalidRequestError(
+                f"a commit names a staging id twice in {self.name}; name each once")
         batches = self.staging.collect(parts)
         for i, data in enumerate(batches):
             stamp_sink_commit(data, producer_id, batch_id, ends_commit=i == len(batches) - 1)
-        info = self.log.append_group(batches, leader_epoch=self.leader_epoch)
+        group_start = self.log.log_end_offset
+        try:
+            info = self.log.append_group(batches, leader_epoch=self.leader_epoch)
+        except Exception:
+            # A disk error part-way may have left whole batches of an unfinished group:
+            # they must never become readable (the log is offline; the partition's next
+            # open truncates them).
+            self._high_watermark_cap = group_start
+            raise
         for data in batches:
             header = peek_header(data)
             self.producers.update(header, header.base_offset)
         self.staging.discard(ids)
         self._advance_high_watermark()
+        if self.log.config.flush_policy is FlushPolicy.INTERVAL:
+            self.log.flush_if_due()
         return SinkCommit(info.first_offset, info.last_offset, False, batch_id)
 
     def abort_staged(self, staging_ids: list[str]) -> int:
@@ -208,6 +222,8 @@ class Partition:
         # One replica (or an ISR of just the leader): everything appended is committed.
         if self.isr in ([], [self.broker_id]):
             new = self.log.log_end_offset
+            if self._high_watermark_cap is not None:
+                new = min(new, self._high_watermark_cap)
             if new != self.high_watermark:
                 self.high_watermark = new
         self._notify()
@@ -237,7 +253,11 @@ class Partition:
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        self.producers.write_snapshot(self.log.log_end_offset)
+        # After a disk error the state in memory may not match what is on disk (a torn
+        # sink group, a write that half failed): no snapshot, so the next open rebuilds
+        # the state from the log itself.
+        if not self.log.is_offline:
+            self.producers.write_snapshot(self.log.log_end_offset)
         self.log.close()
 
     def delete(self) -> None:

@@ -16,8 +16,9 @@ the transactional bit, a producer id derived from the sink's id and
 ``base_sequence = the sink's batch id``. For them the state is the last *completed*
 commit (``last_commit``: the batch id of the last group whose commit-end batch is in the
 log); a commit whose batch id is at or below it is a replay and is discarded whole.
-Sink entries never expire: a Spark query may come back after any pause and re-run its
-last batch, and there are few sinks.
+Sink entries expire after ``sink.state.expiration.ms`` without a commit (default 7
+days, far above ``producer.id.expiration.ms``): a Spark query may come back after a long
+pause and re-run its last batch, but every one-off batch write is a sink of its own.
 
 Persistence: ``<offset, 20 digits>.snapshot`` files in the partition directory (JSON,
 written atomically) capture the state as of ``offset``. On open the newest snapshot at
@@ -31,6 +32,7 @@ Thread-safety: not thread-safe; the partition calls it from the event loop only.
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -145,7 +147,10 @@ class ProducerStateManager:
         if header.ends_commit:
             entry.last_commit = max(entry.last_commit, header.base_sequence)
             entry.open_commit_offset = None
-        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        # The broker's clock, not the records' timestamps: a sink often writes records
+        # with old event times (a replay), which must not make it look idle. A replay of
+        # the log after a restart refreshes it, which only lengthens the entry's life.
+        entry.last_timestamp = max(entry.last_timestamp, time.time_ns() // 1_000_000)
 
     def update(self, header: BatchHeader, first_offset: int) -> None:
         """Record an appended batch (leader append, follower append or log replay)."""
@@ -164,16 +169,21 @@ class ProducerStateManager:
             first_offset + header.last_offset_delta))
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
 
-    def expire(self, now_ms: int, max_idle_ms: int) -> int:
+    def expire(self, now_ms: int, max_idle_ms: int, *,
+               sink_max_idle_ms: int | None = None) -> int:
         """Forget producers whose last batch is older than ``max_idle_ms``; return how many.
 
         Without this the map (and every snapshot) grows with each producer id ever seen.
         A forgotten producer that comes back must start again at sequence 0
         (``UNKNOWN_PRODUCER_ID`` tells it so), exactly like Kafka's
-        ``producer.id.expiration.ms``.
+        ``producer.id.expiration.ms``. Sink entries expire only with ``sink_max_idle_ms``
+        (``sink.state.expiration.ms``, default 7 days), so each one-off batch write does
+        not leave state behind forever.
         """
         idle = [pid for pid, e in self._producers.items()
-                if not e.is_sink and e.last_timestamp < now_ms - max_idle_ms]
+                if (not e.is_sink and e.last_timestamp < now_ms - max_idle_ms)
+                or (e.is_sink and sink_max_idle_ms is not None
+                    and e.last_timestamp < now_ms - sink_max_idle_ms)]
         for pid in idle:
             del self._producers[pid]
         return len(idle)

@@ -35,6 +35,7 @@ Thread-safety: not thread-safe; the partition calls it from the broker's event l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -148,8 +149,15 @@ class StagingArea:
             self.directory.mkdir(exist_ok=True)
             staged = _StagedFile(self.directory / (staging_id + STAGE_SUFFIX))
             self._files[staging_id] = staged
-        with open(staged.path, "ab") as f:
-            f.write(batch)
+        try:
+            with open(staged.path, "ab") as f:
+                f.write(batch)
+        except OSError:
+            # A write that failed part-way (ENOSPC) must not leave bytes a resend would
+            # be appended after: cut the file back to its last whole chunk.
+            with contextlib.suppress(OSError):
+                os.truncate(staged.path, staged.size)
+            raise
         staged.chunks += 1
         staged.records += header.record_count
         staged.size += len(batch)
@@ -185,9 +193,14 @@ class StagingArea:
             with open(staged.path, "rb") as f:
                 size = f.readinto(data)
             chunk = 0
-            for _, view in iter_batches(memoryview(data)[:size], allow_partial_tail=False):
-                batches.append(view)
-                chunk += 1
+            try:
+                for _, view in iter_batches(memoryview(data)[:size], allow_partial_tail=False):
+                    batches.append(view)
+                    chunk += 1
+            except (CorruptRecordError, InvalidRecordBatchError) as err:
+                raise StagedDataMissingError(
+                    f"staging id {part.staging_id}: the staged file {staged.path} is damaged "
+                    f"({err.message}); nothing was committed, re-run the batch") from None
             if chunk != part.chunks:  # the file changed under us: never commit a guess
                 raise StagedDataMissingError(
                     f"staging id {part.staging_id}: file holds {chunk} chunk(s), expected "

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -54,8 +55,8 @@ from pyspark.sql.types import (
 from spark_source._errors import StrataSparkOptionError
 from spark_source._options import _bootstrap
 
-__all__ = ["SinkOptions", "StrataCommitMessage", "batch_writer", "parse_sink_options",
-           "stream_writer"]
+__all__ = ["SinkOptions", "StrataCommitMessage", "batch_writer", "checkpoint_identity",
+           "parse_sink_options", "stream_writer"]
 
 log = logging.getLogger("strata.spark_source.sink")
 
@@ -121,7 +122,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType, *, stream
     if sink_id is not None and not sink_id.strip():
         raise StrataSparkOptionError("sinkId", "is empty; give a stable name for this sink")
     if sink_id is None and opts.get("checkpointlocation"):
-        sink_id = "checkpoint:" + os.path.abspath(opts["checkpointlocation"])
+        sink_id = "checkpoint:" + checkpoint_identity(opts["checkpointlocation"])
     if streaming and delivery == EXACTLY_ONCE and sink_id is None:
         raise StrataSparkOptionError(
             "checkpointLocation", "is needed by the exactly-once sink to recognise a "
@@ -129,6 +130,27 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType, *, stream
             "writeStream (or option sinkId to a name that stays the same across restarts)")
     return SinkOptions(bootstrap, topic.strip() if topic else None, sink_id, delivery,
                        compression, int(raw_max), columns)
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(.*)$")
+
+
+def checkpoint_identity(location: str) -> str:
+    """The checkpoint location as the sink's identity: equal for equal checkpoints.
+
+    A local path becomes absolute and normalised (``file:/x``, ``file:///x`` and ``/x``
+    are one checkpoint); a URI of another file system (``hdfs://nn/ck``, ``s3a://b/ck``)
+    is kept as given, minus a trailing ``/``, since resolving it against the driver's
+    working directory would change it whenever the driver starts elsewhere.
+    """
+    text = location.strip()
+    match = _SCHEME.match(text)
+    if match is None:
+        return os.path.normpath(os.path.abspath(text))
+    scheme, rest = match.group(1).lower(), match.group(2)
+    if scheme == "file":
+        return os.path.normpath("/" + rest.lstrip("/"))
+    return f"{scheme}:{rest.rstrip('/') or '/'}"
 
 
 def _check_columns(schema: StructType) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ import pytest
 
 from brokers.errors import (
     InvalidRecordBatchError,
+    InvalidRequestError,
     OutOfOrderSequenceError,
     StagedDataMissingError,
     raise_for_code,
@@ -27,6 +28,7 @@ from brokers.log import LogConfig
 from brokers.partition import Partition
 from brokers.protocol import (
     ApiKey,
+    ConfigEntry,
     CreatableTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -46,7 +48,7 @@ from brokers.record_batch import (
     stamp_sink_commit,
 )
 from brokers.staging import StagedPart as BrokerStagedPart
-from strata.client import Admin, Consumer, NewTopic, TopicPartition
+from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from strata.client._cluster import Cluster
 from strata.client.sink import (
     SinkCommitter,
@@ -63,8 +65,8 @@ def _values(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}-{i}".encode() for i in range(n)]
 
 
-def _create(bootstrap: str, topic: str, partitions: int = 2, on_broker: int | None = None
-            ) -> None:
+def _create(bootstrap: str, topic: str, partitions: int = 2, on_broker: int | None = None,
+            configs: dict[str, str] | None = None) -> None:
     """Create ``topic``; ``on_broker`` pins every partition to that broker (tests that
     restart one broker while others of the module, or their stale registrations, live)."""
     if on_broker is None:
@@ -78,7 +80,8 @@ def _create(bootstrap: str, topic: str, partitions: int = 2, on_broker: int | No
         try:
             response = await cluster.send_any(ApiKey.CREATE_TOPICS, CreateTopicsRequest(
                 [CreatableTopic(topic, -1, -1, assignments=[
-                    ReplicaAssignment(p, [on_broker]) for p in range(partitions)])],
+                    ReplicaAssignment(p, [on_broker]) for p in range(partitions)],
+                    configs=[ConfigEntry(k, v) for k, v in (configs or {}).items()])],
                 timeout_ms=10_000))
             assert isinstance(response, CreateTopicsResponse)
             result = response.topics[0]
@@ -173,11 +176,13 @@ def test_a_commit_of_missing_or_partial_staged_data_appends_nothing(
     part = staged[tp][0]
     pid = sink_producer_id("missing")
     with SinkCommitter(bootstrap) as committer:
-        for wrong in (StagedPart(part.staging_id, part.chunks + 1, part.records),
-                      StagedPart(part.staging_id, part.chunks, part.records - 1),
-                      StagedPart("never-staged", 1, 1)):
+        # Wrong counts for the staged file; or a good file next to one never staged
+        # (the good one must not be appended alone).
+        for named in ([StagedPart(part.staging_id, part.chunks + 1, part.records)],
+                      [StagedPart(part.staging_id, part.chunks, part.records - 1)],
+                      [part, StagedPart("never-staged", 1, 1)]):
             with pytest.raises(StagedDataMissingError, match="re-run the batch"):
-                committer.commit(pid, 0, {tp: [part, wrong]})
+                committer.commit(pid, 0, {tp: named})
         assert _read_all(bootstrap, "sink-missing", 1) == {0: []}
         # Aborted data is gone: committing it afterwards is refused.
         committer.abort({tp: [part.staging_id]})
@@ -325,12 +330,63 @@ def test_a_commit_torn_by_a_crash_is_removed_whole_on_open(tmp_path: Path) -> No
 
 def test_staged_file_with_a_torn_tail_keeps_whole_chunks(tmp_path: Path) -> None:
     p = _partition(tmp_path)
-    part = _stage_local(p, "w", [[b"1"], [b"2", b"3"]])
+    _stage_local(p, "w", [[b"1"], [b"2", b"3"]])
     path = tmp_path / "staging" / "w.stage"
     with open(path, "ab") as f:
         f.write(build_batch([b"torn"])[:30])
     p.close()
     reopened = _partition(tmp_path)
-    result = reopened.commit_staged(SINK_PRODUCER_ID_BASE + 1, 0, [part])
-    assert result.last_offset - result.first_offset + 1 == 3
+    # The writer resends its third chunk: it must follow the two whole ones, not the
+    # torn bytes (which recovery cut off), or the commit would find a damaged file.
+    assert reopened.stage("w", 2, build_batch([b"4"])) is False
+    result = reopened.commit_staged(SINK_PRODUCER_ID_BASE + 1, 0,
+                                    [BrokerStagedPart("w", 3, 4)])
+    assert result.last_offset - result.first_offset + 1 == 4
     reopened.close()
+
+
+def test_a_staged_file_damaged_at_rest_or_named_twice_commits_nothing(tmp_path: Path) -> None:
+    p = _partition(tmp_path)
+    part = _stage_local(p, "w", [[b"1"], [b"2"]])
+    with pytest.raises(InvalidRequestError, match="staging id twice"):
+        p.commit_staged(SINK_PRODUCER_ID_BASE + 2, 0, [part, part])
+    path = tmp_path / "staging" / "w.stage"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # one flipped bit in the last chunk's payload
+    path.write_bytes(bytes(data))
+    with pytest.raises(StagedDataMissingError, match="is damaged"):
+        p.commit_staged(SINK_PRODUCER_ID_BASE + 2, 0, [part])
+    assert p.log.log_end_offset == 0
+    p.close()
+
+
+def test_a_sinks_last_batch_survives_retention_and_a_sigkill(
+        broker_factory: Callable[..., BrokerProcess]) -> None:
+    """Retention deletes the segment holding the commit; the broker then crashes (no
+    snapshot at close). The batch id must still be known: a snapshot taken before
+    retention keeps it."""
+    process = broker_factory(broker_id=43, overrides={"log.retention.check.interval.ms": "200"})
+    topic = "sink-retention"
+    _create(process.bootstrap, topic, partitions=1, on_broker=43,
+            configs={"segment.bytes": "2048", "retention.ms": "1"})
+    pid = sink_producer_id("retention")
+    with SinkCommitter(process.bootstrap) as committer:
+        committer.commit(pid, 3, _stage(process.bootstrap, topic, {0: [_values("c", 5)]}))
+    with Producer(process.bootstrap) as producer:  # roll segments past the commit
+        for i in range(60):
+            producer.send(topic, f"filler-{i:04d}".encode() * 10, partition=0)
+        producer.flush(30)
+    deadline = time.monotonic() + 30
+    with Admin(process.bootstrap) as admin:
+        while time.monotonic() < deadline:
+            start = admin.list_offsets({TopicPartition(topic, 0): "earliest"})
+            if start[TopicPartition(topic, 0)].offset >= 5:  # offsets 0..4: the commit
+                break
+            time.sleep(0.2)
+        assert start[TopicPartition(topic, 0)].offset >= 5, "retention did not run"
+    process.kill()
+    process.start()
+    with SinkCommitter(process.bootstrap) as committer:
+        replay = committer.commit(pid, 3, _stage(process.bootstrap, topic,
+                                                 {0: [_values("c", 5)]}))
+    assert all(r.duplicate for r in replay.values())

@@ -23,6 +23,7 @@ from spark_source._errors import StrataSparkOptionError
 from spark_source._sink import (
     StrataStreamWriter,
     _write_task,
+    checkpoint_identity,
     parse_sink_options,
 )
 from strata.client import Admin, Consumer, ConsumerRecord, NewTopic, TopicPartition
@@ -58,6 +59,25 @@ def _records(bootstrap: str, topic: str, partitions: int, expect: int,
             out.extend(consumer.poll(timeout_ms=200))
         out.extend(consumer.poll(timeout_ms=500))  # anything beyond ``expect`` shows up too
     return out
+
+
+def _schema(ddl: str) -> Any:
+    """A StructType from ``"name type, ..."`` without a SparkContext (Spark's own DDL
+    parser needs one, and these tests run without the session)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    types = {"string": StringType(), "binary": BinaryType(), "int": IntegerType(),
+             "long": LongType(), "array<string>": ArrayType(StringType())}
+    return StructType([StructField(name, types[kind]) for name, kind in
+                       (part.strip().split(" ", 1) for part in ddl.split(","))])
 
 
 def _stream_options(bootstrap: str, checkpoint: Path, topic: str) -> dict[str, str]:
@@ -213,24 +233,25 @@ def test_at_least_once_writes_straight_through(spark: Any, broker: BrokerProcess
 ])
 def test_bad_options_and_columns_are_rejected_before_writing(
         options: dict[str, str], columns: str, match: str) -> None:
-    from pyspark.sql.types import _parse_datatype_string
-
-    schema = _parse_datatype_string(columns)
+    schema = _schema(columns)
     with pytest.raises(StrataSparkOptionError, match=match):
         parse_sink_options({"bootstrap.servers": "127.0.0.1:9", **options}, schema,
                            streaming=False)
 
 
 def test_streaming_exactly_once_needs_a_stable_sink_id() -> None:
-    from pyspark.sql.types import _parse_datatype_string
-
-    schema = _parse_datatype_string("value string")
+    schema = _schema("value string")
     with pytest.raises(StrataSparkOptionError, match="option checkpointLocation"):
         parse_sink_options({"bootstrap.servers": "127.0.0.1:9", "topic": "t"}, schema,
                            streaming=True)
     parsed = parse_sink_options({"bootstrap.servers": "127.0.0.1:9", "topic": "t",
                                  "checkpointLocation": "rel/ck"}, schema, streaming=True)
     assert parsed.sink_id is not None and parsed.sink_id.endswith("/rel/ck")
+    # One checkpoint, one identity, whatever the spelling or the driver's directory.
+    assert checkpoint_identity("/data/ck/") == checkpoint_identity("file:/data/ck") \
+        == checkpoint_identity("file:///data/ck") == "/data/ck"
+    assert checkpoint_identity("hdfs://nn:8020/ck/q1/") == "hdfs://nn:8020/ck/q1"
+    assert checkpoint_identity("s3a://bucket/ck") == "s3a://bucket/ck"
 
 
 def test_spark_reports_sink_errors_at_query_start(spark: Any, broker: BrokerProcess,

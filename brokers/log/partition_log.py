@@ -337,6 +337,11 @@ class PartitionLog:
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
+    @property
+    def is_offline(self) -> bool:
+        """True after a disk error: the log refuses writes until the broker restarts."""
+        return self._offline is not None
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"log {self.directory} is closed")
@@ -389,8 +394,9 @@ class PartitionLog:
         They get consecutive offsets and land in one segment with nothing between them,
         so the group is never split by a roll, by retention or by another append (a
         torn group can only be the log's tail after a crash; the partition removes it on
-        open). Each batch is stamped in place. Does not wait for the flush policy's fsync:
-        the caller waits with ``wait_durable`` before it acknowledges.
+        open). Each batch is stamped in place. Neither flushes nor waits for the flush
+        policy's fsync: the caller runs ``flush_if_due`` / ``wait_durable`` after it has
+        recorded the group.
         """
         if not batches:
             raise ValueError("append_group needs at least one batch")
@@ -421,8 +427,8 @@ class PartitionLog:
                 raise self._storage_failed(
                     f"write to {self.active_segment.log_path}", err) from err
             self._assign_epoch(headers[0])
-        if self.config.flush_policy is FlushPolicy.INTERVAL:
-            self.flush_if_due()
+        # No flush here: the caller records the group in producer state first, so a
+        # failing fsync cannot leave a written group that the state does not know.
         return AppendInfo(base_offset, headers[-1].last_offset, offset - base_offset,
                           max(h.max_timestamp for h in headers), log_append_time, total)
 
