@@ -203,7 +203,7 @@ def _send(bootstrap: str, api: ApiKey, request: Any) -> Any:
     return asyncio.run(go())
 
 
-def test_clients_cannot_forge_commit_bits_and_chunks_stay_in_order(
+def test_clients_cannot_forge_commit_bits_and_the_broker_refuses_chunk_gaps(
         broker: BrokerProcess) -> None:
     bootstrap = broker.bootstrap
     _create(bootstrap, "sink-forged", partitions=1)
