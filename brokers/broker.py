@@ -324,6 +324,9 @@ class Broker:
             self.partitions[(topic.name, p)] = partition
         self.coordinator.watch_topic_configs(topic.name, self._threadsafe(
             lambda configs, name=topic.name: self._on_configs_changed(name, configs)))
+        for p in topic.assignment:
+            self.coordinator.watch_partition_state(topic.name, p, self._threadsafe(
+                lambda state, name=topic.name, p=p: self._on_partition_state(name, p, state)))
         log.info("loaded topic %s (%d partitions)", topic.name, topic.partition_count)
 
     async def _on_configs_changed(self, name: str, overrides: dict[str, str] | None) -> None:
@@ -334,6 +337,27 @@ class Broker:
         for (topic, _), partition in self.partitions.items():
             if topic == name:
                 partition.set_config(config)
+
+    async def _on_partition_state(self, name: str, p: int, state: PartitionState | None
+                                  ) -> None:
+        """A partition's leader, epoch or ISR changed in ZooKeeper (a controller's write)."""
+        topic = self.topics.get(name)
+        if state is None or topic is None or p not in topic.assignment:
+            return
+        current = self.partition_states.get((name, p))
+        if current is not None and state.leader_epoch < current.leader_epoch:
+            return  # a stale notification: never go back to an older epoch
+        self.partition_states[(name, p)] = state
+        partition = self.partitions.get((name, p))
+        if partition is not None:
+            try:
+                partition.set_state(state.leader, state.leader_epoch, state.isr,
+                                    topic.assignment[p])
+            except StrataError as err:
+                log.error("applying the new state of %s-%d failed: %s", name, p, err)
+            partition.wake_waiters()
+        log.info("%s-%d: leader %d, epoch %d, isr %s", name, p, state.leader,
+                 state.leader_epoch, state.isr)
 
     def _drop_topic(self, name: str) -> None:
         self.topics.pop(name, None)

@@ -320,6 +320,22 @@ class Coordinator:
         self.zk.DataWatch(f"{_TOPIC_CONFIGS}/{name}")(on_data)
 
     # ------------------------------------------------------------------ partition state
+    def watch_partition_state(self, topic: str, partition: int,
+                              callback: Callable[[PartitionState | None], None]) -> None:
+        """Call ``callback`` with the partition's state now and after every change
+        (``None`` once the znode is gone, which ends the watch)."""
+        def on_data(data: bytes | None, stat: Any) -> bool | None:
+            if data is None:
+                callback(None)
+                return False
+            value = _load(data)
+            callback(PartitionState(int(value["leader"]), int(value["leader_epoch"]),
+                                    [int(b) for b in value["isr"]],
+                                    int(value["controller_epoch"]), stat.version))
+            return None
+
+        self.zk.DataWatch(f"{_TOPICS}/{topic}/partitions/{partition}/state")(on_data)
+
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         try:
             data, stat = self.zk.get(f"{_TOPICS}/{topic}/partitions/{partition}/state")

@@ -127,10 +127,19 @@ class Partition:
 
     def set_state(self, leader: int, leader_epoch: int, isr: list[int], replicas: list[int]
                   ) -> None:
+        """Apply the partition state from ZooKeeper (at load and on every change).
+
+        Becoming leader with a newer epoch records the epoch's start at the log end.
+        Losing leadership takes effect at once: produce answers NOT_LEADER_OR_FOLLOWER
+        and parked fetches are woken to notice.
+        """
         self.leader_id = leader
         self.leader_epoch = leader_epoch
         self.isr = list(isr)
         self.replicas = list(replicas)
+        if self.is_leader and not self.log.is_offline \
+                and leader_epoch > self.log.latest_epoch:
+            self.log.start_epoch(leader_epoch)
         self._advance_high_watermark()
 
     # ------------------------------------------------------------------ writes

@@ -512,6 +512,21 @@ class PartitionLog:
         with self._lock:
             return self._epochs.entries
 
+    def start_epoch(self, epoch: int) -> bool:
+        """A leader taking over with ``epoch`` records that it starts at the log end.
+
+        Kafka does this on becoming leader, not on the first append, so that
+        OffsetForLeaderEpoch answers for the new epoch at once (a follower asking before
+        any new record would otherwise be told the previous epoch's end). Returns False
+        when ``epoch`` is not newer than the latest one.
+        """
+        with self._lock:
+            self._check_writable()
+            try:
+                return self._epochs.assign(epoch, self.log_end_offset)
+            except OSError as err:
+                raise self._storage_failed(f"write of {self._epochs.path}", err) from err
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """``(epoch, end offset)`` answering OffsetForLeaderEpoch; see
         ``LeaderEpochCache.end_offset_for``. ``(-1, -1)`` when the epoch is unknown."""
