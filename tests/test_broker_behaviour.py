@@ -44,6 +44,7 @@ from brokers.record_batch import TimestampType, batches_to_table, build_batch
 from strata.client import Admin, Consumer, OffsetOutOfRangeError, TopicPartition
 from strata.client._connection import BrokerConnection
 from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -117,19 +118,6 @@ def list_offset(broker: BrokerProcess, name: str, timestamp: int) -> int:
     answer = response.topics[0].partitions[0]
     assert answer.error_code == 0, answer
     return int(answer.offset)
-
-
-def wait_for(what: str, probe: Callable[[], T], done: Callable[[T], bool],
-             timeout: float = 30.0) -> T:
-    """Poll ``probe`` until ``done(value)``; fail naming ``what`` and the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still {value!r} after {timeout:.0f}s")
-        time.sleep(0.1)
 
 
 def segment_bases(broker: BrokerProcess, name: str) -> list[int]:

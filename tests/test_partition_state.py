@@ -8,7 +8,6 @@ writes are fenced exactly as the future controller loop's will be.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -24,6 +23,7 @@ from brokers.protocol import (
 )
 from brokers.record_batch import build_batch, iter_batches
 from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
 from tests.test_broker_api import call, create, fetch, produce, run
 from zookeeper.launcher import ZooKeeperServer
 
@@ -46,14 +46,6 @@ def _epoch_in_metadata(broker: BrokerProcess, topic: str) -> tuple[int, int]:
     return meta.leader, meta.leader_epoch
 
 
-def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def _move(controller: Coordinator, lease: ControllerLease, topic: str, leader: int,
           epoch: int) -> None:
     state = controller.partition_state(topic, 0)
@@ -71,7 +63,8 @@ def test_a_new_epoch_and_a_lost_leadership_take_effect_without_a_restart(
     assert lease is not None
 
     _move(controller, lease, topic, leader=51, epoch=3)
-    _wait_for(lambda: _epoch_in_metadata(broker, topic) == (51, 3), "epoch 3 in metadata")
+    wait_for("epoch 3 in metadata", lambda: _epoch_in_metadata(broker, topic),
+             lambda found: found == (51, 3), timeout=20)
 
     def end_for(epoch: int) -> tuple[int, int]:
         response = run(call(broker, ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochRequest(
@@ -81,7 +74,8 @@ def test_a_new_epoch_and_a_lost_leadership_take_effect_without_a_restart(
         return answer.leader_epoch, answer.end_offset
 
     # Before any new record: epoch 3 is known and starts at the log end (3).
-    _wait_for(lambda: end_for(3) == (3, 3), "epoch 3 in the leader-epoch cache")
+    wait_for("epoch 3 in the leader-epoch cache", lambda: end_for(3),
+             lambda found: found == (3, 3), timeout=20)
     assert end_for(0) == (0, 3)
     assert produce(broker, topic, 0, build_batch([b"d"])).error_code == 0
     stored = fetch(broker, topic, 0, 3)
@@ -89,7 +83,8 @@ def test_a_new_epoch_and_a_lost_leadership_take_effect_without_a_restart(
 
     # The controller moves leadership to a broker that is not this one: writes stop.
     _move(controller, lease, topic, leader=7, epoch=4)
-    _wait_for(lambda: _epoch_in_metadata(broker, topic)[1] == 4, "epoch 4 in metadata")
+    wait_for("epoch 4 in metadata", lambda: _epoch_in_metadata(broker, topic),
+             lambda found: found[1] == 4, timeout=20)
     answer = produce(broker, topic, 0, build_batch([b"e"]))
     with pytest.raises(NotLeaderError, match="leader is 7"):
         raise_for_code(answer.error_code, answer.error_message)

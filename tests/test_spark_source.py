@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +39,7 @@ from spark_source._reader import (
 from strata.client import Admin, NewTopic, Producer, TopicPartition
 from strata.spark import spark_session
 from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
 from zookeeper.launcher import ZooKeeperServer
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
@@ -142,19 +143,6 @@ def as_rows(frame: Any) -> list[Row]:
 
 def by_offset(rows: list[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: (r[2], r[3], r[4]))
-
-
-def wait_for(what: str, probe: Callable[[], T], done: Callable[[T], bool],
-             timeout: float = 60.0) -> T:
-    """Poll ``probe`` until ``done(value)``; fail naming ``what`` and the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still {value!r} after {timeout:.0f}s")
-        time.sleep(0.1)
 
 
 def stream(spark: Any, bootstrap: str, **options: str) -> Any:
