@@ -213,7 +213,6 @@ def _write_task(options: SinkOptions, batches: Iterator[Any]) -> StrataCommitMes
     from pyspark import TaskContext
 
     from brokers.record_batch import build_batch
-    from strata.client._partitioner import partition_for_key
     from strata.client.sink import StagingWriter
 
     context = TaskContext.get()
@@ -271,7 +270,7 @@ def _write_task(options: SinkOptions, batches: Iterator[Any]) -> StrataCommitMes
             for topic, rows in _split_by_topic(table, options.topic):
                 n_partitions = partitions_of(topic)
                 for partition, part_rows in _split_by_partition(
-                        rows, n_partitions, task_partition + chunk_number, partition_for_key):
+                        rows, n_partitions, task_partition + chunk_number):
                     if not 0 <= partition < n_partitions:
                         raise StrataSparkOptionError(
                             "columns", f"partition {partition} does not exist in topic "
@@ -310,12 +309,11 @@ def _split_by_topic(table: Any, default_topic: str | None) -> Iterator[tuple[str
         yield str(name), rest.filter(pc.equal(topics, pa.scalar(name)))
 
 
-def _split_by_partition(table: Any, n_partitions: int, rotation: int,
-                        partition_for_key: Any) -> Iterator[tuple[int, Any]]:
+def _split_by_partition(table: Any, n_partitions: int, rotation: int
+                        ) -> Iterator[tuple[int, Any]]:
     """Rows per target partition. Explicit ``partition`` wins, then murmur2 of the key;
     rows with neither go to one partition per call (``rotation mod n``), in order."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    from strata.client._partitioner import key_partitions, split_by_partition
 
     explicit = table.column("partition") if "partition" in table.column_names else None
     if explicit is not None:
@@ -326,16 +324,15 @@ def _split_by_partition(table: Any, n_partitions: int, rotation: int,
         yield rotation % n_partitions, table
         return
     fallback = rotation % n_partitions
-    key_list = keys.to_pylist() if keys is not None else [None] * table.num_rows
-    explicit_list = explicit.to_pylist() if explicit is not None else [None] * table.num_rows
-    targets = [
-        p if p is not None else
-        (partition_for_key(k, n_partitions) if k is not None else fallback)
-        for p, k in zip(explicit_list, key_list, strict=True)
-    ]
-    target_array = pa.array(targets, pa.int32())
-    for partition in sorted(set(targets)):
-        yield partition, table.filter(pc.equal(target_array, pa.scalar(partition, pa.int32())))
+    if explicit is not None and explicit.null_count == 0:
+        targets = explicit.to_pylist()  # no key needs hashing
+    else:
+        targets = key_partitions(keys, n_partitions, fallback) if keys is not None \
+            else [fallback] * table.num_rows
+        if explicit is not None:
+            targets = [t if p is None else p
+                       for p, t in zip(explicit.to_pylist(), targets, strict=True)]
+    yield from split_by_partition(table, targets)
 
 
 # ----------------------------------------------------------------------------- driver

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -124,3 +125,16 @@ def broker(
         yield process
     finally:
         process.kill()
+
+
+@pytest.fixture(scope="module")
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One SparkSession per test module (``conf/spark-defaults.conf``, ``local[2]``),
+    stopped when the module is done so the next module starts from a clean JVM state."""
+    from strata.spark import spark_session
+
+    session = spark_session(f"strata-{request.module.__name__.rsplit('.', 1)[-1]}")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -28,15 +28,10 @@ from brokers.log import LogConfig
 from brokers.partition import Partition
 from brokers.protocol import (
     ApiKey,
-    ConfigEntry,
-    CreatableTopic,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
     ProducePartition,
     ProduceRequest,
     ProduceResponse,
     ProduceTopic,
-    ReplicaAssignment,
     StagePartition,
     StageRecordsRequest,
     StageRecordsResponse,
@@ -48,7 +43,7 @@ from brokers.record_batch import (
     stamp_sink_commit,
 )
 from brokers.staging import StagedPart as BrokerStagedPart
-from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from strata.client import Admin, Consumer, Producer, TopicPartition
 from strata.client._cluster import Cluster
 from strata.client.sink import (
     SinkCommitter,
@@ -57,38 +52,13 @@ from strata.client.sink import (
     sink_producer_id,
 )
 from tests.support.broker_process import BrokerProcess
+from tests.test_broker_api import create
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def _values(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}-{i}".encode() for i in range(n)]
-
-
-def _create(bootstrap: str, topic: str, partitions: int = 2, on_broker: int | None = None,
-            configs: dict[str, str] | None = None) -> None:
-    """Create ``topic``; ``on_broker`` pins every partition to that broker (tests that
-    restart one broker while others of the module, or their stale registrations, live)."""
-    if on_broker is None:
-        with Admin(bootstrap) as admin:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                          replication_factor=1)])
-        return
-
-    async def create() -> None:
-        cluster = Cluster(bootstrap)
-        try:
-            response = await cluster.send_any(ApiKey.CREATE_TOPICS, CreateTopicsRequest(
-                [CreatableTopic(topic, -1, -1, assignments=[
-                    ReplicaAssignment(p, [on_broker]) for p in range(partitions)],
-                    configs=[ConfigEntry(k, v) for k, v in (configs or {}).items()])],
-                timeout_ms=10_000))
-            assert isinstance(response, CreateTopicsResponse)
-            result = response.topics[0]
-            raise_for_code(result.error_code, result.error_message)
-        finally:
-            await cluster.close()
-    asyncio.run(create())
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
@@ -130,7 +100,7 @@ def _merge(*parts: dict[TopicPartition, list[StagedPart]]
 def test_staged_records_are_invisible_until_the_commit_and_appear_once(
         broker: BrokerProcess) -> None:
     bootstrap = broker.bootstrap
-    _create(bootstrap, "sink-basic")
+    create(broker, "sink-basic", 2)
     a = _stage(bootstrap, "sink-basic", {0: [_values("a0", 3), _values("a0b", 2)],
                                          1: [_values("a1", 4)]})
     b = _stage(bootstrap, "sink-basic", {0: [_values("b0", 1)]})
@@ -170,7 +140,7 @@ def test_staged_records_are_invisible_until_the_commit_and_appear_once(
 def test_a_commit_of_missing_or_partial_staged_data_appends_nothing(
         broker: BrokerProcess) -> None:
     bootstrap = broker.bootstrap
-    _create(bootstrap, "sink-missing", partitions=1)
+    create(broker, "sink-missing")
     staged = _stage(bootstrap, "sink-missing", {0: [_values("m", 2), _values("n", 2)]})
     tp = TopicPartition("sink-missing", 0)
     part = staged[tp][0]
@@ -206,7 +176,7 @@ def _send(bootstrap: str, api: ApiKey, request: Any) -> Any:
 def test_clients_cannot_forge_commit_bits_and_the_broker_refuses_chunk_gaps(
         broker: BrokerProcess) -> None:
     bootstrap = broker.bootstrap
-    _create(bootstrap, "sink-forged", partitions=1)
+    create(broker, "sink-forged")
     forged = bytearray(build_batch([b"evil"]))
     stamp_sink_commit(forged, sink_producer_id("victim"), 5, ends_commit=True)
 
@@ -244,7 +214,7 @@ def test_staged_data_and_commit_state_survive_broker_restarts(
     process = broker_factory(broker_id=broker_id)
     bootstrap = process.bootstrap
     topic = f"sink-restart-{how}"
-    _create(bootstrap, topic, partitions=2, on_broker=broker_id)
+    create(process, topic, 2)
     staged = _stage(bootstrap, topic, {0: [_values("r0", 3)], 1: [_values("r1", 2)]})
 
     def restart() -> None:
@@ -273,7 +243,7 @@ def test_uncommitted_staged_data_expires(
         broker_factory: Callable[..., BrokerProcess]) -> None:
     process = broker_factory(broker_id=42, overrides={
         "sink.staging.retention.ms": "500", "log.retention.check.interval.ms": "200"})
-    _create(process.bootstrap, "sink-expiry", partitions=1, on_broker=42)
+    create(process, "sink-expiry")
     staged = _stage(process.bootstrap, "sink-expiry", {0: [_values("e", 2)]})
     staging_dir = process.data_dir / "sink-expiry-0" / "staging"
     assert list(staging_dir.glob("*.stage"))
@@ -367,8 +337,7 @@ def test_a_sinks_last_batch_survives_retention_and_a_sigkill(
     retention keeps it."""
     process = broker_factory(broker_id=43, overrides={"log.retention.check.interval.ms": "200"})
     topic = "sink-retention"
-    _create(process.bootstrap, topic, partitions=1, on_broker=43,
-            configs={"segment.bytes": "2048", "retention.ms": "1"})
+    create(process, topic, configs={"segment.bytes": "2048", "retention.ms": "1"})
     pid = sink_producer_id("retention")
     with SinkCommitter(process.bootstrap) as committer:
         committer.commit(pid, 3, _stage(process.bootstrap, topic, {0: [_values("c", 5)]}))

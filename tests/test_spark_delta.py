@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from strata.spark import IVY_SETTINGS, spark_session
+from strata.spark import IVY_SETTINGS
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = spark_session("strata-test-spark-delta")
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def test_session_comes_from_the_repo_conf(spark: Any) -> None:

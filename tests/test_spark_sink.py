@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,9 @@ from spark_source._sink import (
     parse_sink_options,
 )
 from strata.client import Admin, Consumer, ConsumerRecord, NewTopic, TopicPartition
-from strata.spark import spark_session
 from tests.support.broker_process import BrokerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = spark_session("strata-test-spark-sink")
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def _create(bootstrap: str, *topics: tuple[str, int]) -> None:

@@ -37,7 +37,6 @@ from spark_source._reader import (
     read_range,
 )
 from strata.client import Admin, NewTopic, Producer, TopicPartition
-from strata.spark import spark_session
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
 from zookeeper.launcher import ZooKeeperServer
@@ -76,15 +75,6 @@ def bootstrap(strata_broker: BrokerProcess) -> str:
 def admin(bootstrap: str) -> Iterator[Admin]:
     with Admin(bootstrap) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = spark_session("strata-test-spark-source")
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 # --------------------------------------------------------------------------- helpers

@@ -23,9 +23,14 @@ from __future__ import annotations
 
 import random
 import struct
-from typing import Final
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
 
-__all__ = ["MURMUR2_SEED", "StickyPartitioner", "murmur2", "partition_for_key", "to_positive"]
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["MURMUR2_SEED", "StickyPartitioner", "key_partitions", "murmur2",
+           "partition_for_key", "split_by_partition", "to_positive"]
 
 MURMUR2_SEED: Final = 0x9747B28C
 _M: Final = 0x5BD1E995
@@ -107,3 +112,18 @@ class StickyPartitioner:
             return
         choice = self._rng.randrange(num_partitions - 1)
         self._sticky[topic] = choice if choice < partition else choice + 1
+
+
+def key_partitions(keys: Any, num_partitions: int, null_target: int) -> list[int]:
+    """The partition of each key of an Arrow binary column (murmur2, one Python call per
+    key: Kafka's hash has no Arrow kernel); null keys get ``null_target``."""
+    return [null_target if k is None else partition_for_key(k, num_partitions)
+            for k in keys.to_pylist()]
+
+
+def split_by_partition(rows: Any, targets: Sequence[int]) -> Iterator[tuple[int, Any]]:
+    """``rows`` (an Arrow table or record batch) grouped by ``targets`` (one partition
+    per row), in partition order, each group keeping the rows' order."""
+    target_array = pa.array(targets, pa.int32())
+    for partition in sorted(set(targets)):
+        yield partition, rows.filter(pc.equal(target_array, pa.scalar(partition, pa.int32())))

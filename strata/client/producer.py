@@ -139,7 +139,12 @@ from brokers.record_batch import (
     encode_record_batch,
 )
 from strata.client._cluster import Cluster
-from strata.client._partitioner import StickyPartitioner, partition_for_key
+from strata.client._partitioner import (
+    StickyPartitioner,
+    key_partitions,
+    partition_for_key,
+    split_by_partition,
+)
 from strata.client._sync import EventLoopThread
 
 __all__ = [
@@ -930,13 +935,9 @@ class _Engine:
             groups = [(partition, payload)]
         else:
             # Null keys in a keyed column follow the sticky partition, as with send().
-            targets = [-1 if k is None else partition_for_key(k, num_partitions)
-                       for k in key_array.to_pylist()]
-            target_array = pa.array(targets, pa.int32())
-            groups = []
-            for p in sorted(set(targets)):
-                mask = pc.equal(target_array, pa.scalar(p, pa.int32()))
-                groups.append((None if p < 0 else p, payload.filter(mask)))
+            targets = key_partitions(key_array, num_partitions, null_target=-1)
+            groups = [(None if p < 0 else p, rows)
+                      for p, rows in split_by_partition(payload, targets)]
         out: list[tuple[int | None, pa.RecordBatch, int]] = []
         for target, rows in groups:
             # Common case: the rows fit one batch. Their buffer size plus the per-record
