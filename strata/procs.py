@@ -101,6 +101,27 @@ def cmdline(pid: int) -> str | None:
     return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
 
 
+def child_exit_status(pid: int) -> str | None:
+    """If ``pid`` is a child of this process that has exited, reap it and say how it ended.
+
+    None if it is still running or not our child (then nothing is reaped).
+    """
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except (ChildProcessError, OSError):
+        return None
+    if reaped != pid:
+        return None
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = str(signum)
+        return f"was killed by signal {signum} ({name})"
+    return f"exited with code {os.waitstatus_to_exitcode(status)}"
+
+
 def pid_alive(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie.
 

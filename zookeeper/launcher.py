@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from strata.procs import check_port_free, cmdline, kill_pid, pid_alive
+from strata.procs import check_port_free, child_exit_status, cmdline, kill_pid, pid_alive
 
 __all__ = [
     "EnsembleHealth",
@@ -63,6 +63,8 @@ _STANDALONE_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # the config has no server.N lines, but we keep the plain main class for the single node.
 _QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 _LOG_TAIL_LINES = 40
+#: Consecutive polls (0.2 s apart) a member must be missing before an ensemble wait gives up.
+_MISSES_BEFORE_DEAD = 3
 
 
 class ZooKeeperError(RuntimeError):
@@ -348,6 +350,26 @@ class ZooKeeperServer:
         line = cmdline(pid)
         return pid_alive(pid) and line is not None and self.marker in line
 
+    def reap_exit_status(self) -> str | None:
+        """How the recorded JVM ended, if it is a child of this process that just exited.
+
+        Reaping here (rather than in :func:`strata.procs.pid_alive`, which discards the
+        status) lets an error say "killed by signal 9" instead of "is not running".
+        """
+        recorded = self._read_pid_file()
+        if recorded is None or self._proc is not None:
+            return None
+        return child_exit_status(recorded)
+
+    def describe_pid(self) -> str:
+        """The pid file and what /proc says about it, for error messages."""
+        recorded = self._read_pid_file()
+        if recorded is None:
+            return f"no pid in {self.pid_path}"
+        line = cmdline(recorded)
+        matches = "matches" if line and self.marker in line else repr((line or "")[:80])
+        return f"pid file says {recorded}, alive={pid_alive(recorded)}, command line {matches}"
+
     def _read_pid_file(self) -> int | None:
         try:
             return int(self.pid_path.read_text().strip())
@@ -626,16 +648,29 @@ class ZooKeeperEnsemble:
         """Block until every member serves and exactly one leads; raise if one exits."""
         budget = self.start_timeout if timeout is None else timeout
         deadline = time.monotonic() + budget
+        # A member counts as gone only after several looks in a row: a single miss right
+        # after launch once failed CI with an empty log, and a real death stays dead.
+        misses = dict.fromkeys(range(len(self.nodes)), 0)
+        exits: dict[int, str] = {}
         while True:
-            for node in self.nodes:
-                if not node.is_running():
-                    code = node.returncode
-                    how = f"exited with code {code}" if code is not None else "is not running"
-                    raise ZooKeeperStartError(
-                        f"ZooKeeper server {node.server_id} of the ensemble {how} "
-                        f"(log: {node.log_path})",
-                        node.log_tail(),
-                    )
+            for index, node in enumerate(self.nodes):
+                exit_status = node.reap_exit_status()
+                if exit_status is not None:
+                    exits[index] = exit_status
+                if node.is_running():
+                    misses[index] = 0
+                    continue
+                misses[index] += 1
+                if misses[index] < _MISSES_BEFORE_DEAD and index not in exits:
+                    continue
+                code = node.returncode
+                how = (f"exited with code {code}" if code is not None
+                       else exits.get(index, "is not running"))
+                raise ZooKeeperStartError(
+                    f"ZooKeeper server {node.server_id} of the ensemble {how} "
+                    f"(log: {node.log_path}; {node.describe_pid()})",
+                    node.log_tail(),
+                )
             health = self.health()
             if health.healthy:
                 return health
