@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from brokers.config import BrokerConfig
+from brokers.controller import Controller
 from brokers.coordination import BrokerRegistration, Coordinator, PartitionState, TopicDefinition
 from brokers.errors import (
     ClusterIdMismatchError,
@@ -41,6 +42,7 @@ from brokers.log import LogConfig
 from brokers.metrics import BrokerMetrics, PartitionStats
 from brokers.network import ConnectionHandler
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
+from brokers.replication import ReplicaManager
 
 __all__ = ["Broker", "DataDirLockedError", "run_broker"]
 
@@ -80,6 +82,11 @@ class Broker:
         self._stopped = asyncio.Event()
         self._producer_ids: Iterator[int] = iter(())
         self._session_lost = False
+        # While the ZooKeeper connection is suspended this broker cannot know whether its
+        # session (and so its leaderships and lease) still stands: it decides nothing.
+        self.zookeeper_suspended = False
+        self.replicas = ReplicaManager(self)
+        self.controller = Controller(self)
         # Partitions that could not be opened (damaged data, disk errors): they answer
         # every request with their error instead of taking the broker down.
         self.offline: dict[tuple[str, int], StrataError] = {}
@@ -118,6 +125,8 @@ class Broker:
         self.coordinator.watch_brokers(self._threadsafe(self._on_brokers_changed))
         await self._refresh_brokers()  # our own registration is in the list from now on
         await self._server.start_serving()
+        self.replicas.start()
+        self.controller.start()
         self._tasks.append(asyncio.create_task(self._periodic_retention()))
         self._tasks.append(asyncio.create_task(self._periodic_flush()))
         self.started = True
@@ -159,20 +168,40 @@ class Broker:
             loop.call_soon_threadsafe(lambda: loop.create_task(self._on_session_state(state)))
 
     async def _on_session_state(self, state: str) -> None:
-        if state == "LOST":
-            # Our ephemeral registration is gone; ZooKeeper no longer vouches for us.
+        if state == "SUSPENDED":
+            self.zookeeper_suspended = True
+        elif state == "LOST":
+            # Our ephemeral registration is gone; ZooKeeper no longer vouches for us. The
+            # controller has (or will have) moved our leaderships: stop acting as leader
+            # until the state is read again, so nothing more is acknowledged here.
             self._session_lost = True
-            log.error("ZooKeeper session lost: broker %d is unregistered until it reconnects",
-                      self.broker_id)
-        elif state == "CONNECTED" and self._session_lost:
+            self.zookeeper_suspended = True
+            self.controller.resign()
+            for partition in self.partitions.values():
+                partition.fenced = True
+                partition.wake_waiters()
+            log.error("ZooKeeper session lost: broker %d is unregistered and leads nothing "
+                      "until it reconnects", self.broker_id)
+        elif state == "CONNECTED":
+            self.zookeeper_suspended = False
+            if not self._session_lost:
+                return
             self._session_lost = False
             try:
                 await self._register()
                 await self.sync_topics()
                 await self._refresh_brokers()
+                await self._reload_partition_states()
+                await self.controller.session_restored()
                 log.info("broker %d registered again after a lost session", self.broker_id)
-            except StrataError as err:
-                log.error("re-registration after a lost session failed: %s", err)
+            except Exception as err:
+                log.error("re-registration after a lost session failed: %r", err)
+
+    async def _reload_partition_states(self) -> None:
+        """Read every hosted partition's state again (after a lost session)."""
+        for name, p in list(self.partitions):
+            state = await asyncio.to_thread(self.coordinator.partition_state, name, p)
+            self.apply_partition_state(name, p, state, force=True)
 
     async def stop(self) -> None:
         if self._stopped.is_set():
@@ -186,6 +215,7 @@ class Broker:
             connection.stop_reading()
         for partition in self.partitions.values():
             partition.wake_waiters()  # parked long polls answer now instead of at timeout
+        await self.replicas.stop()
         await self._drain_connections()
         # A topic sync running since before the SIGTERM must finish first: one that went
         # on after the partitions were closed would find their directories unhosted and
@@ -259,10 +289,16 @@ class Broker:
 
     async def _on_brokers_changed(self, ids: list[int]) -> None:
         await self._refresh_brokers()
+        await self.controller.elect_leaders()
 
     async def _refresh_brokers(self) -> None:
         brokers = await asyncio.to_thread(self.coordinator.live_brokers)
+        before = self.live_brokers
         self.live_brokers = {b.broker_id: b for b in brokers}
+        for broker_id, registration in self.live_brokers.items():
+            old = before.get(broker_id)
+            if old is not None and old != registration:
+                self.replicas.leader_moved(broker_id)  # restarted: connect again
 
     async def sync_topics(self, names: list[str] | None = None) -> None:
         """Bring hosted partitions in line with ZooKeeper's topic list."""
@@ -320,8 +356,10 @@ class Broker:
                     LogStorageError(f"opening {directory} failed: {err}")
                 continue
             state = states[p]
-            partition.set_state(state.leader, state.leader_epoch, state.isr, replicas)
+            partition.set_state(state.leader, state.leader_epoch, state.isr, replicas,
+                                state.zk_version)
             self.partitions[(topic.name, p)] = partition
+            self.replicas.apply((topic.name, p), partition, True)
         self.coordinator.watch_topic_configs(topic.name, self._threadsafe(
             lambda configs, name=topic.name: self._on_configs_changed(name, configs)))
         for p in topic.assignment:
@@ -341,18 +379,32 @@ class Broker:
     async def _on_partition_state(self, name: str, p: int, state: PartitionState | None
                                   ) -> None:
         """A partition's leader, epoch or ISR changed in ZooKeeper (a controller's write)."""
+        if state is not None:
+            self.apply_partition_state(name, p, state)
+
+    def apply_partition_state(self, name: str, p: int, state: PartitionState, *,
+                              force: bool = False) -> None:
+        """Make ``state`` (read from ZooKeeper) this broker's view of the partition.
+
+        Older states (a lower epoch or znode version than the one applied) are ignored:
+        watch events and this broker's own ISR writes may arrive in any order.
+        """
         topic = self.topics.get(name)
-        if state is None or topic is None or p not in topic.assignment:
+        if topic is None or p not in topic.assignment:
             return
         current = self.partition_states.get((name, p))
-        if current is not None and state.leader_epoch < current.leader_epoch:
-            return  # a stale notification: never go back to an older epoch
+        if current is not None and not force and (
+                state.leader_epoch < current.leader_epoch
+                or (state.zk_version >= 0 and state.zk_version < current.zk_version)
+                or (state.zk_version == current.zk_version and state == current)):
+            return
         self.partition_states[(name, p)] = state
         partition = self.partitions.get((name, p))
         if partition is not None:
             try:
-                partition.set_state(state.leader, state.leader_epoch, state.isr,
-                                    topic.assignment[p])
+                changed = partition.set_state(state.leader, state.leader_epoch, state.isr,
+                                              topic.assignment[p], state.zk_version)
+                self.replicas.apply((name, p), partition, changed)
             except StrataError as err:
                 log.error("applying the new state of %s-%d failed: %s", name, p, err)
             partition.wake_waiters()
@@ -367,6 +419,7 @@ class Broker:
         for key in [k for k in self.partition_states if k[0] == name]:
             del self.partition_states[key]
         for key in [k for k in self.partitions if k[0] == name]:
+            self.replicas.unfollow(key)
             self.partitions.pop(key).delete()
         log.info("dropped topic %s", name)
 

@@ -34,6 +34,13 @@ class _BrokerKey:
     accepted: str = ""
 
 
+def _flag(text: str) -> bool:
+    lowered = text.lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(text)
+    return lowered == "true"
+
+
 def _port(v: int) -> bool:
     return 0 <= v <= 65535
 
@@ -94,6 +101,25 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
     "fetch.max.wait.ms": _BrokerKey(
         "fetch_max_wait_ms", int, 30_000, "upper bound on a fetch's max_wait_ms",
         lambda v: v >= 0, ">= 0"),
+    "replica.lag.time.max.ms": _BrokerKey(
+        "replica_lag_time_max_ms", int, 10_000,
+        "a follower that has not caught up with the leader's log end for this long leaves "
+        "the in-sync replica set", lambda v: v >= 100, ">= 100"),
+    "replica.fetch.wait.max.ms": _BrokerKey(
+        "replica_fetch_wait_max_ms", int, 500,
+        "how long a follower's fetch waits at the leader for new data",
+        lambda v: 1 <= v <= 60_000, "1..60000"),
+    "replica.fetch.max.bytes": _BrokerKey(
+        "replica_fetch_max_bytes", int, 8 << 20,
+        "bytes a follower asks for per partition and fetch (at least one batch comes)",
+        lambda v: v >= 1024, ">= 1024"),
+    "replica.fetch.backoff.ms": _BrokerKey(
+        "replica_fetch_backoff_ms", int, 200,
+        "pause before a follower retries after a failed fetch", lambda v: v >= 0, ">= 0"),
+    "controller.eligible": _BrokerKey(
+        "controller_eligible", _flag, True,
+        "whether this broker may become the controller (false: it never runs for it)",
+        accepted="true, false"),
 }
 
 _LOG_DEFAULT_PREFIX: Final = "log."
@@ -120,6 +146,11 @@ class BrokerConfig:
     flush_scheduler_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000
     fetch_max_wait_ms: int = 30_000
+    replica_lag_time_max_ms: int = 10_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 8 << 20
+    replica_fetch_backoff_ms: int = 200
+    controller_eligible: bool = True
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property

@@ -215,6 +215,15 @@ class NotEnoughReplicasError(StrataError):
     retriable = True
 
 
+class NotEnoughReplicasAfterAppendError(StrataError):
+    """The write was appended, but the in-sync replica set shrank below min.insync.replicas
+    before it was acknowledged; retry (an idempotent producer's retry is deduplicated)."""
+
+    code = 20
+    name = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    retriable = True
+
+
 class InvalidRequiredAcksError(StrataError):
     """acks must be 0, 1 or -1 (all)."""
 
@@ -378,6 +387,7 @@ _BY_CODE: dict[int, type[StrataError]] = {
         NetworkError,
         InvalidTopicError,
         NotEnoughReplicasError,
+        NotEnoughReplicasAfterAppendError,
         InvalidRequiredAcksError,
         UnsupportedVersionError,
         TopicAlreadyExistsError,

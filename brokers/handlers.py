@@ -29,6 +29,7 @@ from brokers.errors import (
     InvalidRequiredAcksError,
     InvalidTopicError,
     LogStorageError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -177,11 +178,21 @@ class RequestHandlers:
             raise NotLeaderError(
                 f"broker {self.broker.broker_id} does not host {topic}-{partition}; "
                 "refresh metadata and send to the leader")
-        if not hosted.is_leader:
-            raise NotLeaderError(
-                f"broker {self.broker.broker_id} is not the leader of {topic}-{partition} "
-                f"(leader is {hosted.leader_id}); refresh metadata")
+        hosted.check_leadership()
         return hosted
+
+    @staticmethod
+    def _check_epoch(partition: Partition, asked: int) -> None:
+        """A request naming a leader epoch (-1: none) must name the current one."""
+        current = partition.leader_epoch
+        if 0 <= asked < current:
+            raise FencedLeaderEpochError(
+                f"{partition.name}: leader epoch {asked} is older than the current "
+                f"{current}; refresh metadata")
+        if asked > current:
+            raise UnknownLeaderEpochError(
+                f"{partition.name}: leader epoch {asked} is newer than this broker's "
+                f"{current}; retry shortly")
 
     # ------------------------------------------------------------------ ApiVersions
     async def api_versions(self, request: ApiVersionsRequest) -> ApiVersionsResponse:
@@ -257,17 +268,11 @@ class RequestHandlers:
             raise InvalidPartitionsError(
                 f"partition count {partitions} is not valid; use 1..{MAX_PARTITIONS} (the "
                 "topic's metadata is written to ZooKeeper in one transaction)")
-        if 1 < replication <= len(live):
-            raise InvalidReplicationFactorError(
-                f"replication factor {replication} needs replication between brokers, which "
-                "this version does not have yet (issue [4/7]); use replication factor 1")
         if not 1 <= replication <= len(live):
             raise InvalidReplicationFactorError(
                 f"replication factor {replication} is not valid with {len(live)} live "
                 f"broker(s) {live}; use 1..{len(live)} or start more brokers")
-        start = random.randrange(len(live))
-        assignment = {p: [live[(start + p + r) % len(live)] for r in range(replication)]
-                      for p in range(partitions)}
+        assignment = assign_replicas(live, partitions, replication)
         return TopicDefinition(name, uuid.uuid4().hex, assignment), dict(configs)
 
     @staticmethod
@@ -287,10 +292,6 @@ class RequestHandlers:
         if len(sizes) != 1 or 0 in sizes:
             raise InvalidReplicationFactorError(
                 "every partition needs the same, non-zero number of replicas")
-        if sizes != {1}:
-            raise InvalidReplicationFactorError(
-                "more than one replica per partition needs replication between brokers, "
-                "which this version does not have yet (issue [4/7]); assign one broker each")
         for p, replicas in explicit.items():
             if len(set(replicas)) != len(replicas):
                 raise InvalidReplicationFactorError(
@@ -430,7 +431,19 @@ class RequestHandlers:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise TimeoutError
+                    if not partition.is_leader or partition.fenced:
+                        # Superseded while waiting: whether the write survives is up to
+                        # the new leader; never claim it here.
+                        raise NotLeaderError(
+                            f"broker {self.broker.broker_id} stopped leading "
+                            f"{partition.name} before the write was acknowledged; it may "
+                            "or may not be kept: retry (idempotence removes a duplicate)")
                     await asyncio.wait_for(partition.wait_for_data(), remaining)
+                if len(partition.isr) < partition.config.min_insync_replicas:
+                    raise NotEnoughReplicasAfterAppendError(
+                        f"{partition.name}: the write is in the log, but only "
+                        f"{len(partition.isr)} replicas are in sync and min.insync.replicas "
+                        f"is {partition.config.min_insync_replicas}; retry")
         except TimeoutError:
             err = RequestTimedOutError(
                 f"{partition.name}: the write was not acknowledged by the in-sync replicas "
@@ -526,6 +539,8 @@ class RequestHandlers:
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
         deadline = time.monotonic() + max_wait
+        if request.replica_id >= 0:
+            self._record_follower_positions(request)
         while True:
             response, size, partitions = self._read_fetch(request)
             remaining = deadline - time.monotonic()
@@ -543,6 +558,18 @@ class RequestHandlers:
                 for waiter in waiters:
                     waiter.cancel()
 
+    def _record_follower_positions(self, request: FetchRequest) -> None:
+        """A follower's fetch offsets are its log end: they move the HW and the ISR."""
+        for topic in request.topics:
+            for part in topic.partitions:
+                partition = self.broker.partitions.get((topic.name, part.partition))
+                if partition is None or not partition.is_leader \
+                        or part.current_leader_epoch != partition.leader_epoch:
+                    continue  # answered with an error by _read_fetch
+                partition.record_follower_fetch(request.replica_id, part.fetch_offset)
+                if request.replica_id not in partition.isr:
+                    self.broker.replicas.consider_isr((topic.name, part.partition), partition)
+
     def _read_fetch(self, request: FetchRequest) -> tuple[FetchResponse, int, list[Partition]]:
         budget = max(request.max_bytes, 1)
         total = 0
@@ -554,6 +581,11 @@ class RequestHandlers:
                 answer = FetchPartitionResponse(part.partition, 0)
                 try:
                     partition = self._leader_partition(topic.name, part.partition)
+                    self._check_epoch(partition, part.current_leader_epoch)
+                    if request.replica_id >= 0 and request.replica_id not in partition.replicas:
+                        raise NotLeaderError(
+                            f"broker {request.replica_id} is not a replica of "
+                            f"{partition.name} (replicas {partition.replicas})")
                     waitable.append(partition)
                     answer.high_watermark = partition.high_watermark
                     answer.log_start_offset = partition.log.log_start_offset
@@ -617,15 +649,7 @@ class RequestHandlers:
                 answer = OffsetForLeaderEpochPartitionResponse(part.partition, 0)
                 try:
                     partition = self._leader_partition(topic.name, part.partition)
-                    current = partition.leader_epoch
-                    if 0 <= part.current_leader_epoch < current:
-                        raise FencedLeaderEpochError(
-                            f"{partition.name}: leader epoch {part.current_leader_epoch} is "
-                            f"older than the current {current}; refresh metadata")
-                    if part.current_leader_epoch > current:
-                        raise UnknownLeaderEpochError(
-                            f"{partition.name}: leader epoch {part.current_leader_epoch} is "
-                            f"newer than this broker's {current}; retry shortly")
+                    self._check_epoch(partition, part.current_leader_epoch)
                     answer.leader_epoch, answer.end_offset = \
                         partition.log.end_offset_for_epoch(part.leader_epoch)
                 except StrataError as err:
@@ -653,6 +677,29 @@ class RequestHandlers:
             unavailable = BrokerNotAvailableError(
                 f"ZooKeeper did not answer while allocating a producer id ({err!r}); retry")
             return InitProducerIdResponse(unavailable.code, error_message=unavailable.message)
+
+
+def assign_replicas(live: list[int], partitions: int, replication: int) -> dict[int, list[int]]:
+    """Replica lists for a new topic: leaders (first replicas) spread evenly over the live
+    brokers, the followers of each partition on distinct brokers after its leader.
+
+    Kafka's rack-unaware scheme: a random start, then round robin; the follower offset
+    shifts every full round so the followers of one leader are spread out too.
+    """
+    count = len(live)
+    start = random.randrange(count)
+    shift = random.randrange(count)
+    assignment: dict[int, list[int]] = {}
+    for p in range(partitions):
+        if p > 0 and p % count == 0:
+            shift += 1
+        first = (start + p) % count
+        replicas = [live[first]]
+        for r in range(replication - 1):
+            step = 1 + (shift + r) % (count - 1) if count > 1 else 0
+            replicas.append(live[(first + step) % count])
+        assignment[p] = replicas
+    return assignment
 
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

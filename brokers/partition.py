@@ -4,9 +4,21 @@ Sits between the request handlers and the log. Knows the partition's leader epoc
 in-sync replica set (from ZooKeeper, through the broker), keeps the high watermark, and
 wakes long-polling fetches when data arrives.
 
-High watermark: the largest offset every in-sync replica has. With a single replica
-(this issue) it equals the log end offset after each append; replication (issue 4)
-advances it from follower fetch positions. Consumers never read at or past it.
+High watermark (HW): the first offset not yet in every in-sync replica. A leader
+computes it as the minimum log end offset over the ISR, from the positions its followers
+report in their fetches (a follower whose position is unknown since this broker became
+leader holds the HW where it is). It never moves backwards while this broker leads, and
+consumers never read at or past it. A follower takes the leader's HW from each fetch
+answer (capped by its own log end). The HW is checkpointed (``high-watermark``) on close
+and periodically, so a restarted replica does not expose records it cannot know were
+committed.
+
+ISR: the leader proposes changes (``isr_change``), the broker writes them to ZooKeeper
+with a conditional write, and only a successful write changes ``isr`` here (via
+``set_state``): a leader never advances the HW on an ISR that ZooKeeper does not hold.
+A follower leaves the ISR once it has not caught up with the leader's log end for
+``replica.lag.time.max.ms``; it joins again once it reaches the HW (and the current
+leader epoch's start).
 
 Thread-safety: every method runs on the broker's event loop, except the fsync wait
 under ``flush.policy=always``, which ``wait_durable`` runs in a worker thread (the log's
@@ -19,27 +31,36 @@ import asyncio
 import json
 import logging
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from brokers.errors import InvalidRecordBatchError, InvalidRequestError, OffsetOutOfRangeError
+from brokers.errors import (
+    InvalidRecordBatchError,
+    InvalidRequestError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+)
 from brokers.log import AppendInfo, FileSlice, FlushPolicy, LogConfig, PartitionLog
+from brokers.log.checkpoint import OffsetCheckpoint
 from brokers.producer_state import ProducerStateManager
 from brokers.record_batch import (
     BROKER_ONLY_ATTRIBUTE_BITS,
     SINK_PRODUCER_ID_BASE,
+    iter_batches,
     peek_header,
     stamp_sink_commit,
 )
 from brokers.staging import StagedPart, StagingArea
 
-__all__ = ["LeaderAppend", "Partition", "SinkCommit"]
+__all__ = ["FollowerPosition", "LeaderAppend", "Partition", "SinkCommit"]
 
 log = logging.getLogger("strata.brokers.partition")
 
 METADATA_FILE: Final = "partition.metadata"
+HIGH_WATERMARK_FILE: Final = "high-watermark"
 
 # Threads that wait for group-commit fsyncs (flush.policy=always). Separate from the
 # default executor so slow disks never starve ZooKeeper calls made via to_thread.
@@ -74,6 +95,26 @@ class SinkCommit:
 _INT32_MAX: Final = 2**31 - 1
 
 
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class FollowerPosition:
+    """What a leader knows of one follower since it became leader.
+
+    ``log_end_offset`` -1: not reported yet in this leadership. ``last_caught_up_ms``:
+    the last time (monotonic ms) the follower had everything the leader had, Kafka's
+    ``lastCaughtUpTimeMs``: a fetch at or past the leader's log end at the time of the
+    follower's previous fetch proves it was caught up then.
+    """
+
+    log_end_offset: int = -1
+    last_caught_up_ms: int = field(default_factory=_now_ms)
+    last_fetch_ms: int = -1
+    leader_end_at_last_fetch: int = -1
+
+
 class Partition:
     def __init__(self, topic: str, partition: int, topic_id: str, directory: Path,
                  config: LogConfig, broker_id: int) -> None:
@@ -86,6 +127,11 @@ class Partition:
         self.leader_epoch = 0
         self.isr: list[int] = []
         self.replicas: list[int] = []
+        self.state_version = -1  # ZooKeeper version of the partition state applied
+        self.followers: dict[int, FollowerPosition] = {}
+        # True from a lost ZooKeeper session until the state is re-read: ZooKeeper no
+        # longer vouches for this broker, so it must not act as leader.
+        self.fenced = False
         self.log = PartitionLog(directory, config)
         (directory / METADATA_FILE).write_text(json.dumps({"version": 1, "topic_id": topic_id}))
         self.producers = ProducerStateManager(directory)
@@ -100,7 +146,12 @@ class Partition:
             self._load_producer_state()
         self.staging = StagingArea(directory)
         self._high_watermark_cap: int | None = None
-        self.high_watermark = self.log.log_end_offset
+        self._hw_checkpoint = OffsetCheckpoint(directory / HIGH_WATERMARK_FILE)
+        recorded = self._hw_checkpoint.read()
+        # No checkpoint: a log from before replication existed (everything in it was
+        # acknowledged by its only replica), or a brand-new empty one.
+        self.high_watermark = self.log.log_end_offset if recorded is None \
+            else max(self.log.log_start_offset, min(recorded, self.log.log_end_offset))
         self._data_arrived = asyncio.Event()
 
     def __repr__(self) -> str:
@@ -125,22 +176,34 @@ class Partition:
     def set_config(self, config: LogConfig) -> None:
         self.log.config = config
 
-    def set_state(self, leader: int, leader_epoch: int, isr: list[int], replicas: list[int]
-                  ) -> None:
+    def set_state(self, leader: int, leader_epoch: int, isr: list[int], replicas: list[int],
+                  version: int = -1) -> bool:
         """Apply the partition state from ZooKeeper (at load and on every change).
 
-        Becoming leader with a newer epoch records the epoch's start at the log end.
-        Losing leadership takes effect at once: produce answers NOT_LEADER_OR_FOLLOWER
-        and parked fetches are woken to notice.
+        Returns True when this broker just became leader or a follower of a new leader
+        (the caller then starts or re-points replication). Becoming leader with a newer
+        epoch records the epoch's start at the log end and forgets what it knew of the
+        followers. Losing leadership takes effect at once: produce answers
+        NOT_LEADER_OR_FOLLOWER and parked fetches are woken to notice.
         """
+        changed = leader != self.leader_id or leader_epoch != self.leader_epoch
         self.leader_id = leader
         self.leader_epoch = leader_epoch
         self.isr = list(isr)
         self.replicas = list(replicas)
+        self.state_version = version
+        self.fenced = False
+        if changed and self.is_leader:
+            now = _now_ms()
+            self.followers = {r: FollowerPosition(last_caught_up_ms=now)
+                              for r in replicas if r != self.broker_id}
+        elif not self.is_leader:
+            self.followers = {}
         if self.is_leader and not self.log.is_offline \
                 and leader_epoch > self.log.latest_epoch:
             self.log.start_epoch(leader_epoch)
         self._advance_high_watermark()
+        return changed
 
     # ------------------------------------------------------------------ writes
     def append_as_leader(self, batch: memoryview | bytes) -> LeaderAppend:
@@ -149,6 +212,7 @@ class Partition:
         Raises the log's validation errors and the producer-state errors; nothing is
         written when one is raised.
         """
+        self.check_leadership()
         header = self.log.validate(batch)
         if header.attributes & BROKER_ONLY_ATTRIBUTE_BITS:
             raise InvalidRecordBatchError(
@@ -222,18 +286,128 @@ class Partition:
     def abort_staged(self, staging_ids: list[str]) -> int:
         return self.staging.discard(staging_ids)
 
+    def check_leadership(self) -> None:
+        """Raise NOT_LEADER_OR_FOLLOWER unless this replica may act as leader now."""
+        if not self.is_leader:
+            raise NotLeaderError(
+                f"broker {self.broker_id} is not the leader of {self.name} (leader is "
+                f"{self.leader_id}); refresh metadata")
+        if self.fenced:
+            raise NotLeaderError(
+                f"broker {self.broker_id} lost its ZooKeeper session and cannot vouch for "
+                f"its leadership of {self.name} until it re-reads the state; refresh "
+                "metadata and retry")
+
+    # ------------------------------------------------------------------ replication
+    def append_as_follower(self, records: bytes | bytearray | memoryview, leader_high_watermark: int
+                           ) -> int:
+        """Append the leader's batches unchanged; return how many were appended.
+
+        Batches (or their parts) below the log end were already appended by an earlier
+        fetch and are skipped. Producer state follows the log, so deduplication and sink
+        commits survive a failover to this replica.
+        """
+        appended = 0
+        view = memoryview(records)
+        for header, batch in iter_batches(view):
+            if header.last_offset < self.log.log_end_offset:
+                continue
+            info = self.log.append_as_follower(batch)
+            self.producers.update(header, info.first_offset)
+            appended += 1
+        self.update_follower_high_watermark(leader_high_watermark)
+        if appended:
+            self._notify()
+        return appended
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        new = min(leader_high_watermark, self.log.log_end_offset)
+        if new > self.high_watermark:
+            self.high_watermark = new
+
+    def truncate_divergent_tail(self, offset: int) -> int:
+        """A follower drops what the leader does not have (KIP-279); returns the new end.
+
+        Producer state is rebuilt from the log that is left.
+        """
+        if offset >= self.log.log_end_offset:
+            return self.log.log_end_offset
+        log.warning("%s: truncating the divergent tail %d..%d (the new leader does not have "
+                    "it)", self.name, offset, self.log.log_end_offset)
+        end = self.log.truncate_to(offset)
+        self._load_producer_state()
+        self.high_watermark = min(self.high_watermark, end)
+        return end
+
+    def restart_at(self, offset: int) -> None:
+        """A follower whose whole log is below the leader's log start starts over there."""
+        log.warning("%s: the leader's log starts at %d, past this replica's end %d: "
+                    "starting the log over there", self.name, offset, self.log.log_end_offset)
+        self.log.restart_at(offset)
+        self.producers.load(offset)
+        self.high_watermark = offset
+
+    def record_follower_fetch(self, replica: int, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: it has everything below it."""
+        position = self.followers.get(replica)
+        if position is None:
+            return
+        now = _now_ms()
+        leader_end = self.log.log_end_offset
+        position.log_end_offset = min(fetch_offset, leader_end)
+        if fetch_offset >= leader_end:
+            position.last_caught_up_ms = now
+        elif position.last_fetch_ms >= 0 and fetch_offset >= position.leader_end_at_last_fetch:
+            position.last_caught_up_ms = max(position.last_caught_up_ms, position.last_fetch_ms)
+        position.last_fetch_ms = now
+        position.leader_end_at_last_fetch = leader_end
+        self._advance_high_watermark()
+
+    def isr_change(self, lag_time_max_ms: int) -> list[int] | None:
+        """The ISR this leader should propose now, or None when it should stay.
+
+        Shrink: followers in the ISR not caught up for ``lag_time_max_ms``. Grow: a
+        follower outside it whose position reached the HW and this epoch's start (so it
+        holds everything this leader acknowledged).
+        """
+        if not self.is_leader or self.fenced:
+            return None
+        now = _now_ms()
+        keep = [b for b in self.isr if b == self.broker_id or (
+            b in self.followers and now - self.followers[b].last_caught_up_ms <= lag_time_max_ms)]
+        epoch_start_offset = next((entry.start_offset for entry in self.log.leader_epochs
+                                   if entry.epoch == self.leader_epoch), 0)
+        joining = [b for b, pos in self.followers.items()
+                   if b not in keep and b in self.replicas
+                   and pos.log_end_offset >= max(self.high_watermark, epoch_start_offset)
+                   and now - pos.last_caught_up_ms <= lag_time_max_ms]
+        if self.broker_id not in keep:
+            keep.insert(0, self.broker_id)
+        proposed = [b for b in self.replicas if b in keep or b in joining]
+        proposed += [b for b in keep if b not in proposed]  # never drop ISR members by order
+        return proposed if sorted(proposed) != sorted(self.isr) else None
+
+    def write_high_watermark_checkpoint(self) -> None:
+        self._hw_checkpoint.write(self.high_watermark)
+
     async def wait_durable(self, end_offset: int) -> None:
         if self.log.config.flush_policy is FlushPolicy.ALWAYS:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(_DURABILITY_WAITS, self.log.wait_durable, end_offset)
 
     def _advance_high_watermark(self) -> None:
-        # One replica (or an ISR of just the leader): everything appended is committed.
-        if self.isr in ([], [self.broker_id]):
-            new = self.log.log_end_offset
+        if self.is_leader:
+            ends = [self.log.log_end_offset]
+            for replica in self.isr:
+                if replica == self.broker_id:
+                    continue
+                position = self.followers.get(replica)
+                # A member not heard from in this leadership holds the HW where it is.
+                ends.append(position.log_end_offset if position is not None else -1)
+            new = min(ends)
             if self._high_watermark_cap is not None:
                 new = min(new, self._high_watermark_cap)
-            if new != self.high_watermark:
+            if new > self.high_watermark:
                 self.high_watermark = new
         self._notify()
 
@@ -251,14 +425,21 @@ class Partition:
 
     # ------------------------------------------------------------------ reads
     def read(self, offset: int, max_bytes: int, *, for_follower: bool = False) -> FileSlice | None:
-        """Whole batches from ``offset``; consumers see only committed data (< HW)."""
-        upper = None if for_follower else self.high_watermark
-        if offset > (self.log.log_end_offset if for_follower else self.high_watermark) \
-                or offset < self.log.log_start_offset:
+        """Whole batches from ``offset``; consumers see only committed data (< HW).
+
+        A consumer offset between the HW and the log end is not out of range but not
+        readable yet (after a failover the new leader's HW may trail what its
+        predecessor had exposed until the followers report in): nothing is returned.
+        """
+        if offset > self.log.log_end_offset or offset < self.log.log_start_offset:
             raise OffsetOutOfRangeError(offset, self.log.log_start_offset,
                                         self.log.log_end_offset if for_follower
                                         else self.high_watermark)
-        return self.log.read(offset, max_bytes, upper_offset=upper)
+        if for_follower:
+            return self.log.read(offset, max_bytes)
+        if offset >= self.high_watermark:
+            return None
+        return self.log.read(offset, max_bytes, upper_offset=self.high_watermark)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -267,6 +448,7 @@ class Partition:
         # the state from the log itself.
         if not self.log.is_offline:
             self.producers.write_snapshot(self.log.log_end_offset)
+            self.write_high_watermark_checkpoint()
         self.log.close()
 
     def delete(self) -> None:

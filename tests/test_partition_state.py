@@ -55,7 +55,8 @@ def _move(controller: Coordinator, lease: ControllerLease, topic: str, leader: i
 
 def test_a_new_epoch_and_a_lost_leadership_take_effect_without_a_restart(
         broker_factory: Callable[..., BrokerProcess], controller: Coordinator) -> None:
-    broker = broker_factory(broker_id=51)
+    # Not eligible: the controller here is the test itself (the lease below).
+    broker = broker_factory(broker_id=51, overrides={"controller.eligible": "false"})
     topic = "state-follow"
     create(broker, topic)
     assert produce(broker, topic, 0, build_batch([b"a", b"b", b"c"])).error_code == 0

@@ -58,6 +58,17 @@ def _int(text: str) -> int:
     return int(text)
 
 
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(text)
+    return lowered == "true"
+
+
 def _enum(kind: type[StrEnum]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         return kind(text)
@@ -80,6 +91,7 @@ class LogConfig:
     cleanup_policy: CleanupPolicy = CleanupPolicy.DELETE
     min_insync_replicas: int = 1
     message_timestamp_type: TimestampTypeConfig = TimestampTypeConfig.CREATE_TIME
+    unclean_leader_election_enable: bool = False
 
     @classmethod
     def from_mapping(
@@ -107,7 +119,8 @@ class LogConfig:
 
     def to_mapping(self) -> dict[str, str]:
         """The config as topic-config strings (the inverse of ``from_mapping``)."""
-        return {key: str(getattr(self, spec.attribute)) for key, spec in TOPIC_CONFIG_KEYS.items()}
+        return {key: _text(getattr(self, spec.attribute))
+                for key, spec in TOPIC_CONFIG_KEYS.items()}
 
 
 TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
@@ -146,4 +159,8 @@ TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
     "message.timestamp.type": _Key(
         "message_timestamp_type", _enum(TimestampTypeConfig), lambda v: True,
         "CreateTime, LogAppendTime", "whose clock stamps records"),
+    "unclean.leader.election.enable": _Key(
+        "unclean_leader_election_enable", _bool, lambda v: True, "true, false",
+        "when no in-sync replica is alive, let an out-of-sync replica lead (availability "
+        "over durability: acknowledged records it lacks are lost)"),
 }

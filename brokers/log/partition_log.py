@@ -735,6 +735,24 @@ class PartitionLog:
                                      truncated_to=end)
             return end
 
+    def restart_at(self, offset: int) -> None:
+        """Drop everything and start the log over, empty, at ``offset`` (>= the log end).
+
+        What a follower does when the leader's log starts past this log's end: nothing
+        here can be joined to what the leader still has.
+        """
+        with self._lock:
+            self._check_writable()
+            if offset < self.log_end_offset:
+                raise ValueError(f"restart_at({offset}) is below the log end "
+                                 f"{self.log_end_offset}; use truncate_to")
+            self._truncations += 1
+            self._restart_at(offset)
+            self._base_offsets = [s.base_offset for s in self._segments]
+            self.recovery_point = offset
+            self._recovery_checkpoint.write(offset)
+            self._group_commit.reset(offset, truncated_to=offset)
+
     def _end_after_truncation(self, offset: int) -> int:
         """The log end ``truncate_to(offset)`` leaves (``offset`` < log end)."""
         if offset <= self.log_start_offset:

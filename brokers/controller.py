@@ -1,0 +1,202 @@
+"""The controller: one broker at a time elects partition leaders for the whole cluster.
+
+Election: every eligible broker watches ``/strata/controller``; when it is empty, each
+tries ``Coordinator.try_become_controller``, which creates the ephemeral znode and bumps
+``/strata/controller_epoch`` in one multi-op. The winner's :class:`ControllerLease` is
+the fencing token: every partition-state write it makes is a multi-op that checks the
+epoch znode's version, so a deposed controller (paused, partitioned, session lost)
+cannot write anything once another has won.
+
+Duties, run on every change of the live broker set, on becoming controller, and on
+request (preferred leaders):
+
+* a partition whose leader is not live gets a new leader: the first replica, in
+  assignment order, that is alive and in the ISR; the leader epoch is bumped and dead
+  brokers leave the ISR. No such replica: with ``unclean.leader.election.enable`` the
+  first live replica leads (acknowledged records it lacks are lost; off by default),
+  otherwise the partition stays leaderless (leader -1) with its last ISR, so the last
+  in-sync replica takes over when it comes back;
+* a partition whose leader is live drops dead followers from its ISR (so acks=all does
+  not wait ``replica.lag.time.max.ms`` for them);
+* preferred-leader election moves leadership back to the first assigned replica when it
+  is alive and in sync.
+
+Every write is conditional on the state version read (``ConcurrentUpdateError``: read
+again and decide again) and on the lease (``ControllerMovedError``: stop acting).
+Nothing is decided while the ZooKeeper session is suspended.
+
+Thread-safety: the scans run in a worker thread (blocking kazoo calls), one at a time
+(an asyncio lock); results are applied by the brokers through their state watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Final
+
+from brokers.coordination import ControllerLease, PartitionState
+from brokers.errors import (
+    ConcurrentUpdateError,
+    ControllerMovedError,
+    InvalidConfigError,
+    StrataError,
+    UnknownTopicOrPartitionError,
+)
+from brokers.log import LogConfig
+
+if TYPE_CHECKING:
+    from brokers.broker import Broker
+
+__all__ = ["Controller", "elect"]
+
+log = logging.getLogger("strata.brokers.controller")
+
+_RETRIES: Final = 5
+
+
+def elect(state: PartitionState, replicas: Sequence[int], live: Collection[int], *,
+          unclean: bool = False, preferred: bool = False) -> PartitionState | None:
+    """The partition state the controller should write, or None to leave it.
+
+    Pure, so that the election rules can be tested without a cluster.
+    """
+    live_isr = [b for b in state.isr if b in live]
+    if state.leader >= 0 and state.leader in live:
+        if preferred and replicas and replicas[0] != state.leader and replicas[0] in live_isr:
+            return PartitionState(replicas[0], state.leader_epoch + 1, live_isr,
+                                  zk_version=state.zk_version)
+        if live_isr != list(state.isr) and live_isr:
+            return PartitionState(state.leader, state.leader_epoch, live_isr,
+                                  zk_version=state.zk_version)
+        return None
+    candidates = [b for b in replicas if b in live_isr]
+    if candidates:
+        return PartitionState(candidates[0], state.leader_epoch + 1, live_isr,
+                              zk_version=state.zk_version)
+    if unclean:
+        alive = [b for b in replicas if b in live]
+        if alive:
+            log.warning("unclean leader election: broker %d leads although it was not in the "
+                        "ISR %s; acknowledged records it lacks are lost", alive[0], state.isr)
+            return PartitionState(alive[0], state.leader_epoch + 1, [alive[0]],
+                                  zk_version=state.zk_version)
+    if state.leader != -1:
+        # Keep the last ISR: its members are the only safe leaders when they return.
+        return PartitionState(-1, state.leader_epoch + 1, list(state.isr),
+                              zk_version=state.zk_version)
+    return None
+
+
+class Controller:
+    """Controller duties of one broker; acts only while it holds the lease."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.lease: ControllerLease | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def is_active(self) -> bool:
+        return self.lease is not None
+
+    def start(self) -> None:
+        if not self.broker.config.controller_eligible:
+            log.info("broker %d is not eligible to be controller", self.broker.broker_id)
+            return
+        self.broker.coordinator.watch_controller(
+            self.broker._threadsafe(self._on_controller_changed))
+
+    async def _on_controller_changed(self, holder: tuple[int, int] | None) -> None:
+        if holder is None:
+            await self._try_elect()
+        elif self.lease is not None and holder != (self.lease.broker_id, self.lease.epoch):
+            log.info("broker %d is no longer controller (broker %d, epoch %d is)",
+                     self.broker.broker_id, holder[0], holder[1])
+            self.lease = None
+
+    async def _try_elect(self) -> None:
+        if self.broker.stopping or self.broker.zookeeper_suspended:
+            return
+        try:
+            lease = await asyncio.to_thread(self.broker.coordinator.try_become_controller,
+                                            self.broker.broker_id)
+        except Exception as err:  # ZooKeeper trouble: the next watch event retries
+            log.warning("controller election failed: %r", err)
+            return
+        if lease is None:
+            return
+        self.lease = lease
+        log.info("broker %d is controller (epoch %d)", lease.broker_id, lease.epoch)
+        await self.elect_leaders()
+
+    def resign(self) -> None:
+        """Forget the lease (session lost: the ephemeral znode is gone with it)."""
+        self.lease = None
+
+    async def session_restored(self) -> None:
+        """After a reconnect: run for controller if nobody holds it."""
+        holder = await asyncio.to_thread(self.broker.coordinator.controller)
+        await self._on_controller_changed(holder)
+
+    async def elect_leaders(self, *, preferred: Collection[tuple[str, int]] | None = None
+                            ) -> dict[tuple[str, int], PartitionState]:
+        """Scan every partition and write the states :func:`elect` asks for.
+
+        ``preferred``: partitions whose leadership should move to their preferred
+        replica (an empty collection: every partition). Returns the states written.
+        """
+        lease = self.lease
+        if lease is None or self.broker.zookeeper_suspended:
+            return {}
+        async with self._lock:
+            try:
+                return await asyncio.to_thread(self._scan, lease, preferred)
+            except ControllerMovedError as err:
+                log.info("%s", err)
+                if self.lease is lease:
+                    self.lease = None
+                return {}
+
+    def _scan(self, lease: ControllerLease, preferred: Collection[tuple[str, int]] | None
+              ) -> dict[tuple[str, int], PartitionState]:
+        coordinator = self.broker.coordinator
+        live = {b.broker_id for b in coordinator.live_brokers()}
+        written: dict[tuple[str, int], PartitionState] = {}
+        for name in coordinator.list_topics():
+            topic = coordinator.get_topic(name)
+            if topic is None:
+                continue
+            unclean = self._unclean_allowed(name)
+            for p, replicas in topic.assignment.items():
+                want_preferred = preferred is not None and (not preferred
+                                                            or (name, p) in preferred)
+                for _ in range(_RETRIES):
+                    try:
+                        state = coordinator.partition_state(name, p)
+                    except UnknownTopicOrPartitionError:
+                        break
+                    new = elect(state, replicas, live, unclean=unclean,
+                                preferred=want_preferred)
+                    if new is None:
+                        break
+                    try:
+                        written[(name, p)] = coordinator.update_partition_state_as_controller(
+                            lease, name, p, new)
+                        log.info("%s-%d: leader %d -> %d, epoch %d, isr %s", name, p,
+                                 state.leader, new.leader, new.leader_epoch, new.isr)
+                        break
+                    except ConcurrentUpdateError:
+                        continue  # a leader's ISR write got there first: decide again
+                    except UnknownTopicOrPartitionError:
+                        break
+        return written
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        try:
+            overrides, _ = self.broker.coordinator.topic_configs(topic)
+            config = LogConfig.from_mapping(overrides, base=self.broker.config.log_defaults)
+        except (InvalidConfigError, StrataError):
+            return False
+        return config.unclean_leader_election_enable

@@ -1,0 +1,377 @@
+"""Follower replication and the leader's ISR upkeep.
+
+A broker follows a partition when ZooKeeper names another broker its leader. One
+:class:`ReplicaFetcher` per leader broker replicates every partition this broker follows
+from it, with one long-polling Fetch (``replica_id`` = this broker's id) for all of them,
+over the same Fetch path consumers use, and appends the leader's batches unchanged.
+
+Before a partition's first fetch under a new leader or epoch, the follower asks the
+leader where its own latest epoch ends (OffsetForLeaderEpoch, KIP-101/KIP-279) and
+truncates a divergent tail to that point, never to its high watermark: truncating to
+the HW would drop records a new leader had already acknowledged.
+
+:class:`ReplicaManager` owns the fetchers and, on the leader side, proposes ISR changes
+(``Partition.isr_change``) and writes them to ZooKeeper with a conditional write; a lost
+race means the state changed under it, so it re-reads the state and applies that instead
+of guessing. It makes no ZooKeeper decision while the session is suspended.
+
+The fetcher uses the client's connection class (``strata.client._connection``): it only
+frames requests and matches correlation ids, and a second copy of that code in the
+broker would drift.
+
+Thread-safety: everything runs on the broker's event loop; ZooKeeper calls go through
+``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from brokers.coordination import PartitionState
+from brokers.errors import (
+    ConcurrentUpdateError,
+    FencedLeaderEpochError,
+    LogStorageError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    StrataError,
+    UnknownLeaderEpochError,
+    error_for_code,
+)
+from brokers.protocol import (
+    ApiKey,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    OffsetForLeaderEpochPartition,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderEpochTopic,
+)
+
+if TYPE_CHECKING:
+    from brokers.broker import Broker
+    from brokers.partition import Partition
+    from strata.client._connection import BrokerConnection as BrokerConnectionType
+
+__all__ = ["ReplicaFetcher", "ReplicaManager"]
+
+log = logging.getLogger("strata.brokers.replication")
+
+PartitionKey = tuple[str, int]
+
+#: Added to the fetch's own wait: how long a follower waits for an answer before it
+#: treats the connection as dead.
+_REQUEST_MARGIN_S: Final = 10.0
+
+
+@dataclass(slots=True)
+class _Following:
+    leader_epoch: int
+    needs_truncation: bool = True
+
+
+class ReplicaFetcher:
+    """Replicates, from one leader broker, every partition this broker follows there."""
+
+    def __init__(self, broker: Broker, leader_id: int) -> None:
+        self.broker = broker
+        self.leader_id = leader_id
+        self.partitions: dict[PartitionKey, _Following] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._connection: BrokerConnectionType | None = None
+
+    def __repr__(self) -> str:
+        return f"ReplicaFetcher(broker {self.broker.broker_id} <- {self.leader_id})"
+
+    def add(self, key: PartitionKey, leader_epoch: int) -> None:
+        self.partitions[key] = _Following(leader_epoch)
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, key: PartitionKey) -> None:
+        self.partitions.pop(key, None)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    def _partition(self, key: PartitionKey) -> Partition | None:
+        """The hosted partition if this fetcher should still replicate it."""
+        partition = self.broker.partitions.get(key)
+        following = self.partitions.get(key)
+        if partition is None or following is None or partition.leader_id != self.leader_id \
+                or partition.leader_epoch != following.leader_epoch \
+                or partition.log.is_offline:
+            return None
+        return partition
+
+    async def _run(self) -> None:
+        base = self.broker.config.replica_fetch_backoff_ms / 1000
+        failures = 0
+        while not self.broker.stopping:
+            if not self.partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            # Doubling up to 1 s: a dead leader stays dead until its session expires.
+            backoff = min(base * 2 ** min(failures, 10), max(base, 1.0))
+            try:
+                connection = await self._connect()
+                if connection is None:
+                    await asyncio.sleep(backoff)
+                    continue
+                await self._truncate(connection)
+                progressed = await self._fetch(connection)
+                failures = 0
+                if not progressed:
+                    await asyncio.sleep(base)
+            except asyncio.CancelledError:
+                raise
+            except (StrataError, TimeoutError) as err:
+                failures += 1
+                # The first failure in a row is worth an INFO line; the rest repeat it.
+                log.log(logging.INFO if failures == 1 else logging.DEBUG,
+                        "%r: %s; retrying in %.0f ms", self, err or "timed out", backoff * 1000)
+                await self._disconnect()
+                await asyncio.sleep(backoff)
+            except Exception:
+                failures += 1
+                log.exception("%r failed; retrying", self)
+                await self._disconnect()
+                await asyncio.sleep(backoff)
+
+    async def _connect(self) -> BrokerConnectionType | None:
+        if self._connection is not None and self._connection.is_open:
+            return self._connection
+        await self._disconnect()
+        registration = self.broker.live_brokers.get(self.leader_id)
+        if registration is None:
+            return None  # the leader is not registered (yet, or any more)
+        from strata.client._connection import BrokerConnection
+
+        connection = BrokerConnection(registration.host, registration.port,
+                                      client_id=f"strata-replica-{self.broker.broker_id}")
+        await connection.connect(timeout=5.0)
+        self._connection = connection
+        return connection
+
+    async def _truncate(self, connection: BrokerConnectionType) -> None:
+        """OffsetForLeaderEpoch for every partition that just got this leader."""
+        pending = [key for key, f in self.partitions.items() if f.needs_truncation]
+        asks: dict[str, list[OffsetForLeaderEpochPartition]] = {}
+        for key in pending:
+            partition = self._partition(key)
+            if partition is None:
+                continue
+            asks.setdefault(key[0], []).append(OffsetForLeaderEpochPartition(
+                key[1], partition.leader_epoch, partition.log.latest_epoch))
+        if not asks:
+            return
+        response = await asyncio.wait_for(connection.request(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            OffsetForLeaderEpochRequest([OffsetForLeaderEpochTopic(t, ps)
+                                         for t, ps in asks.items()])), _REQUEST_MARGIN_S)
+        assert isinstance(response, OffsetForLeaderEpochResponse)
+        for topic in response.topics:
+            for answer in topic.partitions:
+                key = (topic.name, answer.partition)
+                partition = self._partition(key)
+                if partition is None:
+                    continue
+                if answer.error_code:
+                    log.info("%s: OffsetForLeaderEpoch at broker %d: %s", partition.name,
+                             self.leader_id, answer.error_message)
+                    continue
+                if partition.log.latest_epoch < 0:
+                    offset = partition.log.log_end_offset  # an empty log has no tail
+                elif answer.leader_epoch < 0:
+                    # The leader knows no epoch at or below ours: only what we know to
+                    # be committed is safe to keep (Kafka's fallback).
+                    offset = partition.high_watermark
+                else:
+                    own_epoch, own_end = partition.log.end_offset_for_epoch(answer.leader_epoch)
+                    offset = answer.end_offset if own_epoch != answer.leader_epoch \
+                        else min(answer.end_offset, own_end)
+                partition.truncate_divergent_tail(offset)
+                self.partitions[key].needs_truncation = False
+
+    async def _fetch(self, connection: BrokerConnectionType) -> bool:
+        """One fetch for every partition ready to fetch; False when none could."""
+        config = self.broker.config
+        by_topic: dict[str, list[FetchPartition]] = {}
+        asked: dict[PartitionKey, tuple[int, int]] = {}
+        for key, following in self.partitions.items():
+            partition = self._partition(key)
+            if partition is None or following.needs_truncation:
+                continue
+            offset = partition.log.log_end_offset
+            asked[key] = (offset, following.leader_epoch)
+            by_topic.setdefault(key[0], []).append(FetchPartition(
+                key[1], offset, config.replica_fetch_max_bytes, following.leader_epoch))
+        if not asked:
+            return False
+        request = FetchRequest([FetchTopic(t, ps) for t, ps in by_topic.items()],
+                               max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=1,
+                               max_bytes=max(config.replica_fetch_max_bytes, 1 << 20) * 4,
+                               replica_id=self.broker.broker_id)
+        response = await asyncio.wait_for(
+            connection.request(ApiKey.FETCH, request),
+            config.replica_fetch_wait_max_ms / 1000 + _REQUEST_MARGIN_S)
+        assert isinstance(response, FetchResponse)
+        progressed = False
+        for topic in response.topics:
+            for answer in topic.partitions:
+                key = (topic.name, answer.partition)
+                partition = self._partition(key)
+                sent = asked.get(key)
+                if partition is None or sent is None \
+                        or partition.log.log_end_offset != sent[0]:
+                    continue  # the state changed while the fetch was out: drop the answer
+                try:
+                    progressed |= self._apply(key, partition, answer.error_code,
+                                              answer.error_message, answer.records,
+                                              answer.high_watermark, answer.log_start_offset,
+                                              sent[0])
+                except LogStorageError as err:
+                    log.error("%s is OFFLINE on this follower: %s", partition.name, err)
+                    self.broker.offline[key] = err
+                    self.remove(key)
+        return progressed
+
+    def _apply(self, key: PartitionKey, partition: Partition, error_code: int,
+               error_message: str | None, records: object, high_watermark: int,
+               log_start_offset: int, fetch_offset: int) -> bool:
+        if error_code == 0:
+            if records:
+                assert isinstance(records, bytes | bytearray | memoryview)
+                partition.append_as_follower(records, high_watermark)
+                return True
+            partition.update_follower_high_watermark(high_watermark)
+            return True
+        error = error_for_code(error_code)
+        if error is OffsetOutOfRangeError:
+            if 0 <= fetch_offset < log_start_offset:
+                partition.restart_at(log_start_offset)
+            else:
+                self.partitions[key].needs_truncation = True
+            return True
+        if error in (FencedLeaderEpochError, UnknownLeaderEpochError, NotLeaderError):
+            log.debug("%s at broker %d: %s", partition.name, self.leader_id, error_message)
+            return False  # the state watch brings the newer epoch or the new leader
+        log.warning("replicating %s from broker %d: %s", partition.name, self.leader_id,
+                    error_message)
+        return False
+
+
+class ReplicaManager:
+    """This broker's followers (fetchers) and its leaders' ISR upkeep."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._isr_writes: set[PartitionKey] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._maintain())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+
+    # ------------------------------------------------------------------ following
+    def apply(self, key: PartitionKey, partition: Partition, changed: bool) -> None:
+        """Follow, stop following or keep following after a partition-state change."""
+        if partition.is_leader or partition.leader_id < 0:
+            self.unfollow(key)
+            return
+        fetcher = self.fetchers.get(partition.leader_id)
+        current = fetcher.partitions.get(key) if fetcher is not None else None
+        if current is not None and current.leader_epoch == partition.leader_epoch \
+                and not changed:
+            return
+        self.unfollow(key)
+        if fetcher is None:
+            fetcher = self.fetchers[partition.leader_id] = ReplicaFetcher(
+                self.broker, partition.leader_id)
+        fetcher.add(key, partition.leader_epoch)
+
+    def unfollow(self, key: PartitionKey) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove(key)
+
+    def leader_moved(self, broker_id: int) -> None:
+        """A broker re-registered (maybe on a new port): reconnect its fetcher."""
+        fetcher = self.fetchers.get(broker_id)
+        if fetcher is not None and fetcher._connection is not None:
+            asyncio.get_running_loop().create_task(fetcher._disconnect())
+
+    # ------------------------------------------------------------------ ISR upkeep
+    def consider_isr(self, key: PartitionKey, partition: Partition) -> None:
+        """Propose an ISR change for ``partition`` now if it needs one (after a fetch)."""
+        if key in self._isr_writes or self.broker.zookeeper_suspended:
+            return
+        proposed = partition.isr_change(self.broker.config.replica_lag_time_max_ms)
+        if proposed is not None:
+            self._isr_writes.add(key)
+            asyncio.get_running_loop().create_task(self._write_isr(key, partition, proposed))
+
+    async def _maintain(self) -> None:
+        interval = max(self.broker.config.replica_lag_time_max_ms / 2000, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            for key, partition in list(self.broker.partitions.items()):
+                if partition.is_leader:
+                    self.consider_isr(key, partition)
+                if not partition.log.is_offline:
+                    try:
+                        partition.write_high_watermark_checkpoint()
+                    except OSError as err:
+                        log.error("high-watermark checkpoint of %s failed: %s",
+                                  partition.name, err)
+
+    async def _write_isr(self, key: PartitionKey, partition: Partition, proposed: list[int]
+                         ) -> None:
+        try:
+            current = self.broker.partition_states.get(key)
+            state = PartitionState(partition.leader_id, partition.leader_epoch, proposed,
+                                   current.controller_epoch if current else 0,
+                                   partition.state_version)
+            try:
+                written = await asyncio.to_thread(
+                    self.broker.coordinator.update_partition_state, key[0], key[1], state)
+            except ConcurrentUpdateError:
+                # Someone (the controller) changed the state first: take theirs.
+                fresh = await asyncio.to_thread(self.broker.coordinator.partition_state, *key)
+                self.broker.apply_partition_state(key[0], key[1], fresh)
+                return
+            log.info("%s: ISR %s -> %s", partition.name, partition.isr, proposed)
+            self.broker.apply_partition_state(key[0], key[1], written)
+        except StrataError as err:
+            log.warning("changing the ISR of %s failed: %s", partition.name, err)
+        except Exception as err:  # ZooKeeper trouble: try again on the next round
+            log.warning("changing the ISR of %s failed: %r", partition.name, err)
+        finally:
+            self._isr_writes.discard(key)
