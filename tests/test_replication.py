@@ -1,0 +1,212 @@
+"""Replication between real broker processes (issue [4/7] sections 1 and 2).
+
+Each test runs its own ZooKeeper and three brokers (tests/support/cluster.py), so a
+controller or a registration left by another test can never interfere. What is
+checked: followers hold byte-identical copies; a killed leader is replaced by an in-sync
+replica with a new epoch and nothing acknowledged is lost; ``min.insync.replicas``
+refuses acks=all writes when too few replicas are in sync; a returning leader truncates
+the tail only it had, by OffsetForLeaderEpoch, not by its high watermark; unclean leader
+election happens only when the topic allows it; the controller role moves when its
+broker dies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from brokers.errors import NotEnoughReplicasError
+from brokers.protocol import (
+    ApiKey,
+    ConfigEntry,
+    CreatableTopic,
+    CreateTopicsRequest,
+    ReplicaAssignment,
+)
+from brokers.record_batch import build_batch
+from strata.client import Consumer, Producer, TopicPartition
+from tests.support.cluster import Cluster
+from tests.test_broker_api import call, produce, run
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with Cluster(tmp_path, brokers=3) as running:
+        yield running
+
+
+def create_assigned(cluster: Cluster, name: str, assignment: dict[int, list[int]],
+                    configs: dict[str, str] | None = None) -> None:
+    """CreateTopics with explicit replica lists (first = preferred leader)."""
+    broker = next(b for b in cluster.brokers.values() if b.running)
+    response = run(call(broker, ApiKey.CREATE_TOPICS, CreateTopicsRequest([CreatableTopic(
+        name, -1, -1, [ConfigEntry(k, v) for k, v in (configs or {}).items()],
+        [ReplicaAssignment(p, r) for p, r in assignment.items()])])))
+    assert response.topics[0].error_code == 0, response
+    cluster.wait_for(f"{name} has leaders", lambda: cluster.leaders(name),
+                     lambda leaders: all(leader >= 0 for leader in leaders.values()), 30)
+
+
+def segment_bytes(directory: Path) -> bytes:
+    """Every record byte of a replica, segments in offset order."""
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def read_all(cluster: Cluster, topic: str, partition: int, count: int) -> list[bytes]:
+    values: list[bytes] = []
+    with Consumer(cluster.bootstrap) as consumer:
+        consumer.assign([TopicPartition(topic, partition)])
+        consumer.seek(TopicPartition(topic, partition), 0)
+        deadline = time.monotonic() + 30
+        while len(values) < count and time.monotonic() < deadline:
+            for record in consumer.poll(timeout_ms=500):
+                values.append(record.value)
+    return values
+
+
+def test_followers_hold_byte_identical_copies(cluster: Cluster) -> None:
+    cluster.create_topic("copies", 3, 3, {"min.insync.replicas": "2"})
+    cluster.wait_until_healthy("copies")
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        futures = [producer.send("copies", f"v{i}".encode(), partition=i % 3)
+                   for i in range(900)]
+        producer.flush()
+        assert all(f.result(timeout=30).offset >= 0 for f in futures)
+    watermarks = cluster.high_watermarks("copies")
+    assert watermarks == {0: 300, 1: 300, 2: 300}
+    cluster.stop_all()
+    for p in range(3):
+        copies = {b: segment_bytes(cluster.partition_dir(b, "copies", p)) for b in range(3)}
+        assert len(set(copies.values())) == 1, f"partition {p}: replicas differ"
+        assert len(copies[0]) > 0
+
+
+def test_a_killed_leader_is_replaced_by_an_in_sync_replica(cluster: Cluster) -> None:
+    cluster.create_topic("failover", 1, 3, {"min.insync.replicas": "2"})
+    cluster.wait_until_healthy("failover")
+    before = cluster.partition_state("failover", 0)
+    with Producer(cluster.bootstrap, acks="all", delivery_timeout_ms=60_000) as producer:
+        for i in range(200):
+            producer.send("failover", f"a{i}".encode(), partition=0)
+        producer.flush()
+        cluster.kill(before.leader)
+        after = cluster.wait_for(
+            "a new leader", lambda: cluster.partition_state("failover", 0),
+            lambda s: s.leader not in (-1, before.leader), 30)
+        assert after.leader in before.isr
+        assert after.leader_epoch == before.leader_epoch + 1
+        assert before.leader not in after.isr
+        futures = [producer.send("failover", f"b{i}".encode(), partition=0)
+                   for i in range(100)]
+        producer.flush()
+        offsets = [f.result(timeout=60).offset for f in futures]
+    assert offsets == list(range(200, 300))
+    expected = [f"a{i}".encode() for i in range(200)] + [f"b{i}".encode() for i in range(100)]
+    assert read_all(cluster, "failover", 0, 300) == expected
+
+
+def test_min_insync_replicas_refuses_acks_all_when_too_few_replicas_are_in_sync(
+        cluster: Cluster) -> None:
+    create_assigned(cluster, "guarded", {0: [0, 1, 2]}, {"min.insync.replicas": "2"})
+    cluster.wait_until_healthy("guarded")
+    cluster.kill(1)
+    cluster.kill(2)
+    cluster.wait_for("ISR [0]", lambda: cluster.isr_of("guarded", 0),
+                     lambda isr: tuple(isr) == (0,), 30)
+    leader = cluster.brokers[0]
+    refused = produce(leader, "guarded", 0, build_batch([b"x"]), acks=-1)
+    assert refused.error_code == NotEnoughReplicasError.code, refused
+    assert "min.insync.replicas is 2" in refused.error_message
+    # acks=1 does not promise replication: it is still taken.
+    assert produce(leader, "guarded", 0, build_batch([b"y"]), acks=1).error_code == 0
+    cluster.restart(1)
+    cluster.wait_for("ISR back to two", lambda: cluster.isr_of("guarded", 0),
+                     lambda isr: len(isr) >= 2, 30)
+    assert produce(leader, "guarded", 0, build_batch([b"z"]), acks=-1).error_code == 0
+
+
+def test_a_returning_leader_truncates_the_tail_only_it_had(cluster: Cluster) -> None:
+    """KIP-279: the old leader's records that no follower got (acks=1, then a crash) go;
+    the records the new leader took in the meantime take their offsets."""
+    create_assigned(cluster, "diverge", {0: [0, 1, 2]})
+    cluster.wait_until_healthy("diverge")
+    old = cluster.brokers[0]
+    assert produce(old, "diverge", 0, build_batch([b"kept-1", b"kept-2"])).error_code == 0
+    cluster.wait_for("followers caught up", lambda: cluster.high_watermarks("diverge"),
+                     lambda hw: hw == {0: 2}, 30)
+    cluster.pause(1)
+    cluster.pause(2)
+    try:
+        # Parked follower fetches time out (replica.fetch.wait.max.ms) and are answered
+        # empty before the write, so no follower can receive it.
+        time.sleep(1.0)
+        lonely = produce(old, "diverge", 0, build_batch([b"lost-1", b"lost-2", b"lost-3"]),
+                         acks=1)
+        assert lonely.error_code == 0 and lonely.base_offset == 2
+        cluster.kill(0)
+    finally:
+        cluster.resume(1)
+        cluster.resume(2)
+    state = cluster.wait_for("a new leader", lambda: cluster.partition_state("diverge", 0),
+                             lambda s: s.leader in (1, 2), 40)
+    new_leader = cluster.brokers[state.leader]
+    answer = cluster.wait_for(
+        "the new leader takes writes",
+        lambda: produce(new_leader, "diverge", 0, build_batch([b"new-1", b"new-2"])),
+        lambda a: a.error_code == 0, 30)
+    assert answer.base_offset == 2  # the offsets the lost records had
+    cluster.restart(0)
+    cluster.wait_for("broker 0 back in sync", lambda: cluster.isr_of("diverge", 0),
+                     lambda isr: 0 in isr, 40)
+    assert "truncating the divergent tail 2..5" in cluster.broker_log(0)
+    assert read_all(cluster, "diverge", 0, 4) == [b"kept-1", b"kept-2", b"new-1", b"new-2"]
+    cluster.stop_all()
+    copies = {b: segment_bytes(cluster.partition_dir(b, "diverge", 0)) for b in range(3)}
+    assert len(set(copies.values())) == 1, "replicas differ after truncation"
+
+
+def test_unclean_leader_election_only_where_the_topic_allows_it(cluster: Cluster) -> None:
+    create_assigned(cluster, "clean", {0: [0, 1]})
+    create_assigned(cluster, "unclean", {0: [0, 1]},
+                    {"unclean.leader.election.enable": "true"})
+    for topic in ("clean", "unclean"):
+        cluster.wait_until_healthy(topic)
+    cluster.stop(1)  # the follower leaves; the ISR shrinks to the leader
+    for topic in ("clean", "unclean"):
+        cluster.wait_for(f"{topic} ISR [0]", lambda t=topic: cluster.isr_of(t, 0),
+                         lambda isr: tuple(isr) == (0,), 30)
+        assert produce(cluster.brokers[0], topic, 0, build_batch([b"only-on-0"])
+                       ).error_code == 0
+    cluster.kill(0)
+    cluster.restart(1)
+    unclean = cluster.wait_for("unclean elects broker 1",
+                               lambda: cluster.partition_state("unclean", 0),
+                               lambda s: s.leader == 1, 40)
+    assert unclean.isr == (1,)
+    clean = cluster.partition_state("clean", 0)
+    assert clean.leader == -1, clean  # waits for broker 0, the last in-sync replica
+    assert list(clean.isr) == [0]
+    cluster.restart(0)
+    cluster.wait_for("clean led by broker 0 again", lambda: cluster.partition_state("clean", 0),
+                     lambda s: s.leader == 0, 40)
+
+
+def test_the_controller_role_moves_when_its_broker_dies(cluster: Cluster) -> None:
+    cluster.create_topic("ctl", 3, 3)
+    cluster.wait_until_healthy("ctl")
+    first = cluster.controller()
+    assert first is not None
+    cluster.kill(first[0])
+    second = cluster.wait_for("a new controller", cluster.controller,
+                              lambda c: c is not None and c[0] != first[0], 30)
+    assert second[1] > first[1]  # a newer controller epoch fences the old one
+    # The new controller does the job: the dead broker's leaderships moved.
+    leaders = cluster.wait_for("no partition led by the dead broker",
+                               lambda: cluster.leaders("ctl"),
+                               lambda ls: all(v not in (-1, first[0]) for v in ls.values()), 30)
+    assert set(leaders.values()) <= set(cluster.brokers) - {first[0]}
