@@ -340,32 +340,70 @@ class Broker:
         config = self.log_config_for(topic.name)
         for p, replicas in topic.assignment.items():
             self.partition_states[(topic.name, p)] = states[p]
-            if self.broker_id not in replicas:
-                continue
-            directory = self.data_dir / f"{topic.name}-{p}"
-            if directory.exists() and read_topic_id(directory) not in (None, topic.topic_id):
-                self._set_aside(directory, "an older topic of the same name")
-            try:
-                partition = Partition(topic.name, p, topic.topic_id, directory, config,
-                                      self.broker_id)
-            except (StrataError, OSError) as err:
-                # One damaged partition must not take the broker (and every other
-                # partition) down: it stays offline and answers with the error.
-                log.error("partition %s-%d is OFFLINE: %s", topic.name, p, err)
-                self.offline[(topic.name, p)] = err if isinstance(err, StrataError) else \
-                    LogStorageError(f"opening {directory} failed: {err}")
-                continue
-            state = states[p]
-            partition.set_state(state.leader, state.leader_epoch, state.isr, replicas,
-                                state.zk_version)
-            self.partitions[(topic.name, p)] = partition
-            self.replicas.apply((topic.name, p), partition, True)
+            if self.broker_id in replicas:
+                self._open_replica(topic, p, config, states[p])
         self.coordinator.watch_topic_configs(topic.name, self._threadsafe(
             lambda configs, name=topic.name: self._on_configs_changed(name, configs)))
+        self.coordinator.watch_topic(topic.name, self._threadsafe(self._on_topic_changed))
         for p in topic.assignment:
             self.coordinator.watch_partition_state(topic.name, p, self._threadsafe(
                 lambda state, name=topic.name, p=p: self._on_partition_state(name, p, state)))
         log.info("loaded topic %s (%d partitions)", topic.name, topic.partition_count)
+
+    def _open_replica(self, topic: TopicDefinition, p: int, config: LogConfig,
+                      state: PartitionState) -> None:
+        directory = self.data_dir / f"{topic.name}-{p}"
+        if directory.exists() and read_topic_id(directory) not in (None, topic.topic_id):
+            self._set_aside(directory, "an older topic of the same name")
+        try:
+            partition = Partition(topic.name, p, topic.topic_id, directory, config,
+                                  self.broker_id)
+        except (StrataError, OSError) as err:
+            # One damaged partition must not take the broker (and every other
+            # partition) down: it stays offline and answers with the error.
+            log.error("partition %s-%d is OFFLINE: %s", topic.name, p, err)
+            self.offline[(topic.name, p)] = err if isinstance(err, StrataError) else \
+                LogStorageError(f"opening {directory} failed: {err}")
+            return
+        partition.set_state(state.leader, state.leader_epoch, state.isr,
+                            topic.assignment[p], state.zk_version)
+        self.partitions[(topic.name, p)] = partition
+        self.replicas.apply((topic.name, p), partition, True)
+
+    async def _on_topic_changed(self, definition: TopicDefinition | None) -> None:
+        """A topic's replica assignment changed (a reassignment step of the controller):
+        open the replicas this broker gained, delete the ones it lost."""
+        if definition is None:
+            return  # deletion is handled by the topic-list watch
+        async with self._sync_lock:
+            current = self.topics.get(definition.name)
+            if self._stopped.is_set() or current is None \
+                    or current.topic_id != definition.topic_id \
+                    or current.assignment == definition.assignment:
+                return
+            self.topics[definition.name] = definition
+            config = self.log_config_for(definition.name)
+            for p, replicas in definition.assignment.items():
+                key = (definition.name, p)
+                hosted = key in self.partitions or key in self.offline
+                if self.broker_id in replicas and not hosted:
+                    state = await asyncio.to_thread(self.coordinator.partition_state, *key)
+                    self.partition_states[key] = state
+                    self._open_replica(definition, p, config, state)
+                    log.info("%s-%d: this broker is a new replica; copying the log from "
+                             "broker %d", definition.name, p, state.leader)
+                elif self.broker_id not in replicas and hosted:
+                    self.replicas.unfollow(key)
+                    self.offline.pop(key, None)
+                    removed = self.partitions.pop(key, None)
+                    if removed is not None:
+                        removed.delete()
+                    log.info("%s-%d: this broker is no longer a replica; its copy is deleted",
+                             definition.name, p)
+                elif key in self.partitions:
+                    known = self.partition_states.get(key)
+                    if known is not None:
+                        self.apply_partition_state(definition.name, p, known, force=True)
 
     async def _on_configs_changed(self, name: str, overrides: dict[str, str] | None) -> None:
         if overrides is None or name not in self.topics:

@@ -18,8 +18,16 @@ request (preferred leaders):
   in-sync replica takes over when it comes back;
 * a partition whose leader is live drops dead followers from its ISR (so acks=all does
   not wait ``replica.lag.time.max.ms`` for them);
-* preferred-leader election moves leadership back to the first assigned replica when it
-  is alive and in sync.
+* preferred-leader election (``/strata/admin/preferred_replica_election``, written by
+  any broker on an ElectLeaders request) moves leadership back to the first assigned
+  replica where it is alive and in sync;
+* reassignment (``/strata/admin/reassign_partitions``) moves replicas in four steps,
+  each a fenced conditional write, each safe to repeat after a controller failover:
+  (1) the assignment becomes target + leaving replicas, so the new replicas start
+  copying the log from the leader; (2) wait until every target replica is in the ISR;
+  (3) if the leader is not kept, a target replica in the ISR leads (epoch bumped) and
+  leaving replicas leave the ISR; (4) the assignment becomes the target, the leaving
+  brokers delete their copies, and the partition's entry is removed.
 
 Every write is conditional on the state version read (``ConcurrentUpdateError``: read
 again and decide again) and on the lease (``ControllerMovedError``: stop acting).
@@ -36,7 +44,7 @@ import logging
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Final
 
-from brokers.coordination import ControllerLease, PartitionState
+from brokers.coordination import ControllerLease, PartitionState, TopicDefinition
 from brokers.errors import (
     ConcurrentUpdateError,
     ControllerMovedError,
@@ -54,6 +62,8 @@ __all__ = ["Controller", "elect"]
 log = logging.getLogger("strata.brokers.controller")
 
 _RETRIES: Final = 5
+#: How often the controller looks at reassignments in progress.
+_REASSIGN_POLL_S: Final = 0.5
 
 
 def elect(state: PartitionState, replicas: Sequence[int], live: Collection[int], *,
@@ -96,19 +106,29 @@ class Controller:
         self.broker = broker
         self.lease: ControllerLease | None = None
         self._lock = asyncio.Lock()
+        self._reassigning: asyncio.Task[None] | None = None
+        #: ``(broker id, epoch)`` of the controller as last seen in ZooKeeper.
+        self.current: tuple[int, int] | None = None
 
     @property
     def is_active(self) -> bool:
         return self.lease is not None
 
     def start(self) -> None:
+        self.broker.coordinator.watch_controller(
+            self.broker._threadsafe(self._on_controller_changed))
         if not self.broker.config.controller_eligible:
             log.info("broker %d is not eligible to be controller", self.broker.broker_id)
             return
-        self.broker.coordinator.watch_controller(
-            self.broker._threadsafe(self._on_controller_changed))
+        self.broker.coordinator.watch_preferred_election(
+            self.broker._threadsafe(self._on_preferred_election))
+        self.broker.coordinator.watch_reassignments(
+            self.broker._threadsafe(self._on_reassignments))
 
     async def _on_controller_changed(self, holder: tuple[int, int] | None) -> None:
+        self.current = holder
+        if not self.broker.config.controller_eligible:
+            return
         if holder is None:
             await self._try_elect()
         elif self.lease is not None and holder != (self.lease.broker_id, self.lease.epoch):
@@ -130,6 +150,117 @@ class Controller:
         self.lease = lease
         log.info("broker %d is controller (epoch %d)", lease.broker_id, lease.epoch)
         await self.elect_leaders()
+        # Requests left by a previous controller: finish them.
+        if await asyncio.to_thread(self.broker.coordinator.preferred_election_pending):
+            await self._run_preferred_election()
+        await self._on_reassignments(True)
+
+    async def _on_preferred_election(self, requested: bool) -> None:
+        if requested and self.lease is not None:
+            await self._run_preferred_election()
+
+    async def _run_preferred_election(self) -> None:
+        try:
+            holder = await asyncio.to_thread(self._read_preferred_request)
+        except Exception as err:
+            log.warning("reading the preferred-leader request failed: %r", err)
+            return
+        if holder is None:
+            return
+        await self.elect_leaders(preferred=holder)
+        if self.lease is not None:
+            await asyncio.to_thread(self.broker.coordinator.finish_preferred_election)
+
+    def _read_preferred_request(self) -> Collection[tuple[str, int]] | None:
+        """The partitions named by the pending request (empty: all), None if none."""
+        pending, partitions = self.broker.coordinator.preferred_election_request()
+        if not pending:
+            return None
+        return set() if partitions is None else set(partitions)
+
+    async def _on_reassignments(self, pending: bool) -> None:
+        if not pending or self.lease is None:
+            return
+        if self._reassigning is None or self._reassigning.done():
+            self._reassigning = asyncio.get_running_loop().create_task(self._reassign_loop())
+
+    async def _reassign_loop(self) -> None:
+        """Drive every reassignment in progress until none is left or the lease is lost."""
+        while self.lease is not None and not self.broker.stopping:
+            lease = self.lease
+            if not self.broker.zookeeper_suspended:
+                try:
+                    async with self._lock:
+                        left = await asyncio.to_thread(self._reassign_step, lease)
+                except ControllerMovedError as err:
+                    log.info("%s", err)
+                    if self.lease is lease:
+                        self.lease = None
+                    return
+                except Exception as err:
+                    log.warning("reassignment step failed: %r; retrying", err)
+                    left = 1
+                if left == 0:
+                    return
+            await asyncio.sleep(_REASSIGN_POLL_S)
+
+    def _reassign_step(self, lease: ControllerLease) -> int:
+        """Advance every pending reassignment by what is possible now; return how many
+        are still pending."""
+        coordinator = self.broker.coordinator
+        pending, version = coordinator.reassignments()
+        done: list[tuple[str, int]] = []
+        for (name, p), target in pending.items():
+            if self._advance_reassignment(lease, name, p, target):
+                done.append((name, p))
+        if done:
+            left = {k: v for k, v in pending.items() if k not in done}
+            try:
+                coordinator.write_reassignments(left, version)
+            except ConcurrentUpdateError:
+                return 1  # a new request arrived meanwhile: look again next round
+            for name, p in done:
+                log.info("reassignment of %s-%d to %s is complete", name, p, pending[(name, p)])
+            return len(left)
+        return len(pending)
+
+    def _advance_reassignment(self, lease: ControllerLease, name: str, p: int,
+                              target: list[int]) -> bool:
+        """One step of one partition's reassignment; True once it is complete."""
+        coordinator = self.broker.coordinator
+        found = coordinator.topic_with_version(name)
+        if found is None or p not in found[0].assignment:
+            return True  # the topic or partition is gone: nothing left to move
+        topic, version = found
+        current = topic.assignment[p]
+        if not target:
+            return True
+        if not set(target) <= set(current):
+            moving = target + [b for b in current if b not in target]
+            self._write_assignment(lease, topic, p, moving, version)
+            log.info("%s-%d: adding replicas %s (replica set now %s)", name, p,
+                     [b for b in target if b not in current], moving)
+            return False
+        state = coordinator.partition_state(name, p)
+        if not set(target) <= set(state.isr):
+            return False  # the new replicas are still copying the log
+        if state.leader not in target or any(b not in target for b in state.isr):
+            leader = state.leader if state.leader in target \
+                else next(b for b in target if b in state.isr)
+            new = PartitionState(leader, state.leader_epoch + (leader != state.leader),
+                                 [b for b in state.isr if b in target],
+                                 zk_version=state.zk_version)
+            coordinator.update_partition_state_as_controller(lease, name, p, new)
+        if current != target:
+            self._write_assignment(lease, topic, p, list(target), version)
+        return True
+
+    def _write_assignment(self, lease: ControllerLease, topic: TopicDefinition, p: int,
+                          replicas: list[int], version: int) -> None:
+        assignment = dict(topic.assignment)
+        assignment[p] = replicas
+        self.broker.coordinator.set_assignment_as_controller(
+            lease, TopicDefinition(topic.name, topic.topic_id, assignment), version)
 
     def resign(self) -> None:
         """Forget the lease (session lost: the ephemeral znode is gone with it)."""

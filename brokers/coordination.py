@@ -10,7 +10,15 @@ Znode layout (every value is UTF-8 JSON with a ``"version": 1`` field)::
                                                 isr, controller_epoch}; versioned writes
     /strata/config/topics/<topic>               {"config": {key: value}}  (overrides only)
     /strata/latest_producer_id_block            {"broker", "block_start", "block_end"}
-    /strata/controller, /strata/controller_epoch  (issue 4: controller election)
+    /strata/controller                          {"broker_id", "epoch"}     EPHEMERAL
+    /strata/controller_epoch                    {"epoch"}: bumped with /controller in one
+                                                multi-op; every controller write checks it
+    /strata/admin/preferred_replica_election    {"partitions": [[topic, p], ...] | null}
+                                                a request for the controller (it deletes
+                                                the znode once done; null: every partition)
+    /strata/admin/reassign_partitions           {"partitions": {topic: {p: [replicas]}}}
+                                                reassignments in progress (the controller
+                                                removes each once it is complete)
 
 Why a ``/strata`` root: several clusters, or Strata beside other tenants, can share one
 ensemble. Topic definitions and configs are persistent, so restarting any process
@@ -69,6 +77,8 @@ _TOPIC_CONFIGS = f"{ROOT}/config/topics"
 _PRODUCER_ID_BLOCK = f"{ROOT}/latest_producer_id_block"
 _CONTROLLER = f"{ROOT}/controller"
 _CONTROLLER_EPOCH = f"{ROOT}/controller_epoch"
+_PREFERRED_ELECTION = f"{ROOT}/admin/preferred_replica_election"
+_REASSIGNMENTS = f"{ROOT}/admin/reassign_partitions"
 
 
 
@@ -260,6 +270,53 @@ class Coordinator:
         assignment = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
         return TopicDefinition(name, str(value["topic_id"]), dict(sorted(assignment.items())))
 
+    def topic_with_version(self, name: str) -> tuple[TopicDefinition, int] | None:
+        """The topic definition and its znode version (for conditional writes)."""
+        try:
+            data, stat = self.zk.get(f"{_TOPICS}/{name}")
+        except NoNodeError:
+            return None
+        value = _load(data)
+        assignment = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
+        return TopicDefinition(name, str(value["topic_id"]), dict(sorted(assignment.items()))), \
+            stat.version
+
+    def watch_topic(self, name: str, callback: Callable[[TopicDefinition | None], None]
+                    ) -> None:
+        """``callback(definition)`` now and whenever the topic's replica assignment changes
+        (``None`` once the topic is gone, which ends the watch)."""
+        def on_data(data: bytes | None, stat: Any) -> bool | None:
+            if data is None:
+                callback(None)
+                return False
+            value = _load(data)
+            assignment = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
+            callback(TopicDefinition(name, str(value["topic_id"]),
+                                     dict(sorted(assignment.items()))))
+            return None
+
+        self.zk.DataWatch(f"{_TOPICS}/{name}")(on_data)
+
+    def set_assignment_as_controller(self, lease: ControllerLease, topic: TopicDefinition,
+                                     expected_version: int) -> None:
+        """Rewrite a topic's replica assignment, fenced by the lease and the version."""
+        tx = self.zk.transaction()
+        tx.check(_CONTROLLER_EPOCH, lease.epoch_zk_version)
+        tx.set_data(f"{_TOPICS}/{topic.name}", _dump(
+            {"topic_id": topic.topic_id,
+             "partitions": {str(p): r for p, r in sorted(topic.assignment.items())}}),
+            version=expected_version)
+        results = tx.commit()
+        if isinstance(results[0], BadVersionError | NoNodeError):
+            raise ControllerMovedError(
+                f"controller epoch {lease.epoch} of broker {lease.broker_id} is no longer "
+                "current; another broker is controller now")
+        if isinstance(results[1], BadVersionError):
+            raise ConcurrentUpdateError(
+                f"the assignment of topic {topic.name!r} changed meanwhile; re-read it")
+        if isinstance(results[1], NoNodeError):
+            raise UnknownTopicOrPartitionError(f"topic {topic.name!r} does not exist")
+
     def require_topic(self, name: str) -> TopicDefinition:
         topic = self.get_topic(name)
         if topic is None:
@@ -431,6 +488,72 @@ class Coordinator:
         if isinstance(results[1], NoNodeError):
             raise UnknownTopicOrPartitionError(f"partition {topic}-{partition} does not exist")
         return self.partition_state(topic, partition)
+
+    # ------------------------------------------------------------------ admin requests
+    def request_preferred_election(self, partitions: list[tuple[str, int]] | None) -> None:
+        """Ask the controller for a preferred-leader election (None: every partition)."""
+        value = None if partitions is None else [[t, p] for t, p in partitions]
+        try:
+            self.zk.create(_PREFERRED_ELECTION, _dump({"partitions": value}), makepath=True)
+        except NodeExistsError:
+            raise ConcurrentUpdateError(
+                "a preferred-leader election is already in progress; wait for it to finish "
+                "and retry") from None
+
+    def preferred_election_pending(self) -> bool:
+        return self.zk.exists(_PREFERRED_ELECTION) is not None
+
+    def preferred_election_request(self) -> tuple[bool, list[tuple[str, int]] | None]:
+        """``(pending, partitions)``: is an election requested, and for which partitions
+        (None: every partition)."""
+        try:
+            data, _ = self.zk.get(_PREFERRED_ELECTION)
+        except NoNodeError:
+            return False, None
+        value = _load(data)["partitions"]
+        return True, None if value is None else [(str(t), int(p)) for t, p in value]
+
+    def watch_preferred_election(self, callback: Callable[[bool], None]) -> None:
+        """``callback(requested)`` now and whenever the election request znode changes."""
+        self.zk.DataWatch(_PREFERRED_ELECTION)(lambda data, stat: callback(data is not None))
+
+    def finish_preferred_election(self) -> None:
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(_PREFERRED_ELECTION)
+
+    def reassignments(self) -> tuple[dict[tuple[str, int], list[int]], int]:
+        """Reassignments in progress (partition -> target replicas) and the znode version
+        (-1: none recorded)."""
+        try:
+            data, stat = self.zk.get(_REASSIGNMENTS)
+        except NoNodeError:
+            return {}, -1
+        value = _load(data)["partitions"]
+        return {(str(t), int(p)): [int(b) for b in r]
+                for t, parts in value.items() for p, r in parts.items()}, stat.version
+
+    def write_reassignments(self, pending: dict[tuple[str, int], list[int]],
+                            expected_version: int) -> None:
+        """Replace the reassignments in progress (conditional; empty: delete the znode)."""
+        nested: dict[str, dict[str, list[int]]] = {}
+        for (topic, p), replicas in sorted(pending.items()):
+            nested.setdefault(topic, {})[str(p)] = replicas
+        try:
+            if not pending:
+                if expected_version >= 0:
+                    self.zk.delete(_REASSIGNMENTS, version=expected_version)
+            elif expected_version < 0:
+                self.zk.create(_REASSIGNMENTS, _dump({"partitions": nested}), makepath=True)
+            else:
+                self.zk.set(_REASSIGNMENTS, _dump({"partitions": nested}),
+                            version=expected_version)
+        except (BadVersionError, NodeExistsError, NoNodeError) as err:
+            raise ConcurrentUpdateError(
+                "the reassignments in progress changed meanwhile; re-read and retry") from err
+
+    def watch_reassignments(self, callback: Callable[[bool], None]) -> None:
+        """``callback(any pending)`` now and whenever the reassignments znode changes."""
+        self.zk.DataWatch(_REASSIGNMENTS)(lambda data, stat: callback(data is not None))
 
     # ------------------------------------------------------------------ producer ids
     def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> range:

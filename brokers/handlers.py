@@ -40,6 +40,7 @@ from brokers.errors import (
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
+    error_for_code,
 )
 from brokers.log import LogConfig
 from brokers.log.config import TOPIC_CONFIG_KEYS
@@ -54,6 +55,8 @@ from brokers.protocol import (
     AbortTopicResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     ApiKey,
     ApiVersionRange,
     ApiVersionsRequest,
@@ -70,6 +73,11 @@ from brokers.protocol import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribedConfig,
+    ElectionPartitionResult,
+    ElectionTopic,
+    ElectionTopicResult,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     FetchPartitionResponse,
     FetchRequest,
     FetchResponse,
@@ -80,6 +88,8 @@ from brokers.protocol import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListOffsetsTopicResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     Message,
     MetadataRequest,
     MetadataResponse,
@@ -87,6 +97,7 @@ from brokers.protocol import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     OffsetForLeaderEpochTopicResponse,
+    OngoingReassignment,
     PartitionMetadata,
     ProducePartitionResponse,
     ProduceRequest,
@@ -144,6 +155,9 @@ class RequestHandlers:
             ApiKey.STAGE_RECORDS: self.stage_records,
             ApiKey.COMMIT_STAGED: self.commit_staged,
             ApiKey.ABORT_STAGED: self.abort_staged,
+            ApiKey.ELECT_LEADERS: self.elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
         }
 
     async def dispatch(self, header: RequestHeader, body: Reader) -> Message | None:
@@ -222,7 +236,8 @@ class RequestHandlers:
                     0, p, leader, state.leader_epoch if state else -1, list(replicas),
                     list(state.isr) if state else []))
             topics.append(TopicMetadata(0, name, partitions))
-        return MetadataResponse(brokers, b.broker_id, topics, b.cluster_id)
+        controller = b.controller.current[0] if b.controller.current else -1
+        return MetadataResponse(brokers, controller, topics, b.cluster_id)
 
     # ------------------------------------------------------------------ topics admin
     async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
@@ -657,6 +672,133 @@ class RequestHandlers:
                 answers.append(answer)
             topics.append(OffsetForLeaderEpochTopicResponse(topic.name, answers))
         return OffsetForLeaderEpochResponse(topics)
+
+    # ------------------------------------------------------------------ cluster admin
+    def _known_partitions(self, topics: list[ElectionTopic] | None
+                          ) -> tuple[list[tuple[str, int]], list[ElectionTopicResult]]:
+        """The partitions a request names that exist, and error answers for the rest."""
+        if topics is None:
+            return [(t, p) for t, d in sorted(self.broker.topics.items())
+                    for p in d.assignment], []
+        known: list[tuple[str, int]] = []
+        errors: list[ElectionTopicResult] = []
+        for topic in topics:
+            definition = self.broker.topics.get(topic.name)
+            bad = []
+            for p in topic.partitions:
+                if definition is not None and p in definition.assignment:
+                    known.append((topic.name, p))
+                else:
+                    err = UnknownTopicOrPartitionError(
+                        f"{topic.name}-{p} does not exist; check `strata topic describe`")
+                    bad.append(ElectionPartitionResult(p, err.code, -1, err.message))
+            if bad:
+                errors.append(ElectionTopicResult(topic.name, bad))
+        return known, errors
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+        known, results = self._known_partitions(request.topics)
+        coordinator = self.broker.coordinator
+        by_topic: dict[str, list[ElectionPartitionResult]] = {}
+        failure: StrataError | None = None
+        if known:
+            try:
+                await asyncio.to_thread(coordinator.request_preferred_election,
+                                        None if request.topics is None else known)
+                deadline = time.monotonic() + max(request.timeout_ms, 1) / 1000
+                while await asyncio.to_thread(coordinator.preferred_election_pending):
+                    if time.monotonic() >= deadline:
+                        raise RequestTimedOutError(
+                            f"the controller did not finish the election within "
+                            f"{request.timeout_ms} ms (is a controller running? see "
+                            "`strata cluster describe`); it may still happen")
+                    await asyncio.sleep(0.05)
+            except (StrataError, KazooException) as err:
+                code, message = _error(err)
+                failure = error_for_code(code)(message or "")
+        for topic, p in known:
+            if failure is not None:
+                answer = ElectionPartitionResult(p, failure.code, -1, failure.message)
+            else:
+                state = await asyncio.to_thread(coordinator.partition_state, topic, p)
+                preferred = self.broker.topics[topic].assignment[p][0]
+                answer = ElectionPartitionResult(p, 0, state.leader)
+                if state.leader != preferred:
+                    answer.error_message = (
+                        f"preferred replica {preferred} is not alive or not in sync "
+                        f"(ISR {state.isr}); leader stays {state.leader}")
+            by_topic.setdefault(topic, []).append(answer)
+        results += [ElectionTopicResult(t, ps) for t, ps in by_topic.items()]
+        return ElectLeadersResponse(results)
+
+    async def alter_partition_reassignments(self, request: AlterPartitionReassignmentsRequest
+                                            ) -> AlterPartitionReassignmentsResponse:
+        wanted: dict[tuple[str, int], list[int]] = {}
+        answers: dict[str, list[ElectionPartitionResult]] = {}
+        live = set(self.broker.live_brokers)
+        for topic in request.topics:
+            definition = self.broker.topics.get(topic.name)
+            for part in topic.partitions:
+                answer = ElectionPartitionResult(part.partition, 0, -1)
+                try:
+                    if definition is None or part.partition not in definition.assignment:
+                        raise UnknownTopicOrPartitionError(
+                            f"{topic.name}-{part.partition} does not exist; check "
+                            "`strata topic describe`")
+                    replicas = list(part.replicas)
+                    if not replicas:
+                        raise InvalidReplicationFactorError(
+                            f"{topic.name}-{part.partition}: give at least one replica "
+                            "(cancelling a reassignment is not supported; reassign back "
+                            "to the old replicas instead)")
+                    if len(set(replicas)) != len(replicas):
+                        raise InvalidReplicationFactorError(
+                            f"{topic.name}-{part.partition}: broker listed twice in "
+                            f"{replicas}")
+                    dead = [b for b in replicas if b not in live]
+                    if dead:
+                        raise InvalidReplicationFactorError(
+                            f"{topic.name}-{part.partition}: brokers {dead} are not live "
+                            f"(live: {sorted(live)}); start them first")
+                    wanted[(topic.name, part.partition)] = replicas
+                except StrataError as err:
+                    answer.error_code, answer.error_message = _error(err)
+                answers.setdefault(topic.name, []).append(answer)
+        if wanted:
+            coordinator = self.broker.coordinator
+            try:
+                for _ in range(10):
+                    pending, version = await asyncio.to_thread(coordinator.reassignments)
+                    pending.update(wanted)
+                    try:
+                        await asyncio.to_thread(coordinator.write_reassignments, pending,
+                                                version)
+                        break
+                    except ConcurrentUpdateError:
+                        continue
+                else:
+                    raise RequestTimedOutError(
+                        "other reassignments kept changing concurrently; retry")
+            except (StrataError, KazooException) as err:
+                code, message = _error(err)
+                for parts in answers.values():
+                    for answer in parts:
+                        if answer.error_code == 0:
+                            answer.error_code, answer.error_message = code, message
+        return AlterPartitionReassignmentsResponse(
+            [ElectionTopicResult(t, ps) for t, ps in answers.items()])
+
+    async def list_partition_reassignments(self, request: ListPartitionReassignmentsRequest
+                                           ) -> ListPartitionReassignmentsResponse:
+        pending, _ = await asyncio.to_thread(self.broker.coordinator.reassignments)
+        out = []
+        for (topic, p), target in sorted(pending.items()):
+            definition = self.broker.topics.get(topic)
+            current = definition.assignment.get(p, []) if definition else []
+            out.append(OngoingReassignment(
+                topic, p, list(current), [b for b in target if b not in current],
+                [b for b in current if b not in target]))
+        return ListPartitionReassignmentsResponse(out)
 
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:

@@ -197,7 +197,11 @@ class Partition:
             now = _now_ms()
             self.followers = {r: FollowerPosition(last_caught_up_ms=now)
                               for r in replicas if r != self.broker_id}
-        elif not self.is_leader:
+        elif self.is_leader:
+            # Same leadership, new replica set (a reassignment): track who joined.
+            self.followers = {r: self.followers.get(r) or FollowerPosition()
+                              for r in replicas if r != self.broker_id}
+        else:
             self.followers = {}
         if self.is_leader and not self.log.is_offline \
                 and leader_epoch > self.log.latest_epoch:

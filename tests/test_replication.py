@@ -18,12 +18,22 @@ from pathlib import Path
 
 import pytest
 
-from brokers.errors import NotEnoughReplicasError
+from brokers.errors import (
+    InvalidReplicationFactorError,
+    NotEnoughReplicasError,
+    UnknownTopicOrPartitionError,
+)
 from brokers.protocol import (
+    AlterPartitionReassignmentsRequest,
     ApiKey,
     ConfigEntry,
     CreatableTopic,
     CreateTopicsRequest,
+    ElectionTopic,
+    ElectLeadersRequest,
+    ListPartitionReassignmentsRequest,
+    ReassignablePartition,
+    ReassignableTopic,
     ReplicaAssignment,
 )
 from brokers.record_batch import build_batch
@@ -210,3 +220,65 @@ def test_the_controller_role_moves_when_its_broker_dies(cluster: Cluster) -> Non
                                lambda: cluster.leaders("ctl"),
                                lambda ls: all(v not in (-1, first[0]) for v in ls.values()), 30)
     assert set(leaders.values()) <= set(cluster.brokers) - {first[0]}
+
+
+def test_preferred_leader_election_moves_leadership_back(cluster: Cluster) -> None:
+    create_assigned(cluster, "preferred", {0: [0, 1, 2], 1: [1, 2, 0]})
+    cluster.wait_until_healthy("preferred")
+    cluster.stop(0)
+    cluster.wait_for("p0 led by another broker", lambda: cluster.leader_of("preferred", 0),
+                     lambda leader: leader in (1, 2), 30)
+    cluster.restart(0)
+    cluster.wait_for("broker 0 in sync again", lambda: cluster.isr_of("preferred", 0),
+                     lambda isr: 0 in isr, 40)
+    assert cluster.leader_of("preferred", 0) != 0  # no automatic move back
+    response = run(call(cluster.brokers[2], ApiKey.ELECT_LEADERS, ElectLeadersRequest(
+        [ElectionTopic("preferred", [0, 1, 7])], timeout_ms=20_000)))
+    answers = {(t.name, a.partition): a for t in response.topics for a in t.partitions}
+    assert answers[("preferred", 0)].error_code == 0
+    assert answers[("preferred", 0)].leader == 0
+    assert answers[("preferred", 1)].leader == 1  # already preferred: unchanged
+    assert answers[("preferred", 7)].error_code == UnknownTopicOrPartitionError.code
+    assert cluster.leader_of("preferred", 0) == 0
+
+
+def test_reassignment_copies_the_log_then_switches_replicas(cluster: Cluster) -> None:
+    create_assigned(cluster, "moving", {0: [0, 1]}, {"min.insync.replicas": "1"})
+    cluster.wait_until_healthy("moving")
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        for i in range(500):
+            producer.send("moving", f"m{i}".encode(), partition=0)
+        producer.flush()
+    response = run(call(cluster.brokers[1], ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                        AlterPartitionReassignmentsRequest([ReassignableTopic(
+                            "moving", [ReassignablePartition(0, [2, 1])])])))
+    assert response.topics[0].partitions[0].error_code == 0, response
+    cluster.wait_for("replicas [2, 1]", lambda: cluster.replicas("moving"),
+                     lambda r: r == {0: [2, 1]}, 60)
+    state = cluster.partition_state("moving", 0)
+    assert state.leader in (1, 2) and set(state.isr) == {1, 2}
+    assert state.leader_epoch >= 1  # broker 0 led; leadership moved with a new epoch
+    cluster.wait_for("broker 0's copy deleted",
+                     lambda: cluster.partition_dir(0, "moving", 0).exists(),
+                     lambda exists: not exists, 30)
+    listed = run(call(cluster.brokers[1], ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                      ListPartitionReassignmentsRequest()))
+    assert listed.reassignments == []
+    assert read_all(cluster, "moving", 0, 500) == [f"m{i}".encode() for i in range(500)]
+    cluster.stop_all()
+    assert segment_bytes(cluster.partition_dir(2, "moving", 0)) == \
+        segment_bytes(cluster.partition_dir(1, "moving", 0))
+
+
+def test_reassignment_to_a_dead_broker_is_refused(cluster: Cluster) -> None:
+    create_assigned(cluster, "nowhere", {0: [0]})
+    response = run(call(cluster.brokers[0], ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                        AlterPartitionReassignmentsRequest([ReassignableTopic(
+                            "nowhere", [ReassignablePartition(0, [0, 9]),
+                                        ReassignablePartition(0, [1, 1]),
+                                        ReassignablePartition(3, [1])])])))
+    codes = [(a.error_code, a.error_message) for a in response.topics[0].partitions]
+    assert codes[0][0] == InvalidReplicationFactorError.code and "[9]" in codes[0][1]
+    assert codes[1][0] == InvalidReplicationFactorError.code and "twice" in codes[1][1]
+    assert codes[2][0] == UnknownTopicOrPartitionError.code
+    assert cluster.replicas("nowhere") == {0: [0]}
