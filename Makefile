@@ -6,7 +6,7 @@ STRATA := $(VENV)/bin/strata
 DATA_DIR ?= .strata
 PYTEST_ARGS ?=
 
-.PHONY: setup up down status test lint unit bench clean
+.PHONY: setup up down status test lint unit bench soak clean
 
 setup:
 	@bash scripts/setup.sh
@@ -29,6 +29,12 @@ test: setup lint
 
 bench: setup
 	@bash scripts/bench.sh
+
+# The replication fault tests (tests/test_faults.py) as a soak: each scenario keeps
+# injecting its fault for SOAK_SECONDS (per scenario) before the checker runs.
+SOAK_SECONDS ?= 300
+soak: setup
+	STRATA_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest tests/test_faults.py -p no:cacheprovider -s $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,554 @@
+"""A real Strata cluster for fault tests: ZooKeeper (one server or a 3-node ensemble) and
+N broker processes, each on free ports in private temp dirs.
+
+Why a class of its own: the fault ("nemesis") tests of issue [4/7] kill, pause and restart
+brokers and ZooKeeper nodes while producers write, and must then know who leads what.
+Everything here reads the truth from ZooKeeper (the znode layout of
+``brokers/coordination.py``), not from a broker's possibly stale metadata cache:
+
+    /strata/brokers/ids/<id>                          ephemeral: the broker is alive
+    /strata/brokers/topics/<t>                        {"partitions": {"<p>": [replicas]}}
+    /strata/brokers/topics/<t>/partitions/<p>/state   {leader, leader_epoch, isr, ...}
+    /strata/controller                                {"broker_id", "epoch"} (ephemeral)
+
+Process hygiene (the rules of tests/conftest.py): every process is one this object
+started; brokers are signalled through their ``Popen`` handle (our own un-reaped child,
+so its PID cannot have been recycled) and ZooKeeper JVMs through ``ZooKeeperServer``,
+which checks the command-line marker. ``close()`` (also ``__exit__``) SIGKILLs whatever is
+still running, resuming nothing and sparing nothing, even when the test failed. Every wait
+has a timeout and fails naming what it waited for and what it saw last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.retry import KazooRetry
+
+from strata.client import Admin, NewTopic, TopicPartition
+from strata.procs import free_port
+from tests.support.broker_process import BrokerProcess
+from zookeeper.launcher import EnsembleMember, ZooKeeperEnsemble, ZooKeeperServer, server_mode
+
+__all__ = ["DEFAULT_BROKER_OVERRIDES", "Cluster", "ClusterBroker", "PartitionStateView"]
+
+ROOT = "/strata"
+
+#: Overrides every broker of a ``Cluster`` gets unless the caller passes its own value.
+#: A short session makes a dead or paused broker lose its registration (and so its
+#: leaderships) within seconds; a short lag time makes the ISR shrink and grow quickly.
+DEFAULT_BROKER_OVERRIDES: Mapping[str, str] = {
+    "zookeeper.session.timeout.ms": "6000",
+    "replica.lag.time.max.ms": "3000",
+}
+
+#: Lines of broker output kept per broker (BrokerProcess keeps 400; a fault test wants
+#: the whole story of a broker that was killed and restarted several times).
+_LOG_LINES = 20_000
+
+
+def _known_broker_keys() -> set[str] | None:
+    """Broker config keys the checked-out broker code accepts (None if it cannot be told).
+
+    A default override the broker does not know yet (``replica.lag.time.max.ms`` before
+    replication lands) would stop every broker at start-up, so defaults are filtered;
+    keys the caller passes explicitly are always sent.
+    """
+    try:
+        from brokers.config import BROKER_KEYS
+        from brokers.log.config import TOPIC_CONFIG_KEYS
+    except ImportError:
+        return None
+    return set(BROKER_KEYS) | {f"log.{k}" for k in TOPIC_CONFIG_KEYS}
+
+
+class ClusterBroker(BrokerProcess):
+    """A ``BrokerProcess`` that keeps more output and knows whether it is paused."""
+
+    def __init__(self, zookeeper: str, data_dir: Path, broker_id: int,
+                 overrides: dict[str, str]) -> None:
+        super().__init__(zookeeper, data_dir, broker_id, overrides=overrides)
+        self.output = deque(maxlen=_LOG_LINES)
+        self.paused = False
+        self.starts = 0
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, timeout: float = 60.0) -> ClusterBroker:
+        self.output.append(f"--- harness: start #{self.starts + 1} of broker "
+                           f"{self.broker_id} at {time.strftime('%H:%M:%S')}\n")
+        super().start(timeout)
+        self.starts += 1
+        self.paused = False
+        return self
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to our own live child (never to a PID we did not start)."""
+        if not self.running:
+            raise RuntimeError(f"broker {self.broker_id} is not running")
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def note(self, text: str) -> None:
+        self.output.append(f"--- harness {time.strftime('%H:%M:%S')}: {text}\n")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateView:
+    """One partition's state znode, as the harness reads it."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int
+
+
+class Cluster:
+    """ZooKeeper plus ``brokers`` broker processes (ids 0..n-1); see the module docstring.
+
+    ``zookeeper_nodes`` is 1 (a standalone ``ZooKeeperServer``) or 3 (a
+    ``ZooKeeperEnsemble``). ``overrides`` are added to ``DEFAULT_BROKER_OVERRIDES`` for
+    every broker. Use as a context manager: ``with Cluster(tmp_path) as cluster: ...``.
+    ``expect_controller=False`` is for brokers that elect no controller (before [4/7]).
+    """
+
+    def __init__(self, base_dir: Path, brokers: int = 3, *, zookeeper_nodes: int = 1,
+                 overrides: Mapping[str, str] | None = None,
+                 start_timeout: float = 60.0, expect_controller: bool = True) -> None:
+        if zookeeper_nodes not in (1, 3):
+            raise ValueError("zookeeper_nodes must be 1 or 3")
+        self.base_dir = base_dir
+        self.broker_count = brokers
+        #: Whether start-up and health checks require ``/strata/controller`` (brokers
+        #: before issue [4/7] elect no controller).
+        self.expect_controller = expect_controller
+        self.start_timeout = start_timeout
+        known = _known_broker_keys()
+        merged = {k: v for k, v in DEFAULT_BROKER_OVERRIDES.items()
+                  if known is None or k in known}
+        #: Default overrides left out because this broker version does not know them.
+        self.dropped_overrides = sorted(set(DEFAULT_BROKER_OVERRIDES) - set(merged))
+        merged.update(overrides or {})
+        self.overrides = merged
+        self.zk_server: ZooKeeperServer | None = None
+        self.zk_ensemble: ZooKeeperEnsemble | None = None
+        if zookeeper_nodes == 1:
+            self.zk_server = ZooKeeperServer(base_dir / "zookeeper", free_port(),
+                                             start_timeout=start_timeout)
+        else:
+            ports = _distinct_free_ports(9)
+            members = [EnsembleMember(k + 1, "127.0.0.1", ports[k], ports[3 + k], ports[6 + k])
+                       for k in range(3)]
+            self.zk_ensemble = ZooKeeperEnsemble(
+                [base_dir / f"zookeeper{k + 1}" for k in range(3)], members,
+                heap="128m", start_timeout=start_timeout)
+        self.brokers: dict[int, ClusterBroker] = {
+            b: ClusterBroker(self.zk_connect, base_dir / f"broker{b}", b, dict(self.overrides))
+            for b in range(brokers)}
+        self._zk: KazooClient | None = None
+        self._retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0, deadline=20)
+        self.events: list[str] = []
+        self._t0 = time.monotonic()
+
+    # ------------------------------------------------------------------ addresses
+    @property
+    def zk_connect(self) -> str:
+        if self.zk_server is not None:
+            return self.zk_server.connect_string
+        assert self.zk_ensemble is not None
+        return self.zk_ensemble.connect_string
+
+    @property
+    def zk_nodes(self) -> tuple[ZooKeeperServer, ...]:
+        if self.zk_server is not None:
+            return (self.zk_server,)
+        assert self.zk_ensemble is not None
+        return self.zk_ensemble.nodes
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's address: clients find a live one whichever are down."""
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    @property
+    def zk(self) -> KazooClient:
+        if self._zk is None:
+            raise RuntimeError("the cluster is not started")
+        return self._zk
+
+    def log(self, text: str) -> None:
+        """Record a harness event (printed by tests, kept in ``events``)."""
+        line = f"[{time.monotonic() - self._t0:6.1f}s] {text}"
+        self.events.append(line)
+        print(line, flush=True)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> Self:
+        try:
+            if self.zk_server is not None:
+                self.zk_server.start()
+            else:
+                assert self.zk_ensemble is not None
+                self.zk_ensemble.start()
+            self._zk = KazooClient(hosts=self.zk_connect, timeout=10.0,
+                                   connection_retry={"max_tries": -1, "delay": 0.1,
+                                                     "max_delay": 1.0})
+            self._zk.start(timeout=15)
+            for broker in self.brokers.values():
+                broker.start(self.start_timeout)
+            self.wait_for("every broker registered", lambda: self.live_brokers(),
+                          lambda live: live == set(self.brokers), 30)
+            if self.expect_controller:
+                self.wait_for("a controller", self.controller_id, lambda c: c is not None, 30)
+        except BaseException:
+            self.close()
+            raise
+        if self.dropped_overrides:
+            self.log(f"broker config keys not known to this broker version, left out: "
+                     f"{', '.join(self.dropped_overrides)}")
+        self.log(f"cluster up: zookeeper {self.zk_connect}, brokers {self.bootstrap}")
+        return self
+
+    def close(self) -> None:
+        """Kill every process this cluster started (SIGKILL by PID), then close kazoo.
+
+        Safe to call more than once and after a failed ``start``.
+        """
+        for broker in self.brokers.values():
+            with contextlib.suppress(Exception):
+                broker.kill()
+        if self._zk is not None:
+            with contextlib.suppress(Exception):
+                self._zk.stop()
+            with contextlib.suppress(Exception):
+                self._zk.close()
+            self._zk = None
+        if self.zk_ensemble is not None:
+            self.zk_ensemble.stop(grace=2.0)
+        if self.zk_server is not None:
+            self.zk_server.stop(grace=2.0)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def pids(self) -> list[int]:
+        """PIDs of every process of this cluster that is running now."""
+        out = [b.pid for b in self.brokers.values() if b.running]
+        out += [pid for node in self.zk_nodes if (pid := node.pid) is not None]
+        return out
+
+    # ------------------------------------------------------------------ brokers
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL a broker (a crash); a paused broker dies too."""
+        broker = self.brokers[broker_id]
+        broker.note("SIGKILL")
+        self.log(f"SIGKILL broker {broker_id}")
+        broker.kill()
+        broker.paused = False
+
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP: the process freezes, its sockets stay open, its session ages."""
+        broker = self.brokers[broker_id]
+        broker.note("SIGSTOP")
+        self.log(f"SIGSTOP broker {broker_id}")
+        broker.signal(signal.SIGSTOP)
+        broker.paused = True
+
+    def resume(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        self.log(f"SIGCONT broker {broker_id}")
+        broker.signal(signal.SIGCONT)
+        broker.paused = False
+        broker.note("SIGCONT")
+
+    def stop(self, broker_id: int, timeout: float = 30.0) -> int:
+        """SIGTERM (clean shutdown) and wait; returns the exit code."""
+        broker = self.brokers[broker_id]
+        if broker.paused:
+            self.resume(broker_id)
+        broker.note("SIGTERM")
+        self.log(f"SIGTERM broker {broker_id}")
+        return broker.stop(timeout)
+
+    def restart(self, broker_id: int) -> None:
+        """Start a stopped or killed broker again on the same data dir and port.
+
+        Waits until its registration is in ZooKeeper (a restart right after a SIGKILL may
+        wait for the dead session's ephemeral node to expire first).
+        """
+        broker = self.brokers[broker_id]
+        if broker.running:
+            raise RuntimeError(f"broker {broker_id} is still running; kill or stop it first")
+        self.log(f"restart broker {broker_id}")
+        broker.start(self.start_timeout)
+        self.wait_for(f"broker {broker_id} registered", self.live_brokers,
+                      lambda live: broker_id in live, 30)
+
+    def stop_all(self, timeout: float = 30.0) -> dict[int, int]:
+        """SIGTERM every running broker (paused ones are resumed first); exit codes."""
+        codes: dict[int, int] = {}
+        for broker_id, broker in self.brokers.items():
+            if broker.running:
+                codes[broker_id] = self.stop(broker_id, timeout)
+        return codes
+
+    def broker_log(self, broker_id: int, tail: int | None = None) -> str:
+        lines = list(self.brokers[broker_id].output)
+        return "".join(lines if tail is None else lines[-tail:])
+
+    # ------------------------------------------------------------------ zookeeper nodes
+    def zk_leader_index(self) -> int | None:
+        """Index in ``zk_nodes`` of the ensemble member that leads now."""
+        for index, node in enumerate(self.zk_nodes):
+            if server_mode(node.host, node.client_port) in ("leader", "standalone"):
+                return index
+        return None
+
+    def kill_zookeeper(self, index: int) -> None:
+        """SIGKILL one ZooKeeper node (checked against its command-line marker)."""
+        node = self.zk_nodes[index]
+        pid = node.pid
+        if pid is None:
+            raise RuntimeError(f"ZooKeeper node {index} is not running")
+        self.log(f"SIGKILL ZooKeeper node {index} ({node.connect_string}, pid {pid})")
+        os.kill(pid, signal.SIGKILL)
+        node.stop(grace=1.0)  # reaps our child and forgets the pid file
+
+    def restart_zookeeper(self, index: int, timeout: float = 60.0) -> None:
+        node = self.zk_nodes[index]
+        self.log(f"restart ZooKeeper node {index}")
+        node.start(wait=False)
+        if self.zk_ensemble is not None:
+            self.zk_ensemble.wait_until_healthy(timeout)
+        else:
+            node.wait_until_serving(timeout)
+
+    def wait_for_zookeeper_quorum(self, timeout: float = 30.0) -> None:
+        if self.zk_ensemble is not None:
+            self.zk_ensemble.wait_for_leader(timeout)
+        else:
+            assert self.zk_server is not None
+            self.zk_server.wait_until_serving(timeout)
+
+    # ------------------------------------------------------------------ zookeeper reads
+    def _get_json(self, path: str) -> dict[str, Any] | None:
+        try:
+            data, _ = self._retry(self.zk.get, path)
+        except NoNodeError:
+            return None
+        value = json.loads(data.decode())
+        assert isinstance(value, dict)
+        return value
+
+    def live_brokers(self) -> set[int]:
+        """Ids with a registration (``/strata/brokers/ids/<id>``) right now."""
+        try:
+            return {int(c) for c in self._retry(self.zk.get_children, f"{ROOT}/brokers/ids")}
+        except NoNodeError:
+            return set()
+
+    def controller(self) -> tuple[int, int] | None:
+        """``(broker id, epoch)`` from ``/strata/controller``, or None if nobody holds it."""
+        value = self._get_json(f"{ROOT}/controller")
+        return None if value is None else (int(value["broker_id"]), int(value["epoch"]))
+
+    def controller_id(self) -> int | None:
+        held = self.controller()
+        return None if held is None else held[0]
+
+    def replicas(self, topic: str) -> dict[int, list[int]]:
+        """Partition -> replica broker ids (the first is the preferred leader)."""
+        value = self._get_json(f"{ROOT}/brokers/topics/{topic}")
+        if value is None:
+            raise KeyError(f"topic {topic!r} is not in ZooKeeper")
+        return {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
+
+    def partition_state(self, topic: str, partition: int) -> PartitionStateView:
+        path = f"{ROOT}/brokers/topics/{topic}/partitions/{partition}/state"
+        data, stat = self._retry(self.zk.get, path)
+        value = json.loads(data.decode())
+        return PartitionStateView(int(value["leader"]), int(value["leader_epoch"]),
+                                  tuple(int(b) for b in value["isr"]),
+                                  int(value.get("controller_epoch", 0)), stat.version)
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        return self.partition_state(topic, partition).leader
+
+    def isr_of(self, topic: str, partition: int) -> tuple[int, ...]:
+        return self.partition_state(topic, partition).isr
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        return {p: self.leader_of(topic, p) for p in sorted(self.replicas(topic))}
+
+    def describe(self, topic: str) -> str:
+        """One line per partition (leader, epoch, ISR) plus live brokers and controller."""
+        parts = []
+        for p in sorted(self.replicas(topic)):
+            s = self.partition_state(topic, p)
+            parts.append(f"p{p}: leader {s.leader} epoch {s.leader_epoch} isr {list(s.isr)}")
+        return (f"live {sorted(self.live_brokers())}, controller {self.controller()}; "
+                + "; ".join(parts))
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: Mapping[str, str] | None = None) -> None:
+        with Admin(self.bootstrap) as admin:
+            admin.create_topics([NewTopic(name, partitions, replication_factor,
+                                          dict(configs or {}))])
+        self.log(f"created topic {name}: {partitions} partitions, RF {replication_factor}, "
+                 f"configs {dict(configs or {})}")
+
+    def _health_problems(self, topic: str) -> list[str]:
+        problems: list[str] = []
+        live = self.live_brokers()
+        down = set(self.brokers) - live
+        if down:
+            problems.append(f"brokers {sorted(down)} not registered")
+        if self.expect_controller and self.controller_id() is None:
+            problems.append("no controller")
+        for p, replicas in sorted(self.replicas(topic).items()):
+            state = self.partition_state(topic, p)
+            if state.leader not in live:
+                problems.append(f"p{p} leader {state.leader} is not live")
+            if sorted(state.isr) != sorted(replicas):
+                problems.append(f"p{p} isr {list(state.isr)} != replicas {replicas}")
+        return problems
+
+    def _serving_problems(self, topic: str) -> list[str]:
+        """What the brokers themselves say: every leader answers with a high watermark
+        and agrees with ZooKeeper, and (no writes assumed) no replica lags the leader."""
+        replicas = self.replicas(topic)
+        try:
+            with Admin(self.bootstrap, request_timeout_ms=5000) as admin:
+                described = admin.describe_topics([topic])[topic]
+        except Exception as err:  # any broker error means "not yet"
+            return [f"describe_topics failed: {err!r}"]
+        problems = []
+        for p in described.partitions:
+            zk_leader = self.leader_of(topic, p.partition)
+            if p.leader != zk_leader:
+                problems.append(f"p{p.partition}: metadata says leader {p.leader}, "
+                                f"ZooKeeper {zk_leader}")
+            if p.high_watermark < 0:
+                problems.append(f"p{p.partition}: leader {p.leader} gave no high watermark")
+            if sorted(p.isr) != sorted(replicas[p.partition]):
+                problems.append(f"p{p.partition}: metadata isr {list(p.isr)}")
+        return problems
+
+    def wait_until_healthy(self, topic: str, timeout: float = 45.0,
+                           serving: bool = True) -> None:
+        """Every broker registered, a controller, every partition led by a live broker with
+        the full replica set in its ISR; with ``serving`` the leaders also answer."""
+        def probe() -> list[str]:
+            try:
+                problems = self._health_problems(topic)
+            except (KazooException, KeyError) as err:
+                return [f"ZooKeeper read failed: {err!r}"]
+            if not problems and serving:
+                problems = self._serving_problems(topic)
+            return problems
+
+        started = time.monotonic()
+        self.wait_for(f"topic {topic} healthy", probe, lambda problems: not problems, timeout)
+        self.log(f"healthy after {time.monotonic() - started:.1f}s: {self.describe(topic)}")
+
+    def high_watermarks(self, topic: str, timeout: float = 30.0) -> dict[int, int]:
+        """The high watermark of every partition once it has settled: the leader's log end
+        equals its high watermark (every ISR member has everything) and two reads a second
+        apart agree. Call with the producers stopped."""
+        partitions = sorted(self.replicas(topic))
+
+        def probe() -> dict[int, tuple[int, int]] | str:
+            try:
+                with Admin(self.bootstrap, request_timeout_ms=5000) as admin:
+                    described = admin.describe_topics([topic])[topic]
+            except Exception as err:
+                return repr(err)
+            return {p.partition: (p.high_watermark, p.log_end_offset)
+                    for p in described.partitions}
+
+        def settled(value: dict[int, tuple[int, int]] | str) -> bool:
+            return isinstance(value, dict) and sorted(value) == partitions and all(
+                hw >= 0 and hw == leo for hw, leo in value.values())
+
+        previous: dict[int, tuple[int, int]] | None = None
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.wait_for(f"high watermarks of {topic} settled", probe, settled,
+                                  max(1.0, deadline - time.monotonic()))
+            assert isinstance(value, dict)
+            if value == previous:
+                return {p: hw for p, (hw, _) in value.items()}
+            previous = value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"high watermarks of {topic} kept moving: {value}")
+            time.sleep(1.0)
+
+    def topic_partitions(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in sorted(self.replicas(topic))]
+
+    def partition_dir(self, broker_id: int, topic: str, partition: int) -> Path:
+        return self.brokers[broker_id].data_dir / f"{topic}-{partition}"
+
+    # ------------------------------------------------------------------ waiting
+    def wait_for(self, what: str, probe: Callable[[], Any], done: Callable[[Any], bool],
+                 timeout: float) -> Any:
+        """Poll ``probe`` every 0.2 s until ``done``; fail naming ``what`` and the last value
+        (with the current cluster picture when it can be read)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = probe()
+            if done(value):
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: still {value!r} after {timeout:.0f}s")
+            time.sleep(0.2)
+
+    def wait_for_new_leader(self, topic: str, partition: int, old: int,
+                            timeout: float = 30.0) -> PartitionStateView:
+        """Until ZooKeeper names a live leader other than ``old``."""
+        def probe() -> PartitionStateView | str:
+            try:
+                state = self.partition_state(topic, partition)
+                return state if state.leader in self.live_brokers() else \
+                    f"{state} (leader not live)"
+            except KazooException as err:
+                return repr(err)
+
+        state = self.wait_for(f"{topic}-{partition}: a live leader other than {old}", probe,
+                              lambda s: isinstance(s, PartitionStateView) and s.leader != old,
+                              timeout)
+        assert isinstance(state, PartitionStateView)
+        return state
+
+    def wait_for_new_controller(self, old: int, timeout: float = 30.0) -> int:
+        controller = self.wait_for(f"a controller other than {old}", self.controller_id,
+                                   lambda c: c is not None and c != old, timeout)
+        assert isinstance(controller, int)
+        return controller
+
+
+def _distinct_free_ports(count: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_port())
+    return sorted(ports)
