@@ -9,7 +9,7 @@
     strata produce TOPIC [--key-separator SEP] [--acks 0|1|all] [--partition P]
     strata consume TOPIC [--from-beginning|--offset N|--timestamp MS] [--partition P]
                          [-n COUNT] [--timeout-ms MS]
-    strata perf log|produce|consume|spark-read|spark-write|spark-e2e [...]
+    strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
 ``--format text|json``.
@@ -87,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--brokers",
         type=int,
         default=None,
-        help="number of brokers (default: as many as the data dir already has, else 1)",
+        help="number of brokers (default: as many as the data dir already has, else 3; "
+        "topics are then created with replication factor min(brokers, 3), and with 3 or "
+        "more brokers min.insync.replicas=2)",
     )
     up.add_argument(
         "--zookeeper-nodes",
@@ -134,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     consume_perf = perf_sub.add_parser("consume", help="consumer throughput (and e2e latency)")
     perf_client.add_consume_arguments(consume_perf)
     consume_perf.set_defaults(handler=perf_client.run_consume)
+    from strata import perf_failover
+
+    failover = perf_sub.add_parser(
+        "failover", help="SIGKILL a partition leader: time until acks=all writes succeed")
+    perf_failover.add_failover_arguments(failover)
+    failover.set_defaults(handler=perf_failover.run_failover)
     # The Spark benchmarks import pyspark only when they run (it is slow to import).
     from strata import perf_spark, perf_spark_sink
 

@@ -305,9 +305,22 @@ def zookeeper_services(nodes: int = 1) -> tuple[ServiceSpec, ...]:
 BROKER_PORT_OFFSET = 10
 BROKER_METRICS_OFFSET = 40
 MAX_BROKERS = 30
+#: Brokers of a new stack: the smallest cluster in which a topic survives losing a broker
+#: with acks=all and min.insync.replicas=2.
+DEFAULT_BROKERS = 3
 
 
-def _start_broker(broker_id: int) -> Callable[[StackContext, int], Launched]:
+def replication_defaults(brokers: int) -> list[str]:
+    """Broker overrides so that topics created without a factor are replicated as far as
+    the stack allows (Kafka's own defaults, 1 and 1, lose data with a single disk)."""
+    factor = min(brokers, 3)
+    overrides = [f"default.replication.factor={factor}"]
+    if factor >= 3:
+        overrides.append("log.min.insync.replicas=2")
+    return [arg for item in overrides for arg in ("--override", item)]
+
+
+def _start_broker(broker_id: int, brokers: int) -> Callable[[StackContext, int], Launched]:
     def start(ctx: StackContext, port: int) -> Launched:
         zookeeper = ctx.endpoints.get("zookeeper")
         if not zookeeper:
@@ -319,7 +332,8 @@ def _start_broker(broker_id: int) -> Callable[[StackContext, int], Launched]:
         check_port_free(ctx.host, metrics_port, f"broker-{broker_id} metrics")
         args = [sys.executable, "-m", "brokers", "--broker-id", str(broker_id), "--host",
                 ctx.host, "--port", str(port), "--data-dir", str(data / "logs"),
-                "--zookeeper", zookeeper, "--metrics-port", str(metrics_port)]
+                "--zookeeper", zookeeper, "--metrics-port", str(metrics_port),
+                *replication_defaults(brokers)]
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_file,
                                        stderr=subprocess.STDOUT, start_new_session=True)
@@ -387,9 +401,10 @@ ZOOKEEPER_SERVICE = ServiceSpec(
 )
 
 
-def broker_service(broker_id: int) -> ServiceSpec:
+def broker_service(broker_id: int, brokers: int = 1) -> ServiceSpec:
+    """Broker ``broker_id`` of a stack of ``brokers`` (which sets its replication defaults)."""
     return ServiceSpec(name=f"broker-{broker_id}", port_offset=BROKER_PORT_OFFSET + broker_id,
-                       endpoint_key="bootstrap", start=_start_broker(broker_id),
+                       endpoint_key="bootstrap", start=_start_broker(broker_id, brokers),
                        healthy=_broker_healthy)
 
 
@@ -397,7 +412,8 @@ def stack_services(brokers: int = 1, zookeeper_nodes: int = 1) -> tuple[ServiceS
     """The stack in start order (``down`` stops in reverse)."""
     if not 1 <= brokers <= MAX_BROKERS:
         raise StackError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
-    return (*zookeeper_services(zookeeper_nodes), *(broker_service(i) for i in range(brokers)))
+    return (*zookeeper_services(zookeeper_nodes),
+            *(broker_service(i, brokers) for i in range(brokers)))
 
 
 def _all_known_services() -> dict[str, ServiceSpec]:
@@ -428,7 +444,8 @@ class Stack:
         zookeeper_nodes: int | None = None,
         health_wait: float = 30.0,
     ) -> None:
-        """``brokers`` None: as many as the data dir has broker directories (1 if none).
+        """``brokers`` None: as many as the data dir has broker directories
+        (``DEFAULT_BROKERS`` if none).
         ``zookeeper_nodes`` None: as many as it has ZooKeeper directories (1 if none)."""
         self.data_dir = Path(data_dir).resolve()
         self.host = host
@@ -445,7 +462,8 @@ class Stack:
         if count is None:
             # A cluster keeps its size across `down`/`up`: each broker has a directory.
             existing = list(self.data_dir.glob("broker-*"))
-            count = max(1, len([d for d in existing if d.name[len("broker-"):].isdigit()]))
+            count = len([d for d in existing if d.name[len("broker-"):].isdigit()]) \
+                or DEFAULT_BROKERS
         nodes = self.zookeeper_nodes
         if nodes is None:
             nodes = zookeeper_layout(self.data_dir) or 1  # same for ZooKeeper's size

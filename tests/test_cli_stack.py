@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from strata.client import Admin
+from strata.client import Admin, NewTopic
 from strata.procs import PortInUseError, check_port_free, cmdline, pid_alive
 from zookeeper.launcher import server_mode
 
@@ -104,7 +104,8 @@ def free_base_port(brokers: int = 1, attempts: int = 500, zookeeper_nodes: int =
 
 
 def up_on_free_ports(data_dir: Path, cwd: Path, reaper: Any, *extra: str, brokers: int = 1,
-                     zookeeper_nodes: int = 1, attempts: int = 3) -> tuple[int, dict[str, Any]]:
+                     zookeeper_nodes: int = 1, attempts: int = 3, size_flag: bool = True
+                     ) -> tuple[int, dict[str, Any]]:
     """`strata up --base-port P --format json` on a free P; retried on a port clash.
 
     Every PID `up` records (even of a failed attempt) is handed to ``reaper``.
@@ -113,8 +114,10 @@ def up_on_free_ports(data_dir: Path, cwd: Path, reaper: Any, *extra: str, broker
     for _ in range(attempts):
         base = free_base_port(brokers, zookeeper_nodes=zookeeper_nodes)
         try:
+            # One broker unless the test says otherwise (the CLI's default is 3).
+            sizing = () if "--brokers" in extra or not size_flag else ("--brokers", str(brokers))
             result = strata("up", "--data-dir", str(data_dir), "--base-port", str(base),
-                            "--format", "json", *extra, cwd=cwd)
+                            "--format", "json", *sizing, *extra, cwd=cwd)
         finally:
             # Before any assertion can fail, and even if `up` itself timed out.
             if (data_dir / "stack.json").exists():
@@ -318,6 +321,29 @@ def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
             assert set(admin.describe_cluster().brokers) == {0, 1}
         ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
         assert not any(pid_alive(p["pid"]) for p in new_info["processes"])
+    finally:
+        reaper.reap()
+
+
+def test_up_defaults_to_three_brokers_that_replicate(tmp_path: Path, reaper: Any) -> None:
+    """No --brokers on a new data dir: three brokers, and topics created without a factor
+    get three replicas and min.insync.replicas=2 (the stack survives losing a broker)."""
+    data_dir = tmp_path / "stack"
+    try:
+        _, info = up_on_free_ports(data_dir, tmp_path, reaper, brokers=3, size_flag=False)
+        assert [p["name"] for p in info["processes"]] == [
+            "zookeeper", "broker-0", "broker-1", "broker-2"]
+        with Admin(info["bootstrap"]) as admin:
+            admin.create_topics([NewTopic("replicated", 2)])
+            described = admin.describe_topics(["replicated"])["replicated"]
+            assert all(len(p.replicas) == 3 for p in described.partitions)
+            assert sorted(p.leader for p in described.partitions) != [-1, -1]
+            configs = admin.describe_configs(["replicated"])["replicated"]
+            assert configs["min.insync.replicas"].value == "2"
+        report = _produce(info["bootstrap"], "replicated", ["k:v"], tmp_path)
+        assert report, report
+        ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
+        assert not any(pid_alive(p["pid"]) for p in info["processes"])
     finally:
         reaper.reap()
 
