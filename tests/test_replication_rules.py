@@ -1,0 +1,157 @@
+"""The rules of replication as pure functions and in-process objects (no processes):
+leader election, replica placement, the leader's HW and ISR bookkeeping, follower
+truncation. The behaviour across real brokers is in tests/test_replication.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from brokers.controller import elect
+from brokers.coordination import PartitionState
+from brokers.errors import NotLeaderError
+from brokers.handlers import assign_replicas
+from brokers.log import LogConfig
+from brokers.partition import Partition
+from brokers.record_batch import build_batch
+
+
+def state(leader: int, epoch: int, isr: list[int]) -> PartitionState:
+    return PartitionState(leader, epoch, isr, zk_version=7)
+
+
+class TestElect:
+    def test_a_live_leader_with_a_live_isr_is_left_alone(self) -> None:
+        assert elect(state(0, 3, [0, 1, 2]), [0, 1, 2], {0, 1, 2}) is None
+
+    def test_a_dead_leader_is_replaced_by_the_first_live_isr_member_in_assignment_order(
+            self) -> None:
+        new = elect(state(0, 3, [0, 2, 1]), [0, 1, 2], {1, 2})
+        assert new == PartitionState(1, 4, [2, 1])
+        assert new is not None and new.zk_version == 7  # a conditional write
+
+    def test_a_live_replica_outside_the_isr_never_leads_a_clean_partition(self) -> None:
+        new = elect(state(0, 3, [0]), [0, 1, 2], {1, 2})
+        assert new == PartitionState(-1, 4, [0])  # waits for 0, the last in sync
+
+    def test_unclean_election_takes_the_first_live_replica(self) -> None:
+        assert elect(state(0, 3, [0]), [0, 1, 2], {2}, unclean=True) == \
+            PartitionState(2, 4, [2])
+
+    def test_a_leaderless_partition_is_led_again_when_an_isr_member_returns(self) -> None:
+        assert elect(state(-1, 4, [0]), [0, 1, 2], {1, 2}) is None
+        assert elect(state(-1, 4, [0]), [0, 1, 2], {0, 1, 2}) == PartitionState(0, 5, [0])
+
+    def test_dead_followers_leave_the_isr_without_an_epoch_bump(self) -> None:
+        assert elect(state(1, 3, [1, 0, 2]), [0, 1, 2], {1, 2}) == \
+            PartitionState(1, 3, [1, 2])
+
+    def test_preferred_election_moves_to_the_first_replica_only_when_in_sync(self) -> None:
+        assert elect(state(1, 3, [1, 0]), [0, 1], {0, 1}, preferred=True) == \
+            PartitionState(0, 4, [1, 0])
+        assert elect(state(1, 3, [1]), [0, 1], {0, 1}, preferred=True) is None
+        assert elect(state(0, 3, [0, 1]), [0, 1], {0, 1}, preferred=True) is None
+
+
+@pytest.mark.parametrize("brokers,partitions,factor", [(3, 8, 3), (5, 40, 3), (4, 4, 2),
+                                                       (1, 3, 1), (3, 3, 1)])
+def test_replica_placement_spreads_leaders_and_never_doubles_a_broker(
+        brokers: int, partitions: int, factor: int) -> None:
+    live = list(range(10, 10 + brokers))
+    assignment = assign_replicas(live, partitions, factor)
+    assert sorted(assignment) == list(range(partitions))
+    for replicas in assignment.values():
+        assert len(replicas) == factor and len(set(replicas)) == factor
+        assert set(replicas) <= set(live)
+    leaders = [r[0] for r in assignment.values()]
+    counts = [leaders.count(b) for b in live]
+    assert max(counts) - min(counts) <= 1
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    # Partition creates asyncio events; give it a loop of its own.
+    new = asyncio.new_event_loop()
+    asyncio.set_event_loop(new)
+    try:
+        yield new
+    finally:
+        asyncio.set_event_loop(None)
+        new.close()
+
+
+def leader_partition(directory: Path) -> Partition:
+    partition = Partition("t", 0, "id", directory, LogConfig(), broker_id=0)
+    partition.set_state(0, 1, [0, 1, 2], [0, 1, 2], version=1)
+    return partition
+
+
+def test_the_high_watermark_is_the_smallest_isr_position(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    partition = leader_partition(tmp_path / "p")
+    partition.append_as_leader(build_batch([b"a", b"b", b"c", b"d"]))
+    assert partition.high_watermark == 0  # followers not heard from yet
+    partition.record_follower_fetch(1, 4)
+    assert partition.high_watermark == 0
+    partition.record_follower_fetch(2, 2)
+    assert partition.high_watermark == 2
+    partition.record_follower_fetch(2, 4)
+    assert partition.high_watermark == 4
+    # Replicas outside the assignment are not counted; the HW never goes back.
+    partition.record_follower_fetch(9, 0)
+    partition.set_state(0, 1, [0, 1], [0, 1, 2], version=2)
+    assert partition.high_watermark == 4
+    partition.close()
+
+
+def test_a_lagging_follower_is_proposed_out_and_back_in(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    partition = leader_partition(tmp_path / "p")
+    partition.append_as_leader(build_batch([b"a"]))
+    partition.record_follower_fetch(1, 1)
+    partition.record_follower_fetch(2, 0)
+    assert partition.isr_change(lag_time_max_ms=60_000) is None
+    partition.followers[2].last_caught_up_ms -= 120_000  # follower 2 stopped long ago
+    assert partition.isr_change(lag_time_max_ms=60_000) == [0, 1]
+    partition.set_state(0, 1, [0, 1], [0, 1, 2], version=2)  # the write succeeded
+    assert partition.high_watermark == 1
+    partition.record_follower_fetch(2, 1)  # caught up: back in
+    assert partition.isr_change(lag_time_max_ms=60_000) == [0, 1, 2]
+    partition.close()
+
+
+def test_a_fenced_or_superseded_leader_refuses_writes(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    partition = leader_partition(tmp_path / "p")
+    partition.fenced = True
+    with pytest.raises(NotLeaderError, match="lost its ZooKeeper session"):
+        partition.append_as_leader(build_batch([b"x"]))
+    partition.set_state(1, 2, [1, 2], [0, 1, 2], version=3)
+    with pytest.raises(NotLeaderError, match="leader is 1"):
+        partition.append_as_leader(build_batch([b"x"]))
+    assert partition.log.log_end_offset == 0
+    partition.close()
+
+
+def test_a_follower_appends_the_leaders_batches_unchanged_and_truncates_by_epoch(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    leader = leader_partition(tmp_path / "leader")
+    leader.append_as_leader(build_batch([b"a", b"b"]))
+    leader.append_as_leader(build_batch([b"c"]))
+    follower = Partition("t", 0, "id", tmp_path / "follower", LogConfig(), broker_id=1)
+    follower.set_state(0, 1, [0, 1, 2], [0, 1, 2], version=1)
+    found = leader.read(0, 1 << 20, for_follower=True)
+    assert found is not None
+    data = found.read_bytes()
+    assert follower.append_as_follower(data, leader_high_watermark=2) == 2
+    assert follower.log.log_end_offset == 3 and follower.high_watermark == 2
+    assert follower.append_as_follower(data, leader_high_watermark=3) == 0  # already there
+    assert follower.high_watermark == 3
+    assert follower.truncate_divergent_tail(2) == 2
+    assert follower.log.log_end_offset == 2
+    assert follower.high_watermark == 2
+    leader.close()
+    follower.close()
