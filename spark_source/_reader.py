@@ -280,10 +280,16 @@ def rate_limit(begin: Mapping[TopicPartition, int], latest: Mapping[TopicPartiti
 
 @dataclass(frozen=True, slots=True)
 class PartitionOffsets:
-    """A partition's readable range right now: ``[log_start, high_watermark)``."""
+    """A partition's readable range right now: ``[log_start, high_watermark)``.
+
+    ``log_end``: the leader's log end (-1: unknown). Right after a failover the new
+    leader's high watermark can trail offsets the query already read (it catches up once
+    the followers report in); only an offset past the log end means records are gone.
+    """
 
     log_start: int
     high_watermark: int
+    log_end: int = -1
 
 
 class ClusterView:
@@ -345,7 +351,8 @@ class ClusterView:
         for name, topic in described.items():
             for p in topic.partitions:
                 tp = TopicPartition(name, p.partition)
-                out[tp] = PartitionOffsets(p.log_start_offset, p.high_watermark)
+                out[tp] = PartitionOffsets(p.log_start_offset, p.high_watermark,
+                                           p.log_end_offset)
                 if p.log_start_offset < 0 or p.high_watermark < 0:
                     unknown.append(tp)
         if unknown:  # the leader did not answer describe_topics: ask again, with retries
@@ -632,7 +639,7 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
 
         for tp, offset in sorted(begin.items()):
             bounds = snapshot[tp]
-            if offset > bounds.high_watermark:
+            if offset > max(bounds.high_watermark, bounds.log_end):
                 _data_loss(self.options, f"{tp} now ends at offset {bounds.high_watermark}, "
                            f"before offset {offset} where the query was to read on (the "
                            "topic was probably deleted and recreated)")
