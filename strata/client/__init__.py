@@ -18,6 +18,7 @@ Errors are the typed ``brokers.errors`` classes (re-exported here), each with a 
 """
 
 from brokers.errors import (
+    ConcurrentUpdateError,
     CorruptRecordError,
     InvalidConfigError,
     InvalidPartitionsError,
@@ -44,10 +45,12 @@ from strata.client.admin import (
     AsyncAdmin,
     ClusterDescription,
     ConfigValue,
+    ElectionResult,
     ListOffsetsResult,
     NewTopic,
     OffsetSpec,
     PartitionDescription,
+    Reassignment,
     TopicDescription,
 )
 from strata.client.consumer import (
@@ -82,9 +85,11 @@ __all__ = [
     "AsyncAdmin",
     "AsyncConsumer",
     "ClusterDescription",
+    "ConcurrentUpdateError",
     "ConfigValue",
     "Consumer",
     "ConsumerRecord",
+    "ElectionResult",
     "CorruptRecordError",
     "InvalidConfigError",
     "InvalidProducerEpochError",
@@ -103,6 +108,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "PartitionDescription",
     "PolicyViolationError",
+    "Reassignment",
     "StrataError",
     "TimestampType",
     "TopicAlreadyExistsError",

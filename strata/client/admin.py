@@ -1,4 +1,5 @@
-"""The Strata admin client: create, delete, list, describe and alter topics; list offsets.
+"""The Strata admin client: create, delete, list, describe and alter topics; list offsets;
+preferred-leader election and partition reassignment.
 
 Two faces over one implementation: ``AsyncAdmin`` (asyncio) and ``Admin`` (blocking, on a
 private event-loop thread).
@@ -10,7 +11,16 @@ topic's typed error (``InvalidTopicError``, ``TopicAlreadyExistsError``,
 creating one topic wants. The broker still acted on every other topic in the request, so
 ``raise_errors=False`` returns ``{name: None | error}`` for callers that create many topics
 and want every outcome. Single-topic calls (``alter_configs``) and reads
-(``describe_*``, ``list_offsets``) always raise.
+(``describe_*``, ``list_offsets``, ``list_partition_reassignments``) always raise.
+
+The partition APIs (``elect_preferred_leaders``, ``alter_partition_reassignments``) are
+answered per partition and raise the first failed partition's typed error the same way
+(``UnknownTopicOrPartitionError``, ``InvalidReplicationFactorError``, ...). As with the
+topic APIs, the broker acted on every partition that did not fail, so a caller that
+must not write anything unless every partition is valid checks the input first
+(``describe_topics`` for partitions and replicas, ``describe_cluster`` for live brokers),
+as ``strata topic reassign`` does. A preferred replica that cannot take over is not an
+error: ``ElectionResult.message`` says why the leader stayed.
 
 Validation lives in the broker (one source of truth for names, counts and config values);
 the client sends what it is given and turns the answer into typed errors.
@@ -25,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar
 
@@ -39,6 +49,8 @@ from brokers.protocol import (
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterConfigsTopic,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     ApiKey,
     ConfigEntry,
     CreatableTopic,
@@ -48,10 +60,18 @@ from brokers.protocol import (
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    ElectionTopic,
+    ElectionTopicResult,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     FetchPartition,
     FetchRequest,
     FetchResponse,
     FetchTopic,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+    ReassignablePartition,
+    ReassignableTopic,
     TopicResult,
 )
 from strata.client._cluster import Cluster
@@ -68,10 +88,12 @@ __all__ = [
     "AsyncAdmin",
     "ClusterDescription",
     "ConfigValue",
+    "ElectionResult",
     "ListOffsetsResult",
     "NewTopic",
     "OffsetSpec",
     "PartitionDescription",
+    "Reassignment",
     "TopicDescription",
 ]
 
@@ -138,9 +160,43 @@ class ListOffsetsResult(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ClusterDescription:
+    """``controller_id``: the broker acting as controller (``-1``: none right now);
+    ``brokers``: the live brokers, ``{node_id: (host, port)}``."""
+
     cluster_id: str | None
     controller_id: int
     brokers: dict[int, tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionResult:
+    """One partition after a preferred-leader election.
+
+    ``leader``: the partition's leader once the controller acted (``-1``: none).
+    ``message``: ``None`` when the preferred replica (the first assigned) leads;
+    otherwise why the leader stayed (the preferred replica is not alive or not in sync).
+    """
+
+    leader: int
+    message: str | None = None
+
+    @property
+    def preferred_leads(self) -> bool:
+        """The preferred replica leads the partition now."""
+        return self.message is None
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """A partition whose replicas are still moving.
+
+    ``replicas``: the partition's replica set now (while it moves: the target replicas,
+    then the leaving ones); ``adding`` / ``removing``: the brokers joining / leaving.
+    """
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
 
 
 def _spec_timestamp(tp: TopicPartition, spec: OffsetSpec) -> int:
@@ -163,6 +219,29 @@ def _results(topics: list[TopicResult], raise_errors: bool) -> dict[str, StrataE
         for error in out.values():
             if error is not None:
                 raise error
+    return out
+
+
+def _partition_results(topics: list[ElectionTopicResult]
+                       ) -> dict[TopicPartition, tuple[int, int, str | None]]:
+    """``{partition: (error code, leader, message)}`` of a per-partition answer."""
+    return {TopicPartition(t.name, a.partition): (a.error_code, a.leader, a.error_message)
+            for t in topics for a in t.partitions}
+
+
+def _raise_first(results: dict[TopicPartition, tuple[int, int, str | None]]) -> None:
+    for tp, (code, _, message) in results.items():
+        if code:
+            raise error_from_code(code, message or f"{tp} failed")
+
+
+def _by_topic(partitions: Iterable[TopicPartition | tuple[str, int]]) -> dict[str, list[int]]:
+    """Partitions grouped by topic, each listed once, in first-seen order."""
+    out: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        listed = out.setdefault(topic, [])
+        if partition not in listed:
+            listed.append(partition)
     return out
 
 
@@ -324,6 +403,73 @@ class AsyncAdmin:
         assert isinstance(response, AlterConfigsResponse)
         _results(response.topics, raise_errors=True)
 
+    # ------------------------------------------------------------------ replicas
+    async def elect_preferred_leaders(
+            self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, ElectionResult]:
+        """Move leadership back to each partition's preferred replica (its first assigned
+        replica) where that replica is alive and in sync; ``None``: every partition.
+
+        Returns once the controller acted, with each partition's leader after the
+        election. A partition whose preferred replica could not take over keeps its
+        leader; its ``ElectionResult.message`` says why (not an error). Raises the first
+        failed partition's typed error (``UnknownTopicOrPartitionError`` for a partition
+        that does not exist; ``RequestTimedOutError`` when the controller did not act in
+        time, the election may still happen; ``ConcurrentUpdateError`` while another
+        election runs); the broker still elected the other partitions.
+        """
+        request: list[ElectionTopic] | None = None
+        if partitions is not None:
+            request = [ElectionTopic(t, ps) for t, ps in _by_topic(partitions).items()]
+            if not request:
+                return {}
+        response = await self._cluster.send_any(ApiKey.ELECT_LEADERS, ElectLeadersRequest(
+            request, timeout_ms=self._operation_timeout_ms))
+        assert isinstance(response, ElectLeadersResponse)
+        results = _partition_results(response.topics)
+        _raise_first(results)
+        return {tp: ElectionResult(leader, message)
+                for tp, (_, leader, message) in sorted(results.items())}
+
+    async def alter_partition_reassignments(
+            self, targets: Mapping[TopicPartition | tuple[str, int], Sequence[int]]) -> None:
+        """Move partitions onto new replica lists (first = preferred leader).
+
+        Returns as soon as the targets are recorded; the controller then moves each
+        partition in the background: the new replicas copy the log from the leader, and
+        once all of them are in the ISR leadership moves (if the leader is not kept) and
+        the leaving replicas drop their copies. Follow it with
+        ``list_partition_reassignments`` / ``describe_topics``. A new target for a
+        partition still moving replaces the old one.
+
+        Raises the first failed partition's typed error: ``UnknownTopicOrPartitionError``
+        (no such partition), ``InvalidReplicationFactorError`` (empty list, a broker
+        listed twice, a broker that is not live). The broker recorded every partition
+        that did not fail.
+        """
+        topics: dict[str, list[ReassignablePartition]] = {}
+        for tp, replicas in targets.items():
+            topic, partition = tp
+            topics.setdefault(topic, []).append(
+                ReassignablePartition(partition, [int(b) for b in replicas]))
+        if not topics:
+            return
+        response = await self._cluster.send_any(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS, AlterPartitionReassignmentsRequest(
+                [ReassignableTopic(t, ps) for t, ps in topics.items()],
+                timeout_ms=self._operation_timeout_ms))
+        assert isinstance(response, AlterPartitionReassignmentsResponse)
+        _raise_first(_partition_results(response.topics))
+
+    async def list_partition_reassignments(self) -> dict[TopicPartition, Reassignment]:
+        """The reassignments still in progress, every topic, sorted by partition."""
+        response = await self._cluster.send_any(ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                                                ListPartitionReassignmentsRequest())
+        assert isinstance(response, ListPartitionReassignmentsResponse)
+        return {TopicPartition(r.topic, r.partition):
+                Reassignment(tuple(r.replicas), tuple(r.adding), tuple(r.removing))
+                for r in sorted(response.reassignments, key=lambda r: (r.topic, r.partition))}
+
     # ------------------------------------------------------------------ offsets
     async def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec]
                            ) -> dict[TopicPartition, ListOffsetsResult]:
@@ -390,6 +536,19 @@ class Admin:
                       delete: Iterable[str] = (), *, validate_only: bool = False) -> None:
         self._run(self._admin.alter_configs(name, set, list(delete),
                                             validate_only=validate_only))
+
+    def elect_preferred_leaders(
+            self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, ElectionResult]:
+        return self._run(self._admin.elect_preferred_leaders(
+            None if partitions is None else list(partitions)))
+
+    def alter_partition_reassignments(
+            self, targets: Mapping[TopicPartition | tuple[str, int], Sequence[int]]) -> None:
+        self._run(self._admin.alter_partition_reassignments(targets))
+
+    def list_partition_reassignments(self) -> dict[TopicPartition, Reassignment]:
+        return self._run(self._admin.list_partition_reassignments())
 
     def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec]
                      ) -> dict[TopicPartition, ListOffsetsResult]:
