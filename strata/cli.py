@@ -5,7 +5,8 @@
     strata status [--data-dir DIR] [--format text|json]
     strata down   [--data-dir DIR]
     strata broker start [--config FILE] [--broker-id N] [--port P] [--override K=V ...]
-    strata topic create|list|describe|alter-config|delete ...
+    strata topic create|list|describe|alter-config|delete|reassign|reassignments ...
+    strata cluster describe|elect-preferred-leaders [--topic T [--partition P ...]]
     strata produce TOPIC [--key-separator SEP] [--acks 0|1|all] [--partition P]
     strata consume TOPIC [--from-beginning|--offset N|--timestamp MS] [--partition P]
                          [-n COUNT] [--timeout-ms MS]
@@ -117,9 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down.set_defaults(handler=_cmd_down)
 
-    from strata.commands import broker, consume, produce, topic
+    from strata.commands import broker, cluster, consume, produce, topic
 
-    for module in (broker, topic, produce, consume):
+    for module in (broker, topic, cluster, produce, consume):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 __all__ = ["CommandError", "add_bootstrap", "add_format", "bootstrap_of", "emit_json",
-           "render_bytes", "parse_key_values"]
+           "render_bytes", "parse_key_values", "parse_non_negative_int", "parse_seconds"]
 
 BOOTSTRAP_ENV = "STRATA_BOOTSTRAP"
 
@@ -60,3 +60,19 @@ def parse_key_values(items: list[str], what: str) -> dict[str, str]:
             raise CommandError(f"{what} expects key=value, got {item!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+def parse_non_negative_int(text: str) -> int | None:
+    """``"12"`` -> 12; None for anything but plain decimal digits (no sign, no spaces)."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def parse_seconds(text: str, option: str) -> float:
+    """A positive number of seconds, or ``CommandError`` naming ``option``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise CommandError(f"{option} expects a number of seconds above 0, got {text!r}")
+    return value
