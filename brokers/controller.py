@@ -253,6 +253,13 @@ class Controller:
             coordinator.update_partition_state_as_controller(lease, name, p, new)
         if current != target:
             self._write_assignment(lease, topic, p, list(target), version)
+        # A leader that had not seen the new replica set yet may have taken a leaving
+        # replica back into the ISR meanwhile: not done until the ISR is within the target.
+        state = coordinator.partition_state(name, p)
+        if any(b not in target for b in state.isr):
+            coordinator.update_partition_state_as_controller(lease, name, p, PartitionState(
+                state.leader, state.leader_epoch, [b for b in state.isr if b in target],
+                zk_version=state.zk_version))
         return True
 
     def _write_assignment(self, lease: ControllerLease, topic: TopicDefinition, p: int,

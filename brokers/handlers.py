@@ -790,13 +790,19 @@ class RequestHandlers:
 
     async def list_partition_reassignments(self, request: ListPartitionReassignmentsRequest
                                            ) -> ListPartitionReassignmentsResponse:
-        pending, _ = await asyncio.to_thread(self.broker.coordinator.reassignments)
+        coordinator = self.broker.coordinator
+        pending, _ = await asyncio.to_thread(coordinator.reassignments)
         out = []
         for (topic, p), target in sorted(pending.items()):
             definition = self.broker.topics.get(topic)
             current = definition.assignment.get(p, []) if definition else []
+            try:
+                isr = (await asyncio.to_thread(coordinator.partition_state, topic, p)).isr
+            except StrataError:
+                isr = []
+            # Joining: a target replica not in the replica set yet, or still copying.
             out.append(OngoingReassignment(
-                topic, p, list(current), [b for b in target if b not in current],
+                topic, p, list(current), [b for b in target if b not in current or b not in isr],
                 [b for b in current if b not in target]))
         return ListPartitionReassignmentsResponse(out)
 

@@ -403,7 +403,9 @@ class Partition:
         if self.is_leader:
             ends = [self.log.log_end_offset]
             for replica in self.isr:
-                if replica == self.broker_id:
+                if replica == self.broker_id or replica not in self.replicas:
+                    # Not a replica any more (a reassignment removed it; the ISR write
+                    # that drops it is on its way): it holds nothing it must hold.
                     continue
                 position = self.followers.get(replica)
                 # A member not heard from in this leadership holds the HW where it is.

@@ -110,6 +110,8 @@ from brokers.errors import (
     FencedLeaderEpochError,
     InvalidRecordBatchError,
     NetworkError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
     NotLeaderError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
@@ -1339,7 +1341,11 @@ class _Engine:
             self._fail_partition(st, error)
             return
         if isinstance(error, NotLeaderError | UnknownTopicOrPartitionError | NetworkError
-                      | BrokerNotAvailableError | FencedLeaderEpochError):
+                      | BrokerNotAvailableError | FencedLeaderEpochError
+                      | RequestTimedOutError | NotEnoughReplicasError
+                      | NotEnoughReplicasAfterAppendError):
+            # A timeout may be a paused or cut-off leader that has since been replaced,
+            # and a shrunken ISR often means a broker died: both are worth a fresh look.
             self._request_refresh()
         if error.retriable and batch.attempts <= self.config.retries:
             # Past the delivery deadline, the sender's expiry check fails it (with
