@@ -12,6 +12,9 @@ broker dies.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -282,3 +285,40 @@ def test_reassignment_to_a_dead_broker_is_refused(cluster: Cluster) -> None:
     assert codes[1][0] == InvalidReplicationFactorError.code and "twice" in codes[1][1]
     assert codes[2][0] == UnknownTopicOrPartitionError.code
     assert cluster.replicas("nowhere") == {0: [0]}
+
+
+def test_a_short_zookeeper_stall_changes_no_leadership(cluster: Cluster) -> None:
+    """SIGSTOP ZooKeeper for less than the session timeout: brokers see their sessions
+    SUSPENDED, decide nothing, keep taking acks=all writes, and carry on with the same
+    sessions, leaders and epochs once ZooKeeper answers again."""
+    cluster.create_topic("stall", 2, 3, {"min.insync.replicas": "2"})
+    cluster.wait_until_healthy("stall")
+    before = {p: cluster.partition_state("stall", p) for p in range(2)}
+    zookeeper = cluster.zk_nodes[0]
+    pid = zookeeper.pid
+    assert pid is not None
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        # Producer ids come from ZooKeeper: get one before it stalls.
+        producer.send("stall", b"first", partition=0).result(timeout=30)
+        # Resumed by a timer, not after the writes: however slow this machine is, the
+        # stall stays well inside the 6 s session timeout.
+        resume = threading.Timer(3.0, os.kill, (pid, signal.SIGCONT))
+        os.kill(pid, signal.SIGSTOP)
+        resume.start()
+        try:
+            time.sleep(1.0)
+            futures = [producer.send("stall", f"s{i}".encode(), partition=i % 2)
+                       for i in range(200)]
+            producer.flush()
+            assert all(f.result(timeout=30).offset >= 0 for f in futures)
+        finally:
+            resume.join()
+            os.kill(pid, signal.SIGCONT)  # in case the timer could not
+    time.sleep(2.0)  # give the brokers time to act if they (wrongly) wanted to
+    after = {p: cluster.partition_state("stall", p) for p in range(2)}
+    assert {p: (s.leader, s.leader_epoch) for p, s in after.items()} == \
+        {p: (s.leader, s.leader_epoch) for p, s in before.items()}
+    for broker_id in cluster.brokers:
+        assert "registered again after a lost session" not in cluster.broker_log(broker_id)
+    assert read_all(cluster, "stall", 0, 101) == \
+        [b"first"] + [f"s{i}".encode() for i in range(0, 200, 2)]
