@@ -185,8 +185,16 @@ class Broker:
         elif state == "CONNECTED":
             self.zookeeper_suspended = False
             if not self._session_lost:
+                await self.controller.session_restored()  # decisions skipped meanwhile
                 return
             self._session_lost = False
+            await self._rejoin()
+
+    async def _rejoin(self) -> None:
+        """Register again after a lost session, re-read everything; retried until it
+        works (or the session is lost again, which starts a new attempt on reconnect)."""
+        delay = 0.5
+        while not self._stopped.is_set() and not self._session_lost:
             try:
                 await self._register()
                 await self.sync_topics()
@@ -194,8 +202,12 @@ class Broker:
                 await self._reload_partition_states()
                 await self.controller.session_restored()
                 log.info("broker %d registered again after a lost session", self.broker_id)
+                return
             except Exception as err:
-                log.error("re-registration after a lost session failed: %r", err)
+                log.error("re-registration after a lost session failed: %r; retrying in "
+                          "%.1f s", err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _reload_partition_states(self) -> None:
         """Read every hosted partition's state again (after a lost session)."""
@@ -388,6 +400,9 @@ class Broker:
                 hosted = key in self.partitions or key in self.offline
                 if self.broker_id in replicas and not hosted:
                     state = await asyncio.to_thread(self.coordinator.partition_state, *key)
+                    known = self.partition_states.get(key)
+                    if known is not None and known.zk_version > state.zk_version:
+                        state = known  # a watch event brought a newer one meanwhile
                     self.partition_states[key] = state
                     self._open_replica(definition, p, config, state)
                     log.info("%s-%d: this broker is a new replica; copying the log from "

@@ -64,6 +64,9 @@ log = logging.getLogger("strata.brokers.controller")
 _RETRIES: Final = 5
 #: How often the controller looks at reassignments in progress.
 _REASSIGN_POLL_S: Final = 0.5
+#: How often an active controller scans every partition even without an event: a scan
+#: that failed (ZooKeeper trouble) or was skipped (session suspended) is made up for.
+_RESCAN_S: Final = 5.0
 
 
 def elect(state: PartitionState, replicas: Sequence[int], live: Collection[int], *,
@@ -107,6 +110,7 @@ class Controller:
         self.lease: ControllerLease | None = None
         self._lock = asyncio.Lock()
         self._reassigning: asyncio.Task[None] | None = None
+        self._rescanning: asyncio.Task[None] | None = None
         #: ``(broker id, epoch)`` of the controller as last seen in ZooKeeper.
         self.current: tuple[int, int] | None = None
 
@@ -142,13 +146,24 @@ class Controller:
         try:
             lease = await asyncio.to_thread(self.broker.coordinator.try_become_controller,
                                             self.broker.broker_id)
-        except Exception as err:  # ZooKeeper trouble: the next watch event retries
+        except Exception as err:
+            # The multi-op may have committed before the connection dropped: then
+            # /controller is ours but we hold no lease. Give it up so that someone
+            # (maybe us, through the watch) wins cleanly.
             log.warning("controller election failed: %r", err)
+            try:
+                await asyncio.to_thread(self.broker.coordinator.resign_controller,
+                                        self.broker.broker_id)
+            except Exception as resign_err:
+                log.warning("giving up a half-won controller election failed: %r",
+                            resign_err)
             return
         if lease is None:
             return
         self.lease = lease
         log.info("broker %d is controller (epoch %d)", lease.broker_id, lease.epoch)
+        if self._rescanning is None or self._rescanning.done():
+            self._rescanning = asyncio.get_running_loop().create_task(self._rescan_loop())
         await self.elect_leaders()
         # Requests left by a previous controller: finish them.
         if await asyncio.to_thread(self.broker.coordinator.preferred_election_pending):
@@ -274,9 +289,33 @@ class Controller:
         self.lease = None
 
     async def session_restored(self) -> None:
-        """After a reconnect: run for controller if nobody holds it."""
-        holder = await asyncio.to_thread(self.broker.coordinator.controller)
+        """After a reconnect: run for controller if nobody holds it, and (if we are
+        controller) make up for decisions skipped while the session was suspended."""
+        try:
+            holder = await asyncio.to_thread(self.broker.coordinator.controller)
+        except Exception as err:
+            log.warning("reading the controller after a reconnect failed: %r", err)
+            return
+        if holder is not None and holder[0] == self.broker.broker_id and self.lease is None \
+                and self.broker.config.controller_eligible:
+            await asyncio.to_thread(self.broker.coordinator.resign_controller,
+                                    self.broker.broker_id)
+            return  # the watch sees /controller vanish and runs the election
         await self._on_controller_changed(holder)
+        await self.elect_leaders()
+
+    async def _rescan_loop(self) -> None:
+        """While controller: scan every few seconds, and finish leftover requests."""
+        while self.lease is not None and not self.broker.stopping:
+            await asyncio.sleep(_RESCAN_S)
+            await self.elect_leaders()
+            try:
+                if await asyncio.to_thread(self.broker.coordinator.preferred_election_pending):
+                    await self._run_preferred_election()
+                pending, _ = await asyncio.to_thread(self.broker.coordinator.reassignments)
+                await self._on_reassignments(bool(pending))
+            except Exception as err:
+                log.warning("controller rescan failed: %r", err)
 
     async def elect_leaders(self, *, preferred: Collection[tuple[str, int]] | None = None
                             ) -> dict[tuple[str, int], PartitionState]:
@@ -295,6 +334,10 @@ class Controller:
                 log.info("%s", err)
                 if self.lease is lease:
                     self.lease = None
+                return {}
+            except Exception as err:  # ZooKeeper trouble: the periodic rescan retries
+                log.warning("leader election scan failed: %r; the next rescan retries",
+                            err)
                 return {}
 
     def _scan(self, lease: ControllerLease, preferred: Collection[tuple[str, int]] | None

@@ -445,6 +445,17 @@ class Coordinator:
             # The epoch moved between our read and our write: read again.
         raise ConcurrentUpdateError("controller election kept racing; retry")
 
+    def resign_controller(self, broker_id: int) -> None:
+        """Delete ``/controller`` if this session created it for ``broker_id``."""
+        try:
+            data, stat = self.zk.get(_CONTROLLER)
+        except NoNodeError:
+            return
+        if int(_load(data)["broker_id"]) == broker_id \
+                and stat.ephemeralOwner == self.zk.client_id[0]:
+            with contextlib.suppress(NoNodeError, BadVersionError):
+                self.zk.delete(_CONTROLLER, version=stat.version)
+
     def controller(self) -> tuple[int, int] | None:
         """``(broker id, epoch)`` of the current controller, or ``None``."""
         try:

@@ -132,22 +132,34 @@ class Partition:
         # True from a lost ZooKeeper session until the state is re-read: ZooKeeper no
         # longer vouches for this broker, so it must not act as leader.
         self.fenced = False
+        # An ISR grow written (or being written) to ZooKeeper but not applied here yet:
+        # the HW counts its members too (Kafka's "maximal ISR"), so a replica that may
+        # already be in the ISR in ZooKeeper, and so electable, has every record the HW
+        # covers.
+        self.pending_isr: list[int] | None = None
+        # (first offset, end offset) of sink commit groups above the HW: the HW never
+        # stops inside one, so consumers see a commit whole or not at all.
+        self._open_groups: list[tuple[int, int]] = []
         self.log = PartitionLog(directory, config)
         (directory / METADATA_FILE).write_text(json.dumps({"version": 1, "topic_id": topic_id}))
         self.producers = ProducerStateManager(directory)
         self._load_producer_state()
+        self._hw_checkpoint = OffsetCheckpoint(directory / HIGH_WATERMARK_FILE)
+        recorded = self._hw_checkpoint.read()
         torn = self.producers.open_commit()
-        if torn is not None:
+        if torn is not None and (recorded is None or torn >= recorded):
             # A crash in the middle of a sink commit's group append: the group must be
             # all or nothing, so its head goes too (the commit is re-run by its writer).
+            # Never below the high watermark: what consumers may have read stays.
             log.warning("%s-%d: removing a torn sink commit from offset %d to the log end "
                         "%d", topic, partition, torn, self.log.log_end_offset)
             self.log.truncate_to(torn)
             self._load_producer_state()
+        elif torn is not None:
+            log.error("%s-%d: a sink commit from offset %d has no end batch but is below "
+                      "the high watermark %d; keeping it", topic, partition, torn, recorded)
         self.staging = StagingArea(directory)
         self._high_watermark_cap: int | None = None
-        self._hw_checkpoint = OffsetCheckpoint(directory / HIGH_WATERMARK_FILE)
-        recorded = self._hw_checkpoint.read()
         # No checkpoint: a log from before replication existed (everything in it was
         # acknowledged by its only replica), or a brand-new empty one.
         self.high_watermark = self.log.log_end_offset if recorded is None \
@@ -193,6 +205,11 @@ class Partition:
         self.replicas = list(replicas)
         self.state_version = version
         self.fenced = False
+        self.pending_isr = None  # ZooKeeper's word replaces whatever was proposed
+        if changed:
+            self._open_groups = []  # a new leader recomputes from its own appends
+        if changed and self.is_leader and not self.log.is_offline:
+            self._drop_torn_tail_group()
         if changed and self.is_leader:
             now = _now_ms()
             self.followers = {r: FollowerPosition(last_caught_up_ms=now)
@@ -208,6 +225,18 @@ class Partition:
             self.log.start_epoch(leader_epoch)
         self._advance_high_watermark()
         return changed
+
+    def _drop_torn_tail_group(self) -> None:
+        """A follower taking over may hold the head of a sink commit group whose end it
+        never fetched: the group was never acknowledged (that needs every ISR member to
+        hold all of it), so it goes, and the sink's re-run appends it whole."""
+        torn = self.producers.open_commit()
+        if torn is None or torn < self.high_watermark:
+            return
+        log.warning("%s: new leader removes the unfinished sink commit from offset %d",
+                    self.name, torn)
+        self.log.truncate_to(torn)
+        self._load_producer_state()
 
     # ------------------------------------------------------------------ writes
     def append_as_leader(self, batch: memoryview | bytes) -> LeaderAppend:
@@ -282,6 +311,8 @@ class Partition:
             header = peek_header(data)
             self.producers.update(header, header.base_offset)
         self.staging.discard(ids)
+        if len(batches) > 1:
+            self._open_groups.append((info.first_offset, info.last_offset + 1))
         self._advance_high_watermark()
         if self.log.config.flush_policy is FlushPolicy.INTERVAL:
             self.log.flush_if_due()
@@ -348,7 +379,7 @@ class Partition:
         log.warning("%s: the leader's log starts at %d, past this replica's end %d: "
                     "starting the log over there", self.name, offset, self.log.log_end_offset)
         self.log.restart_at(offset)
-        self.producers.load(offset)
+        self.producers.reset()
         self.high_watermark = offset
 
     def record_follower_fetch(self, replica: int, fetch_offset: int) -> None:
@@ -358,7 +389,9 @@ class Partition:
             return
         now = _now_ms()
         leader_end = self.log.log_end_offset
-        position.log_end_offset = min(fetch_offset, leader_end)
+        if fetch_offset > leader_end:
+            return  # a divergent follower: it truncates first, and holds nothing yet
+        position.log_end_offset = fetch_offset
         if fetch_offset >= leader_end:
             position.last_caught_up_ms = now
         elif position.last_fetch_ms >= 0 and fetch_offset >= position.leader_end_at_last_fetch:
@@ -391,8 +424,10 @@ class Partition:
         proposed += [b for b in keep if b not in proposed]  # never drop ISR members by order
         return proposed if sorted(proposed) != sorted(self.isr) else None
 
-    def write_high_watermark_checkpoint(self) -> None:
-        self._hw_checkpoint.write(self.high_watermark)
+    def write_high_watermark_checkpoint(self, high_watermark: int | None = None) -> None:
+        """Persist the HW (or a value of it read earlier, from a worker thread)."""
+        self._hw_checkpoint.write(self.high_watermark if high_watermark is None
+                                  else high_watermark)
 
     async def wait_durable(self, end_offset: int) -> None:
         if self.log.config.flush_policy is FlushPolicy.ALWAYS:
@@ -402,7 +437,8 @@ class Partition:
     def _advance_high_watermark(self) -> None:
         if self.is_leader:
             ends = [self.log.log_end_offset]
-            for replica in self.isr:
+            members = list(self.isr) + [b for b in self.pending_isr or () if b not in self.isr]
+            for replica in members:
                 if replica == self.broker_id or replica not in self.replicas:
                     # Not a replica any more (a reassignment removed it; the ISR write
                     # that drops it is on its way): it holds nothing it must hold.
@@ -413,8 +449,12 @@ class Partition:
             new = min(ends)
             if self._high_watermark_cap is not None:
                 new = min(new, self._high_watermark_cap)
+            for start, end in self._open_groups:
+                if start < new < end:
+                    new = start
             if new > self.high_watermark:
                 self.high_watermark = new
+                self._open_groups = [g for g in self._open_groups if g[1] > new]
         self._notify()
 
     def _notify(self) -> None:

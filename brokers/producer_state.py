@@ -195,6 +195,12 @@ class ProducerStateManager:
     def clear(self) -> None:
         self._producers.clear()
 
+    def reset(self) -> None:
+        """Forget everything, snapshots included (the log restarted elsewhere)."""
+        self._producers.clear()
+        for offset in self.snapshot_offsets():
+            self._snapshot_path(offset).unlink(missing_ok=True)
+
     # ------------------------------------------------------------------ snapshots
     def _snapshot_path(self, offset: int) -> Path:
         return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"

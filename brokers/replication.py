@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from brokers.partition import Partition
     from strata.client._connection import BrokerConnection as BrokerConnectionType
 
-__all__ = ["ReplicaFetcher", "ReplicaManager"]
+__all__ = ["ReplicaFetcher", "ReplicaManager", "truncate_by_epoch"]
 
 log = logging.getLogger("strata.brokers.replication")
 
@@ -74,6 +74,30 @@ _REQUEST_MARGIN_S: Final = 10.0
 class _Following:
     leader_epoch: int
     needs_truncation: bool = True
+
+
+def truncate_by_epoch(partition: Partition, leader_epoch: int, leader_end: int) -> bool:
+    """Cut the follower's divergent tail given the leader's OffsetForLeaderEpoch answer
+    (``leader_epoch``, ``leader_end``) to the follower's latest epoch. True when done;
+    False when the follower must ask again with the epoch it has left (KIP-279).
+    """
+    log_ = partition.log
+    done = True
+    if log_.latest_epoch < 0:
+        offset = log_.log_end_offset  # an empty log has no tail
+    elif leader_epoch < 0:
+        # The leader knows no epoch at or below ours: only what we know to be committed
+        # is safe to keep (Kafka's fallback).
+        offset = partition.high_watermark
+    else:
+        # Cut at the end of the last epoch both logs share. When our epoch there differs
+        # from the leader's, a divergent stretch of an older epoch may be left: ask again.
+        own_epoch, own_end = log_.end_offset_for_epoch(leader_epoch)
+        offset = min(leader_end, own_end)
+        done = own_epoch == leader_epoch
+    end_before = log_.log_end_offset
+    partition.truncate_divergent_tail(offset)
+    return done or log_.log_end_offset == end_before  # nothing cut: the logs agree
 
 
 class ReplicaFetcher:
@@ -127,6 +151,7 @@ class ReplicaFetcher:
         failures = 0
         while not self.broker.stopping:
             if not self.partitions:
+                await self._disconnect()  # nothing to follow here: free the connection
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -199,18 +224,8 @@ class ReplicaFetcher:
                     log.info("%s: OffsetForLeaderEpoch at broker %d: %s", partition.name,
                              self.leader_id, answer.error_message)
                     continue
-                if partition.log.latest_epoch < 0:
-                    offset = partition.log.log_end_offset  # an empty log has no tail
-                elif answer.leader_epoch < 0:
-                    # The leader knows no epoch at or below ours: only what we know to
-                    # be committed is safe to keep (Kafka's fallback).
-                    offset = partition.high_watermark
-                else:
-                    own_epoch, own_end = partition.log.end_offset_for_epoch(answer.leader_epoch)
-                    offset = answer.end_offset if own_epoch != answer.leader_epoch \
-                        else min(answer.end_offset, own_end)
-                partition.truncate_divergent_tail(offset)
-                self.partitions[key].needs_truncation = False
+                self.partitions[key].needs_truncation = not truncate_by_epoch(
+                    partition, answer.leader_epoch, answer.end_offset)
 
     async def _fetch(self, connection: BrokerConnectionType) -> bool:
         """One fetch for every partition ready to fetch; False when none could."""
@@ -253,6 +268,11 @@ class ReplicaFetcher:
                     log.error("%s is OFFLINE on this follower: %s", partition.name, err)
                     self.broker.offline[key] = err
                     self.remove(key)
+                except StrataError as err:
+                    # One partition's bad answer must not stop the others: log it and
+                    # ask again from the same offset next round.
+                    log.error("replicating %s from broker %d failed: %s", partition.name,
+                              self.leader_id, err)
         return progressed
 
     def _apply(self, key: PartitionKey, partition: Partition, error_code: int,
@@ -269,6 +289,10 @@ class ReplicaFetcher:
         if error is OffsetOutOfRangeError:
             if 0 <= fetch_offset < log_start_offset:
                 partition.restart_at(log_start_offset)
+            elif partition.log.latest_epoch < 0 and 0 <= high_watermark < fetch_offset:
+                # Nothing to ask about (no epochs): an empty log that starts past the
+                # leader's end starts over there (the answer's upper bound, its LEO).
+                partition.truncate_divergent_tail(high_watermark)
             else:
                 self.partitions[key].needs_truncation = True
             return True
@@ -340,20 +364,41 @@ class ReplicaManager:
 
     async def _maintain(self) -> None:
         interval = max(self.broker.config.replica_lag_time_max_ms / 2000, 0.05)
+        checkpointed: dict[PartitionKey, int] = {}
         while True:
             await asyncio.sleep(interval)
-            for key, partition in list(self.broker.partitions.items()):
-                if partition.is_leader:
-                    self.consider_isr(key, partition)
-                if not partition.log.is_offline:
-                    try:
-                        partition.write_high_watermark_checkpoint()
-                    except OSError as err:
-                        log.error("high-watermark checkpoint of %s failed: %s",
-                                  partition.name, err)
+            try:
+                changed = []
+                for key, partition in list(self.broker.partitions.items()):
+                    if partition.is_leader:
+                        self.consider_isr(key, partition)
+                    if not partition.log.is_offline \
+                            and checkpointed.get(key) != partition.high_watermark:
+                        changed.append((key, partition, partition.high_watermark))
+                if changed:
+                    # fsyncs: off the event loop, and only for HWs that moved.
+                    await asyncio.to_thread(self._write_checkpoints, changed, checkpointed)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("ISR upkeep round failed; trying again next round")
+
+    @staticmethod
+    def _write_checkpoints(changed: list[tuple[PartitionKey, Partition, int]],
+                           checkpointed: dict[PartitionKey, int]) -> None:
+        for key, partition, high_watermark in changed:
+            try:
+                partition.write_high_watermark_checkpoint(high_watermark)
+                checkpointed[key] = high_watermark
+            except OSError as err:
+                log.error("high-watermark checkpoint of %s failed: %s", partition.name, err)
 
     async def _write_isr(self, key: PartitionKey, partition: Partition, proposed: list[int]
                          ) -> None:
+        if any(b not in partition.isr for b in proposed):
+            # Growing: until ZooKeeper's answer is applied, the HW waits for the joining
+            # replica too (it may be in the ISR, so electable, as soon as the write lands).
+            partition.pending_isr = list(proposed)
         try:
             current = self.broker.partition_states.get(key)
             state = PartitionState(partition.leader_id, partition.leader_epoch, proposed,

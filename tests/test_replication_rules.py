@@ -16,7 +16,9 @@ from brokers.errors import NotLeaderError
 from brokers.handlers import assign_replicas
 from brokers.log import LogConfig
 from brokers.partition import Partition
-from brokers.record_batch import build_batch
+from brokers.record_batch import SINK_PRODUCER_ID_BASE, build_batch, iter_batches
+from brokers.replication import truncate_by_epoch
+from brokers.staging import StagedPart
 
 
 def state(leader: int, epoch: int, isr: list[int]) -> PartitionState:
@@ -153,5 +155,101 @@ def test_a_follower_appends_the_leaders_batches_unchanged_and_truncates_by_epoch
     assert follower.truncate_divergent_tail(2) == 2
     assert follower.log.log_end_offset == 2
     assert follower.high_watermark == 2
+    leader.close()
+    follower.close()
+
+
+def partition_with_epochs(directory: Path, broker_id: int,
+                          epochs: list[tuple[int, int]]) -> Partition:
+    """A follower-side partition whose log has ``count`` one-record batches per epoch."""
+    partition = Partition("t", 0, "id", directory, LogConfig(), broker_id=broker_id)
+    for epoch, count in epochs:
+        for _ in range(count):
+            partition.log.append(build_batch([f"e{epoch}".encode()]), leader_epoch=epoch)
+    partition.set_state(99, 9, [99], [99, broker_id], version=1)  # a follower
+    return partition
+
+
+def test_truncation_asks_again_until_the_logs_agree(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    """Leader epochs {1@0, 2@5, 4@15}; follower {1@0, 3@10} up to 20: the first answer
+    (epoch 2 ends at 15) cuts only to 10, the second (epoch 1 ends at 5) to 5."""
+    leader = partition_with_epochs(tmp_path / "leader", 0, [(1, 5), (2, 10), (4, 5)])
+    follower = partition_with_epochs(tmp_path / "follower", 1, [(1, 10), (3, 10)])
+
+    def ask() -> bool:
+        epoch, end = leader.log.end_offset_for_epoch(follower.log.latest_epoch)
+        return truncate_by_epoch(follower, epoch, end)
+
+    assert ask() is False and follower.log.log_end_offset == 10
+    assert ask() is True and follower.log.log_end_offset == 5
+    assert ask() is True and follower.log.log_end_offset == 5  # stable
+    leader.close()
+    follower.close()
+
+
+def test_a_growing_isr_holds_the_hw_for_the_joining_replica(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    partition = leader_partition(tmp_path / "p")
+    partition.set_state(0, 1, [0, 1], [0, 1, 2], version=2)
+    partition.append_as_leader(build_batch([b"a", b"b", b"c", b"d"]))
+    partition.record_follower_fetch(2, 2)
+    partition.pending_isr = [0, 1, 2]  # the write that adds 2 may land any moment
+    partition.record_follower_fetch(1, 4)
+    assert partition.high_watermark == 2
+    partition.set_state(0, 1, [0, 1], [0, 1, 2], version=3)  # ZooKeeper said no
+    assert partition.pending_isr is None
+    partition.record_follower_fetch(1, 4)
+    assert partition.high_watermark == 4
+    partition.close()
+
+
+def test_a_follower_fetching_past_the_leaders_end_is_not_counted(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    partition = leader_partition(tmp_path / "p")
+    partition.append_as_leader(build_batch([b"a"]))
+    partition.record_follower_fetch(1, 1)
+    partition.record_follower_fetch(2, 7)  # a divergent longer log: truncates first
+    assert partition.high_watermark == 0
+    assert partition.followers[2].log_end_offset == -1
+    partition.close()
+
+
+def test_the_hw_never_stops_inside_a_sink_commit_group(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    partition = leader_partition(tmp_path / "p")
+    partition.set_state(0, 1, [0, 1], [0, 1], version=2)
+    for chunk, values in enumerate([[b"a"], [b"b", b"c"], [b"d"]]):
+        partition.stage("w", chunk, build_batch(values))
+    result = partition.commit_staged(SINK_PRODUCER_ID_BASE + 5, 0, [StagedPart("w", 3, 4)])
+    assert (result.first_offset, result.last_offset) == (0, 3)
+    partition.record_follower_fetch(1, 3)  # the follower's fetch stopped mid-group
+    assert partition.high_watermark == 0
+    partition.record_follower_fetch(1, 4)
+    assert partition.high_watermark == 4
+    partition.close()
+
+
+def test_a_new_leader_drops_the_head_of_a_commit_group_it_never_finished(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    leader = leader_partition(tmp_path / "leader")
+    leader.set_state(0, 1, [0, 1], [0, 1], version=2)
+    for chunk, values in enumerate([[b"a"], [b"b"], [b"c"]]):
+        leader.stage("w", chunk, build_batch(values))
+    leader.commit_staged(SINK_PRODUCER_ID_BASE + 5, 0, [StagedPart("w", 3, 3)])
+    found = leader.read(0, 1 << 20, for_follower=True)
+    assert found is not None
+    whole = found.read_bytes()
+    first_two = bytearray()
+    for header, batch in iter_batches(whole):
+        if header.base_offset < 2:
+            first_two += batch
+    follower = Partition("t", 0, "id", tmp_path / "follower", LogConfig(), broker_id=1)
+    follower.set_state(0, 1, [0, 1], [0, 1], version=2)
+    follower.append_as_follower(bytes(first_two), leader_high_watermark=0)
+    assert follower.log.log_end_offset == 2
+    follower.set_state(1, 2, [1], [0, 1], version=3)  # the leader died; 1 takes over
+    assert follower.log.log_end_offset == 0
+    assert follower.producers.open_commit() is None
     leader.close()
     follower.close()

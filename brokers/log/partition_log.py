@@ -452,9 +452,11 @@ class PartitionLog:
     def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:
         """Append a batch whose offsets the leader already assigned (replication).
 
-        The batch must start exactly at the log end offset.
+        The batch must start exactly at the log end offset. ``max.message.bytes`` is not
+        checked: the leader accepted the batch, and a copy must hold what the leader holds
+        (the limit may also have been lowered since).
         """
-        header = self.validate(batch)
+        header = validate(batch)
         with self._lock:
             self._check_writable()
             if header.base_offset != self.log_end_offset:
