@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# `make bench`: the benchmark figures of docs/benchmarks.md, on a throw-away local stack.
+# `make bench`: the benchmark figures of docs/benchmarks.md, on throw-away local stacks.
 # Starts ZooKeeper + one broker on free ports in a temp data dir, runs the storage,
-# produce, consume, end-to-end latency and Spark benchmarks, and stops exactly that stack.
+# produce, consume, end-to-end latency and Spark benchmarks, then a second stack of
+# three brokers for the replication benchmarks (acks=all throughput and latency, leader
+# failover), and stops exactly those stacks.
+# `scripts/bench.sh replication` runs only the three-broker section.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=.venv/bin/strata
+PYTHON=.venv/bin/python
 DATA=$(mktemp -d /tmp/strata-bench.XXXXXX)
-BASE=$(.venv/bin/python - <<'PY'
-import random, socket
+DATA3=$(mktemp -d /tmp/strata-bench-rf3.XXXXXX)
+# free_base OFFSET...: a random base port P with every P+OFFSET free.
+free_base() {
+  "$PYTHON" - "$@" <<'PY'
+import random, socket, sys
+offsets = [int(o) for o in sys.argv[1:]]
 def free(port):
     with socket.socket() as s:
         try:
@@ -16,17 +24,63 @@ def free(port):
             return False
 while True:
     base = random.randrange(30000, 60000)
-    if all(free(base + off) for off in (0, 10, 40)):
+    if all(free(base + off) for off in offsets):
         print(base); break
 PY
-)
-cleanup() { "$STRATA" down --data-dir "$DATA" >/dev/null 2>&1 || true; rm -rf "$DATA"; }
+}
+cleanup() {
+  for dir in "$DATA" "$DATA3"; do
+    "$STRATA" down --data-dir "$dir" >/dev/null 2>&1 || true
+    rm -rf "$dir"
+  done
+}
 trap cleanup EXIT
 
+# Three brokers (RF=3, acks=all, min.insync.replicas=2, 8 partitions, 100-byte records):
+# throughput at full speed, latency at half the measured rate, then leader failover.
+bench_replication() {
+  local base bootstrap full rate half
+  base=$(free_base 0 10 11 12 40 41 42)
+  "$STRATA" up --data-dir "$DATA3" --base-port "$base" --brokers 3 >/dev/null
+  bootstrap="127.0.0.1:$((base + 10)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 12))"
+  "$STRATA" topic create bench-rf3 -p 8 -r 3 -c min.insync.replicas=2 \
+    --bootstrap "$bootstrap" >/dev/null
+  "$STRATA" topic create bench-failover -p 8 -r 3 -c min.insync.replicas=2 \
+    --bootstrap "$bootstrap" >/dev/null
+  echo "== three brokers, RF=3, acks=all, min ISR 2, 8 partitions, 100-byte records: full speed"
+  full=$("$STRATA" perf produce --bootstrap "$bootstrap" --topic bench-rf3 \
+    --num-records 3000000 --record-size 100 --acks all --format json)
+  echo "$full"
+  rate=$(echo "$full" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["records_per_sec"])')
+  echo "== same, 4,000-record chunks (one batch per partition is in flight: bigger batches)"
+  "$STRATA" perf produce --bootstrap "$bootstrap" --topic bench-rf3 \
+    --num-records 3000000 --record-size 100 --acks all --chunk-records 4000
+  half=$((rate / 2))
+  echo "== same at half that rate ($half records/s, 20 s): latency"
+  "$STRATA" perf produce --bootstrap "$bootstrap" --topic bench-rf3 \
+    --num-records $((half * 20)) --record-size 100 --acks all --throughput "$half"
+  echo "== leader failover: SIGKILL a partition's leader, 20 times (default broker settings)"
+  "$STRATA" perf failover --data-dir "$DATA3" --topic bench-failover --kills 20
+  # What the session timeout costs: the same with the shortest session ZooKeeper grants
+  # (2 ticks = 4 s). Brokers restarted by `perf failover` inherit the variable.
+  echo "== leader failover with zookeeper.session.timeout.ms=4000 (not the default)"
+  "$STRATA" down --data-dir "$DATA3" >/dev/null
+  STRATA_ZOOKEEPER_SESSION_TIMEOUT_MS=4000 "$STRATA" up --data-dir "$DATA3" >/dev/null
+  STRATA_ZOOKEEPER_SESSION_TIMEOUT_MS=4000 "$STRATA" perf failover --data-dir "$DATA3" \
+    --topic bench-failover --kills 20
+  "$STRATA" down --data-dir "$DATA3" >/dev/null
+}
+
 echo "== machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "== code: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- brokers strata || echo ' + uncommitted changes'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ "${1:-}" == "replication" ]]; then
+  bench_replication
+  exit 0
+fi
 echo "== strata perf log (storage engine, in-process)"
 "$STRATA" perf log
 
+BASE=$(free_base 0 10 40)
 "$STRATA" up --data-dir "$DATA" --base-port "$BASE" --brokers 1 >/dev/null
 export STRATA_BOOTSTRAP="127.0.0.1:$((BASE + 10))"
 "$STRATA" topic create bench-100 -p 8 >/dev/null
@@ -57,3 +111,6 @@ echo "== Spark (local[2]): batch write of 4,000,000 100-byte records into 8 part
 echo "== Spark (local[2]): produce -> Spark (processingTime=0) -> sink topic -> consume, 5,000 records/s"
 "$STRATA" perf spark-e2e --rate 5000 --seconds 30
 "$STRATA" perf spark-e2e --rate 5000 --seconds 30 --at-least-once
+"$STRATA" down --data-dir "$DATA" >/dev/null
+
+bench_replication
