@@ -57,8 +57,10 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
     "zookeeper.connect": _BrokerKey("zookeeper_connect", str, "127.0.0.1:2181",
                                     "ZooKeeper connection string host:port[,host:port...]"),
     "zookeeper.session.timeout.ms": _BrokerKey(
-        "zookeeper_session_timeout_ms", int, 10_000,
-        "ZooKeeper session timeout; a dead broker's registration vanishes after it",
+        "zookeeper_session_timeout_ms", int, 4_000,
+        "ZooKeeper session timeout: a crashed broker's registration, and so its "
+        "leaderships, vanish after it (failover time); too short and a stalled broker "
+        "loses its session",
         lambda v: 2_000 <= v <= 120_000, "2000..120000"),
     "metrics.port": _BrokerKey("metrics_port", int, 9190,
                                "HTTP port serving Prometheus /metrics (0: pick a free port)",
@@ -133,7 +135,7 @@ class BrokerConfig:
     advertised_host: str = ""
     log_dir: str = "./data/broker"
     zookeeper_connect: str = "127.0.0.1:2181"
-    zookeeper_session_timeout_ms: int = 10_000
+    zookeeper_session_timeout_ms: int = 4_000
     metrics_port: int = 9190
     socket_request_max_bytes: int = 100 * 1024 * 1024
     num_partitions: int = 1

@@ -138,7 +138,7 @@ def _load(data: bytes) -> dict[str, Any]:
 class Coordinator:
     """A broker's (or an admin tool's) session with ZooKeeper."""
 
-    def __init__(self, hosts: str, *, session_timeout_ms: int = 10_000,
+    def __init__(self, hosts: str, *, session_timeout_ms: int = 4_000,
                  connect_timeout_s: float = 15.0) -> None:
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms

@@ -32,10 +32,11 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from brokers.errors import (
     InvalidRecordBatchError,
@@ -465,9 +466,15 @@ class Partition:
         """Answer every parked long poll now (shutdown)."""
         self._notify()
 
-    async def wait_for_data(self) -> None:
-        """Return when the next append (or HW move) happens; callers add the timeout."""
-        await self._data_arrived.wait()
+    def wait_for_data(self) -> Coroutine[Any, Any, bool]:
+        """Complete when the next append (or HW move) happens; callers add the timeout.
+
+        Not a coroutine function on purpose: the event is taken when this is *called*.
+        Callers wrap the result in a task, and a task first runs a loop turn later; an
+        append in between would replace the event and its wake-up would be lost (a
+        parked follower fetch then slept its whole max wait).
+        """
+        return self._data_arrived.wait()
 
     # ------------------------------------------------------------------ reads
     def read(self, offset: int, max_bytes: int, *, for_follower: bool = False) -> FileSlice | None:

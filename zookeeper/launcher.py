@@ -259,7 +259,7 @@ class ZooKeeperServer:
         client_port: int = 2181,
         *,
         host: str = "127.0.0.1",
-        tick_time_ms: int = 2000,
+        tick_time_ms: int = 1000,
         init_limit: int = 10,
         sync_limit: int = 5,
         max_client_cnxns: int = 60,
@@ -390,7 +390,8 @@ class ZooKeeperServer:
             client_host=self.host,
             max_client_cnxns=self.max_client_cnxns,
             min_session_timeout=2 * self.tick_time_ms,
-            max_session_timeout=20 * self.tick_time_ms,
+            # Brokers accept 2..120 s; ZooKeeper would silently clamp outside its range.
+            max_session_timeout=max(20 * self.tick_time_ms, 120_000),
             ensemble_lines="\n".join(m.cfg_line() for m in self.ensemble),
         )
 
@@ -572,7 +573,7 @@ class ZooKeeperEnsemble:
         directories: Sequence[str | os.PathLike[str]],
         members: Sequence[EnsembleMember],
         *,
-        tick_time_ms: int = 2000,
+        tick_time_ms: int = 1000,
         init_limit: int = 10,
         sync_limit: int = 5,
         heap: str = "128m",
