@@ -61,13 +61,6 @@ bench_replication() {
     --num-records $((half * 20)) --record-size 100 --acks all --throughput "$half"
   echo "== leader failover: SIGKILL a partition's leader, 20 times (default broker settings)"
   "$STRATA" perf failover --data-dir "$DATA3" --topic bench-failover --kills 20
-  # What the session timeout costs: the same with the shortest session ZooKeeper grants
-  # (2 ticks = 4 s). Brokers restarted by `perf failover` inherit the variable.
-  echo "== leader failover with zookeeper.session.timeout.ms=4000 (not the default)"
-  "$STRATA" down --data-dir "$DATA3" >/dev/null
-  STRATA_ZOOKEEPER_SESSION_TIMEOUT_MS=4000 "$STRATA" up --data-dir "$DATA3" >/dev/null
-  STRATA_ZOOKEEPER_SESSION_TIMEOUT_MS=4000 "$STRATA" perf failover --data-dir "$DATA3" \
-    --topic bench-failover --kills 20
   "$STRATA" down --data-dir "$DATA3" >/dev/null
 }
 
