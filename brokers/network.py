@@ -165,7 +165,7 @@ class ConnectionHandler:
         async with self._write_lock:
             total = 0
             for chunk in chunks:
-                if not isinstance(chunk, SendableRegion):
+                if isinstance(chunk, bytes | bytearray | memoryview):  # not a Protocol check
                     self.writer.write(chunk)
                     total += len(chunk)
                 else:
