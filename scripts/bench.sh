@@ -59,6 +59,9 @@ bench_replication() {
   echo "== same at half that rate ($half records/s, 20 s): latency"
   "$STRATA" perf produce --bootstrap "$bootstrap" --topic bench-rf3 \
     --num-records $((half * 20)) --record-size 100 --acks all --throughput "$half"
+  echo "== same at 250,000 records/s (half the 500,000 target, 20 s): latency"
+  "$STRATA" perf produce --bootstrap "$bootstrap" --topic bench-rf3 \
+    --num-records 5000000 --record-size 100 --acks all --throughput 250000
   echo "== leader failover: SIGKILL a partition's leader, 20 times (default broker settings)"
   "$STRATA" perf failover --data-dir "$DATA3" --topic bench-failover --kills 20
   "$STRATA" down --data-dir "$DATA3" >/dev/null
