@@ -300,22 +300,12 @@ class Coordinator:
     def set_assignment_as_controller(self, lease: ControllerLease, topic: TopicDefinition,
                                      expected_version: int) -> None:
         """Rewrite a topic's replica assignment, fenced by the lease and the version."""
-        tx = self.zk.transaction()
-        tx.check(_CONTROLLER_EPOCH, lease.epoch_zk_version)
-        tx.set_data(f"{_TOPICS}/{topic.name}", _dump(
-            {"topic_id": topic.topic_id,
-             "partitions": {str(p): r for p, r in sorted(topic.assignment.items())}}),
-            version=expected_version)
-        results = tx.commit()
-        if isinstance(results[0], BadVersionError | NoNodeError):
-            raise ControllerMovedError(
-                f"controller epoch {lease.epoch} of broker {lease.broker_id} is no longer "
-                "current; another broker is controller now")
-        if isinstance(results[1], BadVersionError):
-            raise ConcurrentUpdateError(
-                f"the assignment of topic {topic.name!r} changed meanwhile; re-read it")
-        if isinstance(results[1], NoNodeError):
-            raise UnknownTopicOrPartitionError(f"topic {topic.name!r} does not exist")
+        self._write_as_controller(
+            lease, f"{_TOPICS}/{topic.name}",
+            _dump({"topic_id": topic.topic_id,
+                   "partitions": {str(p): r for p, r in sorted(topic.assignment.items())}}),
+            expected_version, f"the assignment of topic {topic.name!r}",
+            f"topic {topic.name!r}")
 
     def require_topic(self, name: str) -> TopicDefinition:
         topic = self.get_topic(name)
@@ -483,9 +473,18 @@ class Coordinator:
         path = f"{_TOPICS}/{topic}/partitions/{partition}/state"
         stamped = PartitionState(state.leader, state.leader_epoch, list(state.isr), lease.epoch,
                                  state.zk_version)
+        self._write_as_controller(lease, path, _state_bytes(stamped), state.zk_version,
+                                  f"state of {topic}-{partition}",
+                                  f"partition {topic}-{partition}")
+        return self.partition_state(topic, partition)
+
+    def _write_as_controller(self, lease: ControllerLease, path: str, data: bytes,
+                             expected_version: int, what: str, thing: str) -> None:
+        """``set(path, data)`` if ``lease`` is still the newest controller epoch and the
+        znode is still at ``expected_version``, in one multi-op."""
         tx = self.zk.transaction()
         tx.check(_CONTROLLER_EPOCH, lease.epoch_zk_version)
-        tx.set_data(path, _state_bytes(stamped), version=state.zk_version)
+        tx.set_data(path, data, version=expected_version)
         results = tx.commit()
         # In a failed multi-op the failing operation carries its own error and the
         # others come back as RolledBackError.
@@ -494,11 +493,9 @@ class Coordinator:
                 f"controller epoch {lease.epoch} of broker {lease.broker_id} is no longer "
                 "current; another broker is controller now")
         if isinstance(results[1], BadVersionError):
-            raise ConcurrentUpdateError(
-                f"state of {topic}-{partition} changed meanwhile; re-read it")
+            raise ConcurrentUpdateError(f"{what} changed meanwhile; re-read it")
         if isinstance(results[1], NoNodeError):
-            raise UnknownTopicOrPartitionError(f"partition {topic}-{partition} does not exist")
-        return self.partition_state(topic, partition)
+            raise UnknownTopicOrPartitionError(f"{thing} does not exist")
 
     # ------------------------------------------------------------------ admin requests
     def request_preferred_election(self, partitions: list[tuple[str, int]] | None) -> None:

@@ -40,6 +40,7 @@ from kazoo.retry import KazooRetry
 from strata.client import Admin, NewTopic, TopicPartition
 from strata.procs import free_port
 from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
 from zookeeper.launcher import EnsembleMember, ZooKeeperEnsemble, ZooKeeperServer, server_mode
 
 __all__ = ["DEFAULT_BROKER_OVERRIDES", "Cluster", "ClusterBroker", "PartitionStateView"]
@@ -514,14 +515,7 @@ class Cluster:
                  timeout: float) -> Any:
         """Poll ``probe`` every 0.2 s until ``done``; fail naming ``what`` and the last value
         (with the current cluster picture when it can be read)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if done(value):
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: still {value!r} after {timeout:.0f}s")
-            time.sleep(0.2)
+        return wait_for(what, probe, done, timeout, interval=0.2)
 
     def wait_for_new_leader(self, topic: str, partition: int, old: int,
                             timeout: float = 30.0) -> PartitionStateView:

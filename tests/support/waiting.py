@@ -10,8 +10,9 @@ T = TypeVar("T")
 
 
 def wait_for(what: str, probe: Callable[[], T], done: Callable[[T], bool],
-             timeout: float = 60.0) -> T:
-    """Poll ``probe`` until ``done(value)``; fail naming ``what`` and the last value."""
+             timeout: float = 60.0, interval: float = 0.1) -> T:
+    """Poll ``probe`` every ``interval`` s until ``done(value)``; fail naming ``what`` and
+    the last value."""
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
@@ -19,4 +20,4 @@ def wait_for(what: str, probe: Callable[[], T], done: Callable[[T], bool],
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: still {value!r} after {timeout:.0f}s")
-        time.sleep(0.1)
+        time.sleep(interval)
