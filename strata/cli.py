@@ -10,6 +10,8 @@
     strata produce TOPIC [--key-separator SEP] [--acks 0|1|all] [--partition P]
     strata consume TOPIC [--from-beginning|--offset N|--timestamp MS] [--partition P]
                          [-n COUNT] [--timeout-ms MS]
+    strata gateway [--bootstrap ...] [--host H] [--port P] [--workers N]
+                   (--auth-config FILE | --no-auth)
     strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
@@ -118,9 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down.set_defaults(handler=_cmd_down)
 
-    from strata.commands import broker, cluster, consume, produce, topic
+    from strata.commands import broker, cluster, consume, gateway, produce, topic
 
-    for module in (broker, topic, cluster, produce, consume):
+    for module in (broker, topic, cluster, produce, consume, gateway):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")

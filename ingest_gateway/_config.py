@@ -1,0 +1,79 @@
+"""``GatewayConfig``: every setting of one gateway process (and how workers inherit it)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+__all__ = ["CONFIG_ENV", "GatewayConfig"]
+
+#: Environment variable carrying the JSON config to uvicorn worker processes.
+CONFIG_ENV = "STRATA_GATEWAY_CONFIG"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Settings of the ingest gateway.
+
+    ``auth_config``: path of the auth file read by ``ingest_gateway._auth``; ``None``
+    disables authentication and authorization (every request is allowed).
+    """
+
+    bootstrap: str
+    host: str = "127.0.0.1"
+    port: int = 8082
+    workers: int = 1
+    auth_config: str | None = None
+    #: Largest request body (and, in streaming mode, largest single JSON record) in bytes.
+    max_request_bytes: int = 16 * 1024 * 1024
+    #: Producer settings of the shared per-process producers.
+    linger_ms: float = 5.0
+    batch_size: int = 131072
+    buffer_memory: int = 64 * 1024 * 1024
+    delivery_timeout_ms: int = 30000
+    request_timeout_ms: int = 10000
+    max_block_ms: int = 10000
+    #: How long an ``Idempotency-Key`` answer is kept, and how many keys at most.
+    idempotency_window_s: float = 300.0
+    idempotency_max_keys: int = 100_000
+    #: How long a topic's ``max.message.bytes`` and the cluster id are cached.
+    metadata_ttl_s: float = 30.0
+    #: Seconds uvicorn gives in-flight requests on shutdown before closing them.
+    shutdown_grace_s: float = 30.0
+    #: Largest ``max_records`` of the read endpoint.
+    max_read_records: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap.strip():
+            raise ValueError("bootstrap is empty: pass the brokers as HOST:PORT[,HOST:PORT]")
+        if not 1 <= self.port <= 65535 and self.port != 0:
+            raise ValueError(f"port {self.port} is outside 1-65535")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+        for name in ("max_request_bytes", "batch_size", "buffer_memory", "delivery_timeout_ms",
+                     "request_timeout_ms", "idempotency_max_keys", "max_read_records"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.linger_ms < 0 or self.max_block_ms < 0 or self.idempotency_window_s < 0:
+            raise ValueError("linger_ms, max_block_ms and idempotency_window_s must be >= 0")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> GatewayConfig:
+        data: dict[str, Any] = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown gateway settings: {', '.join(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def from_env(cls) -> GatewayConfig:
+        text = os.environ.get(CONFIG_ENV)
+        if not text:
+            raise RuntimeError(f"{CONFIG_ENV} is not set; start the gateway with `strata gateway`")
+        return cls.from_json(text)

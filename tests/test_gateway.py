@@ -1,0 +1,344 @@
+"""The HTTP ingest gateway end to end: `strata gateway` (real uvicorn) against a real
+broker, driven with httpx. One cluster and one gateway process per module; the test
+that kills the broker runs last."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from strata.client import Admin, Consumer, NewTopic, TopicPartition
+from strata.procs import free_port
+from tests.support.cluster import Cluster
+from tests.support.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_REQUEST_BYTES = 65536
+SMALL_LIMIT = 2000  # max.message.bytes of the "gw-small" topic
+
+
+@dataclass
+class Gateway:
+    url: str
+    cluster_id: str
+    bootstrap: str
+    process: subprocess.Popen[str]
+    output: deque[str]
+
+    def topic_url(self, topic: str) -> str:
+        return f"{self.url}/v3/clusters/{self.cluster_id}/topics/{topic}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with Cluster(tmp_path_factory.mktemp("gateway-cluster"), brokers=1) as c:
+        with Admin(c.bootstrap) as admin:
+            admin.create_topics([
+                NewTopic("gw-events", num_partitions=3, replication_factor=1),
+                NewTopic("gw-stream", num_partitions=1, replication_factor=1),
+                NewTopic("gw-small", num_partitions=1, replication_factor=1,
+                         configs={"max.message.bytes": SMALL_LIMIT}),
+            ])
+        yield c
+
+
+@pytest.fixture(scope="module")
+def gateway(cluster: Cluster) -> Iterator[Gateway]:
+    port = free_port()
+    args = [sys.executable, "-m", "strata.cli", "gateway", "--bootstrap", cluster.bootstrap,
+            "--port", str(port), "--no-auth", "--delivery-timeout-ms", "4000",
+            "--max-request-bytes", str(MAX_REQUEST_BYTES), "--shutdown-grace-s", "5",
+            "--log-level", "warning"]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                               start_new_session=True)
+    output: deque[str] = deque(maxlen=500)
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def ready() -> int:
+            if process.poll() is not None:
+                raise AssertionError("gateway exited:\n" + "".join(output))
+            try:
+                return httpx.get(f"{url}/readyz", timeout=2).status_code
+            except httpx.HTTPError:
+                return -1
+
+        wait_for("gateway ready", ready, lambda s: s == 200, timeout=30)
+        cluster_id = httpx.get(f"{url}/v3/clusters").json()["data"][0]["cluster_id"]
+        yield Gateway(url, cluster_id, cluster.bootstrap, process, output)
+    finally:
+        # Our own un-reaped child: SIGTERM (graceful drain), then SIGKILL.
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
+@pytest.fixture
+def client(gateway: Gateway) -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=20) as c:
+        yield c
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def read_back(bootstrap: str, topic: str, partition: int, offset: int, count: int = 1
+              ) -> list[Any]:
+    with Consumer(bootstrap, auto_offset_reset="none") as consumer:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, offset)
+        out: list[Any] = []
+        deadline = time.monotonic() + 10
+        while len(out) < count and time.monotonic() < deadline:
+            out += consumer.poll(timeout_ms=500, max_records=count - len(out))
+        return out
+
+
+def high_watermark(client: httpx.Client, gateway: Gateway, topic: str, partition: int) -> int:
+    parts = client.get(gateway.topic_url(topic) + "/partitions").json()["data"]
+    return int(parts[partition]["high_watermark"])
+
+
+# ------------------------------------------------------------------------ health, admin
+def test_health_ready_metrics_docs(client: httpx.Client, gateway: Gateway) -> None:
+    assert client.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
+    ready = client.get(f"{gateway.url}/readyz").json()
+    assert ready["status"] == "ready" and ready["brokers"] == [0]
+    assert client.get(f"{gateway.url}/docs").status_code == 200
+    paths = client.get(f"{gateway.url}/openapi.json").json()["paths"]
+    assert "/v3/clusters/{cluster_id}/topics/{topic_name}/records:batch" in paths
+    metrics = client.get(f"{gateway.url}/metrics").text
+    assert 'strata_gateway_requests_total{method="GET",route="/readyz",status="200"}' in metrics
+    assert "strata_gateway_request_seconds_bucket" in metrics
+    missing = client.get(f"{gateway.url}/v3/nothing")
+    assert missing.status_code == 404 and missing.json()["error_code"] == 404
+
+
+def test_clusters_and_topic_admin(client: httpx.Client, gateway: Gateway) -> None:
+    clusters = client.get(f"{gateway.url}/v3/clusters").json()
+    assert clusters["data"][0]["brokers"][0]["broker_id"] == 0
+    base = f"{gateway.url}/v3/clusters/{gateway.cluster_id}/topics"
+    created = client.post(base, json={"topic_name": "gw-admin", "partitions_count": 2,
+                                      "replication_factor": 1,
+                                      "configs": [{"name": "retention.ms", "value": "60000"}]})
+    assert created.status_code == 201, created.text
+    assert created.json()["partitions_count"] == 2
+    again = client.post(base, json={"topic_name": "gw-admin", "partitions_count": 2,
+                                    "replication_factor": 1})
+    assert again.status_code == 409 and again.json()["error_code"] == 409
+    bad = client.post(base, json={"topic_name": "gw-bad", "partitions_count": "two"})
+    assert bad.status_code == 422 and "partitions_count" in bad.json()["message"]
+    names = [t["topic_name"] for t in client.get(base).json()["data"]]
+    assert {"gw-admin", "gw-events"} <= set(names)
+    topic = client.get(f"{base}/gw-admin").json()
+    assert topic["replication_factor"] == 1 and topic["cluster_id"] == gateway.cluster_id
+    parts = client.get(f"{base}/gw-admin/partitions").json()["data"]
+    assert [p["partition_id"] for p in parts] == [0, 1]
+    assert all(p["leader"] == {"broker_id": 0} and p["log_start_offset"] == 0
+               and p["log_end_offset"] == 0 for p in parts)
+    assert client.delete(f"{base}/gw-admin").status_code == 204
+    gone = client.get(f"{base}/gw-admin")
+    assert gone.status_code == 404 and "gw-admin" in gone.json()["message"]
+    wrong = client.get(f"{gateway.url}/v3/clusters/not-this-one/topics")
+    assert wrong.status_code == 404 and gateway.cluster_id in wrong.json()["message"]
+
+
+# ------------------------------------------------------------------------ produce
+def test_produce_one_record_then_read_it_back(client: httpx.Client, gateway: Gateway) -> None:
+    record = {"partition_id": 1, "key": {"type": "STRING", "data": "user-1"},
+              "value": {"type": "JSON", "data": {"clicks": 3}},
+              "headers": [{"name": "source", "value": b64(b"web")}],
+              "timestamp": "2026-01-31T12:00:00.250Z"}
+    answer = client.post(gateway.topic_url("gw-events") + "/records", json=record)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["error_code"] == 200 and body["topic_name"] == "gw-events"
+    assert body["partition_id"] == 1 and body["cluster_id"] == gateway.cluster_id
+    assert body["timestamp"] == "2026-01-31T12:00:00.250Z"
+    assert body["key"] == {"size": 6, "type": "STRING"}
+    assert body["value"] == {"size": len(b'{"clicks":3}'), "type": "JSON"}
+    [read] = read_back(gateway.bootstrap, "gw-events", 1, body["offset"])
+    assert read.offset == body["offset"] and read.key == b"user-1"
+    assert json.loads(read.value) == {"clicks": 3}
+    assert read.headers == [("source", b"web")]
+    # the gateway's own read endpoint sees the same record
+    page = client.get(gateway.topic_url("gw-events") + "/partitions/1/records",
+                      params={"offset": body["offset"], "max_records": 5}).json()
+    assert page["data"][0]["offset"] == body["offset"]
+    assert base64.b64decode(page["data"][0]["key"]["data"]) == b"user-1"
+    assert page["data"][0]["headers"] == [{"name": "source", "value": b64(b"web")}]
+    assert page["next_offset"] == body["offset"] + 1
+
+
+def test_produce_binary_and_acks(client: httpx.Client, gateway: Gateway) -> None:
+    url = gateway.topic_url("gw-events") + "/records"
+    payload = bytes(range(256))
+    one = client.post(url, params={"acks": "1"},
+                      json={"partition_id": 0, "value": {"type": "BINARY", "data": b64(payload)}})
+    assert one.status_code == 200 and one.json()["offset"] >= 0
+    [read] = read_back(gateway.bootstrap, "gw-events", 0, one.json()["offset"])
+    assert read.value == payload and read.key is None
+    zero = client.post(url, params={"acks": "0"}, json={"value": {"type": "STRING", "data": "x"}})
+    assert zero.status_code == 200 and zero.json()["offset"] == -1
+
+
+def test_streaming_mode_reports_in_order(client: httpx.Client, gateway: Gateway) -> None:
+    url = gateway.topic_url("gw-stream") + "/records"
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(30):
+            record = {"value": {"type": "STRING", "data": f"m{i}"}}
+            if i == 7:
+                record = {"value": {"type": "BINARY", "data": "!!not base64"}}
+            yield json.dumps(record).encode() + b"\n"
+
+    answer = client.post(url, content=chunks(), headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    reports = [json.loads(line) for line in answer.text.splitlines()]
+    assert len(reports) == 30
+    assert reports[7]["error_code"] == 422 and "records[7].value.data" in reports[7]["message"]
+    good = [r for i, r in enumerate(reports) if i != 7]
+    offsets = [r["offset"] for r in good]
+    assert offsets == list(range(offsets[0], offsets[0] + 29))
+    read = read_back(gateway.bootstrap, "gw-stream", 0, offsets[0], 29)
+    assert [r.value for r in read] == [f"m{i}".encode() for i in range(30) if i != 7]
+
+
+def test_records_batch(client: httpx.Client, gateway: Gateway) -> None:
+    entries = [{"id": f"e{i}", "partition_id": 2, "value": {"type": "STRING", "data": f"b{i}"}}
+               for i in range(4)]
+    entries[2]["value"] = {"type": "TEXT", "data": "x"}
+    answer = client.post(gateway.topic_url("gw-events") + "/records:batch",
+                         json={"entries": entries})
+    assert answer.status_code == 207, answer.text
+    body = answer.json()
+    assert [s["id"] for s in body["successes"]] == ["e0", "e1", "e3"]
+    [failure] = body["failures"]
+    assert failure["id"] == "e2" and failure["error_code"] == 422
+    assert "entries[2].value.type" in failure["message"]
+    first = body["successes"][0]["offset"]
+    assert [s["offset"] for s in body["successes"]] == [first, first + 1, first + 2]
+    read = read_back(gateway.bootstrap, "gw-events", 2, first, 3)
+    assert [r.value for r in read] == [b"b0", b"b1", b"b3"]
+
+
+# ------------------------------------------------------------------------ errors
+def test_error_answers(client: httpx.Client, gateway: Gateway) -> None:
+    url = gateway.topic_url("gw-events") + "/records"
+
+    def check(response: httpx.Response, status: int, *words: str) -> None:
+        assert response.status_code == status, response.text
+        body = response.json()
+        assert body["error_code"] == status
+        for word in words:
+            assert word in body["message"], body["message"]
+
+    check(client.post(gateway.topic_url("gw-nope") + "/records", json={"value": None}),
+          404, "gw-nope")
+    check(client.post(url, json={"partition_id": 99, "value": None}), 404, "partition_id 99")
+    check(client.post(url, content=b"hello", headers={"Content-Type": "text/plain"}),
+          415, "application/json")
+    check(client.post(url, json={"value": {"type": "BINARY", "data": "%%%"}}), 422,
+          "value.data", "base64")
+    check(client.post(url, json={"key": {"type": "XML", "data": "x"}}), 422, "key.type")
+    check(client.post(url, json={"headers": [{"name": "h", "value": 5}]}), 422,
+          "headers[0].value")
+    check(client.post(url, json={"valu": {"type": "STRING", "data": "x"}}), 422, "valu")
+    check(client.post(url, json={"timestamp": "yesterday"}), 422, "timestamp")
+    check(client.post(url, content=b'{"value": ', headers={"Content-Type": "application/json"}),
+          422, "not valid JSON")
+    check(client.post(url, params={"acks": "7"}, json={"value": None}), 422, "acks")
+    big = {"value": {"type": "STRING", "data": "x" * (MAX_REQUEST_BYTES + 10)}}
+    check(client.post(url, json=big), 413, "limit")
+    batch = {"entries": [{"value": {"type": "STRING", "data": "x" * 1000}}] * 80}
+    check(client.post(url + ":batch", json=batch), 413, "limit")
+    small = gateway.topic_url("gw-small") + "/records"
+    check(client.post(small, json={"value": {"type": "STRING", "data": "y" * 3000}}), 413,
+          "record", "max.message.bytes=2000")
+    ok = client.post(small, json={"value": {"type": "STRING", "data": "y" * 100}})
+    assert ok.status_code == 200
+    metrics = client.get(f"{gateway.url}/metrics").text
+    assert 'strata_gateway_errors_total{error_code="422"}' in metrics
+    assert 'strata_gateway_records_produced_total{topic="gw-small"} 1.0' in metrics
+
+
+def test_idempotency_key_produces_once(client: httpx.Client, gateway: Gateway) -> None:
+    url = gateway.topic_url("gw-events") + "/records"
+    record = {"partition_id": 0, "value": {"type": "STRING", "data": "once"}}
+    before = high_watermark(client, gateway, "gw-events", 0)
+    headers = {"Idempotency-Key": "order-42"}
+    first = client.post(url, json=record, headers=headers)
+    second = client.post(url, json=record, headers=headers)
+    assert first.status_code == second.status_code == 200
+    assert first.json() == second.json()
+    assert second.headers.get("Idempotent-Replayed") == "true"
+    assert high_watermark(client, gateway, "gw-events", 0) == before + 1
+    other = client.post(url, json={"partition_id": 0, "value": None}, headers=headers)
+    assert other.status_code == 422 and "Idempotency-Key" in other.json()["message"]
+    # batches too
+    batch = {"entries": [{"id": "a", "partition_id": 0, "value": {"type": "STRING",
+                                                                     "data": "b"}}]}
+    one = client.post(url + ":batch", json=batch, headers={"Idempotency-Key": "batch-1"})
+    two = client.post(url + ":batch", json=batch, headers={"Idempotency-Key": "batch-1"})
+    assert one.json() == two.json() and one.status_code == 207
+    assert high_watermark(client, gateway, "gw-events", 0) == before + 2
+
+
+def test_tail_server_sent_events(client: httpx.Client, gateway: Gateway) -> None:
+    tail_url = gateway.topic_url("gw-events") + "/tail"
+    with httpx.Client(timeout=20) as reader, reader.stream("GET", tail_url) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        lines = stream.iter_lines()
+        event = None
+        for line in lines:
+            if line.startswith("event: "):
+                event = line[7:]
+            if event == "ready" and line.startswith("data: "):
+                break
+        produced = client.post(gateway.topic_url("gw-events") + "/records",
+                               json={"value": {"type": "STRING", "data": "tailed"}}).json()
+        for line in lines:
+            if line.startswith("data: "):
+                data = json.loads(line[6:])
+                assert data["offset"] == produced["offset"]
+                assert base64.b64decode(data["value"]["data"]) == b"tailed"
+                break
+
+
+def test_brokers_gone_is_503(client: httpx.Client, gateway: Gateway, cluster: Cluster) -> None:
+    """Runs last: kills the broker. Nothing unacknowledged is reported as written."""
+    cluster.kill(0)
+    answer = client.post(gateway.topic_url("gw-events") + "/records",
+                         json={"partition_id": 0, "value": {"type": "STRING", "data": "lost"}})
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["Retry-After"] == "1"
+    assert answer.json()["error_code"] == 503
+    assert "retry" in answer.json()["message"].lower()
+    assert client.get(f"{gateway.url}/readyz").status_code == 503
+    assert client.get(f"{gateway.url}/healthz").status_code == 200
