@@ -12,13 +12,14 @@ import asyncio
 import codecs
 import contextlib
 import hashlib
-import importlib
 import json
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 import uvicorn
@@ -28,6 +29,14 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from brokers.errors import OffsetOutOfRangeError, StrataError
+from ingest_gateway._auth import (
+    Action,
+    Authenticator,
+    GatewayHttpError,
+    Principal,
+    RateLimiter,
+    load_auth_config,
+)
 from ingest_gateway._codec import DecodedRecord, decode_record, encode_data, iso_timestamp
 from ingest_gateway._config import CONFIG_ENV, GatewayConfig
 from ingest_gateway._errors import HttpError, from_strata_error, unavailable
@@ -66,7 +75,7 @@ class _Pending:
 
 
 class _State:
-    def __init__(self, config: GatewayConfig, auth: Any) -> None:
+    def __init__(self, config: GatewayConfig, auth: _Auth | None) -> None:
         self.config = config
         self.auth = auth
         self.metrics = GatewayMetrics()
@@ -154,47 +163,37 @@ def _state(request: Request) -> _State:
 
 
 # ---------------------------------------------------------------------------- auth
-def _load_auth(config: GatewayConfig) -> Any:
-    """The auth objects for ``config.auth_config``, or None when auth is disabled."""
-    if config.auth_config is None:
-        return None
-    try:
-        module = importlib.import_module("ingest_gateway._auth")
-    except ModuleNotFoundError as err:
-        # TODO(ingest_gateway/_auth.py): the auth module is written separately; until it
-        # exists, a gateway asked for auth refuses to start rather than run open.
-        raise RuntimeError("authentication was requested (--auth-config) but "
-                           "ingest_gateway._auth is not available; run with --no-auth "
-                           "or install a version with auth") from err
-    auth_config = module.load_auth_config(config.auth_config)
-    return _Auth(module, module.Authenticator(auth_config), _rate_limiter(module, auth_config))
-
-
-def _rate_limiter(module: Any, auth_config: Any) -> Any:
-    factory = getattr(auth_config, "rate_limiter", None)
-    if callable(factory):
-        return factory()
-    return module.RateLimiter(auth_config)
-
-
 @dataclass(slots=True)
 class _Auth:
-    module: Any
-    authenticator: Any
-    rate_limiter: Any
+    authenticator: Authenticator
+    rate_limiter: RateLimiter
+    #: PBKDF2 verification is slow on purpose: it runs here, one at a time, off the loop.
+    executor: ThreadPoolExecutor
 
 
-def _guard(action: str) -> Callable[[Request], Awaitable[Any]]:
+def _load_auth(config: GatewayConfig) -> _Auth | None:
+    """The auth objects for ``config.auth_config`` (None: ``--no-auth``, every request is
+    allowed). Raises ``GatewayConfigError`` naming the file and the fix."""
+    if config.auth_config is None:
+        return None
+    auth_config = load_auth_config(Path(config.auth_config))
+    return _Auth(Authenticator(auth_config), RateLimiter(auth_config),
+                 ThreadPoolExecutor(1, thread_name_prefix="gateway-auth"))
+
+
+def _guard(action: Action) -> Callable[[Request], Awaitable[Principal | None]]:
     """The one auth dependency of a route: authenticate the Authorization header,
-    authorize ``action`` on the route's topic, then charge the rate limiter."""
+    authorize ``action`` on the route's topic (None: cluster-level), then charge the
+    key's rate limit one request."""
 
-    async def dependency(request: Request) -> Any:
-        auth: _Auth | None = _state(request).auth
+    async def dependency(request: Request) -> Principal | None:
+        auth = _state(request).auth
         if auth is None:
             return None
         topic = request.path_params.get("topic_name")
-        principal = auth.authenticator.authenticate(request.headers.get("authorization"))
-        auth.authenticator.authorize(principal, getattr(auth.module.Action, action), topic)
+        principal = await asyncio.get_running_loop().run_in_executor(
+            auth.executor, auth.authenticator.authenticate, request.headers.get("authorization"))
+        auth.authenticator.authorize(principal, action, topic)
         auth.rate_limiter.check(principal, 1)
         return principal
 
@@ -202,13 +201,11 @@ def _guard(action: str) -> Callable[[Request], Awaitable[Any]]:
 
 
 #: The produce routes' principal (module level: FastAPI resolves the annotation here).
-_ProducePrincipal = Annotated[Any, Depends(_guard("PRODUCE"))]
+_ProducePrincipal = Annotated[Principal | None, Depends(_guard(Action.PRODUCE))]
 
 
-def _principal_name(principal: Any) -> str:
-    if principal is None:
-        return "-"
-    return str(getattr(principal, "name", principal))
+def _principal_name(principal: Principal | None) -> str:
+    return "-" if principal is None else principal.key_id
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -416,11 +413,13 @@ def create_app(config: GatewayConfig) -> FastAPI:
         finally:
             log.info("gateway shutting down: flushing in-flight records")
             await state.close()
+            if auth is not None:
+                auth.executor.shutdown(wait=False)
 
     app = FastAPI(title="Strata ingest gateway", version="1",
                   description="Confluent REST Proxy v3 compatible produce API over Strata "
                               "brokers.", lifespan=lifespan)
-    _install_handlers(app, auth)
+    _install_handlers(app)
     _install_routes(app)
     return app
 
@@ -430,7 +429,7 @@ def app_from_env() -> FastAPI:
     return create_app(GatewayConfig.from_env())
 
 
-def _install_handlers(app: FastAPI, auth: Any) -> None:
+def _install_handlers(app: FastAPI) -> None:
     def error_response(err: HttpError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
@@ -439,15 +438,10 @@ def _install_handlers(app: FastAPI, auth: Any) -> None:
         _state(request).metrics.errors.labels(str(err.error_code)).inc()
         return error_response(err)
 
-    if auth is not None:
-        gateway_error: type[Exception] = auth.module.GatewayHttpError
-
-        @app.exception_handler(gateway_error)
-        async def auth_error(request: Request, err: Exception) -> JSONResponse:
-            status: int = getattr(err, "status")  # noqa: B009
-            _state(request).metrics.errors.labels(str(getattr(err, "error_code"))).inc()  # noqa: B009
-            return JSONResponse(getattr(err, "body")(), status_code=status,  # noqa: B009
-                                headers=dict(getattr(err, "headers", None) or {}))
+    @app.exception_handler(GatewayHttpError)
+    async def auth_error(request: Request, err: GatewayHttpError) -> JSONResponse:
+        _state(request).metrics.errors.labels(str(err.error_code)).inc()
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -503,7 +497,7 @@ async def _describe(state: _State, topic: str) -> TopicDescription:
 
 
 def _install_routes(app: FastAPI) -> None:
-    consume, admin = _guard("CONSUME"), _guard("ADMIN")
+    consume, admin = _guard(Action.CONSUME), _guard(Action.ADMIN)
     base = "/v3/clusters/{cluster_id}"
 
     @app.get("/healthz", tags=["health"])

@@ -5,6 +5,7 @@ that kills the broker runs last."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ingest_gateway._auth import hash_secret
 from strata.client import Admin, Consumer, NewTopic, TopicPartition
 from strata.procs import free_port
 from tests.support.cluster import Cluster
@@ -55,13 +57,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture(scope="module")
-def gateway(cluster: Cluster) -> Iterator[Gateway]:
+@contextlib.contextmanager
+def running_gateway(bootstrap: str, *extra: str) -> Iterator[Gateway]:
+    """`strata gateway` as a subprocess on a free port, killed by its Popen handle."""
     port = free_port()
-    args = [sys.executable, "-m", "strata.cli", "gateway", "--bootstrap", cluster.bootstrap,
-            "--port", str(port), "--no-auth", "--delivery-timeout-ms", "4000",
+    args = [sys.executable, "-m", "strata.cli", "gateway", "--bootstrap", bootstrap,
+            "--port", str(port), "--delivery-timeout-ms", "4000",
             "--max-request-bytes", str(MAX_REQUEST_BYTES), "--shutdown-grace-s", "5",
-            "--log-level", "warning"]
+            "--log-level", "warning", *extra]
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
                                start_new_session=True)
@@ -75,17 +78,16 @@ def gateway(cluster: Cluster) -> Iterator[Gateway]:
     threading.Thread(target=pump, daemon=True).start()
     url = f"http://127.0.0.1:{port}"
     try:
-        def ready() -> int:
+        def healthy() -> int:
             if process.poll() is not None:
                 raise AssertionError("gateway exited:\n" + "".join(output))
             try:
-                return httpx.get(f"{url}/readyz", timeout=2).status_code
+                return httpx.get(f"{url}/healthz", timeout=2).status_code
             except httpx.HTTPError:
                 return -1
 
-        wait_for("gateway ready", ready, lambda s: s == 200, timeout=30)
-        cluster_id = httpx.get(f"{url}/v3/clusters").json()["data"][0]["cluster_id"]
-        yield Gateway(url, cluster_id, cluster.bootstrap, process, output)
+        wait_for("gateway up", healthy, lambda s: s == 200, timeout=30)
+        yield Gateway(url, "", bootstrap, process, output)
     finally:
         # Our own un-reaped child: SIGTERM (graceful drain), then SIGKILL.
         if process.poll() is None:
@@ -95,6 +97,15 @@ def gateway(cluster: Cluster) -> Iterator[Gateway]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
+
+
+@pytest.fixture(scope="module")
+def gateway(cluster: Cluster) -> Iterator[Gateway]:
+    with running_gateway(cluster.bootstrap, "--no-auth") as gw:
+        wait_for("gateway ready", lambda: httpx.get(f"{gw.url}/readyz").status_code,
+                 lambda s: s == 200, timeout=30)
+        gw.cluster_id = httpx.get(f"{gw.url}/v3/clusters").json()["data"][0]["cluster_id"]
+        yield gw
 
 
 @pytest.fixture
@@ -329,6 +340,45 @@ def test_tail_server_sent_events(client: httpx.Client, gateway: Gateway) -> None
                 assert data["offset"] == produced["offset"]
                 assert base64.b64decode(data["value"]["data"]) == b"tailed"
                 break
+
+
+def test_auth_401_403_429(gateway: Gateway, tmp_path: Path) -> None:
+    config = tmp_path / "auth.toml"
+    writer_hash, admin_hash = hash_secret("writer-secret"), hash_secret("admin-secret")
+    config.write_text(f"""enabled = true
+[[keys]]
+id = "writer"
+secret_hash = "{writer_hash}"
+rate_limit_per_s = 0.1
+burst = 2
+acls = [{{ action = "produce", prefix = "gw-ev" }}]
+[[keys]]
+id = "ops"
+secret_hash = "{admin_hash}"
+acls = [{{ action = "admin", prefix = "*" }}]
+""")
+    with running_gateway(gateway.bootstrap, "--auth-config", str(config)) as secured, \
+            httpx.Client(timeout=20) as client:
+        url = f"{secured.url}/v3/clusters/{gateway.cluster_id}/topics/gw-events/records"
+        record = {"partition_id": 0, "value": {"type": "STRING", "data": "auth"}}
+        anonymous = client.post(url, json=record)
+        assert anonymous.status_code == 401 and anonymous.json()["error_code"] == 40101
+        wrong = client.post(url, json=record, headers={"Authorization": "Bearer writer.nope"})
+        assert wrong.status_code == 401
+        writer_auth = {"Authorization": "Bearer writer.writer-secret"}
+        assert client.post(url, json=record, headers=writer_auth).status_code == 200
+        other = client.post(url.replace("gw-events", "gw-stream"), json=record,
+                            headers=writer_auth)
+        assert other.status_code == 403 and "gw-stream" in other.json()["message"]
+        listing = client.get(f"{secured.url}/v3/clusters", headers=writer_auth)
+        assert listing.status_code == 403 and listing.json()["error_code"] == 40301
+        # burst 2: the 403s above cost nothing (authorize runs before the rate limit)
+        assert client.post(url, json=record, headers=writer_auth).status_code == 200
+        limited = client.post(url, json=record, headers=writer_auth)
+        assert limited.status_code == 429 and "Retry-After" in limited.headers
+        ops = client.get(f"{secured.url}/v3/clusters", auth=("ops", "admin-secret"))
+        assert ops.status_code == 200
+        assert client.get(f"{secured.url}/healthz").status_code == 200
 
 
 def test_brokers_gone_is_503(client: httpx.Client, gateway: Gateway, cluster: Cluster) -> None:

@@ -20,7 +20,8 @@ def register(sub: Any) -> None:
                          help="uvicorn worker processes, each with its own producer")
     auth = gateway.add_mutually_exclusive_group(required=True)
     auth.add_argument("--auth-config", metavar="FILE", default=None,
-                      help="authentication/authorization file (ingest_gateway/_auth)")
+                      help="API keys, ACLs and rate limits (TOML; see "
+                      "ingest_gateway/auth.example.toml)")
     auth.add_argument("--no-auth", action="store_true",
                       help="accept every request without authentication")
     gateway.add_argument("--linger-ms", type=float, default=5.0,
@@ -39,6 +40,7 @@ def register(sub: Any) -> None:
 
 def _gateway(args: argparse.Namespace) -> int:
     from ingest_gateway import GatewayConfig, run
+    from ingest_gateway._auth import GatewayConfigError
 
     if args.workers < 1:
         raise CommandError("--workers must be >= 1")
@@ -53,6 +55,6 @@ def _gateway(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         run(config, log_level=args.log_level)
-    except RuntimeError as err:
+    except GatewayConfigError as err:
         raise CommandError(str(err)) from err
     return 0
