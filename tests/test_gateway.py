@@ -292,11 +292,17 @@ def test_error_answers(client: httpx.Client, gateway: Gateway) -> None:
     small = gateway.topic_url("gw-small") + "/records"
     check(client.post(small, json={"value": {"type": "STRING", "data": "y" * 3000}}), 413,
           "record", "max.message.bytes=2000")
+    sized = client.post(small + ":batch", json={"entries": [
+        {"id": "fits", "value": {"type": "STRING", "data": "y"}},
+        {"id": "big", "value": {"type": "STRING", "data": "y" * 3000}}]}).json()
+    assert [s["id"] for s in sized["successes"]] == ["fits"]
+    assert sized["failures"][0]["error_code"] == 413 and "entries[1]" in sized["failures"][0][
+        "message"]
     ok = client.post(small, json={"value": {"type": "STRING", "data": "y" * 100}})
     assert ok.status_code == 200
     metrics = client.get(f"{gateway.url}/metrics").text
     assert 'strata_gateway_errors_total{error_code="422"}' in metrics
-    assert 'strata_gateway_records_produced_total{topic="gw-small"} 1.0' in metrics
+    assert 'strata_gateway_records_produced_total{topic="gw-small"} 2.0' in metrics
 
 
 def test_idempotency_key_produces_once(client: httpx.Client, gateway: Gateway) -> None:
@@ -340,6 +346,52 @@ def test_tail_server_sent_events(client: httpx.Client, gateway: Gateway) -> None
                 assert data["offset"] == produced["offset"]
                 assert base64.b64decode(data["value"]["data"]) == b"tailed"
                 break
+
+
+def test_concurrent_retries_with_one_key_produce_once(gateway: Gateway) -> None:
+    url = gateway.topic_url("gw-stream") + "/records"
+    with httpx.Client(timeout=20) as client:
+        before = high_watermark(client, gateway, "gw-stream", 0)
+    record = {"value": {"type": "STRING", "data": "racing"}}
+    answers: list[httpx.Response] = []
+
+    def post() -> None:
+        with httpx.Client(timeout=20) as c:
+            answers.append(c.post(url, json=record, headers={"Idempotency-Key": "race-1"}))
+
+    threads = [threading.Thread(target=post) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(answers) == 5 and all(a.status_code == 200 for a in answers)
+    assert len({a.json()["offset"] for a in answers}) == 1
+    with httpx.Client(timeout=20) as client:
+        assert high_watermark(client, gateway, "gw-stream", 0) == before + 1
+
+
+def test_workers_and_graceful_shutdown_drain(gateway: Gateway) -> None:
+    """Two uvicorn workers; SIGTERM while a record waits in the producer's linger: the
+    request is still answered with its acknowledged offset, and the process exits 0."""
+    with running_gateway(gateway.bootstrap, "--no-auth", "--workers", "2",
+                         "--linger-ms", "1500") as multi:
+        url = f"{multi.url}/v3/clusters/{gateway.cluster_id}/topics/gw-stream/records"
+        answers: list[httpx.Response] = []
+
+        def post() -> None:
+            with httpx.Client(timeout=20) as c:
+                answers.append(c.post(url, json={"value": {"type": "STRING", "data": "drain"}}))
+
+        thread = threading.Thread(target=post)
+        thread.start()
+        time.sleep(0.5)
+        multi.process.terminate()
+        thread.join(20)
+        assert multi.process.wait(20) == 0
+        [answer] = answers
+        assert answer.status_code == 200, answer.text
+        [read] = read_back(gateway.bootstrap, "gw-stream", 0, answer.json()["offset"])
+        assert read.value == b"drain"
 
 
 def test_auth_401_403_429(gateway: Gateway, tmp_path: Path) -> None:
