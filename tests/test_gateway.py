@@ -205,6 +205,10 @@ def test_produce_one_record_then_read_it_back(client: httpx.Client, gateway: Gat
     assert base64.b64decode(page["data"][0]["key"]["data"]) == b"user-1"
     assert page["data"][0]["headers"] == [{"name": "source", "value": b64(b"web")}]
     assert page["next_offset"] == body["offset"] + 1
+    beyond = client.get(gateway.topic_url("gw-events") + "/partitions/1/records",
+                        params={"offset": 10_000})
+    assert beyond.status_code == 416 and "range" in beyond.json()["message"]
+    assert client.get(gateway.topic_url("gw-events") + "/partitions/9/records").status_code == 404
 
 
 def test_produce_binary_and_acks(client: httpx.Client, gateway: Gateway) -> None:
