@@ -37,7 +37,7 @@ from ingest_gateway._auth import (
     RateLimiter,
     load_auth_config,
 )
-from ingest_gateway._codec import DecodedRecord, decode_record, encode_data, iso_timestamp
+from ingest_gateway._codec import decode_record, encode_data, iso_timestamp
 from ingest_gateway._config import CONFIG_ENV, GatewayConfig
 from ingest_gateway._errors import HttpError, from_strata_error, unavailable
 from ingest_gateway._idempotency import Answer, IdempotencyStore
@@ -68,7 +68,9 @@ class _Pending:
     error that stopped it."""
 
     label: str
-    record: DecodedRecord | None = None
+    #: What the report needs once acknowledged: (size, key info, value info); the record's
+    #: bytes are not kept (a long stream holds one of these per record).
+    summary: tuple[int, dict[str, Any] | None, dict[str, Any] | None] | None = None
     future: asyncio.Future[RecordMetadata] | None = None
     error: HttpError | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -244,8 +246,9 @@ def _parse_json(body: bytes, what: str = "body") -> Any:
         raise HttpError(422, f"{what}: not valid JSON ({err})") from None
 
 
-def _parse_concatenated(text: str) -> tuple[list[Any], HttpError | None]:
-    """JSON values one after another (whitespace between); the error after the last."""
+def _parse_concatenated(text: str, first_index: int = 0) -> tuple[list[Any], HttpError | None]:
+    """JSON values one after another (whitespace between); the error after the last.
+    ``first_index`` numbers the values in error messages (``records[i]``)."""
     decoder = json.JSONDecoder()
     out: list[Any] = []
     pos = 0
@@ -257,54 +260,76 @@ def _parse_concatenated(text: str) -> tuple[list[Any], HttpError | None]:
         try:
             value, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as err:
-            return out, HttpError(422, f"records[{len(out)}]: not valid JSON ({err.msg} at "
-                                       f"character {err.pos})")
+            index = first_index + len(out)
+            return out, HttpError(422, f"records[{index}]: not valid JSON ({err.msg})")
         out.append(value)
+
+
+def _encoded_size(text: str, start: int, end: int) -> int:
+    """UTF-8 size of ``text[start:end]`` (each character is 1 to 4 bytes)."""
+    return end - start if text.isascii() else len(text[start:end].encode())
 
 
 async def _stream_objects(request: Request, limit: int) -> AsyncIterator[Any | HttpError]:
     """Top-level JSON values of the body as they arrive (streaming mode); a value larger
-    than ``limit`` bytes, or invalid JSON, ends the stream with an ``HttpError``."""
+    than ``limit`` bytes, or invalid JSON, ends the stream with an ``HttpError``.
+
+    Linear in the body size: values are decoded in place from an index and the buffer is
+    cut once per chunk. After a failed attempt (a value not complete yet) the next one
+    waits until the text ends with ``}`` or ``]`` or the pending text has doubled, so a
+    large record arriving in many chunks is not re-parsed for every chunk.
+    """
     decoder = json.JSONDecoder()
     utf8 = codecs.getincrementaldecoder("utf-8")()
     buf = ""
+    count = 0
+    failed_at = 0  # length of the pending text at the last failed attempt
     async for chunk in request.stream():
         try:
             buf += utf8.decode(chunk)
         except UnicodeDecodeError as err:
-            yield HttpError(422, f"body: not valid UTF-8 ({err})")
+            yield HttpError(422, f"records[{count}]: not valid UTF-8 ({err})")
             return
-        while True:
-            buf = buf.lstrip(" \t\r\n")
-            if not buf or buf.rstrip()[-1:] not in ("}", "]"):
-                break
-            try:
-                value, end = decoder.raw_decode(buf)
-            except json.JSONDecodeError:
-                break  # incomplete: wait for more
-            if len(buf[:end].encode()) > limit:
-                yield _too_large_record(limit)
-                return
-            buf = buf[end:]
-            yield value
-        if len(buf.encode()) > limit:
-            yield _too_large_record(limit)
+        pos = 0
+        if len(buf) >= 2 * failed_at or buf.rstrip(" \t\r\n")[-1:] in ("}", "]"):
+            failed_at = 0
+            while True:
+                while pos < len(buf) and buf[pos] in " \t\r\n":
+                    pos += 1
+                if pos >= len(buf):
+                    break
+                try:
+                    value, end = decoder.raw_decode(buf, pos)
+                except json.JSONDecodeError:
+                    failed_at = len(buf) - pos  # incomplete (invalid: reported at the end)
+                    break
+                if end - pos > limit or (4 * (end - pos) > limit
+                                         and _encoded_size(buf, pos, end) > limit):
+                    yield _too_large_record(limit, count)
+                    return
+                pos = end
+                count += 1
+                yield value
+        buf = buf[pos:]
+        if len(buf) > limit or (4 * len(buf) > limit and _encoded_size(buf, 0, len(buf)) > limit):
+            yield _too_large_record(limit, count)
             return
     try:
         buf += utf8.decode(b"", final=True)
     except UnicodeDecodeError as err:
-        yield HttpError(422, f"body: not valid UTF-8 ({err})")
+        yield HttpError(422, f"records[{count}]: not valid UTF-8 ({err})")
         return
-    values, error = _parse_concatenated(buf)
+    values, error = _parse_concatenated(buf, count)
     for value in values:
         yield value
     if error is not None:
         yield error
 
 
-def _too_large_record(limit: int) -> HttpError:
-    return HttpError(413, f"a record of more than {limit} bytes: the gateway's limit per "
-                          "record in streaming mode; send smaller records", not_written=True)
+def _too_large_record(limit: int, index: int) -> HttpError:
+    return HttpError(413, f"records[{index}] is larger than {limit} bytes, the gateway's "
+                          "limit per record in streaming mode; send smaller records",
+                     not_written=True)
 
 
 def _check_length(request: Request, limit: int) -> None:
@@ -344,7 +369,8 @@ class _Producing:
         pending = _Pending(label)
         try:
             record = decode_record(obj, path)
-            pending.record = record
+            pending.summary = (record.size, _data_info(record.key, record.key_type),
+                               _data_info(record.value, record.value_type))
             if record.size > self.limit:
                 raise HttpError(413, f"{label}: {record.size} bytes of key, value and headers "
                                      f"exceed the topic's max.message.bytes={self.limit}; "
@@ -370,7 +396,7 @@ class _Producing:
         """(status, report, error) once the record is acknowledged or failed."""
         error = pending.error
         if error is None:
-            assert pending.future is not None and pending.record is not None
+            assert pending.future is not None and pending.summary is not None
             try:
                 meta = await asyncio.shield(pending.future)
             except StrataError as err:
@@ -379,16 +405,15 @@ class _Producing:
                 log.exception("%s: unexpected delivery failure", pending.label)
                 error = from_strata_error(err, record=pending.label)
             else:
-                record = pending.record
+                size, key_info, value_info = pending.summary
                 metrics = self.state.metrics
                 metrics.records.labels(self.topic).inc()
-                metrics.bytes.labels(self.topic).inc(record.size)
+                metrics.bytes.labels(self.topic).inc(size)
                 return 200, {
                     "error_code": 200, "cluster_id": self.cluster_id, "topic_name": self.topic,
                     "partition_id": meta.partition, "offset": meta.offset,
                     "timestamp": iso_timestamp(meta.timestamp) if meta.timestamp >= 0 else None,
-                    "key": _data_info(record.key, record.key_type),
-                    "value": _data_info(record.value, record.value_type),
+                    "key": key_info, "value": value_info,
                 }, None
         self.state.metrics.errors.labels(str(error.error_code)).inc()
         if error.status >= 500:
