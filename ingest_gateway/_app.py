@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -81,8 +83,11 @@ class _State:
         self.config = config
         self.auth = auth
         self.metrics = GatewayMetrics()
-        self.idempotency = IdempotencyStore(config.idempotency_window_s,
-                                            config.idempotency_max_keys)
+        self.idempotency = IdempotencyStore(
+            config.idempotency_window_s, config.idempotency_max_keys,
+            shared_path=config.idempotency_db,
+            # a claim outlives the longest produce: buffer wait plus delivery, plus slack
+            pending_timeout_s=(config.max_block_ms + config.delivery_timeout_ms) / 1000 + 30)
         self.admin = AsyncAdmin(config.bootstrap, client_id="strata-gateway-admin",
                                 request_timeout_ms=max(1000, config.request_timeout_ms))
         self.producers: dict[str, AsyncProducer] = {}
@@ -157,6 +162,7 @@ class _State:
             except Exception:
                 log.exception("closing the producer for acks=%s failed", acks)
         await self.admin.close()
+        self.idempotency.close()
 
 
 def _state(request: Request) -> _State:
@@ -911,6 +917,11 @@ def run(config: GatewayConfig, *, log_level: str = "info") -> None:
         uvicorn.run(create_app(config), **common)
         return
     _load_auth(config)  # fail here, once, rather than in every worker
-    os.environ[CONFIG_ENV] = config.to_json()
-    uvicorn.run("ingest_gateway._app:app_from_env", factory=True, workers=config.workers,
-                **common)
+    with tempfile.TemporaryDirectory(prefix="strata-gateway-") as private:
+        if config.idempotency_db is None:
+            # Every worker must see every Idempotency-Key: one SQLite file for all of them.
+            config = dataclasses.replace(
+                config, idempotency_db=os.path.join(private, "idempotency.sqlite3"))
+        os.environ[CONFIG_ENV] = config.to_json()
+        uvicorn.run("ingest_gateway._app:app_from_env", factory=True,
+                    workers=config.workers, **common)

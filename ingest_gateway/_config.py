@@ -38,6 +38,9 @@ class GatewayConfig:
     #: How long an ``Idempotency-Key`` answer is kept, and how many keys at most.
     idempotency_window_s: float = 300.0
     idempotency_max_keys: int = 100_000
+    #: SQLite file shared by the worker processes for Idempotency-Key answers (``run``
+    #: makes a private one when ``workers > 1``); None keeps them in the process only.
+    idempotency_db: str | None = None
     #: How long a topic's ``max.message.bytes`` and the cluster id are cached.
     metadata_ttl_s: float = 30.0
     #: Seconds uvicorn gives in-flight requests on shutdown before closing them.

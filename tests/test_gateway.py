@@ -375,11 +375,31 @@ def test_concurrent_retries_with_one_key_produce_once(gateway: Gateway) -> None:
 
 
 def test_workers_and_graceful_shutdown_drain(gateway: Gateway) -> None:
-    """Two uvicorn workers; SIGTERM while a record waits in the producer's linger: the
-    request is still answered with its acknowledged offset, and the process exits 0."""
+    """Two uvicorn workers: an Idempotency-Key is honoured across them. SIGTERM while a
+    record waits in the producer's linger: the request is still answered with its
+    acknowledged offset, and the process exits 0."""
     with running_gateway(gateway.bootstrap, "--no-auth", "--workers", "2",
                          "--linger-ms", "1500") as multi:
         url = f"{multi.url}/v3/clusters/{gateway.cluster_id}/topics/gw-stream/records"
+        with httpx.Client(timeout=20) as client:
+            before = high_watermark(client, gateway, "gw-stream", 0)
+        # retries on fresh connections land on either worker: still produced once
+        retries: list[httpx.Response] = []
+
+        def retry() -> None:
+            with httpx.Client(timeout=20) as c:
+                retries.append(c.post(url, json={"value": {"type": "STRING", "data": "w"}},
+                                      headers={"Idempotency-Key": "workers-1"}))
+
+        threads = [threading.Thread(target=retry) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert [r.status_code for r in retries] == [200] * 8
+        assert len({r.json()["offset"] for r in retries}) == 1
+        with httpx.Client(timeout=20) as client:
+            assert high_watermark(client, gateway, "gw-stream", 0) == before + 1
         answers: list[httpx.Response] = []
 
         def post() -> None:
