@@ -58,7 +58,6 @@ __all__ = ["app_from_env", "create_app", "run"]
 
 log = logging.getLogger("ingest_gateway")
 
-_JSON_TYPES = ("application/json", "application/x-ndjson", "application/*+json")
 _ACKS = {"all": "all", "-1": "all", "1": "1", "0": "0"}
 _SSE_KEEPALIVE_S = 15.0
 
