@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import ssl
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,9 +32,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from brokers.errors import OffsetOutOfRangeError, StrataError
+from ingest_gateway._access import AccessLogMiddleware, access_info, configure_access_log
 from ingest_gateway._auth import (
     Action,
     Authenticator,
+    GatewayConfigError,
     GatewayHttpError,
     Principal,
     RateLimiter,
@@ -200,6 +203,7 @@ def _guard(action: Action) -> Callable[[Request], Awaitable[Principal | None]]:
         topic = request.path_params.get("topic_name")
         principal = await asyncio.get_running_loop().run_in_executor(
             auth.executor, auth.authenticator.authenticate, request.headers.get("authorization"))
+        access_info(request.scope)["key_id"] = principal.key_id
         auth.authenticator.authorize(principal, action, topic)
         auth.rate_limiter.check(principal, 1)
         return principal
@@ -363,8 +367,10 @@ class _Producing:
     """Submits the records of one request in order and turns outcomes into reports."""
 
     def __init__(self, state: _State, cluster_id: str, topic: str, acks: str,
-                 limit: int) -> None:
+                 limit: int, access: dict[str, Any] | None = None) -> None:
         self.state = state
+        #: The request's access-log fields: ``records`` counts acknowledged records.
+        self.access = access if access is not None else {}
         self.cluster_id = cluster_id
         self.topic = topic
         self.acks = acks
@@ -414,6 +420,7 @@ class _Producing:
                 metrics = self.state.metrics
                 metrics.records.labels(self.topic).inc()
                 metrics.bytes.labels(self.topic).inc(size)
+                self.access["records"] = self.access.get("records", 0) + 1
                 return 200, {
                     "error_code": 200, "cluster_id": self.cluster_id, "topic_name": self.topic,
                     "partition_id": meta.partition, "offset": meta.offset,
@@ -451,12 +458,15 @@ def create_app(config: GatewayConfig) -> FastAPI:
                               "brokers.", lifespan=lifespan)
     _install_handlers(app)
     _install_routes(app)
+    app.add_middleware(AccessLogMiddleware)  # outermost of the app's own middleware
     return app
 
 
 def app_from_env() -> FastAPI:
     """uvicorn factory for worker processes: the config comes from ``STRATA_GATEWAY_CONFIG``."""
-    return create_app(GatewayConfig.from_env())
+    config = GatewayConfig.from_env()
+    configure_access_log(config.access_log)
+    return create_app(config)
 
 
 def _install_handlers(app: FastAPI) -> None:
@@ -669,7 +679,7 @@ def _install_routes(app: FastAPI) -> None:
         acks = _acks(acks)
         cid = await state.check_cluster(cluster_id)
         limit = await state.max_message_bytes(topic_name)
-        producing = _Producing(state, cid, topic_name, acks, limit)
+        producing = _Producing(state, cid, topic_name, acks, limit, access_info(request.scope))
         key = request.headers.get("idempotency-key")
         if key:
             body = await _read_body(request, state.config.max_request_bytes)
@@ -741,7 +751,7 @@ def _install_routes(app: FastAPI) -> None:
         extra = sorted(set(parsed) - {"entries"})
         if extra:
             raise HttpError(422, f"{extra[0]}: unknown field; expected only entries")
-        producing = _Producing(state, cid, topic_name, acks, limit)
+        producing = _Producing(state, cid, topic_name, acks, limit, access_info(request.scope))
 
         async def compute() -> Answer:
             items = []
@@ -906,12 +916,36 @@ def _sse(event: str, data: Any) -> bytes:
 
 
 # ---------------------------------------------------------------------------- run
+def check_tls(cert: str, key: str) -> None:
+    """Raise ``GatewayConfigError`` unless ``cert`` and ``key`` are a readable PEM
+    certificate and its private key (so a bad file fails before the server starts)."""
+    for what, path in (("certificate", cert), ("private key", key)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as err:
+            raise GatewayConfigError(
+                f"TLS {what} {path} cannot be read ({err.strerror or err}); pass an existing, "
+                "readable PEM file") from None
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError, ValueError) as err:
+        raise GatewayConfigError(
+            f"TLS certificate {cert} and key {key} do not load ({err}); both must be PEM and "
+            "the key must belong to the certificate (an encrypted key is not supported)"
+        ) from None
+
+
 def run(config: GatewayConfig, *, log_level: str = "info") -> None:
     """Serve the gateway with uvicorn until SIGINT/SIGTERM (in-flight produces drain)."""
     common: dict[str, Any] = {
         "host": config.host, "port": config.port, "log_level": log_level,
         "timeout_graceful_shutdown": int(config.shutdown_grace_s), "access_log": False,
     }
+    if config.tls_cert is not None and config.tls_key is not None:
+        check_tls(config.tls_cert, config.tls_key)
+        common.update(ssl_certfile=config.tls_cert, ssl_keyfile=config.tls_key)
+    configure_access_log(config.access_log)
     if config.workers == 1:
         uvicorn.run(create_app(config), **common)
         return

@@ -47,6 +47,11 @@ class GatewayConfig:
     shutdown_grace_s: float = 30.0
     #: Largest ``max_records`` of the read endpoint.
     max_read_records: int = 10_000
+    #: PEM certificate (chain) and private key: both set serves HTTPS only.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: One JSON line per request on the ``ingest_gateway.access`` logger (stderr).
+    access_log: bool = True
 
     def __post_init__(self) -> None:
         if not self.bootstrap.strip():
@@ -59,6 +64,9 @@ class GatewayConfig:
                      "request_timeout_ms", "idempotency_max_keys", "max_read_records"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TLS needs both a certificate and its private key "
+                             "(--tls-cert FILE --tls-key FILE)")
         if self.linger_ms < 0 or self.max_block_ms < 0 or self.idempotency_window_s < 0:
             raise ValueError("linger_ms, max_block_ms and idempotency_window_s must be >= 0")
 

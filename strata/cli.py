@@ -11,7 +11,7 @@
     strata consume TOPIC [--from-beginning|--offset N|--timestamp MS] [--partition P]
                          [-n COUNT] [--timeout-ms MS]
     strata gateway [--bootstrap ...] [--host H] [--port P] [--workers N]
-                   (--auth-config FILE | --no-auth)
+                   (--auth-config FILE | --no-auth) [--tls-cert FILE --tls-key FILE]
     strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and

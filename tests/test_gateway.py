@@ -437,6 +437,7 @@ acls = [{{ action = "admin", prefix = "*" }}]
             httpx.Client(timeout=20) as client:
         url = f"{secured.url}/v3/clusters/{gateway.cluster_id}/topics/gw-events/records"
         record = {"partition_id": 0, "value": {"type": "STRING", "data": "auth"}}
+        already = len(access_lines(secured))  # the start-up health probes
         anonymous = client.post(url, json=record)
         assert anonymous.status_code == 401 and anonymous.json()["error_code"] == 40101
         wrong = client.post(url, json=record, headers={"Authorization": "Bearer writer.nope"})
@@ -454,7 +455,35 @@ acls = [{{ action = "admin", prefix = "*" }}]
         assert limited.status_code == 429 and "Retry-After" in limited.headers
         ops = client.get(f"{secured.url}/v3/clusters", auth=("ops", "admin-secret"))
         assert ops.status_code == 200
-        assert client.get(f"{secured.url}/healthz").status_code == 200
+        traced = client.get(f"{secured.url}/healthz", headers={"X-Request-ID": "trace-1"})
+        assert traced.status_code == 200 and traced.headers["x-request-id"] == "trace-1"
+        # The JSON access log: one parseable line per request, written once it completed.
+        lines = wait_for("access log lines", lambda: access_lines(secured)[already:],
+                         lambda found: len(found) >= 9, timeout=10)
+    assert [(line["method"], line["status"], line["key_id"]) for line in lines] == [
+        ("POST", 401, "-"), ("POST", 401, "-"), ("POST", 200, "writer"),
+        ("POST", 403, "writer"), ("GET", 403, "writer"), ("POST", 200, "writer"),
+        ("POST", 429, "writer"), ("GET", 200, "ops"), ("GET", 200, "-")]
+    first_ok = lines[2]
+    assert first_ok["path"] == url.removeprefix(secured.url) and first_ok["records"] == 1
+    assert first_ok["bytes_in"] == len(httpx.Request("POST", url, json=record).content)
+    assert first_ok["bytes_out"] > 0 and first_ok["duration_ms"] >= 0
+    assert lines[-1]["request_id"] == "trace-1" and lines[-1]["records"] == 0
+    assert len({line["request_id"] for line in lines}) == len(lines)
+    assert set(lines[0]) == {"time", "request_id", "method", "path", "status", "duration_ms",
+                             "key_id", "bytes_in", "bytes_out", "records"}
+
+
+def access_lines(gateway: Gateway) -> list[dict[str, Any]]:
+    """The access-log lines (JSON objects with a request_id) the gateway printed so far."""
+    found = []
+    for line in list(gateway.output):
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and "request_id" in entry:
+                    found.append(entry)
+    return found
 
 
 def test_brokers_gone_is_503(client: httpx.Client, gateway: Gateway, cluster: Cluster) -> None:

@@ -33,6 +33,13 @@ def register(sub: Any) -> None:
                          help="how long an Idempotency-Key answer is kept")
     gateway.add_argument("--shutdown-grace-s", type=float, default=30.0,
                          help="how long shutdown waits for in-flight requests")
+    gateway.add_argument("--tls-cert", metavar="FILE", default=None,
+                         help="PEM certificate (chain): serve HTTPS only (needs --tls-key)")
+    gateway.add_argument("--tls-key", metavar="FILE", default=None,
+                         help="PEM private key of --tls-cert (unencrypted)")
+    gateway.add_argument("--no-access-log", dest="access_log", action="store_false",
+                         help="do not write the JSON access log (one line per request, "
+                         "stderr)")
     gateway.add_argument("--log-level", default="info",
                          choices=("critical", "error", "warning", "info", "debug"))
     gateway.set_defaults(handler=_gateway)
@@ -44,13 +51,16 @@ def _gateway(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise CommandError("--workers must be >= 1")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise CommandError("--tls-cert and --tls-key go together: pass both to serve HTTPS")
     config = GatewayConfig(
         bootstrap=bootstrap_of(args), host=args.host, port=args.port, workers=args.workers,
         auth_config=None if args.no_auth else args.auth_config, linger_ms=args.linger_ms,
         max_request_bytes=args.max_request_bytes,
         delivery_timeout_ms=args.delivery_timeout_ms,
         idempotency_window_s=args.idempotency_window_s,
-        shutdown_grace_s=args.shutdown_grace_s)
+        shutdown_grace_s=args.shutdown_grace_s, tls_cert=args.tls_cert,
+        tls_key=args.tls_key, access_log=args.access_log)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
