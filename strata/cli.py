@@ -83,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_port,
         default=None,
         help="first port of the stack: ZooKeeper listens on P (ensemble node k on P+k, its "
-        "quorum port P+3+k, election port P+6+k), broker i on P+10+i, its metrics on P+40+i "
-        "(default: the one recorded in the data dir, else 2181)",
+        "quorum port P+3+k, election port P+6+k), the HTTP ingest gateway on P+9, broker i "
+        "on P+10+i, its metrics on P+40+i (default: the one recorded in the data dir, "
+        "else 2181)",
     )
     up.add_argument(
         "--brokers",
@@ -176,7 +177,10 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
     endpoints = status.endpoints()
     print(f"ZooKeeper: {endpoints['zookeeper'] or '-'}")
     print(f"Bootstrap: {endpoints['bootstrap'] or '-'}")
-    print(f"Gateway:   {endpoints['gateway'] or '- (not part of the stack yet)'}")
+    print(f"Gateway:   {endpoints['gateway'] or '-'}")
+    if status.gateway_api_key:
+        print(f"API key:   {status.gateway_api_key}  (development key, all access; send "
+              "`Authorization: Bearer <key>`)")
     if endpoints["bootstrap"]:
         print(f"Use it:    export STRATA_BOOTSTRAP={endpoints['bootstrap']}")
 

@@ -9,8 +9,8 @@ against ``/proc/<pid>/cmdline`` first (see :mod:`strata.procs`).
 
 The stack is an ordered tuple of :class:`ServiceSpec` built by :func:`stack_services`:
 ZooKeeper (one ``zookeeper`` server, or an ensemble ``zookeeper-0`` .. ``zookeeper-2``),
-then ``broker-0`` .. ``broker-<N-1>`` (later issues append the ingest gateway and the
-tiering job). A service gets its port as ``base_port + port_offset`` and sees the
+then ``broker-0`` .. ``broker-<N-1>``, then the HTTP ingest ``gateway`` (a later issue
+appends the tiering job). A service gets its port as ``base_port + port_offset`` and sees the
 endpoints of the services started before it (brokers need ZooKeeper's, comma-separated
 for an ensemble).
 
@@ -19,6 +19,7 @@ Port plan for base port P (:data:`ZOOKEEPER_PEER_OFFSET` and friends)::
     ZooKeeper node k (0-based)    client P+k, quorum P+3+k, election P+6+k  (P..P+8)
     broker i (i < 30)             P+10+i                                    (P+10..P+39)
     broker i metrics              P+40+i                                    (P+40..P+69)
+    ingest gateway (HTTP)         P+9
 
 A single ZooKeeper uses only P. Services of a *group* (the members of an ensemble) are
 launched together and only then waited for as a whole, because no ensemble member
@@ -30,7 +31,8 @@ Layout of a data dir::
     <data-dir>/stack.lock      serialises concurrent `strata up` / `strata down`
     <data-dir>/<service>/      each service's own files (data, log, pid file):
                                zookeeper/ (single server) or zookeeper-0..2/ (ensemble),
-                               broker-<i>/
+                               broker-<i>/, gateway/ (gateway.log, auth.toml and
+                               dev-token: the development API key, both mode 0600)
 """
 
 from __future__ import annotations
@@ -168,6 +170,8 @@ class ProcessState:
 class StackStatus:
     data_dir: Path
     processes: list[ProcessState]
+    #: Bearer token of the development API key while the gateway runs, else None.
+    gateway_api_key: str | None = None
 
     @property
     def all_up(self) -> bool:
@@ -190,6 +194,7 @@ class StackStatus:
         return {
             "data_dir": str(self.data_dir),
             **self.endpoints(),
+            "gateway_api_key": self.gateway_api_key,
             "processes": [p.to_json() for p in self.processes],
         }
 
@@ -408,12 +413,119 @@ def broker_service(broker_id: int, brokers: int = 1) -> ServiceSpec:
                        healthy=_broker_healthy)
 
 
+# -- the ingest gateway -----------------------------------------------------------------
+
+#: P+9: the one port below the brokers' range that ZooKeeper's plan (P..P+8) leaves free.
+GATEWAY_PORT_OFFSET = 9
+GATEWAY_DIR = "gateway"
+GATEWAY_AUTH_FILE = "auth.toml"
+GATEWAY_TOKEN_FILE = "dev-token"
+#: What `down` gives in-flight requests (below its default SIGKILL grace of 30 s).
+GATEWAY_SHUTDOWN_GRACE_S = 10
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable only by the user (0600), atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # also if tmp existed with looser bits
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_dev_token(data_dir: Path) -> str | None:
+    """The development API key's Bearer token of the stack in ``data_dir``, if made."""
+    try:
+        token = (data_dir / GATEWAY_DIR / GATEWAY_TOKEN_FILE).read_text().strip()
+    except OSError:
+        return None
+    return token or None
+
+
+def ensure_dev_key(data_dir: Path) -> Path:
+    """The gateway's auth file, made on first use: one key granting all access, whose
+    token is kept next to it (both 0600) so it stays the same across `down`/`up`."""
+    from ingest_gateway._auth import ALL_ACCESS, DEV_KEY_ID, generate_dev_key
+
+    directory = data_dir / GATEWAY_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    auth = directory / GATEWAY_AUTH_FILE
+    if auth.is_file() and read_dev_token(data_dir) is not None:
+        return auth
+    token, secret_hash = generate_dev_key()
+    acls = ", ".join(f'{{ action = "{rule.action.value}", '
+                     f'{"prefix" if rule.prefix else "topic"} = "{rule.topic}" }}'
+                     for rule in ALL_ACCESS)
+    _write_private(auth, (
+        "# Development API key of the local stack, made by `strata up`: all access.\n"
+        f"# Its token is in {GATEWAY_TOKEN_FILE}; delete both files to get a new key.\n"
+        "enabled = true\n\n[[keys]]\n"
+        f'id = "{DEV_KEY_ID}"\nsecret_hash = "{secret_hash}"\nacls = [{acls}]\n'))
+    # The token last: a token file only exists next to the auth file that accepts it.
+    _write_private(directory / GATEWAY_TOKEN_FILE, token + "\n")
+    return auth
+
+
+def _start_gateway(ctx: StackContext, port: int) -> Launched:
+    bootstrap = ctx.endpoints.get("bootstrap")
+    if not bootstrap:
+        raise StackError("the gateway needs the brokers, which are not running")
+    auth = ensure_dev_key(ctx.data_dir)
+    log_path = ctx.data_dir / GATEWAY_DIR / "gateway.log"
+    args = [sys.executable, "-m", "strata.cli", "gateway", "--bootstrap", bootstrap,
+            "--host", ctx.host, "--port", str(port), "--auth-config", str(auth),
+            "--shutdown-grace-s", str(GATEWAY_SHUTDOWN_GRACE_S)]
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_file,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    marker = str(auth)
+    deadline = time.monotonic() + 60
+    try:
+        while not _gateway_healthy(ctx.host, port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise StackError(f"the gateway did not start; end of {log_path}:\n{tail}")
+            time.sleep(0.1)
+    except BaseException:
+        if process.poll() is None:
+            kill_pid(process.pid, 5.0, expect=marker)
+        raise
+    return Launched(pid=process.pid, port=port, marker=marker,
+                    endpoint=f"http://{ctx.host}:{port}", log=str(log_path))
+
+
+def _gateway_healthy(host: str, port: int) -> bool:
+    """``/readyz`` answers 200: the gateway serves and sees live brokers."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=2) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):  # URLError/HTTPError (e.g. 503) are OSErrors
+        return False
+
+
+GATEWAY_SERVICE = ServiceSpec(
+    name="gateway",
+    port_offset=GATEWAY_PORT_OFFSET,
+    endpoint_key="gateway",
+    start=_start_gateway,
+    healthy=_gateway_healthy,
+)
+
+
 def stack_services(brokers: int = 1, zookeeper_nodes: int = 1) -> tuple[ServiceSpec, ...]:
-    """The stack in start order (``down`` stops in reverse)."""
+    """The stack in start order (``down`` stops in reverse, so the gateway first)."""
     if not 1 <= brokers <= MAX_BROKERS:
         raise StackError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
     return (*zookeeper_services(zookeeper_nodes),
-            *(broker_service(i, brokers) for i in range(brokers)))
+            *(broker_service(i, brokers) for i in range(brokers)),
+            GATEWAY_SERVICE)
 
 
 def _all_known_services() -> dict[str, ServiceSpec]:
@@ -589,7 +701,7 @@ class Stack:
             known = {spec.name for spec in services}
             kept.extend(r for r in live if r.name not in known)
             self._save(base, kept)
-            return StackStatus(self.data_dir, states)
+            return self._status_of(states)
 
     def _up_one(self, spec: ServiceSpec, base: int, existing: ProcessRecord | None,
                 kept: list[ProcessRecord], states: list[ProcessState],
@@ -705,7 +817,13 @@ class Stack:
                 ok = spec is None or spec.healthy(self.host, record.port)
                 state = "running" if ok else "unhealthy"
             states.append(ProcessState(record, state))
-        return StackStatus(self.data_dir, states)
+        return self._status_of(states)
+
+    def _status_of(self, states: list[ProcessState]) -> StackStatus:
+        gateway_up = any(p.record.endpoint_key == "gateway" and p.state in ("started", "running")
+                         for p in states)
+        return StackStatus(self.data_dir, states,
+                           read_dev_token(self.data_dir) if gateway_up else None)
 
     def down(self, grace: float = 30.0) -> list[tuple[ProcessRecord, str]]:
         """Stop exactly the recorded PIDs, last started first; data stays on disk.

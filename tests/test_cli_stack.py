@@ -1,7 +1,8 @@
 """`strata up/status/down` as real subprocesses, with a real ZooKeeper and kazoo.
 
 Port plan of a stack with base port P: ZooKeeper P (a 3-node ensemble: node k client P+k,
-quorum P+3+k, election P+6+k), broker i P+10+i, its metrics P+40+i. Tests pick P with
+quorum P+3+k, election P+6+k), the ingest gateway P+9, broker i P+10+i, its metrics
+P+40+i. Tests pick P with
 :func:`free_base_port` (every port of the plan is free, and P lies below the kernel's
 ephemeral range so client sockets of other tests cannot take it) and retry ``up`` on
 another base if one of them is grabbed in between.
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kazoo.client import KazooClient
 
@@ -83,12 +85,12 @@ def stack_ports(base: int, brokers: int = 1, zookeeper_nodes: int = 1) -> list[i
     """Every port a stack of ``brokers`` brokers on base port ``base`` listens on."""
     zookeeper = [base] if zookeeper_nodes == 1 else \
         [base + offset + k for offset in (0, 3, 6) for k in range(zookeeper_nodes)]
-    return [*zookeeper, *(base + 10 + i for i in range(brokers)),
+    return [*zookeeper, base + 9, *(base + 10 + i for i in range(brokers)),
             *(base + 40 + i for i in range(brokers))]
 
 
 def free_base_port(brokers: int = 1, attempts: int = 500, zookeeper_nodes: int = 1) -> int:
-    """A base port P whose whole port plan (P[..P+8], P+10+i, P+40+i) is free right now.
+    """A base port P whose whole port plan (P[..P+8], P+9, P+10+i, P+40+i) is free now.
 
     Taken from below the ephemeral range: outgoing connections of concurrent tests take
     ephemeral ports and could land on P+10 between this check and `strata up`.
@@ -149,32 +151,45 @@ def test_up_status_up_again_down(
     try:
         port, info = up_on_free_ports(data_dir, tmp_path, reaper)
         assert info["zookeeper"] == f"127.0.0.1:{port}"
-        assert info["bootstrap"] == f"127.0.0.1:{port + 10}" and info["gateway"] is None
-        zk, broker = info["processes"]
+        assert info["bootstrap"] == f"127.0.0.1:{port + 10}"
+        assert info["gateway"] == f"http://127.0.0.1:{port + 9}"
+        zk, broker, gateway = info["processes"]
         assert zk["name"] == "zookeeper" and zk["port"] == port and zk["state"] == "started"
         assert broker["name"] == "broker-0" and broker["port"] == port + 10
-        pid, broker_pid = zk["pid"], broker["pid"]
-        assert pid_alive(pid) and pid_alive(broker_pid)
+        assert gateway["name"] == "gateway" and gateway["port"] == port + 9
+        pid, broker_pid, gateway_pid = zk["pid"], broker["pid"], gateway["pid"]
+        assert pid_alive(pid) and pid_alive(broker_pid) and pid_alive(gateway_pid)
+        token = info["gateway_api_key"]
+        assert token and token.startswith("dev.")
+        for name in ("auth.toml", "dev-token"):  # the development key: the user's only
+            assert (data_dir / "gateway" / name).stat().st_mode & 0o777 == 0o600
+        _produce_through_gateway(info["gateway"], token, "via-gateway", info["bootstrap"])
 
         client = kazoo_factory(info["zookeeper"])
         client.create("/strata-cli-test", b"kept")
 
         status = strata("status", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
         assert status.returncode == 0, status.stderr
-        assert [(p["pid"], p["state"]) for p in _json(status)["processes"]] == [
-            (pid, "running"), (broker_pid, "running")]
+        status_info = _json(status)
+        assert [(p["pid"], p["state"]) for p in status_info["processes"]] == [
+            (pid, "running"), (broker_pid, "running"), (gateway_pid, "running")]
+        assert (status_info["gateway"], status_info["gateway_api_key"]) == \
+            (info["gateway"], token)
+        text = ok(strata("status", "--data-dir", str(data_dir), cwd=tmp_path))
+        assert f"Gateway:   {info['gateway']}" in text and token in text
 
         again = strata("up", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
         assert again.returncode == 0, again.stderr
         again_info = _json(again)
         assert [(p["pid"], p["state"]) for p in again_info["processes"]] == [
-            (pid, "running"), (broker_pid, "running")]
+            (pid, "running"), (broker_pid, "running"), (gateway_pid, "running")]
         assert again_info["zookeeper"] == info["zookeeper"]
 
         down = strata("down", "--data-dir", str(data_dir), cwd=tmp_path)
         assert down.returncode == 0, down.stderr
         assert "stopped" in down.stdout
-        assert not pid_alive(pid) and not pid_alive(broker_pid)
+        assert down.stdout.index("gateway") < down.stdout.index("broker-0")  # gateway first
+        assert not pid_alive(pid) and not pid_alive(broker_pid) and not pid_alive(gateway_pid)
 
         after = strata("status", "--data-dir", str(data_dir), cwd=tmp_path)
         assert after.returncode == 1
@@ -182,17 +197,41 @@ def test_up_status_up_again_down(
 
         # Data survives down/up: the znode written before is still there.
         client.stop()
-        restarted = strata("up", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
-        assert restarted.returncode == 0, restarted.stderr
-        new_info = _json(restarted)
+        restarted = strata("up", "--data-dir", str(data_dir), cwd=tmp_path)  # text output
         _track_recorded(reaper, data_dir)
+        assert restarted.returncode == 0, restarted.stderr
+        assert f"Gateway:   {info['gateway']}" in restarted.stdout
+        assert f"API key:   {token}" in restarted.stdout  # the same key after down/up
+        new_info = _json(strata("status", "--data-dir", str(data_dir), "--format", "json",
+                                cwd=tmp_path))
         assert new_info["zookeeper"] == info["zookeeper"]  # recorded base port reused
+        assert new_info["gateway_api_key"] == token
+        assert httpx.get(f"{new_info['gateway']}/v3/clusters", timeout=10,
+                         headers={"Authorization": f"Bearer {token}"}).status_code == 200
         reader = kazoo_factory(new_info["zookeeper"])
         assert reader.get("/strata-cli-test")[0] == b"kept"
         assert strata("down", "--data-dir", str(data_dir), cwd=tmp_path).returncode == 0
         assert not any(pid_alive(p["pid"]) for p in new_info["processes"])
     finally:
         reaper.reap()
+
+
+def _produce_through_gateway(gateway: str, token: str, topic: str, bootstrap: str) -> None:
+    """The stack's gateway accepts the development token (and nothing without it)."""
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=gateway, timeout=20) as client:
+        cluster_id = client.get("/v3/clusters", headers=auth).json()["data"][0]["cluster_id"]
+        topics = f"/v3/clusters/{cluster_id}/topics"
+        record = {"value": {"type": "STRING", "data": "through the gateway"}}
+        assert client.post(f"{topics}/{topic}/records", json=record).status_code == 401
+        created = client.post(topics, headers=auth,
+                              json={"topic_name": topic, "partitions_count": 1})
+        assert created.status_code == 201, created.text
+        answer = client.post(f"{topics}/{topic}/records", json=record, headers=auth)
+        assert answer.status_code == 200 and answer.json()["error_code"] == 200, answer.text
+    [read] = _consume_all(bootstrap, topic, Path.cwd(), "--from-beginning", "-n", "1",
+                          "--timeout-ms", "10000")
+    assert read["value"] == "through the gateway"
 
 
 def test_up_on_a_busy_port_fails_with_advice(tmp_path: Path) -> None:
@@ -247,7 +286,7 @@ def test_records_survive_down_and_up(tmp_path: Path, reaper: Any) -> None:
         assert restarted.returncode == 0, restarted.stderr
         new_info = _json(restarted)
         assert new_info["bootstrap"] == bootstrap  # the recorded base port is reused
-        assert [p["state"] for p in new_info["processes"]] == ["started", "started"]
+        assert [p["state"] for p in new_info["processes"]] == ["started"] * 3
 
         # -n stops at `count`; --timeout-ms keeps a lost record from hanging the test.
         after = _consume_all(bootstrap, topic, tmp_path, "--from-beginning", "-n", str(count),
@@ -287,14 +326,14 @@ def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
         base, info = up_on_free_ports(data_dir, tmp_path, reaper, "--brokers", "2", brokers=2)
         assert [(p["name"], p["port"], p["state"]) for p in info["processes"]] == [
             ("zookeeper", base, "started"), ("broker-0", base + 10, "started"),
-            ("broker-1", base + 11, "started")]
+            ("broker-1", base + 11, "started"), ("gateway", base + 9, "started")]
         assert info["bootstrap"] == f"127.0.0.1:{base + 10},127.0.0.1:{base + 11}"
         pids = [p["pid"] for p in info["processes"]]
         assert all(pid_alive(pid) for pid in pids)
 
         status = strata("status", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
         assert status.returncode == 0, status.stdout
-        assert [p["state"] for p in _json(status)["processes"]] == ["running"] * 3
+        assert [p["state"] for p in _json(status)["processes"]] == ["running"] * 4
         # Both brokers are registered and serve their metrics on P+40+i.
         with Admin(info["bootstrap"]) as admin:
             assert admin.describe_cluster().brokers == {
@@ -305,7 +344,7 @@ def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
         assert again.returncode == 0, again.stderr
         assert [(p["name"], p["pid"], p["state"]) for p in _json(again)["processes"]] == [
             ("zookeeper", pids[0], "running"), ("broker-0", pids[1], "running"),
-            ("broker-1", pids[2], "running")]
+            ("broker-1", pids[2], "running"), ("gateway", pids[3], "running")]
 
         # The cluster keeps its size across down/up too (no --brokers given).
         ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
@@ -316,7 +355,7 @@ def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
         new_info = _json(restarted)
         assert [(p["name"], p["port"], p["state"]) for p in new_info["processes"]] == [
             ("zookeeper", base, "started"), ("broker-0", base + 10, "started"),
-            ("broker-1", base + 11, "started")]
+            ("broker-1", base + 11, "started"), ("gateway", base + 9, "started")]
         with Admin(new_info["bootstrap"]) as admin:
             assert set(admin.describe_cluster().brokers) == {0, 1}
         ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
@@ -332,7 +371,7 @@ def test_up_defaults_to_three_brokers_that_replicate(tmp_path: Path, reaper: Any
     try:
         _, info = up_on_free_ports(data_dir, tmp_path, reaper, brokers=3, size_flag=False)
         assert [p["name"] for p in info["processes"]] == [
-            "zookeeper", "broker-0", "broker-1", "broker-2"]
+            "zookeeper", "broker-0", "broker-1", "broker-2", "gateway"]
         with Admin(info["bootstrap"]) as admin:
             admin.create_topics([NewTopic("replicated", 2)])
             described = admin.describe_topics(["replicated"])["replicated"]
@@ -380,7 +419,8 @@ def test_up_with_a_zookeeper_ensemble_rides_out_losing_its_leader(
                                       "--brokers", "1", zookeeper_nodes=3)
         assert [(p["name"], p["port"], p["state"]) for p in info["processes"]] == [
             ("zookeeper-0", base, "started"), ("zookeeper-1", base + 1, "started"),
-            ("zookeeper-2", base + 2, "started"), ("broker-0", base + 10, "started")]
+            ("zookeeper-2", base + 2, "started"), ("broker-0", base + 10, "started"),
+            ("gateway", base + 9, "started")]
         zk_ports = [base, base + 1, base + 2]
         assert info["zookeeper"] == ",".join(f"127.0.0.1:{port}" for port in zk_ports)
         modes = sorted(server_mode("127.0.0.1", port) or "-" for port in zk_ports)
@@ -441,7 +481,7 @@ def test_up_with_a_zookeeper_ensemble_rides_out_losing_its_leader(
         status_info = _json(status)
         assert {p["name"]: p["state"] for p in status_info["processes"]} == {
             **{f"zookeeper-{k}": "running" for k in range(3)}, "broker-0": "running",
-            victim["name"]: "stopped"}
+            "gateway": "running", victim["name"]: "stopped"}
         assert f"127.0.0.1:{leader_port}" not in status_info["zookeeper"]
 
         # `up` without flags keeps 3 nodes (from the data dir) and restarts only the victim.
@@ -451,7 +491,7 @@ def test_up_with_a_zookeeper_ensemble_rides_out_losing_its_leader(
         again_info = _json(again)
         assert {p["name"]: p["state"] for p in again_info["processes"]} == {
             **{f"zookeeper-{k}": "running" for k in range(3)}, "broker-0": "running",
-            victim["name"]: "started"}
+            "gateway": "running", victim["name"]: "started"}
         assert again_info["zookeeper"] == info["zookeeper"]
         assert server_mode("127.0.0.1", leader_port) == "follower"
 
@@ -462,7 +502,7 @@ def test_up_with_a_zookeeper_ensemble_rides_out_losing_its_leader(
         assert "Traceback" not in single.stderr
 
         down = ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
-        assert down.count("stopped") == 5  # 4 processes + the closing line
+        assert down.count("stopped") == 6  # 5 processes + the closing line
         assert not any(pid_alive(p["pid"]) for p in again_info["processes"])
     finally:
         if (data_dir / "stack.json").exists():
