@@ -503,8 +503,10 @@ def _gateway_healthy(host: str, port: int) -> bool:
     import urllib.error
     import urllib.request
 
+    # No proxy: an http_proxy in the environment must not route a loopback probe.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=2) as response:
+        with opener.open(f"http://{host}:{port}/readyz", timeout=2) as response:
             return bool(response.status == 200)
     except (OSError, ValueError):  # URLError/HTTPError (e.g. 503) are OSErrors
         return False
