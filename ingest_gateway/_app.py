@@ -28,7 +28,7 @@ from typing import Annotated, Any
 import uvicorn
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from brokers.errors import OffsetOutOfRangeError, StrataError
@@ -62,6 +62,7 @@ __all__ = ["app_from_env", "create_app", "run"]
 log = logging.getLogger("ingest_gateway")
 
 _ACKS = {"all": "all", "-1": "all", "1": "1", "0": "0"}
+_ACKS_PATTERN = "^(all|-1|1|0)$"
 _SSE_KEEPALIVE_S = 15.0
 
 
@@ -435,6 +436,31 @@ class _Producing:
 
 
 # ---------------------------------------------------------------------------- app
+# ---------------------------------------------------------------------------- OpenAPI
+#: The Confluent v3 error body every error status answers with.
+_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["error_code", "message"],
+    "properties": {"error_code": {"type": "integer"}, "message": {"type": "string"}},
+}
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for the error statuses a route can answer (docs/gateway.md)."""
+    return {status: {"description": _STATUS_TEXT[status],
+                     "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
+            for status in statuses}
+
+
+_STATUS_TEXT = {
+    400: "bad request", 401: "no or wrong credentials", 403: "the key may not do this",
+    404: "unknown cluster id, topic or partition", 409: "the topic already exists",
+    413: "request or record too large", 415: "unsupported Content-Type",
+    416: "offset outside the partition's log", 422: "invalid field (named in message)",
+    429: "rate limited (see Retry-After)", 503: "brokers unavailable; retry (Retry-After)",
+}
+#: Errors any /v3 route can answer.
+_V3_ERRORS = (400, 401, 403, 404, 422, 429, 503)
+
 def create_app(config: GatewayConfig) -> FastAPI:
     """The gateway's ASGI app (serve it with uvicorn; see ``run``)."""
     auth = _load_auth(config)
@@ -457,7 +483,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
                   description="Confluent REST Proxy v3 compatible produce API over Strata "
                               "brokers.", lifespan=lifespan)
     _install_handlers(app)
-    _install_routes(app)
+    _install_routes(app, config)
     app.add_middleware(AccessLogMiddleware)  # outermost of the app's own middleware
     return app
 
@@ -536,7 +562,7 @@ async def _describe(state: _State, topic: str) -> TopicDescription:
         raise from_strata_error(err, topic=topic, sent=False) from err
 
 
-def _install_routes(app: FastAPI) -> None:
+def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
     consume, admin = _guard(Action.CONSUME), _guard(Action.ADMIN)
     base = "/v3/clusters/{cluster_id}"
 
@@ -560,13 +586,16 @@ def _install_routes(app: FastAPI) -> None:
         return JSONResponse({"status": "ready", "cluster_id": description.cluster_id,
                              "brokers": sorted(description.brokers)})
 
-    @app.get("/metrics", tags=["health"])
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse,
+             responses={200: {"description": "Prometheus text format",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics(request: Request) -> Response:
         """Prometheus metrics of this process."""
         return Response(_state(request).metrics.render(),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.get("/v3/clusters", tags=["clusters"], dependencies=[Depends(admin)])
+    @app.get("/v3/clusters", tags=["clusters"], dependencies=[Depends(admin)],
+             responses=_errors(*_V3_ERRORS))
     async def list_clusters(request: Request) -> dict[str, Any]:
         state = _state(request)
         try:
@@ -582,7 +611,8 @@ def _install_routes(app: FastAPI) -> None:
                         for b, (h, p) in sorted(description.brokers.items())],
         }]}
 
-    @app.get(base + "/topics", tags=["topics"], dependencies=[Depends(admin)])
+    @app.get(base + "/topics", tags=["topics"], dependencies=[Depends(admin)],
+             responses=_errors(*_V3_ERRORS))
     async def list_topics(request: Request, cluster_id: str) -> dict[str, Any]:
         state = _state(request)
         cid = await state.check_cluster(cluster_id)
@@ -594,7 +624,7 @@ def _install_routes(app: FastAPI) -> None:
                 "data": [_topic_json(cid, d) for d in described.values()]}
 
     @app.post(base + "/topics", tags=["topics"], status_code=201,
-              dependencies=[Depends(admin)])
+              dependencies=[Depends(admin)], responses=_errors(*_V3_ERRORS, 409, 413, 415))
     async def create_topic(request: Request, cluster_id: str) -> JSONResponse:
         """Body: ``{topic_name, partitions_count?, replication_factor?,
         configs?: [{name, value}]}``."""
@@ -632,14 +662,15 @@ def _install_routes(app: FastAPI) -> None:
         state.forget_topic(name)
         return JSONResponse(_topic_json(cid, await _describe(state, name)), status_code=201)
 
-    @app.get(base + "/topics/{topic_name}", tags=["topics"], dependencies=[Depends(admin)])
+    @app.get(base + "/topics/{topic_name}", tags=["topics"], dependencies=[Depends(admin)],
+             responses=_errors(*_V3_ERRORS))
     async def get_topic(request: Request, cluster_id: str, topic_name: str) -> dict[str, Any]:
         state = _state(request)
         cid = await state.check_cluster(cluster_id)
         return _topic_json(cid, await _describe(state, topic_name))
 
     @app.delete(base + "/topics/{topic_name}", tags=["topics"], status_code=204,
-                dependencies=[Depends(admin)])
+                dependencies=[Depends(admin)], responses=_errors(*_V3_ERRORS))
     async def delete_topic(request: Request, cluster_id: str, topic_name: str) -> Response:
         state = _state(request)
         await state.check_cluster(cluster_id)
@@ -651,7 +682,7 @@ def _install_routes(app: FastAPI) -> None:
         return Response(status_code=204)
 
     @app.get(base + "/topics/{topic_name}/partitions", tags=["topics"],
-             dependencies=[Depends(admin)])
+             dependencies=[Depends(admin)], responses=_errors(*_V3_ERRORS))
     async def list_partitions(request: Request, cluster_id: str,
                               topic_name: str) -> dict[str, Any]:
         state = _state(request)
@@ -666,11 +697,12 @@ def _install_routes(app: FastAPI) -> None:
             "high_watermark": p.high_watermark,
         } for p in description.partitions]}
 
-    @app.post(base + "/topics/{topic_name}/records", tags=["records"])
+    @app.post(base + "/topics/{topic_name}/records", tags=["records"],
+              responses=_errors(*_V3_ERRORS, 413, 415))
     async def produce_records(
         request: Request, cluster_id: str, topic_name: str,
         principal: _ProducePrincipal,
-        acks: str = Query("all", description="all (-1), 1 or 0"),
+        acks: str = Query("all", description="all (-1), 1 or 0", pattern=_ACKS_PATTERN),
     ) -> Response:
         """Produce one record (a JSON object), or several concatenated in one (chunked)
         body: streaming mode, answered with one delivery report per line, in order."""
@@ -730,11 +762,13 @@ def _install_routes(app: FastAPI) -> None:
 
         return StreamingResponse(reports(), media_type="application/x-ndjson")
 
-    @app.post(base + "/topics/{topic_name}/records:batch", tags=["records"])
+    @app.post(base + "/topics/{topic_name}/records:batch", tags=["records"],
+              responses={207: {"description": "one answer per entry"},
+                         **_errors(*_V3_ERRORS, 413, 415)})
     async def produce_batch(
         request: Request, cluster_id: str, topic_name: str,
         principal: _ProducePrincipal,
-        acks: str = Query("all", description="all (-1), 1 or 0"),
+        acks: str = Query("all", description="all (-1), 1 or 0", pattern=_ACKS_PATTERN),
     ) -> Response:
         """Body ``{"entries": [{"id", ...record}]}``; answer 207
         ``{"successes": [...], "failures": [...]}``, one per entry, with its ``id``."""
@@ -780,11 +814,11 @@ def _install_routes(app: FastAPI) -> None:
         return _to_response(await compute())
 
     @app.get(base + "/topics/{topic_name}/partitions/{partition_id}/records", tags=["read"],
-             dependencies=[Depends(consume)])
+             dependencies=[Depends(consume)], responses=_errors(*_V3_ERRORS, 416))
     async def read_records(
         request: Request, cluster_id: str, topic_name: str, partition_id: int,
         offset: int | None = Query(None, ge=0, description="first offset (default: log start)"),
-        max_records: int = Query(100, ge=1),
+        max_records: int = Query(100, ge=1, le=config.max_read_records),
         timeout_ms: int = Query(1000, ge=0, le=30000),
     ) -> dict[str, Any]:
         """Committed records of one partition from ``offset`` on (debugging, light use)."""
@@ -831,7 +865,7 @@ def _install_routes(app: FastAPI) -> None:
                 "partition_id": partition_id, "next_offset": position, "data": out}
 
     @app.get(base + "/topics/{topic_name}/tail", tags=["read"],
-             dependencies=[Depends(consume)])
+             dependencies=[Depends(consume)], responses=_errors(*_V3_ERRORS))
     async def tail(
         request: Request, cluster_id: str, topic_name: str,
         start: str = Query("end", alias="from", pattern="^(end|beginning)$"),
