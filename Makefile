@@ -6,7 +6,7 @@ STRATA := $(VENV)/bin/strata
 DATA_DIR ?= .strata
 PYTEST_ARGS ?=
 
-.PHONY: setup up down status test lint unit bench soak clean
+.PHONY: setup up down status test lint unit bench soak load clean
 
 setup:
 	@bash scripts/setup.sh
@@ -35,6 +35,13 @@ bench: setup
 SOAK_SECONDS ?= 300
 soak: setup
 	STRATA_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest tests/test_faults.py -p no:cacheprovider -s $(PYTEST_ARGS)
+
+# Headless locust against the `make up` stack's gateway (scripts/load.sh, load_tests/README.md):
+# LOAD_SECONDS, LOAD_USERS, LOAD_CLASSES; GATEWAY_URL / GATEWAY_TOKEN override `strata status`.
+LOAD_SECONDS ?= 60
+LOAD_USERS ?= 20
+load: setup
+	@DATA_DIR=$(DATA_DIR) LOAD_SECONDS=$(LOAD_SECONDS) LOAD_USERS=$(LOAD_USERS) bash scripts/load.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
