@@ -4,7 +4,9 @@
 # produce, consume, end-to-end latency and Spark benchmarks, then a second stack of
 # three brokers for the replication benchmarks (acks=all throughput and latency, leader
 # failover), and stops exactly those stacks.
-# `scripts/bench.sh replication` runs only the three-broker section.
+# `scripts/bench.sh replication` runs only the three-broker section; `scripts/bench.sh
+# gateway` only the HTTP ingest gateway section (scripts/bench_gateway.sh, its own stack),
+# which `make bench` runs last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=.venv/bin/strata
@@ -73,6 +75,10 @@ if [[ "${1:-}" == "replication" ]]; then
   bench_replication
   exit 0
 fi
+if [[ "${1:-}" == "gateway" ]]; then
+  bash scripts/bench_gateway.sh
+  exit 0
+fi
 echo "== strata perf log (storage engine, in-process)"
 "$STRATA" perf log
 
@@ -110,3 +116,6 @@ echo "== Spark (local[2]): produce -> Spark (processingTime=0) -> sink topic -> 
 "$STRATA" down --data-dir "$DATA" >/dev/null
 
 bench_replication
+
+echo "== HTTP ingest gateway (scripts/bench_gateway.sh: its own stack)"
+bash scripts/bench_gateway.sh

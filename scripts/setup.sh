@@ -33,6 +33,10 @@ if ! command -v mvn >/dev/null; then
   echo "setup: installing maven from Debian packages"
   apt-get update -qq && apt-get install -y -qq maven >/dev/null
 fi
+if ! command -v wrk >/dev/null; then
+  echo "setup: installing wrk (HTTP load generator of scripts/bench_gateway.sh) from Debian packages"
+  apt-get update -qq && apt-get install -y -qq wrk >/dev/null
+fi
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV with $PYTHON"
