@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import ssl
 import tempfile
@@ -436,6 +437,10 @@ class _Producing:
                                         sent=False) from None
         except HttpError as err:
             pending.error = err
+        except Exception as err:  # never a 500 for the whole request: this record only
+            log.exception("%s: producing failed", label)
+            pending.error = from_strata_error(err, topic=self.topic, record=label,
+                                              sent=pending.future is not None)
         return pending
 
     async def report(self, pending: _Pending) -> tuple[int, dict[str, Any], HttpError | None]:
@@ -999,7 +1004,7 @@ def run(config: GatewayConfig, *, log_level: str = "info") -> None:
     """Serve the gateway with uvicorn until SIGINT/SIGTERM (in-flight produces drain)."""
     common: dict[str, Any] = {
         "host": config.host, "port": config.port, "log_level": log_level,
-        "timeout_graceful_shutdown": int(config.shutdown_grace_s), "access_log": False,
+        "timeout_graceful_shutdown": math.ceil(config.shutdown_grace_s), "access_log": False,
     }
     if config.tls_cert is not None and config.tls_key is not None:
         check_tls(config.tls_cert, config.tls_key)

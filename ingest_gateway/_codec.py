@@ -86,6 +86,10 @@ def _data(obj: Any, path: str) -> tuple[bytes | None, str | None]:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), kind
 
 
+#: 9999-12-31T23:59:59.999Z in milliseconds: what an ISO-8601 timestamp can say.
+_MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+
 def _timestamp(value: Any, path: str) -> int | None:
     if value is None:
         return None
@@ -94,6 +98,10 @@ def _timestamp(value: Any, path: str) -> int | None:
     if isinstance(value, int):
         if value < 0:
             raise _bad(path, "must be >= 0 (milliseconds since the epoch)")
+        if value > _MAX_TIMESTAMP_MS:
+            # Past an int64 it would break the encoding of the whole shared batch, and
+            # with it other clients' records.
+            raise _bad(path, f"must be at most {_MAX_TIMESTAMP_MS} (the end of year 9999)")
         return value
     if isinstance(value, str):
         try:

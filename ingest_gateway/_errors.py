@@ -68,8 +68,9 @@ def from_strata_error(err: BaseException, *, topic: str | None = None,
         why = f"; last error: {last}" if last is not None else ""
         return unavailable(
             f"the record{where} was not acknowledged in time{why}. It may or may not have "
-            f"been written: retry with the same Idempotency-Key after {RETRY_AFTER_S} s "
-            "(or accept a possible duplicate)", not_written=False)
+            f"been written: retry after {RETRY_AFTER_S} s and accept a possible duplicate "
+            "(a retry is produced again, also with the same Idempotency-Key)",
+            not_written=False)
     if not isinstance(err, be.StrataError):
         return HttpError(500, f"internal error{where}: {type(err).__name__}: {err}; "
                               "see the gateway log")

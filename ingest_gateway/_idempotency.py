@@ -187,7 +187,9 @@ class IdempotencyStore:
             future.set_exception(exc)
             future.exception()  # retrieved: waiting retries get it, nobody else must
             raise
-        if answer.not_written:
+        if answer.not_written or answer.status >= 500:
+            # Not final: nothing was written, or nobody knows (a 503 after the send); a
+            # retry must run again rather than get this answer replayed for the window.
             if self._entries.get(key) is entry:
                 del self._entries[key]
         else:

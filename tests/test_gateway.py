@@ -286,6 +286,9 @@ def test_error_answers(client: httpx.Client, gateway: Gateway) -> None:
           "headers[0].value")
     check(client.post(url, json={"valu": {"type": "STRING", "data": "x"}}), 422, "valu")
     check(client.post(url, json={"timestamp": "yesterday"}), 422, "timestamp")
+    # Past an int64 it would poison the shared batch of other requests: refused alone.
+    check(client.post(url, json={"timestamp": 10**20, "value": {"data": 1}}), 422,
+          "timestamp")
     check(client.post(url, content=b'{"value": ', headers={"Content-Type": "application/json"}),
           422, "not valid JSON")
     check(client.post(url, params={"acks": "7"}, json={"value": None}), 422, "acks")
