@@ -35,7 +35,9 @@ if ! command -v mvn >/dev/null; then
 fi
 if ! command -v wrk >/dev/null; then
   echo "setup: installing wrk (HTTP load generator of scripts/bench_gateway.sh) from Debian packages"
-  apt-get update -qq && apt-get install -y -qq wrk >/dev/null
+  # Only the gateway benchmark needs it: a failed install must not stop `make test`.
+  (apt-get update -qq && apt-get install -y -qq wrk >/dev/null) \
+    || echo "setup: could not install wrk; scripts/bench_gateway.sh needs it (apt-get install wrk)" >&2
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
