@@ -17,6 +17,7 @@ PYTHON=.venv/bin/python
 LOCUST=.venv/bin/locust
 RUN_SECONDS=${GW_BENCH_SECONDS:-20}
 WORKERS=${GW_BENCH_WORKERS:-2}
+command -v wrk >/dev/null || { echo "bench_gateway: wrk is not installed; run make setup or apt-get install wrk" >&2; exit 1; }
 DATA=$(mktemp -d /tmp/strata-bench-gw.XXXXXX)
 GW_PID=""
 
