@@ -13,23 +13,7 @@ STRATA=.venv/bin/strata
 PYTHON=.venv/bin/python
 DATA=$(mktemp -d /tmp/strata-bench.XXXXXX)
 DATA3=$(mktemp -d /tmp/strata-bench-rf3.XXXXXX)
-# free_base OFFSET...: a random base port P with every P+OFFSET free.
-free_base() {
-  "$PYTHON" - "$@" <<'PY'
-import random, socket, sys
-offsets = [int(o) for o in sys.argv[1:]]
-def free(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port)); return True
-        except OSError:
-            return False
-while True:
-    base = random.randrange(30000, 60000)
-    if all(free(base + off) for off in offsets):
-        print(base); break
-PY
-}
+. scripts/free_base.sh
 cleanup() {
   for dir in "$DATA" "$DATA3"; do
     "$STRATA" down --data-dir "$dir" >/dev/null 2>&1 || true

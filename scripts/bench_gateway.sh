@@ -35,22 +35,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_base() {
-  "$PYTHON" - "$@" <<'PY'
-import random, socket, sys
-offsets = [int(o) for o in sys.argv[1:]]
-def free(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port)); return True
-        except OSError:
-            return False
-while True:
-    base = random.randrange(30000, 60000)
-    if all(free(base + off) for off in offsets):
-        print(base); break
-PY
-}
+. scripts/free_base.sh
 
 # Wait until the 1-minute load average is <= 1.0 (other engineers share the cores).
 quiet() {

@@ -89,14 +89,18 @@ def running_gateway(bootstrap: str, *extra: str) -> Iterator[Gateway]:
         wait_for("gateway up", healthy, lambda s: s == 200, timeout=30)
         yield Gateway(url, "", bootstrap, process, output)
     finally:
-        # Our own un-reaped child: SIGTERM (graceful drain), then SIGKILL.
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        stop_child(process)
+
+
+def stop_child(process: subprocess.Popen[Any]) -> None:
+    """Our own un-reaped child: SIGTERM (graceful drain), then SIGKILL."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import pytest
 
 from strata.procs import free_port
 from tests.support.waiting import wait_for
+from tests.test_gateway import stop_child
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,13 +95,7 @@ def test_tls_serves_https_only(tmp_path: Path) -> None:
         with pytest.raises(httpx.TransportError):
             httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        stop_child(process)
 
 
 def test_bad_tls_files_fail_before_start(tmp_path: Path) -> None:
