@@ -1,18 +1,17 @@
-"""The FastAPI application: Confluent REST Proxy v3 routes over one shared producer.
+"""The gateway application: Confluent REST Proxy v3 routes over shared producers.
 
-One ``AsyncProducer`` per ``acks`` value per process, created lazily and closed (flushed)
-when the app shuts down, so concurrent requests share batches (``linger_ms``). A record
-is reported as written only after its future resolved with the broker's
-acknowledgement; every other outcome is an error answer naming the record.
+``create_app`` returns a :class:`GatewayApp` (``ingest_gateway._produce``): the two
+produce routes are served there as plain ASGI, everything else by the FastAPI app built
+here. One ``AsyncProducer`` per ``acks`` value per process, created lazily and closed
+(flushed) when the app shuts down, and one ``Coalescer`` gathering the records of
+concurrent requests (``linger_ms``), so the brokers see large batches.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import math
@@ -22,18 +21,22 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import uvicorn
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from brokers.errors import OffsetOutOfRangeError, StrataError
-from ingest_gateway._access import AccessLogMiddleware, access_info, configure_access_log
+from ingest_gateway._access import (
+    AccessLogMiddleware,
+    access_info,
+    configure_access_log,
+    flush_access_log,
+)
 from ingest_gateway._auth import (
     Action,
     Authenticator,
@@ -43,61 +46,55 @@ from ingest_gateway._auth import (
     RateLimiter,
     load_auth_config,
 )
-from ingest_gateway._codec import decode_record, encode_data, iso_timestamp
+from ingest_gateway._codec import encode_data, iso_timestamp
 from ingest_gateway._config import CONFIG_ENV, GatewayConfig
 from ingest_gateway._errors import HttpError, from_strata_error, unavailable
-from ingest_gateway._idempotency import Answer, IdempotencyStore
+from ingest_gateway._idempotency import IdempotencyStore
 from ingest_gateway._metrics import GatewayMetrics
+from ingest_gateway._produce import (
+    Coalescer,
+    GatewayApp,
+    check_length,
+    check_media,
+    serve_produce,
+)
+from ingest_gateway._server import serve_one, serve_workers
 from strata.client import (
     AsyncAdmin,
     AsyncConsumer,
     AsyncProducer,
     NewTopic,
-    RecordMetadata,
     TopicDescription,
     TopicPartition,
 )
 
-__all__ = ["app_from_env", "create_app", "run"]
+__all__ = ["GatewayState", "app_from_env", "create_app", "run"]
 
 log = logging.getLogger("ingest_gateway")
 
-_ACKS = {"all": "all", "-1": "all", "1": "1", "0": "0"}
 _ACKS_PATTERN = "^(all|-1|1|0)$"
 _SSE_KEEPALIVE_S = 15.0
 
 
 # ---------------------------------------------------------------------------- state
-@dataclass(slots=True)
-class _Pending:
-    """One record of a produce request: its decoded form and its delivery future, or the
-    error that stopped it."""
+class GatewayState:
+    """Everything one worker process shares between requests."""
 
-    label: str
-    #: What the report needs once acknowledged: (size, key info, value info); the record's
-    #: bytes are not kept (a long stream holds one of these per record).
-    summary: tuple[int, dict[str, Any] | None, dict[str, Any] | None] | None = None
-    future: asyncio.Future[RecordMetadata] | None = None
-    error: HttpError | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class _State:
     def __init__(self, config: GatewayConfig, auth: _Auth | None) -> None:
         self.config = config
         self.auth = auth
         self.metrics = GatewayMetrics()
         self.idempotency = IdempotencyStore(
             config.idempotency_window_s, config.idempotency_max_keys,
-            shared_path=config.idempotency_db,
-            # a claim outlives the longest produce: buffer wait plus delivery, plus slack
-            pending_timeout_s=(config.max_block_ms + config.delivery_timeout_ms) / 1000 + 30)
+            # the producing worker renews its claim while it runs (a dead one's claim lapses)
+            shared_path=config.idempotency_db)
         self.admin = AsyncAdmin(config.bootstrap, client_id="strata-gateway-admin",
                                 request_timeout_ms=max(1000, config.request_timeout_ms))
         self.producers: dict[str, AsyncProducer] = {}
         self._producer_lock = asyncio.Lock()
         self._cluster_id: tuple[str, float] | None = None
         self._limits: dict[str, tuple[int, float]] = {}
+        self.coalescer = Coalescer(self)
         self.closing = False
 
     async def producer(self, acks: str) -> AsyncProducer:
@@ -160,13 +157,14 @@ class _State:
 
     async def close(self) -> None:
         self.closing = True
+        await self.coalescer.close()
         for acks, producer in list(self.producers.items()):
             try:
                 await producer.close(timeout=self.config.shutdown_grace_s)
             except Exception:
                 log.exception("closing the producer for acks=%s failed", acks)
         await self.admin.close()
-        self.idempotency.close()
+        await self.idempotency.aclose()
 
 
 class _MetricsMiddleware:
@@ -203,8 +201,8 @@ class _MetricsMiddleware:
                     time.perf_counter() - start)
 
 
-def _state(request: Request) -> _State:
-    state: _State = request.app.state.gateway
+def _state(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
     return state
 
 
@@ -247,32 +245,12 @@ def _guard(action: Action) -> Callable[[Request], Awaitable[Principal | None]]:
     return dependency
 
 
-#: The produce routes' principal (module level: FastAPI resolves the annotation here).
-_ProducePrincipal = Annotated[Principal | None, Depends(_guard(Action.PRODUCE))]
-
-
-def _principal_name(principal: Principal | None) -> str:
-    return "-" if principal is None else principal.key_id
-
-
 # ---------------------------------------------------------------------------- helpers
-def _check_json(request: Request) -> None:
-    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if media not in ("application/json", "application/x-ndjson") and not (
-            media.startswith("application/") and media.endswith("+json")):
-        raise HttpError(415, f"unsupported Content-Type {media or '(none)'!r}: send "
-                             "records as Content-Type: application/json")
-
-
-def _acks(value: str) -> str:
-    acks = _ACKS.get(value.strip().lower())
-    if acks is None:
-        raise HttpError(422, f"acks: must be all, -1, 1 or 0, got {value!r}")
-    return acks
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    _check_length(request, limit)
+async def _read_json(request: Request, limit: int) -> Any:
+    """The request's JSON body (415 for another media type, 413 past ``limit``, 422 if
+    it is not JSON)."""
+    check_media(request.headers.get("content-type", ""))
+    check_length(request.headers.get("content-length"), limit)
     chunks: list[bytes] = []
     total = 0
     async for chunk in request.stream():
@@ -281,200 +259,28 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise HttpError(413, f"request body is larger than the gateway's limit of {limit} "
                                  "bytes; split it into several requests")
         chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _parse_json(body: bytes, what: str = "body") -> Any:
     try:
-        return json.loads(body)
+        return json.loads(b"".join(chunks))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise HttpError(422, f"{what}: not valid JSON ({err})") from None
+        raise HttpError(422, f"body: not valid JSON ({err})") from None
 
 
-def _parse_concatenated(text: str, first_index: int = 0) -> tuple[list[Any], HttpError | None]:
-    """JSON values one after another (whitespace between); the error after the last.
-    ``first_index`` numbers the values in error messages (``records[i]``)."""
-    decoder = json.JSONDecoder()
-    out: list[Any] = []
-    pos = 0
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n":
-            pos += 1
-        if pos >= len(text):
-            return out, None
-        try:
-            value, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as err:
-            index = first_index + len(out)
-            return out, HttpError(422, f"records[{index}]: not valid JSON ({err.msg})")
-        out.append(value)
+class _ServedByProducePath(Response):
+    """A FastAPI produce route's answer: the request is served by ``serve_produce``, as
+    ``GatewayApp`` does before FastAPI sees it (the routes are there for the OpenAPI
+    schema, and serve the same way when the app is mounted without ``GatewayApp``)."""
+
+    def __init__(self, request: Request, batch: bool) -> None:
+        super().__init__()
+        self.request = request
+        self.batch = batch
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        params = self.request.path_params
+        await serve_produce(_state(self.request), scope, receive, send,
+                            params["cluster_id"], params["topic_name"], self.batch)
 
 
-def _encoded_size(text: str, start: int, end: int) -> int:
-    """UTF-8 size of ``text[start:end]`` (each character is 1 to 4 bytes)."""
-    return end - start if text.isascii() else len(text[start:end].encode())
-
-
-async def _stream_objects(request: Request, limit: int) -> AsyncIterator[Any | HttpError]:
-    """Top-level JSON values of the body as they arrive (streaming mode); a value larger
-    than ``limit`` bytes, or invalid JSON, ends the stream with an ``HttpError``.
-
-    Linear in the body size: values are decoded in place from an index and the buffer is
-    cut once per chunk. After a failed attempt (a value not complete yet) the next one
-    waits until the text ends with ``}`` or ``]`` or the pending text has doubled, so a
-    large record arriving in many chunks is not re-parsed for every chunk.
-    """
-    decoder = json.JSONDecoder()
-    utf8 = codecs.getincrementaldecoder("utf-8")()
-    buf = ""
-    count = 0
-    failed_at = 0  # length of the pending text at the last failed attempt
-    async for chunk in request.stream():
-        try:
-            buf += utf8.decode(chunk)
-        except UnicodeDecodeError as err:
-            yield HttpError(422, f"records[{count}]: not valid UTF-8 ({err})")
-            return
-        pos = 0
-        if len(buf) >= 2 * failed_at or buf.rstrip(" \t\r\n")[-1:] in ("}", "]"):
-            failed_at = 0
-            while True:
-                while pos < len(buf) and buf[pos] in " \t\r\n":
-                    pos += 1
-                if pos >= len(buf):
-                    break
-                try:
-                    value, end = decoder.raw_decode(buf, pos)
-                except json.JSONDecodeError:
-                    failed_at = len(buf) - pos  # incomplete (invalid: reported at the end)
-                    break
-                if end - pos > limit or (4 * (end - pos) > limit
-                                         and _encoded_size(buf, pos, end) > limit):
-                    yield _too_large_record(limit, count)
-                    return
-                pos = end
-                count += 1
-                yield value
-        buf = buf[pos:]
-        if len(buf) > limit or (4 * len(buf) > limit and _encoded_size(buf, 0, len(buf)) > limit):
-            yield _too_large_record(limit, count)
-            return
-    try:
-        buf += utf8.decode(b"", final=True)
-    except UnicodeDecodeError as err:
-        yield HttpError(422, f"records[{count}]: not valid UTF-8 ({err})")
-        return
-    values, error = _parse_concatenated(buf, count)
-    for value in values:
-        yield value
-    if error is not None:
-        yield error
-
-
-def _too_large_record(limit: int, index: int) -> HttpError:
-    return HttpError(413, f"records[{index}] is larger than {limit} bytes, the gateway's "
-                          "limit per record in streaming mode; send smaller records",
-                     not_written=True)
-
-
-def _check_length(request: Request, limit: int) -> None:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise HttpError(413, f"request body of {length} bytes is larger than the gateway's "
-                             f"limit of {limit} bytes; split it into several requests "
-                             "(or stream the records with chunked transfer encoding)")
-
-
-def _to_response(answer: Answer, replayed: bool = False) -> Response:
-    headers = dict(answer.headers)
-    if replayed:
-        headers["Idempotent-Replayed"] = "true"
-    return Response(answer.body, status_code=answer.status, media_type=answer.media_type,
-                    headers=headers)
-
-
-def _data_info(data: bytes | None, kind: str | None) -> dict[str, Any] | None:
-    if kind is None:
-        return None
-    return {"size": len(data or b""), "type": kind}
-
-
-class _Producing:
-    """Submits the records of one request in order and turns outcomes into reports."""
-
-    def __init__(self, state: _State, cluster_id: str, topic: str, acks: str,
-                 limit: int, access: dict[str, Any] | None = None) -> None:
-        self.state = state
-        #: The request's access-log fields: ``records`` counts acknowledged records.
-        self.access = access if access is not None else {}
-        self.cluster_id = cluster_id
-        self.topic = topic
-        self.acks = acks
-        self.limit = limit
-
-    async def submit(self, obj: Any, label: str, path: str) -> _Pending:
-        pending = _Pending(label)
-        try:
-            record = decode_record(obj, path)
-            pending.summary = (record.size, _data_info(record.key, record.key_type),
-                               _data_info(record.value, record.value_type))
-            if record.size > self.limit:
-                raise HttpError(413, f"{label}: {record.size} bytes of key, value and headers "
-                                     f"exceed the topic's max.message.bytes={self.limit}; "
-                                     "send a smaller record or raise the topic's limit",
-                                not_written=True)
-            producer = await self.state.producer(self.acks)
-            try:
-                pending.future = await producer.send(
-                    self.topic, record.value, key=record.key, headers=record.headers or None,
-                    partition=record.partition, timestamp_ms=record.timestamp_ms)
-            except ValueError as err:
-                raise HttpError(404, f"{label}: partition_id {record.partition} does not exist "
-                                     f"in topic {self.topic!r} ({err})",
-                                not_written=True) from None
-            except StrataError as err:
-                raise from_strata_error(err, topic=self.topic, record=label,
-                                        sent=False) from None
-        except HttpError as err:
-            pending.error = err
-        except Exception as err:  # never a 500 for the whole request: this record only
-            log.exception("%s: producing failed", label)
-            pending.error = from_strata_error(err, topic=self.topic, record=label,
-                                              sent=pending.future is not None)
-        return pending
-
-    async def report(self, pending: _Pending) -> tuple[int, dict[str, Any], HttpError | None]:
-        """(status, report, error) once the record is acknowledged or failed."""
-        error = pending.error
-        if error is None:
-            assert pending.future is not None and pending.summary is not None
-            try:
-                meta = await asyncio.shield(pending.future)
-            except StrataError as err:
-                error = from_strata_error(err, topic=self.topic, record=pending.label)
-            except Exception as err:
-                log.exception("%s: unexpected delivery failure", pending.label)
-                error = from_strata_error(err, record=pending.label)
-            else:
-                size, key_info, value_info = pending.summary
-                metrics = self.state.metrics
-                metrics.records.labels(self.topic).inc()
-                metrics.bytes.labels(self.topic).inc(size)
-                self.access["records"] = self.access.get("records", 0) + 1
-                return 200, {
-                    "error_code": 200, "cluster_id": self.cluster_id, "topic_name": self.topic,
-                    "partition_id": meta.partition, "offset": meta.offset,
-                    "timestamp": iso_timestamp(meta.timestamp) if meta.timestamp >= 0 else None,
-                    "key": key_info, "value": value_info,
-                }, None
-        self.state.metrics.errors.labels(str(error.error_code)).inc()
-        if error.status >= 500:
-            log.warning("%s on topic %s not written or unconfirmed: %s", pending.label,
-                        self.topic, error.message)
-        return error.status, error.body(), error
-
-
-# ---------------------------------------------------------------------------- app
 # ---------------------------------------------------------------------------- OpenAPI
 #: The Confluent v3 error body every error status answers with.
 _ERROR_SCHEMA: dict[str, Any] = {
@@ -500,14 +306,21 @@ _STATUS_TEXT = {
 #: Errors any /v3 route can answer.
 _V3_ERRORS = (400, 401, 403, 404, 422, 429, 503)
 
-def create_app(config: GatewayConfig) -> FastAPI:
+async def _flush_access_log_often() -> None:
+    while True:
+        await asyncio.sleep(0.2)
+        flush_access_log()
+
+
+def create_app(config: GatewayConfig) -> GatewayApp:
     """The gateway's ASGI app (serve it with uvicorn; see ``run``)."""
     auth = _load_auth(config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = _State(config, auth)
+        state = GatewayState(config, auth)
         app.state.gateway = state
+        flusher = asyncio.create_task(_flush_access_log_often())
         log.info("gateway ready for brokers %s (auth %s)", config.bootstrap,
                  "on" if auth is not None else "off")
         try:
@@ -515,6 +328,8 @@ def create_app(config: GatewayConfig) -> FastAPI:
         finally:
             log.info("gateway shutting down: flushing in-flight records")
             await state.close()
+            flusher.cancel()
+            flush_access_log()
             if auth is not None:
                 auth.executor.shutdown(wait=False)
 
@@ -525,10 +340,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
     _install_routes(app, config)
     app.add_middleware(_MetricsMiddleware)
     app.add_middleware(AccessLogMiddleware)  # outermost of the app's own middleware
-    return app
+    return GatewayApp(app)
 
 
-def app_from_env() -> FastAPI:
+def app_from_env() -> GatewayApp:
     """uvicorn factory for worker processes: the config comes from ``STRATA_GATEWAY_CONFIG``."""
     config = GatewayConfig.from_env()
     configure_access_log(config.access_log)
@@ -585,7 +400,7 @@ def _topic_json(cluster_id: str, description: TopicDescription) -> dict[str, Any
     }
 
 
-async def _describe(state: _State, topic: str) -> TopicDescription:
+async def _describe(state: GatewayState, topic: str) -> TopicDescription:
     try:
         return (await state.admin.describe_topics([topic]))[topic]
     except StrataError as err:
@@ -605,14 +420,16 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
     async def readyz(request: Request) -> JSONResponse:
         """Readiness: a broker answered and the cluster metadata is loaded."""
         state = _state(request)
+        if state.closing:
+            raise unavailable("the gateway is shutting down: it finishes the requests it "
+                              "has and takes no more; send to another instance")
         try:
             description = await asyncio.wait_for(state.admin.describe_cluster(), 5.0)
         except (StrataError, TimeoutError) as err:
             raise unavailable(f"brokers unreachable ({err}); check --bootstrap and "
                               "`strata status`") from err
-        if not description.brokers or state.closing:
-            raise unavailable("no live brokers in the cluster metadata" if not state.closing
-                              else "the gateway is shutting down")
+        if not description.brokers:
+            raise unavailable("no live brokers in the cluster metadata")
         return JSONResponse({"status": "ready", "cluster_id": description.cluster_id,
                              "brokers": sorted(description.brokers)})
 
@@ -659,9 +476,8 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
         """Body: ``{topic_name, partitions_count?, replication_factor?,
         configs?: [{name, value}]}``."""
         state = _state(request)
-        _check_json(request)
         cid = await state.check_cluster(cluster_id)
-        body = _parse_json(await _read_body(request, state.config.max_request_bytes))
+        body = await _read_json(request, state.config.max_request_bytes)
         if not isinstance(body, dict):
             raise HttpError(422, "body: expected a JSON object {topic_name, ...}")
         name = body.get("topic_name")
@@ -728,120 +544,27 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
         } for p in description.partitions]}
 
     @app.post(base + "/topics/{topic_name}/records", tags=["records"],
-              responses=_errors(*_V3_ERRORS, 413, 415))
+              responses={202: {"description": "sent with acks=0, not acknowledged"},
+                         **_errors(*_V3_ERRORS, 413, 415)})
     async def produce_records(
         request: Request, cluster_id: str, topic_name: str,
-        principal: _ProducePrincipal,
         acks: str = Query("all", description="all (-1), 1 or 0", pattern=_ACKS_PATTERN),
     ) -> Response:
-        """Produce one record (a JSON object), or several concatenated in one (chunked)
-        body: streaming mode, answered with one delivery report per line, in order."""
-        state = _state(request)
-        _check_json(request)
-        acks = _acks(acks)
-        cid = await state.check_cluster(cluster_id)
-        limit = await state.max_message_bytes(topic_name)
-        producing = _Producing(state, cid, topic_name, acks, limit, access_info(request.scope))
-        key = request.headers.get("idempotency-key")
-        if key:
-            body = await _read_body(request, state.config.max_request_bytes)
-            try:
-                text = body.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise HttpError(422, f"body: not valid UTF-8 ({err})") from None
-            values, error = _parse_concatenated(text)
-
-            async def compute() -> Answer:
-                many = len(values) > 1 or error is not None
-                items = [await producing.submit(v, f"records[{i}]" if many else "record",
-                                                f"records[{i}]" if many else "")
-                         for i, v in enumerate(values)]
-                if error is not None:
-                    items.append(_Pending(f"records[{len(items)}]", error=error))
-                return await _produce_answer(producing, items)
-
-            answer, replayed = await state.idempotency.run(
-                _scope(principal, request, key), _fingerprint(acks, body), compute)
-            return _to_response(answer, replayed)
-        # The first record waits for the second (or the end of the body): only then is it
-        # known whether this is one record (fields named "value.data") or a stream
-        # ("records[0].value.data").
-        _check_length(request, state.config.max_request_bytes)
-        items: list[_Pending] = []
-        held: list[Any] = []
-        async for value in _stream_objects(request, state.config.max_request_bytes):
-            if held:
-                items.append(await producing.submit(held.pop(), "records[0]", "records[0]"))
-            label = f"records[{len(items)}]"
-            if isinstance(value, HttpError):
-                items.append(_Pending(label, error=value))
-                break
-            if not items:
-                held.append(value)
-            else:
-                items.append(await producing.submit(value, label, label))
-        if held:
-            items.append(await producing.submit(held.pop(), "record", ""))
-        if len(items) <= 1:
-            return _to_response(await _produce_answer(producing, items))
-
-        async def reports() -> AsyncIterator[bytes]:
-            for item in items:
-                _, report, _ = await producing.report(item)
-                yield json.dumps(report).encode() + b"\n"
-
-        return StreamingResponse(reports(), media_type="application/x-ndjson")
+        """Produce one record ``{partition_id?, headers?, key?, value?, timestamp?}``, or
+        several concatenated in one (chunked) body: streaming mode, answered with one
+        delivery report per line, in order."""
+        return _ServedByProducePath(request, batch=False)
 
     @app.post(base + "/topics/{topic_name}/records:batch", tags=["records"],
               responses={207: {"description": "one answer per entry"},
                          **_errors(*_V3_ERRORS, 413, 415)})
     async def produce_batch(
         request: Request, cluster_id: str, topic_name: str,
-        principal: _ProducePrincipal,
         acks: str = Query("all", description="all (-1), 1 or 0", pattern=_ACKS_PATTERN),
     ) -> Response:
         """Body ``{"entries": [{"id", ...record}]}``; answer 207
         ``{"successes": [...], "failures": [...]}``, one per entry, with its ``id``."""
-        state = _state(request)
-        _check_json(request)
-        acks = _acks(acks)
-        cid = await state.check_cluster(cluster_id)
-        limit = await state.max_message_bytes(topic_name)
-        body = await _read_body(request, state.config.max_request_bytes)
-        parsed = _parse_json(body)
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("entries"), list):
-            raise HttpError(422, "entries: required, a list of records")
-        entries: list[Any] = parsed["entries"]
-        extra = sorted(set(parsed) - {"entries"})
-        if extra:
-            raise HttpError(422, f"{extra[0]}: unknown field; expected only entries")
-        producing = _Producing(state, cid, topic_name, acks, limit, access_info(request.scope))
-
-        async def compute() -> Answer:
-            items = []
-            for i, entry in enumerate(entries):
-                item = await producing.submit(entry, f"entries[{i}]", f"entries[{i}]")
-                item.extra["id"] = (str(entry.get("id", i)) if isinstance(entry, dict)
-                                    else str(i))
-                items.append(item)
-            successes: list[dict[str, Any]] = []
-            failures: list[dict[str, Any]] = []
-            all_not_written = True
-            for item in items:
-                status, report, error = await producing.report(item)
-                report = {"id": item.extra["id"], **report}
-                (successes if status == 200 else failures).append(report)
-                all_not_written &= error is not None and error.not_written
-            return Answer(207, json.dumps({"successes": successes,
-                                           "failures": failures}).encode(),
-                          not_written=all_not_written and bool(items))
-
-        key = request.headers.get("idempotency-key")
-        if key:
-            answer, replayed = await state.idempotency.run(
-                _scope(principal, request, key), _fingerprint(acks, body), compute)
-            return _to_response(answer, replayed)
-        return _to_response(await compute())
+        return _ServedByProducePath(request, batch=True)
 
     @app.get(base + "/topics/{topic_name}/partitions/{partition_id}/records", tags=["read"],
              dependencies=[Depends(consume)], responses=_errors(*_V3_ERRORS, 416))
@@ -936,35 +659,6 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
                                  headers={"Cache-Control": "no-cache"})
 
 
-async def _produce_answer(producing: _Producing, items: list[_Pending]) -> Answer:
-    """One item: its report with its own status; several: NDJSON reports, 200."""
-    if not items:
-        return Answer(422, json.dumps(HttpError(422, "body: expected a JSON record "
-                                                     "{key?, value?, ...}").body()).encode(),
-                      not_written=True)
-    if len(items) == 1:
-        status, report, error = await producing.report(items[0])
-        return Answer(status, json.dumps(report).encode(),
-                      headers=error.headers if error is not None else {},
-                      not_written=error is not None and error.not_written)
-    lines = []
-    all_not_written = True
-    for item in items:
-        _, report, error = await producing.report(item)
-        lines.append(json.dumps(report).encode() + b"\n")
-        all_not_written &= error is not None and error.not_written
-    return Answer(200, b"".join(lines), media_type="application/x-ndjson",
-                  not_written=all_not_written)
-
-
-def _scope(principal: Any, request: Request, key: str) -> str:
-    return f"{_principal_name(principal)}\x00{request.url.path}\x00{key}"
-
-
-def _fingerprint(acks: str, body: bytes) -> str:
-    return hashlib.sha256(acks.encode() + b"\x00" + body).hexdigest()
-
-
 def _record_json(r: Any) -> dict[str, Any]:
     return {
         "partition_id": r.partition, "offset": r.offset,
@@ -1011,7 +705,7 @@ def run(config: GatewayConfig, *, log_level: str = "info") -> None:
         common.update(ssl_certfile=config.tls_cert, ssl_keyfile=config.tls_key)
     configure_access_log(config.access_log)
     if config.workers == 1:
-        uvicorn.run(create_app(config), **common)
+        serve_one(create_app(config), common)
         return
     _load_auth(config)  # fail here, once, rather than in every worker
     with tempfile.TemporaryDirectory(prefix="strata-gateway-") as private:
@@ -1020,5 +714,4 @@ def run(config: GatewayConfig, *, log_level: str = "info") -> None:
             config = dataclasses.replace(
                 config, idempotency_db=os.path.join(private, "idempotency.sqlite3"))
         os.environ[CONFIG_ENV] = config.to_json()
-        uvicorn.run("ingest_gateway._app:app_from_env", factory=True,
-                    workers=config.workers, **common)
+        serve_workers(app_from_env, common, config.workers)

@@ -546,6 +546,30 @@ class Authenticator:
         """
         if not self._config.enabled:
             return ANONYMOUS
+        key_id, secret = self._credentials(authorization)
+        if not self._verify(key_id, secret):
+            raise UnauthorizedError(
+                "Unknown API key id or wrong secret; check both, or ask an operator for a key."
+            )
+        return self._principals[key_id]
+
+    def cached(self, authorization: str | None) -> Principal | None:
+        """The principal when this exact key and secret were verified before (no PBKDF2:
+        cheap enough for the event loop), None when ``authenticate`` must run; raises
+        :class:`UnauthorizedError` for a missing or malformed header."""
+        if not self._config.enabled:
+            return ANONYMOUS
+        key_id, secret = self._credentials(authorization)
+        if key_id not in self._keys:
+            return None
+        try:
+            fingerprint = hashlib.sha256(secret.encode("utf-8")).digest()
+        except UnicodeEncodeError:
+            return None
+        return self._principals[key_id] if (key_id, fingerprint) in self._cache else None
+
+    def _credentials(self, authorization: str | None) -> tuple[str, str]:
+        """``(key_id, secret)`` of a Bearer or Basic header, or :class:`UnauthorizedError`."""
         if authorization is None or not authorization.strip():
             raise UnauthorizedError(f"Missing Authorization header; {_HEADER_HELP}.")
         scheme, _, credentials = authorization.strip().partition(" ")
@@ -561,12 +585,7 @@ class Authenticator:
             pair = self._parse_basic(credentials)
         else:
             raise UnauthorizedError(f"Unsupported Authorization scheme; {_HEADER_HELP}.")
-        key_id, secret = pair
-        if not self._verify(key_id, secret):
-            raise UnauthorizedError(
-                "Unknown API key id or wrong secret; check both, or ask an operator for a key."
-            )
-        return self._principals[key_id]
+        return pair
 
     @staticmethod
     def _parse_basic(credentials: str) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -162,7 +163,12 @@ def encode_data(data: bytes | None) -> dict[str, Any] | None:
     return {"type": "BINARY", "data": base64.b64encode(data).decode("ascii")}
 
 
+@functools.lru_cache(maxsize=64)
+def _iso_second(second: int) -> str:
+    return datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+
+
 def iso_timestamp(ms: int) -> str:
-    """``1700000000123`` -> ``"2023-11-14T22:13:20.123Z"``."""
-    when = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    """``1700000000123`` -> ``"2023-11-14T22:13:20.123Z"`` (the seconds part is cached:
+    every report of a produce answer formats a timestamp, mostly of the same second)."""
+    return f"{_iso_second(ms // 1000)}{ms % 1000:03d}Z"

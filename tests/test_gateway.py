@@ -23,6 +23,7 @@ import pytest
 
 from ingest_gateway._auth import hash_secret
 from strata.client import Admin, Consumer, NewTopic, TopicPartition
+from strata.client._partitioner import partition_for_key
 from strata.procs import free_port
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_for
@@ -223,8 +224,19 @@ def test_produce_binary_and_acks(client: httpx.Client, gateway: Gateway) -> None
     assert one.status_code == 200 and one.json()["offset"] >= 0
     [read] = read_back(gateway.bootstrap, "gw-events", 0, one.json()["offset"])
     assert read.value == payload and read.key is None
-    zero = client.post(url, params={"acks": "0"}, json={"value": {"type": "STRING", "data": "x"}})
-    assert zero.status_code == 200 and zero.json()["offset"] == -1
+    # acks=0: sent, not acknowledged: 202 and no offset, never "200 written"
+    before = high_watermark(client, gateway, "gw-events", 2)
+    zero = client.post(url, params={"acks": "0"},
+                       json={"partition_id": 2, "value": {"type": "STRING", "data": "x"}})
+    assert zero.status_code == 202, zero.text
+    assert zero.json()["error_code"] == 202 and zero.json()["offset"] is None
+    batch = client.post(url + ":batch", params={"acks": "0"}, json={"entries": [
+        {"id": "z", "partition_id": 2, "value": {"type": "STRING", "data": "y"}}]})
+    assert batch.status_code == 207
+    [sent] = batch.json()["successes"]
+    assert sent["id"] == "z" and sent["error_code"] == 202 and sent["offset"] is None
+    wait_for("acks=0 records arrive", lambda: high_watermark(client, gateway, "gw-events", 2),
+             lambda hw: hw == before + 2, timeout=10)
 
 
 def test_streaming_mode_reports_in_order(client: httpx.Client, gateway: Gateway) -> None:
@@ -381,6 +393,57 @@ def test_concurrent_retries_with_one_key_produce_once(gateway: Gateway) -> None:
         assert high_watermark(client, gateway, "gw-stream", 0) == before + 1
 
 
+def test_concurrent_requests_are_gathered_and_keep_order(gateway: Gateway) -> None:
+    """16 clients at once: their records travel in shared batches (the batch-size metric
+    says several records per producer send), each keyed client stays on Kafka's murmur2
+    partition of its key, and every client's records are read back in its order."""
+    url = gateway.topic_url("gw-events") + "/records"
+    answers: dict[int, list[dict[str, Any]]] = {}
+
+    def client_run(n: int) -> None:
+        with httpx.Client(timeout=20) as c:
+            answers[n] = [c.post(url, json={"key": {"type": "STRING", "data": f"key-{n}"},
+                                           "value": {"type": "STRING", "data": f"{n}:{i}"}}
+                                 ).json() for i in range(25)]
+
+    threads = [threading.Thread(target=client_run, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(answers) == list(range(16))
+    for n, reports in answers.items():
+        assert all(r["error_code"] == 200 for r in reports), reports
+        partitions = {r["partition_id"] for r in reports}
+        assert partitions == {partition_for_key(f"key-{n}".encode(), 3)}
+        offsets = [r["offset"] for r in reports]
+        assert offsets == sorted(offsets) and len(set(offsets)) == 25
+        read = read_back(gateway.bootstrap, "gw-events", partitions.pop(), offsets[0],
+                         offsets[-1] - offsets[0] + 1)
+        mine = [r.value for r in read if r.key == f"key-{n}".encode()]
+        assert mine == [f"{n}:{i}".encode() for i in range(25)]
+    metrics = httpx.get(f"{gateway.url}/metrics").text
+    count = float(metrics.split("strata_gateway_batch_records_count ")[1].split()[0])
+    total = float(metrics.split("strata_gateway_batch_records_sum ")[1].split()[0])
+    assert total >= 400 and total / count > 1.5, (total, count)
+    # one batch request mixing an explicit partition, keys and sticky records
+    mixed = httpx.post(url + ":batch", json={"entries": [
+        {"id": "p", "partition_id": 2, "value": {"type": "STRING", "data": "to-2"}},
+        {"id": "k", "key": {"type": "BINARY", "data": b64(b"kk")}, "value": None},
+        {"id": "s1", "value": {"type": "STRING", "data": "sticky-1"}},
+        {"id": "s2", "value": {"type": "STRING", "data": "sticky-2"}},
+        {"id": "j", "value": {"type": "JSON", "data": {"a": [1, 2.5, None]}}}]}).json()
+    by_id = {r["id"]: r for r in mixed["successes"]}
+    assert sorted(by_id) == ["j", "k", "p", "s1", "s2"] and mixed["failures"] == []
+    assert by_id["p"]["partition_id"] == 2
+    assert by_id["k"]["partition_id"] == partition_for_key(b"kk", 3)
+    s1, s2, j = by_id["s1"], by_id["s2"], by_id["j"]
+    assert s1["partition_id"] == s2["partition_id"] == j["partition_id"]
+    assert [s2["offset"], j["offset"]] == [s1["offset"] + 1, s1["offset"] + 2]
+    [rj] = read_back(gateway.bootstrap, "gw-events", j["partition_id"], j["offset"])
+    assert rj.value == b'{"a":[1,2.5,null]}' and j["value"] == {"size": 18, "type": "JSON"}
+
+
 def test_workers_and_graceful_shutdown_drain(gateway: Gateway) -> None:
     """Two uvicorn workers: an Idempotency-Key is honoured across them. SIGTERM while a
     record waits in the producer's linger: the request is still answered with its
@@ -407,6 +470,19 @@ def test_workers_and_graceful_shutdown_drain(gateway: Gateway) -> None:
         assert len({r.json()["offset"] for r in retries}) == 1
         with httpx.Client(timeout=20) as client:
             assert high_watermark(client, gateway, "gw-stream", 0) == before + 1
+        # each worker listens on its own SO_REUSEPORT socket: the kernel spreads new
+        # connections over both (the X-Request-ID prefix is the worker's pid)
+        workers = {httpx.get(f"{multi.url}/healthz").headers["x-request-id"].split("-")[0]
+                   for _ in range(24)}
+        children = sorted(worker_pids(multi.process.pid))
+        assert {f"{pid:x}" for pid in children} == workers and len(children) == 2
+        # a worker killed -9 is replaced; the gateway keeps answering
+        os.kill(children[0], 9)
+        wait_for("a new worker", lambda: sorted(worker_pids(multi.process.pid)),
+                 lambda pids: len(pids) == 2 and children[0] not in pids, timeout=30)
+        wait_for("all workers answer", lambda: {
+            httpx.get(f"{multi.url}/healthz").headers["x-request-id"].split("-")[0]
+            for _ in range(24)}, lambda seen: len(seen) == 2, timeout=30)
         answers: list[httpx.Response] = []
 
         def post() -> None:
@@ -439,13 +515,20 @@ acls = [{{ action = "produce", prefix = "gw-ev" }}]
 id = "ops"
 secret_hash = "{admin_hash}"
 acls = [{{ action = "admin", prefix = "*" }}]
+[[keys]]
+id = "batcher"
+secret_hash = "{writer_hash}"
+rate_limit_per_s = 0.1
+burst = 5
+acls = [{{ action = "produce", prefix = "gw-ev" }}]
 """)
     with running_gateway(gateway.bootstrap, "--auth-config", str(config)) as secured, \
             httpx.Client(timeout=20) as client:
         url = f"{secured.url}/v3/clusters/{gateway.cluster_id}/topics/gw-events/records"
         record = {"partition_id": 0, "value": {"type": "STRING", "data": "auth"}}
-        already = len(access_lines(secured))  # the start-up health probes
-        anonymous = client.post(url, json=record)
+        # marks where this test's lines start (the start-up health probes come before;
+        # the log is written in groups, so counting lines now would be too early)
+        anonymous = client.post(url, json=record, headers={"X-Request-ID": "auth-test-1"})
         assert anonymous.status_code == 401 and anonymous.json()["error_code"] == 40101
         wrong = client.post(url, json=record, headers={"Authorization": "Bearer writer.nope"})
         assert wrong.status_code == 401
@@ -465,8 +548,20 @@ acls = [{{ action = "admin", prefix = "*" }}]
         traced = client.get(f"{secured.url}/healthz", headers={"X-Request-ID": "trace-1"})
         assert traced.status_code == 200 and traced.headers["x-request-id"] == "trace-1"
         # The JSON access log: one parseable line per request, written once it completed.
-        lines = wait_for("access log lines", lambda: access_lines(secured)[already:],
-                         lambda found: len(found) >= 9, timeout=10)
+        def ours() -> list[dict[str, Any]]:
+            found = access_lines(secured)
+            starts = [i for i, line in enumerate(found) if line["request_id"] == "auth-test-1"]
+            return found[starts[0]:] if starts else []
+
+        lines = wait_for("access log lines", ours, lambda found: len(found) >= 9, timeout=10)
+        # the rate limit counts records: burst 5 is three records in a batch plus two
+        batcher = {"Authorization": "Bearer batcher.writer-secret"}
+        three = {"entries": [record] * 3}
+        assert client.post(url + ":batch", json=three, headers=batcher).status_code == 207
+        assert client.post(url + ":batch", json={"entries": [record] * 2},
+                           headers=batcher).status_code == 207
+        over = client.post(url, json=record, headers=batcher)
+        assert over.status_code == 429 and over.json()["error_code"] == 42901
     assert [(line["method"], line["status"], line["key_id"]) for line in lines] == [
         ("POST", 401, "-"), ("POST", 401, "-"), ("POST", 200, "writer"),
         ("POST", 403, "writer"), ("GET", 403, "writer"), ("POST", 200, "writer"),
@@ -479,6 +574,16 @@ acls = [{{ action = "admin", prefix = "*" }}]
     assert len({line["request_id"] for line in lines}) == len(lines)
     assert set(lines[0]) == {"time", "request_id", "method", "path", "status", "duration_ms",
                              "key_id", "bytes_in", "bytes_out", "records"}
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The gateway supervisor's live worker processes."""
+    found = []
+    for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+        with contextlib.suppress(FileNotFoundError):  # ended since the listing
+            if b"multiprocessing.spawn" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+    return found
 
 
 def access_lines(gateway: Gateway) -> list[dict[str, Any]]:

@@ -1,0 +1,167 @@
+"""How the gateway is served: uvicorn with two changes that measurably matter.
+
+- :class:`OneWriteHttpProtocol`: uvicorn's httptools protocol writes a response's status
+  line and headers, then its body, as two writes; on loopback with ``TCP_NODELAY`` that
+  is two segments and two wake-ups of the client per answer. The status line and headers
+  are held until the first body write (or the end of the response, or a close) and go
+  out with it.
+- Several workers get one listening socket each, bound with ``SO_REUSEPORT``, so the
+  kernel spreads new connections over them evenly. With uvicorn's own ``workers=N``
+  they share one socket and whichever worker wakes first accepts: benchmark runs saw
+  every keep-alive connection on one worker while the other idled
+  (docs/benchmarks.md, "HTTP ingest gateway").
+
+:func:`serve_workers` supervises the workers: it restarts one that dies, forwards
+SIGTERM/SIGINT (each worker then drains its in-flight requests) and waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = ["OneWriteHttpProtocol", "reuseport_socket", "serve_one", "serve_workers"]
+
+log = logging.getLogger("ingest_gateway")
+
+_INTERIM = b"HTTP/1.1 1"  # 100 Continue and other 1xx answers are sent as they are
+
+
+class _HeldHeadersTransport:
+    """A transport that holds a response head until the next write (see the module
+    docstring); everything else is the wrapped transport's."""
+
+    __slots__ = ("_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._held: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + bytes(data))
+        elif (data[:9] == b"HTTP/1.1 " and data[:10] != _INTERIM
+              and bytes(data[-4:]) == b"\r\n\r\n"):
+            self._held = bytes(data)
+        else:
+            self._transport.write(data)
+
+    def release(self) -> None:
+        """Write a held head now (a response without body bytes, e.g. HEAD)."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.release()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class OneWriteHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, writing each response head with its body."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(_HeldHeadersTransport(transport))  # type: ignore[arg-type]
+
+    def on_response_complete(self) -> None:
+        held = self.transport
+        if isinstance(held, _HeldHeadersTransport):
+            held.release()
+        super().on_response_complete()
+
+
+def reuseport_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
+    """A TCP socket bound with ``SO_REUSEPORT`` (several may share ``port``), listening
+    unless ``listen`` is False (then it only keeps the port from other programs)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    if listen:
+        sock.listen(2048)
+    return sock
+
+
+def serve_one(app: Any, options: dict[str, Any], sock: socket.socket | None = None) -> None:
+    """Run one uvicorn server in this process until SIGTERM/SIGINT."""
+    server = uvicorn.Server(uvicorn.Config(app, http=OneWriteHttpProtocol, **options))
+    server.run(sockets=None if sock is None else [sock])
+
+
+def _worker_main(factory: Callable[[], Any], options: dict[str, Any], host: str,
+                 port: int) -> None:
+    sock = reuseport_socket(host, port)
+    serve_one(factory(), {**options, "host": host, "port": port}, sock)
+
+
+def serve_workers(factory: Callable[[], Any], options: dict[str, Any], workers: int) -> None:
+    """``workers`` processes, each calling ``factory()`` for its app and listening on its
+    own ``SO_REUSEPORT`` socket; returns when they all ended after SIGTERM/SIGINT."""
+    host, port = options.pop("host"), options.pop("port")
+    # Bound, not listening: it keeps the port for the workers (and picks it when 0) and
+    # fails here, once, if another program has it; connections go to listening sockets.
+    reserve = reuseport_socket(host, port, listen=False)
+    port = reserve.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    stopping = False
+
+    def start() -> multiprocessing.process.BaseProcess:
+        process = context.Process(target=_worker_main, args=(factory, options, host, port),
+                                  name="strata-gateway-worker")
+        process.start()
+        return process
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        for process in children:
+            if process.pid is not None and process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
+
+    children = [start() for _ in range(workers)]
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    log.info("gateway: %d workers on %s:%d (SO_REUSEPORT)", workers, host, port)
+    try:
+        while True:
+            time.sleep(0.2)
+            if stopping:
+                break
+            for i, process in enumerate(children):
+                if not process.is_alive():
+                    log.error("gateway worker %s ended (exit code %s); starting a new one",
+                              process.pid, process.exitcode)
+                    children[i] = start()
+        deadline = time.monotonic() + float(options.get("timeout_graceful_shutdown") or 30) + 5
+        for process in children:
+            process.join(max(0.1, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+    finally:
+        reserve.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

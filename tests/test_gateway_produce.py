@@ -1,0 +1,157 @@
+"""The gateway's produce path in pieces (no server): the quick typed decoder must agree
+byte for byte with the codec it stands in for, and the transport that sends a response
+head with its body must never lose or reorder bytes."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest_gateway._produce import (
+    _batch_plan,
+    _decode_batch,
+    _NotPlain,
+    _records_plan,
+    match_produce,
+    plan_general,
+    plan_quick,
+)
+from ingest_gateway._server import _HeldHeadersTransport
+
+_text = st.text(max_size=12)
+_json_value = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40) | _text
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=6)
+_data = st.one_of(
+    st.none(),
+    st.fixed_dictionaries({"type": st.just("STRING"), "data": _text | st.none()}),
+    st.fixed_dictionaries({"type": st.just("BINARY"),
+                           "data": st.binary(max_size=12).map(
+                               lambda b: base64.b64encode(b).decode())}),
+    st.fixed_dictionaries({"type": st.just("JSON")}, optional={"data": _json_value}),
+    st.fixed_dictionaries({}, optional={"data": _json_value}),
+    # doubtful shapes: the quick path must hand these to the codec
+    st.fixed_dictionaries({"type": st.sampled_from(["XML", "string", ""]), "data": _text}),
+    st.fixed_dictionaries({"type": st.just("BINARY"), "data": st.just("%%%")}),
+    st.fixed_dictionaries({"type": st.just("STRING"), "data": st.integers()}),
+)
+_entry = st.fixed_dictionaries({}, optional={
+    "id": _text | st.integers(),
+    "partition_id": st.integers(-1, 5) | st.none(),
+    "key": _data, "value": _data})
+
+
+def _columns(plan: Any) -> tuple[Any, ...]:
+    errors = [None if e is None else (e.status, e.message) for e in plan.errors]
+    return (plan.labels, plan.ids, plan.partitions, plan.keys, plan.values, plan.key_info,
+            plan.value_info, plan.sizes, errors)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=st.lists(_entry, max_size=6))
+def test_quick_batch_decoding_agrees_with_the_codec(entries: list[dict[str, Any]]) -> None:
+    body = json.dumps({"entries": entries}).encode()
+    labels = [f"entries[{i}]" for i in range(len(entries))]
+    general = plan_general(entries, labels, labels, batch=True)
+    try:
+        quick = plan_quick(_decode_batch(body).entries, labels, batch=True)
+    except (msgspec.MsgspecError, _NotPlain):
+        return  # the codec decides (what _batch_plan does)
+    assert all(e is None for e in general.errors), "quick path accepted an invalid entry"
+    assert _columns(quick) == _columns(general)
+    assert _columns(_batch_plan(body)) == _columns(general)
+
+
+def test_plain_shapes_take_the_quick_path() -> None:
+    """The property above is not vacuous: these shapes decode without the codec."""
+    body = json.dumps({"entries": [
+        {"value": {"type": "STRING", "data": "a"}},
+        {"id": 7, "partition_id": 1, "key": {"type": "BINARY", "data": "AAE="}, "value": None},
+        {"key": {"type": "STRING", "data": "k"}, "value": {"data": {"x": [1, None]}}},
+        {}]}).encode()
+    quick = plan_quick(_decode_batch(body).entries, ["a", "b", "c", "d"], batch=True)
+    assert quick.values == [b"a", None, b'{"x":[1,null]}', None]
+    assert quick.keys == [None, b"\x00\x01", b"k", None]
+    assert quick.ids == ["0", "7", "2", "3"] and quick.partitions == [None, 1, None, None]
+    assert quick.sizes == [1, 2, 15, 0] and quick.decoded is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(record=_entry.filter(lambda e: "id" not in e))
+def test_quick_single_record_agrees_with_the_codec(record: dict[str, Any]) -> None:
+    general = plan_general([record], ["record"], [""], batch=False)
+    assert _columns(_records_plan(json.dumps(record).encode())) == _columns(general)
+
+
+def test_records_bodies_one_many_and_broken() -> None:
+    two = _records_plan(b'{"value": null} {"value": {"type": "STRING", "data": "b"}}')
+    assert two.labels == ["records[0]", "records[1]"] and two.values == [None, b"b"]
+    trailing = _records_plan(b'{"value": null} {"val')
+    assert trailing.labels == ["records[0]", "records[1]"]
+    assert trailing.errors[1] is not None and trailing.errors[1].status == 422
+    with pytest.raises(Exception, match="body: not valid JSON"):
+        _records_plan(b'{"value": ')
+    with pytest.raises(Exception, match="expected a JSON record"):
+        _records_plan(b"  ")
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/v3/clusters/c1/topics/t.x/records", ("c1", "t.x", False)),
+    ("/v3/clusters/c1/topics/t/records:batch", ("c1", "t", True)),
+    ("/v3/clusters/c1/topics/t/records/", None),
+    ("/v3/clusters//topics/t/records", None),
+    ("/v3/clusters/c1/topics/t/partitions", None),
+    ("/v2/clusters/c1/topics/t/records", None),
+])
+def test_produce_paths(path: str, expected: tuple[str, str, bool] | None) -> None:
+    assert match_produce(path) == expected
+
+
+class _Wire:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str) -> str:
+        return f"extra:{name}"
+
+
+def test_response_head_goes_out_with_the_body() -> None:
+    wire = _Wire()
+    transport = _HeldHeadersTransport(wire)  # type: ignore[arg-type]
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+    transport.write(head)
+    assert wire.writes == []
+    transport.write(b"{}")
+    assert wire.writes == [head + b"{}"]
+    # interim answers are not held; a head without a body is released at the end
+    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+    transport.release()
+    assert wire.writes[1:] == [b"HTTP/1.1 100 Continue\r\n\r\n",
+                               b"HTTP/1.1 204 No Content\r\n\r\n"]
+    # chunked bodies after the first go straight through; close flushes a held head
+    transport.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    transport.close()
+    assert wire.writes[-1].startswith(b"HTTP/1.1 200 OK") and wire.closed
+    assert transport.get_extra_info("peername") == "extra:peername"
