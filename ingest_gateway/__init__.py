@@ -2,7 +2,8 @@
 
     from ingest_gateway import GatewayConfig, create_app, run
 
-    run(GatewayConfig(bootstrap="127.0.0.1:2191", port=8082))   # what `strata gateway` does
+    # what `strata gateway --auth-config auth.toml` does
+    run(GatewayConfig(bootstrap="127.0.0.1:2191", port=8082, auth_config="auth.toml"))
 
 See ``ingest_gateway/README.md`` and ``docs/gateway.md``.
 """

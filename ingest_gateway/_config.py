@@ -17,8 +17,9 @@ CONFIG_ENV = "STRATA_GATEWAY_CONFIG"
 class GatewayConfig:
     """Settings of the ingest gateway.
 
-    ``auth_config``: path of the auth file read by ``ingest_gateway._auth``; ``None``
-    disables authentication and authorization (every request is allowed).
+    ``auth_config``: path of the auth file read by ``ingest_gateway._auth`` (API keys,
+    ACLs, rate limits). Authentication is off only when asked for: ``no_auth=True``
+    (``strata gateway --no-auth``) accepts every request; neither given is an error.
     """
 
     bootstrap: str
@@ -26,6 +27,8 @@ class GatewayConfig:
     port: int = 8082
     workers: int = 1
     auth_config: str | None = None
+    #: Accept every request without authentication (development only).
+    no_auth: bool = False
     #: Largest request body (and, in streaming mode, largest single JSON record) in bytes.
     max_request_bytes: int = 16 * 1024 * 1024
     #: Producer settings of the shared per-process producers.
@@ -54,6 +57,12 @@ class GatewayConfig:
     access_log: bool = True
 
     def __post_init__(self) -> None:
+        if self.auth_config is None and not self.no_auth:
+            raise ValueError("no auth_config: pass the API key file (strata gateway "
+                             "--auth-config FILE), or no_auth=True (--no-auth) to accept "
+                             "every request without authentication")
+        if self.auth_config is not None and self.no_auth:
+            raise ValueError("auth_config and no_auth=True contradict each other: pass one")
         if not self.bootstrap.strip():
             raise ValueError("bootstrap is empty: pass the brokers as HOST:PORT[,HOST:PORT]")
         if not 1 <= self.port <= 65535 and self.port != 0:

@@ -1,15 +1,22 @@
-"""Prometheus metrics of one gateway process, in a registry of its own.
+"""Prometheus metrics of the gateway, in a registry of its own.
 
-With several uvicorn workers each worker serves its own numbers on ``/metrics``.
-Children of labelled metrics are cached: ``labels()`` takes a lock and builds a tuple,
+With several workers (``serve_workers`` sets ``PROMETHEUS_MULTIPROC_DIR`` for them),
+prometheus_client keeps every worker's values in files there and ``/metrics``, whichever
+worker answers it, renders the sum over all workers (a worker that was replaced still
+counts). Children of labelled metrics are cached: ``labels()`` takes a lock and builds a tuple,
 which the produce path would otherwise pay several times per request.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+#: Set by the worker supervisor: the workers' shared metric files.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 __all__ = ["GatewayMetrics"]
 
@@ -61,4 +68,9 @@ class GatewayMetrics:
         self._child(self.errors, str(error_code)).inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        path = os.environ.get(MULTIPROC_ENV)
+        if not path:
+            return generate_latest(self.registry)
+        combined = CollectorRegistry()
+        MultiProcessCollector(combined, path=path)  # type: ignore[no-untyped-call]
+        return generate_latest(combined)

@@ -23,12 +23,15 @@ import multiprocessing
 import os
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from ingest_gateway._metrics import MULTIPROC_ENV
 
 __all__ = ["OneWriteHttpProtocol", "reuseport_socket", "serve_one", "serve_workers"]
 
@@ -122,6 +125,9 @@ def serve_workers(factory: Callable[[], Any], options: dict[str, Any], workers: 
     """``workers`` processes, each calling ``factory()`` for its app and listening on its
     own ``SO_REUSEPORT`` socket; returns when they all ended after SIGTERM/SIGINT."""
     host, port = options.pop("host"), options.pop("port")
+    metrics_dir = tempfile.TemporaryDirectory(prefix="strata-gateway-metrics-")
+    # before any worker imports prometheus_client: its values then live in shared files
+    os.environ[MULTIPROC_ENV] = metrics_dir.name
     # Bound, not listening: it keeps the port for the workers (and picks it when 0) and
     # fails here, once, if another program has it; connections go to listening sockets.
     reserve = reuseport_socket(host, port, listen=False)
@@ -163,5 +169,6 @@ def serve_workers(factory: Callable[[], Any], options: dict[str, Any], workers: 
                 process.join(5)
     finally:
         reserve.close()
+        metrics_dir.cleanup()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

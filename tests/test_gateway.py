@@ -476,6 +476,12 @@ def test_workers_and_graceful_shutdown_drain(gateway: Gateway) -> None:
                    for _ in range(24)}
         children = sorted(worker_pids(multi.process.pid))
         assert {f"{pid:x}" for pid in children} == workers and len(children) == 2
+        # /metrics sums every worker's numbers, whichever worker answers it
+        totals = {
+            httpx.get(f"{multi.url}/metrics").text.split(
+                'strata_gateway_records_produced_total{topic="gw-stream"} ')[1].split()[0]
+            for _ in range(12)}
+        assert totals == {"1.0"}, totals
         # a worker killed -9 is replaced; the gateway keeps answering
         os.kill(children[0], 9)
         wait_for("a new worker", lambda: sorted(worker_pids(multi.process.pid)),

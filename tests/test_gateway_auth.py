@@ -777,3 +777,15 @@ def test_cli_new_key_and_usage(capsys: pytest.CaptureFixture[str]) -> None:
 def test_public_names() -> None:
     for name in _auth.__all__:
         assert hasattr(_auth, name), name
+
+
+def test_gateway_config_needs_auth_or_an_explicit_no_auth() -> None:
+    """Used as a library (not through the CLI), the gateway does not default to open."""
+    from ingest_gateway import GatewayConfig
+
+    with pytest.raises(ValueError, match="no auth_config: pass the API key file"):
+        GatewayConfig(bootstrap="127.0.0.1:9092")
+    with pytest.raises(ValueError, match="contradict"):
+        GatewayConfig(bootstrap="127.0.0.1:9092", auth_config="auth.toml", no_auth=True)
+    assert GatewayConfig(bootstrap="127.0.0.1:9092", no_auth=True).auth_config is None
+    assert GatewayConfig(bootstrap="h:1", auth_config="a.toml").no_auth is False

@@ -55,7 +55,8 @@ def _gateway(args: argparse.Namespace) -> int:
         raise CommandError("--tls-cert and --tls-key go together: pass both to serve HTTPS")
     config = GatewayConfig(
         bootstrap=bootstrap_of(args), host=args.host, port=args.port, workers=args.workers,
-        auth_config=None if args.no_auth else args.auth_config, linger_ms=args.linger_ms,
+        auth_config=None if args.no_auth else args.auth_config, no_auth=args.no_auth,
+        linger_ms=args.linger_ms,
         max_request_bytes=args.max_request_bytes,
         delivery_timeout_ms=args.delivery_timeout_ms,
         idempotency_window_s=args.idempotency_window_s,
