@@ -31,8 +31,10 @@ class GatewayConfig:
     no_auth: bool = False
     #: Largest request body (and, in streaming mode, largest single JSON record) in bytes.
     max_request_bytes: int = 16 * 1024 * 1024
-    #: Producer settings of the shared per-process producers.
-    linger_ms: float = 5.0
+    #: How long the coalescer gathers concurrent requests' records for one producer send
+    #: (0: until the end of the current event-loop pass), and the shared producers'
+    #: settings.
+    linger_ms: float = 1.0
     batch_size: int = 131072
     buffer_memory: int = 64 * 1024 * 1024
     delivery_timeout_ms: int = 30000

@@ -46,6 +46,20 @@ class GatewayMetrics:
             "for one partition (see linger_ms)", registry=self.registry,
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000))
         self._children: dict[tuple[Any, ...], Any] = {}
+        #: Counter increments not yet applied (``flush``): with several workers every
+        #: increment is a locked write to a shared file, a few per request otherwise.
+        self._pending: dict[tuple[Any, ...], float] = {}
+
+    def _add(self, metric: Any, amount: float, *labels: str) -> None:
+        key = (metric, *labels)
+        self._pending[key] = self._pending.get(key, 0.0) + amount
+
+    def flush(self) -> None:
+        """Apply the pending counter increments (the app calls this every 0.2 s and
+        before rendering)."""
+        pending, self._pending = self._pending, {}
+        for (metric, *labels), amount in pending.items():
+            self._child(metric, *labels).inc(amount)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -56,18 +70,19 @@ class GatewayMetrics:
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """One answered request."""
-        self._child(self.requests, method, route, str(status)).inc()
+        self._add(self.requests, 1, method, route, str(status))
         self._child(self.latency, method, route).observe(seconds)
 
     def record_topic(self, topic: str, size: int, records: int = 1) -> None:
         """``records`` acknowledged records of ``size`` bytes in all."""
-        self._child(self.records, topic).inc(records)
-        self._child(self.bytes, topic).inc(size)
+        self._add(self.records, records, topic)
+        self._add(self.bytes, size, topic)
 
     def error(self, error_code: int) -> None:
-        self._child(self.errors, str(error_code)).inc()
+        self._add(self.errors, 1, str(error_code))
 
     def render(self) -> bytes:
+        self.flush()
         path = os.environ.get(MULTIPROC_ENV)
         if not path:
             return generate_latest(self.registry)

@@ -24,8 +24,9 @@ def register(sub: Any) -> None:
                       "ingest_gateway/auth.example.toml)")
     auth.add_argument("--no-auth", action="store_true",
                       help="accept every request without authentication")
-    gateway.add_argument("--linger-ms", type=float, default=5.0,
-                         help="how long the shared producer waits to fill a batch")
+    gateway.add_argument("--linger-ms", type=float, default=1.0,
+                         help="how long records of concurrent requests are gathered for "
+                         "one producer send (0: one event-loop pass)")
     gateway.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024)
     gateway.add_argument("--delivery-timeout-ms", type=int, default=30000,
                          help="a record not acknowledged in this time is answered with 503")
