@@ -80,14 +80,35 @@ def configure_access_log(enabled: bool = True, stream: TextIO | None = None) -> 
     _sink.stream = (stream or sys.stderr) if enabled else None
 
 
+#: Largest write that a pipe takes in one piece (POSIX PIPE_BUF on Linux): several
+#: workers share stderr, and a larger write could interleave with theirs mid-line.
+_ATOMIC_WRITE = 4096
+
+
 def flush_access_log() -> None:
-    """Write the buffered lines now."""
+    """Write the buffered lines now, in writes of whole lines of at most 4 KiB."""
     lines, _sink.lines = _sink.lines, []
     stream = _sink.stream
-    if lines and stream is not None:
-        with contextlib.suppress(OSError, ValueError):  # a closed stderr loses the log only
-            stream.write(b"\n".join(lines).decode() + "\n")
-            stream.flush()
+    if not lines or stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):  # a closed stderr loses the log only
+        stream.flush()
+        fd = stream.fileno()
+        piece: list[bytes] = []
+        size = 0
+        for line in lines:
+            if piece and size + len(line) + 1 > _ATOMIC_WRITE:
+                _write_all(fd, b"\n".join(piece) + b"\n")
+                piece, size = [], 0
+            piece.append(line)
+            size += len(line) + 1
+        _write_all(fd, b"\n".join(piece) + b"\n")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _now_iso() -> str:

@@ -157,11 +157,15 @@ class GatewayState:
         self._limits.pop(topic, None)
 
     async def close(self) -> None:
+        """Send the gathered records and close the producers (which deliver what they
+        buffer), all within ``shutdown_grace_s``."""
         self.closing = True
-        await self.coalescer.close()
+        grace = self.config.shutdown_grace_s
+        deadline = time.monotonic() + grace
+        await self.coalescer.close(timeout=grace)
         for acks, producer in list(self.producers.items()):
             try:
-                await producer.close(timeout=self.config.shutdown_grace_s)
+                await producer.close(timeout=max(0.1, deadline - time.monotonic()))
             except Exception:
                 log.exception("closing the producer for acks=%s failed", acks)
         await self.admin.close()
@@ -319,8 +323,11 @@ async def _flush_often(state: GatewayState) -> None:
     """The access log's buffered lines and the metrics' pending increments."""
     while True:
         await asyncio.sleep(0.2)
-        flush_access_log()
-        state.metrics.flush()
+        try:
+            flush_access_log()
+            state.metrics.flush()
+        except Exception:  # keep flushing: a lost log line must not stop the next ones
+            log.exception("flushing the access log or metrics failed")
 
 
 def create_app(config: GatewayConfig) -> GatewayApp:
@@ -342,6 +349,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
             await state.close()
             flusher.cancel()
             flush_access_log()
+            state.metrics.flush()
             if auth is not None:
                 auth.executor.shutdown(wait=False)
 

@@ -81,10 +81,18 @@ def _data(obj: Any, path: str) -> tuple[bytes | None, str | None]:
             return None, kind
         if not isinstance(data, str):
             raise _bad(data_path, f"type STRING needs a string, got {type(data).__name__}")
-        return data.encode("utf-8"), kind
+        return _utf8(data, data_path), kind
     if data is None and "data" not in obj:
         return None, kind
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), kind
+    return _utf8(json.dumps(data, separators=(",", ":"), ensure_ascii=False), data_path), kind
+
+
+def _utf8(text: str, path: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad(path, "is not valid Unicode text (a lone surrogate such as \\ud800); "
+                         "send BINARY data for bytes that are not UTF-8") from None
 
 
 #: 9999-12-31T23:59:59.999Z in milliseconds: what an ISO-8601 timestamp can say.
@@ -144,6 +152,7 @@ def decode_record(obj: Any, path: str = "") -> DecodedRecord:
             name = header.get("name")
             if not isinstance(name, str) or not name:
                 raise _bad(f"{here}.name", "must be a non-empty string")
+            _utf8(name, f"{here}.name")
             extra = sorted(set(header) - {"name", "value"})
             if extra:
                 raise _bad(f"{here}.{extra[0]}", "unknown field; expected name and value")

@@ -37,7 +37,7 @@ __all__ = ["Answer", "IdempotencyStore"]
 log = logging.getLogger("ingest_gateway")
 
 #: Default seconds a claim of a dead worker blocks its key (live claims are renewed).
-PENDING_TIMEOUT_S = 10.0
+PENDING_TIMEOUT_S = 30.0
 
 
 @dataclass(slots=True)
@@ -120,7 +120,9 @@ class _SharedKeys:
     def _conn(self) -> sqlite3.Connection:
         """The connection, opened on first use (in the helper thread)."""
         if self._db is None:
-            db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+            # a renewal waits behind other statements on the one helper thread: their lock
+            # waits stay well below the claim timeout (renewed every third of it)
+            db = sqlite3.connect(self.path, timeout=3.0, isolation_level=None)
             try:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("BEGIN IMMEDIATE")  # one worker at a time creates or upgrades

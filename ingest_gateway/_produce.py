@@ -51,6 +51,7 @@ from ingest_gateway._errors import HttpError, from_strata_error
 from ingest_gateway._idempotency import Answer
 from strata.client import BatchMetadata, BufferFullError, RecordMetadata
 from strata.client._partitioner import partition_for_key
+from strata.client.producer import RECORD_OVERHEAD
 
 if TYPE_CHECKING:
     from ingest_gateway._app import GatewayState
@@ -64,7 +65,16 @@ BATCH_ROUTE = RECORDS_ROUTE + ":batch"
 _ACKS = {"all": "all", "-1": "all", "1": "1", "0": "0"}
 _JSON = [(b"content-type", b"application/json")]
 _NDJSON = [(b"content-type", b"application/x-ndjson")]
-_encode = msgspec.json.Encoder().encode
+_fast_encode = msgspec.json.Encoder().encode
+
+
+def _encode(value: Any) -> bytes:
+    """JSON bytes; strings that are not valid Unicode (lone surrogates, which JSON input
+    may carry as ``\\ud800``) are written back escaped, as the standard library does."""
+    try:
+        return _fast_encode(value)
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode()
 #: Text that is its own JSON string body (no quote, backslash or control character).
 _PLAIN_TEXT = re.compile(r'[^"\\\x00-\x1f\x7f-\uffff]*')
 
@@ -287,14 +297,36 @@ def plan_general(objs: list[Any], labels: list[str], paths: list[str], batch: bo
 # ---------------------------------------------------------------------------- coalescer
 @dataclass(slots=True)
 class _Gathering:
-    """Records of concurrent requests bound for one ``send_batch``."""
+    """Records of concurrent requests bound for the producer together. Its future
+    resolves to ``(parts, timestamp)``: each part ``(start, end, outcome)`` covers the
+    records ``start .. end-1``, sent as one ``send_batch`` of at most ``batch_size``
+    bytes, so a failure (a partition's leader down, a full buffer) is reported only for
+    the records it concerns."""
 
-    future: asyncio.Future[tuple[list[BatchMetadata], int]]
+    future: asyncio.Future[tuple[list[_Part], int]]
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
     has_keys: bool = False
     size: int = 0
     timer: asyncio.TimerHandle | None = None
+
+
+def _slices(sizes: list[int], total: int, limit: int) -> list[tuple[int, int]]:
+    """``(start, end)`` index ranges of at most ``limit`` bytes (with the producer's
+    per-record overhead); at least one record each."""
+    if total + len(sizes) * RECORD_OVERHEAD <= limit:
+        return [(0, len(sizes))]
+    out = []
+    start = used = 0
+    for i, size in enumerate(sizes):
+        cost = size + RECORD_OVERHEAD
+        if i > start and used + cost > limit:
+            out.append((start, i))
+            start, used = i, 0
+        used += cost
+    out.append((start, len(sizes)))
+    return out
 
 
 class SendFailed(Exception):
@@ -325,7 +357,7 @@ class Coalescer:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def add(self, acks: str, topic: str, partition: int | None, keys: list[bytes | None],
-            values: list[bytes | None], size: int) -> tuple[_Gathering, int]:
+            values: list[bytes | None], sizes: list[int]) -> tuple[_Gathering, int]:
         """Queue records; returns their gathering and the index of the first of them."""
         where = (acks, topic, partition)
         gathering = self._open.get(where)
@@ -339,9 +371,10 @@ class Coalescer:
         start = len(gathering.values)
         gathering.values += values
         gathering.keys += keys
+        gathering.sizes += sizes
         if not gathering.has_keys:
             gathering.has_keys = any(k is not None for k in keys)
-        gathering.size += size
+        gathering.size += sum(sizes)
         if gathering.size >= self.batch_size:
             self._close(where, gathering)
         return gathering, start
@@ -358,41 +391,74 @@ class Coalescer:
 
     async def _send(self, where: tuple[str, str, int | None], gathering: _Gathering) -> None:
         acks, topic, partition = where
-        future = gathering.future
-        sent = False
+        values, keys = gathering.values, gathering.keys if gathering.has_keys else None
+        slices = _slices(gathering.sizes, gathering.size, self.batch_size)
+        parts: list[_Part] = []
+        queued: list[tuple[int, int, asyncio.Future[list[BatchMetadata]]]] = []
+        timestamp = time.time_ns() // 1_000_000
         try:
             producer = await self.state.producer(acks)
-            timestamp = time.time_ns() // 1_000_000
             lock = self._order.get(where)
             if lock is None:
                 lock = self._order[where] = asyncio.Lock()
             async with lock:
-                delivery = await producer.send_batch(
-                    topic, gathering.values, keys=gathering.keys if gathering.has_keys else None,
-                    partition=partition, timestamp_ms=timestamp)
-            sent = True
-            self.state.metrics.batch_records.observe(len(gathering.values))
-            metas = await delivery
-        except BufferFullError as err:
-            _fail(future, SendFailed(err, sent or err.records_accepted > 0))
-        except Exception as err:
-            _fail(future, SendFailed(err, sent))
-        else:
-            if not future.done():
-                future.set_result((metas, timestamp))
+                for number, (start, end) in enumerate(slices):
+                    try:
+                        delivery = await producer.send_batch(
+                            topic, values[start:end] if len(slices) > 1 else values,
+                            keys=(keys[start:end] if len(slices) > 1 else keys)
+                            if keys is not None else None,
+                            partition=partition, timestamp_ms=timestamp)
+                    except BufferFullError as err:
+                        accepted = err.records_accepted
+                        if accepted and err.accepted is not None:
+                            queued.append((start, start + accepted, err.accepted))
+                        parts.append((start + accepted, end, SendFailed(err, False)))
+                        raise _Stop(slices[number + 1:], err) from None
+                    except Exception as err:
+                        parts.append((start, end, SendFailed(err, False)))
+                        raise _Stop(slices[number + 1:], err) from None
+                    queued.append((start, end, delivery))
+                    self.state.metrics.batch_records.observe(end - start)
+        except _Stop as stop:
+            # later slices stay unsent: sending them would put them before the failed ones
+            parts += [(start, end, SendFailed(stop.error, False)) for start, end in stop.rest]
+        except Exception as err:  # no producer (shutting down, brokers unreachable)
+            parts = [(start, end, SendFailed(err, False)) for start, end in slices]
+        for start, end, delivery in queued:
+            try:
+                parts.append((start, end, await delivery))
+            except Exception as err:
+                parts.append((start, end, SendFailed(err, True)))
+        if not gathering.future.done():
+            gathering.future.set_result((sorted(parts, key=lambda part: part[0]), timestamp))
 
-    async def close(self) -> None:
-        """Send every open gathering now and wait for all sends to finish."""
+    async def close(self, timeout: float) -> None:
+        """Send every open gathering now; wait up to ``timeout`` s for their outcomes
+        (closing the producer afterwards delivers or fails whatever is still out)."""
         for where, gathering in list(self._open.items()):
             self._close(where, gathering)
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.wait(set(self._tasks), timeout=timeout)
 
 
-def _fail(future: asyncio.Future[Any], err: BaseException) -> None:
-    if not future.done():
-        future.set_exception(err)
-        future.exception()  # the requests awaiting it report it; nobody else must
+class _Stop(Exception):
+    def __init__(self, rest: list[tuple[int, int]], error: BaseException) -> None:
+        super().__init__(str(error))
+        self.rest = rest
+        self.error = error
+
+
+#: ``(start, end, outcome)`` of one ``send_batch`` of a gathering.
+_Part = tuple[int, int, "list[BatchMetadata] | SendFailed"]
+
+
+def _part_of(parts: list[_Part], index: int) -> tuple[list[BatchMetadata] | SendFailed, int]:
+    """The outcome covering record ``index`` of a gathering and the record's index in it."""
+    for start, end, outcome in parts:
+        if start <= index < end:
+            return outcome, index - start
+    raise LookupError(f"record {index} is in no part of its gathering")
 
 
 def _locate(metas: list[BatchMetadata], index: int) -> tuple[BatchMetadata, int] | None:
@@ -454,7 +520,7 @@ class _Uniform:
                                                       strict=True)]
 
 
-_INFO_JSON: dict[int, bytes] = {}
+_INFO_JSON: dict[tuple[int, str], bytes] = {}
 
 
 def _info_column(infos: list[dict[str, Any] | None]) -> list[bytes]:
@@ -469,11 +535,12 @@ def _info_column(infos: list[dict[str, Any] | None]) -> list[bytes]:
 def _info_json(info: dict[str, Any] | None) -> bytes:
     if info is None:
         return b"null"
-    cached = _INFO_JSON.get(id(info))
-    if cached is None:  # _info's objects live as long as _INFO keeps them: id is stable
-        cached = _INFO_JSON[id(info)] = _encode(info)
-        if len(_INFO_JSON) > 8192:
+    key = (info["size"], info["type"])
+    cached = _INFO_JSON.get(key)
+    if cached is None:
+        if len(_INFO_JSON) > 4096:
             _INFO_JSON.clear()
+        cached = _INFO_JSON[key] = _encode(info)
     return cached
 
 
@@ -574,22 +641,18 @@ class Produce:
         coalescer = state.coalescer
         for p, members in groups.items():
             if len(members) == n:
-                keys, values = plan.keys, plan.values
-                size = sum(plan.sizes)
+                keys, values, sizes = plan.keys, plan.values, plan.sizes
             else:
                 keys = [plan.keys[i] for i in members]
                 values = [plan.values[i] for i in members]
-                size = sum(plan.sizes[i] for i in members)
-            gathering, start = coalescer.add(t.acks, t.topic, p, keys, values, size)
+                sizes = [plan.sizes[i] for i in members]
+            gathering, start = coalescer.add(t.acks, t.topic, p, keys, values, sizes)
             placements.append((gathering, start, members))
         # One wait per gathering (usually one per request), not per record.
-        sent: dict[int, tuple[list[BatchMetadata], int] | SendFailed] = {}
+        sent: dict[int, tuple[list[_Part], int]] = {}
         for gathering, _, _ in placements:
             if id(gathering) not in sent:
-                try:
-                    sent[id(gathering)] = await asyncio.shield(gathering.future)
-                except SendFailed as failed:
-                    sent[id(gathering)] = failed
+                sent[id(gathering)] = await asyncio.shield(gathering.future)
         acked = t.acks != "0"
         code = 200 if acked else 202
         if len(placements) == 1 and len(placements[0][2]) == n:
@@ -611,13 +674,13 @@ class Produce:
             error = plan.errors[i]
             where = placed[i]
             if error is None and where is not None:
-                outcome = sent[id(where[0])]
+                parts, timestamp = sent[id(where[0])]
+                outcome, index = _part_of(parts, where[1])
                 if isinstance(outcome, SendFailed):
                     error = from_strata_error(outcome.error, topic=t.topic,
                                               record=plan.labels[i], sent=outcome.sent)
                 else:
-                    metas, timestamp = outcome
-                    found = _locate(metas, where[1])
+                    found = _locate(outcome, index)
                     if found is None:
                         error = HttpError(500, f"{plan.labels[i]}: the producer reported "
                                                "fewer records than were sent; see the log")
@@ -643,14 +706,15 @@ class Produce:
             state.metrics.record_topic(t.topic, good_bytes, good)
         return out
 
-    def _uniform(self, outcome: tuple[list[BatchMetadata], int] | SendFailed, start: int,
-                 n: int, code: int) -> _Uniform | None:
-        """A ``_Uniform`` if records ``start .. start+n-1`` of a gathering that was
-        acknowledged landed in one wire batch."""
-        if isinstance(outcome, SendFailed):
+    def _uniform(self, sent: tuple[list[_Part], int], start: int, n: int, code: int
+                 ) -> _Uniform | None:
+        """A ``_Uniform`` if records ``start .. start+n-1`` of a gathering were
+        acknowledged in one wire batch."""
+        parts, timestamp = sent
+        outcome, index = _part_of(parts, start)
+        if isinstance(outcome, SendFailed) or _part_of(parts, start + n - 1)[0] is not outcome:
             return None
-        metas, timestamp = outcome
-        first, last = _locate(metas, start), _locate(metas, start + n - 1)
+        first, last = _locate(outcome, index), _locate(outcome, index + n - 1)
         if first is None or last is None or first[0] is not last[0]:
             return None
         meta, within = first

@@ -18,6 +18,7 @@ SIGTERM/SIGINT (each worker then drains its in-flight requests) and waits for th
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -115,60 +116,106 @@ def serve_one(app: Any, options: dict[str, Any], sock: socket.socket | None = No
     server.run(sockets=None if sock is None else [sock])
 
 
+def _exit_with_parent() -> None:
+    """Ask Linux to SIGTERM this worker when the supervisor dies (however it dies), so a
+    killed supervisor leaves no orphan serving the port."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def _worker_main(factory: Callable[[], Any], options: dict[str, Any], host: str,
-                 port: int) -> None:
+                 port: int, parent: int) -> None:
+    _exit_with_parent()
+    if os.getppid() != parent:  # the supervisor died before prctl took effect
+        return
     sock = reuseport_socket(host, port)
     serve_one(factory(), {**options, "host": host, "port": port}, sock)
 
 
 def serve_workers(factory: Callable[[], Any], options: dict[str, Any], workers: int) -> None:
     """``workers`` processes, each calling ``factory()`` for its app and listening on its
-    own ``SO_REUSEPORT`` socket; returns when they all ended after SIGTERM/SIGINT."""
+    own ``SO_REUSEPORT`` socket; returns when they all ended after SIGTERM/SIGINT.
+
+    A worker that ends on its own is replaced (after a pause that grows while workers
+    keep failing right after starting). On SIGTERM/SIGINT every worker gets SIGTERM and
+    drains (uvicorn's graceful wait, then the app's close, each up to
+    ``timeout_graceful_shutdown``); one still running after both is killed."""
+    options = dict(options)
     host, port = options.pop("host"), options.pop("port")
-    metrics_dir = tempfile.TemporaryDirectory(prefix="strata-gateway-metrics-")
-    # before any worker imports prometheus_client: its values then live in shared files
-    os.environ[MULTIPROC_ENV] = metrics_dir.name
+    grace = float(options.get("timeout_graceful_shutdown") or 30)
     # Bound, not listening: it keeps the port for the workers (and picks it when 0) and
     # fails here, once, if another program has it; connections go to listening sockets.
     reserve = reuseport_socket(host, port, listen=False)
     port = reserve.getsockname()[1]
+    metrics_dir = tempfile.TemporaryDirectory(prefix="strata-gateway-metrics-")
+    # before any worker imports prometheus_client: its values then live in shared files
+    os.environ[MULTIPROC_ENV] = metrics_dir.name
     context = multiprocessing.get_context("spawn")
     stopping = False
+    children: list[multiprocessing.process.BaseProcess] = []
 
     def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_worker_main, args=(factory, options, host, port),
+        process = context.Process(target=_worker_main,
+                                  args=(factory, options, host, port, os.getpid()),
                                   name="strata-gateway-worker")
         process.start()
         return process
+
+    signalled: set[int] = set()
 
     def stop(signum: int, frame: Any) -> None:
         nonlocal stopping
         stopping = True
         for process in children:
-            if process.pid is not None and process.is_alive():
+            # once each: a second SIGTERM makes uvicorn skip its graceful wait
+            if process.pid is not None and process.pid not in signalled and process.is_alive():
+                signalled.add(process.pid)
                 os.kill(process.pid, signal.SIGTERM)
 
-    children = [start() for _ in range(workers)]
+    # handlers first: a signal while workers start must still reach every worker
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    log.info("gateway: %d workers on %s:%d (SO_REUSEPORT)", workers, host, port)
+    started: list[float] = []
+    pause = 0.0
     try:
-        while True:
-            time.sleep(0.2)
+        for _ in range(workers):
             if stopping:
                 break
+            children.append(start())
+            started.append(time.monotonic())
+        log.info("gateway: %d workers on %s:%d (SO_REUSEPORT)", workers, host, port)
+        while not stopping:
+            time.sleep(0.2)
             for i, process in enumerate(children):
-                if not process.is_alive():
-                    log.error("gateway worker %s ended (exit code %s); starting a new one",
-                              process.pid, process.exitcode)
+                if stopping or process.is_alive():
+                    continue
+                quick = time.monotonic() - started[i] < 10
+                pause = min(10.0, max(0.5, pause * 2)) if quick else 0.0
+                log.error("gateway worker %s ended (exit code %s); starting a new one%s",
+                          process.pid, process.exitcode,
+                          f" in {pause:.1f} s" if pause else "")
+                time.sleep(pause)
+                if not stopping:
                     children[i] = start()
-        deadline = time.monotonic() + float(options.get("timeout_graceful_shutdown") or 30) + 5
+                    started[i] = time.monotonic()
+                    if stopping:  # the signal came while it started
+                        stop(signal.SIGTERM, None)
+    finally:
+        stop(signal.SIGTERM, None)
+        deadline = time.monotonic() + 2 * grace + 5
         for process in children:
             process.join(max(0.1, deadline - time.monotonic()))
             if process.is_alive():
+                log.error("gateway worker %s did not stop in time: killing it", process.pid)
                 process.kill()
                 process.join(5)
-    finally:
         reserve.close()
+        os.environ.pop(MULTIPROC_ENV, None)
         metrics_dir.cleanup()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

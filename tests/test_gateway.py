@@ -302,6 +302,13 @@ def test_error_answers(client: httpx.Client, gateway: Gateway) -> None:
           "headers[0].value")
     check(client.post(url, json={"valu": {"type": "STRING", "data": "x"}}), 422, "valu")
     check(client.post(url, json={"timestamp": "yesterday"}), 422, "timestamp")
+    # JSON may carry a lone surrogate (\ud800): not text a record can hold, 422 not 500
+    check(client.post(url, content=b'{"value": {"type": "STRING", "data": "\\ud800"}}',
+                      headers={"Content-Type": "application/json"}), 422, "value.data",
+          "Unicode")
+    odd_id = client.post(url + ":batch", content=b'{"entries": [{"id": "\\udc00", '
+                         b'"value": null}]}', headers={"Content-Type": "application/json"})
+    assert odd_id.status_code == 207 and odd_id.json()["successes"][0]["id"] == "\udc00"
     # Past an int64 it would poison the shared batch of other requests: refused alone.
     check(client.post(url, json={"timestamp": 10**20, "value": {"data": 1}}), 422,
           "timestamp")
@@ -393,10 +400,7 @@ def test_concurrent_retries_with_one_key_produce_once(gateway: Gateway) -> None:
         assert high_watermark(client, gateway, "gw-stream", 0) == before + 1
 
 
-def test_concurrent_requests_are_gathered_and_keep_order(gateway: Gateway) -> None:
-    """16 clients at once: their records travel in shared batches (the batch-size metric
-    says several records per producer send), each keyed client stays on Kafka's murmur2
-    partition of its key, and every client's records are read back in its order."""
+def gathered_in_order(gateway: Gateway, bootstrap: str) -> None:
     url = gateway.topic_url("gw-events") + "/records"
     answers: dict[int, list[dict[str, Any]]] = {}
 
@@ -418,7 +422,7 @@ def test_concurrent_requests_are_gathered_and_keep_order(gateway: Gateway) -> No
         assert partitions == {partition_for_key(f"key-{n}".encode(), 3)}
         offsets = [r["offset"] for r in reports]
         assert offsets == sorted(offsets) and len(set(offsets)) == 25
-        read = read_back(gateway.bootstrap, "gw-events", partitions.pop(), offsets[0],
+        read = read_back(bootstrap, "gw-events", partitions.pop(), offsets[0],
                          offsets[-1] - offsets[0] + 1)
         mine = [r.value for r in read if r.key == f"key-{n}".encode()]
         assert mine == [f"{n}:{i}".encode() for i in range(25)]
@@ -426,6 +430,17 @@ def test_concurrent_requests_are_gathered_and_keep_order(gateway: Gateway) -> No
     count = float(metrics.split("strata_gateway_batch_records_count ")[1].split()[0])
     total = float(metrics.split("strata_gateway_batch_records_sum ")[1].split()[0])
     assert total >= 400 and total / count > 1.5, (total, count)
+
+
+def test_concurrent_requests_are_gathered_and_keep_order(gateway: Gateway) -> None:
+    """16 clients at once: their records travel in shared batches (the batch-size metric
+    says several records per producer send; --linger-ms 50 so that this holds on a slow
+    machine too), each keyed client stays on Kafka's murmur2 partition of its key, and
+    every client's records are read back in its order."""
+    with running_gateway(gateway.bootstrap, "--no-auth", "--linger-ms", "50") as lingering:
+        lingering.cluster_id = gateway.cluster_id
+        gathered_in_order(lingering, gateway.bootstrap)
+    url = gateway.topic_url("gw-events") + "/records"
     # one batch request mixing an explicit partition, keys and sticky records
     mixed = httpx.post(url + ":batch", json={"entries": [
         {"id": "p", "partition_id": 2, "value": {"type": "STRING", "data": "to-2"}},
@@ -580,6 +595,28 @@ acls = [{{ action = "produce", prefix = "gw-ev" }}]
     assert len({line["request_id"] for line in lines}) == len(lines)
     assert set(lines[0]) == {"time", "request_id", "method", "path", "status", "duration_ms",
                              "key_id", "bytes_in", "bytes_out", "records"}
+
+
+def test_workers_end_with_a_killed_supervisor(gateway: Gateway) -> None:
+    """SIGKILL of the supervisor (no chance to stop anything) still ends its workers:
+    nothing is left serving the port."""
+    with running_gateway(gateway.bootstrap, "--no-auth", "--workers", "2") as multi:
+        workers = wait_for("two workers", lambda: worker_pids(multi.process.pid),
+                           lambda pids: len(pids) == 2, timeout=30)
+        multi.process.kill()
+        multi.process.wait(10)
+
+        def alive() -> list[int]:
+            return [pid for pid in workers if Path(f"/proc/{pid}").exists()
+                    and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+
+        try:
+            wait_for("workers gone", alive, lambda pids: pids == [], timeout=30)
+        finally:
+            for pid in alive():
+                os.kill(pid, 9)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{multi.url}/healthz", timeout=2)
 
 
 def worker_pids(parent: int) -> list[int]:

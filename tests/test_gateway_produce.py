@@ -14,10 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest_gateway._produce import (
+    SendFailed,
     _batch_plan,
     _decode_batch,
+    _info,
+    _info_json,
     _NotPlain,
+    _part_of,
     _records_plan,
+    _slices,
     match_produce,
     plan_general,
     plan_quick,
@@ -155,3 +160,24 @@ def test_response_head_goes_out_with_the_body() -> None:
     transport.close()
     assert wire.writes[-1].startswith(b"HTTP/1.1 200 OK") and wire.closed
     assert transport.get_extra_info("peername") == "extra:peername"
+
+
+def test_report_sizes_stay_right_past_the_caches() -> None:
+    """Many distinct record sizes (the info caches are cleared on the way): every
+    encoded {size, type} is the record's own."""
+    for size in range(0, 12_000, 7):
+        info = _info(b"x" * size, "STRING")
+        assert json.loads(_info_json(info)) == {"size": size, "type": "STRING"}
+
+
+def test_a_gathering_is_sent_in_slices_of_batch_size() -> None:
+    assert _slices([10] * 5, 50, 1000) == [(0, 5)]
+    assert _slices([100] * 5, 500, 250) == [(0, 2), (2, 4), (4, 5)]
+    assert _slices([1000, 1], 1001, 100) == [(0, 1), (1, 2)]  # one record over: alone
+    failed = SendFailed(RuntimeError("leader gone"), sent=True)
+    parts: list[Any] = [(0, 2, ["metas-a"]), (2, 4, failed), (4, 5, ["metas-c"])]
+    assert _part_of(parts, 1) == (["metas-a"], 1)
+    assert _part_of(parts, 3) == (failed, 1)
+    assert _part_of(parts, 4) == (["metas-c"], 0)
+    with pytest.raises(LookupError):
+        _part_of(parts, 5)
