@@ -19,7 +19,7 @@ from typing import Any
 
 from ingest_gateway._errors import HttpError
 
-__all__ = ["DecodedRecord", "decode_record", "encode_data", "iso_timestamp"]
+__all__ = ["DecodedRecord", "decode_base64", "decode_record", "encode_data", "iso_timestamp"]
 
 _RECORD_FIELDS = frozenset({"partition_id", "headers", "key", "value", "timestamp"})
 _DATA_FIELDS = frozenset({"type", "data"})
@@ -51,7 +51,7 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-def _b64(text: Any, path: str) -> bytes:
+def decode_base64(text: Any, path: str) -> bytes:
     if not isinstance(text, str):
         raise _bad(path, f"expected a base64 string, got {type(text).__name__}")
     try:
@@ -75,7 +75,7 @@ def _data(obj: Any, path: str) -> tuple[bytes | None, str | None]:
     data = obj.get("data")
     data_path = _join(path, "data")
     if kind == "BINARY":
-        return (None if data is None else _b64(data, data_path)), kind
+        return (None if data is None else decode_base64(data, data_path)), kind
     if kind == "STRING":
         if data is None:
             return None, kind
@@ -157,7 +157,7 @@ def decode_record(obj: Any, path: str = "") -> DecodedRecord:
             if extra:
                 raise _bad(f"{here}.{extra[0]}", "unknown field; expected name and value")
             raw = header.get("value")
-            headers.append((name, None if raw is None else _b64(raw, f"{here}.value")))
+            headers.append((name, None if raw is None else decode_base64(raw, f"{here}.value")))
     key, key_type = _data(obj.get("key"), _join(path, "key"))
     value, value_type = _data(obj.get("value"), _join(path, "value"))
     return DecodedRecord(partition=partition, key=key, value=value, headers=headers,

@@ -27,8 +27,6 @@ other outcome is an error report naming the record.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import codecs
 import contextlib
 import hashlib
@@ -36,7 +34,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
@@ -46,7 +44,7 @@ import msgspec
 from brokers.errors import StrataError
 from ingest_gateway._access import AccessRecorder
 from ingest_gateway._auth import Action, GatewayHttpError, Principal
-from ingest_gateway._codec import DecodedRecord, decode_record, iso_timestamp
+from ingest_gateway._codec import DecodedRecord, decode_base64, decode_record, iso_timestamp
 from ingest_gateway._errors import HttpError, from_strata_error
 from ingest_gateway._idempotency import Answer
 from strata.client import BatchMetadata, BufferFullError, RecordMetadata
@@ -178,8 +176,8 @@ def _plain_data(data: _DataIn | None) -> tuple[bytes | None, str | None]:
             return None, kind
         if type(raw) is str:
             try:
-                return decode_b64(raw), kind
-            except ValueError:
+                return decode_base64(raw, "data"), kind
+            except HttpError:
                 pass
     elif kind == "JSON":
         if raw is msgspec.UNSET:
@@ -187,13 +185,6 @@ def _plain_data(data: _DataIn | None) -> tuple[bytes | None, str | None]:
         if isinstance(raw, str | int | float | bool | list | dict) or raw is None:
             return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode(), kind
     raise _NotPlain
-
-
-def decode_b64(text: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except binascii.Error as err:
-        raise ValueError(str(err)) from None
 
 
 # ---------------------------------------------------------------------------- plan
@@ -277,41 +268,21 @@ def plan_quick(entries: list[_EntryIn], labels: list[str], batch: bool) -> _Plan
 def plan_general(objs: list[Any], labels: list[str], paths: list[str], batch: bool,
                  trailing: HttpError | None = None) -> _Plan:
     """Columns through ``decode_record`` (every error named by its field path)."""
-    plan = _Plan(list(labels), ids=[] if batch else None, decoded=[])
+    plan = _Plan([], ids=[] if batch else None, decoded=[])
     assert plan.decoded is not None
-    for i, (obj, path) in enumerate(zip(objs, paths, strict=True)):
+    for i, (obj, label, path) in enumerate(zip(objs, labels, paths, strict=True)):
         if plan.ids is not None:
             plan.ids.append(str(obj.get("id", i)) if isinstance(obj, dict) else str(i))
         try:
             record = decode_record(obj, path)
         except HttpError as err:
-            plan.partitions.append(None)
-            plan.keys.append(None)
-            plan.values.append(None)
-            plan.key_info.append(None)
-            plan.value_info.append(None)
-            plan.sizes.append(0)
-            plan.errors.append(err)
-            plan.decoded.append(None)
-            continue
-        plan.partitions.append(record.partition)
-        plan.keys.append(record.key)
-        plan.values.append(record.value)
-        plan.key_info.append(_info(record.key, record.key_type))
-        plan.value_info.append(_info(record.value, record.value_type))
-        plan.sizes.append(record.size)
-        plan.errors.append(None)
-        plan.decoded.append(record)
+            _append_failed(plan, label, err)
+        else:
+            _append_record(plan, label, record)
     if trailing is not None:
-        plan.labels.append(f"records[{len(objs)}]")
         if plan.ids is not None:
             plan.ids.append(str(len(objs)))
-        for column in (plan.partitions, plan.keys, plan.values, plan.key_info,
-                       plan.value_info):
-            column.append(None)
-        plan.sizes.append(0)
-        plan.errors.append(trailing)
-        plan.decoded.append(None)
+        _append_failed(plan, f"records[{len(objs)}]", trailing)
     if not any(r is not None and (r.headers or r.timestamp_ms is not None)
                for r in plan.decoded):
         plan.decoded = None  # all plain: coalesce
@@ -1232,6 +1203,3 @@ def _append_record(plan: _Plan, label: str, record: DecodedRecord) -> None:
     assert plan.decoded is not None
     plan.decoded.append(record)
 
-
-#: For FastAPI's produce routes (documentation; reached only without GatewayApp).
-Handler = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
