@@ -351,6 +351,18 @@ def _rounds(rounds: int) -> Iterable[int]:
         index += 1
 
 
+def _heal(phase: Phase, phases: list[Phase], cluster: Cluster, workload: Workload,
+          topic: str, restart: Callable[[], None]) -> None:
+    """End a fault the usual way: count what was acknowledged while it lasted, undo it
+    (``restart``), wait until the topic is healthy again, log the phase and keep it."""
+    phase.acked_during = workload.acked(phase.started)
+    restart()
+    cluster.wait_until_healthy(topic, timeout=60)
+    phase.ended = time.monotonic()
+    cluster.log(phase.describe())
+    phases.append(phase)
+
+
 def kill_leaders(cluster: Cluster, workload: Workload, topic: str, *,
                  rounds: int = 3) -> list[Phase]:
     """(a) SIGKILL the leader of one partition (a different partition each round); wait
@@ -368,12 +380,7 @@ def kill_leaders(cluster: Cluster, workload: Workload, topic: str, *,
                            f"isr {list(state.isr)}) after "
                            f"{time.monotonic() - phase.started:.1f}s")
         phase.expect_progress(cluster, workload, topic, [partition], 20)
-        phase.acked_during = workload.acked(phase.started)
-        cluster.restart(victim)
-        cluster.wait_until_healthy(topic, timeout=60)
-        phase.ended = time.monotonic()
-        cluster.log(phase.describe())
-        phases.append(phase)
+        _heal(phase, phases, cluster, workload, topic, functools.partial(cluster.restart, victim))
     return phases
 
 
@@ -399,12 +406,7 @@ def kill_controller(cluster: Cluster, workload: Workload, topic: str, *,
             if cluster.leader_of(topic, partition) == victim:
                 cluster.wait_for_new_leader(topic, partition, victim, timeout=40)
         phase.expect_progress(cluster, workload, topic, partitions)
-        phase.acked_during = workload.acked(phase.started)
-        cluster.restart(victim)
-        cluster.wait_until_healthy(topic, timeout=60)
-        phase.ended = time.monotonic()
-        cluster.log(phase.describe())
-        phases.append(phase)
+        _heal(phase, phases, cluster, workload, topic, functools.partial(cluster.restart, victim))
     return phases
 
 
@@ -520,12 +522,8 @@ def kill_zookeeper_node(cluster: Cluster, workload: Workload, topic: str, *,
         remaining = phase.started + down_s - time.monotonic()
         if remaining > 0:
             time.sleep(remaining)
-        phase.acked_during = workload.acked(phase.started)
-        cluster.restart_zookeeper(victim)
-        cluster.wait_until_healthy(topic, timeout=60)
-        phase.ended = time.monotonic()
-        cluster.log(phase.describe())
-        phases.append(phase)
+        _heal(phase, phases, cluster, workload, topic,
+              functools.partial(cluster.restart_zookeeper, victim))
     return phases
 
 
@@ -543,12 +541,8 @@ def restart_every_broker(cluster: Cluster, workload: Workload, topic: str, *,
                 if cluster.leader_of(topic, partition) == broker_id:
                     cluster.wait_for_new_leader(topic, partition, broker_id, timeout=40)
             phase.expect_progress(cluster, workload, topic, partitions)
-            phase.acked_during = workload.acked(phase.started)
-            cluster.restart(broker_id)
-            cluster.wait_until_healthy(topic, timeout=60)
-            phase.ended = time.monotonic()
-            cluster.log(phase.describe())
-            phases.append(phase)
+            _heal(phase, phases, cluster, workload, topic,
+                  functools.partial(cluster.restart, broker_id))
         phase = Phase("SIGKILL every broker at once", time.monotonic())
         for broker_id in sorted(cluster.brokers):
             cluster.kill(broker_id)
