@@ -52,9 +52,11 @@ from brokers.protocol import (
     read_response_header,
 )
 from brokers.record_batch import (
+    BROKER_ONLY_ATTRIBUTE_BITS,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    SINK_PRODUCER_ID_BASE,
     batches_to_table,
     build_batch,
     crc_of,
@@ -207,6 +209,14 @@ def _locally_valid(batch: bytes) -> bool:
     return True
 
 
+def _reserved_for_the_broker(batch: bytes) -> bool:
+    """A well-formed batch a producer may still not send: attribute bits only sink
+    commits write (transactional, control, commit-end), or a producer id in the range
+    reserved for sinks (brokers/partition.py ``append_as_leader``)."""
+    fields = HEADER.unpack_from(batch)
+    return bool(fields[5] & BROKER_ONLY_ATTRIBUTE_BITS) or fields[9] >= SINK_PRODUCER_ID_BASE
+
+
 def _produce_and_answer(port: int, batch: bytes, correlation_id: int) -> Any:
     """One well-framed Produce of ``batch`` (acks=1); the broker must answer it."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
@@ -328,12 +338,16 @@ def test_random_frames_do_not_hurt_the_broker_or_other_clients(broker: BrokerPro
         if not _locally_valid(batch):
             assert answer.error_code in (CORRUPT_MESSAGE, INVALID_RECORD), (answer, batch)
             outcomes["rejected"] += 1
+        elif _reserved_for_the_broker(batch):
+            assert answer.error_code == INVALID_RECORD, (answer, batch)
+            outcomes["rejected"] += 1
         elif HEADER.unpack_from(batch)[9] != -1:  # names a producer id
             assert answer.error_code in {0, *PRODUCER_STATE_ERRORS}, (answer, batch)
         else:
             assert answer.error_code == 0, (answer, batch)
         if answer.error_code == 0:
             assert _locally_valid(batch), "the broker accepted a batch validate() refuses"
+            assert not _reserved_for_the_broker(batch), "the broker accepted reserved bits"
             assert answer.base_offset not in accepted, "two batches at one offset"
             accepted[answer.base_offset] = batch
             outcomes["accepted"] += 1
