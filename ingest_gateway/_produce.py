@@ -484,11 +484,9 @@ class _Uniform:
     timestamp: str | None
 
     def report(self, plan: _Plan, i: int) -> dict[str, Any]:
-        return {"error_code": self.code, "cluster_id": self.cluster_id,
-                "topic_name": self.topic, "partition_id": self.partition,
-                "offset": None if self.first is None else self.first + i,
-                "timestamp": self.timestamp, "key": plan.key_info[i],
-                "value": plan.value_info[i]}
+        return _report(self.code, self.cluster_id, self.topic, self.partition,
+                       None if self.first is None else self.first + i, self.timestamp,
+                       plan, i)
 
     def encoded(self, plan: _Plan, suffixes: list[bytes]) -> list[bytes]:
         """Each record's report as JSON, ``suffixes[i]`` closing it (``}`` or ``,"id":…}``)."""
@@ -513,6 +511,15 @@ class _Uniform:
                           suffix))
                 for offset, key, value, suffix in zip(offsets, keys, values, suffixes,
                                                       strict=True)]
+
+
+def _report(code: int, cluster_id: str, topic: str, partition: int, offset: int | None,
+            timestamp: str | None, plan: _Plan, i: int) -> dict[str, Any]:
+    """Record ``i``'s delivery report (the v3 produce answer; ``_Uniform.encoded`` writes
+    the same fields in the same order as bytes)."""
+    return {"error_code": code, "cluster_id": cluster_id, "topic_name": topic,
+            "partition_id": partition, "offset": offset, "timestamp": timestamp,
+            "key": plan.key_info[i], "value": plan.value_info[i]}
 
 
 _INFO_JSON: dict[tuple[int, str], bytes] = {}
@@ -564,13 +571,10 @@ class Produce:
         if acked:
             self.recorder.records += 1
             self.state.metrics.record_topic(t.topic, plan.sizes[i])
-        return (200 if acked else 202), {
-            "error_code": 200 if acked else 202, "cluster_id": t.cluster_id,
-            "topic_name": t.topic, "partition_id": partition,
-            "offset": offset if acked else None,
-            "timestamp": iso_timestamp(timestamp) if timestamp >= 0 else None,
-            "key": plan.key_info[i], "value": plan.value_info[i],
-        }, None
+        code = 200 if acked else 202
+        return code, _report(code, t.cluster_id, t.topic, partition,
+                             offset if acked else None,
+                             iso_timestamp(timestamp) if timestamp >= 0 else None, plan, i), None
 
     def _report_error(self, error: HttpError) -> tuple[int, dict[str, Any], HttpError]:
         self.state.metrics.error(error.error_code)
@@ -689,12 +693,9 @@ class Produce:
                             text = stamps[stamp] = iso_timestamp(stamp) if stamp >= 0 else None
                         good += 1
                         good_bytes += plan.sizes[i]
-                        out.append((code, {
-                            "error_code": code, "cluster_id": t.cluster_id,
-                            "topic_name": t.topic, "partition_id": meta.partition,
-                            "offset": meta.base_offset + within if acked else None,
-                            "timestamp": text, "key": plan.key_info[i],
-                            "value": plan.value_info[i]}, None))
+                        out.append((code, _report(
+                            code, t.cluster_id, t.topic, meta.partition,
+                            meta.base_offset + within if acked else None, text, plan, i), None))
                         continue
             out.append(self._report_error(error or HttpError(500, "internal error: record "
                                                                   "lost; see the log")))

@@ -339,27 +339,33 @@ def _start_broker(broker_id: int, brokers: int) -> Callable[[StackContext, int],
                 ctx.host, "--port", str(port), "--data-dir", str(data / "logs"),
                 "--zookeeper", zookeeper, "--metrics-port", str(metrics_port),
                 *replication_defaults(brokers)]
-        with open(log_path, "ab") as log_file:
-            process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_file,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
-        marker = str(data / "logs")
-        deadline = time.monotonic() + 60
-        try:
-            while not _broker_healthy(ctx.host, port):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    tail = log_path.read_text(errors="replace")[-2000:]
-                    raise StackError(
-                        f"broker-{broker_id} did not start; end of {log_path}:\n{tail}")
-                time.sleep(0.1)
-        except BaseException:
-            # Not healthy (or Ctrl-C): leave nothing running that stack.json won't know.
-            if process.poll() is None:
-                kill_pid(process.pid, 5.0, expect=marker)
-            raise
-        return Launched(pid=process.pid, port=port, marker=marker,
-                        endpoint=f"{ctx.host}:{port}", log=str(log_path))
+        return _launch(args, log_path, str(data / "logs"), f"broker-{broker_id}", port,
+                       f"{ctx.host}:{port}", lambda: _broker_healthy(ctx.host, port))
 
     return start
+
+
+def _launch(args: list[str], log_path: Path, marker: str, what: str, port: int,
+            endpoint: str, healthy: Callable[[], bool]) -> Launched:
+    """Start ``args`` in a session of its own (output appended to ``log_path``) and wait
+    up to 60 s until ``healthy()``. If it exits or times out first (or on Ctrl-C), it is
+    killed: nothing is left running that stack.json won't know."""
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_file,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    try:
+        while not healthy():
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise StackError(f"{what} did not start; end of {log_path}:\n{tail}")
+            time.sleep(0.1)
+    except BaseException:
+        if process.poll() is None:
+            kill_pid(process.pid, 5.0, expect=marker)
+        raise
+    return Launched(pid=process.pid, port=port, marker=marker, endpoint=endpoint,
+                    log=str(log_path))
 
 
 def _broker_healthy(host: str, port: int) -> bool:
@@ -479,23 +485,8 @@ def _start_gateway(ctx: StackContext, port: int) -> Launched:
     args = [sys.executable, "-m", "strata.cli", "gateway", "--bootstrap", bootstrap,
             "--host", ctx.host, "--port", str(port), "--auth-config", str(auth),
             "--shutdown-grace-s", str(GATEWAY_SHUTDOWN_GRACE_S)]
-    with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_file,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-    marker = str(auth)
-    deadline = time.monotonic() + 60
-    try:
-        while not _gateway_healthy(ctx.host, port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                raise StackError(f"the gateway did not start; end of {log_path}:\n{tail}")
-            time.sleep(0.1)
-    except BaseException:
-        if process.poll() is None:
-            kill_pid(process.pid, 5.0, expect=marker)
-        raise
-    return Launched(pid=process.pid, port=port, marker=marker,
-                    endpoint=f"http://{ctx.host}:{port}", log=str(log_path))
+    return _launch(args, log_path, str(auth), "the gateway", port, f"http://{ctx.host}:{port}",
+                   lambda: _gateway_healthy(ctx.host, port))
 
 
 def _gateway_healthy(host: str, port: int) -> bool:

@@ -8,13 +8,9 @@ import base64
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +20,11 @@ import pytest
 from ingest_gateway._auth import hash_secret
 from strata.client import Admin, Consumer, NewTopic, TopicPartition
 from strata.client._partitioner import partition_for_key
-from strata.procs import free_port
 from tests.support.cluster import Cluster
+from tests.support.gateway import MAX_REQUEST_BYTES, Gateway, running_gateway
 from tests.support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
-MAX_REQUEST_BYTES = 65536
 SMALL_LIMIT = 2000  # max.message.bytes of the "gw-small" topic
-
-
-@dataclass
-class Gateway:
-    url: str
-    cluster_id: str
-    bootstrap: str
-    process: subprocess.Popen[str]
-    output: deque[str]
-
-    def topic_url(self, topic: str) -> str:
-        return f"{self.url}/v3/clusters/{self.cluster_id}/topics/{topic}"
 
 
 @pytest.fixture(scope="module")
@@ -56,52 +38,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                          configs={"max.message.bytes": SMALL_LIMIT}),
             ])
         yield c
-
-
-@contextlib.contextmanager
-def running_gateway(bootstrap: str, *extra: str) -> Iterator[Gateway]:
-    """`strata gateway` as a subprocess on a free port, killed by its Popen handle."""
-    port = free_port()
-    args = [sys.executable, "-m", "strata.cli", "gateway", "--bootstrap", bootstrap,
-            "--port", str(port), "--delivery-timeout-ms", "4000",
-            "--max-request-bytes", str(MAX_REQUEST_BYTES), "--shutdown-grace-s", "5",
-            "--log-level", "warning", *extra]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                               start_new_session=True)
-    output: deque[str] = deque(maxlen=500)
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            output.append(line)
-
-    threading.Thread(target=pump, daemon=True).start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        def healthy() -> int:
-            if process.poll() is not None:
-                raise AssertionError("gateway exited:\n" + "".join(output))
-            try:
-                return httpx.get(f"{url}/healthz", timeout=2).status_code
-            except httpx.HTTPError:
-                return -1
-
-        wait_for("gateway up", healthy, lambda s: s == 200, timeout=30)
-        yield Gateway(url, "", bootstrap, process, output)
-    finally:
-        stop_child(process)
-
-
-def stop_child(process: subprocess.Popen[Any]) -> None:
-    """Our own un-reaped child: SIGTERM (graceful drain), then SIGKILL."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 @pytest.fixture(scope="module")
@@ -487,10 +423,9 @@ def test_workers_and_graceful_shutdown_drain(gateway: Gateway) -> None:
             assert high_watermark(client, gateway, "gw-stream", 0) == before + 1
         # each worker listens on its own SO_REUSEPORT socket: the kernel spreads new
         # connections over both (the X-Request-ID prefix is the worker's pid)
-        workers = {httpx.get(f"{multi.url}/healthz").headers["x-request-id"].split("-")[0]
-                   for _ in range(24)}
         children = sorted(worker_pids(multi.process.pid))
-        assert {f"{pid:x}" for pid in children} == workers and len(children) == 2
+        assert answering_workers(multi.url) == {f"{pid:x}" for pid in children}
+        assert len(children) == 2
         # /metrics sums every worker's numbers, whichever worker answers it
         totals = {
             httpx.get(f"{multi.url}/metrics").text.split(
@@ -499,11 +434,10 @@ def test_workers_and_graceful_shutdown_drain(gateway: Gateway) -> None:
         assert totals == {"1.0"}, totals
         # a worker killed -9 is replaced; the gateway keeps answering
         os.kill(children[0], 9)
-        wait_for("a new worker", lambda: sorted(worker_pids(multi.process.pid)),
-                 lambda pids: len(pids) == 2 and children[0] not in pids, timeout=30)
-        wait_for("all workers answer", lambda: {
-            httpx.get(f"{multi.url}/healthz").headers["x-request-id"].split("-")[0]
-            for _ in range(24)}, lambda seen: len(seen) == 2, timeout=30)
+        now = wait_for("a new worker", lambda: sorted(worker_pids(multi.process.pid)),
+                       lambda pids: len(pids) == 2 and children[0] not in pids, timeout=30)
+        wait_for("both workers answer", lambda: answering_workers(multi.url),
+                 lambda seen: seen == {f"{pid:x}" for pid in now}, timeout=30)
         answers: list[httpx.Response] = []
 
         def post() -> None:
@@ -617,6 +551,13 @@ def test_workers_end_with_a_killed_supervisor(gateway: Gateway) -> None:
                 os.kill(pid, 9)
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{multi.url}/healthz", timeout=2)
+
+
+def answering_workers(url: str, connections: int = 24) -> set[str]:
+    """The workers (pids in hex, the X-Request-ID prefix) that answered ``connections``
+    requests, each on a new connection."""
+    return {httpx.get(f"{url}/healthz").headers["x-request-id"].split("-")[0]
+            for _ in range(connections)}
 
 
 def worker_pids(parent: int) -> list[int]:

@@ -25,9 +25,9 @@ import httpx
 import pytest
 
 from tests.support.cluster import Cluster
+from tests.support.gateway import Gateway, running_gateway
 from tests.support.nemesis import read_partitions
 from tests.support.waiting import wait_for
-from tests.test_gateway import Gateway, running_gateway
 
 TOPIC = "gw-faults"
 PARTITIONS = 3

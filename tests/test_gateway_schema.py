@@ -39,8 +39,8 @@ from schemathesis.checks import (
 from ingest_gateway._auth import hash_secret
 from strata.client import Admin, NewTopic
 from tests.support.cluster import Cluster
+from tests.support.gateway import Gateway, running_gateway
 from tests.support.waiting import wait_for
-from tests.test_gateway import Gateway, running_gateway
 
 MAX_EXAMPLES = 30
 TIME_LIMIT_S = 50.0  # the whole exploration of one gateway

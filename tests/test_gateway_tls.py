@@ -16,10 +16,8 @@ import httpx
 import pytest
 
 from strata.procs import free_port
+from tests.support.gateway import REPO, stop_child
 from tests.support.waiting import wait_for
-from tests.test_gateway import stop_child
-
-REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.timeout(60)
 
