@@ -123,7 +123,7 @@ class Broker:
         await self.sync_topics(await asyncio.to_thread(self.coordinator.list_topics))
         self.coordinator.watch_topics(self._threadsafe(self._on_topics_changed))
         self.coordinator.watch_brokers(self._threadsafe(self._on_brokers_changed))
-        await self._refresh_brokers()  # our own registration is in the list from now on
+        await self.refresh_brokers()  # our own registration is in the list from now on
         await self._server.start_serving()
         self.replicas.start()
         self.controller.start()
@@ -198,7 +198,7 @@ class Broker:
             try:
                 await self._register()
                 await self.sync_topics()
-                await self._refresh_brokers()
+                await self.refresh_brokers()
                 await self._reload_partition_states()
                 await self.controller.session_restored()
                 log.info("broker %d registered again after a lost session", self.broker_id)
@@ -300,10 +300,10 @@ class Broker:
         await self.sync_topics(names)
 
     async def _on_brokers_changed(self, ids: list[int]) -> None:
-        await self._refresh_brokers()
+        await self.refresh_brokers()
         await self.controller.elect_leaders()
 
-    async def _refresh_brokers(self) -> None:
+    async def refresh_brokers(self) -> None:
         brokers = await asyncio.to_thread(self.coordinator.live_brokers)
         before = self.live_brokers
         self.live_brokers = {b.broker_id: b for b in brokers}

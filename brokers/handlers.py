@@ -244,6 +244,11 @@ class RequestHandlers:
         results = []
         for topic in request.topics:
             try:
+                named = {b for a in topic.assignments for b in a.broker_ids}
+                if not named <= set(self.broker.live_brokers):
+                    # The live view follows a ZooKeeper watch, which lags a registration
+                    # by a moment: read ZooKeeper itself before refusing a new broker.
+                    await self.broker.refresh_brokers()
                 definition, overrides = self._plan_topic(
                     topic.name, topic.num_partitions, topic.replication_factor,
                     {c.name: c.value or "" for c in topic.configs},
@@ -735,6 +740,9 @@ class RequestHandlers:
                                             ) -> AlterPartitionReassignmentsResponse:
         wanted: dict[tuple[str, int], list[int]] = {}
         answers: dict[str, list[ElectionPartitionResult]] = {}
+        named = {b for t in request.topics for part in t.partitions for b in part.replicas}
+        if not named <= set(self.broker.live_brokers):
+            await self.broker.refresh_brokers()  # the watched view may lag ZooKeeper
         live = set(self.broker.live_brokers)
         for topic in request.topics:
             definition = self.broker.topics.get(topic.name)
