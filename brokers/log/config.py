@@ -4,6 +4,14 @@ Keys use Kafka's dotted names so operators can carry their habits over. Every ke
 has a default; ``LogConfig.from_mapping`` rejects unknown keys and bad values with an
 ``InvalidConfigError`` that names the key and the accepted range, before anything is
 applied.
+
+Tiering (``tier.enable``): a Spark job copies closed segments into a Delta table per
+topic and records in ZooKeeper how far it got. The broker then keeps only a local
+window (``local.retention.ms`` / ``local.retention.bytes``, Kafka's KIP-405 names and
+semantics, ``-2`` meaning "same as the total") and deletes a segment only once it is in
+the table; ``retention.ms`` / ``retention.bytes`` then apply to the table, not to the
+local copy. Because the local copy may never outlive the total, a tier-enabled config
+whose effective local retention exceeds the total is rejected, as Kafka does.
 """
 
 from __future__ import annotations
@@ -16,10 +24,15 @@ from typing import Any, Final
 
 from brokers.errors import InvalidConfigError
 
-__all__ = ["CleanupPolicy", "FlushPolicy", "LogConfig", "TOPIC_CONFIG_KEYS", "TimestampTypeConfig"]
+__all__ = [
+    "CleanupPolicy", "FlushPolicy", "LogConfig", "SAME_AS_TOTAL", "TOPIC_CONFIG_KEYS",
+    "TimestampTypeConfig",
+]
 
 _INT32_MAX: Final = 2**31 - 1
 _INT64_MAX: Final = 2**63 - 1
+#: ``local.retention.*`` value meaning "the same as ``retention.*``" (Kafka's -2).
+SAME_AS_TOTAL: Final = -2
 
 
 class FlushPolicy(StrEnum):
@@ -92,6 +105,22 @@ class LogConfig:
     min_insync_replicas: int = 1
     message_timestamp_type: TimestampTypeConfig = TimestampTypeConfig.CREATE_TIME
     unclean_leader_election_enable: bool = False
+    tier_enable: bool = False
+    tier_after_ms: int = 600_000
+    local_retention_ms: int = SAME_AS_TOTAL
+    local_retention_bytes: int = SAME_AS_TOTAL
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """``local.retention.ms`` with -2 resolved to ``retention.ms`` (-1: forever)."""
+        return self.retention_ms if self.local_retention_ms == SAME_AS_TOTAL \
+            else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """``local.retention.bytes`` with -2 resolved to ``retention.bytes`` (-1: no limit)."""
+        return self.retention_bytes if self.local_retention_bytes == SAME_AS_TOTAL \
+            else self.local_retention_bytes
 
     @classmethod
     def from_mapping(
@@ -115,7 +144,31 @@ class LogConfig:
                     f"topic config {key}={raw!r} is out of range; accepted: {spec.accepted}"
                 )
             changes[spec.attribute] = value
-        return dataclasses.replace(base or cls(), **changes)
+        config = dataclasses.replace(base or cls(), **changes)
+        config._check_tiering()
+        return config
+
+    def _check_tiering(self) -> None:
+        """With tiering on, the local copy must not outlive the total retention.
+
+        Otherwise the table (trimmed to ``retention.*`` by the tiering job) would lose
+        records the broker still serves, and the two would disagree about the log start.
+        Checked only with ``tier.enable=true``, so configs without tiering behave exactly
+        as before.
+        """
+        if not self.tier_enable:
+            return
+        for name, local, total in (
+                ("ms", self.effective_local_retention_ms, self.retention_ms),
+                ("bytes", self.effective_local_retention_bytes, self.retention_bytes)):
+            if total != -1 and (local == -1 or local > total):
+                shown = "-1 (unlimited)" if local == -1 else str(local)
+                raise InvalidConfigError(
+                    f"topic config local.retention.{name}={shown} exceeds "
+                    f"retention.{name}={total}, which tier.enable=true does not allow (the "
+                    f"broker would keep records the tiered table has already dropped); "
+                    f"lower local.retention.{name} (-2: the same as retention.{name}) or "
+                    f"raise retention.{name}")
 
     def to_mapping(self) -> dict[str, str]:
         """The config as topic-config strings (the inverse of ``from_mapping``)."""
@@ -163,4 +216,24 @@ TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
         "unclean_leader_election_enable", _bool, lambda v: True, "true, false",
         "when no in-sync replica is alive, let an out-of-sync replica lead (availability "
         "over durability: acknowledged records it lacks are lost)"),
+    "tier.enable": _Key(
+        "tier_enable", _bool, lambda v: True, "true, false",
+        "the tiering job copies this topic's closed segments to a Delta table; the broker "
+        "then deletes a local segment only once it is tiered (local.retention.*), and "
+        "retention.ms / retention.bytes apply to the table"),
+    "tier.after.ms": _Key(
+        "tier_after_ms", _int, lambda v: 0 <= v <= _INT64_MAX, f"0..{_INT64_MAX}",
+        "with tier.enable, a closed segment is tiered once its newest record is older than "
+        "this"),
+    "local.retention.ms": _Key(
+        "local_retention_ms", _int, lambda v: v in (SAME_AS_TOTAL, -1) or 0 <= v <= _INT64_MAX,
+        "-2 (same as retention.ms), -1 (forever) or ms >= 0",
+        "with tier.enable, delete tiered local segments whose newest record is older than "
+        "this; at most retention.ms"),
+    "local.retention.bytes": _Key(
+        "local_retention_bytes", _int,
+        lambda v: v in (SAME_AS_TOTAL, -1) or 0 <= v <= _INT64_MAX,
+        "-2 (same as retention.bytes), -1 (no limit) or bytes >= 0",
+        "with tier.enable, delete the oldest tiered local segments while the log is larger "
+        "than this; at most retention.bytes"),
 }
