@@ -8,7 +8,7 @@ nothing of sockets or ZooKeeper; see ``brokers/README.md``.
 
 from brokers.log.config import CleanupPolicy, FlushPolicy, LogConfig, TimestampTypeConfig
 from brokers.log.leader_epoch import EpochEntry, LeaderEpochCache
-from brokers.log.partition_log import AppendInfo, PartitionLog
+from brokers.log.partition_log import AppendInfo, PartitionLog, SegmentSummary
 from brokers.log.segment import FileSlice, LogSegment
 
 __all__ = [
@@ -21,5 +21,6 @@ __all__ = [
     "LogConfig",
     "LogSegment",
     "PartitionLog",
+    "SegmentSummary",
     "TimestampTypeConfig",
 ]

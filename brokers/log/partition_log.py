@@ -39,6 +39,15 @@ longer follow such a truncation are renamed ``<name>.log.corrupt`` (kept for
 inspection, invisible to the log) and logged at ERROR, never deleted. Stray temporary
 files are removed.
 
+Retention deletes whole closed segments, oldest first, and stops at the first one that
+must stay (the log start only ever moves forward over contiguous segments). Without
+tiering it applies ``retention.ms`` / ``retention.bytes``. With ``tier.enable=true`` the
+tiering job owns the total retention (it trims the Delta table), and a local segment
+may go only once it is in the table (``next_offset <= tiered_up_to``, which the broker
+reads from ZooKeeper) and it is past ``local.retention.ms`` or the log is over
+``local.retention.bytes``; without known progress nothing is deleted, since the local
+copy may be the only one.
+
 Thread-safety: one ``RLock`` serialises mutations (append, roll, truncate, retention,
 delete-records, flush bookkeeping, close). ``read`` takes the lock only to snapshot the
 segment list and runs concurrently with appends. With ``flush.policy=always`` the fsync
@@ -88,7 +97,7 @@ from brokers.record_batch import (
     validate,
 )
 
-__all__ = ["AppendInfo", "PartitionLog"]
+__all__ = ["AppendInfo", "PartitionLog", "SegmentSummary"]
 
 log = logging.getLogger("strata.brokers.log")
 
@@ -112,6 +121,18 @@ class AppendInfo:
     max_timestamp: int
     log_append_time: int  # -1 unless the log stamps LogAppendTime
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSummary:
+    """A closed segment as the tiering job sees it: offsets ``[base_offset, next_offset)``,
+    the newest record's timestamp (ms; the file's mtime for a segment without
+    timestamps, as retention uses) and its size on disk."""
+
+    base_offset: int
+    next_offset: int
+    max_timestamp: int
+    size_bytes: int
 
 
 class PartitionLog:
@@ -795,13 +816,30 @@ class PartitionLog:
         self._base_offsets = [s.base_offset for s in self._segments]
         return deleted
 
-    def apply_retention(self) -> list[int]:
-        """Delete whole closed segments past ``retention.ms`` or over ``retention.bytes``.
+    def closed_segments(self) -> list[SegmentSummary]:
+        """Every closed segment (never the active one), oldest first, read under the lock
+        so the list is one consistent snapshot (what DescribeTier reports)."""
+        self._check_open()
+        with self._lock:
+            return [SegmentSummary(s.base_offset, s.next_offset, _segment_timestamp(s), s.size)
+                    for s in self._segments[:-1]]
 
+    def apply_retention(self, tiered_up_to: int | None = None) -> list[int]:
+        """Delete whole closed segments that retention lets go; see the module docstring.
+
+        Without tiering: those past ``retention.ms`` or over ``retention.bytes``. With
+        ``tier.enable=true``: ``tiered_up_to`` is the exclusive end offset of what the
+        Delta table holds for this partition (``None``: unknown, so nothing is deleted),
+        and a segment goes only if it ends at or below it and is past the effective
+        ``local.retention.ms`` or the log is over the effective ``local.retention.bytes``.
         The active segment is never deleted. Returns the base offsets deleted.
         """
         with self._lock:
             self._check_writable()
+            if self.config.tier_enable:
+                if tiered_up_to is None:
+                    return []
+                return self._delete_oldest(self._tiered_doomed(tiered_up_to))
             now = self._clock()
             closed = self._segments[:-1]
             doomed = 0
@@ -817,14 +855,38 @@ class PartitionLog:
                 while doomed < len(closed) and excess - removed >= closed[doomed].size:
                     removed += closed[doomed].size
                     doomed += 1
-            if not doomed:
-                return []
-            new_start = closed[doomed - 1].next_offset
-            if new_start > self.log_start_offset:
-                self.log_start_offset = new_start
-                self._start_checkpoint.write(new_start)
-                self._epochs.truncate_from_start(new_start)
-            return self._delete_segments_below(new_start)
+            return self._delete_oldest(doomed)
+
+    def _tiered_doomed(self, tiered_up_to: int) -> int:
+        """How many of the oldest closed segments tiered retention deletes (lock held)."""
+        now = self._clock()
+        local_ms = self.config.effective_local_retention_ms
+        local_bytes = self.config.effective_local_retention_bytes
+        closed = self._segments[:-1]
+        excess = sum(s.size for s in self._segments) - local_bytes
+        doomed = removed = 0
+        while doomed < len(closed):
+            segment = closed[doomed]
+            if segment.next_offset > tiered_up_to:
+                break  # not (entirely) in the table yet: the local copy is the only one
+            expired = local_ms >= 0 and _segment_timestamp(segment) < now - local_ms
+            over = local_bytes >= 0 and excess - removed >= segment.size
+            if not (expired or over):
+                break
+            removed += segment.size
+            doomed += 1
+        return doomed
+
+    def _delete_oldest(self, doomed: int) -> list[int]:
+        """Delete the ``doomed`` oldest segments and move the log start past them."""
+        if not doomed:
+            return []
+        new_start = self._segments[doomed - 1].next_offset
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            self._start_checkpoint.write(new_start)
+            self._epochs.truncate_from_start(new_start)
+        return self._delete_segments_below(new_start)
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
