@@ -19,6 +19,13 @@ Znode layout (every value is UTF-8 JSON with a ``"version": 1`` field)::
     /strata/admin/reassign_partitions           {"partitions": {topic: {p: [replicas]}}}
                                                 reassignments in progress (the controller
                                                 removes each once it is complete)
+    /strata/tier/topics/<topic>                 {"table": "<Delta table uri>"} (set by the
+                                                tiering job; empty until it is)
+    /strata/tier/topics/<topic>/partitions/<p>  TierProgress {tiered_up_to, tier_start,
+                                                updated_ms}; versioned compare-and-set,
+                                                neither offset ever decreases
+    /strata/tier/locks/<topic>                  {"owner"}  EPHEMERAL: the lease of the one
+                                                tiering job working on the topic
 
 Why a ``/strata`` root: several clusters, or Strata beside other tenants, can share one
 ensemble. Topic definitions and configs are persistent, so restarting any process
@@ -30,6 +37,12 @@ blocking; the asyncio broker calls them through ``asyncio.to_thread`` and receiv
 watch events through callbacks it re-schedules with ``loop.call_soon_threadsafe``.
 Conditional (versioned) writes are used wherever two writers could race: a lost race
 raises ``ConcurrentUpdateError`` and the caller re-reads instead of guessing.
+
+Tiering: the brokers delete a tier-enabled topic's local segments only below the
+partition's ``tiered_up_to``, so that value must never move back (a stale job would
+otherwise let a broker think un-copied data was safe, or re-copy ranges); hence the
+monotonic compare-and-set in ``advance_tier_progress``. The lease is ephemeral so a
+job that dies frees its topics when its session expires, without an operator.
 """
 
 from __future__ import annotations
@@ -39,18 +52,25 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
 
 from brokers.errors import (
     BrokerIdInUseError,
     BrokerNotAvailableError,
     ConcurrentUpdateError,
     ControllerMovedError,
+    TierJobBusyError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -64,6 +84,8 @@ __all__ = [
     "Coordinator",
     "PartitionState",
     "ROOT",
+    "TierJobBusyError",
+    "TierProgress",
     "TopicDefinition",
 ]
 
@@ -79,6 +101,8 @@ _CONTROLLER = f"{ROOT}/controller"
 _CONTROLLER_EPOCH = f"{ROOT}/controller_epoch"
 _PREFERRED_ELECTION = f"{ROOT}/admin/preferred_replica_election"
 _REASSIGNMENTS = f"{ROOT}/admin/reassign_partitions"
+_TIER_TOPICS = f"{ROOT}/tier/topics"
+_TIER_LOCKS = f"{ROOT}/tier/locks"
 
 
 
@@ -122,6 +146,22 @@ class PartitionState:
     isr: list[int]
     controller_epoch: int = 0
     zk_version: int = field(default=-1, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TierProgress:
+    """How far a partition is in its topic's Delta table.
+
+    ``tiered_up_to``: exclusive end offset of the records copied (0: nothing yet); the
+    brokers delete local segments only below it. ``tier_start``: the first offset still
+    in the table (equal to ``tiered_up_to`` when the table holds none of this
+    partition, e.g. after retention there removed everything). ``updated_ms``: when
+    either last changed (ms since the epoch).
+    """
+
+    tiered_up_to: int
+    tier_start: int
+    updated_ms: int
 
 
 def _dump(value: dict[str, Any]) -> bytes:
@@ -330,6 +370,20 @@ class Coordinator:
                 break
         with contextlib.suppress(NoNodeError):
             self.zk.delete(f"{_TOPIC_CONFIGS}/{name}")
+        # The tiering records go with the topic: a topic re-created under this name must
+        # not inherit progress that would let brokers delete segments never copied. The
+        # Delta table itself is left in place (it may be all that is left of the data).
+        self._delete_tree(f"{_TIER_TOPICS}/{name}")
+
+    def _delete_tree(self, path: str) -> None:
+        for _ in range(5):
+            try:
+                self.zk.delete(path, recursive=True)
+                return
+            except NotEmptyError:
+                continue  # a child was created meanwhile: delete again
+            except NoNodeError:
+                return
 
     def watch_topics(self, callback: Callable[[list[str]], None]) -> None:
         """``callback(sorted topic names)`` now and on every change (kazoo's thread)."""
@@ -563,6 +617,116 @@ class Coordinator:
         """``callback(any pending)`` now and whenever the reassignments znode changes."""
         self.zk.DataWatch(_REASSIGNMENTS)(lambda data, stat: callback(data is not None))
 
+    # ------------------------------------------------------------------ tiering
+    def tier_table(self, topic: str) -> str | None:
+        """The Delta table the topic is tiered into (``None``: not recorded yet)."""
+        try:
+            data = self.zk.get(f"{_TIER_TOPICS}/{topic}")[0]
+        except NoNodeError:
+            return None
+        if not data:
+            return None  # created as a parent of a progress record, before the table
+        table = _load(data).get("table")
+        return None if table is None else str(table)
+
+    def set_tier_table(self, topic: str, uri: str) -> None:
+        """Record the topic's Delta table (creating the parents)."""
+        path = f"{_TIER_TOPICS}/{topic}"
+        data = _dump({"table": uri})
+        try:
+            self.zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            self.zk.set(path, data)
+
+    def tier_progress(self, topic: str) -> dict[int, TierProgress]:
+        """Each partition's progress; partitions with none recorded are absent."""
+        base = f"{_TIER_TOPICS}/{topic}/partitions"
+        try:
+            children = self.zk.get_children(base)
+        except NoNodeError:
+            return {}
+        out: dict[int, TierProgress] = {}
+        for child in sorted(children, key=int):
+            try:
+                out[int(child)] = _progress(self.zk.get(f"{base}/{child}")[0])
+            except NoNodeError:
+                continue  # the topic is being deleted
+        return out
+
+    def advance_tier_progress(self, topic: str, partition: int, *, tiered_up_to: int,
+                              tier_start: int) -> TierProgress:
+        """Move the partition's progress forward; returns what is stored afterwards.
+
+        Neither offset ever decreases: a smaller value than the stored one keeps the
+        stored one (a job that lost a race, or re-runs an old range, cannot undo
+        progress brokers may already have deleted segments against). A compare-and-set
+        loop on the znode version makes concurrent writers safe. Raises
+        ``UnknownTopicOrPartitionError`` when the topic does not exist (so a job still
+        running after a deletion cannot leave progress for a re-created topic).
+        """
+        if not 0 <= tier_start <= tiered_up_to:
+            raise ValueError(f"tier progress of {topic}-{partition} must satisfy 0 <= "
+                             f"tier_start ({tier_start}) <= tiered_up_to ({tiered_up_to})")
+        path = f"{_TIER_TOPICS}/{topic}/partitions/{partition}"
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+                stored: TierProgress | None = _progress(data)
+                version = stat.version
+            except NoNodeError:
+                stored, version = None, -1
+            if stored is not None and stored.tiered_up_to >= tiered_up_to \
+                    and stored.tier_start >= tier_start:
+                return stored  # nothing moves forward
+            merged = TierProgress(
+                max(tiered_up_to, stored.tiered_up_to if stored else 0),
+                max(tier_start, stored.tier_start if stored else 0),
+                time.time_ns() // 1_000_000)
+            value = _dump(asdict(merged))
+            tx = self.zk.transaction()
+            tx.check(f"{_TOPICS}/{topic}", -1)  # the topic still exists
+            if version < 0:
+                if self.zk.exists(f"{_TOPICS}/{topic}") is None:
+                    raise _no_topic_to_tier(topic)
+                self.zk.ensure_path(f"{_TIER_TOPICS}/{topic}/partitions")
+                tx.create(path, value)
+            else:
+                tx.set_data(path, value, version=version)
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return merged
+            if isinstance(results[0], NoNodeError):
+                raise _no_topic_to_tier(topic)
+            # Another writer moved the znode between our read and our write: read again.
+
+    @contextlib.contextmanager
+    def tier_lease(self, topic: str, owner: str) -> Iterator[None]:
+        """Hold the topic's tiering lease (an ephemeral znode) for the ``with`` block.
+
+        Raises ``TierJobBusyError`` when another job holds it. Released on exit, and by
+        ZooKeeper when this session ends (a crashed job frees the topic by itself).
+        """
+        path = f"{_TIER_LOCKS}/{topic}"
+        try:
+            self.zk.create(path, _dump({"owner": owner}), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            try:
+                holder = str(_load(self.zk.get(path)[0]).get("owner"))
+            except NoNodeError:
+                holder = "a job that has just finished"
+            raise TierJobBusyError(
+                f"another tiering job ({holder}) holds topic {topic!r}; wait for it to finish "
+                "or stop it (a crashed job's lease expires with its ZooKeeper session)"
+            ) from None
+        try:
+            yield
+        finally:
+            # No node, or no session any more: the ephemeral lease is gone either way.
+            with contextlib.suppress(KazooException):
+                _, stat = self.zk.get(path)
+                if stat.ephemeralOwner == self.zk.client_id[0]:
+                    self.zk.delete(path, version=stat.version)
+
     # ------------------------------------------------------------------ producer ids
     def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> range:
         """Claim the next block of producer ids with a compare-and-set loop."""
@@ -583,6 +747,18 @@ class Coordinator:
                 return range(start, start + block_size)
             except (BadVersionError, NodeExistsError):
                 continue
+
+
+def _no_topic_to_tier(topic: str) -> UnknownTopicOrPartitionError:
+    return UnknownTopicOrPartitionError(
+        f"topic {topic!r} does not exist (deleted while it was being tiered?), so its tier "
+        "progress is not recorded; check the name with `strata topic list`")
+
+
+def _progress(data: bytes) -> TierProgress:
+    value = _load(data)
+    return TierProgress(int(value["tiered_up_to"]), int(value["tier_start"]),
+                        int(value["updated_ms"]))
 
 
 def _state_bytes(state: PartitionState) -> bytes:

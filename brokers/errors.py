@@ -44,6 +44,7 @@ __all__ = [
     "RequestTimedOutError",
     "StagedDataMissingError",
     "StrataError",
+    "TierJobBusyError",
     "TopicAlreadyExistsError",
     "UnknownLeaderEpochError",
     "UnknownProducerIdError",
@@ -326,7 +327,8 @@ class UnknownServerError(StrataError):
 
 
 # Codes 1100+: broker start-up and coordination errors. Only CONCURRENT_UPDATE can reach
-# a client (from CreateTopics or AlterConfigs); the others stop a broker at start-up.
+# a client (from CreateTopics or AlterConfigs); the others stop a broker at start-up,
+# except TIER_JOB_BUSY, which coordination.py raises to a tiering job.
 
 
 class BrokerIdInUseError(StrataError):
@@ -372,6 +374,18 @@ class StagedDataMissingError(StrataError):
 
     code = 1107
     name = "STAGED_DATA_MISSING"
+
+
+class TierJobBusyError(StrataError):
+    """Another tiering job holds the topic's lease in ZooKeeper.
+
+    Raised to the tiering job itself (never sent on the wire): two jobs copying one topic
+    would race for the same offset ranges in its Delta table.
+    """
+
+    code = 1108
+    name = "TIER_JOB_BUSY"
+    retriable = True
 
 
 _BY_CODE: dict[int, type[StrataError]] = {

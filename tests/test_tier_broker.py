@@ -8,13 +8,18 @@ broker processes (one small cluster for the module, each test on its own topics)
 from __future__ import annotations
 
 import dataclasses
+import threading
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from brokers.errors import InvalidConfigError
+from brokers.coordination import Coordinator, TierProgress, TopicDefinition
+from brokers.errors import InvalidConfigError, TierJobBusyError, UnknownTopicOrPartitionError
 from brokers.log import LogConfig, PartitionLog
 from tests.test_partition_log import FakeClock, _batch, _log_files, _three_closed_segments
+from zookeeper.launcher import ZooKeeperServer
 
 # ----------------------------------------------------------------------- topic configs
 
@@ -127,3 +132,107 @@ def test_closed_segments_reports_every_closed_segment(tmp_path: Path) -> None:
     assert [s.size_bytes for s in summaries] == [s.size for s in log.segments[:-1]]
     log.append(_batch(1, ts=clock.now))
     assert len(log.closed_segments()) == 3  # the active segment never shows
+
+
+# ----------------------------------------------------------------------- ZooKeeper records
+
+
+@pytest.fixture
+def coordinator(zookeeper_server: ZooKeeperServer) -> Iterator[Coordinator]:
+    c = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _zk_topic(coordinator: Coordinator, partitions: int = 2) -> str:
+    name = f"tierzk-{uuid.uuid4().hex[:8]}"
+    coordinator.create_topic(TopicDefinition(name, uuid.uuid4().hex,
+                                             {p: [1] for p in range(partitions)}), {})
+    return name
+
+
+def test_tier_table_and_progress_only_move_forward(coordinator: Coordinator) -> None:
+    name = _zk_topic(coordinator)
+    assert coordinator.tier_table(name) is None
+    assert coordinator.tier_progress(name) == {}
+    first = coordinator.advance_tier_progress(name, 1, tiered_up_to=100, tier_start=10)
+    assert (first.tiered_up_to, first.tier_start) == (100, 10) and first.updated_ms > 0
+    assert coordinator.tier_table(name) is None  # the parent exists, the table not yet
+    coordinator.set_tier_table(name, "file:///tmp/t1")
+    coordinator.set_tier_table(name, "file:///tmp/t2")
+    assert coordinator.tier_table(name) == "file:///tmp/t2"
+    # A smaller value keeps the stored one; each offset moves on its own.
+    kept = coordinator.advance_tier_progress(name, 1, tiered_up_to=50, tier_start=5)
+    assert kept == first
+    moved = coordinator.advance_tier_progress(name, 1, tiered_up_to=60, tier_start=60)
+    assert (moved.tiered_up_to, moved.tier_start) == (100, 60)
+    assert coordinator.tier_progress(name) == {1: moved}
+    with pytest.raises(ValueError, match="tier_start"):
+        coordinator.advance_tier_progress(name, 0, tiered_up_to=5, tier_start=6)
+    with pytest.raises(UnknownTopicOrPartitionError, match="does not exist"):
+        coordinator.advance_tier_progress("no-such-topic-x", 0, tiered_up_to=1, tier_start=0)
+    assert coordinator.tier_table("no-such-topic-x") is None
+
+
+def test_concurrent_progress_writers_keep_the_maximum(
+        zookeeper_server: ZooKeeperServer, coordinator: Coordinator) -> None:
+    name = _zk_topic(coordinator, 1)
+    other = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
+    other.start()
+    try:
+        def write(c: Coordinator, values: range) -> None:
+            for v in values:
+                c.advance_tier_progress(name, 0, tiered_up_to=v, tier_start=v // 2)
+
+        threads = [threading.Thread(target=write, args=(c, range(k, 60, 2)))
+                   for k, c in enumerate((coordinator, other))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        stored = coordinator.tier_progress(name)[0]
+        assert (stored.tiered_up_to, stored.tier_start) == (59, 29)
+    finally:
+        other.stop()
+
+
+def test_deleting_a_topic_removes_its_tier_records(coordinator: Coordinator) -> None:
+    name = _zk_topic(coordinator)
+    coordinator.set_tier_table(name, "file:///tmp/gone")
+    coordinator.advance_tier_progress(name, 0, tiered_up_to=7, tier_start=0)
+    coordinator.delete_topic(name)
+    assert coordinator.tier_table(name) is None
+    assert coordinator.tier_progress(name) == {}
+    assert coordinator.zk.exists(f"/strata/tier/topics/{name}") is None
+
+
+def test_tier_lease_is_exclusive_and_dies_with_the_session(
+        zookeeper_server: ZooKeeperServer, coordinator: Coordinator) -> None:
+    name = _zk_topic(coordinator, 1)
+    other = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
+    other.start()
+    try:
+        with coordinator.tier_lease(name, "job-a@host1"):
+            with pytest.raises(TierJobBusyError, match="job-a@host1") as caught, \
+                    other.tier_lease(name, "job-b"):
+                pass
+            assert caught.value.code == 1108 and "wait for it" in caught.value.message
+        with other.tier_lease(name, "job-b"):  # released on exit
+            pass
+        holder = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
+        holder.start()
+        lease = holder.tier_lease(name, "job-c")
+        lease.__enter__()
+        holder.zk.stop()  # the session ends without releasing: ZooKeeper drops the node
+        holder.zk.close()
+        with other.tier_lease(name, "job-b"):
+            pass
+    finally:
+        other.stop()
+
+
+def test_tier_progress_record_type() -> None:
+    assert TierProgress(5, 3, 1) == TierProgress(tiered_up_to=5, tier_start=3, updated_ms=1)
