@@ -24,13 +24,19 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from brokers.config import BrokerConfig
 from brokers.controller import Controller
-from brokers.coordination import BrokerRegistration, Coordinator, PartitionState, TopicDefinition
+from brokers.coordination import (
+    BrokerRegistration,
+    Coordinator,
+    PartitionState,
+    TierProgress,
+    TopicDefinition,
+)
 from brokers.errors import (
     ClusterIdMismatchError,
     DataDirLockedError,
@@ -39,7 +45,7 @@ from brokers.errors import (
     StrataError,
 )
 from brokers.log import LogConfig
-from brokers.metrics import BrokerMetrics, PartitionStats
+from brokers.metrics import BrokerMetrics, PartitionStats, TierStats
 from brokers.network import ConnectionHandler
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
 from brokers.replication import ReplicaManager
@@ -71,7 +77,9 @@ class Broker:
         self.partition_states: dict[tuple[str, int], PartitionState] = {}
         self.live_brokers: dict[int, BrokerRegistration] = {}
         self.cluster_id = ""
-        self.metrics = BrokerMetrics(self._partition_stats)
+        # Tier gauges as of the last retention pass: {(topic, p): (tiered_up_to, lag)}.
+        self.tier_stats: dict[tuple[str, int], tuple[int, int]] = {}
+        self.metrics = BrokerMetrics(self._partition_stats, self._tier_stats)
         self.port = config.port
         self._server: asyncio.Server | None = None
         self._connections: set[ConnectionHandler] = set()
@@ -512,19 +520,49 @@ class Broker:
         interval = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            self.apply_retention()
+            self.apply_retention(await self.read_tier_progress())
 
-    def apply_retention(self) -> int:
+    async def read_tier_progress(self) -> dict[str, dict[int, TierProgress]]:
+        """The tiering progress of every tier-enabled topic hosted here: one ZooKeeper
+        read per topic per pass, not per partition. A topic whose read fails is left
+        out, so its segments stay until a later pass can read it."""
+        topics = sorted({topic for (topic, _), partition in self.partitions.items()
+                         if partition.log.config.tier_enable})
+        out: dict[str, dict[int, TierProgress]] = {}
+        for topic in topics:
+            try:
+                out[topic] = await asyncio.to_thread(self.coordinator.tier_progress, topic)
+            except Exception as err:  # ZooKeeper trouble: skip the topic this pass
+                log.warning("reading the tier progress of %s failed: %r; its segments stay "
+                            "until the next retention pass", topic, err)
+        return out
+
+    def apply_retention(self, tier_progress: Mapping[str, Mapping[int, TierProgress]]
+                        | None = None) -> int:
+        """One retention pass over every hosted replica (leaders and followers alike:
+        each deletes from its own log). For a tier-enabled topic ``tier_progress`` (see
+        ``read_tier_progress``) bounds what may go; a topic or partition missing from it
+        keeps every segment. Also refreshes the tier gauges. Returns segments deleted."""
         deleted = 0
         now_ms = time.time_ns() // 1_000_000
-        for partition in list(self.partitions.values()):
+        tier_progress = tier_progress or {}
+        tier_stats: dict[tuple[str, int], tuple[int, int]] = {}
+        for (topic, p), partition in list(self.partitions.items()):
+            tiered_up_to: int | None = None
+            if partition.log.config.tier_enable and topic in tier_progress:
+                progress = tier_progress[topic].get(p)
+                tiered_up_to = None if progress is None else progress.tiered_up_to
+                if partition.is_leader:
+                    known = tiered_up_to or 0
+                    tier_stats[(topic, p)] = (known,
+                                              max(partition.high_watermark - known, 0))
             try:
                 # Snapshot the producer state first: retention may delete the segments
                 # whose batch headers are the only other record of it (a sink's last
                 # committed batch id must survive an unclean restart after that).
                 if not partition.log.is_offline:
                     partition.producers.write_snapshot(partition.log.log_end_offset)
-                deleted += len(partition.log.apply_retention())
+                deleted += len(partition.log.apply_retention(tiered_up_to))
             except StrataError as err:
                 log.error("retention on %s failed: %s", partition, err)
             except OSError as err:
@@ -535,6 +573,7 @@ class Broker:
                 partition.staging.expire(now_ms, self.config.sink_staging_retention_ms)
             except OSError as err:
                 log.error("expiring staged sink data of %s failed: %s", partition, err)
+        self.tier_stats = tier_stats
         return deleted
 
     async def _periodic_flush(self) -> None:
@@ -554,6 +593,10 @@ class Broker:
             lg = partition.log
             yield topic, p, lg.log_start_offset, lg.log_end_offset, partition.high_watermark, \
                 lg.size_bytes
+
+    def _tier_stats(self) -> Iterator[TierStats]:
+        for (topic, p), (tiered_up_to, lag) in list(self.tier_stats.items()):
+            yield topic, p, tiered_up_to, lag
 
 
 async def run_broker(config: BrokerConfig) -> int:

@@ -10,6 +10,12 @@ Names (all prefixed ``strata_``):
     partition_log_start_offset{topic,partition}  gauge
     partition_high_watermark{topic,partition}    gauge
     partition_size_bytes{topic,partition}        gauge
+    tier_tiered_offset{topic,partition}          gauge (tier.enable topics this broker leads)
+    tier_lag_records{topic,partition}            gauge high watermark - tiered offset
+
+The two tier gauges come from the last retention pass, which reads the tiering progress
+from ZooKeeper (scrapes must not hit ZooKeeper); a partition appears only while this
+broker leads it and its topic has ``tier.enable=true``.
 
 Each broker has its own registry, so several brokers in one test process do not mix.
 """
@@ -23,10 +29,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["BrokerMetrics", "PartitionStats"]
+__all__ = ["BrokerMetrics", "PartitionStats", "TierStats"]
 
 # (topic, partition, log_start, log_end, high_watermark, size_bytes)
 PartitionStats = tuple[str, int, int, int, int, int]
+# (topic, partition, tiered_up_to, lag in records)
+TierStats = tuple[str, int, int, int]
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -60,8 +68,30 @@ class _PartitionCollector(Collector):
         yield from families.values()
 
 
+class _TierCollector(Collector):
+    def __init__(self, source: Callable[[], Iterable[TierStats]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Any]:
+        offset = GaugeMetricFamily(
+            "strata_tier_tiered_offset",
+            "exclusive end offset of the records copied to the Delta table",
+            labels=["topic", "partition"])
+        lag = GaugeMetricFamily(
+            "strata_tier_lag_records",
+            "records below the high watermark not yet in the Delta table",
+            labels=["topic", "partition"])
+        for topic, partition, tiered_up_to, behind in self._source():
+            labels = [topic, str(partition)]
+            offset.add_metric(labels, tiered_up_to)
+            lag.add_metric(labels, behind)
+        yield offset
+        yield lag
+
+
 class BrokerMetrics:
-    def __init__(self, partitions: Callable[[], Iterable[PartitionStats]]) -> None:
+    def __init__(self, partitions: Callable[[], Iterable[PartitionStats]],
+                 tier: Callable[[], Iterable[TierStats]] = tuple) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("strata_requests_total", "requests handled",
                                 ["api", "error"], registry=self.registry)
@@ -74,6 +104,7 @@ class BrokerMetrics:
         self.connections = Gauge("strata_connections", "open client connections",
                                  registry=self.registry)
         self.registry.register(_PartitionCollector(partitions))
+        self.registry.register(_TierCollector(tier))
         self._server: Any = None
         self.port = -1
 
