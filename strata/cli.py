@@ -12,6 +12,8 @@
                          [-n COUNT] [--timeout-ms MS]
     strata gateway [--bootstrap ...] [--host H] [--port P] [--workers N]
                    (--auth-config FILE | --no-auth) [--tls-cert FILE --tls-key FILE]
+    strata tier run [--topic T ...] [--once | --every SECONDS] [--warehouse DIR]
+                    [--zookeeper HOST:PORT]
     strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
@@ -121,9 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down.set_defaults(handler=_cmd_down)
 
-    from strata.commands import broker, cluster, consume, gateway, produce, topic
+    from strata.commands import broker, cluster, consume, gateway, produce, tier, topic
 
-    for module in (broker, topic, cluster, produce, consume, gateway):
+    for module in (broker, topic, cluster, produce, consume, gateway, tier):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")
@@ -178,6 +180,8 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
     print(f"ZooKeeper: {endpoints['zookeeper'] or '-'}")
     print(f"Bootstrap: {endpoints['bootstrap'] or '-'}")
     print(f"Gateway:   {endpoints['gateway'] or '-'}")
+    print(f"Warehouse: {status.data_dir / 'warehouse'}  (Delta tables of tiered topics; "
+          f"tier job metrics {endpoints['tier_metrics'] or '-'})")
     if status.gateway_api_key:
         print(f"API key:   {status.gateway_api_key}  (development key, all access; send "
               "`Authorization: Bearer <key>`)")

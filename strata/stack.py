@@ -9,10 +9,11 @@ against ``/proc/<pid>/cmdline`` first (see :mod:`strata.procs`).
 
 The stack is an ordered tuple of :class:`ServiceSpec` built by :func:`stack_services`:
 ZooKeeper (one ``zookeeper`` server, or an ensemble ``zookeeper-0`` .. ``zookeeper-2``),
-then ``broker-0`` .. ``broker-<N-1>``, then the HTTP ingest ``gateway`` (a later issue
-appends the tiering job). A service gets its port as ``base_port + port_offset`` and sees the
-endpoints of the services started before it (brokers need ZooKeeper's, comma-separated
-for an ensemble).
+then ``broker-0`` .. ``broker-<N-1>``, then the HTTP ingest ``gateway``, then the ``tier``
+job (``strata tier run --every 60`` into ``<data-dir>/warehouse``; it starts Spark only
+once some topic has ``tier.enable=true``). A service gets its port as
+``base_port + port_offset`` and sees the endpoints of the services started before it
+(brokers need ZooKeeper's, comma-separated for an ensemble).
 
 Port plan for base port P (:data:`ZOOKEEPER_PEER_OFFSET` and friends)::
 
@@ -20,6 +21,7 @@ Port plan for base port P (:data:`ZOOKEEPER_PEER_OFFSET` and friends)::
     broker i (i < 30)             P+10+i                                    (P+10..P+39)
     broker i metrics              P+40+i                                    (P+40..P+69)
     ingest gateway (HTTP)         P+9
+    tiering job metrics (HTTP)    P+70
 
 A single ZooKeeper uses only P. Services of a *group* (the members of an ensemble) are
 launched together and only then waited for as a whole, because no ensemble member
@@ -32,7 +34,9 @@ Layout of a data dir::
     <data-dir>/<service>/      each service's own files (data, log, pid file):
                                zookeeper/ (single server) or zookeeper-0..2/ (ensemble),
                                broker-<i>/, gateway/ (gateway.log, auth.toml and
-                               dev-token: the development API key, both mode 0600)
+                               dev-token: the development API key, both mode 0600),
+                               tier/ (tier.log: one JSON line per pass)
+    <data-dir>/warehouse/      the Delta tables of tiered topics (spark_jobs/README.md)
 """
 
 from __future__ import annotations
@@ -123,7 +127,7 @@ class ServiceSpec:
 
     name: str
     port_offset: int
-    endpoint_key: str  # "zookeeper", "bootstrap" or "gateway"
+    endpoint_key: str  # "zookeeper", "bootstrap", "gateway" or "tier_metrics"
     start: Callable[[StackContext, int], Launched]
     healthy: Callable[[str, int], bool]
     group: str | None = None
@@ -185,7 +189,8 @@ class StackStatus:
         for p in self.processes:
             if p.state in ("started", "running"):
                 found.setdefault(p.record.endpoint_key, []).append(p.record.endpoint)
-        out: dict[str, str | None] = {"bootstrap": "", "zookeeper": None, "gateway": None}
+        out: dict[str, str | None] = {"bootstrap": "", "zookeeper": None, "gateway": None,
+                                      "tier_metrics": None}
         for key, values in found.items():
             out[key] = ",".join(values)
         return out
@@ -194,6 +199,7 @@ class StackStatus:
         return {
             "data_dir": str(self.data_dir),
             **self.endpoints(),
+            "warehouse": str(self.data_dir / WAREHOUSE_DIR),
             "gateway_api_key": self.gateway_api_key,
             "processes": [p.to_json() for p in self.processes],
         }
@@ -512,13 +518,56 @@ GATEWAY_SERVICE = ServiceSpec(
 )
 
 
+TIER_METRICS_OFFSET = 70
+TIER_DIR = "tier"
+WAREHOUSE_DIR = "warehouse"
+#: Seconds between two passes of the stack's tiering job.
+TIER_EVERY_S = 60
+
+
+def _start_tier(ctx: StackContext, port: int) -> Launched:
+    bootstrap, zookeeper = ctx.endpoints.get("bootstrap"), ctx.endpoints.get("zookeeper")
+    if not bootstrap or not zookeeper:
+        raise StackError("the tiering job needs ZooKeeper and the brokers, which are not running")
+    (ctx.data_dir / TIER_DIR).mkdir(parents=True, exist_ok=True)
+    warehouse = ctx.data_dir / WAREHOUSE_DIR
+    warehouse.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "strata.cli", "tier", "run", "--bootstrap", bootstrap,
+            "--zookeeper", zookeeper, "--warehouse", str(warehouse), "--every",
+            str(TIER_EVERY_S), "--format", "json", "--metrics-port", str(port)]
+    return _launch(args, ctx.data_dir / TIER_DIR / "tier.log", str(warehouse), "the tiering job",
+                   port, f"http://{ctx.host}:{port}/metrics",
+                   lambda: _metrics_healthy(ctx.host, port))
+
+
+def _metrics_healthy(host: str, port: int) -> bool:
+    """The job's Prometheus endpoint answers (it opens before the first pass)."""
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://{host}:{port}/metrics", timeout=2) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):
+        return False
+
+
+TIER_SERVICE = ServiceSpec(
+    name="tier",
+    port_offset=TIER_METRICS_OFFSET,
+    endpoint_key="tier_metrics",
+    start=_start_tier,
+    healthy=_metrics_healthy,
+)
+
+
 def stack_services(brokers: int = 1, zookeeper_nodes: int = 1) -> tuple[ServiceSpec, ...]:
-    """The stack in start order (``down`` stops in reverse, so the gateway first)."""
+    """The stack in start order (``down`` stops in reverse, so the tier job first)."""
     if not 1 <= brokers <= MAX_BROKERS:
         raise StackError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
     return (*zookeeper_services(zookeeper_nodes),
             *(broker_service(i, brokers) for i in range(brokers)),
-            GATEWAY_SERVICE)
+            GATEWAY_SERVICE, TIER_SERVICE)
 
 
 def _all_known_services() -> dict[str, ServiceSpec]:

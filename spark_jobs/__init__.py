@@ -1,0 +1,42 @@
+"""Strata's Spark jobs: tiering aged segments into Delta, retention and compaction there.
+
+Public API::
+
+    from spark_jobs import TierJob, TierSettings
+    with TierJob(spark, TierSettings(bootstrap, zookeeper, Path("warehouse"))) as job:
+        report = job.run_once()          # every tier.enable=true topic, or run_once(["t"])
+
+``register_tables(spark, warehouse)`` registers ``strata.<topic>`` (and
+``strata_compacted.<topic>``) in a session's catalog. See spark_jobs/README.md.
+"""
+
+from spark_jobs._errors import TierConfigError, TierNotEnabledError, TierTableMismatchError
+from spark_jobs._job import PartitionReport, TierJob, TierReport, TierSettings, TopicReport
+from spark_jobs._plan import TierRange, plan_partition
+from spark_jobs._tables import (
+    CATALOG_DB,
+    COMPACTED_DB,
+    app_id,
+    compacted_path,
+    register_tables,
+    table_path,
+)
+
+__all__ = [
+    "CATALOG_DB",
+    "COMPACTED_DB",
+    "PartitionReport",
+    "TierConfigError",
+    "TierJob",
+    "TierNotEnabledError",
+    "TierRange",
+    "TierReport",
+    "TierSettings",
+    "TierTableMismatchError",
+    "TopicReport",
+    "app_id",
+    "compacted_path",
+    "plan_partition",
+    "register_tables",
+    "table_path",
+]

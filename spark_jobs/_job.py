@@ -1,0 +1,426 @@
+"""The tiering job: copy aged closed segments into Delta, then enforce retention there.
+
+One pass (``TierJob.run_once``), per topic with ``tier.enable=true``:
+
+1. take the topic's lease in ZooKeeper (one job per topic at a time; a second job waits
+   up to ``lease_wait_s`` and then reports the topic busy);
+2. ask each partition's leader for its closed segments (``Admin.describe_tier``) and plan
+   ranges (``_plan.plan_partition``);
+3. per range, a Spark batch read through the Strata source with explicit
+   ``startingOffsets``/``endingOffsets`` (whole Arrow batches, never per-record Python),
+   appended to the topic's Delta table with ``txnAppId=strata-tier/<topic>/<p>`` and
+   ``txnVersion=<end offset>``;
+4. after the commit, advance the partition's progress in ZooKeeper (``tiered_up_to``);
+5. total retention (``retention.ms``): ``DELETE`` rows older than it, then ``VACUUM``;
+   the first offset left per partition becomes ``tier_start`` in ZooKeeper;
+6. ``OPTIMIZE`` when the last one is older than ``optimize_interval_s``;
+7. for ``cleanup.policy=compact`` topics, ``MERGE`` the new range into the compacted table.
+
+Why it cannot duplicate or skip, whenever it is killed:
+
+* a Delta commit is atomic: a write is either wholly in the table or not at all;
+* a write's ``txnVersion`` is its end offset, and the next plan starts at
+  ``max(ZooKeeper progress, the table's txnVersion, log start)``. Killed after the commit
+  but before the ZooKeeper write, the rerun reads the table's txnVersion (delta-rs, from
+  the Delta log) and starts exactly there; killed before the commit, nothing was written
+  and ZooKeeper's progress is where the rerun starts;
+* brokers delete a tiered topic's segments only below ZooKeeper's progress, which never
+  runs ahead of the table, so the rerun still finds every record it must copy;
+* two jobs never write one topic at once (the lease), so no two writes race for one range.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from brokers.coordination import Coordinator
+from brokers.errors import TierJobBusyError, UnknownTopicOrPartitionError
+from spark_jobs._compaction import compact_range
+from spark_jobs._errors import TierConfigError, TierNotEnabledError, TierTableMismatchError
+from spark_jobs._plan import TierRange, plan_partition
+from spark_jobs._tables import (
+    TIER_DDL,
+    app_id,
+    committed_offsets,
+    ensure_table,
+    register_tables,
+    table_path,
+)
+from strata.client import Admin, TopicPartition
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+    from strata.client import PartitionTier, TopicTier
+
+__all__ = ["PartitionReport", "TierJob", "TierReport", "TierSettings", "TopicReport"]
+
+log = logging.getLogger("strata.spark_jobs.tier")
+
+#: Offsets per Spark read task: one task per core on this machine for a 500k-offset range.
+_OFFSETS_PER_TASK = 250_000
+
+
+@dataclass(frozen=True, slots=True)
+class TierSettings:
+    bootstrap: str
+    zookeeper: str
+    warehouse: Path
+    #: Segment bytes copied by one Delta commit at most (a killed job redoes at most this).
+    max_bytes_per_write: int = 256 * 1024 * 1024
+    #: ``VACUUM ... RETAIN`` hours. Below Delta's 168-hour safety check only with
+    #: ``spark.databricks.delta.retentionDurationCheck.enabled=false`` (readers of older
+    #: table versions may then miss files).
+    vacuum_retain_hours: float = 168.0
+    optimize_interval_s: float = 3600.0
+    lease_wait_s: float = 30.0
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap:
+            raise TierConfigError("no brokers given: pass --bootstrap HOST:PORT")
+        if not self.zookeeper:
+            raise TierConfigError(
+                "no ZooKeeper given: pass --zookeeper HOST:PORT (`strata status` shows it)")
+        if self.max_bytes_per_write < 1:
+            raise TierConfigError("max_bytes_per_write must be at least 1 byte")
+        if self.vacuum_retain_hours < 0 or self.optimize_interval_s < 0 or self.lease_wait_s < 0:
+            raise TierConfigError(
+                "vacuum_retain_hours, optimize_interval_s and lease_wait_s must be >= 0")
+
+
+@dataclass(slots=True)
+class PartitionReport:
+    topic: str
+    partition: int
+    segments: int = 0
+    records: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    tiered_up_to: int = 0
+    tier_start: int = 0
+    #: Records on the leader not yet in Delta (high watermark - tiered_up_to).
+    lag_records: int = 0
+    #: Age of the newest record of the oldest closed segment still to tier (0: none).
+    lag_ms: int = 0
+
+
+@dataclass(slots=True)
+class TopicReport:
+    topic: str
+    table: str | None = None
+    busy: bool = False
+    partitions: list[PartitionReport] = field(default_factory=list)
+    retention_deleted_records: int = 0
+    vacuumed: bool = False
+    optimized: bool = False
+    compacted_keys: int = 0
+
+
+@dataclass(slots=True)
+class TierReport:
+    topics: list[TopicReport] = field(default_factory=list)
+    seconds: float = 0.0
+    #: Wall-clock start of the pass (epoch ms), so a log of passes is a time series.
+    started_ms: int = 0
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for t in self.topics for p in t.partitions)
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for t in self.topics for p in t.partitions)
+
+    @property
+    def segments(self) -> int:
+        return sum(p.segments for t in self.topics for p in t.partitions)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(records=self.records, bytes=self.bytes, segments=self.segments)
+        return out
+
+
+class TierJob:
+    """Tier every ``tier.enable=true`` topic (or the ones named) once per ``run_once``.
+
+    The job holds one ``Admin`` and one ZooKeeper session for its lifetime; close it (or use
+    it as a context manager) to release both. Not thread-safe: one pass at a time.
+    """
+
+    def __init__(self, spark: SparkSession | Callable[[], SparkSession],
+                 settings: TierSettings) -> None:
+        """``spark``: a session, or a function that makes one when the first pass needs it
+        (a job beside a stack whose topics are not tiered never starts a JVM)."""
+        self._spark = spark
+        self.settings = settings
+        self.admin = Admin(settings.bootstrap, client_id="strata-tier")
+        self.coordinator = Coordinator(settings.zookeeper, session_timeout_ms=6_000)
+        self.coordinator.start()
+
+    @property
+    def spark(self) -> SparkSession:
+        if callable(self._spark):
+            self._spark = self._spark()
+        return self._spark
+
+    @property
+    def spark_started(self) -> bool:
+        return not callable(self._spark)
+
+    def close(self) -> None:
+        try:
+            self.admin.close()
+        finally:
+            self.coordinator.stop()
+
+    def __enter__(self) -> TierJob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ one pass
+    def run_once(self, topics: Sequence[str] | None = None) -> TierReport:
+        began = time.monotonic()
+        names = self._topics(topics)
+        report = TierReport(started_ms=int(time.time() * 1000))
+        for name in names:
+            report.topics.append(self._tier_topic(name))
+        if self.spark_started and any(t.table for t in report.topics):
+            register_tables(self.spark, self.settings.warehouse)
+        report.seconds = round(time.monotonic() - began, 3)
+        return report
+
+    def _topics(self, wanted: Sequence[str] | None) -> list[str]:
+        if wanted:
+            try:
+                described = self.admin.describe_tier(list(wanted))
+            except UnknownTopicOrPartitionError as err:
+                raise TierNotEnabledError(
+                    f"{err.message}; name existing topics with tier.enable=true") from None
+            off = [t for t in wanted if not described[t].enabled]
+            if off:
+                raise TierNotEnabledError(
+                    f"topic(s) {', '.join(off)} do not have tier.enable=true; enable it with "
+                    f"`strata topic alter-config {off[0]} --set tier.enable=true`")
+            return list(wanted)
+        names = self.admin.list_topics()
+        if not names:
+            return []
+        described = self.admin.describe_tier(names)
+        return sorted(t.name for t in described.values() if t.enabled)
+
+    @contextmanager
+    def _lease(self, topic: str) -> Iterator[bool]:
+        deadline = time.monotonic() + self.settings.lease_wait_s
+        while True:
+            try:
+                with self.coordinator.tier_lease(topic, self.settings.owner):
+                    yield True
+                    return
+            except TierJobBusyError as err:
+                if time.monotonic() >= deadline:
+                    log.warning("%s", err)
+                    yield False
+                    return
+                time.sleep(0.5)
+
+    def _tier_topic(self, topic: str) -> TopicReport:
+        report = TopicReport(topic)
+        with self._lease(topic) as held:
+            if not held:
+                report.busy = True
+                return report
+            described = self.admin.describe_tier([topic])[topic]
+            path = self._table_for(topic, described)
+            report.table = str(path) if _is_table(path) else None
+            configs = {k: v.value for k, v in self.admin.describe_configs([topic])[topic].items()}
+            parts = sorted(described.partitions)
+            committed = committed_offsets(path, topic, parts)
+            progress = self.coordinator.tier_progress(topic)
+            now_ms = int(time.time() * 1000)
+            for p in parts:
+                tier = described.partitions[p]
+                stored = progress.get(p)
+                tiered_up_to = stored.tiered_up_to if stored else 0
+                tier_start = stored.tier_start if stored else 0
+                if committed[p] > tiered_up_to:
+                    # Killed between the Delta commit and the ZooKeeper write: catch up.
+                    # Without any record, the first write began at the log start (nothing
+                    # below it was deleted: deletion waits for this very progress).
+                    saved = self.coordinator.advance_tier_progress(
+                        topic, p, tiered_up_to=committed[p],
+                        tier_start=tier_start if stored else tier.log_start_offset)
+                    tiered_up_to, tier_start = saved.tiered_up_to, saved.tier_start
+                part = PartitionReport(topic, p, tiered_up_to=tiered_up_to,
+                                       tier_start=tier_start)
+                report.partitions.append(part)
+                while True:
+                    rng = plan_partition(
+                        topic, p, tier.segments, log_start=tier.log_start_offset,
+                        tiered_up_to=part.tiered_up_to, committed=part.tiered_up_to,
+                        tier_after_ms=described.tier_after_ms, now_ms=now_ms,
+                        max_bytes=self.settings.max_bytes_per_write)
+                    if rng is None:
+                        break
+                    if report.table is None:
+                        ensure_table(self.spark, path, TIER_DDL, "partition, date")
+                        report.table = str(path)
+                    self._copy(path, rng, part, parts)
+                    if configs.get("cleanup.policy") == "compact":
+                        report.compacted_keys += compact_range(
+                            self.spark, self.settings.warehouse, topic, path, rng,
+                            delete_retention_ms=int(configs.get("delete.retention.ms")
+                                                    or 86_400_000))
+                _lag(part, tier, described.tier_after_ms, now_ms)
+            if report.table is not None:
+                self._retention(topic, path, configs, report)
+                self._optimize(path, report)
+        return report
+
+    def _table_for(self, topic: str, described: TopicTier) -> Path:
+        path = table_path(self.settings.warehouse.resolve(), topic)
+        recorded = described.table or self.coordinator.tier_table(topic)
+        if recorded is not None and Path(recorded) != path:
+            raise TierTableMismatchError(
+                f"topic {topic!r} is tiered into {recorded}, not {path}; run the job with "
+                f"the warehouse that holds that table (--warehouse {Path(recorded).parent.parent})")
+        if recorded is None:
+            self.coordinator.set_tier_table(topic, str(path))
+        return path
+
+    def _copy(self, path: Path, rng: TierRange, part: PartitionReport,
+              partitions: list[int]) -> None:
+        """One Delta commit for ``rng``, then the progress write in ZooKeeper."""
+        from deltalake import DeltaTable
+        from pyspark.sql import functions as F
+
+        began = time.monotonic()
+        start = {str(p): -2 for p in partitions}
+        end = dict(start)
+        start[str(rng.partition)] = rng.start
+        end[str(rng.partition)] = rng.end
+        tasks = max(1, math.ceil(rng.offsets / _OFFSETS_PER_TASK))
+        frame = (self.spark.read.format("strata")
+                 .option("bootstrap.servers", self.settings.bootstrap)
+                 .option("subscribe", rng.topic)
+                 .option("startingOffsets", json.dumps({rng.topic: start}))
+                 .option("endingOffsets", json.dumps({rng.topic: end}))
+                 .option("minPartitions", str(tasks))
+                 .option("failOnDataLoss", "true")
+                 .load()
+                 .withColumn("date", F.to_date("timestamp")))
+        before = DeltaTable(str(path)).version()
+        (frame.write.format("delta").mode("append")
+         .option("txnAppId", app_id(rng.topic, rng.partition))
+         .option("txnVersion", str(rng.end))
+         .save(str(path)))
+        table = DeltaTable(str(path))
+        written = 0
+        if table.version() > before:
+            metrics = table.history(1)[0].get("operationMetrics") or {}
+            written = int(metrics.get("numOutputRows", 0))
+        first_write = part.tier_start >= part.tiered_up_to
+        saved = self.coordinator.advance_tier_progress(
+            rng.topic, rng.partition, tiered_up_to=rng.end,
+            tier_start=rng.start if first_write else part.tier_start)
+        part.tiered_up_to, part.tier_start = saved.tiered_up_to, saved.tier_start
+        part.segments += rng.segments
+        part.bytes += rng.bytes
+        part.records += written
+        part.seconds = round(part.seconds + time.monotonic() - began, 3)
+        log.info("tiered %s-%d [%d, %d): %d records, %d segments, %d bytes in %.2f s",
+                 rng.topic, rng.partition, rng.start, rng.end, written, rng.segments,
+                 rng.bytes, time.monotonic() - began)
+
+    # ------------------------------------------------------------------ retention
+    def _retention(self, topic: str, path: Path, configs: dict[str, str | None],
+                   report: TopicReport) -> None:
+        """``retention.ms`` on the table: delete older rows, VACUUM, move ``tier_start``."""
+        from deltalake import DeltaTable
+
+        retention_ms = int(configs.get("retention.ms") or -1)
+        if retention_ms < 0:
+            return
+        cutoff_ms = int(time.time() * 1000) - retention_ms
+        table = DeltaTable(str(path))
+        files = pa.table(table.get_add_actions(flatten=True))
+        oldest = [t for t in files.column("min.timestamp").to_pylist() if t is not None] \
+            if "min.timestamp" in files.column_names else []
+        if not oldest or _epoch_ms(min(oldest)) >= cutoff_ms:
+            return  # the file statistics say no row is old enough: no empty DELETE commit
+        before = table.version()
+        # The date predicate is implied by the timestamp one; it lets Delta skip whole
+        # (partition, date) directories instead of opening every file.
+        self.spark.sql(
+            f"DELETE FROM delta.`{path}` WHERE date <= to_date(timestamp_millis({cutoff_ms})) "
+            f"AND timestamp < timestamp_millis({cutoff_ms})")
+        table = DeltaTable(str(path))
+        if table.version() == before:
+            return
+        metrics = table.history(1)[0].get("operationMetrics") or {}
+        deleted = int(metrics.get("numDeletedRows", 0))
+        report.retention_deleted_records += deleted
+        if not deleted:
+            return
+        firsts = {int(r["partition"]): int(r["first"]) for r in self.spark.sql(
+            f"SELECT partition, min(offset) AS first FROM delta.`{path}` GROUP BY partition"
+        ).collect()}
+        for part in report.partitions:
+            first = firsts.get(part.partition, part.tiered_up_to)
+            saved = self.coordinator.advance_tier_progress(
+                topic, part.partition, tiered_up_to=part.tiered_up_to, tier_start=first)
+            part.tier_start = saved.tier_start
+        self.spark.sql(f"VACUUM delta.`{path}` RETAIN {self.settings.vacuum_retain_hours} HOURS")
+        report.vacuumed = True
+
+    def _optimize(self, path: Path, report: TopicReport) -> None:
+        from deltalake import DeltaTable
+
+        history = DeltaTable(str(path)).history(100)
+        last = max((int(h.get("timestamp", 0)) for h in history
+                    if h.get("operation") == "OPTIMIZE"), default=None)
+        if last is None:
+            created = min((int(h.get("timestamp", 0)) for h in history), default=0)
+            last = created
+        if time.time() * 1000 - last < self.settings.optimize_interval_s * 1000:
+            return
+        self.spark.sql(f"OPTIMIZE delta.`{path}`")
+        report.optimized = True
+
+
+def _is_table(path: Path) -> bool:
+    from deltalake import DeltaTable
+
+    return bool(DeltaTable.is_deltatable(str(path)))
+
+
+def _epoch_ms(value: Any) -> int:
+    """A Delta statistics timestamp (datetime, or microseconds) as epoch milliseconds."""
+    if hasattr(value, "timestamp"):
+        return int(value.timestamp() * 1000)
+    return int(value) // 1000
+
+
+def _lag(part: PartitionReport, tier: PartitionTier, tier_after_ms: int, now_ms: int) -> None:
+    part.lag_records = max(0, tier.high_watermark - part.tiered_up_to)
+    pending = [s for s in tier.segments if s.next_offset > part.tiered_up_to]
+    part.lag_ms = max(0, now_ms - pending[0].max_timestamp) if pending else 0
+
+
+def topic_partitions(report: TierReport) -> list[TopicPartition]:
+    return [TopicPartition(p.topic, p.partition) for t in report.topics for p in t.partitions]

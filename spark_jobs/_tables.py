@@ -1,0 +1,100 @@
+"""Where the tier tables live, how they are created, and how Spark's catalog finds them.
+
+Layout under the warehouse directory (one Delta table per topic)::
+
+    <warehouse>/topics/<topic>       every tiered record: the Spark source's schema + ``date``,
+                                     partitioned by (partition, date)
+    <warehouse>/compacted/<topic>    cleanup.policy=compact topics only: the latest record
+                                     per key (tombstones kept until delete.retention.ms)
+
+Two directories rather than a ``<topic>_compacted`` suffix because a topic may itself be
+called ``x_compacted``. Tables are created with deletion vectors off: total retention
+deletes rows, and the Spark source reads the tier with delta-rs in Spark's Python
+workers, where plain rewritten Parquet files are the simplest thing to read correctly.
+
+Catalog names: ``strata.`<topic>``` and ``strata_compacted.`<topic>```. The local Spark
+here has no Hive metastore, so the catalog lives as long as a session; the job and
+``register_tables`` (used by the notebooks) register every table found in the warehouse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+__all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "app_id", "committed_offsets",
+           "compacted_path", "ensure_table", "register_tables", "table_path"]
+
+CATALOG_DB = "strata"
+COMPACTED_DB = "strata_compacted"
+
+#: The tier table's columns: the Spark source's schema, then the UTC date of ``timestamp``.
+TIER_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+            "timestamp TIMESTAMP, timestampType INT, "
+            "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, date DATE")
+
+_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+
+
+def table_path(warehouse: Path, topic: str) -> Path:
+    return warehouse / "topics" / topic
+
+
+def compacted_path(warehouse: Path, topic: str) -> Path:
+    return warehouse / "compacted" / topic
+
+
+def app_id(topic: str, partition: int) -> str:
+    """The Delta ``txnAppId`` of one partition's tier writes (``txnVersion`` = end offset)."""
+    return f"strata-tier/{topic}/{partition}"
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_path(path: Path) -> str:
+    return str(path).replace("'", "\\'")
+
+
+def ensure_table(spark: SparkSession, path: Path, ddl: str, partitioned_by: str) -> None:
+    """Create an empty Delta table at ``path`` unless one is there (idempotent)."""
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in _TABLE_PROPERTIES.items())
+    spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{_sql_path(path)}` ({ddl}) USING DELTA "
+              f"PARTITIONED BY ({partitioned_by}) TBLPROPERTIES ({props})")
+
+
+def committed_offsets(path: Path, topic: str, partitions: list[int]) -> dict[int, int]:
+    """Per partition, the end offset of the last write the table holds (0: none).
+
+    Read from the Delta log's ``txn`` actions with delta-rs: no Spark job, no data read.
+    """
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return dict.fromkeys(partitions, 0)
+    table = DeltaTable(str(path))
+    return {p: table.transaction_version(app_id(topic, p)) or 0 for p in partitions}
+
+
+def register_tables(spark: SparkSession, warehouse: Path) -> list[str]:
+    """Register every tier table of ``warehouse`` in the session catalog; returns the names."""
+    from deltalake import DeltaTable
+
+    names: list[str] = []
+    for db, folder in ((CATALOG_DB, "topics"), (COMPACTED_DB, "compacted")):
+        root = warehouse / folder
+        if not root.is_dir():
+            continue
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+        for path in sorted(root.iterdir()):
+            if not DeltaTable.is_deltatable(str(path)):
+                continue
+            name = f"{db}.{_quote(path.name)}"
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA "
+                      f"LOCATION '{_sql_path(path)}'")
+            names.append(name)
+    return names

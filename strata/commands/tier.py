@@ -1,0 +1,120 @@
+"""``strata tier run``: copy aged segments into Delta (spark_jobs/README.md).
+
+    strata tier run [--topic T ...] [--once | --every SECONDS] --warehouse DIR
+                    [--bootstrap ...] [--zookeeper HOST:PORT] [--metrics-port P]
+
+Each pass prints one JSON line (``--format json``) or a short table: segments, records and
+bytes copied, seconds, and per partition the lag behind the hot log. With ``--every`` the
+job runs until SIGTERM/SIGINT, which it honours between passes (a pass in flight finishes,
+so no Delta commit is left without its ZooKeeper progress for long).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from strata.commands.common import CommandError, add_bootstrap, add_format, bootstrap_of, emit_json
+
+__all__ = ["register"]
+
+ZOOKEEPER_ENV = "STRATA_ZOOKEEPER"
+WAREHOUSE_ENV = "STRATA_WAREHOUSE"
+
+
+def register(sub: Any) -> None:
+    tier = sub.add_parser("tier", help="the Delta tier: copy aged segments, retention, compaction")
+    tier_sub = tier.add_subparsers(dest="tier_command", metavar="COMMAND", required=True)
+    run = tier_sub.add_parser("run", help="run the tiering job once or every N seconds")
+    add_bootstrap(run)
+    add_format(run)
+    run.add_argument("--zookeeper", default=None, metavar="HOST:PORT",
+                     help=f"ZooKeeper holding tier progress (default: ${ZOOKEEPER_ENV})")
+    run.add_argument("--warehouse", default=None, metavar="DIR",
+                     help=f"directory of the Delta tables (default: ${WAREHOUSE_ENV})")
+    run.add_argument("--topic", action="append", default=None, metavar="T",
+                     help="tier only this topic (repeatable; default: every topic with "
+                     "tier.enable=true)")
+    when = run.add_mutually_exclusive_group()
+    when.add_argument("--once", action="store_true", help="one pass, then exit (default)")
+    when.add_argument("--every", type=float, default=None, metavar="SECONDS",
+                      help="a pass every SECONDS until stopped")
+    run.add_argument("--max-bytes-per-write", type=int, default=256 * 1024 * 1024,
+                     help="segment bytes per Delta commit at most (default 256 MiB)")
+    run.add_argument("--vacuum-retain-hours", type=float, default=168.0,
+                     help="VACUUM RETAIN hours after retention deletes (default 168; lower "
+                     "values turn off Delta's safety check for this job)")
+    run.add_argument("--optimize-interval-s", type=float, default=3600.0,
+                     help="OPTIMIZE a table when its last OPTIMIZE is older (default 3600)")
+    run.add_argument("--lease-wait-s", type=float, default=30.0,
+                     help="how long to wait for another job's lease on a topic")
+    run.add_argument("--metrics-port", type=int, default=None,
+                     help="serve Prometheus metrics of the job on this port")
+    run.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from spark_jobs import TierJob, TierSettings
+    from spark_jobs._metrics import JobMetrics
+    from strata.spark import spark_session
+
+    if args.every is not None and args.every <= 0:
+        raise CommandError(f"--every must be a positive number of seconds, not {args.every}")
+    zookeeper = args.zookeeper or os.environ.get(ZOOKEEPER_ENV, "")
+    warehouse = args.warehouse or os.environ.get(WAREHOUSE_ENV, "")
+    if not zookeeper:
+        raise CommandError(f"no ZooKeeper given: pass --zookeeper HOST:PORT or export "
+                           f"{ZOOKEEPER_ENV} (`strata status` shows it)")
+    if not warehouse:
+        raise CommandError(f"no warehouse given: pass --warehouse DIR or export {WAREHOUSE_ENV}")
+    settings = TierSettings(bootstrap_of(args), zookeeper, Path(warehouse),
+                            max_bytes_per_write=args.max_bytes_per_write,
+                            vacuum_retain_hours=args.vacuum_retain_hours,
+                            optimize_interval_s=args.optimize_interval_s,
+                            lease_wait_s=args.lease_wait_s)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    if settings.vacuum_retain_hours < 168:
+        conf["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
+    metrics = JobMetrics(args.metrics_port) if args.metrics_port is not None else None
+    job = TierJob(lambda: spark_session("strata-tier", conf), settings)
+    try:
+        if args.every is not None:
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+        while True:
+            report = job.run_once(args.topic)
+            if metrics is not None:
+                metrics.observe(report)
+            _print(report.to_json(), args.format)
+            if args.every is None or stop.wait(args.every):
+                return 0
+    finally:
+        job.close()
+        if job.spark_started:
+            job.spark.stop()
+
+
+def _print(report: dict[str, Any], fmt: str) -> None:
+    if fmt == "json":
+        emit_json(report)
+        return
+    print(f"tier pass: {report['segments']} segments, {report['records']} records, "
+          f"{report['bytes']} bytes in {report['seconds']:.2f} s", flush=True)
+    for topic in report["topics"]:
+        if topic["busy"]:
+            print(f"  {topic['topic']}: busy (another job holds its lease)", flush=True)
+            continue
+        for p in topic["partitions"]:
+            print(f"  {p['topic']}-{p['partition']}: tiered up to {p['tiered_up_to']} "
+                  f"(from {p['tier_start']}), +{p['records']} records, lag "
+                  f"{p['lag_records']} records / {p['lag_ms']} ms", flush=True)

@@ -1,0 +1,335 @@
+"""The Delta tiering job (issue [6/7] sections 1 and 4) against real processes.
+
+One ZooKeeper, one broker process (retention checked every 300 ms) and one SparkSession
+serve the module; each test has its own topic and warehouse. What is checked: the Delta
+table holds exactly the records of the closed segments (offsets contiguous, keys and
+values identical, no duplicates) and ZooKeeper's progress says so; a rerun adds nothing;
+a job SIGKILLed mid-write (its whole process group: driver, JVM, workers) and rerun
+leaves the same exact table; a job that died between the Delta commit and the ZooKeeper
+write is caught up from the table's txnVersion; the broker deletes tiered segments (and
+only those) under local retention, and the history still reads back; total retention
+deletes the oldest rows from Delta and moves ``tier_start``; planning rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brokers.coordination import Coordinator
+from spark_jobs import TierJob, TierNotEnabledError, TierSettings, plan_partition, table_path
+from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from tests.support.broker_process import REPO, BrokerProcess
+from zookeeper.launcher import ZooKeeperServer
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+SEGMENT_BYTES = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def tier_broker(zookeeper_server: ZooKeeperServer,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(zookeeper_server.connect_string, tmp_path_factory.mktemp("broker"),
+                            overrides={"log.retention.check.interval.ms": "300"})
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture
+def coordinator(zookeeper_server: ZooKeeperServer) -> Iterator[Coordinator]:
+    coord = Coordinator(zookeeper_server.connect_string)
+    coord.start()
+    try:
+        yield coord
+    finally:
+        coord.stop()
+
+
+def settings(broker: BrokerProcess, zookeeper: ZooKeeperServer, warehouse: Path,
+             **kw: Any) -> TierSettings:
+    return TierSettings(broker.bootstrap, zookeeper.connect_string, warehouse,
+                        lease_wait_s=kw.pop("lease_wait_s", 30.0), **kw)
+
+
+def create_topic(broker: BrokerProcess, name: str, partitions: int = 2,
+                 **configs: str) -> None:
+    base = {"tier.enable": "true", "tier.after.ms": "0", "segment.bytes": str(SEGMENT_BYTES)}
+    base.update({k.replace("_", "."): v for k, v in configs.items()})
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(name, partitions, 1, base)])
+
+
+def produce(broker: BrokerProcess, topic: str, count: int, partitions: int = 2,
+            timestamp_ms: int | None = None) -> dict[int, list[tuple[bytes, bytes]]]:
+    """``count`` keyed records spread over the partitions; returns them per partition."""
+    sent: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(partitions)}
+    with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
+        futures = []
+        for i in range(count):
+            p = i % partitions
+            key, value = f"k{i % 97}".encode(), f"value-{i:07d}-{'x' * 60}".encode()
+            sent[p].append((key, value))
+            futures.append(producer.send(topic, value, key=key, partition=p,
+                                         timestamp_ms=timestamp_ms))
+        producer.flush()
+        for future in futures:
+            future.result(30)
+    return sent
+
+
+def table_rows(spark: Any, path: Path, partition: int) -> list[tuple[int, bytes, bytes]]:
+    rows = spark.read.format("delta").load(str(path)).where(f"partition = {partition}") \
+        .select("offset", "key", "value").orderBy("offset").collect()
+    return [(r["offset"], bytes(r["key"]), bytes(r["value"])) for r in rows]
+
+
+def assert_exact(spark: Any, path: Path, sent: dict[int, list[tuple[bytes, bytes]]],
+                 progress: dict[int, Any]) -> None:
+    """Per partition: offsets 0..tiered_up_to-1 once each, the records that were sent."""
+    for p, records in sent.items():
+        rows = table_rows(spark, path, p)
+        end = progress[p].tiered_up_to
+        assert end > 0, f"partition {p} tiered nothing"
+        assert [r[0] for r in rows] == list(range(end)), f"partition {p}: offsets"
+        assert [(r[1], r[2]) for r in rows] == records[:end], f"partition {p}: contents"
+
+
+def closed_end(broker: BrokerProcess, topic: str) -> dict[int, int]:
+    with Admin(broker.bootstrap) as admin:
+        tier = admin.describe_tier([topic])[topic]
+    return {p: (t.segments[-1].next_offset if t.segments else 0)
+            for p, t in tier.partitions.items()}
+
+
+class SimulatedCrash(BaseException):
+    """Stops a job where a crash would (not an Exception, so nothing catches it)."""
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+class Seg:
+    def __init__(self, base: int, end: int, ts: int, size: int = 100) -> None:
+        self.base_offset, self.next_offset, self.max_timestamp, self.size_bytes = \
+            base, end, ts, size
+
+
+def test_plan_takes_aged_segments_in_order_and_stops_at_the_first_young_one() -> None:
+    segs = [Seg(0, 10, 1_000), Seg(10, 20, 5_000), Seg(20, 30, 1_000)]
+    rng = plan_partition("t", 0, segs, log_start=0, tiered_up_to=0, committed=0,
+                         tier_after_ms=1_000, now_ms=3_000, max_bytes=10**9)
+    assert rng is not None and (rng.start, rng.end, rng.segments) == (0, 10, 1)
+
+
+def test_plan_starts_at_the_furthest_of_progress_table_and_log_start() -> None:
+    segs = [Seg(0, 10, 0), Seg(10, 20, 0), Seg(20, 30, 0)]
+    kw: dict[str, Any] = {"tier_after_ms": 0, "now_ms": 10, "max_bytes": 10**9}
+    plan = plan_partition("t", 0, segs, log_start=0, tiered_up_to=10, committed=20, **kw)
+    assert plan is not None and (plan.start, plan.end) == (20, 30)
+    plan = plan_partition("t", 0, segs, log_start=15, tiered_up_to=0, committed=0, **kw)
+    assert plan is not None and (plan.start, plan.end, plan.segments) == (15, 30, 2)
+    assert plan_partition("t", 0, segs, log_start=0, tiered_up_to=30, committed=0, **kw) is None
+
+
+def test_plan_bounds_a_write_by_bytes_but_takes_at_least_one_segment() -> None:
+    segs = [Seg(0, 10, 0, 600), Seg(10, 20, 0, 600), Seg(20, 30, 0, 600)]
+    plan = plan_partition("t", 0, segs, log_start=0, tiered_up_to=0, committed=0,
+                          tier_after_ms=0, now_ms=10, max_bytes=1_000)
+    assert plan is not None and (plan.end, plan.bytes) == (10, 600)
+    plan = plan_partition("t", 0, segs, log_start=0, tiered_up_to=0, committed=0,
+                          tier_after_ms=0, now_ms=10, max_bytes=1_300)
+    assert plan is not None and plan.end == 20
+
+
+# ----------------------------------------------------------------------------- the job
+
+
+def test_tiering_copies_closed_segments_exactly_and_a_rerun_adds_nothing(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    create_topic(tier_broker, "tier-exact")
+    sent = produce(tier_broker, "tier-exact", 6_000)
+    ends = closed_end(tier_broker, "tier-exact")
+    assert all(end > 0 for end in ends.values()), "segments did not roll; raise the count"
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+        report = job.run_once(["tier-exact"])
+        progress = coordinator.tier_progress("tier-exact")
+        assert {p: progress[p].tiered_up_to for p in ends} == ends
+        assert {p: progress[p].tier_start for p in ends} == {0: 0, 1: 0}
+        path = table_path(tmp_path.resolve(), "tier-exact")
+        assert coordinator.tier_table("tier-exact") == str(path)
+        assert_exact(spark, path, sent, progress)
+        assert report.records == sum(ends.values())
+        assert spark.sql("SELECT count(*) AS n FROM strata.`tier-exact`").first()["n"] == \
+            sum(ends.values())
+        again = job.run_once(["tier-exact"])
+        assert again.records == 0
+        assert spark.read.format("delta").load(str(path)).count() == sum(ends.values())
+        lag = {p.partition: p.lag_records for p in again.topics[0].partitions}
+        assert lag == {p: len(sent[p]) - ends[p] for p in ends}
+
+
+def test_run_once_names_a_topic_without_tiering(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        tmp_path: Path) -> None:
+    create_topic(tier_broker, "tier-off", **{"tier.enable": "false"})
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job, \
+            pytest.raises(TierNotEnabledError, match=r"tier\.enable=true"):
+        job.run_once(["tier-off"])
+
+
+def test_a_job_that_died_after_the_commit_is_caught_up_from_the_table(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    create_topic(tier_broker, "tier-gap", partitions=1)
+    sent = produce(tier_broker, "tier-gap", 4_000, partitions=1)
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path,
+                                 max_bytes_per_write=1)) as job:
+        real = job.coordinator.advance_tier_progress
+        calls = 0
+
+        def dies_after_first(topic: str, partition: int, **kw: int) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # the first commit is in Delta; "crash" before ZooKeeper hears
+                raise SimulatedCrash("after the Delta commit, before ZooKeeper's write")
+            return real(topic, partition, **kw)
+
+        job.coordinator.advance_tier_progress = dies_after_first  # type: ignore[method-assign]
+        with pytest.raises(SimulatedCrash):
+            job.run_once(["tier-gap"])
+    assert coordinator.tier_progress("tier-gap") == {}
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+        job.run_once(["tier-gap"])
+    progress = coordinator.tier_progress("tier-gap")
+    assert progress[0].tiered_up_to == closed_end(tier_broker, "tier-gap")[0]
+    assert_exact(spark, table_path(tmp_path.resolve(), "tier-gap"), sent, progress)
+
+
+def _tier_process(broker: BrokerProcess, zookeeper: ZooKeeperServer, warehouse: Path,
+                  topic: str, log: Path) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "strata.cli", "tier", "run", "--once", "--topic", topic,
+            "--bootstrap", broker.bootstrap, "--zookeeper", zookeeper.connect_string,
+            "--warehouse", str(warehouse), "--max-bytes-per-write", str(2 * SEGMENT_BYTES),
+            "--format", "json"]
+    with open(log, "ab") as out:
+        return subprocess.Popen(args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                start_new_session=True)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+
+
+def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    topic = "tier-kill"
+    create_topic(tier_broker, topic)
+    sent = produce(tier_broker, topic, 12_000)
+    path = table_path(tmp_path.resolve(), topic)
+    log = tmp_path / "tier.log"
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        # Kill 1: as soon as a task has written a data file of the first write (before
+        # its commit can be in the log). Kill 2: right after the first commit file lands.
+        for ready in (lambda: any(path.rglob("*.parquet")),
+                      lambda: len(list((path / "_delta_log").glob("*.json"))) >= 3):
+            process = _tier_process(tier_broker, zookeeper_server, tmp_path, topic, log)
+            started.append(process)
+            deadline = time.monotonic() + 120
+            while not ready() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert process.poll() is None, "the job finished before it could be killed:\n" + \
+                log.read_text(errors="replace")[-3000:]
+            _kill_group(process)
+        process = _tier_process(tier_broker, zookeeper_server, tmp_path, topic, log)
+        started.append(process)
+        assert process.wait(180) == 0, log.read_text(errors="replace")[-3000:]
+    finally:
+        for process in started:
+            if process.poll() is None:
+                _kill_group(process)
+    progress = coordinator.tier_progress(topic)
+    assert {p: progress[p].tiered_up_to for p in sent} == closed_end(tier_broker, topic)
+    assert_exact(spark, path, sent, progress)
+    last = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    assert last and last[-1]["topics"][0]["topic"] == topic
+
+
+def _segment_files(broker: BrokerProcess, topic: str, partition: int) -> list[Path]:
+    return sorted(broker.data_dir.rglob(f"{topic}-{partition}/*.log"))
+
+
+def test_local_retention_deletes_only_tiered_segments_and_history_still_reads(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    topic = "tier-local"
+    create_topic(tier_broker, topic, partitions=1, **{"local.retention.ms": "0"})
+    sent = produce(tier_broker, topic, 5_000, partitions=1)
+    time.sleep(1.0)  # several retention checks: nothing may go before it is tiered
+    before = _segment_files(tier_broker, topic, 0)
+    assert len(before) > 2 and before[0].name.startswith("0000")
+    bytes_before = sum(f.stat().st_size for f in before)
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+        job.run_once([topic])
+    tiered = coordinator.tier_progress(topic)[0].tiered_up_to
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with Admin(tier_broker.bootstrap) as admin:
+            start = admin.describe_tier([topic])[topic].partitions[0].log_start_offset
+        if start == tiered:
+            break
+        time.sleep(0.2)
+    assert start == tiered, "the broker did not delete the tiered segments"
+    after = _segment_files(tier_broker, topic, 0)
+    assert len(after) == 1 and sum(f.stat().st_size for f in after) < bytes_before
+    # The hot log no longer has offset 0, but the whole history reads back.
+    with Consumer(tier_broker.bootstrap) as consumer:
+        tp = TopicPartition(topic, 0)
+        assert consumer.beginning_offsets([tp])[tp] == tiered
+    rows = (spark.read.format("strata").option("bootstrap.servers", tier_broker.bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest").load()
+            .select("offset", "key", "value").orderBy("offset").collect())
+    assert [r["offset"] for r in rows] == list(range(len(sent[0])))
+    assert [(bytes(r["key"]), bytes(r["value"])) for r in rows] == sent[0]
+
+
+def test_total_retention_deletes_the_oldest_rows_from_delta(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    topic = "tier-total"
+    day = 24 * 3600 * 1000
+    create_topic(tier_broker, topic, partitions=1, **{"retention.ms": str(day)})
+    now = int(time.time() * 1000)
+    old = produce(tier_broker, topic, 2_000, partitions=1, timestamp_ms=now - 3 * day)
+    new = produce(tier_broker, topic, 4_000, partitions=1)
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path,
+                                 vacuum_retain_hours=0.0)) as job:
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        report = job.run_once([topic])
+    assert report.topics[0].retention_deleted_records == len(old[0])
+    assert report.topics[0].vacuumed
+    progress = coordinator.tier_progress(topic)[0]
+    rows = table_rows(spark, table_path(tmp_path.resolve(), topic), 0)
+    first_new = len(old[0])
+    assert [r[0] for r in rows] == list(range(first_new, progress.tiered_up_to))
+    assert [(r[1], r[2]) for r in rows] == new[0][:progress.tiered_up_to - first_new]
+    assert progress.tier_start == first_new
