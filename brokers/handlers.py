@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import KazooException
 
-from brokers.coordination import ConcurrentUpdateError, TopicDefinition
+from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefinition
 from brokers.errors import (
     BrokerNotAvailableError,
     FencedLeaderEpochError,
@@ -73,6 +73,10 @@ from brokers.protocol import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribedConfig,
+    DescribeTierPartitionResponse,
+    DescribeTierRequest,
+    DescribeTierResponse,
+    DescribeTierTopicResponse,
     ElectionPartitionResult,
     ElectionTopic,
     ElectionTopicResult,
@@ -109,6 +113,7 @@ from brokers.protocol import (
     StageRecordsRequest,
     StageRecordsResponse,
     StageTopicResponse,
+    TierSegment,
     TopicConfigs,
     TopicMetadata,
     TopicResult,
@@ -158,6 +163,7 @@ class RequestHandlers:
             ApiKey.ELECT_LEADERS: self.elect_leaders,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
+            ApiKey.DESCRIBE_TIER: self.describe_tier,
         }
 
     async def dispatch(self, header: RequestHeader, body: Reader) -> Message | None:
@@ -658,6 +664,58 @@ class RequestHandlers:
                 answers.append(answer)
             topics.append(ListOffsetsTopicResponse(topic.name, answers))
         return ListOffsetsResponse(topics)
+
+    # ------------------------------------------------------------------ DescribeTier
+    async def describe_tier(self, request: DescribeTierRequest) -> DescribeTierResponse:
+        """Closed segments and tier progress of the partitions this broker leads.
+
+        The segment list comes from the leader's log (under its lock, one snapshot per
+        partition); the table and progress from ZooKeeper, read once per topic.
+        """
+        topics = []
+        for topic in request.topics:
+            definition = self.broker.topics.get(topic.name)
+            try:
+                if definition is None:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {topic.name!r} does not exist; check the name (strata topic "
+                        "list)")
+                config = self.broker.log_config_for(topic.name)
+                table, progress = await asyncio.to_thread(self._tier_records, topic.name)
+            except (StrataError, KazooException) as err:
+                topics.append(DescribeTierTopicResponse(topic.name, *_error(err)))
+                continue
+            partitions = topic.partitions or list(definition.assignment)
+            topics.append(DescribeTierTopicResponse(
+                topic.name, 0, None, config.tier_enable, config.tier_after_ms, table,
+                [self._describe_tier_partition(topic.name, p, progress.get(p))
+                 for p in partitions]))
+        return DescribeTierResponse(topics)
+
+    def _tier_records(self, topic: str) -> tuple[str | None, dict[int, TierProgress]]:
+        coordinator = self.broker.coordinator
+        return coordinator.tier_table(topic), coordinator.tier_progress(topic)
+
+    def _describe_tier_partition(self, topic: str, p: int, progress: TierProgress | None
+                                 ) -> DescribeTierPartitionResponse:
+        answer = DescribeTierPartitionResponse(p, 0)
+        try:
+            partition = self._leader_partition(topic, p)
+            high_watermark = partition.high_watermark
+            # Closed segments only, and only below the high watermark: a segment a
+            # follower could still lose (or the active one, still growing) is never
+            # offered for tiering.
+            answer.segments = [
+                TierSegment(s.base_offset, s.next_offset, s.max_timestamp, s.size_bytes)
+                for s in partition.log.closed_segments() if s.next_offset <= high_watermark]
+            answer.log_start_offset = partition.log.log_start_offset
+            answer.high_watermark = high_watermark
+            if progress is not None:
+                answer.tiered_up_to = progress.tiered_up_to
+                answer.tier_start_offset = progress.tier_start
+        except StrataError as err:
+            answer.error_code, answer.error_message = _error(err)
+        return answer
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def offset_for_leader_epoch(

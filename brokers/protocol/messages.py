@@ -79,6 +79,12 @@ __all__ = [
     "DescribeConfigsRequest",
     "DescribeConfigsResponse",
     "DescribedConfig",
+    "DescribeTierPartitionResponse",
+    "DescribeTierRequest",
+    "DescribeTierResponse",
+    "DescribeTierTopic",
+    "DescribeTierTopicResponse",
+    "TierSegment",
     "ErrorResponse",
     "FetchPartition",
     "FetchPartitionResponse",
@@ -147,6 +153,7 @@ class ApiKey(IntEnum):
     ELECT_LEADERS = 14
     ALTER_PARTITION_REASSIGNMENTS = 15
     LIST_PARTITION_REASSIGNMENTS = 16
+    DESCRIBE_TIER = 17
 
 
 # ----------------------------------------------------------------------------- headers
@@ -1337,6 +1344,116 @@ class ListPartitionReassignmentsResponse(Message):
     FIELDS: ClassVar = (Field("reassignments", Array(Struct(OngoingReassignment))),)
 
 
+# ----------------------------------------------------------------------------- DescribeTier
+
+
+@dataclass(slots=True)
+class DescribeTierTopic(Message):
+    """``partitions``: the partitions to describe; empty: every partition of the topic."""
+
+    name: str
+    partitions: list[int]
+    FIELDS: ClassVar = (Field("name", STRING), Field("partitions", Array(INT32)))
+
+
+@dataclass(slots=True)
+class DescribeTierRequest(Message):
+    """What the tiering job needs to plan a pass: per partition, the closed segments
+    the leader holds and how far ZooKeeper says the Delta table goes.
+
+    Send each partition to its leader: a broker answers only for the partitions it
+    leads (NOT_LEADER_OR_FOLLOWER otherwise, so the client refreshes metadata and
+    retries there). Works for any topic; ``tier_enabled`` says whether it is tiered.
+    """
+
+    topics: list[DescribeTierTopic]
+    FIELDS: ClassVar = (Field("topics", Array(Struct(DescribeTierTopic))),)
+
+
+@dataclass(slots=True)
+class TierSegment(Message):
+    """One closed segment: offsets ``[base_offset, next_offset)``, the timestamp (ms) of
+    its newest record (the file's modification time when no record carries one) and its
+    size in bytes."""
+
+    base_offset: int
+    next_offset: int
+    max_timestamp: int
+    size_bytes: int
+    FIELDS: ClassVar = (
+        Field("base_offset", INT64),
+        Field("next_offset", INT64),
+        Field("max_timestamp", INT64),
+        Field("size_bytes", INT64),
+    )
+
+
+@dataclass(slots=True)
+class DescribeTierPartitionResponse(Message):
+    """``segments``: the closed segments (never the active one) that end at or below the
+    high watermark, oldest first; the first may begin below ``log_start_offset`` (after
+    DeleteRecords) and the records below it are not served. ``tiered_up_to``: exclusive
+    end offset of the records in the Delta table, ``tier_start_offset``: the first one
+    still there (both from ZooKeeper, 0 when nothing was tiered; ``log_start_offset``
+    may be above ``tiered_up_to``, e.g. after retention before tiering was enabled).
+
+    Errors: NOT_LEADER_OR_FOLLOWER (this broker does not lead the partition: retry on
+    the leader), UNKNOWN_TOPIC_OR_PARTITION (no such partition), STORAGE_ERROR.
+    """
+
+    partition: int
+    error_code: int
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    tiered_up_to: int = 0
+    tier_start_offset: int = 0
+    segments: list[TierSegment] = field(default_factory=list)
+    error_message: str | None = None
+    FIELDS: ClassVar = (
+        Field("partition", INT32),
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+        Field("log_start_offset", INT64),
+        Field("high_watermark", INT64),
+        Field("tiered_up_to", INT64),
+        Field("tier_start_offset", INT64),
+        Field("segments", Array(Struct(TierSegment))),
+    )
+
+
+@dataclass(slots=True)
+class DescribeTierTopicResponse(Message):
+    """``tier_enabled`` / ``tier_after_ms``: the topic's ``tier.enable`` and
+    ``tier.after.ms``; ``table``: its Delta table as recorded in ZooKeeper (null: none
+    yet). Topic errors: UNKNOWN_TOPIC_OR_PARTITION, BROKER_NOT_AVAILABLE (ZooKeeper could
+    not be read; retry); the partition list is empty then."""
+
+    name: str
+    error_code: int
+    error_message: str | None = None
+    tier_enabled: bool = False
+    tier_after_ms: int = -1
+    table: str | None = None
+    partitions: list[DescribeTierPartitionResponse] = field(default_factory=list)
+    FIELDS: ClassVar = (
+        Field("name", STRING),
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+        Field("tier_enabled", BOOL),
+        Field("tier_after_ms", INT64),
+        Field("table", NULLABLE_STRING),
+        Field("partitions", Array(Struct(DescribeTierPartitionResponse))),
+    )
+
+
+@dataclass(slots=True)
+class DescribeTierResponse(Message):
+    """One entry per requested topic."""
+
+    topics: list[DescribeTierTopicResponse]
+    FIELDS: ClassVar = (Field("topics", Array(Struct(DescribeTierTopicResponse))),)
+
+
 # ----------------------------------------------------------------------------- registry
 
 REQUEST_TYPES: Final[dict[ApiKey, type[Message]]] = {
@@ -1357,6 +1474,7 @@ REQUEST_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.ELECT_LEADERS: ElectLeadersRequest,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsRequest,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsRequest,
+    ApiKey.DESCRIBE_TIER: DescribeTierRequest,
 }
 
 RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
@@ -1377,6 +1495,7 @@ RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.ELECT_LEADERS: ElectLeadersResponse,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsResponse,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsResponse,
+    ApiKey.DESCRIBE_TIER: DescribeTierResponse,
 }
 
 # Versions this build speaks, per API: (min, max). Bump max when a field is added.
