@@ -25,6 +25,12 @@ error: ``ElectionResult.message`` says why the leader stayed.
 Validation lives in the broker (one source of truth for names, counts and config values);
 the client sends what it is given and turns the answer into typed errors.
 
+``describe_tier`` (what the Delta tiering job plans from) asks each partition's leader
+with ``DescribeTier``: only the leader knows which segments are closed and below its high
+watermark. A partition whose leader moved (``NOT_LEADER_OR_FOLLOWER``), has none right
+now, or did not answer is retried after a metadata refresh until the request timeout,
+as ``list_offsets`` does; a topic that does not exist raises at once.
+
 Where each number in ``describe_topics`` comes from: leader, replicas and ISR from
 ``Metadata``; the high watermark from ``ListOffsets(latest)``; then one ``Fetch`` at the
 high watermark with no wait (it carries no records) returns the log start offset, the log
@@ -35,11 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar
 
 from brokers.errors import (
+    NetworkError,
     OffsetOutOfRangeError,
     StrataError,
 )
@@ -60,6 +68,11 @@ from brokers.protocol import (
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeTierPartitionResponse,
+    DescribeTierRequest,
+    DescribeTierResponse,
+    DescribeTierTopic,
+    DescribeTierTopicResponse,
     ElectionTopic,
     ElectionTopicResult,
     ElectLeadersRequest,
@@ -79,6 +92,7 @@ from strata.client._sync import EventLoopThread
 from strata.client.consumer import (
     TopicPartition,
     error_from_code,
+    is_transient,
     list_offsets,
     list_offsets_once,
 )
@@ -93,8 +107,11 @@ __all__ = [
     "NewTopic",
     "OffsetSpec",
     "PartitionDescription",
+    "PartitionTier",
     "Reassignment",
+    "SegmentInfo",
     "TopicDescription",
+    "TopicTier",
 ]
 
 T = TypeVar("T")
@@ -197,6 +214,49 @@ class Reassignment:
     replicas: tuple[int, ...]
     adding: tuple[int, ...]
     removing: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """A closed segment on the partition leader: offsets ``[base_offset, next_offset)``,
+    the newest record's timestamp in ms (the file's mtime if no record has one) and its
+    size on disk."""
+
+    base_offset: int
+    next_offset: int
+    max_timestamp: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionTier:
+    """One partition for the tiering job, as its leader and ZooKeeper see it.
+
+    ``segments``: the closed segments that end at or below the high watermark, oldest
+    first (never the active one). ``tiered_up_to``: exclusive end offset of the records
+    in the Delta table; ``tier_start_offset``: the first one still there (0 and 0
+    before anything was tiered).
+    """
+
+    topic: str
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    tiered_up_to: int
+    tier_start_offset: int
+    segments: tuple[SegmentInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTier:
+    """A topic's tiering settings (``tier.enable``, ``tier.after.ms``), its Delta table
+    as recorded in ZooKeeper (``None``: not yet) and every partition."""
+
+    name: str
+    enabled: bool
+    tier_after_ms: int
+    table: str | None
+    partitions: dict[int, PartitionTier]
 
 
 def _spec_timestamp(tp: TopicPartition, spec: OffsetSpec) -> int:
@@ -373,6 +433,111 @@ class AsyncAdmin:
             out.setdefault(tp, (-1, -1, hw))
         return out
 
+    # ------------------------------------------------------------------ tiering
+    async def describe_tier(self, names: Iterable[str]) -> dict[str, TopicTier]:
+        """Closed segments and Delta tier progress of every partition of ``names``.
+
+        Each partition is asked of its leader; leader moves are retried (see the module
+        docstring) until the request timeout, then the last error is raised. Raises
+        ``UnknownTopicOrPartitionError`` for a topic that does not exist. Works for
+        topics without ``tier.enable`` too (``TopicTier.enabled`` is then false).
+        """
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return {}
+        response = await self._cluster.refresh(wanted)
+        for topic in response.topics:
+            if topic.error_code:
+                raise error_from_code(topic.error_code, f"topic {topic.name!r} does not exist; "
+                                      "check the name (strata topic list)")
+        pending = {TopicPartition(t.name, p.partition)
+                   for t in response.topics for p in t.partitions}
+        topics: dict[str, DescribeTierTopicResponse] = {}
+        answers: dict[TopicPartition, DescribeTierPartitionResponse] = {}
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            last_error: StrataError | None = None
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in sorted(pending):
+                try:
+                    by_leader.setdefault(await self._cluster.leader_for(*tp), []).append(tp)
+                except StrataError as err:
+                    if not is_transient(err):
+                        raise
+                    last_error = err
+            remaining = max(deadline - time.monotonic(), 0.001)
+            rounds = await asyncio.gather(*(self._describe_tier_at(node, tps, remaining)
+                                            for node, tps in by_leader.items()))
+            for found_topics, found in rounds:
+                topics.update(found_topics)
+                for tp, answer in found.items():
+                    if isinstance(answer, StrataError):
+                        if not is_transient(answer):
+                            raise answer
+                        last_error = answer
+                        continue
+                    answers[tp] = answer
+                    pending.discard(tp)
+            if not pending:
+                break
+            if time.monotonic() >= deadline:
+                raise last_error or NetworkError("DescribeTier got no answer in time; retry")
+            if attempt:  # the first retry only refreshes metadata; later ones back off too
+                await self._cluster.backoff(attempt)
+            attempt += 1
+            with contextlib.suppress(StrataError, TimeoutError):
+                await self._cluster.refresh(sorted({tp.topic for tp in pending}))
+        out: dict[str, TopicTier] = {}
+        for name in wanted:
+            described = topics.get(name) or DescribeTierTopicResponse(name, 0)
+            partitions = {
+                tp.partition: PartitionTier(
+                    name, tp.partition, a.log_start_offset, a.high_watermark, a.tiered_up_to,
+                    a.tier_start_offset,
+                    tuple(SegmentInfo(s.base_offset, s.next_offset, s.max_timestamp,
+                                      s.size_bytes) for s in a.segments))
+                for tp, a in sorted(answers.items()) if tp.topic == name}
+            out[name] = TopicTier(name, described.tier_enabled, described.tier_after_ms,
+                                  described.table, partitions)
+        return out
+
+    async def _describe_tier_at(
+            self, node: int, tps: list[TopicPartition], timeout_s: float
+    ) -> tuple[dict[str, DescribeTierTopicResponse],
+               dict[TopicPartition, DescribeTierPartitionResponse | StrataError]]:
+        """One ``DescribeTier`` to ``node``: topic answers and per-partition answers or
+        errors (a failed request or topic error is every partition's error)."""
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = DescribeTierRequest([DescribeTierTopic(t, ps) for t, ps in by_topic.items()])
+        try:
+            connection = await self._cluster.connection(node)
+            response = await asyncio.wait_for(
+                connection.request(ApiKey.DESCRIBE_TIER, request), timeout_s)
+        except (StrataError, TimeoutError) as err:
+            failed = err if isinstance(err, StrataError) else \
+                NetworkError(f"broker {node} did not answer DescribeTier in time")
+            return {}, dict.fromkeys(tps, failed)
+        assert isinstance(response, DescribeTierResponse)
+        topics: dict[str, DescribeTierTopicResponse] = {}
+        out: dict[TopicPartition, DescribeTierPartitionResponse | StrataError] = {}
+        for topic in response.topics:
+            if topic.error_code:
+                error = error_from_code(topic.error_code, topic.error_message)
+                out.update((TopicPartition(topic.name, p), error)
+                           for p in by_topic.get(topic.name, []))
+                continue
+            topics[topic.name] = topic
+            for answer in topic.partitions:
+                tp = TopicPartition(topic.name, answer.partition)
+                out[tp] = answer if answer.error_code == 0 else \
+                    error_from_code(answer.error_code, answer.error_message)
+        for tp in tps:
+            out.setdefault(tp, NetworkError(f"{tp}: broker {node}'s answer left it out"))
+        return topics, out
+
     # ------------------------------------------------------------------ configs
     async def describe_configs(self, names: Iterable[str]) -> dict[str, dict[str, ConfigValue]]:
         """Every topic config key with its effective value, per topic."""
@@ -528,6 +693,9 @@ class Admin:
     def describe_topics(self, names: Iterable[str] | None = None
                         ) -> dict[str, TopicDescription]:
         return self._run(self._admin.describe_topics(None if names is None else list(names)))
+
+    def describe_tier(self, names: Iterable[str]) -> dict[str, TopicTier]:
+        return self._run(self._admin.describe_tier(list(names)))
 
     def describe_configs(self, names: Iterable[str]) -> dict[str, dict[str, ConfigValue]]:
         return self._run(self._admin.describe_configs(list(names)))
