@@ -14,7 +14,7 @@
                    (--auth-config FILE | --no-auth) [--tls-cert FILE --tls-key FILE]
     strata tier run [--topic T ...] [--once | --every SECONDS] [--warehouse DIR]
                     [--zookeeper HOST:PORT]
-    strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e [...]
+    strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
 ``--format text|json``.
@@ -163,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
         "spark-e2e", help="latency of produce -> Spark (processingTime=0) -> topic -> consume")
     perf_spark_sink.add_spark_e2e_arguments(spark_e2e)
     spark_e2e.set_defaults(handler=perf_spark_sink.run_spark_e2e)
+    from strata import perf_tier
+
+    tier_bench = perf_sub.add_parser(
+        "tier", help="tiering into Delta: records/s, bytes/record, replay hot vs tiered")
+    perf_tier.add_tier_arguments(tier_bench)
+    tier_bench.set_defaults(handler=perf_tier.run_tier)
     return parser
 
 

@@ -1,0 +1,181 @@
+"""``strata perf tier``: tiering throughput, Delta bytes per record, replay hot vs tiered.
+
+Steps (one fresh topic, ``tier.enable=true``, ``tier.after.ms=0``, ``local.retention.ms=0``):
+
+1. fill it with ``--num-records`` records of ``--record-size`` random bytes each (distinct
+   values, so Parquet cannot compress them away: the bytes-per-record figure is honest);
+2. **replay from the brokers**: a Spark batch read of the whole topic into ``noop``
+   (best of ``--runs``);
+3. **tier**: one ``TierJob.run_once`` pass; records/s = records copied / the seconds of
+   the copy (``seconds`` of each partition: Spark read + Delta commit + ZooKeeper write)
+   and over the whole pass (plus table creation, retention and OPTIMIZE checks);
+4. Delta bytes per record (Parquet files of the table) against the raw log's;
+5. wait until the broker has deleted the tiered segments, then **replay from Delta**:
+   the same read, now served below the log start from the table (best of ``--runs``).
+
+Only closed segments are tiered; the active segment of each partition stays hot, so the
+replay figures of 2 and 5 count the same records only when the topic's segments are all
+closed (step 2 reads only the tiered range to keep them comparable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["TierBenchResult", "add_tier_arguments", "run_tier"]
+
+
+@dataclass(frozen=True, slots=True)
+class TierBenchResult:
+    records: int
+    partitions: int
+    record_size: int
+    tier_seconds: float  # sum over partitions of their copy time
+    tier_records_per_sec: float
+    pass_seconds: float
+    pass_records_per_sec: float
+    log_bytes_per_record: float
+    delta_bytes_per_record: float
+    replay_hot_records_per_sec: float
+    replay_delta_records_per_sec: float
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def add_tier_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", default=None, metavar="HOST:PORT[,...]",
+                        help="brokers (default: $STRATA_BOOTSTRAP)")
+    parser.add_argument("--zookeeper", required=True, metavar="HOST:PORT")
+    parser.add_argument("--warehouse", default=None,
+                        help="Delta warehouse directory (default: a temporary one)")
+    parser.add_argument("--topic", default="bench-tier")
+    parser.add_argument("--num-records", type=_positive, default=4_000_000)
+    parser.add_argument("--record-size", type=_positive, default=100)
+    parser.add_argument("--partitions", type=_positive, default=4)
+    parser.add_argument("--segment-bytes", type=_positive, default=32 * 1024 * 1024)
+    parser.add_argument("--runs", type=_positive, default=2)
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def run_tier(args: argparse.Namespace) -> int:
+    from strata.commands.common import bootstrap_of
+
+    with tempfile.TemporaryDirectory(prefix="strata-perf-tier-") as scratch:
+        warehouse = Path(args.warehouse or scratch)
+        result = bench_tier(bootstrap_of(args), args.zookeeper, warehouse, args.topic,
+                            args.num_records, args.record_size, args.partitions,
+                            args.segment_bytes, args.runs)
+    if args.format == "json":
+        print(json.dumps(asdict(result)))
+    else:
+        print(f"tier: {result.records:,} records of {result.record_size} B in "
+              f"{result.partitions} partitions")
+        print(f"  copy     {result.tier_records_per_sec:,.0f} records/s "
+              f"({result.tier_seconds:.2f} s of copying; whole pass "
+              f"{result.pass_records_per_sec:,.0f} records/s, {result.pass_seconds:.2f} s)")
+        print(f"  bytes    {result.log_bytes_per_record:.1f} B/record in the log, "
+              f"{result.delta_bytes_per_record:.1f} B/record in Delta")
+        print(f"  replay   {result.replay_hot_records_per_sec:,.0f} records/s from brokers, "
+              f"{result.replay_delta_records_per_sec:,.0f} records/s from Delta")
+    return 0
+
+
+def _random_values(count: int, size: int) -> pa.Array:
+    data = os.urandom(count * size)
+    offsets = pa.array(range(0, (count + 1) * size, size), pa.int32())
+    return pa.Array.from_buffers(pa.binary(), count, [None, offsets.buffers()[1],
+                                                      pa.py_buffer(data)])
+
+
+def _fill(bootstrap: str, topic: str, num_records: int, record_size: int, partitions: int,
+          segment_bytes: int) -> None:
+    from strata.client import Admin, NewTopic, Producer
+
+    with Admin(bootstrap) as admin:
+        if topic in admin.list_topics():
+            raise SystemExit(f"topic {topic} exists; give a fresh --topic (the figures need "
+                             "a topic with exactly --num-records records)")
+        admin.create_topics([NewTopic(topic, partitions, 1, {
+            "tier.enable": "true", "tier.after.ms": "0", "local.retention.ms": "0",
+            "segment.bytes": str(segment_bytes)})])
+    with Producer(bootstrap, acks=1, batch_size=512 << 10, enable_idempotence=False) as producer:
+        futures = []
+        sent = 0
+        while sent < num_records:
+            n = min(1000, num_records - sent)
+            futures.append(producer.send_batch(topic, _random_values(n, record_size),
+                                               partition=(sent // 1000) % partitions))
+            sent += n
+        producer.flush()
+        for future in futures:
+            future.result(60)
+
+
+def _replay(spark: Any, bootstrap: str, topic: str, ends: dict[int, int], runs: int) -> float:
+    """Best records/s of a batch read of ``[earliest, ends)`` into ``noop``."""
+    ending = json.dumps({topic: {str(p): e for p, e in ends.items()}})
+    best = 0.0
+    for _ in range(runs):
+        began = time.perf_counter()
+        (spark.read.format("strata").option("bootstrap.servers", bootstrap)
+         .option("subscribe", topic).option("startingOffsets", "earliest")
+         .option("endingOffsets", ending).option("minPartitions", "4").load()
+         .write.format("noop").mode("overwrite").save())
+        best = max(best, sum(ends.values()) / (time.perf_counter() - began))
+    return best
+
+
+def bench_tier(bootstrap: str, zookeeper: str, warehouse: Path, topic: str, num_records: int,
+               record_size: int, partitions: int, segment_bytes: int,
+               runs: int) -> TierBenchResult:
+    from spark_jobs import TierJob, TierSettings, table_path
+    from strata.client import Admin
+    from strata.spark import spark_session
+
+    _fill(bootstrap, topic, num_records, record_size, partitions)
+    with Admin(bootstrap) as admin:
+        tier = admin.describe_tier([topic])[topic]
+    ends = {p: (t.segments[-1].next_offset if t.segments else t.log_start_offset)
+            for p, t in tier.partitions.items()}
+    log_bytes = sum(s.size_bytes for t in tier.partitions.values() for s in t.segments)
+    spark = spark_session("strata-perf-tier", {"spark.sql.shuffle.partitions": "2"})
+    try:
+        hot = _replay(spark, bootstrap, topic, ends, runs)
+        with TierJob(spark, TierSettings(bootstrap, zookeeper, warehouse)) as job:
+            began = time.perf_counter()
+            report = job.run_once([topic])
+            pass_seconds = time.perf_counter() - began
+        copied = report.records
+        copy_seconds = sum(p.seconds for t in report.topics for p in t.partitions)
+        path = table_path(warehouse.resolve(), topic)
+        delta_bytes = sum(f.stat().st_size for f in path.rglob("*.parquet"))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with Admin(bootstrap) as admin:
+                now = admin.describe_tier([topic])[topic]
+            if all(now.partitions[p].log_start_offset >= e for p, e in ends.items()):
+                break
+            time.sleep(0.5)
+        cold = _replay(spark, bootstrap, topic, ends, runs)
+    finally:
+        spark.stop()
+    return TierBenchResult(
+        copied, partitions, record_size, round(copy_seconds, 3),
+        round(copied / copy_seconds if copy_seconds else 0.0), round(pass_seconds, 3),
+        round(copied / pass_seconds if pass_seconds else 0.0),
+        round(log_bytes / copied, 1) if copied else 0.0,
+        round(delta_bytes / copied, 1) if copied else 0.0, round(hot), round(cold))
