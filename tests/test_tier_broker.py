@@ -7,17 +7,40 @@ broker processes (one small cluster for the module, each test on its own topics)
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import re
 import threading
+import time
+import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from brokers.coordination import Coordinator, TierProgress, TopicDefinition
-from brokers.errors import InvalidConfigError, TierJobBusyError, UnknownTopicOrPartitionError
+from brokers.errors import (
+    InvalidConfigError,
+    NotLeaderError,
+    TierJobBusyError,
+    UnknownTopicOrPartitionError,
+)
 from brokers.log import LogConfig, PartitionLog
+from brokers.protocol import (
+    ApiKey,
+    DescribeTierRequest,
+    DescribeTierResponse,
+    DescribeTierTopic,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
+)
+from brokers.record_batch import build_batch
+from strata.client import Admin, NewTopic, TopicTier
+from strata.client._connection import BrokerConnection
+from tests.support.broker_process import BrokerProcess
 from tests.test_partition_log import FakeClock, _batch, _log_files, _three_closed_segments
 from zookeeper.launcher import ZooKeeperServer
 
@@ -236,3 +259,202 @@ def test_tier_lease_is_exclusive_and_dies_with_the_session(
 
 def test_tier_progress_record_type() -> None:
     assert TierProgress(5, 3, 1) == TierProgress(tiered_up_to=5, tier_start=3, updated_ms=1)
+
+
+# ----------------------------------------------------------------------- real brokers
+
+# Each batch below is larger than segment.bytes (its minimum, 1024), so every batch gets
+# a segment of its own: [0,5) [5,10) [10,15) ... with the last one active.
+_RECORDS_PER_BATCH = 5
+_SEGMENT_BYTES = "1024"
+_BROKER_IDS = (11, 12)
+
+
+@pytest.fixture(scope="module")
+def brokers(zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[dict[int, BrokerProcess]]:
+    """Two brokers for the module; retention runs every 100 ms so tests wait little."""
+    started: dict[int, BrokerProcess] = {}
+    try:
+        for broker_id in _BROKER_IDS:
+            started[broker_id] = BrokerProcess(
+                zookeeper_server.connect_string, tmp_path_factory.mktemp(f"tier{broker_id}"),
+                broker_id, overrides={"log.retention.check.interval.ms": "100"}).start()
+        yield started
+    finally:
+        for process in started.values():
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def admin(brokers: dict[int, BrokerProcess]) -> Iterator[Admin]:
+    with Admin([b.bootstrap for b in brokers.values()], request_timeout_ms=15_000) as client:
+        yield client
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _create(admin: Admin, name: str, partitions: int = 1, replication: int = 1,
+            **configs: str) -> None:
+    admin.create_topics([NewTopic(name, partitions, replication, {
+        "segment.bytes": _SEGMENT_BYTES, **{k.replace("_", "."): v for k, v in configs.items()}})])
+
+
+def _leader(admin: Admin, brokers: dict[int, BrokerProcess], topic: str, p: int
+            ) -> BrokerProcess:
+    return brokers[admin.describe_topics([topic])[topic].partitions[p].leader]
+
+
+def _produce(broker: BrokerProcess, topic: str, p: int, timestamps: list[int]) -> None:
+    """One batch per timestamp, each of ``_RECORDS_PER_BATCH`` records, acks=all."""
+    async def send() -> None:
+        async with BrokerConnection("127.0.0.1", broker.port) as connection:
+            for ts in timestamps:
+                batch = build_batch([bytes(300)] * _RECORDS_PER_BATCH,
+                                    timestamps=[ts - 5] * (_RECORDS_PER_BATCH - 1) + [ts])
+                response = await connection.request(ApiKey.PRODUCE, ProduceRequest(
+                    -1, 10_000, [ProduceTopic(topic, [ProducePartition(p, batch)])]))
+                assert isinstance(response, ProduceResponse)
+                answer = response.topics[0].partitions[0]
+                assert answer.error_code == 0, answer
+
+    asyncio.run(asyncio.wait_for(send(), 30))
+
+
+def _segment_files(broker: BrokerProcess, topic: str, p: int) -> list[int]:
+    return sorted(int(f.name[:-4]) for f in (broker.data_dir / f"{topic}-{p}").glob("*.log"))
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _metric(broker: BrokerProcess, name: str, topic: str, p: int) -> float | None:
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    found = re.search(rf'^{name}{{partition="{p}",topic="{re.escape(topic)}"}} (\S+)$',
+                      text, re.MULTILINE)
+    return None if found is None else float(found.group(1))
+
+
+def test_describe_tier_lists_closed_segments_on_each_leader(
+        admin: Admin, brokers: dict[int, BrokerProcess]) -> None:
+    topic = _name("desc")
+    _create(admin, topic, partitions=2, tier_enable="true", tier_after_ms="1234")
+    leaders = {p: _leader(admin, brokers, topic, p) for p in (0, 1)}
+    assert {b.broker_id for b in leaders.values()} == set(_BROKER_IDS)  # one on each
+    now = int(time.time() * 1000)
+    stamps = [now - 40_000, now - 30_000, now - 20_000, now - 10_000]
+    _produce(leaders[0], topic, 0, stamps)
+    _produce(leaders[1], topic, 1, stamps[:1])
+
+    described = admin.describe_tier([topic])
+    assert list(described) == [topic]
+    tier = described[topic]
+    assert isinstance(tier, TopicTier)
+    assert (tier.name, tier.enabled, tier.tier_after_ms, tier.table) == \
+        (topic, True, 1234, None)
+    first = tier.partitions[0]
+    assert (first.log_start_offset, first.high_watermark) == (0, 20)
+    assert (first.tiered_up_to, first.tier_start_offset) == (0, 0)
+    # Three closed segments; the fourth batch is in the active one and never shows.
+    assert [(s.base_offset, s.next_offset, s.max_timestamp) for s in first.segments] == \
+        [(0, 5, stamps[0]), (5, 10, stamps[1]), (10, 15, stamps[2])]
+    directory = leaders[0].data_dir / f"{topic}-0"
+    assert [s.size_bytes for s in first.segments] == \
+        [(directory / f"{s.base_offset:020d}.log").stat().st_size for s in first.segments]
+    assert _segment_files(leaders[0], topic, 0) == [0, 5, 10, 15]
+    # A partition with only the active segment has nothing to tier.
+    assert tier.partitions[1].segments == () and tier.partitions[1].high_watermark == 5
+
+    with pytest.raises(UnknownTopicOrPartitionError, match="does not exist"):
+        admin.describe_tier([topic, "no-such-topic-tier"])
+    # Asked directly, the broker that does not lead the partition says so.
+    other = brokers[next(i for i in _BROKER_IDS if i != leaders[0].broker_id)]
+
+    async def ask() -> DescribeTierResponse:
+        async with BrokerConnection("127.0.0.1", other.port) as connection:
+            response = await connection.request(
+                ApiKey.DESCRIBE_TIER, DescribeTierRequest([DescribeTierTopic(topic, [0])]))
+            assert isinstance(response, DescribeTierResponse)
+            return response
+
+    answer = asyncio.run(asyncio.wait_for(ask(), 30)).topics[0].partitions[0]
+    assert answer.error_code == NotLeaderError.code and answer.segments == []
+
+
+def test_tiered_topic_deletes_only_what_is_in_the_table(
+        admin: Admin, brokers: dict[int, BrokerProcess], coordinator: Coordinator) -> None:
+    topic = _name("gate")
+    _create(admin, topic, replication=2, tier_enable="true", tier_after_ms="0",
+            local_retention_ms="0", retention_ms="3600000")
+    leader = _leader(admin, brokers, topic, 0)
+    follower = brokers[next(i for i in _BROKER_IDS if i != leader.broker_id)]
+    now = int(time.time() * 1000)
+    _produce(leader, topic, 0, [now - 5000 + i for i in range(5)])  # [0,5) ... [20,25)
+    _wait("the follower to copy the log",
+          lambda: admin.describe_tier([topic])[topic].partitions[0].high_watermark == 25)
+    _wait("the lag gauge", lambda: _metric(leader, "strata_tier_lag_records", topic, 0) == 25)
+    assert _metric(leader, "strata_tier_tiered_offset", topic, 0) == 0
+    assert _metric(follower, "strata_tier_lag_records", topic, 0) is None  # leaders only
+    time.sleep(0.5)  # several retention passes: without progress nothing may go
+    assert _segment_files(leader, topic, 0) == [0, 5, 10, 15, 20]
+    assert _segment_files(follower, topic, 0)[0] == 0
+
+    coordinator.advance_tier_progress(topic, 0, tiered_up_to=10, tier_start=0)
+    _wait("retention on the leader", lambda: _segment_files(leader, topic, 0)[0] == 10)
+    assert _segment_files(leader, topic, 0) == [10, 15, 20]
+    partition = admin.describe_tier([topic])[topic].partitions[0]
+    assert (partition.log_start_offset, partition.tiered_up_to, partition.tier_start_offset) \
+        == (10, 10, 0)
+    assert [s.base_offset for s in partition.segments] == [10, 15]
+    _wait("the lag gauge to follow", lambda: _metric(
+        leader, "strata_tier_lag_records", topic, 0) == 15)
+    assert _metric(leader, "strata_tier_tiered_offset", topic, 0) == 10
+
+    def follower_trimmed() -> bool:
+        # The follower rolls on its own: no segment of its may end at or below 10 (they
+        # are tiered and expired), and the one holding offset 10 must stay.
+        bases = _segment_files(follower, topic, 0)
+        return bases[0] <= 10 and (len(bases) < 2 or bases[1] > 10)
+
+    _wait("retention on the follower", follower_trimmed)
+    time.sleep(0.3)
+    assert _segment_files(leader, topic, 0) == [10, 15, 20]  # untiered segments stay
+
+
+def test_untiered_topic_keeps_the_old_retention(
+        admin: Admin, brokers: dict[int, BrokerProcess]) -> None:
+    topic = _name("plain")
+    _create(admin, topic, retention_ms="0")
+    leader = _leader(admin, brokers, topic, 0)
+    _produce(leader, topic, 0, [int(time.time() * 1000) - 1000] * 3)
+    _wait("plain retention", lambda: _segment_files(leader, topic, 0) == [10])
+    tier = admin.describe_tier([topic])[topic]
+    assert not tier.enabled and tier.partitions[0].segments == ()
+    assert tier.partitions[0].log_start_offset == 10
+    assert _metric(leader, "strata_tier_lag_records", topic, 0) is None
+
+
+@pytest.mark.parametrize(("configs", "words"), [
+    ({"tier.enable": "maybe"}, "tier.enable='maybe' is not valid"),
+    ({"tier.after.ms": "-5"}, "tier.after.ms='-5' is out of range"),
+    ({"local.retention.bytes": "-3"}, "-2 \\(same as retention.bytes\\)"),
+    ({"tier.enable": "true", "retention.ms": "60000", "local.retention.ms": "120000"},
+     "local.retention.ms=120000 exceeds retention.ms=60000"),
+])
+def test_bad_tier_configs_are_refused_at_create_and_alter(
+        admin: Admin, configs: dict[str, str], words: str) -> None:
+    with pytest.raises(InvalidConfigError, match=words) as caught:
+        admin.create_topics([NewTopic(_name("bad"), 1, 1, configs)])
+    assert caught.value.code == 40
+    topic = _name("alter")
+    admin.create_topics([NewTopic(topic, 1, 1, {"retention.ms": "60000"})])
+    with pytest.raises(InvalidConfigError, match=words):
+        admin.alter_configs(topic, configs)
