@@ -2,10 +2,10 @@
 
 Why typed errors with codes: a Spark query fails with the Python traceback text of
 whatever the data source raised, wrapped in a ``PythonException``. A stable name in that
-text (``[INVALID_SPARK_OPTION]``, ``[DATA_LOSS]``) is what an operator can grep for and
-what tests assert on, and the message says what to do, as every ``StrataError`` does
-(``brokers/errors.py``: numeric ``code``, symbolic ``name``, ``str(err)`` is
-``"[NAME] message"``).
+text (``[INVALID_SPARK_OPTION]``, ``[DATA_LOSS]``, ``[TIER_UNAVAILABLE]``) is what an
+operator can grep for and what tests assert on, and the message says what to do, as
+every ``StrataError`` does (``brokers/errors.py``: numeric ``code``, symbolic ``name``,
+``str(err)`` is ``"[NAME] message"``).
 
 Codes 1200 and up belong to the Spark connector. Like the client's 1000-range codes they
 are never sent on the wire.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from brokers.errors import StrataError
 
-__all__ = ["StrataSparkDataLossError", "StrataSparkOptionError"]
+__all__ = ["StrataSparkDataLossError", "StrataSparkOptionError", "StrataSparkTierError"]
 
 
 class StrataSparkOptionError(StrataError):
@@ -50,3 +50,22 @@ class StrataSparkDataLossError(StrataError):
 
     code = 1201
     name = "DATA_LOSS"
+
+
+class StrataSparkTierError(StrataError):
+    """A topic's Delta tier table cannot be read, so offsets below a broker's log start
+    cannot be replayed.
+
+    Not data loss: the records may well be in the table, which is missing, unreadable
+    from this executor, changed under the read (a data file vacuumed away) or not in the
+    tier table's shape. Failing loudly, rather than skipping those offsets under
+    ``failOnDataLoss=false``, keeps a storage or permission problem from silently
+    dropping history. ``table`` is the table's URI as ZooKeeper records it.
+    """
+
+    code = 1202
+    name = "TIER_UNAVAILABLE"
+
+    def __init__(self, table: str, message: str) -> None:
+        self.table = table
+        super().__init__(f"Delta tier table {table}: {message}")

@@ -28,19 +28,30 @@ so ``SPARK_ARROW_SCHEMA`` spells that out: ``timestamp`` is ``timestamp[us, tz=U
 by Arrow), ``partition`` / ``timestampType`` stay ``int32``, every field is nullable, and
 the headers list's item field is called ``element``.
 
-Data loss (records deleted by retention before the query read them, or a topic deleted
-or recreated): with ``failOnDataLoss=true`` the query fails with ``StrataSparkDataLossError``
-naming the partition and offsets; with ``false`` the reader logs a warning and reads on
-from the log start offset.
+Delta tier (issue [6/7]): a tiering job copies old records of each partition into one
+Delta table per topic, after which brokers delete them, so a broker's log start offset
+moves up. ``ClusterView.snapshot`` learns per partition where the tier starts and ends
+(``TierInfo``, from ``Admin.describe_tier``); ``earliest`` then means the tier's start,
+and a planned range that starts below the log start is cut in two at it
+(``split_tiered``): the part below is read from the Delta table (``_tier``, delta-rs in
+the executor), the rest from the brokers. Offsets the tier holds that are still on a
+broker are read from the broker. A read that finds the log start moved up after planning
+(retention deleted what the tiering job had already copied) falls back to the tier for
+those offsets before anything counts as lost.
+
+Data loss (records gone from both the brokers and the Delta tier before the query read
+them, or a topic deleted or recreated): with ``failOnDataLoss=true`` the query fails with
+``StrataSparkDataLossError`` naming the partition and offsets; with ``false`` the reader
+logs a warning and reads on from the next offset either tier still holds.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,6 +88,7 @@ __all__ = [
     "PACK_RECORDS",
     "OffsetRange",
     "RangeGroup",
+    "TierInfo",
     "fetch_bytes_for",
     "pack_ranges",
     "PartitionOffsets",
@@ -86,6 +98,7 @@ __all__ = [
     "rate_limit",
     "read_range",
     "read_ranges",
+    "split_tiered",
     "to_spark_table",
 ]
 
@@ -152,25 +165,55 @@ def to_spark_table(table: pa.Table) -> pa.Table:
 # ----------------------------------------------------------------------------- planning
 
 
+@dataclass(frozen=True, slots=True)
+class TierInfo:
+    """Where a partition's Delta tier is: ``table`` (its URI, one table per topic) holds
+    offsets ``[start, end)`` less gaps (``start``: ZooKeeper's ``tier_start_offset``, the
+    first offset still in Delta; ``end``: ``tiered_up_to``, exclusive; equal when the
+    table holds nothing of the partition).
+
+    Travels inside ``OffsetRange`` to the executors, which cannot ask the driver.
+    """
+
+    table: str
+    start: int
+    end: int
+
+    @property
+    def holds_records(self) -> bool:
+        return self.start < self.end
+
+
+#: Where a range is read from: the brokers (``log``) or the Delta tier (``tier``).
+RangeSource = Literal["log", "tier"]
+
+
 class OffsetRange(InputPartition):
     """One Spark task's work: offsets ``[start, end)`` of one topic-partition.
 
-    Picklable plain data: Spark ships it from the driver to an executor.
+    Picklable plain data: Spark ships it from the driver to an executor. ``source`` says
+    which tier the planner expects to hold the range; ``tier`` (the partition's Delta
+    tier when the batch was planned, if the topic has one) lets a ``log`` range fall back
+    to Delta when the broker's log start moved past it after planning.
     """
 
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+    def __init__(self, topic: str, partition: int, start: int, end: int, *,
+                 source: RangeSource = "log", tier: TierInfo | None = None) -> None:
         super().__init__((topic, partition, start, end))
         self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
+        self.source: RangeSource = source
+        self.tier = tier
 
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
 
     def __repr__(self) -> str:
-        return f"OffsetRange({self.topic}-{self.partition} [{self.start}, {self.end}))"
+        where = " from the Delta tier" if self.source == "tier" else ""
+        return f"OffsetRange({self.topic}-{self.partition} [{self.start}, {self.end}){where})"
 
 
 #: A micro-batch's ranges are packed into Spark tasks of up to this many records (a
@@ -237,6 +280,32 @@ def plan_ranges(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition
     return out
 
 
+def split_tiered(ranges: Sequence[OffsetRange],
+                 snapshot: Mapping[TopicPartition, PartitionOffsets]) -> list[OffsetRange]:
+    """``ranges`` with the partition's tier attached, each range that starts below its
+    partition's log start (and whose topic has a Delta tier) cut there: the part below is
+    read from the tier, the rest from the brokers.
+
+    Offsets both tiers hold are read from the broker: it is the cheaper read, and it
+    needs no Delta log replay. Without a tier a range is left whole for the brokers,
+    which report what is gone as before.
+    """
+    out: list[OffsetRange] = []
+    for rng in ranges:
+        bounds = snapshot.get(rng.topic_partition)
+        tier = None if bounds is None else bounds.tier
+        if tier is None or bounds is None:
+            out.append(OffsetRange(rng.topic, rng.partition, rng.start, rng.end))
+            continue
+        cut = min(max(rng.start, bounds.log_start), rng.end)
+        if rng.start < cut:
+            out.append(OffsetRange(rng.topic, rng.partition, rng.start, cut, source="tier",
+                                   tier=tier))
+        if cut < rng.end:
+            out.append(OffsetRange(rng.topic, rng.partition, cut, rng.end, tier=tier))
+    return out
+
+
 def rate_limit(begin: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
                max_rows: int) -> Offsets:
     """End offsets that admit at most ``max_rows`` records in total.
@@ -290,6 +359,43 @@ class PartitionOffsets:
     log_start: int
     high_watermark: int
     log_end: int = -1
+    tier: TierInfo | None = None
+
+    @property
+    def earliest(self) -> int:
+        """The first offset either tier holds: the Delta tier's start when it holds
+        records below the log start, else the log start."""
+        tier = self.tier
+        if tier is not None and tier.holds_records and tier.start < self.log_start:
+            return tier.start
+        return self.log_start
+
+    def lost(self, start: int, end: int) -> tuple[int, int] | None:
+        """The first run ``[a, b)`` of offsets in ``[start, end)`` that neither the broker
+        (from its log start on) nor the Delta tier holds, or ``None``: what data loss
+        means once there is a tier. Gaps inside the tier (control records) are not runs."""
+        below = min(end, self.log_start)
+        if start >= below:
+            return None
+        tier = self.tier
+        if tier is None or not tier.holds_records:
+            return start, below
+        if start < tier.start:
+            return start, min(below, tier.start)
+        if max(start, tier.end) < below:
+            return max(start, tier.end), below
+        return None
+
+    def describe_tiers(self) -> str:
+        """``the log now starts at offset N`` plus what the tier holds, for messages."""
+        text = f"the log now starts at offset {self.log_start}"
+        tier = self.tier
+        if tier is None:
+            return text
+        if not tier.holds_records:
+            return f"{text} and its Delta tier {tier.table} holds none of its records"
+        return f"{text} and its Delta tier {tier.table} holds offsets " \
+            f"{tier.start}..{tier.end - 1}"
 
 
 class ClusterView:
@@ -321,12 +427,16 @@ class ClusterView:
             admin, self._admin = self._admin, None
             admin.close()
 
-    def snapshot(self, *, require_topics: bool) -> dict[TopicPartition, PartitionOffsets]:
-        """Every subscribed partition with its log start offset and high watermark.
+    def snapshot(self, *, require_topics: bool, tiers: bool = True
+                 ) -> dict[TopicPartition, PartitionOffsets]:
+        """Every subscribed partition with its log start offset and high watermark, and
+        (``tiers``) its Delta tier.
 
         ``require_topics``: a ``subscribe`` topic that does not exist is an option error
         (at query start); otherwise it is simply absent (the caller decides whether that
-        is data loss).
+        is data loss). ``tiers=False`` skips the ``DescribeTier`` round trip: a stream
+        reading at the head of the log needs no tier, and asks ``with_tiers`` for the
+        topics that turn out to (see ``StrataStreamReader.latestOffset``).
         """
         opts = self.options
         if opts.subscribe is not None:
@@ -360,7 +470,19 @@ class ClusterView:
             latest = self.admin.list_offsets(dict.fromkeys(unknown, "latest"))
             for tp in unknown:
                 out[tp] = PartitionOffsets(earliest[tp].offset, latest[tp].offset)
-        return dict(sorted(out.items()))
+        out = dict(sorted(out.items()))
+        return self.with_tiers(out, described) if tiers else out
+
+    def with_tiers(self, snapshot: Mapping[TopicPartition, PartitionOffsets],
+                   topics: Iterable[str]) -> dict[TopicPartition, PartitionOffsets]:
+        """``snapshot`` with the Delta tier of every partition of ``topics`` filled in."""
+        out = dict(snapshot)
+        names = sorted(set(topics) & {tp.topic for tp in snapshot})
+        if names:
+            for tp, tier in describe_tiers(self.admin, names).items():
+                if tp in out:
+                    out[tp] = replace(out[tp], tier=tier)
+        return out
 
     def offsets_for_timestamp(self, tps: Sequence[TopicPartition], timestamp_ms: int
                               ) -> dict[TopicPartition, int]:
@@ -371,6 +493,23 @@ class ClusterView:
         return {tp: found[tp].offset for tp in tps}
 
 
+def describe_tiers(admin: Admin, names: Sequence[str]) -> dict[TopicPartition, TierInfo]:
+    """Each partition's Delta tier, for the topics among ``names`` that have a table.
+
+    Partitions of topics without a table are absent. Topics whose tiering was turned off
+    keep their table (and so their history) as long as ZooKeeper names it.
+    """
+    tiers = admin.describe_tier(names)
+    out: dict[TopicPartition, TierInfo] = {}
+    for name, topic in tiers.items():
+        if topic.table is None:
+            continue
+        for number, part in topic.partitions.items():
+            out[TopicPartition(name, number)] = TierInfo(
+                topic.table, part.tier_start_offset, part.tiered_up_to)
+    return out
+
+
 def resolve_offsets(option: str, spec: str | Offsets, snapshot: Mapping[TopicPartition,
                     PartitionOffsets]) -> Offsets:
     """``startingOffsets`` / ``endingOffsets`` against the cluster: concrete offsets.
@@ -379,7 +518,7 @@ def resolve_offsets(option: str, spec: str | Offsets, snapshot: Mapping[TopicPar
     source), and none past the partition's latest offset.
     """
     if spec == "earliest":
-        return {tp: o.log_start for tp, o in snapshot.items()}
+        return {tp: o.earliest for tp, o in snapshot.items()}
     if spec == "latest":
         return {tp: o.high_watermark for tp, o in snapshot.items()}
     assert isinstance(spec, dict)
@@ -404,7 +543,7 @@ def resolve_offsets(option: str, spec: str | Offsets, snapshot: Mapping[TopicPar
     for tp, offset in sorted(spec.items()):
         bounds = snapshot[tp]
         if offset == EARLIEST:
-            out[tp] = bounds.log_start
+            out[tp] = bounds.earliest
         elif offset == LATEST:
             out[tp] = bounds.high_watermark
         elif offset > bounds.high_watermark:
@@ -450,10 +589,15 @@ def read_range(options: SourceOptions, rng: OffsetRange,
                shared: Consumer | None = None) -> Iterator[pa.RecordBatch]:
     """Yield records ``[rng.start, rng.end)`` of one partition as Spark Arrow batches.
 
-    Offsets below the log start (deleted by retention since the batch was planned) are
-    data loss; a partition whose log now ends before the range (topic recreated) too.
-    ``shared``: a consumer to (re)assign instead of opening one (kept open).
+    A ``tier`` range is read from the Delta table. In a ``log`` range, offsets below the
+    log start (deleted since the batch was planned) are read from the Delta tier where it
+    holds them and are data loss where it does not; a partition whose log now ends
+    before the range (topic recreated) is data loss too. ``shared``: a consumer to
+    (re)assign instead of opening one (kept open).
     """
+    if rng.source == "tier":
+        yield from _read_below_log(options, rng, rng.start, rng.end, log_start=None)
+        return
     tp = rng.topic_partition
     consumer = shared if shared is not None else _consumer(options, rng.end - rng.start)
     try:
@@ -465,7 +609,13 @@ def read_range(options: SourceOptions, rng: OffsetRange,
             try:
                 table = consumer.poll_arrow(timeout_ms=_POLL_MS)
             except OffsetOutOfRangeError as err:
-                position = _skip_lost(options, rng, position, err)
+                if 0 <= position < err.log_start_offset:
+                    below = min(err.log_start_offset, rng.end)
+                    yield from _read_below_log(options, rng, position, below,
+                                               log_start=err.log_start_offset)
+                    position = below
+                else:
+                    position = _skip_lost(options, rng, position, err)
                 if position < rng.end:
                     consumer.seek(tp, position)
                 continue
@@ -490,16 +640,62 @@ def read_range(options: SourceOptions, rng: OffsetRange,
             consumer.close()
 
 
+def _read_below_log(options: SourceOptions, rng: OffsetRange, start: int, end: int, *,
+                    log_start: int | None) -> Iterator[pa.RecordBatch]:
+    """Offsets ``[start, end)`` of ``rng``'s partition, which the broker no longer has
+    (``log_start``: its log start as it just reported it; ``None`` for a range planned
+    from the tier): from the Delta tier where it holds them; the runs it does not hold
+    are data loss (``failOnDataLoss``).
+
+    The tier's extent is asked of the cluster again (``_current_tier``): the tiering job
+    may have copied more, or tier retention deleted some, since the batch was planned.
+    """
+    tp = rng.topic_partition
+    tier = _current_tier(options, rng)
+    if log_start is None:
+        where = "" if tier is None else f"; its Delta tier {tier.table} holds offsets " \
+            f"{tier.start}..{tier.end - 1}"
+    else:
+        where = f"; the log now starts at offset {log_start}" + (
+            "" if tier is None else f" and its Delta tier {tier.table} holds offsets "
+            f"{tier.start}..{tier.end - 1}")
+    if tier is None or not tier.holds_records:
+        _data_loss(options, f"records {start}..{end - 1} of {tp} were deleted (retention or "
+                   f"a topic deletion) before the query read them{where}")
+        return
+    low, high = max(start, tier.start), min(end, tier.end)
+    if start < min(low, end):
+        _data_loss(options, f"records {start}..{min(low, end) - 1} of {tp} were deleted "
+                   "from the brokers and from the Delta tier (its retention) before the "
+                   f"query read them{where}")
+    if low < high:
+        from spark_source._tier import read_tier_range
+
+        yield from read_tier_range(tier.table, rng.topic, rng.partition, low, high,
+                                   batch_rows=SPARK_BATCH_ROWS)
+    if max(start, high) < end:
+        _data_loss(options, f"records {max(start, high)}..{end - 1} of {tp} were deleted "
+                   "from the brokers before the tiering job copied them to the Delta tier"
+                   f"{where}")
+
+
+def _current_tier(options: SourceOptions, rng: OffsetRange) -> TierInfo | None:
+    """``rng``'s partition's Delta tier as the cluster describes it now (the planned one
+    if the cluster cannot say: an executor has only the range and the options)."""
+    admin = Admin(options.bootstrap, client_id="strata-spark-source")
+    try:
+        return describe_tiers(admin, [rng.topic]).get(rng.topic_partition, rng.tier)
+    except UnknownTopicOrPartitionError:
+        return rng.tier
+    finally:
+        admin.close()
+
+
 def _skip_lost(options: SourceOptions, rng: OffsetRange, position: int,
                err: OffsetOutOfRangeError) -> int:
-    """Where to go on after an out-of-range fetch at ``position`` (or raise)."""
+    """Where to go on after an out-of-range fetch at ``position`` past the log's end (or
+    raise); offsets below the log start are ``_read_below_log``'s."""
     tp = rng.topic_partition
-    if err.log_start_offset >= 0 and position < err.log_start_offset:
-        lost_end = min(err.log_start_offset, rng.end)
-        _data_loss(options, f"records {position}..{lost_end - 1} of {tp} were deleted "
-                   f"(retention or a topic deletion) before the query read them; the log "
-                   f"now starts at offset {err.log_start_offset}")
-        return lost_end
     if 0 <= err.log_end_offset < position:
         _data_loss(options, f"{tp} now ends at offset {err.log_end_offset}, before offset "
                    f"{position} where the query was to read on (the topic was probably "
@@ -548,11 +744,12 @@ class StrataBatchReader(_ReadsRanges, DataSourceReader):
                 raise StrataSparkOptionError(
                     "endingOffsets", f"ends {tp} at offset {end[tp]}, before its starting "
                     f"offset {begin[tp]}; choose an end at or after the start")
-            if begin[tp] < snapshot[tp].log_start and self.options.fail_on_data_loss:
-                _data_loss(self.options, f"records {begin[tp]}..{snapshot[tp].log_start - 1} "
-                           f"of {tp} were deleted (retention) before this query could read "
-                           f"them; the log now starts at offset {snapshot[tp].log_start}")
-        return plan_ranges(begin, end, self.options.min_partitions)
+            lost = snapshot[tp].lost(begin[tp], end[tp])
+            if lost is not None and self.options.fail_on_data_loss:
+                _data_loss(self.options, f"records {lost[0]}..{lost[1] - 1} of {tp} were "
+                           "deleted (retention) before this query could read them; "
+                           f"{snapshot[tp].describe_tiers()}")
+        return split_tiered(plan_ranges(begin, end, self.options.min_partitions), snapshot)
 
 
 def _starting_offsets(options: SourceOptions, view: ClusterView,
@@ -576,7 +773,9 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
     State kept between calls (all of it recomputable, so a restart loses nothing):
     the last high watermarks seen (``reportLatestOffset``), the begin offsets chosen for
     partitions discovered by ``latestOffset`` (so ``partitions`` plans exactly the range
-    that was admitted), and the ``Trigger.AvailableNow`` target.
+    that was admitted), the last cluster snapshot (log starts and Delta tiers, to cut
+    ranges between the tiers without asking again) and the ``Trigger.AvailableNow``
+    target.
     """
 
     def __init__(self, options: SourceOptions) -> None:
@@ -584,6 +783,7 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
         self._view = ClusterView(options)
         self._latest: Offsets | None = None
         self._new_begins: Offsets = {}
+        self._snapshot: dict[TopicPartition, PartitionOffsets] | None = None
         self._available_now: Offsets | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -595,6 +795,7 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
         self._view = ClusterView(self.options)
         self._latest = None
         self._new_begins = {}
+        self._snapshot = None
         self._available_now = None
 
     # -------------------------------------------------------------- offsets
@@ -603,6 +804,7 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
         snapshot = self._view.snapshot(require_topics=True)
         start = _starting_offsets(self.options, self._view, snapshot)
         self._latest = {tp: o.high_watermark for tp, o in snapshot.items()}
+        self._snapshot = snapshot
         return offsets_to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -615,7 +817,7 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
         """End offsets of the next batch: the high watermarks, capped by the
         ``Trigger.AvailableNow`` target and by ``limit``."""
         begin = offsets_from_json(start, "start offset")
-        snapshot = self._view.snapshot(require_topics=False)
+        snapshot = self._view.snapshot(require_topics=False, tiers=False)
         latest = {tp: o.high_watermark for tp, o in snapshot.items()}
         self._latest = latest
 
@@ -632,7 +834,15 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
         new = sorted(set(snapshot) - set(begin))
         if self._available_now is not None:
             new = [tp for tp in new if tp in self._available_now]
-        self._new_begins = {tp: snapshot[tp].log_start for tp in new}
+        # The Delta tier matters only where reading starts below a log start: new
+        # partitions (read from their earliest offset), a recreated topic, a checkpoint
+        # that fell behind retention. At the head of the log no DescribeTier is sent.
+        behind = {tp.topic for tp, offset in begin.items() if tp in snapshot and (
+            offset < snapshot[tp].log_start
+            or offset > max(snapshot[tp].high_watermark, snapshot[tp].log_end))}
+        snapshot = self._view.with_tiers(snapshot, behind | {tp.topic for tp in new})
+        self._snapshot = snapshot
+        self._new_begins = {tp: snapshot[tp].earliest for tp in new}
         if new:
             log.info("reading new partitions %s from their earliest offsets", describe(new))
         begin.update(self._new_begins)
@@ -643,12 +853,13 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
                 _data_loss(self.options, f"{tp} now ends at offset {bounds.high_watermark}, "
                            f"before offset {offset} where the query was to read on (the "
                            "topic was probably deleted and recreated)")
-                self._new_begins[tp] = bounds.log_start
-                begin[tp] = bounds.log_start
-            elif offset < bounds.log_start and self.options.fail_on_data_loss:
-                _data_loss(self.options, f"records {offset}..{bounds.log_start - 1} of {tp} "
-                           "were deleted (retention) before the query read them; the log "
-                           f"now starts at offset {bounds.log_start}")
+                self._new_begins[tp] = bounds.earliest
+                begin[tp] = bounds.earliest
+            elif self.options.fail_on_data_loss and \
+                    (lost := bounds.lost(offset, bounds.log_start)) is not None:
+                _data_loss(self.options, f"records {lost[0]}..{lost[1] - 1} of {tp} were "
+                           "deleted (retention) before the query read them; "
+                           f"{bounds.describe_tiers()}")
 
         target = {tp: latest[tp] for tp in begin}
         if self._available_now is not None:
@@ -666,7 +877,7 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the target: today's high watermarks. Later records, and partitions created
         later, wait for the next run, so the query stops once it has caught up."""
-        snapshot = self._view.snapshot(require_topics=False)
+        snapshot = self._view.snapshot(require_topics=False, tiers=False)
         self._available_now = {tp: o.high_watermark for tp, o in snapshot.items()}
 
     def partitions(self, start: OffsetsJson, end: OffsetsJson) -> list[OffsetRange | RangeGroup]:
@@ -677,13 +888,19 @@ class StrataStreamReader(_ReadsRanges, DataSourceStreamReader,
         # latestOffset call; those begin at today's earliest offset, as they would have.
         moved = [tp for tp, offset in until.items() if tp not in begin or begin[tp] > offset]
         unknown = [tp for tp in moved if tp not in self._new_begins]
-        log_starts: Offsets = {}
-        if unknown:
-            snapshot = self._view.snapshot(require_topics=False)
-            log_starts = {tp: o.log_start for tp, o in snapshot.items()}
+        if self._snapshot is None or unknown:
+            # A restart re-plans its last batch without latestOffset: ask again, with the
+            # tiers of the topics whose ranges may begin below a log start.
+            fresh = self._view.snapshot(require_topics=False, tiers=False)
+            self._snapshot = self._view.with_tiers(fresh, {
+                tp.topic for tp in until
+                if tp in fresh and (tp in moved or begin[tp] < fresh[tp].log_start)})
+        snapshot = self._snapshot
         for tp in moved:
-            begin[tp] = self._new_begins.get(tp, log_starts.get(tp, until[tp]))
-        ranges = plan_ranges(begin, until, self.options.min_partitions)
+            earliest = snapshot[tp].earliest if tp in snapshot else until[tp]
+            begin[tp] = self._new_begins.get(tp, earliest)
+        ranges = split_tiered(plan_ranges(begin, until, self.options.min_partitions),
+                              snapshot)
         if self.options.min_partitions is not None:
             return list[OffsetRange | RangeGroup](ranges)
         return pack_ranges(ranges)

@@ -1,0 +1,286 @@
+"""Reading a topic's Delta tier: the records brokers no longer hold, as Spark Arrow batches.
+
+Why this exists: the tiering job (``spark_jobs/``) copies each topic-partition's old
+records into one Delta table per topic, and the brokers then delete them locally, so a
+broker's log start offset moves up. A query replaying full history must read the offsets
+below the log start from that table, in exactly the shape and order the broker path
+(``_reader.read_range``) hands Spark, so that a range read from either tier looks the
+same.
+
+Why delta-rs (``deltalake``) and not Spark: this code runs inside Spark's Python workers,
+which have no SparkSession and no JVM gateway. delta-rs replays the Delta log in
+process; pyarrow reads the parquet files it names.
+
+The table's contract (written by the tiering job): the source schema's columns plus
+``date`` (UTC date of ``timestamp``), partitioned by ``(partition, date)``, one row per
+record, offsets unique within a partition, no deletion vectors, timestamps stored as
+``TIMESTAMP_MICROS``. Offsets may have gaps (control and aborted records are never
+there) and rows below the partition's tier start may be gone (tier retention).
+
+How a range is read, and why that way:
+
+* **Pruning from the Delta log.** The log's add actions carry each file's partition
+  values and per-column min/max statistics; a file is opened only when its ``partition``
+  value is the one asked for and its ``offset`` statistics overlap ``[start, end)``
+  (files without statistics are kept: they might hold the rows). A partition of a
+  long-retained topic has thousands of files across its ``date`` partitions, and a range
+  usually touches a handful.
+* **Order without sorting everything.** Files of one partition may overlap in offsets
+  (the writer spreads rows over tasks, and the ``date`` split cuts by record time, which
+  need not follow offsets). Files are read in order of their minimum offset; after each
+  one, the rows below the next file's minimum can no longer be preceded by anything
+  unread, so they are sorted and handed out. Memory stays about one file's worth when
+  files do not overlap, and the result is exactly ascending either way.
+* **Whole-column Arrow work only.** Each file is read with a pushed-down offset filter,
+  the ``partition`` column is a repeated constant, and the other columns are cast to
+  ``SPARK_ARROW_SCHEMA``: no per-record Python.
+
+Errors: a table that is missing, unreadable, protected by reader features delta-rs
+cannot honour (deletion vectors, column mapping), not in the contract's shape, or whose
+data file vanished under a read raises ``StrataSparkTierError`` (``TIER_UNAVAILABLE``),
+never data loss: the records may be there, the reader just cannot get them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final, NoReturn
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+
+from spark_source._errors import StrataSparkTierError
+
+__all__ = [
+    "TIER_COLUMNS",
+    "TierFile",
+    "TierTable",
+    "read_tier_range",
+    "tier_bounds",
+]
+
+#: The data columns read from each file, in ``SPARK_ARROW_SCHEMA`` order less
+#: ``partition`` (a constant per range, taken from the partition value instead).
+TIER_COLUMNS: Final = ("key", "value", "topic", "offset", "timestamp", "timestampType",
+                       "headers")
+#: Every column the contract requires, for the shape check when a table is opened.
+_REQUIRED: Final = frozenset(TIER_COLUMNS) | {"partition", "date"}
+_HINT: Final = ("check that the path exists and is readable from every Spark executor "
+                "(permissions, storage credentials) and that the tiering job wrote it")
+
+
+@dataclass(frozen=True, slots=True)
+class TierFile:
+    """One data file of the table: its path relative to the table root and its ``offset``
+    statistics (``None`` when the log has none: the file is then always read)."""
+
+    path: str
+    min_offset: int | None
+    max_offset: int | None
+    records: int | None
+
+
+class TierTable:
+    """One Delta tier table, opened once (its log replayed once) for several questions.
+
+    ``uri`` is whatever delta-rs accepts: a local path, ``file://``, or an object-store
+    URI whose credentials come from the environment.
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        #: How many data files the reads of this object opened (tests check pruning).
+        self.files_read = 0
+        try:
+            from deltalake import DeltaTable
+        except ImportError as err:  # pragma: no cover - a broken environment
+            raise StrataSparkTierError(
+                uri, f"the deltalake package is not importable in this Spark worker ({err}); "
+                "install the project's dependencies in the interpreter PYSPARK_PYTHON "
+                "names") from None
+        try:
+            self._table = DeltaTable(uri)
+            names = set(self._table.schema().to_arrow().names)
+            actions = pa.table(self._table.get_add_actions(flatten=True))
+            # Only supplies delta-rs's filesystem (local or object store, with the table's
+            # storage options) for the reads; it opens no data file. It also refuses
+            # reader features pyarrow cannot honour (deletion vectors, column mapping).
+            self._dataset: pads.FileSystemDataset = self._table.to_pyarrow_dataset(
+                file_pruning_predicate="false")
+        except Exception as err:  # deltalake raises its own and OSError/ValueError kinds
+            _unavailable(uri, f"cannot be opened ({_one_line(err)})", err)
+        missing = sorted(_REQUIRED - names)
+        if missing:
+            raise StrataSparkTierError(
+                uri, f"lacks the column(s) {', '.join(missing)} of a strata tier table; "
+                "point the topic's tier at the table the tiering job writes (strata topic "
+                "describe-tier), or rewrite the table with the source schema plus date")
+        self._actions = actions
+
+    def files(self, partition: int) -> list[TierFile]:
+        """Every file of ``partition``, by minimum offset (files without statistics first)."""
+        actions = self._actions
+        if actions.num_rows == 0:
+            return []
+        if "partition.partition" not in actions.column_names:
+            raise StrataSparkTierError(
+                self.uri, "is not partitioned by partition; the tier contract is "
+                "partitionBy(\"partition\", \"date\"): rewrite the table that way")
+        mine = actions.filter(pc.equal(actions.column("partition.partition"), partition))
+        paths = mine.column("path").to_pylist()
+        lows = _column(mine, "min.offset")
+        highs = _column(mine, "max.offset")
+        counts = _column(mine, "num_records")
+        files = [TierFile(path, low, high, count)
+                 for path, low, high, count in zip(paths, lows, highs, counts, strict=True)]
+        return sorted(files, key=lambda f: (-1 if f.min_offset is None else f.min_offset,
+                                            f.path))
+
+    def files_for(self, partition: int, start: int, end: int) -> list[TierFile]:
+        """The files of ``partition`` that may hold offsets in ``[start, end)``."""
+        return [f for f in self.files(partition)
+                if (f.min_offset is None or f.min_offset < end)
+                and (f.max_offset is None or f.max_offset >= start)]
+
+    def bounds(self, partition: int) -> tuple[int, int] | None:
+        """``(lowest offset, highest offset + 1)`` of ``partition`` per the log's
+        statistics, or ``None`` when the table has no file for it. Files without
+        statistics are opened to find out."""
+        files = self.files(partition)
+        if not files:
+            return None
+        lows: list[int] = []
+        highs: list[int] = []
+        for f in files:
+            if f.min_offset is not None and f.max_offset is not None:
+                lows.append(f.min_offset)
+                highs.append(f.max_offset)
+                continue
+            offsets = self._read(f, None).column("offset")
+            if len(offsets):
+                lows.append(pc.min(offsets).as_py())
+                highs.append(pc.max(offsets).as_py())
+        if not lows:
+            return None
+        return min(lows), max(highs) + 1
+
+    def read(self, topic: str, partition: int, start: int, end: int, *,
+             batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """Rows ``start <= offset < end`` of ``partition``, ascending, in Spark's Arrow
+        shape, in batches of about ``batch_rows`` (see the module docstring)."""
+        if start >= end:
+            return
+        files = self.files_for(partition, start, end)
+        if not files:
+            return
+        ready: list[pa.Table] = []
+        ready_rows = 0
+        pending: pa.Table | None = None
+        in_range = (pc.field("offset") >= start) & (pc.field("offset") < end)
+        for index, tier_file in enumerate(files):
+            table = self._read(tier_file, in_range)
+            pending = table if pending is None else pa.concat_tables([pending, table])
+            following = files[index + 1].min_offset if index + 1 < len(files) else None
+            if following is None and index + 1 < len(files):
+                continue  # the next file has no statistics: it may hold anything
+            if following is None:
+                done, pending = pending, None
+            else:
+                below = pc.less(pending.column("offset"), following)
+                done, pending = pending.filter(below), pending.filter(pc.invert(below))
+            if done.num_rows:
+                ready.append(done.sort_by("offset"))
+                ready_rows += done.num_rows
+            if ready_rows >= batch_rows:
+                yield from _batches(self.uri, topic, partition, ready, batch_rows)
+                ready, ready_rows = [], 0
+        if ready:
+            yield from _batches(self.uri, topic, partition, ready, batch_rows)
+
+    def _read(self, tier_file: TierFile, condition: pc.Expression | None) -> pa.Table:
+        self.files_read += 1
+        try:
+            fragment = self._fragment(tier_file.path)
+            return fragment.to_table(columns=list(TIER_COLUMNS), filter=condition)
+        except StrataSparkTierError:
+            raise
+        except Exception as err:  # pyarrow's ArrowException, OSError, FileNotFoundError
+            _unavailable(self.uri, f"data file {tier_file.path} cannot be read "
+                         f"({_one_line(err)}); if the table was compacted or "
+                         "vacuumed while this query ran, run the query again", err)
+
+    def _fragment(self, path: str) -> pads.Fragment:
+        if not hasattr(self, "_dataset"):
+            # The dataset only supplies delta-rs's filesystem (local or object store, with
+            # the table's storage options) and the table's Arrow schema; it opens nothing.
+            self._dataset = self._table.to_pyarrow_dataset(
+                file_pruning_predicate="false")
+        dataset: pads.FileSystemDataset = self._dataset
+        fragment: pads.Fragment = dataset.format.make_fragment(path, dataset.filesystem)
+        return fragment
+
+
+def read_tier_range(table_uri: str, topic: str, partition: int, start: int, end: int, *,
+                    batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Yield the tier's rows ``start <= offset < end`` of ``partition`` in ascending offset
+    order, as Spark Arrow batches exactly like ``read_range``'s (``SPARK_ARROW_SCHEMA``).
+
+    Offsets the table does not hold are simply absent: the caller knows which of them
+    are gaps of the log (control records) and which are lost. Raises
+    ``StrataSparkTierError`` when the table cannot be read.
+    """
+    if start >= end:
+        return iter(())
+    return TierTable(table_uri).read(topic, partition, start, end, batch_rows=batch_rows)
+
+
+def tier_bounds(table_uri: str, partition: int) -> tuple[int, int] | None:
+    """``(min offset, max offset + 1)`` of ``partition`` in the tier, ``None`` if none."""
+    return TierTable(table_uri).bounds(partition)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _column(table: pa.Table, name: str) -> Sequence[int | None]:
+    if name not in table.column_names:
+        return [None] * table.num_rows
+    values: list[int | None] = table.column(name).to_pylist()
+    return values
+
+
+def _batches(uri: str, topic: str, partition: int, tables: list[pa.Table],
+             batch_rows: int) -> Iterator[pa.RecordBatch]:
+    from spark_source._reader import SPARK_ARROW_SCHEMA
+
+    table = pa.concat_tables(tables)
+    rows = table.num_rows
+    try:
+        spark = pa.Table.from_arrays([
+            table.column("key").cast(pa.binary()),
+            table.column("value").cast(pa.binary()),
+            table.column("topic").cast(pa.string()),
+            pa.repeat(pa.scalar(partition, pa.int32()), rows),
+            table.column("offset").cast(pa.int64()),
+            table.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+            table.column("timestampType").cast(pa.int32()),
+            table.column("headers").cast(SPARK_ARROW_SCHEMA.field("headers").type),
+        ], schema=SPARK_ARROW_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise StrataSparkTierError(
+            uri, f"rows of {topic}-{partition} do not cast to the source schema ({err}); "
+            "the tier table must have the source's column types") from None
+    yield from spark.combine_chunks().to_batches(max_chunksize=batch_rows)
+
+
+def _one_line(err: BaseException) -> str:
+    """``Type: message`` on one line (delta-rs puts its OS error on a second line, and a
+    Spark failure shows the first line of the message first)."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
+def _unavailable(uri: str, what: str, err: BaseException) -> NoReturn:
+    raise StrataSparkTierError(uri, f"{what}; {_HINT}") from err
+
