@@ -67,8 +67,10 @@ def test_tier_configs_default_to_the_old_behaviour() -> None:
      "local.retention.ms=1001 exceeds retention.ms=1000"),
     ({"tier.enable": "true", "retention.ms": "1000", "local.retention.ms": "-1"},
      "local.retention.ms=-1 \\(unlimited\\) exceeds retention.ms=1000"),
-    ({"tier.enable": "true", "retention.bytes": "100", "local.retention.bytes": "200"},
-     "local.retention.bytes=200 exceeds retention.bytes=100"),
+    ({"tier.enable": "true", "retention.bytes": "100", "local.retention.bytes": "50"},
+     "retention.bytes=100 is not enforced on the Delta table"),
+    ({"cleanup.policy": "compact"}, "cleanup.policy=compact needs tier.enable=true"),
+    ({"tier.enable": "true", "delete.retention.ms": "-1"}, "delete.retention.ms='-1' is out"),
 ])
 def test_bad_tier_configs_are_rejected(values: dict[str, str], words: str) -> None:
     with pytest.raises(InvalidConfigError, match=words):

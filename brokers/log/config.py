@@ -109,6 +109,7 @@ class LogConfig:
     tier_after_ms: int = 600_000
     local_retention_ms: int = SAME_AS_TOTAL
     local_retention_bytes: int = SAME_AS_TOTAL
+    delete_retention_ms: int = 24 * 3600 * 1000
 
     @property
     def effective_local_retention_ms(self) -> int:
@@ -157,7 +158,19 @@ class LogConfig:
         as before.
         """
         if not self.tier_enable:
+            if self.cleanup_policy is CleanupPolicy.COMPACT:
+                raise InvalidConfigError(
+                    "topic config cleanup.policy=compact needs tier.enable=true: brokers do "
+                    "not compact their local logs yet (issue [7/7]); the tiering job keeps "
+                    "the compacted table in Delta. Set tier.enable=true as well, or use "
+                    "cleanup.policy=delete")
             return
+        if self.retention_bytes != -1:
+            raise InvalidConfigError(
+                f"topic config retention.bytes={self.retention_bytes} is not enforced on the "
+                "Delta table, which tier.enable=true makes the total copy; use retention.ms "
+                "for the table and local.retention.bytes for the brokers' copy, and leave "
+                "retention.bytes at -1")
         for name, local, total in (
                 ("ms", self.effective_local_retention_ms, self.retention_ms),
                 ("bytes", self.effective_local_retention_bytes, self.retention_bytes)):
@@ -203,9 +216,15 @@ TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
         "flush_ms", _int, lambda v: 1 <= v <= _INT64_MAX, "a positive number of ms",
         "with flush.policy=interval, the longest time unflushed data may wait"),
     "cleanup.policy": _Key(
-        "cleanup_policy", _enum(CleanupPolicy), lambda v: v is CleanupPolicy.DELETE,
-        "delete (compact arrives with log compaction, issue [7/7])",
-        "delete old segments (compact, keeping the latest record per key, is not built yet)"),
+        "cleanup_policy", _enum(CleanupPolicy), lambda v: True,
+        "delete, compact (compact only with tier.enable=true)",
+        "delete: old segments are deleted; compact (with tier.enable=true): the tiering job "
+        "also keeps a Delta table of the latest record per key (brokers do not compact "
+        "their local logs yet)"),
+    "delete.retention.ms": _Key(
+        "delete_retention_ms", _int, lambda v: 0 <= v <= _INT64_MAX, f"0..{_INT64_MAX}",
+        "with cleanup.policy=compact, how long a tombstone (null value) stays in the "
+        "compacted table"),
     "min.insync.replicas": _Key(
         "min_insync_replicas", _int, lambda v: 1 <= v <= 1000, "1..1000",
         "with acks=all, the fewest in-sync replicas that must hold a write"),
