@@ -30,14 +30,15 @@ the headers list's item field is called ``element``.
 
 Delta tier (issue [6/7]): a tiering job copies old records of each partition into one
 Delta table per topic, after which brokers delete them, so a broker's log start offset
-moves up. ``ClusterView.snapshot`` learns per partition where the tier starts and ends
-(``TierInfo``, from ``Admin.describe_tier``); ``earliest`` then means the tier's start,
-and a planned range that starts below the log start is cut in two at it
-(``split_tiered``): the part below is read from the Delta table (``_tier``, delta-rs in
-the executor), the rest from the brokers. Offsets the tier holds that are still on a
-broker are read from the broker. A read that finds the log start moved up after planning
-(retention deleted what the tiering job had already copied) falls back to the tier for
-those offsets before anything counts as lost.
+moves up. ``ClusterView`` learns per partition where the tier starts and ends
+(``TierInfo``, from ``Admin.describe_tier``, asked only where a read may start below a
+log start); ``earliest`` then means the tier's start, and a planned range that starts
+below the log start is cut in two at it (``split_tiered``): the part below is read from
+the Delta table (``_tier``, delta-rs in the executor), the rest from the brokers.
+Offsets the tier holds that are still on a broker are read from the broker. A read that
+finds the log start moved up after planning (retention deleted what the tiering job had
+already copied) falls back to the tier for those offsets before anything counts as
+lost.
 
 Data loss (records gone from both the brokers and the Delta tier before the query read
 them, or a topic deleted or recreated): with ``failOnDataLoss=true`` the query fails with

@@ -115,8 +115,9 @@ class TierTable:
         if missing:
             raise StrataSparkTierError(
                 uri, f"lacks the column(s) {', '.join(missing)} of a strata tier table; "
-                "point the topic's tier at the table the tiering job writes (strata topic "
-                "describe-tier), or rewrite the table with the source schema plus date")
+                "the topic's tier must name the table the tiering job writes (strata tier "
+                "run; Admin.describe_tier shows the recorded URI), with the source's "
+                "columns plus date")
         self._actions = actions
 
     def files(self, partition: int) -> list[TierFile]:
