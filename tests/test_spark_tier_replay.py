@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from deltalake import write_deltalake
 
 from spark_source import StrataSparkDataLossError
 from spark_source._errors import StrataSparkTierError
@@ -117,13 +118,14 @@ def write_tier(spark: Any, rows: pa.Table | Any, path: Path, *, layout: str,
     """Write ``rows`` (Arrow, or a DataFrame in the source schema) as the tiering job
     does: plus ``date``, partitioned by (partition, date), no deletion vectors.
     ``layout``: ``range`` gives files of disjoint offset ranges (8 per write),
-    ``shuffled`` files that overlap (rows dealt round-robin over 3 tasks)."""
+    ``shuffled`` files that overlap (rows dealt round-robin over 3 tasks), each in
+    descending offset order."""
     from pyspark.sql import functions as F
 
     frame = spark.createDataFrame(rows) if isinstance(rows, pa.Table) else rows
     frame = frame.withColumn("date", F.to_date("timestamp"))
     frame = frame.repartitionByRange(8, "partition", "offset") if layout == "range" \
-        else frame.repartition(3)
+        else frame.repartition(3).sortWithinPartitions(F.col("offset").desc())
     writer = frame.write.format("delta").mode(mode).partitionBy("partition", "date")
     for key, value in DELTA_WRITE.items():
         writer = writer.option(key, value)
@@ -213,17 +215,15 @@ def test_tier_bounds_come_from_the_log_statistics(ranged: str) -> None:
     assert tier_bounds(ranged, 5) is None
 
 
-def test_unreadable_tables_raise_tier_unavailable(spark: Any, ranged: str, records: pa.Table,
-                                                  tmp_path: Path) -> None:
+def test_unreadable_tables_raise_tier_unavailable(ranged: str, tmp_path: Path) -> None:
     missing = str(tmp_path / "nothing-here")
     with pytest.raises(StrataSparkTierError, match=r"TIER_UNAVAILABLE\] Delta tier table "
                        rf"{missing}: cannot be opened .*check that the path exists"):
         list(read_tier_range(missing, TOPIC, 0, 0, 10, batch_rows=10))
     assert StrataSparkTierError.code == 1202
 
-    other = tmp_path / "other"
-    spark.createDataFrame([(1, "a")], "id long, value string").write.format("delta") \
-        .save(str(other))
+    other = tmp_path / "other"  # any Delta table but a tier's (written without Spark)
+    write_deltalake(str(other), pa.table({"id": [1], "value": ["a"]}))
     with pytest.raises(StrataSparkTierError, match=r"lacks the column.*date.*offset"):
         tier_bounds(str(other), 0)
 
@@ -316,12 +316,14 @@ def log_start(admin: Admin, topic: str) -> int:
     return admin.list_offsets({tp: "earliest"})[tp].offset
 
 
-def produce(bootstrap: str, topic: str, batches: int, per_batch: int = 3) -> None:
-    """``batches`` small batches (one flush each), each closing a 1 KiB segment."""
+def produce(bootstrap: str, topic: str, batches: int, per_batch: int = 3, *,
+            first: int = 0) -> None:
+    """``batches`` small batches (one flush each) of records ``first`` on; 1 KiB
+    segments then hold a few batches each."""
     now = int(time.time() * 1000)  # recent: retention.ms applies only once lowered
     with Producer(bootstrap, linger_ms=1) as producer:
         for b in range(batches):
-            for i in range(b * per_batch, (b + 1) * per_batch):
+            for i in range(first + b * per_batch, first + (b + 1) * per_batch):
                 producer.send(topic, f"value-{i}".encode(),
                               key=None if i % 4 == 0 else f"k{i}".encode(),
                               headers=[] if i % 3 == 0 else [("h", f"{i}".encode())],
@@ -446,8 +448,9 @@ def test_spark_replays_full_history_across_the_tier_boundary(
         tmp_path: Path) -> None:
     """The whole path: a tier-enabled topic whose first segments went to Delta (recorded
     in ZooKeeper as the tiering job records it) and were then deleted by the broker.
-    ``startingOffsets=earliest`` returns every offset once, batch and stream; only
-    offsets in neither tier are data loss."""
+    ``startingOffsets=earliest`` returns every offset once, batch and stream (also a
+    stream whose checkpoint fell behind the log start); only offsets in neither tier are
+    data loss."""
     from brokers.coordination import Coordinator
 
     topic = f"replay-{next(_names)}-{uuid.uuid4().hex[:6]}"
@@ -477,28 +480,45 @@ def test_spark_replays_full_history_across_the_tier_boundary(
             .equals(original)
         assert arrow(strata_rows(spark, bootstrap, topic, minPartitions="3")).equals(original)
 
-        rows: list[pa.Table] = []
-        query = (spark.readStream.format("strata").option("bootstrap.servers", bootstrap)
-                 .option("subscribe", topic).option("startingOffsets", "earliest").load()
-                 .writeStream.foreachBatch(lambda batch, _: rows.append(arrow(batch)))
-                 .option("checkpointLocation", str(tmp_path / "cp"))
-                 .trigger(availableNow=True).start())
-        try:
-            assert query.awaitTermination(120)
-        finally:
-            query.stop()
-        assert pa.concat_tables(rows).combine_chunks().equals(original)
+        def run_stream() -> pa.Table:
+            rows: list[pa.Table] = []
+            query = (spark.readStream.format("strata")
+                     .option("bootstrap.servers", bootstrap).option("subscribe", topic)
+                     .option("startingOffsets", "earliest").load()
+                     .writeStream.foreachBatch(lambda batch, _: rows.append(arrow(batch)))
+                     .option("checkpointLocation", str(tmp_path / "cp"))
+                     .trigger(availableNow=True).start())
+            try:
+                assert query.awaitTermination(120)
+            finally:
+                query.stop()
+            return pa.concat_tables(rows).combine_chunks()
+
+        assert run_stream().equals(original)
+
+        # More records; the job copies [24, 60) and the broker deletes past the stream's
+        # checkpoint (36): the next run reads 36.. from Delta, then the broker, no loss.
+        produce(bootstrap, topic, 12, first=36)
+        write_tier(spark, strata_rows(spark, bootstrap, topic, endingOffsets=json.dumps(
+            {topic: {"0": 60}}), startingOffsets=json.dumps({topic: {"0": 24}})),
+            tmp_path / topic, layout="range", mode="append")
+        coordinator.advance_tier_progress(topic, 0, tiered_up_to=60, tier_start=0)
+        wait_for(f"log start of {topic}", lambda: log_start(admin, topic), lambda s: s > 36)
+        everything = arrow(strata_rows(spark, bootstrap, topic))
+        assert everything.column("offset").to_pylist() == list(range(72))
+        assert everything.slice(0, 36).equals(original)
+        assert run_stream().equals(everything.slice(36))
 
         # Tier retention removed offsets 0..5 from Delta: earliest now starts at 6, and
         # only a request for those offsets is data loss.
-        coordinator.advance_tier_progress(topic, 0, tiered_up_to=24, tier_start=6)
-        assert arrow(strata_rows(spark, bootstrap, topic)).equals(original.slice(6))
+        coordinator.advance_tier_progress(topic, 0, tiered_up_to=60, tier_start=6)
+        assert arrow(strata_rows(spark, bootstrap, topic)).equals(everything.slice(6))
         with pytest.raises(Exception, match=rf"DATA_LOSS\] records 2\.\.5 of {topic}-0 "
-                           r"were deleted .* holds offsets 6\.\.23"):
+                           r"were deleted .* holds offsets 6\.\.59"):
             strata_rows(spark, bootstrap, topic,
                         startingOffsets=json.dumps({topic: {"0": 2}})).collect()
         lenient = strata_rows(spark, bootstrap, topic, failOnDataLoss="false",
                               startingOffsets=json.dumps({topic: {"0": 2}}))
-        assert arrow(lenient).equals(original.slice(6))
+        assert arrow(lenient).equals(everything.slice(6))
     finally:
         coordinator.stop()
