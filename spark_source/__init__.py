@@ -8,12 +8,17 @@ Layering (DESIGN-NOTES §9): this package talks to brokers only through ``strata
 """
 
 from spark_source._datasource import SCHEMA_DDL, StrataDataSource, register
-from spark_source._errors import StrataSparkDataLossError, StrataSparkOptionError
+from spark_source._errors import (
+    StrataSparkDataLossError,
+    StrataSparkOptionError,
+    StrataSparkTierError,
+)
 
 __all__ = [
     "SCHEMA_DDL",
     "StrataDataSource",
     "StrataSparkDataLossError",
     "StrataSparkOptionError",
+    "StrataSparkTierError",
     "register",
 ]

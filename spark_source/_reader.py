@@ -48,6 +48,7 @@ logs a warning and reads on from the next offset either tier still holds.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -479,10 +480,20 @@ class ClusterView:
         """``snapshot`` with the Delta tier of every partition of ``topics`` filled in."""
         out = dict(snapshot)
         names = sorted(set(topics) & {tp.topic for tp in snapshot})
-        if names:
-            for tp, tier in describe_tiers(self.admin, names).items():
-                if tp in out:
-                    out[tp] = replace(out[tp], tier=tier)
+        if not names:
+            return out
+        try:
+            tiers = describe_tiers(self.admin, names)
+        except UnknownTopicOrPartitionError:
+            # A topic was deleted since the snapshot: ask topic by topic, without it
+            # (the caller finds it gone on its next snapshot, as without tiering).
+            tiers = {}
+            for name in names:
+                with contextlib.suppress(UnknownTopicOrPartitionError):
+                    tiers.update(describe_tiers(self.admin, [name]))
+        for tp, tier in tiers.items():
+            if tp in out:
+                out[tp] = replace(out[tp], tier=tier)
         return out
 
     def offsets_for_timestamp(self, tps: Sequence[TopicPartition], timestamp_ms: int
@@ -615,6 +626,7 @@ def read_range(options: SourceOptions, rng: OffsetRange,
                     yield from _read_below_log(options, rng, position, below,
                                                log_start=err.log_start_offset)
                     position = below
+                    progress_at = time.monotonic()  # a long Delta read is progress
                 else:
                     position = _skip_lost(options, rng, position, err)
                 if position < rng.end:

@@ -33,8 +33,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import write_deltalake
 
-from spark_source import StrataSparkDataLossError
-from spark_source._errors import StrataSparkTierError
+from spark_source import StrataSparkDataLossError, StrataSparkTierError
 from spark_source._options import parse_source_options
 from spark_source._reader import (
     SPARK_ARROW_SCHEMA,
