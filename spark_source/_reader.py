@@ -53,7 +53,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -103,6 +103,9 @@ __all__ = [
     "split_tiered",
     "to_spark_table",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover - imported where used: deltalake loads slowly
+    from spark_source._tier import TierTable
 
 log = logging.getLogger("spark_source")
 
@@ -351,11 +354,15 @@ def rate_limit(begin: Mapping[TopicPartition, int], latest: Mapping[TopicPartiti
 
 @dataclass(frozen=True, slots=True)
 class PartitionOffsets:
-    """A partition's readable range right now: ``[log_start, high_watermark)``.
+    """A partition's readable range right now: ``[log_start, high_watermark)`` on the
+    brokers, plus what its Delta tier holds below that (``tier``).
 
     ``log_end``: the leader's log end (-1: unknown). Right after a failover the new
     leader's high watermark can trail offsets the query already read (it catches up once
     the followers report in); only an offset past the log end means records are gone.
+    ``tier``: ``None`` when the topic has no Delta table, or when the snapshot was taken
+    without asking (``ClusterView.snapshot(tiers=False)``): at the head of the log it
+    does not matter.
     """
 
     log_start: int
@@ -768,10 +775,29 @@ class StrataBatchReader(_ReadsRanges, DataSourceReader):
 def _starting_offsets(options: SourceOptions, view: ClusterView,
                       snapshot: Mapping[TopicPartition, PartitionOffsets]) -> Offsets:
     if options.starting_timestamp is not None:
-        found = view.offsets_for_timestamp(list(snapshot), options.starting_timestamp)
-        # No record that late: start at the end, so only newer records are read.
-        return {tp: offset if offset >= 0 else snapshot[tp].high_watermark
-                for tp, offset in found.items()}
+        timestamp = options.starting_timestamp
+        found = view.offsets_for_timestamp(list(snapshot), timestamp)
+        out: Offsets = {}
+        tables: dict[str, TierTable] = {}
+        for tp, offset in found.items():
+            bounds = snapshot[tp]
+            tier = bounds.tier
+            # The broker's first record is late enough (or it has none): earlier ones may
+            # be in the Delta tier, whose time the broker's index does not cover.
+            if tier is not None and bounds.earliest < bounds.log_start \
+                    and offset <= bounds.log_start:
+                if tier.table not in tables:
+                    from spark_source._tier import TierTable
+
+                    tables[tier.table] = TierTable(tier.table)
+                in_tier = tables[tier.table].first_offset_at(
+                    tp.partition, tier.start, min(tier.end, bounds.log_start), timestamp)
+                if in_tier is not None:
+                    out[tp] = in_tier
+                    continue
+            # No record that late: start at the end, so only newer records are read.
+            out[tp] = offset if offset >= 0 else bounds.high_watermark
+        return out
     assert options.starting_offsets is not None
     return resolve_offsets("startingOffsets", options.starting_offsets, snapshot)
 

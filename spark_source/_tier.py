@@ -35,6 +35,10 @@ How a range is read, and why that way:
   the ``partition`` column is a repeated constant, and the other columns are cast to
   ``SPARK_ARROW_SCHEMA``: no per-record Python.
 
+``startingTimestamp`` below a log start uses the same pruning on the ``timestamp``
+statistics (``TierTable.first_offset_at``): only files whose latest record is late
+enough are opened, and only their ``offset`` and ``timestamp`` columns.
+
 Errors: a table that is missing, unreadable, protected by reader features delta-rs
 cannot honour (deletion vectors, column mapping), not in the contract's shape, or whose
 data file vanished under a read raises ``StrataSparkTierError`` (``TIER_UNAVAILABLE``),
@@ -74,12 +78,14 @@ _HINT: Final = ("check that the path exists and is readable from every Spark exe
 @dataclass(frozen=True, slots=True)
 class TierFile:
     """One data file of the table: its path relative to the table root and its ``offset``
-    statistics (``None`` when the log has none: the file is then always read)."""
+    and ``timestamp`` statistics (``None`` when the log has none: the file is then always
+    read). ``max_timestamp_us``: microseconds since the epoch."""
 
     path: str
     min_offset: int | None
     max_offset: int | None
     records: int | None
+    max_timestamp_us: int | None = None
 
 
 class TierTable:
@@ -134,8 +140,13 @@ class TierTable:
         lows = _column(mine, "min.offset")
         highs = _column(mine, "max.offset")
         counts = _column(mine, "num_records")
-        files = [TierFile(path, low, high, count)
-                 for path, low, high, count in zip(paths, lows, highs, counts, strict=True)]
+        if "max.timestamp" in mine.column_names:
+            latest: Sequence[int | None] = \
+                mine.column("max.timestamp").cast(pa.int64()).to_pylist()
+        else:
+            latest = [None] * mine.num_rows
+        files = [TierFile(*fields)
+                 for fields in zip(paths, lows, highs, counts, latest, strict=True)]
         return sorted(files, key=lambda f: (-1 if f.min_offset is None else f.min_offset,
                                             f.path))
 
@@ -166,6 +177,31 @@ class TierTable:
         if not lows:
             return None
         return min(lows), max(highs) + 1
+
+    def first_offset_at(self, partition: int, start: int, end: int, timestamp_ms: int
+                        ) -> int | None:
+        """The lowest offset in ``[start, end)`` of ``partition`` whose record timestamp is
+        at or after ``timestamp_ms`` (``startingTimestamp`` below a log start), or
+        ``None``. Files whose ``timestamp`` maximum is earlier are not opened; files are
+        read by minimum offset and the search stops once no later file can hold a lower
+        offset than one found."""
+        # Delta keeps timestamp statistics at millisecond precision (truncated): a file's
+        # true maximum may be up to 999 us above the recorded one.
+        wanted_us = timestamp_ms * 1000
+        files = [f for f in self.files_for(partition, start, end)
+                 if f.max_timestamp_us is None or f.max_timestamp_us + 999 >= wanted_us]
+        condition = (pc.field("offset") >= start) & (pc.field("offset") < end) & \
+            (pc.field("timestamp") >= pa.scalar(wanted_us, pa.timestamp("us", tz="UTC")))
+        best: int | None = None
+        for tier_file in files:
+            if best is not None and tier_file.min_offset is not None \
+                    and tier_file.min_offset >= best:
+                break
+            offsets = self._read(tier_file, condition, columns=("offset",)).column("offset")
+            if len(offsets):
+                low: int = pc.min(offsets).as_py()
+                best = low if best is None else min(best, low)
+        return best
 
     def read(self, topic: str, partition: int, start: int, end: int, *,
              batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -200,11 +236,12 @@ class TierTable:
         if ready:
             yield from _batches(self.uri, topic, partition, ready, batch_rows)
 
-    def _read(self, tier_file: TierFile, condition: pc.Expression | None) -> pa.Table:
+    def _read(self, tier_file: TierFile, condition: pc.Expression | None,
+              columns: Sequence[str] = TIER_COLUMNS) -> pa.Table:
         self.files_read += 1
         try:
             fragment = self._fragment(tier_file.path)
-            return fragment.to_table(columns=list(TIER_COLUMNS), filter=condition)
+            return fragment.to_table(columns=list(columns), filter=condition)
         except StrataSparkTierError:
             raise
         except Exception as err:  # pyarrow's ArrowException, OSError, FileNotFoundError

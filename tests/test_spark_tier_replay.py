@@ -208,6 +208,23 @@ def test_read_tier_range_prunes_files_by_partition_and_offset_statistics(
     assert reading.files_read < len(everything)
 
 
+def test_first_offset_at_a_timestamp_searches_only_files_late_enough(
+        ranged: str, shuffled: str) -> None:
+    minute = 60_000
+    for uri in (ranged, shuffled):
+        table = TierTable(uri)
+        # Offset 499 is a gap: the first record at or after its time is 500.
+        assert table.first_offset_at(0, 0, 1200, BASE_TS + 499 * minute) == 500
+        assert table.first_offset_at(0, 0, 1200, BASE_TS + 499 * minute - 1) == 500
+        assert table.first_offset_at(0, 137, 1200, BASE_TS) == 137
+        assert table.first_offset_at(0, 0, 400, BASE_TS + 499 * minute) is None
+        assert table.first_offset_at(0, 0, 1200, BASE_TS + 5000 * minute) is None
+        assert table.first_offset_at(1, 0, 300, BASE_TS + 299 * minute) == 299
+    late = TierTable(ranged)
+    assert late.first_offset_at(0, 0, 1200, BASE_TS + 1100 * minute) == 1100
+    assert late.files_read == 1  # the other files' timestamp maxima are earlier
+
+
 def test_tier_bounds_come_from_the_log_statistics(ranged: str) -> None:
     assert tier_bounds(ranged, 0) == (0, 1199)  # 1199 is a gap: the last row is 1198
     assert tier_bounds(ranged, 1) == (0, 300)
@@ -507,6 +524,11 @@ def test_spark_replays_full_history_across_the_tier_boundary(
         assert everything.column("offset").to_pylist() == list(range(72))
         assert everything.slice(0, 36).equals(original)
         assert run_stream().equals(everything.slice(36))
+
+        # startingTimestamp older than the log start: found in the tier.
+        third = everything.column("timestamp")[3].value // 1000  # us -> ms
+        assert arrow(strata_rows(spark, bootstrap, topic, startingTimestamp=str(third))) \
+            .equals(everything.slice(3))
 
         # Tier retention removed offsets 0..5 from Delta: earliest now starts at 6, and
         # only a request for those offsets is data loss.
