@@ -54,6 +54,7 @@ from spark_jobs._tables import (
     TIER_DDL,
     app_id,
     committed_offsets,
+    compacted_path,
     ensure_table,
     register_tables,
     table_path,
@@ -280,7 +281,7 @@ class TierJob:
                     if report.table is None:
                         ensure_table(self.spark, path, TIER_DDL, "partition, date")
                         report.table = str(path)
-                    self._copy(path, rng, part, parts)
+                    self._copy(path, rng, part, described)
                     if configs.get("cleanup.policy") == "compact":
                         report.compacted_keys += compact_range(
                             self.spark, self.settings.warehouse, topic, path, rng,
@@ -289,7 +290,10 @@ class TierJob:
                 _lag(part, tier, described.tier_after_ms, now_ms)
             if report.table is not None:
                 self._retention(topic, path, configs, report)
-                self._optimize(path, report)
+                report.optimized = self._optimize(path)
+            compacted = compacted_path(self.settings.warehouse.resolve(), topic)
+            if _is_table(compacted):
+                self._optimize(compacted)
         return report
 
     def _table_for(self, topic: str, described: TopicTier) -> Path:
@@ -304,13 +308,15 @@ class TierJob:
         return path
 
     def _copy(self, path: Path, rng: TierRange, part: PartitionReport,
-              partitions: list[int]) -> None:
+              described: TopicTier) -> None:
         """One Delta commit for ``rng``, then the progress write in ZooKeeper."""
         from deltalake import DeltaTable
         from pyspark.sql import functions as F
 
         began = time.monotonic()
-        start = {str(p): -2 for p in partitions}
+        # The source wants every partition of the topic; the others read nothing (their
+        # log start is a valid start and end; endingOffsets has no "earliest").
+        start = {str(p): t.log_start_offset for p, t in described.partitions.items()}
         end = dict(start)
         start[str(rng.partition)] = rng.start
         end[str(rng.partition)] = rng.end
@@ -388,7 +394,8 @@ class TierJob:
         self.spark.sql(f"VACUUM delta.`{path}` RETAIN {self.settings.vacuum_retain_hours} HOURS")
         report.vacuumed = True
 
-    def _optimize(self, path: Path, report: TopicReport) -> None:
+    def _optimize(self, path: Path) -> bool:
+        """OPTIMIZE ``path`` when its last OPTIMIZE (or creation) is older than the interval."""
         from deltalake import DeltaTable
 
         history = DeltaTable(str(path)).history(100)
@@ -398,9 +405,9 @@ class TierJob:
             created = min((int(h.get("timestamp", 0)) for h in history), default=0)
             last = created
         if time.time() * 1000 - last < self.settings.optimize_interval_s * 1000:
-            return
+            return False
         self.spark.sql(f"OPTIMIZE delta.`{path}`")
-        report.optimized = True
+        return True
 
 
 def _is_table(path: Path) -> bool:

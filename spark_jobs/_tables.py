@@ -12,21 +12,30 @@ called ``x_compacted``. Tables are created with deletion vectors off: total rete
 deletes rows, and the Spark source reads the tier with delta-rs in Spark's Python
 workers, where plain rewritten Parquet files are the simplest thing to read correctly.
 
-Catalog names: ``strata.`<topic>``` and ``strata_compacted.`<topic>```. The local Spark
+Catalog names: ``strata.<name>`` and ``strata_compacted.<name>``, where ``<name>`` is the
+topic with every character outside ``[A-Za-z0-9_]`` replaced by ``_`` (Spark's session
+catalog accepts nothing else: ``events-v1.raw`` is ``strata.events_v1_raw``); when two
+topics map to one name, the first in name order gets it and the other is left out with
+a warning (query it by path: ``delta.`<warehouse>/topics/<topic>```). The local Spark
 here has no Hive metastore, so the catalog lives as long as a session; the job and
 ``register_tables`` (used by the notebooks) register every table found in the warehouse.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "app_id", "committed_offsets",
+__all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "app_id", "catalog_name",
+           "committed_offsets",
            "compacted_path", "ensure_table", "register_tables", "table_path"]
+
+log = logging.getLogger("strata.spark_jobs.tables")
 
 CATALOG_DB = "strata"
 COMPACTED_DB = "strata_compacted"
@@ -52,8 +61,9 @@ def app_id(topic: str, partition: int) -> str:
     return f"strata-tier/{topic}/{partition}"
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+def catalog_name(topic: str) -> str:
+    """The table name of ``topic`` in the ``strata`` databases (see the module docstring)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", topic)
 
 
 def _sql_path(path: Path) -> str:
@@ -90,10 +100,16 @@ def register_tables(spark: SparkSession, warehouse: Path) -> list[str]:
         if not root.is_dir():
             continue
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+        taken: dict[str, str] = {}
         for path in sorted(root.iterdir()):
             if not DeltaTable.is_deltatable(str(path)):
                 continue
-            name = f"{db}.{_quote(path.name)}"
+            short = catalog_name(path.name)
+            if taken.setdefault(short, path.name) != path.name:
+                log.warning("topic %r maps to %s.%s like topic %r; query it by path: "
+                            "delta.`%s`", path.name, db, short, taken[short], path)
+                continue
+            name = f"{db}.{short}"
             spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA "
                       f"LOCATION '{_sql_path(path)}'")
             names.append(name)

@@ -146,7 +146,7 @@ def bench_tier(bootstrap: str, zookeeper: str, warehouse: Path, topic: str, num_
     from strata.client import Admin
     from strata.spark import spark_session
 
-    _fill(bootstrap, topic, num_records, record_size, partitions)
+    _fill(bootstrap, topic, num_records, record_size, partitions, segment_bytes)
     with Admin(bootstrap) as admin:
         tier = admin.describe_tier([topic])[topic]
     ends = {p: (t.segments[-1].next_offset if t.segments else t.log_start_offset)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -174,7 +175,7 @@ def test_tiering_copies_closed_segments_exactly_and_a_rerun_adds_nothing(
         assert coordinator.tier_table("tier-exact") == str(path)
         assert_exact(spark, path, sent, progress)
         assert report.records == sum(ends.values())
-        assert spark.sql("SELECT count(*) AS n FROM strata.`tier-exact`").first()["n"] == \
+        assert spark.sql("SELECT count(*) AS n FROM strata.tier_exact").first()["n"] == \
             sum(ends.values())
         again = job.run_once(["tier-exact"])
         assert again.records == 0
@@ -333,3 +334,56 @@ def test_total_retention_deletes_the_oldest_rows_from_delta(
     assert [r[0] for r in rows] == list(range(first_new, progress.tiered_up_to))
     assert [(r[1], r[2]) for r in rows] == new[0][:progress.tiered_up_to - first_new]
     assert progress.tier_start == first_new
+
+
+def test_compacted_table_matches_a_latest_per_key_model(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    topic = "tier-compact"
+    day = 24 * 3600 * 1000
+    create_topic(tier_broker, topic, partitions=1,
+                 **{"cleanup.policy": "compact", "delete.retention.ms": str(day)})
+    rng = random.Random(20261122)
+    now = int(time.time() * 1000)
+    log: list[tuple[bytes, bytes | None, int]] = []  # offset order: (key, value, timestamp)
+
+    def produce_round(count: int, timestamp_ms: int) -> None:
+        with Producer(tier_broker.bootstrap, acks="all", linger_ms=5) as producer:
+            futures = []
+            for _ in range(count):
+                key = f"key-{rng.randrange(60)}".encode()
+                value = None if rng.random() < 0.15 else f"v{len(log)}".encode()
+                log.append((key, value, timestamp_ms))
+                futures.append(producer.send(topic, value, key=key, partition=0,
+                                             timestamp_ms=timestamp_ms))
+            producer.flush()
+            for future in futures:
+                future.result(30)
+
+    def model(end: int) -> dict[bytes, bytes | None]:
+        latest: dict[bytes, tuple[bytes | None, int]] = {}
+        for key, value, ts in log[:end]:
+            latest[key] = (value, ts)
+        return {k: v for k, (v, ts) in latest.items() if v is not None or ts >= now - day}
+
+    def compacted() -> dict[bytes, bytes | None]:
+        rows = spark.read.format("delta").load(str(tmp_path.resolve() / "compacted" / topic)) \
+            .select("key", "value").collect()
+        out = {bytes(r["key"]): None if r["value"] is None else bytes(r["value"]) for r in rows}
+        assert len(out) == len(rows), "a key is in the compacted table twice"
+        return out
+
+    produce_round(2_500, now - 3 * day)  # old: its tombstones are past delete.retention.ms
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path,
+                                 optimize_interval_s=0.0)) as job:
+        first = job.run_once([topic])
+        end = coordinator.tier_progress(topic)[0].tiered_up_to
+        assert compacted() == model(end)
+        assert first.topics[0].optimized
+        produce_round(2_500, now)  # recent: updates, new keys, tombstones that stay
+        job.run_once([topic])
+        end = coordinator.tier_progress(topic)[0].tiered_up_to
+        assert end > 2_500
+        expected = model(end)
+        assert None in expected.values(), "the data should leave a recent tombstone"
+        assert compacted() == expected
