@@ -250,12 +250,7 @@ class TierTable:
                          "vacuumed while this query ran, run the query again", err)
 
     def _fragment(self, path: str) -> pads.Fragment:
-        if not hasattr(self, "_dataset"):
-            # The dataset only supplies delta-rs's filesystem (local or object store, with
-            # the table's storage options) and the table's Arrow schema; it opens nothing.
-            self._dataset = self._table.to_pyarrow_dataset(
-                file_pruning_predicate="false")
-        dataset: pads.FileSystemDataset = self._dataset
+        dataset = self._dataset
         fragment: pads.Fragment = dataset.format.make_fragment(path, dataset.filesystem)
         return fragment
 
