@@ -86,16 +86,16 @@ def stack_ports(base: int, brokers: int = 1, zookeeper_nodes: int = 1) -> list[i
     zookeeper = [base] if zookeeper_nodes == 1 else \
         [base + offset + k for offset in (0, 3, 6) for k in range(zookeeper_nodes)]
     return [*zookeeper, base + 9, *(base + 10 + i for i in range(brokers)),
-            *(base + 40 + i for i in range(brokers))]
+            *(base + 40 + i for i in range(brokers)), base + 70]
 
 
 def free_base_port(brokers: int = 1, attempts: int = 500, zookeeper_nodes: int = 1) -> int:
-    """A base port P whose whole port plan (P[..P+8], P+9, P+10+i, P+40+i) is free now.
+    """A base port P whose whole port plan (P[..P+8], P+9, P+10+i, P+40+i, P+70) is free now.
 
     Taken from below the ephemeral range: outgoing connections of concurrent tests take
     ephemeral ports and could land on P+10 between this check and `strata up`.
     """
-    high = min(_ephemeral_low(), 65536) - 64
+    high = min(_ephemeral_low(), 65536) - 80
     low = max(1024, high - 12000)
     rng = random.Random()
     for _ in range(attempts):
@@ -153,12 +153,19 @@ def test_up_status_up_again_down(
         assert info["zookeeper"] == f"127.0.0.1:{port}"
         assert info["bootstrap"] == f"127.0.0.1:{port + 10}"
         assert info["gateway"] == f"http://127.0.0.1:{port + 9}"
-        zk, broker, gateway = info["processes"]
+        zk, broker, gateway, tier = info["processes"]
         assert zk["name"] == "zookeeper" and zk["port"] == port and zk["state"] == "started"
         assert broker["name"] == "broker-0" and broker["port"] == port + 10
         assert gateway["name"] == "gateway" and gateway["port"] == port + 9
-        pid, broker_pid, gateway_pid = zk["pid"], broker["pid"], gateway["pid"]
-        assert pid_alive(pid) and pid_alive(broker_pid) and pid_alive(gateway_pid)
+        assert tier["name"] == "tier" and tier["port"] == port + 70
+        assert info["tier_metrics"] == f"http://127.0.0.1:{port + 70}/metrics"
+        assert info["warehouse"] == str((data_dir / "warehouse").resolve())
+        pid, broker_pid, gateway_pid, tier_pid = zk["pid"], broker["pid"], gateway["pid"], \
+            tier["pid"]
+        assert all(pid_alive(p) for p in (pid, broker_pid, gateway_pid, tier_pid))
+        # The tier job serves its metrics and, with no tiered topic, runs no Spark JVM.
+        assert _metrics_answer(port + 70, b"strata_tier_job")
+        assert not any("java" in (cmdline(child) or "") for child in _children(tier_pid))
         token = info["gateway_api_key"]
         assert token and token.startswith("dev.")
         for name in ("auth.toml", "dev-token"):  # the development key: the user's only
@@ -172,7 +179,8 @@ def test_up_status_up_again_down(
         assert status.returncode == 0, status.stderr
         status_info = _json(status)
         assert [(p["pid"], p["state"]) for p in status_info["processes"]] == [
-            (pid, "running"), (broker_pid, "running"), (gateway_pid, "running")]
+            (pid, "running"), (broker_pid, "running"), (gateway_pid, "running"),
+            (tier_pid, "running")]
         assert (status_info["gateway"], status_info["gateway_api_key"]) == \
             (info["gateway"], token)
         text = ok(strata("status", "--data-dir", str(data_dir), cwd=tmp_path))
@@ -182,14 +190,16 @@ def test_up_status_up_again_down(
         assert again.returncode == 0, again.stderr
         again_info = _json(again)
         assert [(p["pid"], p["state"]) for p in again_info["processes"]] == [
-            (pid, "running"), (broker_pid, "running"), (gateway_pid, "running")]
+            (pid, "running"), (broker_pid, "running"), (gateway_pid, "running"),
+            (tier_pid, "running")]
         assert again_info["zookeeper"] == info["zookeeper"]
 
         down = strata("down", "--data-dir", str(data_dir), cwd=tmp_path)
         assert down.returncode == 0, down.stderr
         assert "stopped" in down.stdout
-        assert down.stdout.index("gateway") < down.stdout.index("broker-0")  # gateway first
-        assert not pid_alive(pid) and not pid_alive(broker_pid) and not pid_alive(gateway_pid)
+        assert down.stdout.index("tier") < down.stdout.index("gateway") < \
+            down.stdout.index("broker-0")  # reverse start order
+        assert not any(pid_alive(p) for p in (pid, broker_pid, gateway_pid, tier_pid))
 
         after = strata("status", "--data-dir", str(data_dir), cwd=tmp_path)
         assert after.returncode == 1
@@ -315,9 +325,22 @@ def test_records_survive_down_and_up(tmp_path: Path, reaper: Any) -> None:
         reaper.reap()
 
 
-def _metrics_answer(port: int) -> bool:
+def _metrics_answer(port: int, needle: bytes = b"strata_") -> bool:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        return response.status == 200 and b"strata_" in response.read()
+        return response.status == 200 and needle in response.read()
+
+
+def _children(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
 
 
 def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
@@ -326,14 +349,15 @@ def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
         base, info = up_on_free_ports(data_dir, tmp_path, reaper, "--brokers", "2", brokers=2)
         assert [(p["name"], p["port"], p["state"]) for p in info["processes"]] == [
             ("zookeeper", base, "started"), ("broker-0", base + 10, "started"),
-            ("broker-1", base + 11, "started"), ("gateway", base + 9, "started")]
+            ("broker-1", base + 11, "started"), ("gateway", base + 9, "started"),
+            ("tier", base + 70, "started")]
         assert info["bootstrap"] == f"127.0.0.1:{base + 10},127.0.0.1:{base + 11}"
         pids = [p["pid"] for p in info["processes"]]
         assert all(pid_alive(pid) for pid in pids)
 
         status = strata("status", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
         assert status.returncode == 0, status.stdout
-        assert [p["state"] for p in _json(status)["processes"]] == ["running"] * 4
+        assert [p["state"] for p in _json(status)["processes"]] == ["running"] * 5
         # Both brokers are registered and serve their metrics on P+40+i.
         with Admin(info["bootstrap"]) as admin:
             assert admin.describe_cluster().brokers == {
@@ -344,7 +368,8 @@ def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
         assert again.returncode == 0, again.stderr
         assert [(p["name"], p["pid"], p["state"]) for p in _json(again)["processes"]] == [
             ("zookeeper", pids[0], "running"), ("broker-0", pids[1], "running"),
-            ("broker-1", pids[2], "running"), ("gateway", pids[3], "running")]
+            ("broker-1", pids[2], "running"), ("gateway", pids[3], "running"),
+            ("tier", pids[4], "running")]
 
         # The cluster keeps its size across down/up too (no --brokers given).
         ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
@@ -355,7 +380,8 @@ def test_up_with_two_brokers_keeps_two(tmp_path: Path, reaper: Any) -> None:
         new_info = _json(restarted)
         assert [(p["name"], p["port"], p["state"]) for p in new_info["processes"]] == [
             ("zookeeper", base, "started"), ("broker-0", base + 10, "started"),
-            ("broker-1", base + 11, "started"), ("gateway", base + 9, "started")]
+            ("broker-1", base + 11, "started"), ("gateway", base + 9, "started"),
+            ("tier", base + 70, "started")]
         with Admin(new_info["bootstrap"]) as admin:
             assert set(admin.describe_cluster().brokers) == {0, 1}
         ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
@@ -371,7 +397,7 @@ def test_up_defaults_to_three_brokers_that_replicate(tmp_path: Path, reaper: Any
     try:
         _, info = up_on_free_ports(data_dir, tmp_path, reaper, brokers=3, size_flag=False)
         assert [p["name"] for p in info["processes"]] == [
-            "zookeeper", "broker-0", "broker-1", "broker-2", "gateway"]
+            "zookeeper", "broker-0", "broker-1", "broker-2", "gateway", "tier"]
         with Admin(info["bootstrap"]) as admin:
             admin.create_topics([NewTopic("replicated", 2)])
             described = admin.describe_topics(["replicated"])["replicated"]
@@ -420,7 +446,7 @@ def test_up_with_a_zookeeper_ensemble_rides_out_losing_its_leader(
         assert [(p["name"], p["port"], p["state"]) for p in info["processes"]] == [
             ("zookeeper-0", base, "started"), ("zookeeper-1", base + 1, "started"),
             ("zookeeper-2", base + 2, "started"), ("broker-0", base + 10, "started"),
-            ("gateway", base + 9, "started")]
+            ("gateway", base + 9, "started"), ("tier", base + 70, "started")]
         zk_ports = [base, base + 1, base + 2]
         assert info["zookeeper"] == ",".join(f"127.0.0.1:{port}" for port in zk_ports)
         modes = sorted(server_mode("127.0.0.1", port) or "-" for port in zk_ports)
@@ -481,7 +507,7 @@ def test_up_with_a_zookeeper_ensemble_rides_out_losing_its_leader(
         status_info = _json(status)
         assert {p["name"]: p["state"] for p in status_info["processes"]} == {
             **{f"zookeeper-{k}": "running" for k in range(3)}, "broker-0": "running",
-            "gateway": "running", victim["name"]: "stopped"}
+            "gateway": "running", "tier": "running", victim["name"]: "stopped"}
         assert f"127.0.0.1:{leader_port}" not in status_info["zookeeper"]
 
         # `up` without flags keeps 3 nodes (from the data dir) and restarts only the victim.
@@ -491,7 +517,7 @@ def test_up_with_a_zookeeper_ensemble_rides_out_losing_its_leader(
         again_info = _json(again)
         assert {p["name"]: p["state"] for p in again_info["processes"]} == {
             **{f"zookeeper-{k}": "running" for k in range(3)}, "broker-0": "running",
-            "gateway": "running", victim["name"]: "started"}
+            "gateway": "running", "tier": "running", victim["name"]: "started"}
         assert again_info["zookeeper"] == info["zookeeper"]
         assert server_mode("127.0.0.1", leader_port) == "follower"
 
