@@ -1,0 +1,328 @@
+"""Helpers for the analysts' notebooks in ``notebooks/``: find the stack, read its signals.
+
+Why a module instead of code cells: the notebooks should show the analysis (SQL, plots),
+not plumbing, and the plumbing here is typed, linted and exercised by
+``tests/test_notebooks.py``. Everything reads what ``strata up`` already exposes:
+
+* :func:`find_stack` runs ``strata status --format json`` for the data dir named by
+  ``$STRATA_DATA_DIR`` (default ``.strata`` at the repository root, what ``make up`` uses);
+* :func:`pick_topic` is ``$STRATA_TOPIC``, else the first topic with a Delta table;
+* :func:`tier_passes` / :func:`tier_lag_rows` parse the tier job's log (one JSON object
+  per pass; Spark's own log lines in between are skipped);
+* :func:`scrape` / :func:`broker_samples` read the brokers' Prometheus endpoints;
+* :func:`seed_topic` creates a tier-enabled topic with generated records spread over
+  several hours, for a stack that has no data of its own yet
+  (``python -m strata.notebook seed``).
+
+Rows come back as plain dicts (``pandas.DataFrame(rows)`` in the notebook) so this module
+needs neither pandas nor Spark to import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+__all__ = ["DATA_DIR_ENV", "TOPIC_ENV", "Sample", "Stack", "StackNotRunningError",
+           "broker_samples", "data_dir", "find_stack", "notebook_spark", "pick_topic",
+           "repo_root", "scrape", "seed_topic", "tier_lag_rows", "tier_passes"]
+
+DATA_DIR_ENV = "STRATA_DATA_DIR"
+TOPIC_ENV = "STRATA_TOPIC"
+
+#: Broker i listens on base+10+i and serves metrics on base+40+i (strata/stack.py).
+_BROKER_METRICS_SHIFT = 30
+
+
+class StackNotRunningError(RuntimeError):
+    """No running stack in the data dir (the message says how to start one)."""
+
+
+def repo_root() -> Path:
+    """The repository root (this file is ``<repo>/strata/notebook.py``)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    """``$STRATA_DATA_DIR``, else ``.strata`` at the repository root (``make up``'s)."""
+    configured = os.environ.get(DATA_DIR_ENV)
+    return Path(configured).expanduser().resolve() if configured else repo_root() / ".strata"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What ``strata status --format json`` says about a running stack."""
+
+    data_dir: Path
+    bootstrap: str
+    zookeeper: str | None
+    gateway: str | None
+    warehouse: Path
+    tier_metrics: str | None
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tier_log(self) -> Path:
+        for proc in self.processes:
+            if proc.get("name") == "tier" and proc.get("log"):
+                return Path(proc["log"])
+        return self.data_dir / "tier" / "tier.log"
+
+    @property
+    def broker_metrics(self) -> list[str]:
+        """One ``http://host:port/metrics`` URL per running broker."""
+        urls = []
+        for proc in self.processes:
+            if str(proc.get("name", "")).startswith("broker-") and \
+                    proc.get("state") in ("started", "running"):
+                host = str(proc.get("endpoint", "127.0.0.1:0")).rsplit(":", 1)[0]
+                urls.append(f"http://{host}:{int(proc['port']) + _BROKER_METRICS_SHIFT}/metrics")
+        return urls
+
+    def table_topics(self) -> list[str]:
+        """Topics that have a Delta table in the warehouse (sorted)."""
+        root = self.warehouse / "topics"
+        if not root.is_dir():
+            return []
+        return sorted(p.name for p in root.iterdir() if (p / "_delta_log").is_dir())
+
+
+def _strata_command() -> list[str]:
+    script = Path(sys.executable).parent / "strata"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [sys.executable, "-m", "strata.cli"]
+
+
+def find_stack(directory: Path | str | None = None) -> Stack:
+    """The stack of ``directory`` (default :func:`data_dir`) via ``strata status``.
+
+    Raises :class:`StackNotRunningError` when nothing runs there or the brokers are down.
+    """
+    where = Path(directory).expanduser().resolve() if directory is not None else data_dir()
+    result = subprocess.run([*_strata_command(), "status", "--data-dir", str(where),
+                             "--format", "json"], capture_output=True, text=True, timeout=60,
+                            stdin=subprocess.DEVNULL, check=False)
+    try:
+        info = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        info = None
+    if not isinstance(info, dict) or not info.get("bootstrap"):
+        raise StackNotRunningError(
+            f"no running Strata stack in {where} (`strata status` exit {result.returncode}: "
+            f"{(result.stderr or result.stdout).strip()[:300]}); start one with `make up` or "
+            f"`strata up --data-dir {where}`, or point ${DATA_DIR_ENV} at the right data dir")
+    return Stack(data_dir=Path(info.get("data_dir") or where), bootstrap=info["bootstrap"],
+                 zookeeper=info.get("zookeeper"), gateway=info.get("gateway"),
+                 warehouse=Path(info.get("warehouse") or where / "warehouse"),
+                 tier_metrics=info.get("tier_metrics"),
+                 processes=list(info.get("processes") or []))
+
+
+def pick_topic(stack: Stack, default: str | None = None) -> str:
+    """``$STRATA_TOPIC``, else ``default``, else the first topic with a Delta table."""
+    chosen = os.environ.get(TOPIC_ENV) or default
+    tables = stack.table_topics()
+    if chosen:
+        if chosen not in tables:
+            raise LookupError(
+                f"topic {chosen!r} has no Delta table in {stack.warehouse}/topics (tables: "
+                f"{', '.join(tables) or 'none'}); is tier.enable=true on it and has the tier "
+                f"job run (`strata tier run --once`)?")
+        return chosen
+    if not tables:
+        raise LookupError(
+            f"no tiered topic in {stack.warehouse}: create one with tier.enable=true and run "
+            f"`strata tier run --once`, or seed demo data with `python -m strata.notebook seed`")
+    return tables[0]
+
+
+def notebook_spark(app_name: str, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A session for a notebook: ``strata.spark.spark_session`` plus
+
+    * a throwaway ``spark.sql.warehouse.dir``: the ``strata`` databases are empty
+      directories (the tables stay where the tier job wrote them), which would otherwise
+      land in the kernel's working directory;
+    * 2 shuffle partitions, and Delta's log replay in 1 task instead of 50
+      (``snapshotPartitions``): on a 2-core machine the first query of a small table
+      otherwise spends most of its time scheduling empty tasks.
+    """
+    from strata.spark import spark_session
+
+    conf = {"spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="strata-notebook-"),
+            "spark.sql.shuffle.partitions": "2",
+            "spark.databricks.delta.snapshotPartitions": "1"}
+    conf.update(extra_conf or {})
+    return spark_session(app_name, conf)
+
+
+# -- the tier job's log -------------------------------------------------------------------
+
+
+def tier_passes(path: Path | str) -> list[dict[str, Any]]:
+    """Every pass the tier job logged: the JSON objects with a ``topics`` list, in order.
+
+    Lines that are not JSON objects (Spark and log4j output share the file) are skipped.
+    """
+    passes: list[dict[str, Any]] = []
+    try:
+        text = Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return passes
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("topics"), list):
+            passes.append(obj)
+    return passes
+
+
+def tier_lag_rows(passes: Iterable[Mapping[str, Any]], topic: str | None = None
+                  ) -> list[dict[str, Any]]:
+    """One row per (pass, partition): ``started_ms`` (pass start, epoch ms; the pass's
+    index when the job did not log it), ``topic``, ``partition``, ``lag_records``,
+    ``lag_ms``, ``tiered_up_to``, ``records`` copied in that pass."""
+    rows = []
+    for index, one in enumerate(passes):
+        started = int(one.get("started_ms") or index)
+        for t in one.get("topics") or []:
+            if topic is not None and t.get("topic") != topic:
+                continue
+            for p in t.get("partitions") or []:
+                rows.append({"started_ms": started, "topic": p.get("topic", t.get("topic")),
+                             "partition": int(p.get("partition", -1)),
+                             "lag_records": int(p.get("lag_records", 0)),
+                             "lag_ms": int(p.get("lag_ms", 0)),
+                             "tiered_up_to": int(p.get("tiered_up_to", 0)),
+                             "records": int(p.get("records", 0))})
+    return rows
+
+
+# -- Prometheus ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+    source: str = ""
+
+
+def scrape(url: str, timeout: float = 5.0) -> list[Sample]:
+    """Every sample of one Prometheus text endpoint (no proxy: these are local ports)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout) as response:
+        text = response.read().decode("utf-8", "replace")
+    return [Sample(s.name, dict(s.labels), float(s.value), url)
+            for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def broker_samples(stack: Stack, names: Sequence[str] | None = None) -> list[Sample]:
+    """Samples of every broker's endpoint, optionally only the metric ``names``.
+
+    A broker whose endpoint does not answer is skipped (it may be restarting)."""
+    out: list[Sample] = []
+    for url in stack.broker_metrics:
+        try:
+            samples = scrape(url)
+        except OSError:
+            continue
+        out.extend(s for s in samples if names is None or s.name in names)
+    return out
+
+
+# -- demo data -----------------------------------------------------------------------------
+
+_ACTIONS = ("view", "view", "view", "click", "click", "cart", "buy")
+
+
+def _records(count: int, hours: float, keys: int, now_ms: int, seed: int
+             ) -> Iterator[tuple[str, bytes, int]]:
+    """(key, JSON value, timestamp ms) over the ``hours`` before ``now_ms``, in time order,
+    with a daily-ish bump so hourly counts are not flat."""
+    rng = random.Random(seed)
+    span = int(hours * 3_600_000)
+    start = now_ms - span
+    for i in range(count):
+        # Denser towards the middle of the span: a bump, not uniform.
+        frac = (i + rng.random()) / count
+        frac = frac + 0.15 * (0.5 - frac) * (1 - abs(0.5 - frac) * 2)
+        ts = start + int(frac * span)
+        user = f"user-{rng.randrange(keys):03d}"
+        action = rng.choice(_ACTIONS)
+        value = {"user": user, "action": action, "seq": i,
+                 "amount": round(rng.uniform(1, 200), 2) if action == "buy" else 0.0}
+        yield user, json.dumps(value, separators=(",", ":")).encode(), min(ts, now_ms)
+
+
+def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: int = 2,
+               hours: float = 6.0, keys: int = 50, now_ms: int | None = None,
+               segment_bytes: int = 65536, seed: int = 7) -> int:
+    """Create ``topic`` (if missing) with ``tier.enable=true``, ``tier.after.ms=0`` and
+    small segments, then produce ``records`` keyed JSON records whose timestamps are
+    spread over the last ``hours``. Returns the number of records acknowledged.
+
+    Only closed segments are tiered, so the newest (active) segment stays out of Delta
+    until it rolls: the table ends up with most, not all, of the records.
+    """
+    import time
+
+    from strata.client import Admin, NewTopic, Producer, TopicAlreadyExistsError
+
+    with Admin(bootstrap) as admin, contextlib.suppress(TopicAlreadyExistsError):
+        admin.create_topics([NewTopic(topic, partitions, 1, {
+            "tier.enable": "true", "tier.after.ms": "0",
+            "segment.bytes": str(segment_bytes)})])
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    with Producer(bootstrap, batch_size=16384, linger_ms=5) as producer:
+        futures = [producer.send(topic, value, key=key, timestamp_ms=ts)
+                   for key, value, ts in _records(records, hours, keys, now, seed)]
+        producer.flush()
+    return sum(1 for f in futures if f.result().offset >= 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m strata.notebook",
+                                     description="notebook helpers for the local stack")
+    sub = parser.add_subparsers(dest="command", required=True)
+    seed = sub.add_parser("seed", help="create a tier-enabled topic with generated records")
+    seed.add_argument("--topic", default="clicks")
+    seed.add_argument("--records", type=int, default=4000)
+    seed.add_argument("--partitions", type=int, default=2)
+    seed.add_argument("--hours", type=float, default=6.0)
+    seed.add_argument("--data-dir", default=None,
+                      help=f"the stack's data dir (default ${DATA_DIR_ENV} or .strata)")
+    args = parser.parse_args(argv)
+    stack = find_stack(args.data_dir)
+    sent = seed_topic(stack.bootstrap, args.topic, records=args.records,
+                      partitions=args.partitions, hours=args.hours)
+    print(f"produced {sent} records to {args.topic}; tier them now with: strata tier run "
+          f"--once --bootstrap {stack.bootstrap} --zookeeper {stack.zookeeper} "
+          f"--warehouse {stack.warehouse} --topic {args.topic}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""The analysts' notebooks (notebooks/*.ipynb) run top to bottom against a real stack.
+
+One stack per module (`strata up` on free ports in a temp data dir, killed by PID at
+teardown even when a test fails): a tier-enabled topic gets a few thousand keyed records
+whose timestamps span several hours, one `strata tier run --once` copies the closed
+segments into Delta, then each notebook runs in its own fresh kernel (nbclient, kernel
+``python3``) with ``STRATA_DATA_DIR`` / ``STRATA_TOPIC`` pointing at that stack. Each
+notebook ends with assertions, so an empty or inconsistent result fails its test.
+
+The committed notebooks carry no outputs (cheap check, no kernel): results belong to
+whoever runs them, not to git.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from strata.notebook import seed_topic
+from tests.conftest import ProcessReaper
+from tests.test_cli_stack import ok, strata, up_on_free_ports
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = REPO / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+#: A name with a dot and a dash: the notebooks must quote it in SQL.
+TOPIC = "web.clicks-v1"
+RECORDS = 3000
+HOURS = 6.0
+CELL_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class SeededStack:
+    data_dir: Path
+    info: dict[str, Any]
+    tiered: int
+
+
+def test_there_are_notebooks() -> None:
+    assert {p.name for p in NOTEBOOKS} >= {"explore_history.ipynb", "throughput_and_lag.ipynb"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_notebooks_have_no_outputs(path: Path) -> None:
+    book = nbformat.read(path, as_version=4)
+    nbformat.validate(book)
+    assert book.metadata.get("kernelspec", {}).get("name") == "python3"
+    dirty = [i for i, cell in enumerate(book.cells) if cell.cell_type == "code"
+             and (cell.get("outputs") or cell.get("execution_count") is not None
+                  or "execution" in cell.get("metadata", {}))]
+    assert not dirty, (f"{path.name}: cells {dirty} have outputs or execution counts; clear "
+                       f"them before committing (notebooks/README.md says how)")
+    assert book.cells[-1].cell_type == "code" and "assert" in book.cells[-1].source, \
+        f"{path.name} must end with a cell of assertions"
+
+
+def _tier_once(info: dict[str, Any]) -> Any:
+    """One pass of the tiering job for TOPIC, in this process.
+
+    The stack's own job also passes every 60 s; if it holds the topic's lease, this pass
+    waits for it (and may then find nothing left to copy). The session is stopped after
+    the pass so the notebooks' own JVMs have the machine to themselves."""
+    from spark_jobs import TierJob, TierSettings
+    from strata.spark import spark_session
+
+    spark = spark_session("test-notebooks-tier",
+                          {"spark.databricks.delta.snapshotPartitions": "1"})
+    try:
+        settings = TierSettings(info["bootstrap"], info["zookeeper"], Path(info["warehouse"]),
+                                lease_wait_s=240)
+        with TierJob(spark, settings) as job:
+            return job.run_once([TOPIC])
+    finally:
+        spark.stop()
+
+
+@pytest.fixture(scope="module")
+def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededStack]:
+    tmp = tmp_path_factory.mktemp("notebooks")
+    data_dir = tmp / "stack"
+    reaper = ProcessReaper()
+    try:
+        _, info = up_on_free_ports(data_dir, tmp, reaper)
+        sent = seed_topic(info["bootstrap"], TOPIC, records=RECORDS, partitions=2,
+                          hours=HOURS, keys=40)
+        assert sent == RECORDS
+        report = _tier_once(info)
+        table = Path(info["warehouse"]) / "topics" / TOPIC
+        assert (table / "_delta_log").is_dir(), report
+        from deltalake import DeltaTable
+
+        tiered = DeltaTable(str(table)).to_pyarrow_dataset().count_rows()
+        # Only the active segment of each partition stays out of Delta.
+        assert 0 < tiered <= RECORDS, (tiered, report)
+        yield SeededStack(data_dir, info, tiered)
+    finally:
+        try:
+            if (data_dir / "stack.json").exists():
+                ok(strata("down", "--data-dir", str(data_dir), cwd=tmp))
+        finally:
+            reaper.reap()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom(path: Path, seeded_stack: SeededStack,
+                                     tmp_path: Path) -> None:
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    book = nbformat.read(path, as_version=4)
+    env = dict(os.environ)
+    env.update({"STRATA_DATA_DIR": str(seeded_stack.data_dir), "STRATA_TOPIC": TOPIC})
+    env.pop("STRATA_KEY", None)
+    client = NotebookClient(book, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    began = time.monotonic()
+    try:
+        client.execute(env=env)
+    except CellExecutionError as err:
+        nbformat.write(book, tmp_path / path.name)  # the executed copy, for a post-mortem
+        pytest.fail(f"{path.name} failed (executed copy: {tmp_path / path.name}):\n{err}",
+                    pytrace=False)
+    seconds = time.monotonic() - began
+    errors = [o for cell in book.cells if cell.cell_type == "code"
+              for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, errors
+    images = [o for cell in book.cells for o in cell.get("outputs", [])
+              if "image/png" in o.get("data", {})]
+    assert images, f"{path.name} drew no plot"
+    assert seconds < 300, f"{path.name} took {seconds:.0f} s"
