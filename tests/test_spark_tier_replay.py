@@ -543,3 +543,33 @@ def test_spark_replays_full_history_across_the_tier_boundary(
         assert arrow(lenient).equals(everything.slice(6))
     finally:
         coordinator.stop()
+
+
+def test_a_table_written_by_the_tiering_job_replays_through_the_source(
+        spark: Any, bootstrap: str, admin: Admin, zookeeper_server: ZooKeeperServer,
+        tmp_path: Path) -> None:
+    """Interoperability with the real writer (``spark_jobs.TierJob``): what it copies
+    and the broker then deletes reads back, offset for offset, as it read before."""
+    from spark_jobs import TierJob, TierSettings
+
+    topic = f"job-{next(_names)}-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, 1, 1, {
+        "segment.bytes": "1024", "tier.enable": "true", "tier.after.ms": "0",
+        "local.retention.ms": "0"})])
+    produce(bootstrap, topic, 10)
+
+    def arrow(frame: Any) -> pa.Table:
+        return frame.orderBy("offset").toArrow().cast(SPARK_ARROW_SCHEMA).combine_chunks()
+
+    before = arrow(strata_rows(spark, bootstrap, topic))
+    assert before.num_rows == 30
+    with TierJob(spark, TierSettings(bootstrap, zookeeper_server.connect_string,
+                                     tmp_path / "warehouse", lease_wait_s=30.0)) as job:
+        job.run_once([topic])
+    tier = admin.describe_tier([topic])[topic]
+    assert tier.table is not None and tier.partitions[0].tiered_up_to > 0
+    tiered = tier.partitions[0].tiered_up_to
+    wait_for(f"log start of {topic}", lambda: log_start(admin, topic),
+             lambda start: start == tiered)
+    assert tier_bounds(tier.table, 0) == (0, tiered)
+    assert arrow(strata_rows(spark, bootstrap, topic)).equals(before)
