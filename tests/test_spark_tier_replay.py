@@ -11,8 +11,9 @@ workers. Three layers:
   ``PartitionOffsets`` values, no cluster needed.
 * A real broker whose log start moved past records that a Delta table holds: the
   executor's fallback to the tier, the planner's split, ``failOnDataLoss`` only for
-  offsets in neither tier, and (when ``Admin.describe_tier`` is there) a
-  ``spark.read.format("strata")`` of full history.
+  offsets in neither tier; then the whole path through Spark (ZooKeeper's tier records
+  via ``Admin.describe_tier``, batch and stream from earliest, ``startingTimestamp``),
+  and a table written by the real tiering job (``spark_jobs.TierJob``).
 """
 
 from __future__ import annotations
@@ -416,8 +417,9 @@ def test_reads_fall_back_to_the_tier_and_lose_only_what_neither_holds(
 def test_batch_plan_reads_history_from_the_tier(
         moved: tuple[str, str, pa.Table, int], bootstrap: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The driver's plan with a cluster that reports the tier (a stand-in for
-    ``Admin.describe_tier`` here: the planner runs in this process)."""
+    """The driver's plan for tier extents a test cannot easily make a real cluster
+    report (a gap below the log start, a table trimmed by its retention): the snapshot
+    is patched, which works because the planner runs in this process."""
     topic, uri, _, start = moved
     real = ClusterView.snapshot
 
