@@ -595,13 +595,16 @@ def _consumer(options: SourceOptions, records: int) -> Consumer:
 
 def read_ranges(options: SourceOptions, ranges: tuple[OffsetRange, ...]
                 ) -> Iterator[pa.RecordBatch]:
-    """Read several ranges in order through one consumer (a ``RangeGroup``'s task)."""
-    consumer = _consumer(options, max(r.end - r.start for r in ranges))
+    """Read several ranges in order through one consumer (a ``RangeGroup``'s task); a
+    group of Delta tier ranges only opens none."""
+    hot = [r.end - r.start for r in ranges if r.source == "log"]
+    consumer = _consumer(options, max(hot)) if hot else None
     try:
         for rng in ranges:
             yield from read_range(options, rng, consumer)
     finally:
-        consumer.close()
+        if consumer is not None:
+            consumer.close()
 
 
 def read_range(options: SourceOptions, rng: OffsetRange,

@@ -44,6 +44,7 @@ from spark_source._reader import (
     StrataBatchReader,
     TierInfo,
     read_range,
+    read_ranges,
     resolve_offsets,
     split_tiered,
 )
@@ -394,9 +395,15 @@ def test_reads_fall_back_to_the_tier_and_lose_only_what_neither_holds(
     assert got.schema.equals(SPARK_ARROW_SCHEMA)
     assert got.column("offset").to_pylist() == list(range(36))
     assert got.equals(original)
-    # A range planned from the tier reads the table only.
+    # A range planned from the tier reads the table only; packed with others into one
+    # task, only the broker ranges share a consumer.
     assert offsets_of(list(read_range(strict, OffsetRange(topic, 0, 3, 20, source="tier",
                                                           tier=full)))) == list(range(3, 20))
+    group = (OffsetRange(topic, 0, 0, 4, source="tier", tier=full),
+             OffsetRange(topic, 0, 4, start, source="tier", tier=full),
+             OffsetRange(topic, 0, start, 36, tier=full))
+    assert offsets_of(list(read_ranges(strict, group))) == list(range(36))
+    assert offsets_of(list(read_ranges(strict, group[:2]))) == list(range(start))
 
     # Offsets in neither tier: below the tier's start, and between its end and the log
     # start. Data loss with failOnDataLoss=true; skipped (the rest read) with false.
