@@ -123,13 +123,14 @@ def test_notebook_runs_top_to_bottom(path: Path, seeded_stack: SeededStack,
     env.pop("STRATA_KEY", None)
     client = NotebookClient(book, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    executed = tmp_path / path.name  # the executed copy, for a post-mortem
     began = time.monotonic()
     try:
         client.execute(env=env)
     except CellExecutionError as err:
-        nbformat.write(book, tmp_path / path.name)  # the executed copy, for a post-mortem
-        pytest.fail(f"{path.name} failed (executed copy: {tmp_path / path.name}):\n{err}",
-                    pytrace=False)
+        pytest.fail(f"{path.name} failed (executed copy: {executed}):\n{err}", pytrace=False)
+    finally:
+        nbformat.write(book, executed)
     seconds = time.monotonic() - began
     errors = [o for cell in book.cells if cell.cell_type == "code"
               for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -137,4 +138,19 @@ def test_notebook_runs_top_to_bottom(path: Path, seeded_stack: SeededStack,
     images = [o for cell in book.cells for o in cell.get("outputs", [])
               if "image/png" in o.get("data", {})]
     assert images, f"{path.name} drew no plot"
-    assert seconds < 300, f"{path.name} took {seconds:.0f} s"
+    assert seconds < 300, f"{path.name} took {seconds:.0f} s:\n{_cell_seconds(book)}"
+
+
+def _cell_seconds(book: Any) -> str:
+    """Seconds per code cell, from the timings nbclient records in the cell metadata."""
+    from datetime import datetime
+
+    lines = []
+    for cell in book.cells:
+        timing = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
+            start, end = (datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
+                          for k in ("iopub.execute_input", "shell.execute_reply"))
+            first = cell.source.splitlines()[0] if cell.source else ""
+            lines.append(f"{(end - start).total_seconds():7.1f} s  {first[:70]}")
+    return "\n".join(lines)
