@@ -128,6 +128,8 @@ class TopicReport:
     vacuumed: bool = False
     optimized: bool = False
     compacted_keys: int = 0
+    #: Why this topic's pass failed (``run_once(keep_going=True)``); None when it did not.
+    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -195,12 +197,26 @@ class TierJob:
         self.close()
 
     # ------------------------------------------------------------------ one pass
-    def run_once(self, topics: Sequence[str] | None = None) -> TierReport:
+    def run_once(self, topics: Sequence[str] | None = None, *,
+                 keep_going: bool = False) -> TierReport:
+        """One pass over ``topics`` (default: every topic with ``tier.enable=true``).
+
+        ``keep_going``: a topic whose pass fails is reported (``TopicReport.error``) and
+        the others still run, as a long-running job must; otherwise the error is raised.
+        Either way nothing half-done is left behind: a failed copy is retried from the
+        table's txnVersion and ZooKeeper's progress by the next pass.
+        """
         began = time.monotonic()
         names = self._topics(topics)
         report = TierReport(started_ms=int(time.time() * 1000))
         for name in names:
-            report.topics.append(self._tier_topic(name))
+            try:
+                report.topics.append(self._tier_topic(name))
+            except Exception as err:
+                if not keep_going:
+                    raise
+                log.exception("tiering %s failed; the next pass retries it", name)
+                report.topics.append(TopicReport(name, error=f"{type(err).__name__}: {err}"))
         if self.spark_started and any(t.table for t in report.topics):
             register_tables(self.spark, self.settings.warehouse)
         report.seconds = round(time.monotonic() - began, 3)
@@ -370,11 +386,13 @@ class TierJob:
         if not oldest or _epoch_ms(min(oldest)) >= cutoff_ms:
             return  # the file statistics say no row is old enough: no empty DELETE commit
         before = table.version()
+        began = time.monotonic()
         # The date predicate is implied by the timestamp one; it lets Delta skip whole
         # (partition, date) directories instead of opening every file.
         self.spark.sql(
             f"DELETE FROM delta.`{path}` WHERE date <= to_date(timestamp_millis({cutoff_ms})) "
             f"AND timestamp < timestamp_millis({cutoff_ms})")
+        log.info("retention DELETE on %s took %.2f s", path, time.monotonic() - began)
         table = DeltaTable(str(path))
         if table.version() == before:
             return
@@ -383,15 +401,15 @@ class TierJob:
         report.retention_deleted_records += deleted
         if not deleted:
             return
-        firsts = {int(r["partition"]): int(r["first"]) for r in self.spark.sql(
-            f"SELECT partition, min(offset) AS first FROM delta.`{path}` GROUP BY partition"
-        ).collect()}
+        firsts = _first_offsets(table)
         for part in report.partitions:
             first = firsts.get(part.partition, part.tiered_up_to)
             saved = self.coordinator.advance_tier_progress(
                 topic, part.partition, tiered_up_to=part.tiered_up_to, tier_start=first)
             part.tier_start = saved.tier_start
+        began = time.monotonic()
         self.spark.sql(f"VACUUM delta.`{path}` RETAIN {self.settings.vacuum_retain_hours} HOURS")
+        log.info("VACUUM of %s took %.2f s", path, time.monotonic() - began)
         report.vacuumed = True
 
     def _optimize(self, path: Path) -> bool:
@@ -408,6 +426,18 @@ class TierJob:
             return False
         self.spark.sql(f"OPTIMIZE delta.`{path}`")
         return True
+
+
+def _first_offsets(table: Any) -> dict[int, int]:
+    """Per partition, the smallest offset the table holds, from the files' statistics
+    (Spark writes min/max for every column here), so no data file is opened."""
+    files = pa.table(table.get_add_actions(flatten=True))
+    if not files.num_rows:
+        return {}
+    grouped = files.group_by("partition.partition").aggregate([("min.offset", "min")])
+    return {int(p): int(o) for p, o in zip(grouped.column("partition.partition").to_pylist(),
+                                           grouped.column("min.offset_min").to_pylist(),
+                                           strict=True) if o is not None}
 
 
 def _is_table(path: Path) -> bool:

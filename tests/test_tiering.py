@@ -28,8 +28,15 @@ from typing import Any
 import pytest
 
 from brokers.coordination import Coordinator
-from spark_jobs import TierJob, TierNotEnabledError, TierSettings, plan_partition, table_path
-from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from spark_jobs import (
+    TierJob,
+    TierNotEnabledError,
+    TierSettings,
+    TierTableMismatchError,
+    plan_partition,
+    table_path,
+)
+from strata.client import Admin, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import REPO, BrokerProcess
 from zookeeper.launcher import ZooKeeperServer
 
@@ -249,18 +256,20 @@ def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
     log = tmp_path / "tier.log"
     started: list[subprocess.Popen[bytes]] = []
     try:
-        # Kill 1: as soon as a task has written a data file of the first write (before
-        # its commit can be in the log). Kill 2: right after the first commit file lands.
-        for ready in (lambda: any(path.rglob("*.parquet")),
-                      lambda: len(list((path / "_delta_log").glob("*.json"))) >= 3):
-            process = _tier_process(tier_broker, zookeeper_server, tmp_path, topic, log)
-            started.append(process)
-            deadline = time.monotonic() + 120
-            while not ready() and process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.005)
-            assert process.poll() is None, "the job finished before it could be killed:\n" + \
-                log.read_text(errors="replace")[-3000:]
-            _kill_group(process)
+        # Killed as soon as a task has written a data file of the first write, before its
+        # commit can be in the log (the window between a commit and its ZooKeeper write
+        # is test_a_job_that_died_after_the_commit_is_caught_up_from_the_table's).
+        process = _tier_process(tier_broker, zookeeper_server, tmp_path, topic, log)
+        started.append(process)
+        deadline = time.monotonic() + 120
+        while not any(path.rglob("*.parquet")) and process.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert process.poll() is None, "the job finished before it could be killed:\n" + \
+            log.read_text(errors="replace")[-3000:]
+        _kill_group(process)
+        assert not (path / "_delta_log" / "00000000000000000001.json").exists(), \
+            "killed too late: the first write was already committed"
         process = _tier_process(tier_broker, zookeeper_server, tmp_path, topic, log)
         started.append(process)
         assert process.wait(180) == 0, log.read_text(errors="replace")[-3000:]
@@ -303,9 +312,9 @@ def test_local_retention_deletes_only_tiered_segments_and_history_still_reads(
     after = _segment_files(tier_broker, topic, 0)
     assert len(after) == 1 and sum(f.stat().st_size for f in after) < bytes_before
     # The hot log no longer has offset 0, but the whole history reads back.
-    with Consumer(tier_broker.bootstrap) as consumer:
+    with Admin(tier_broker.bootstrap) as admin:
         tp = TopicPartition(topic, 0)
-        assert consumer.beginning_offsets([tp])[tp] == tiered
+        assert admin.list_offsets({tp: "earliest"})[tp].offset == tiered
     rows = (spark.read.format("strata").option("bootstrap.servers", tier_broker.bootstrap)
             .option("subscribe", topic).option("startingOffsets", "earliest").load()
             .select("offset", "key", "value").orderBy("offset").collect())
@@ -387,3 +396,36 @@ def test_compacted_table_matches_a_latest_per_key_model(
         expected = model(end)
         assert None in expected.values(), "the data should leave a recent tombstone"
         assert compacted() == expected
+
+
+def test_a_failing_topic_is_reported_and_the_others_still_tier(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    create_topic(tier_broker, "tier-elsewhere", partitions=1)
+    create_topic(tier_broker, "tier-fine", partitions=1)
+    produce(tier_broker, "tier-elsewhere", 1_500, partitions=1)
+    produce(tier_broker, "tier-fine", 1_500, partitions=1)
+    coordinator.set_tier_table("tier-elsewhere", str(tmp_path / "other" / "tier-elsewhere"))
+    topics = ["tier-elsewhere", "tier-fine"]
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+        with pytest.raises(TierTableMismatchError, match="--warehouse"):
+            job.run_once(topics)
+        report = job.run_once(topics, keep_going=True)
+    failed, fine = report.topics
+    assert failed.error is not None and "TIER_TABLE_MISMATCH" in failed.error
+    assert fine.error is None and fine.partitions[0].records > 0
+    assert coordinator.tier_progress("tier-elsewhere") == {}
+
+
+def test_cli_refuses_missing_settings_before_starting_anything(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("STRATA_ZOOKEEPER", "STRATA_WAREHOUSE")}
+    env["PYTHONPATH"] = str(REPO)
+    base = [sys.executable, "-m", "strata.cli", "tier", "run", "--bootstrap", "127.0.0.1:1"]
+    for extra, words in (([], "no ZooKeeper given"),
+                         (["--zookeeper", "127.0.0.1:1"], "no warehouse given"),
+                         (["--zookeeper", "z:1", "--warehouse", "w", "--every", "0"],
+                          "--every must be a positive")):
+        done = subprocess.run(base + extra, cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 1 and words in done.stderr, done.stderr

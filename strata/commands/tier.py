@@ -12,6 +12,7 @@ so no Delta commit is left without its ZooKeeper progress for long).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import threading
@@ -55,6 +56,9 @@ def register(sub: Any) -> None:
                      help="how long to wait for another job's lease on a topic")
     run.add_argument("--metrics-port", type=int, default=None,
                      help="serve Prometheus metrics of the job on this port")
+    run.add_argument("--log-level", default="info",
+                     choices=("critical", "error", "warning", "info", "debug"),
+                     help="the job's own log on stderr (each copy, DELETE, VACUUM, OPTIMIZE)")
     run.set_defaults(handler=_run)
 
 
@@ -63,6 +67,9 @@ def _run(args: argparse.Namespace) -> int:
     from spark_jobs._metrics import JobMetrics
     from strata.spark import spark_session
 
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
     if args.every is not None and args.every <= 0:
         raise CommandError(f"--every must be a positive number of seconds, not {args.every}")
     zookeeper = args.zookeeper or os.environ.get(ZOOKEEPER_ENV, "")
@@ -92,11 +99,23 @@ def _run(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
         while True:
-            report = job.run_once(args.topic)
+            if args.every is None:
+                report = job.run_once(args.topic)
+            else:
+                try:
+                    report = job.run_once(args.topic, keep_going=True)
+                except Exception:  # brokers or ZooKeeper unreachable: try the next pass
+                    logging.getLogger("strata.spark_jobs.tier").exception(
+                        "tier pass failed; the next one starts in %s s", args.every)
+                    if stop.wait(args.every):
+                        return 0
+                    continue
             if metrics is not None:
                 metrics.observe(report)
             _print(report.to_json(), args.format)
-            if args.every is None or stop.wait(args.every):
+            if args.every is None:
+                return 1 if any(t.error or t.busy for t in report.topics) else 0
+            if stop.wait(args.every):
                 return 0
     finally:
         job.close()
@@ -111,6 +130,9 @@ def _print(report: dict[str, Any], fmt: str) -> None:
     print(f"tier pass: {report['segments']} segments, {report['records']} records, "
           f"{report['bytes']} bytes in {report['seconds']:.2f} s", flush=True)
     for topic in report["topics"]:
+        if topic["error"]:
+            print(f"  {topic['topic']}: failed: {topic['error']}", flush=True)
+            continue
         if topic["busy"]:
             print(f"  {topic['topic']}: busy (another job holds its lease)", flush=True)
             continue
