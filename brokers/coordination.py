@@ -24,6 +24,8 @@ Znode layout (every value is UTF-8 JSON with a ``"version": 1`` field)::
     /strata/tier/topics/<topic>/partitions/<p>  TierProgress {tiered_up_to, tier_start,
                                                 updated_ms}; versioned compare-and-set,
                                                 neither offset ever decreases
+    /strata/tier/topics/<topic>/compacted/<p>   {"merged_up_to"}: offsets below it are in
+                                                the compacted table (compact topics)
     /strata/tier/locks/<topic>                  {"owner"}  EPHEMERAL: the lease of the one
                                                 tiering job working on the topic
 
@@ -654,15 +656,17 @@ class Coordinator:
         return out
 
     def advance_tier_progress(self, topic: str, partition: int, *, tiered_up_to: int,
-                              tier_start: int) -> TierProgress:
+                              tier_start: int, topic_id: str | None = None) -> TierProgress:
         """Move the partition's progress forward; returns what is stored afterwards.
 
         Neither offset ever decreases: a smaller value than the stored one keeps the
         stored one (a job that lost a race, or re-runs an old range, cannot undo
         progress brokers may already have deleted segments against). A compare-and-set
         loop on the znode version makes concurrent writers safe. Raises
-        ``UnknownTopicOrPartitionError`` when the topic does not exist (so a job still
-        running after a deletion cannot leave progress for a re-created topic).
+        ``UnknownTopicOrPartitionError`` when the topic does not exist, or (``topic_id``
+        given) when the topic of that name is another one than the job planned for: a
+        job still running across a deletion and re-creation must not leave the old
+        topic's progress on the new one, which brokers would delete segments against.
         """
         if not 0 <= tier_start <= tiered_up_to:
             raise ValueError(f"tier progress of {topic}-{partition} must satisfy 0 <= "
@@ -684,7 +688,13 @@ class Coordinator:
                 time.time_ns() // 1_000_000)
             value = _dump(asdict(merged))
             tx = self.zk.transaction()
-            tx.check(f"{_TOPICS}/{topic}", -1)  # the topic still exists
+            topic_version = -1
+            if topic_id is not None:
+                found = self.topic_with_version(topic)
+                if found is None or found[0].topic_id != topic_id:
+                    raise _no_topic_to_tier(topic)
+                topic_version = found[1]
+            tx.check(f"{_TOPICS}/{topic}", topic_version)  # still exists (still this one)
             if version < 0:
                 if self.zk.exists(f"{_TOPICS}/{topic}") is None:
                     raise _no_topic_to_tier(topic)
@@ -697,14 +707,65 @@ class Coordinator:
                 return merged
             if isinstance(results[0], NoNodeError):
                 raise _no_topic_to_tier(topic)
-            # Another writer moved the znode between our read and our write: read again.
+            # Another writer moved the znode between our read and our write (or the topic
+            # definition changed, e.g. a reassignment): read again.
+
+    def compaction_progress(self, topic: str) -> dict[int, int]:
+        """Per partition, the end offset up to which the compacted table has merged."""
+        base = f"{_TIER_TOPICS}/{topic}/compacted"
+        try:
+            children = self.zk.get_children(base)
+        except NoNodeError:
+            return {}
+        out: dict[int, int] = {}
+        for child in children:
+            with contextlib.suppress(NoNodeError):
+                out[int(child)] = int(_load(self.zk.get(f"{base}/{child}")[0])["merged_up_to"])
+        return dict(sorted(out.items()))
+
+    def advance_compaction_progress(self, topic: str, partition: int, merged_up_to: int) -> int:
+        """Record that offsets below ``merged_up_to`` are in the compacted table (never
+        moves back); returns the stored value."""
+        path = f"{_TIER_TOPICS}/{topic}/compacted/{partition}"
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+                stored, version = int(_load(data)["merged_up_to"]), stat.version
+            except NoNodeError:
+                stored, version = -1, -1
+            if stored >= merged_up_to:
+                return stored
+            value = _dump({"merged_up_to": merged_up_to})
+            try:
+                if version < 0:
+                    if self.zk.exists(f"{_TOPICS}/{topic}") is None:
+                        raise _no_topic_to_tier(topic)
+                    self.zk.create(path, value, makepath=True)
+                else:
+                    self.zk.set(path, value, version=version)
+                return merged_up_to
+            except (NodeExistsError, BadVersionError):
+                continue  # another writer: read again
+
+    def holds_tier_lease(self, topic: str) -> bool:
+        """Whether this session still holds ``topic``'s lease right now.
+
+        A session that expired (a long GC pause, a network partition) lost its ephemeral
+        lease, and another job may have taken it: a job checks this before every write.
+        """
+        try:
+            _, stat = self.zk.get(f"{_TIER_LOCKS}/{topic}")
+        except KazooException:
+            return False
+        return bool(self.zk.connected and stat.ephemeralOwner == self.zk.client_id[0])
 
     @contextlib.contextmanager
     def tier_lease(self, topic: str, owner: str) -> Iterator[None]:
         """Hold the topic's tiering lease (an ephemeral znode) for the ``with`` block.
 
         Raises ``TierJobBusyError`` when another job holds it. Released on exit, and by
-        ZooKeeper when this session ends (a crashed job frees the topic by itself).
+        ZooKeeper when this session ends (a crashed job frees the topic by itself); see
+        ``holds_tier_lease`` for checking it is still held.
         """
         path = f"{_TIER_LOCKS}/{topic}"
         try:

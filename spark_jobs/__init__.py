@@ -10,7 +10,13 @@ Public API::
 ``strata_compacted.<topic>``) in a session's catalog. See spark_jobs/README.md.
 """
 
-from spark_jobs._errors import TierConfigError, TierNotEnabledError, TierTableMismatchError
+from spark_jobs._errors import (
+    TierConfigError,
+    TierGapError,
+    TierLeaseLostError,
+    TierNotEnabledError,
+    TierTableMismatchError,
+)
 from spark_jobs._job import PartitionReport, TierJob, TierReport, TierSettings, TopicReport
 from spark_jobs._plan import TierRange, plan_partition
 from spark_jobs._tables import (
@@ -28,7 +34,9 @@ __all__ = [
     "COMPACTED_DB",
     "PartitionReport",
     "TierConfigError",
+    "TierGapError",
     "TierJob",
+    "TierLeaseLostError",
     "TierNotEnabledError",
     "TierRange",
     "TierReport",

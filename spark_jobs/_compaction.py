@@ -1,12 +1,14 @@
 """The compacted table of a ``cleanup.policy=compact`` topic: the latest record per key.
 
-Kept with one ``MERGE`` per tiered range, from the rows that range just added to the
-topic's tier table (so it never reads the brokers twice):
+Kept with one ``MERGE`` per partition and pass, from the rows of the topic's tier table
+the compacted table does not have yet (so it never reads the brokers twice):
 
 * within the range, only the newest record of each (partition, key) counts;
 * ``MERGE ... ON partition AND key``: a newer offset replaces the stored row, an unknown
   key is inserted. The ``s.offset > t.offset`` guard makes a rerun of the same range a
-  no-op, so a job killed between the tier commit and this MERGE repairs itself;
+  no-op. What is merged has its own progress in ZooKeeper (``merged_up_to``, written
+  after the MERGE), so a pass that failed or was killed before or during a MERGE is
+  redone from the tier table by the next pass;
 * a tombstone (null value) is stored like any record, and deleted once it is older than
   ``delete.retention.ms`` (Kafka keeps tombstones that long so consumers see deletes);
 * records with a null key cannot be compacted (Kafka refuses them on compacted topics)
@@ -18,37 +20,40 @@ Keys are matched per partition, as Kafka compacts per partition.
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs._plan import TierRange
+import pyarrow as pa
+from deltalake import DeltaTable
+
 from spark_jobs._tables import compacted_path, ensure_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["COMPACTED_DDL", "compact_range"]
+__all__ = ["COMPACTED_DDL", "compact_range", "drop_tombstones"]
 
 COMPACTED_DDL = ("key BINARY, value BINARY, partition INT, offset BIGINT, timestamp TIMESTAMP, "
                  "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
 
 
 def compact_range(spark: SparkSession, warehouse: Path, topic: str, tier_table: Path,
-                  rng: TierRange, *, delete_retention_ms: int) -> int:
-    """Merge ``rng``'s records into the compacted table; returns the keys it carried."""
+                  partition: int, start: int, end: int) -> int:
+    """Merge offsets ``[start, end)`` of ``partition`` (read from the tier table) into the
+    compacted table; returns how many keys the range carried."""
     target = compacted_path(warehouse.resolve(), topic)
     ensure_table(spark, target, COMPACTED_DDL, "partition")
-    view = f"strata_compact_{abs(hash((topic, rng.partition, rng.start)))}"
+    view = f"strata_compact_{uuid.uuid4().hex}"
     latest = spark.sql(f"""
         SELECT key, value, partition, offset, timestamp, headers FROM (
           SELECT *, row_number() OVER (PARTITION BY partition, key ORDER BY offset DESC) AS n
           FROM delta.`{tier_table}`
-          WHERE partition = {rng.partition} AND offset >= {rng.start} AND offset < {rng.end}
+          WHERE partition = {partition} AND offset >= {start} AND offset < {end}
             AND key IS NOT NULL)
         WHERE n = 1""")
     latest.createOrReplaceTempView(view)
     try:
-        keys = latest.count()
         spark.sql(f"""
             MERGE INTO delta.`{target}` AS t USING {view} AS s
             ON t.partition = s.partition AND t.key = s.key
@@ -56,7 +61,26 @@ def compact_range(spark: SparkSession, warehouse: Path, topic: str, tier_table: 
             WHEN NOT MATCHED THEN INSERT *""")
     finally:
         spark.catalog.dropTempView(view)
+    history = DeltaTable(str(target)).history(1)
+    metrics = history[0].get("operationMetrics") or {} if history else {}
+    return int(metrics.get("numSourceRows", 0))
+
+
+def drop_tombstones(spark: SparkSession, warehouse: Path, topic: str,
+                    delete_retention_ms: int) -> None:
+    """Delete tombstones older than ``delete.retention.ms`` from the compacted table;
+    skipped (no commit) when the file statistics show no null value old enough."""
+    target = compacted_path(warehouse.resolve(), topic)
+    if not DeltaTable.is_deltatable(str(target)):
+        return
     cutoff_ms = int(time.time() * 1000) - delete_retention_ms
+    files = pa.table(DeltaTable(str(target)).get_add_actions(flatten=True))
+    if "null_count.value" in files.column_names and "min.timestamp" in files.column_names:
+        candidates = [ts for nulls, ts in zip(files.column("null_count.value").to_pylist(),
+                                              files.column("min.timestamp").to_pylist(),
+                                              strict=True)
+                      if nulls and ts is not None and ts.timestamp() * 1000 < cutoff_ms]
+        if not candidates:
+            return
     spark.sql(f"DELETE FROM delta.`{target}` WHERE value IS NULL "
               f"AND timestamp < timestamp_millis({cutoff_ms})")
-    return keys

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from brokers.errors import StrataError
 
-__all__ = ["TierConfigError", "TierNotEnabledError", "TierTableMismatchError"]
+__all__ = ["TierConfigError", "TierGapError", "TierLeaseLostError", "TierNotEnabledError",
+           "TierTableMismatchError"]
 
 
 class TierConfigError(StrataError):
@@ -34,3 +35,25 @@ class TierTableMismatchError(StrataError):
 
     code = 1402
     name = "TIER_TABLE_MISMATCH"
+
+
+class TierGapError(StrataError):
+    """Records were deleted from the brokers before they were tiered.
+
+    Copying on from the log start would leave a hole in the Delta history that readers
+    could not tell from a control record, so the job stops tiering the topic instead.
+    """
+
+    code = 1403
+    name = "TIER_GAP"
+
+
+class TierLeaseLostError(StrataError):
+    """The job's lease on a topic lapsed mid-pass, or another writer got ahead of it.
+
+    Nothing more is written in the pass; the next one plans again from the table's
+    ``txnVersion`` and ZooKeeper, so no record is written twice.
+    """
+
+    code = 1404
+    name = "TIER_LEASE_LOST"

@@ -45,19 +45,27 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from brokers.coordination import Coordinator
+from brokers.coordination import Coordinator, TierProgress
 from brokers.errors import TierJobBusyError, UnknownTopicOrPartitionError
-from spark_jobs._compaction import compact_range
-from spark_jobs._errors import TierConfigError, TierNotEnabledError, TierTableMismatchError
+from spark_jobs._compaction import compact_range, drop_tombstones
+from spark_jobs._errors import (
+    TierConfigError,
+    TierGapError,
+    TierLeaseLostError,
+    TierNotEnabledError,
+    TierTableMismatchError,
+)
 from spark_jobs._plan import TierRange, plan_partition
 from spark_jobs._tables import (
     TIER_DDL,
+    TOPIC_ID_PROPERTY,
     app_id,
     committed_offsets,
     compacted_path,
     ensure_table,
     register_tables,
     table_path,
+    table_topic_id,
 )
 from strata.client import Admin, TopicPartition
 
@@ -170,9 +178,14 @@ class TierJob:
         (a job beside a stack whose topics are not tiered never starts a JVM)."""
         self._spark = spark
         self.settings = settings
+        self._topic_id: str | None = None  # of the topic being tiered (checked on writes)
         self.admin = Admin(settings.bootstrap, client_id="strata-tier")
         self.coordinator = Coordinator(settings.zookeeper, session_timeout_ms=6_000)
-        self.coordinator.start()
+        try:
+            self.coordinator.start()
+        except BaseException:
+            self.admin.close()
+            raise
 
     @property
     def spark(self) -> SparkSession:
@@ -262,6 +275,10 @@ class TierJob:
             if not held:
                 report.busy = True
                 return report
+            definition = self.coordinator.get_topic(topic)
+            if definition is None:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} was deleted")
+            self._topic_id = definition.topic_id
             described = self.admin.describe_tier([topic])[topic]
             path = self._table_for(topic, described)
             report.table = str(path) if _is_table(path) else None
@@ -279,10 +296,19 @@ class TierJob:
                     # Killed between the Delta commit and the ZooKeeper write: catch up.
                     # Without any record, the first write began at the log start (nothing
                     # below it was deleted: deletion waits for this very progress).
-                    saved = self.coordinator.advance_tier_progress(
+                    saved = self._advance(
                         topic, p, tiered_up_to=committed[p],
                         tier_start=tier_start if stored else tier.log_start_offset)
                     tiered_up_to, tier_start = saved.tiered_up_to, saved.tier_start
+                if 0 < tiered_up_to < tier.log_start_offset:
+                    raise TierGapError(
+                        f"{topic}-{p}: offsets {tiered_up_to}..{tier.log_start_offset - 1} "
+                        "were deleted from the brokers before they were tiered (tier.enable "
+                        "was off while retention ran, or records were deleted by request), "
+                        "so the Delta history would have a hole there; tiering of this "
+                        "topic stops until you decide: keep the history as it is and tier "
+                        "the topic under a new name, or move the table away and delete its "
+                        "progress (a topic re-created under this name starts afresh)")
                 part = PartitionReport(topic, p, tiered_up_to=tiered_up_to,
                                        tier_start=tier_start)
                 report.partitions.append(part)
@@ -295,22 +321,36 @@ class TierJob:
                     if rng is None:
                         break
                     if report.table is None:
-                        ensure_table(self.spark, path, TIER_DDL, "partition, date")
+                        ensure_table(self.spark, path, TIER_DDL, "partition, date",
+                                     {TOPIC_ID_PROPERTY: definition.topic_id})
                         report.table = str(path)
                     self._copy(path, rng, part, described)
-                    if configs.get("cleanup.policy") == "compact":
-                        report.compacted_keys += compact_range(
-                            self.spark, self.settings.warehouse, topic, path, rng,
-                            delete_retention_ms=int(configs.get("delete.retention.ms")
-                                                    or 86_400_000))
                 _lag(part, tier, described.tier_after_ms, now_ms)
             if report.table is not None:
                 self._retention(topic, path, configs, report)
-                report.optimized = self._optimize(path)
+                if configs.get("cleanup.policy") == "compact":
+                    report.compacted_keys = self._compact(topic, path, report, configs)
+                report.optimized = self._maintain(path)
             compacted = compacted_path(self.settings.warehouse.resolve(), topic)
             if _is_table(compacted):
-                self._optimize(compacted)
+                self._maintain(compacted)
         return report
+
+    def _advance(self, topic: str, partition: int, *, tiered_up_to: int,
+                 tier_start: int) -> TierProgress:
+        """Write progress only while this job holds the lease, for the topic it planned."""
+        self._check_lease(topic)
+        return self.coordinator.advance_tier_progress(
+            topic, partition, tiered_up_to=tiered_up_to, tier_start=tier_start,
+            topic_id=self._topic_id)
+
+    def _check_lease(self, topic: str) -> None:
+        if not self.coordinator.holds_tier_lease(topic):
+            raise TierLeaseLostError(
+                f"this job lost its lease on topic {topic!r} (its ZooKeeper session "
+                "expired or was cut off) and another job may be tiering it; nothing more is "
+                "written in this pass, and the next pass starts from what the table and "
+                "ZooKeeper hold")
 
     def _table_for(self, topic: str, described: TopicTier) -> Path:
         path = table_path(self.settings.warehouse.resolve(), topic)
@@ -320,6 +360,13 @@ class TierJob:
                 f"topic {topic!r} is tiered into {recorded}, not {path}; run the job with "
                 f"the warehouse that holds that table (--warehouse {Path(recorded).parent.parent})")
         if recorded is None:
+            owner = table_topic_id(path)
+            if owner is not None and owner != self._topic_id:
+                raise TierTableMismatchError(
+                    f"{path} holds the history of an earlier topic named {topic!r} (topic id "
+                    f"{owner}; this one is {self._topic_id}): the topic was deleted and "
+                    "re-created. Move that table away (or use another --warehouse) to tier "
+                    "the new topic; it is never appended to the old history")
             self.coordinator.set_tier_table(topic, str(path))
         return path
 
@@ -346,7 +393,15 @@ class TierJob:
                  .option("failOnDataLoss", "true")
                  .load()
                  .withColumn("date", F.to_date("timestamp")))
-        before = DeltaTable(str(path)).version()
+        self._check_lease(rng.topic)
+        current = DeltaTable(str(path))
+        done = current.transaction_version(app_id(rng.topic, rng.partition)) or 0
+        if done > rng.start:
+            raise TierLeaseLostError(
+                f"{rng.topic}-{rng.partition}: the table already holds offsets up to {done}, "
+                f"past this write's start {rng.start}: another job wrote meanwhile; this "
+                "pass stops, and the next one starts from what the table holds")
+        before = current.version()
         (frame.write.format("delta").mode("append")
          .option("txnAppId", app_id(rng.topic, rng.partition))
          .option("txnVersion", str(rng.end))
@@ -357,9 +412,8 @@ class TierJob:
             metrics = table.history(1)[0].get("operationMetrics") or {}
             written = int(metrics.get("numOutputRows", 0))
         first_write = part.tier_start >= part.tiered_up_to
-        saved = self.coordinator.advance_tier_progress(
-            rng.topic, rng.partition, tiered_up_to=rng.end,
-            tier_start=rng.start if first_write else part.tier_start)
+        saved = self._advance(rng.topic, rng.partition, tiered_up_to=rng.end,
+                              tier_start=rng.start if first_write else part.tier_start)
         part.tiered_up_to, part.tier_start = saved.tiered_up_to, saved.tier_start
         part.segments += rng.segments
         part.bytes += rng.bytes
@@ -372,7 +426,17 @@ class TierJob:
     # ------------------------------------------------------------------ retention
     def _retention(self, topic: str, path: Path, configs: dict[str, str | None],
                    report: TopicReport) -> None:
-        """``retention.ms`` on the table: delete older rows, VACUUM, move ``tier_start``."""
+        """``retention.ms`` on the table, as Kafka applies it to segments: per partition,
+        the longest run of oldest files whose every row is older than the cutoff goes.
+
+        Deleting by each row's timestamp would punch holes wherever producer clocks
+        disagree (CreateTime need not grow with offsets), and readers could not tell such
+        a hole from a control record. So the cut is an offset X per partition: every
+        file wholly below it is old, and ``DELETE ... offset < X`` removes exactly those
+        rows. ``tier_start`` moves to X in ZooKeeper *before* the DELETE: a reader then
+        treats offsets below X as gone even while they are still being deleted, and a
+        job killed in between finds the same X on its next pass and finishes the DELETE.
+        """
         from deltalake import DeltaTable
 
         retention_ms = int(configs.get("retention.ms") or -1)
@@ -380,64 +444,105 @@ class TierJob:
             return
         cutoff_ms = int(time.time() * 1000) - retention_ms
         table = DeltaTable(str(path))
-        files = pa.table(table.get_add_actions(flatten=True))
-        oldest = [t for t in files.column("min.timestamp").to_pylist() if t is not None] \
-            if "min.timestamp" in files.column_names else []
-        if not oldest or _epoch_ms(min(oldest)) >= cutoff_ms:
-            return  # the file statistics say no row is old enough: no empty DELETE commit
+        cuts = _retention_cuts(table, cutoff_ms)
+        if not cuts:
+            return
+        for part in report.partitions:
+            if part.partition in cuts:
+                saved = self._advance(topic, part.partition, tiered_up_to=part.tiered_up_to,
+                                      tier_start=min(cuts[part.partition], part.tiered_up_to))
+                part.tier_start = saved.tier_start
         before = table.version()
         began = time.monotonic()
-        # The date predicate is implied by the timestamp one; it lets Delta skip whole
-        # (partition, date) directories instead of opening every file.
-        self.spark.sql(
-            f"DELETE FROM delta.`{path}` WHERE date <= to_date(timestamp_millis({cutoff_ms})) "
-            f"AND timestamp < timestamp_millis({cutoff_ms})")
-        log.info("retention DELETE on %s took %.2f s", path, time.monotonic() - began)
+        predicate = " OR ".join(f"(partition = {p} AND offset < {x})" for p, x in cuts.items())
+        self._check_lease(topic)
+        self.spark.sql(f"DELETE FROM delta.`{path}` WHERE {predicate}")
+        log.info("retention DELETE on %s (%s) took %.2f s", path, predicate,
+                 time.monotonic() - began)
         table = DeltaTable(str(path))
-        if table.version() == before:
-            return
-        metrics = table.history(1)[0].get("operationMetrics") or {}
-        deleted = int(metrics.get("numDeletedRows", 0))
-        report.retention_deleted_records += deleted
-        if not deleted:
-            return
-        firsts = _first_offsets(table)
-        for part in report.partitions:
-            first = firsts.get(part.partition, part.tiered_up_to)
-            saved = self.coordinator.advance_tier_progress(
-                topic, part.partition, tiered_up_to=part.tiered_up_to, tier_start=first)
-            part.tier_start = saved.tier_start
+        if table.version() > before:
+            metrics = table.history(1)[0].get("operationMetrics") or {}
+            report.retention_deleted_records += int(metrics.get("numDeletedRows", 0))
+        self._vacuum(path)
+        report.vacuumed = True
+
+    def _vacuum(self, path: Path) -> None:
         began = time.monotonic()
         self.spark.sql(f"VACUUM delta.`{path}` RETAIN {self.settings.vacuum_retain_hours} HOURS")
         log.info("VACUUM of %s took %.2f s", path, time.monotonic() - began)
-        report.vacuumed = True
 
-    def _optimize(self, path: Path) -> bool:
-        """OPTIMIZE ``path`` when its last OPTIMIZE (or creation) is older than the interval."""
+    def _maintain(self, path: Path) -> bool:
+        """OPTIMIZE then VACUUM ``path`` when its last OPTIMIZE is older than the interval
+        (or none is among its last 100 commits and the table is at least that old)."""
         from deltalake import DeltaTable
 
-        history = DeltaTable(str(path)).history(100)
-        last = max((int(h.get("timestamp", 0)) for h in history
-                    if h.get("operation") == "OPTIMIZE"), default=None)
-        if last is None:
-            created = min((int(h.get("timestamp", 0)) for h in history), default=0)
-            last = created
+        table = DeltaTable(str(path))
+        history = table.history(100)
+        optimized = [int(h.get("timestamp", 0)) for h in history
+                     if h.get("operation") == "OPTIMIZE"]
+        if optimized:
+            last = max(optimized)
+        elif len(history) >= 100 or table.version() >= 99:
+            last = 0  # a busy table: none in its last 100 commits means one is due
+        else:
+            last = min((int(h.get("timestamp", 0)) for h in history), default=0)
         if time.time() * 1000 - last < self.settings.optimize_interval_s * 1000:
             return False
+        began = time.monotonic()
         self.spark.sql(f"OPTIMIZE delta.`{path}`")
+        log.info("OPTIMIZE of %s took %.2f s", path, time.monotonic() - began)
+        self._vacuum(path)  # the files OPTIMIZE replaced go once the retain period passes
         return True
 
+    # ------------------------------------------------------------------ compaction
+    def _compact(self, topic: str, path: Path, report: TopicReport,
+                 configs: dict[str, str | None]) -> int:
+        """Merge every tiered range the compacted table lacks (its own progress in
+        ZooKeeper, written after each MERGE, so a MERGE that failed or was killed is
+        redone by the next pass; the MERGE itself ignores rows it already has)."""
+        merged = self.coordinator.compaction_progress(topic)
+        keys = 0
+        for part in report.partitions:
+            start = max(merged.get(part.partition, 0), part.tier_start)
+            if start >= part.tiered_up_to:
+                continue
+            self._check_lease(topic)
+            keys += compact_range(self.spark, self.settings.warehouse, topic, path,
+                                  part.partition, start, part.tiered_up_to)
+            self.coordinator.advance_compaction_progress(topic, part.partition,
+                                                         part.tiered_up_to)
+        drop_tombstones(self.spark, self.settings.warehouse, topic,
+                        int(configs.get("delete.retention.ms") or 86_400_000))
+        return keys
 
-def _first_offsets(table: Any) -> dict[int, int]:
-    """Per partition, the smallest offset the table holds, from the files' statistics
-    (Spark writes min/max for every column here), so no data file is opened."""
+
+def _retention_cuts(table: Any, cutoff_ms: int) -> dict[int, int]:
+    """Per partition, the offset below which every file is older than ``cutoff_ms``
+    (only partitions with something to delete), from the Delta log's file statistics."""
     files = pa.table(table.get_add_actions(flatten=True))
-    if not files.num_rows:
+    needed = {"partition.partition", "min.offset", "max.offset", "max.timestamp"}
+    if not files.num_rows or not needed <= set(files.column_names):
         return {}
-    grouped = files.group_by("partition.partition").aggregate([("min.offset", "min")])
-    return {int(p): int(o) for p, o in zip(grouped.column("partition.partition").to_pylist(),
-                                           grouped.column("min.offset_min").to_pylist(),
-                                           strict=True) if o is not None}
+    by_partition: dict[int, list[tuple[int, int, int]]] = {}
+    for p, low, high, newest in zip(*(files.column(c).to_pylist() for c in (
+            "partition.partition", "min.offset", "max.offset", "max.timestamp")), strict=True):
+        if low is None or high is None or newest is None:
+            by_partition.setdefault(int(p), []).append((-1, -1, 2**62))  # unknown: keep
+            continue
+        by_partition.setdefault(int(p), []).append((int(low), int(high), _epoch_ms(newest)))
+    cuts: dict[int, int] = {}
+    for p, spans in by_partition.items():
+        spans.sort()
+        cut = None
+        for low, _high, newest in spans:
+            if newest >= cutoff_ms:
+                cut = low
+                break
+        if cut is None:
+            cut = max(high for _, high, _ in spans) + 1
+        if cut > spans[0][0] >= 0:
+            cuts[p] = cut
+    return cuts
 
 
 def _is_table(path: Path) -> bool:

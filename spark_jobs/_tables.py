@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "app_id", "catalog_name",
+__all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "TOPIC_ID_PROPERTY", "app_id",
+           "catalog_name", "table_topic_id",
            "committed_offsets",
            "compacted_path", "ensure_table", "register_tables", "table_path"]
 
@@ -46,6 +47,9 @@ TIER_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGIN
             "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, date DATE")
 
 _TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+#: Table property naming the topic id whose history the table holds: a topic deleted and
+#: re-created under the same name is another topic, and must not append to the old table.
+TOPIC_ID_PROPERTY = "strata.topicId"
 
 
 def table_path(warehouse: Path, topic: str) -> Path:
@@ -70,11 +74,24 @@ def _sql_path(path: Path) -> str:
     return str(path).replace("'", "\\'")
 
 
-def ensure_table(spark: SparkSession, path: Path, ddl: str, partitioned_by: str) -> None:
+def ensure_table(spark: SparkSession, path: Path, ddl: str, partitioned_by: str,
+                 properties: dict[str, str] | None = None) -> None:
     """Create an empty Delta table at ``path`` unless one is there (idempotent)."""
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in _TABLE_PROPERTIES.items())
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in
+                      {**_TABLE_PROPERTIES, **(properties or {})}.items())
     spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{_sql_path(path)}` ({ddl}) USING DELTA "
               f"PARTITIONED BY ({partitioned_by}) TBLPROPERTIES ({props})")
+
+
+def table_topic_id(path: Path) -> str | None:
+    """The ``strata.topicId`` property of the table at ``path`` (None: no table, or none
+    recorded): which incarnation of a topic name the table's history belongs to."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return None
+    value = DeltaTable(str(path)).metadata().configuration.get(TOPIC_ID_PROPERTY)
+    return None if value is None else str(value)
 
 
 def committed_offsets(path: Path, topic: str, partitions: list[int]) -> dict[int, int]:

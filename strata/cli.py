@@ -1,7 +1,7 @@
 """The ``strata`` command: run the local stack and the benchmarks.
 
     strata up     [--brokers N] [--zookeeper-nodes 1|3] [--data-dir DIR] [--base-port P]
-                  [--format text|json]
+                  [--no-tier] [--format text|json]
     strata status [--data-dir DIR] [--format text|json]
     strata down   [--data-dir DIR]
     strata broker start [--config FILE] [--broker-id N] [--port P] [--override K=V ...]
@@ -106,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         "survives the loss of one node, in DIR/zookeeper-0..2) (default: as many as the "
         "data dir already has, else 1; it cannot be changed on an existing data dir)",
     )
+    up.add_argument(
+        "--no-tier", dest="tier", action="store_false",
+        help="do not start the tiering job (a running one is left running); e.g. for a "
+        "benchmark that runs its own",
+    )
     _add_format(up)
     up.set_defaults(handler=_cmd_up)
 
@@ -196,7 +201,8 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    stack = Stack(args.data_dir, brokers=args.brokers, zookeeper_nodes=args.zookeeper_nodes)
+    stack = Stack(args.data_dir, brokers=args.brokers, zookeeper_nodes=args.zookeeper_nodes,
+                  tier=args.tier)
     status = stack.up(base_port=args.base_port)
     _print_status(status, args.format, f"Strata stack is up (data dir {stack.data_dir})")
     if args.format == "text":

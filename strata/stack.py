@@ -561,13 +561,17 @@ TIER_SERVICE = ServiceSpec(
 )
 
 
-def stack_services(brokers: int = 1, zookeeper_nodes: int = 1) -> tuple[ServiceSpec, ...]:
-    """The stack in start order (``down`` stops in reverse, so the tier job first)."""
+def stack_services(brokers: int = 1, zookeeper_nodes: int = 1,
+                   tier: bool = True) -> tuple[ServiceSpec, ...]:
+    """The stack in start order (``down`` stops in reverse, so the tier job first).
+
+    ``tier=False`` (``strata up --no-tier``) leaves the tiering job out, e.g. for a
+    benchmark that runs its own job on the same topics."""
     if not 1 <= brokers <= MAX_BROKERS:
         raise StackError(f"--brokers must be 1..{MAX_BROKERS}, got {brokers}")
     return (*zookeeper_services(zookeeper_nodes),
             *(broker_service(i, brokers) for i in range(brokers)),
-            GATEWAY_SERVICE, TIER_SERVICE)
+            GATEWAY_SERVICE, *((TIER_SERVICE,) if tier else ()))
 
 
 def _all_known_services() -> dict[str, ServiceSpec]:
@@ -597,6 +601,7 @@ class Stack:
         brokers: int | None = None,
         zookeeper_nodes: int | None = None,
         health_wait: float = 30.0,
+        tier: bool = True,
     ) -> None:
         """``brokers`` None: as many as the data dir has broker directories
         (``DEFAULT_BROKERS`` if none).
@@ -607,6 +612,7 @@ class Stack:
         self.brokers = brokers
         self.zookeeper_nodes = zookeeper_nodes
         self.health_wait = health_wait
+        self.tier = tier
 
     @property
     def services(self) -> tuple[ServiceSpec, ...]:
@@ -627,7 +633,7 @@ class Stack:
                     f"has {max(ZOOKEEPER_NODE_CHOICES)} members; restore the missing one or "
                     "start over in a new data dir"
                 )
-        return stack_services(count, nodes)
+        return stack_services(count, nodes, self.tier)
 
     def _check_zookeeper_layout(self) -> None:
         """Refuse to switch between one ZooKeeper and an ensemble on an existing data dir."""

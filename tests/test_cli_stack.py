@@ -296,7 +296,7 @@ def test_records_survive_down_and_up(tmp_path: Path, reaper: Any) -> None:
         assert restarted.returncode == 0, restarted.stderr
         new_info = _json(restarted)
         assert new_info["bootstrap"] == bootstrap  # the recorded base port is reused
-        assert [p["state"] for p in new_info["processes"]] == ["started"] * 3
+        assert [p["state"] for p in new_info["processes"]] == ["started"] * 4
 
         # -n stops at `count`; --timeout-ms keeps a lost record from hanging the test.
         after = _consume_all(bootstrap, topic, tmp_path, "--from-beginning", "-n", str(count),

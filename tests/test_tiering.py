@@ -29,6 +29,7 @@ import pytest
 
 from brokers.coordination import Coordinator
 from spark_jobs import (
+    TierGapError,
     TierJob,
     TierNotEnabledError,
     TierSettings,
@@ -85,7 +86,10 @@ def produce(broker: BrokerProcess, topic: str, count: int, partitions: int = 2,
             timestamp_ms: int | None = None) -> dict[int, list[tuple[bytes, bytes]]]:
     """``count`` keyed records spread over the partitions; returns them per partition."""
     sent: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(partitions)}
-    with Producer(broker.bootstrap, acks="all", linger_ms=5) as producer:
+    # Idempotence off for back-dated records: the broker expires a producer id by its
+    # last record's timestamp, so days-old timestamps would expire it mid-stream.
+    with Producer(broker.bootstrap, acks="all", linger_ms=5,
+                  enable_idempotence=timestamp_ms is None) as producer:
         futures = []
         for i in range(count):
             p = i % partitions
@@ -322,15 +326,19 @@ def test_local_retention_deletes_only_tiered_segments_and_history_still_reads(
     assert [(bytes(r["key"]), bytes(r["value"])) for r in rows] == sent[0]
 
 
-def test_total_retention_deletes_the_oldest_rows_from_delta(
+def test_total_retention_deletes_the_oldest_prefix_from_delta_and_never_a_hole(
         spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
+    """Old records, new ones, then old ones again (a producer with a late clock): the
+    old prefix goes, the late old records stay (deleting them would punch a hole readers
+    cannot see), and ``tier_start`` moves to the first record kept."""
     topic = "tier-total"
     day = 24 * 3600 * 1000
     create_topic(tier_broker, topic, partitions=1, **{"retention.ms": str(day)})
     now = int(time.time() * 1000)
     old = produce(tier_broker, topic, 2_000, partitions=1, timestamp_ms=now - 3 * day)
-    new = produce(tier_broker, topic, 4_000, partitions=1)
+    new = produce(tier_broker, topic, 3_000, partitions=1)
+    late = produce(tier_broker, topic, 1_500, partitions=1, timestamp_ms=now - 3 * day)
     with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path,
                                  vacuum_retain_hours=0.0)) as job:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -338,11 +346,67 @@ def test_total_retention_deletes_the_oldest_rows_from_delta(
     assert report.topics[0].retention_deleted_records == len(old[0])
     assert report.topics[0].vacuumed
     progress = coordinator.tier_progress(topic)[0]
+    assert progress.tiered_up_to > len(old[0]) + len(new[0]), "the late records were tiered"
     rows = table_rows(spark, table_path(tmp_path.resolve(), topic), 0)
     first_new = len(old[0])
     assert [r[0] for r in rows] == list(range(first_new, progress.tiered_up_to))
-    assert [(r[1], r[2]) for r in rows] == new[0][:progress.tiered_up_to - first_new]
+    kept = (new[0] + late[0])[:progress.tiered_up_to - first_new]
+    assert [(r[1], r[2]) for r in rows] == kept
     assert progress.tier_start == first_new
+    # The files of the deleted prefix are gone from disk too (VACUUM RETAIN 0 HOURS).
+    live = {f.name for f in table_path(tmp_path.resolve(), topic).rglob("*.parquet")}
+    assert len(live) == len(spark.read.format("delta").load(
+        str(table_path(tmp_path.resolve(), topic))).inputFiles())
+
+
+def test_a_recreated_topic_never_appends_to_the_old_history(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    topic = "tier-again"
+    create_topic(tier_broker, topic, partitions=1)
+    produce(tier_broker, topic, 1_500, partitions=1)
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+        job.run_once([topic])
+        old_end = coordinator.tier_progress(topic)[0].tiered_up_to
+        assert old_end > 0
+        with Admin(tier_broker.bootstrap) as admin:
+            admin.delete_topics([topic])
+        deadline = time.monotonic() + 30
+        while True:  # the broker finishes deleting the old log before the name is free
+            try:
+                create_topic(tier_broker, topic, partitions=1)
+                break
+            except Exception:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        produce(tier_broker, topic, 1_500, partitions=1)
+        with pytest.raises(TierTableMismatchError, match="earlier topic named"):
+            job.run_once([topic])
+    assert coordinator.tier_progress(topic) == {}, "the new topic inherited progress"
+    rows = table_rows(spark, table_path(tmp_path.resolve(), topic), 0)
+    assert [r[0] for r in rows] == list(range(old_end)), "the old history changed"
+
+
+def test_records_deleted_before_tiering_stop_the_topic_with_tier_gap(
+        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        tmp_path: Path) -> None:
+    topic = "tier-gap-hole"
+    create_topic(tier_broker, topic, partitions=1)
+    produce(tier_broker, topic, 1_500, partitions=1)
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+        job.run_once([topic])
+        with Admin(tier_broker.bootstrap) as admin:  # tiering off; plain retention deletes
+            admin.alter_configs(topic, set={"tier.enable": "false", "retention.ms": "0"})
+            produce(tier_broker, topic, 3_000, partitions=1)
+            tiered = admin.describe_tier([topic])[topic].partitions[0].tiered_up_to
+            deadline = time.monotonic() + 20
+            while admin.describe_tier([topic])[topic].partitions[0].log_start_offset \
+                    <= tiered:
+                assert time.monotonic() < deadline, "retention did not run"
+                time.sleep(0.2)
+            admin.alter_configs(topic, set={"tier.enable": "true", "retention.ms": "-1"})
+        with pytest.raises(TierGapError, match=rf"offsets {tiered}\.\."):
+            job.run_once([topic])
 
 
 def test_compacted_table_matches_a_latest_per_key_model(
@@ -357,7 +421,8 @@ def test_compacted_table_matches_a_latest_per_key_model(
     log: list[tuple[bytes, bytes | None, int]] = []  # offset order: (key, value, timestamp)
 
     def produce_round(count: int, timestamp_ms: int) -> None:
-        with Producer(tier_broker.bootstrap, acks="all", linger_ms=5) as producer:
+        with Producer(tier_broker.bootstrap, acks="all", linger_ms=5,
+                      enable_idempotence=False) as producer:  # back-dated: see produce()
             futures = []
             for _ in range(count):
                 key = f"key-{rng.randrange(60)}".encode()

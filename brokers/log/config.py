@@ -9,9 +9,10 @@ Tiering (``tier.enable``): a Spark job copies closed segments into a Delta table
 topic and records in ZooKeeper how far it got. The broker then keeps only a local
 window (``local.retention.ms`` / ``local.retention.bytes``, Kafka's KIP-405 names and
 semantics, ``-2`` meaning "same as the total") and deletes a segment only once it is in
-the table; ``retention.ms`` / ``retention.bytes`` then apply to the table, not to the
-local copy. Because the local copy may never outlive the total, a tier-enabled config
-whose effective local retention exceeds the total is rejected, as Kafka does.
+the table; ``retention.ms`` then applies to the table, not to the local copy
+(``retention.bytes`` must stay -1: the table is trimmed by time only). Because the
+local copy may never outlive the total, a tier-enabled config whose effective local
+retention exceeds the total is rejected, as Kafka does.
 """
 
 from __future__ import annotations
@@ -239,7 +240,7 @@ TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
         "tier_enable", _bool, lambda v: True, "true, false",
         "the tiering job copies this topic's closed segments to a Delta table; the broker "
         "then deletes a local segment only once it is tiered (local.retention.*), and "
-        "retention.ms / retention.bytes apply to the table"),
+        "retention.ms applies to the table (retention.bytes must stay -1)"),
     "tier.after.ms": _Key(
         "tier_after_ms", _int, lambda v: 0 <= v <= _INT64_MAX, f"0..{_INT64_MAX}",
         "with tier.enable, a closed segment is tiered once its newest record is older than "
