@@ -251,9 +251,11 @@ class RequestHandlers:
         for topic in request.topics:
             try:
                 named = {b for a in topic.assignments for b in a.broker_ids}
-                if not named <= set(self.broker.live_brokers):
+                live_now = set(self.broker.live_brokers)
+                if not named <= live_now or topic.replication_factor > len(live_now):
                     # The live view follows a ZooKeeper watch, which lags a registration
-                    # by a moment: read ZooKeeper itself before refusing a new broker.
+                    # by a moment: read ZooKeeper itself before refusing a new broker or
+                    # a replication factor above the brokers seen so far.
                     await self.broker.refresh_brokers()
                 definition, overrides = self._plan_topic(
                     topic.name, topic.num_partitions, topic.replication_factor,

@@ -166,6 +166,15 @@ def test_up_status_up_again_down(
         # The tier job serves its metrics and, with no tiered topic, runs no Spark JVM.
         assert _metrics_answer(port + 70, b"strata_tier_job")
         assert not any("java" in (cmdline(child) or "") for child in _children(tier_pid))
+        # Its first pass (nothing to tier) is one JSON line in tier.log.
+        tier_log = data_dir / "tier" / "tier.log"
+        deadline = time.monotonic() + 30
+        while not any(line.startswith("{") for line in tier_log.read_text().splitlines()):
+            assert time.monotonic() < deadline, tier_log.read_text()[-2000:]
+            time.sleep(0.2)
+        first_pass = json.loads(next(line for line in tier_log.read_text().splitlines()
+                                     if line.startswith("{")))
+        assert first_pass["topics"] == [] and first_pass["records"] == 0
         token = info["gateway_api_key"]
         assert token and token.startswith("dev.")
         for name in ("auth.toml", "dev-token"):  # the development key: the user's only
@@ -528,7 +537,7 @@ def test_up_with_a_zookeeper_ensemble_rides_out_losing_its_leader(
         assert "Traceback" not in single.stderr
 
         down = ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
-        assert down.count("stopped") == 6  # 5 processes + the closing line
+        assert down.count("stopped") == 7  # 6 processes (tier too) + the closing line
         assert not any(pid_alive(p["pid"]) for p in again_info["processes"])
     finally:
         if (data_dir / "stack.json").exists():

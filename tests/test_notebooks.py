@@ -3,9 +3,10 @@
 One stack per module (`strata up` on free ports in a temp data dir, killed by PID at
 teardown even when a test fails): a tier-enabled topic gets a few thousand keyed records
 whose timestamps span several hours, one `strata tier run --once` copies the closed
-segments into Delta, then each notebook runs in its own fresh kernel (nbclient, kernel
-``python3``) with ``STRATA_DATA_DIR`` / ``STRATA_TOPIC`` pointing at that stack. Each
-notebook ends with assertions, so an empty or inconsistent result fails its test.
+segments into Delta, then the notebooks run one after the other in one kernel
+(nbclient, kernel ``python3``; ``%reset -f`` between them empties the namespace, the
+Spark JVM is reused) with ``STRATA_DATA_DIR`` / ``STRATA_TOPIC`` pointing at that stack.
+Each notebook ends with assertions, so an empty or inconsistent result fails the test.
 
 The committed notebooks carry no outputs (cheap check, no kernel): results belong to
 whoever runs them, not to git.
@@ -110,35 +111,51 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom(path: Path, seeded_stack: SeededStack,
-                                     tmp_path: Path) -> None:
+@pytest.mark.timeout(900)
+def test_notebooks_run_top_to_bottom(seeded_stack: SeededStack, tmp_path: Path) -> None:
+    """Every notebook, one after the other in one kernel, with ``%reset -f`` between them:
+    each starts from an empty namespace (a name only another notebook defines fails it),
+    while the Spark JVM the first one started is reused, which saves a JVM start (~20 s
+    on this machine) per notebook."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    book = nbformat.read(path, as_version=4)
+    books = [nbformat.read(path, as_version=4) for path in NOTEBOOKS]
+    combined = nbformat.v4.new_notebook(metadata=books[0].metadata)
+    spans: list[tuple[Path, int, int]] = []
+    for path, book in zip(NOTEBOOKS, books, strict=True):
+        combined.cells.append(nbformat.v4.new_code_cell("%reset -f"))
+        first = len(combined.cells)
+        combined.cells.extend(book.cells)
+        spans.append((path, first, len(combined.cells)))
     env = dict(os.environ)
     env.update({"STRATA_DATA_DIR": str(seeded_stack.data_dir), "STRATA_TOPIC": TOPIC})
     env.pop("STRATA_KEY", None)
-    client = NotebookClient(book, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+    client = NotebookClient(combined, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
-    executed = tmp_path / path.name  # the executed copy, for a post-mortem
     began = time.monotonic()
     try:
         client.execute(env=env)
     except CellExecutionError as err:
-        pytest.fail(f"{path.name} failed (executed copy: {executed}):\n{err}", pytrace=False)
+        failed = next((p.name for p, a, b in spans
+                       if any(o.get("output_type") == "error" for c in combined.cells[a:b]
+                              for o in c.get("outputs", []))), "a notebook")
+        pytest.fail(f"{failed} failed (executed copies in {tmp_path}):\n{err}", pytrace=False)
     finally:
-        nbformat.write(book, executed)
+        for path, first, last in spans:  # the executed copies, for a post-mortem
+            copy = nbformat.v4.new_notebook(metadata=combined.metadata,
+                                            cells=combined.cells[first:last])
+            nbformat.write(copy, tmp_path / path.name)
     seconds = time.monotonic() - began
-    errors = [o for cell in book.cells if cell.cell_type == "code"
-              for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors, errors
-    images = [o for cell in book.cells for o in cell.get("outputs", [])
-              if "image/png" in o.get("data", {})]
-    assert images, f"{path.name} drew no plot"
-    assert seconds < 300, f"{path.name} took {seconds:.0f} s:\n{_cell_seconds(book)}"
+    for path, first, last in spans:
+        cells = combined.cells[first:last]
+        errors = [o for cell in cells if cell.cell_type == "code"
+                  for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors, (path.name, errors)
+        images = [o for cell in cells for o in cell.get("outputs", [])
+                  if "image/png" in o.get("data", {})]
+        assert images, f"{path.name} drew no plot"
+    assert seconds < 400, f"the notebooks took {seconds:.0f} s:\n{_cell_seconds(combined)}"
 
 
 def _cell_seconds(book: Any) -> str:

@@ -14,7 +14,6 @@ deletes the oldest rows from Delta and moves ``tier_start``; planning rules.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
@@ -236,7 +235,7 @@ def _tier_process(broker: BrokerProcess, zookeeper: ZooKeeperServer, warehouse: 
                   topic: str, log: Path) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "strata.cli", "tier", "run", "--once", "--topic", topic,
             "--bootstrap", broker.bootstrap, "--zookeeper", zookeeper.connect_string,
-            "--warehouse", str(warehouse), "--max-bytes-per-write", str(2 * SEGMENT_BYTES),
+            "--warehouse", str(warehouse), "--max-bytes-per-write", str(64 * SEGMENT_BYTES),
             "--format", "json"]
     with open(log, "ab") as out:
         return subprocess.Popen(args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
@@ -255,7 +254,7 @@ def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
         coordinator: Coordinator, tmp_path: Path) -> None:
     topic = "tier-kill"
     create_topic(tier_broker, topic)
-    sent = produce(tier_broker, topic, 12_000)
+    sent = produce(tier_broker, topic, 8_000)
     path = table_path(tmp_path.resolve(), topic)
     log = tmp_path / "tier.log"
     started: list[subprocess.Popen[bytes]] = []
@@ -274,18 +273,18 @@ def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
         _kill_group(process)
         assert not (path / "_delta_log" / "00000000000000000001.json").exists(), \
             "killed too late: the first write was already committed"
-        process = _tier_process(tier_broker, zookeeper_server, tmp_path, topic, log)
-        started.append(process)
-        assert process.wait(180) == 0, log.read_text(errors="replace")[-3000:]
     finally:
         for process in started:
             if process.poll() is None:
                 _kill_group(process)
+    # The rerun, in this process (one JVM start less): it waits for the killed job's
+    # lease to lapse with its ZooKeeper session, then finishes the work exactly.
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+        report = job.run_once([topic])
+    assert report.topics[0].error is None and not report.topics[0].busy
     progress = coordinator.tier_progress(topic)
     assert {p: progress[p].tiered_up_to for p in sent} == closed_end(tier_broker, topic)
     assert_exact(spark, path, sent, progress)
-    last = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-    assert last and last[-1]["topics"][0]["topic"] == topic
 
 
 def _segment_files(broker: BrokerProcess, topic: str, partition: int) -> list[Path]:
@@ -454,7 +453,8 @@ def test_compacted_table_matches_a_latest_per_key_model(
         end = coordinator.tier_progress(topic)[0].tiered_up_to
         assert compacted() == model(end)
         assert first.topics[0].optimized
-        produce_round(2_500, now)  # recent: updates, new keys, tombstones that stay
+    produce_round(2_500, now)  # recent: updates, new keys, tombstones that stay
+    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
         job.run_once([topic])
         end = coordinator.tier_progress(topic)[0].tiered_up_to
         assert end > 2_500
