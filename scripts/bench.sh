@@ -71,17 +71,17 @@ if [[ "${1:-}" == "replication" ]]; then
   bench_replication
   exit 0
 fi
+if [[ "${1:-}" == "tier" ]]; then
+  bench_tier
+  exit 0
+fi
+
 if [[ "${1:-}" == "gateway" ]]; then
   bash scripts/bench_gateway.sh
   exit 0
 fi
 echo "== strata perf log (storage engine, in-process)"
 "$STRATA" perf log
-
-if [[ "${1:-}" == "tier" ]]; then
-  bench_tier
-  exit 0
-fi
 
 BASE=$(free_base 0 10 40 70)
 # Retention every second (default 5 min) so the tier benchmark sees tiered segments
