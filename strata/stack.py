@@ -495,18 +495,22 @@ def _start_gateway(ctx: StackContext, port: int) -> Launched:
                    lambda: _gateway_healthy(ctx.host, port))
 
 
-def _gateway_healthy(host: str, port: int) -> bool:
-    """``/readyz`` answers 200: the gateway serves and sees live brokers."""
-    import urllib.error
+def _http_ok(url: str) -> bool:
+    """``url`` answers 200 within 2 s."""
     import urllib.request
 
     # No proxy: an http_proxy in the environment must not route a loopback probe.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(f"http://{host}:{port}/readyz", timeout=2) as response:
+        with opener.open(url, timeout=2) as response:
             return bool(response.status == 200)
     except (OSError, ValueError):  # URLError/HTTPError (e.g. 503) are OSErrors
         return False
+
+
+def _gateway_healthy(host: str, port: int) -> bool:
+    """``/readyz`` answers 200: the gateway serves and sees live brokers."""
+    return _http_ok(f"http://{host}:{port}/readyz")
 
 
 GATEWAY_SERVICE = ServiceSpec(
@@ -542,14 +546,7 @@ def _start_tier(ctx: StackContext, port: int) -> Launched:
 
 def _metrics_healthy(host: str, port: int) -> bool:
     """The job's Prometheus endpoint answers (it opens before the first pass)."""
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{host}:{port}/metrics", timeout=2) as response:
-            return bool(response.status == 200)
-    except (OSError, ValueError):
-        return False
+    return _http_ok(f"http://{host}:{port}/metrics")
 
 
 TIER_SERVICE = ServiceSpec(
