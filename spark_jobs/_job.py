@@ -305,10 +305,10 @@ class TierJob:
                         f"{topic}-{p}: offsets {tiered_up_to}..{tier.log_start_offset - 1} "
                         "were deleted from the brokers before they were tiered (tier.enable "
                         "was off while retention ran, or records were deleted by request), "
-                        "so the Delta history would have a hole there; tiering of this "
-                        "topic stops until you decide: keep the history as it is and tier "
-                        "the topic under a new name, or move the table away and delete its "
-                        "progress (a topic re-created under this name starts afresh)")
+                        "so the Delta history would have a hole there and tiering of this "
+                        f"topic stops. To start a new history, move {path} away, then "
+                        "delete and re-create the topic (deleting a topic removes its tier "
+                        "progress); the old table stays readable by path")
                 part = PartitionReport(topic, p, tiered_up_to=tiered_up_to,
                                        tier_start=tier_start)
                 report.partitions.append(part)
