@@ -425,7 +425,9 @@ def test_compacted_table_matches_a_latest_per_key_model(
             futures = []
             for _ in range(count):
                 key = f"key-{rng.randrange(60)}".encode()
-                value = None if rng.random() < 0.15 else f"v{len(log)}".encode()
+                # ~100-byte values: each round spans several 64 KiB segments, so only a
+                # small part of it can stay in the active (untiered) segment.
+                value = None if rng.random() < 0.15 else f"v{len(log)}-{'x' * 96}".encode()
                 log.append((key, value, timestamp_ms))
                 futures.append(producer.send(topic, value, key=key, partition=0,
                                              timestamp_ms=timestamp_ms))

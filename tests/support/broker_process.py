@@ -29,6 +29,10 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.broker_id = broker_id
         self.port = port or free_port()
+        # A port picked here may be taken by someone else's outgoing connection before the
+        # broker binds it (free_port hands out ephemeral ports): the first start may then
+        # move to another one. A port the caller chose, or a restart, never moves.
+        self._may_move_port = port is None
         self.overrides = dict(overrides or {})
         self.overrides.setdefault("zookeeper.session.timeout.ms", "6000")
         self.process: subprocess.Popen[str] | None = None
@@ -49,6 +53,19 @@ class BrokerProcess:
         return str(self.data_dir)
 
     def start(self, timeout: float = 60.0) -> BrokerProcess:
+        for attempt in range(3):
+            try:
+                self._start_once(timeout)
+            except RuntimeError as err:
+                if self._may_move_port and "[PORT_IN_USE]" in str(err) and attempt < 2:
+                    self.port = free_port()
+                    continue
+                raise
+            self._may_move_port = False
+            return self
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> BrokerProcess:
         args = [sys.executable, "-m", "brokers", "--broker-id", str(self.broker_id),
                 "--port", str(self.port), "--data-dir", str(self.data_dir),
                 "--zookeeper", self.zookeeper, "--metrics-port", "0"]
