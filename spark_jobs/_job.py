@@ -67,7 +67,7 @@ from spark_jobs._tables import (
     table_path,
     table_topic_id,
 )
-from strata.client import Admin, TopicPartition
+from strata.client import Admin
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -562,7 +562,3 @@ def _lag(part: PartitionReport, tier: PartitionTier, tier_after_ms: int, now_ms:
     part.lag_records = max(0, tier.high_watermark - part.tiered_up_to)
     pending = [s for s in tier.segments if s.next_offset > part.tiered_up_to]
     part.lag_ms = max(0, now_ms - pending[0].max_timestamp) if pending else 0
-
-
-def topic_partitions(report: TierReport) -> list[TopicPartition]:
-    return [TopicPartition(p.topic, p.partition) for t in report.topics for p in t.partitions]

@@ -128,6 +128,21 @@ def broker(
 
 
 @pytest.fixture(scope="module")
+def strata_broker(
+    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    """One broker per module whose retention runs every 200 ms, so a test that waits for a
+    log start to move (data loss, tiering) polls for a bounded time."""
+    process = BrokerProcess(zookeeper_server.connect_string, tmp_path_factory.mktemp("broker"),
+                            overrides={"log.retention.check.interval.ms": "200"})
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
 def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
     """One SparkSession per test module (``conf/spark-defaults.conf``, ``local[2]``),
     stopped when the module is done so the next module starts from a clean JVM state."""

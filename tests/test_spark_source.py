@@ -39,7 +39,6 @@ from spark_source._reader import (
 from strata.client import Admin, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
-from zookeeper.launcher import ZooKeeperServer
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 
@@ -51,19 +50,6 @@ Row = tuple[Any, ...]
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def strata_broker(zookeeper_server: ZooKeeperServer,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker for the module; retention runs every 200 ms (data-loss tests)."""
-    process = BrokerProcess(zookeeper_server.connect_string, tmp_path_factory.mktemp("broker"),
-                            overrides={"log.retention.check.interval.ms": "200"})
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture(scope="module")

@@ -306,19 +306,6 @@ def test_ranges_below_the_log_start_are_cut_for_the_tier() -> None:
 
 
 @pytest.fixture(scope="module")
-def strata_broker(zookeeper_server: ZooKeeperServer,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker; retention runs every 200 ms, so log starts move within a bounded poll."""
-    process = BrokerProcess(zookeeper_server.connect_string, tmp_path_factory.mktemp("broker"),
-                            overrides={"log.retention.check.interval.ms": "200"})
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
-
-
-@pytest.fixture(scope="module")
 def bootstrap(strata_broker: BrokerProcess) -> str:
     return strata_broker.bootstrap
 

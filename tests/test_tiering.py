@@ -1,6 +1,6 @@
 """The Delta tiering job (issue [6/7] sections 1 and 4) against real processes.
 
-One ZooKeeper, one broker process (retention checked every 300 ms) and one SparkSession
+One ZooKeeper, one broker process (retention checked every 200 ms) and one SparkSession
 serve the module; each test has its own topic and warehouse. What is checked: the Delta
 table holds exactly the records of the closed segments (offsets contiguous, keys and
 values identical, no duplicates) and ZooKeeper's progress says so; a rerun adds nothing;
@@ -43,18 +43,6 @@ from zookeeper.launcher import ZooKeeperServer
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 SEGMENT_BYTES = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def tier_broker(zookeeper_server: ZooKeeperServer,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(zookeeper_server.connect_string, tmp_path_factory.mktemp("broker"),
-                            overrides={"log.retention.check.interval.ms": "300"})
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture
@@ -170,13 +158,13 @@ def test_plan_bounds_a_write_by_bytes_but_takes_at_least_one_segment() -> None:
 
 
 def test_tiering_copies_closed_segments_exactly_and_a_rerun_adds_nothing(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
-    create_topic(tier_broker, "tier-exact")
-    sent = produce(tier_broker, "tier-exact", 6_000)
-    ends = closed_end(tier_broker, "tier-exact")
+    create_topic(strata_broker, "tier-exact")
+    sent = produce(strata_broker, "tier-exact", 6_000)
+    ends = closed_end(strata_broker, "tier-exact")
     assert all(end > 0 for end in ends.values()), "segments did not roll; raise the count"
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
         report = job.run_once(["tier-exact"])
         progress = coordinator.tier_progress("tier-exact")
         assert {p: progress[p].tiered_up_to for p in ends} == ends
@@ -195,20 +183,20 @@ def test_tiering_copies_closed_segments_exactly_and_a_rerun_adds_nothing(
 
 
 def test_run_once_names_a_topic_without_tiering(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         tmp_path: Path) -> None:
-    create_topic(tier_broker, "tier-off", **{"tier.enable": "false"})
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job, \
+    create_topic(strata_broker, "tier-off", **{"tier.enable": "false"})
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job, \
             pytest.raises(TierNotEnabledError, match=r"tier\.enable=true"):
         job.run_once(["tier-off"])
 
 
 def test_a_job_that_died_after_the_commit_is_caught_up_from_the_table(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
-    create_topic(tier_broker, "tier-gap", partitions=1)
-    sent = produce(tier_broker, "tier-gap", 4_000, partitions=1)
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path,
+    create_topic(strata_broker, "tier-gap", partitions=1)
+    sent = produce(strata_broker, "tier-gap", 4_000, partitions=1)
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path,
                                  max_bytes_per_write=1)) as job:
         real = job.coordinator.advance_tier_progress
         calls = 0
@@ -224,10 +212,10 @@ def test_a_job_that_died_after_the_commit_is_caught_up_from_the_table(
         with pytest.raises(SimulatedCrash):
             job.run_once(["tier-gap"])
     assert coordinator.tier_progress("tier-gap") == {}
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
         job.run_once(["tier-gap"])
     progress = coordinator.tier_progress("tier-gap")
-    assert progress[0].tiered_up_to == closed_end(tier_broker, "tier-gap")[0]
+    assert progress[0].tiered_up_to == closed_end(strata_broker, "tier-gap")[0]
     assert_exact(spark, table_path(tmp_path.resolve(), "tier-gap"), sent, progress)
 
 
@@ -250,11 +238,11 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
     topic = "tier-kill"
-    create_topic(tier_broker, topic)
-    sent = produce(tier_broker, topic, 8_000)
+    create_topic(strata_broker, topic)
+    sent = produce(strata_broker, topic, 8_000)
     path = table_path(tmp_path.resolve(), topic)
     log = tmp_path / "tier.log"
     started: list[subprocess.Popen[bytes]] = []
@@ -262,7 +250,7 @@ def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
         # Killed as soon as a task has written a data file of the first write, before its
         # commit can be in the log (the window between a commit and its ZooKeeper write
         # is test_a_job_that_died_after_the_commit_is_caught_up_from_the_table's).
-        process = _tier_process(tier_broker, zookeeper_server, tmp_path, topic, log)
+        process = _tier_process(strata_broker, zookeeper_server, tmp_path, topic, log)
         started.append(process)
         deadline = time.monotonic() + 120
         while not any(path.rglob("*.parquet")) and process.poll() is None \
@@ -279,11 +267,11 @@ def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
                 _kill_group(process)
     # The rerun, in this process (one JVM start less): it waits for the killed job's
     # lease to lapse with its ZooKeeper session, then finishes the work exactly.
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
         report = job.run_once([topic])
     assert report.topics[0].error is None and not report.topics[0].busy
     progress = coordinator.tier_progress(topic)
-    assert {p: progress[p].tiered_up_to for p in sent} == closed_end(tier_broker, topic)
+    assert {p: progress[p].tiered_up_to for p in sent} == closed_end(strata_broker, topic)
     assert_exact(spark, path, sent, progress)
 
 
@@ -292,33 +280,33 @@ def _segment_files(broker: BrokerProcess, topic: str, partition: int) -> list[Pa
 
 
 def test_local_retention_deletes_only_tiered_segments_and_history_still_reads(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
     topic = "tier-local"
-    create_topic(tier_broker, topic, partitions=1, **{"local.retention.ms": "0"})
-    sent = produce(tier_broker, topic, 5_000, partitions=1)
+    create_topic(strata_broker, topic, partitions=1, **{"local.retention.ms": "0"})
+    sent = produce(strata_broker, topic, 5_000, partitions=1)
     time.sleep(1.0)  # several retention checks: nothing may go before it is tiered
-    before = _segment_files(tier_broker, topic, 0)
+    before = _segment_files(strata_broker, topic, 0)
     assert len(before) > 2 and before[0].name.startswith("0000")
     bytes_before = sum(f.stat().st_size for f in before)
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
         job.run_once([topic])
     tiered = coordinator.tier_progress(topic)[0].tiered_up_to
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        with Admin(tier_broker.bootstrap) as admin:
+        with Admin(strata_broker.bootstrap) as admin:
             start = admin.describe_tier([topic])[topic].partitions[0].log_start_offset
         if start == tiered:
             break
         time.sleep(0.2)
     assert start == tiered, "the broker did not delete the tiered segments"
-    after = _segment_files(tier_broker, topic, 0)
+    after = _segment_files(strata_broker, topic, 0)
     assert len(after) == 1 and sum(f.stat().st_size for f in after) < bytes_before
     # The hot log no longer has offset 0, but the whole history reads back.
-    with Admin(tier_broker.bootstrap) as admin:
+    with Admin(strata_broker.bootstrap) as admin:
         tp = TopicPartition(topic, 0)
         assert admin.list_offsets({tp: "earliest"})[tp].offset == tiered
-    rows = (spark.read.format("strata").option("bootstrap.servers", tier_broker.bootstrap)
+    rows = (spark.read.format("strata").option("bootstrap.servers", strata_broker.bootstrap)
             .option("subscribe", topic).option("startingOffsets", "earliest").load()
             .select("offset", "key", "value").orderBy("offset").collect())
     assert [r["offset"] for r in rows] == list(range(len(sent[0])))
@@ -326,19 +314,19 @@ def test_local_retention_deletes_only_tiered_segments_and_history_still_reads(
 
 
 def test_total_retention_deletes_the_oldest_prefix_from_delta_and_never_a_hole(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
     """Old records, new ones, then old ones again (a producer with a late clock): the
     old prefix goes, the late old records stay (deleting them would punch a hole readers
     cannot see), and ``tier_start`` moves to the first record kept."""
     topic = "tier-total"
     day = 24 * 3600 * 1000
-    create_topic(tier_broker, topic, partitions=1, **{"retention.ms": str(day)})
+    create_topic(strata_broker, topic, partitions=1, **{"retention.ms": str(day)})
     now = int(time.time() * 1000)
-    old = produce(tier_broker, topic, 2_000, partitions=1, timestamp_ms=now - 3 * day)
-    new = produce(tier_broker, topic, 3_000, partitions=1)
-    late = produce(tier_broker, topic, 1_500, partitions=1, timestamp_ms=now - 3 * day)
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path,
+    old = produce(strata_broker, topic, 2_000, partitions=1, timestamp_ms=now - 3 * day)
+    new = produce(strata_broker, topic, 3_000, partitions=1)
+    late = produce(strata_broker, topic, 1_500, partitions=1, timestamp_ms=now - 3 * day)
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path,
                                  vacuum_retain_hours=0.0)) as job:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         report = job.run_once([topic])
@@ -359,26 +347,26 @@ def test_total_retention_deletes_the_oldest_prefix_from_delta_and_never_a_hole(
 
 
 def test_a_recreated_topic_never_appends_to_the_old_history(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
     topic = "tier-again"
-    create_topic(tier_broker, topic, partitions=1)
-    produce(tier_broker, topic, 1_500, partitions=1)
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+    create_topic(strata_broker, topic, partitions=1)
+    produce(strata_broker, topic, 1_500, partitions=1)
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
         job.run_once([topic])
         old_end = coordinator.tier_progress(topic)[0].tiered_up_to
         assert old_end > 0
-        with Admin(tier_broker.bootstrap) as admin:
+        with Admin(strata_broker.bootstrap) as admin:
             admin.delete_topics([topic])
         deadline = time.monotonic() + 30
         while True:  # the broker finishes deleting the old log before the name is free
             try:
-                create_topic(tier_broker, topic, partitions=1)
+                create_topic(strata_broker, topic, partitions=1)
                 break
             except Exception:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
-        produce(tier_broker, topic, 1_500, partitions=1)
+        produce(strata_broker, topic, 1_500, partitions=1)
         with pytest.raises(TierTableMismatchError, match="earlier topic named"):
             job.run_once([topic])
     assert coordinator.tier_progress(topic) == {}, "the new topic inherited progress"
@@ -387,16 +375,16 @@ def test_a_recreated_topic_never_appends_to_the_old_history(
 
 
 def test_records_deleted_before_tiering_stop_the_topic_with_tier_gap(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         tmp_path: Path) -> None:
     topic = "tier-gap-hole"
-    create_topic(tier_broker, topic, partitions=1)
-    produce(tier_broker, topic, 1_500, partitions=1)
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+    create_topic(strata_broker, topic, partitions=1)
+    produce(strata_broker, topic, 1_500, partitions=1)
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
         job.run_once([topic])
-        with Admin(tier_broker.bootstrap) as admin:  # tiering off; plain retention deletes
+        with Admin(strata_broker.bootstrap) as admin:  # tiering off; plain retention deletes
             admin.alter_configs(topic, set={"tier.enable": "false", "retention.ms": "0"})
-            produce(tier_broker, topic, 3_000, partitions=1)
+            produce(strata_broker, topic, 3_000, partitions=1)
             tiered = admin.describe_tier([topic])[topic].partitions[0].tiered_up_to
             deadline = time.monotonic() + 20
             while admin.describe_tier([topic])[topic].partitions[0].log_start_offset \
@@ -409,18 +397,18 @@ def test_records_deleted_before_tiering_stop_the_topic_with_tier_gap(
 
 
 def test_compacted_table_matches_a_latest_per_key_model(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
     topic = "tier-compact"
     day = 24 * 3600 * 1000
-    create_topic(tier_broker, topic, partitions=1,
+    create_topic(strata_broker, topic, partitions=1,
                  **{"cleanup.policy": "compact", "delete.retention.ms": str(day)})
     rng = random.Random(20261122)
     now = int(time.time() * 1000)
     log: list[tuple[bytes, bytes | None, int]] = []  # offset order: (key, value, timestamp)
 
     def produce_round(count: int, timestamp_ms: int) -> None:
-        with Producer(tier_broker.bootstrap, acks="all", linger_ms=5,
+        with Producer(strata_broker.bootstrap, acks="all", linger_ms=5,
                       enable_idempotence=False) as producer:  # back-dated: see produce()
             futures = []
             for _ in range(count):
@@ -449,14 +437,14 @@ def test_compacted_table_matches_a_latest_per_key_model(
         return out
 
     produce_round(2_500, now - 3 * day)  # old: its tombstones are past delete.retention.ms
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path,
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path,
                                  optimize_interval_s=0.0)) as job:
         first = job.run_once([topic])
         end = coordinator.tier_progress(topic)[0].tiered_up_to
         assert compacted() == model(end)
         assert first.topics[0].optimized
     produce_round(2_500, now)  # recent: updates, new keys, tombstones that stay
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
         job.run_once([topic])
         end = coordinator.tier_progress(topic)[0].tiered_up_to
         assert end > 2_500
@@ -466,15 +454,15 @@ def test_compacted_table_matches_a_latest_per_key_model(
 
 
 def test_a_failing_topic_is_reported_and_the_others_still_tier(
-        spark: Any, tier_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
-    create_topic(tier_broker, "tier-elsewhere", partitions=1)
-    create_topic(tier_broker, "tier-fine", partitions=1)
-    produce(tier_broker, "tier-elsewhere", 1_500, partitions=1)
-    produce(tier_broker, "tier-fine", 1_500, partitions=1)
+    create_topic(strata_broker, "tier-elsewhere", partitions=1)
+    create_topic(strata_broker, "tier-fine", partitions=1)
+    produce(strata_broker, "tier-elsewhere", 1_500, partitions=1)
+    produce(strata_broker, "tier-fine", 1_500, partitions=1)
     coordinator.set_tier_table("tier-elsewhere", str(tmp_path / "other" / "tier-elsewhere"))
     topics = ["tier-elsewhere", "tier-fine"]
-    with TierJob(spark, settings(tier_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
         with pytest.raises(TierTableMismatchError, match="--warehouse"):
             job.run_once(topics)
         report = job.run_once(topics, keep_going=True)

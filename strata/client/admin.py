@@ -83,6 +83,7 @@ from brokers.protocol import (
     FetchTopic,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
+    MetadataResponse,
     ReassignablePartition,
     ReassignableTopic,
     TopicResult,
@@ -365,6 +366,16 @@ class AsyncAdmin:
         return ClusterDescription(response.cluster_id, response.controller_id,
                                   dict(self._cluster.brokers))
 
+    async def _existing_topics(self, wanted: list[str] | None) -> MetadataResponse:
+        """Fresh metadata of ``wanted`` (None: every topic); a missing topic raises
+        ``UnknownTopicOrPartitionError``."""
+        response = await self._cluster.refresh(wanted)
+        for topic in response.topics:
+            if topic.error_code:
+                raise error_from_code(topic.error_code, f"topic {topic.name!r} does not exist; "
+                                      "check the name (strata topic list)")
+        return response
+
     async def describe_topics(self, names: Iterable[str] | None = None
                               ) -> dict[str, TopicDescription]:
         """Per partition: leader, replicas, ISR, log start, log end and high watermark.
@@ -375,11 +386,7 @@ class AsyncAdmin:
         wanted = None if names is None else list(names)
         if wanted == []:
             return {}
-        response = await self._cluster.refresh(wanted)
-        for topic in response.topics:
-            if topic.error_code:
-                raise error_from_code(topic.error_code, f"topic {topic.name!r} does not exist; "
-                                      "check the name (strata topic list)")
+        response = await self._existing_topics(wanted)
         by_leader: dict[int, list[TopicPartition]] = {}
         for topic in response.topics:
             for p in topic.partitions:
@@ -445,11 +452,7 @@ class AsyncAdmin:
         wanted = list(dict.fromkeys(names))
         if not wanted:
             return {}
-        response = await self._cluster.refresh(wanted)
-        for topic in response.topics:
-            if topic.error_code:
-                raise error_from_code(topic.error_code, f"topic {topic.name!r} does not exist; "
-                                      "check the name (strata topic list)")
+        response = await self._existing_topics(wanted)
         pending = {TopicPartition(t.name, p.partition)
                    for t in response.topics for p in t.partitions}
         topics: dict[str, DescribeTierTopicResponse] = {}
