@@ -18,24 +18,34 @@ __all__ = [
     "ClusterIdMismatchError",
     "ConcurrentUpdateError",
     "ControllerMovedError",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
     "CorruptRecordError",
     "DataDirLockedError",
     "DuplicateSequenceError",
     "FencedLeaderEpochError",
+    "FencedMemberEpochError",
+    "GroupIdNotFoundError",
+    "GroupMaxSizeReachedError",
     "InvalidConfigError",
+    "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidRecordBatchError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidRequiredAcksError",
+    "InvalidSessionTimeoutError",
     "InvalidTopicError",
     "LogClosedError",
     "LogStorageError",
     "NONE_CODE",
     "NetworkError",
+    "NonEmptyGroupError",
+    "NotCoordinatorError",
     "NotEnoughReplicasError",
     "NotLeaderError",
+    "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "PolicyViolationError",
@@ -43,13 +53,16 @@ __all__ = [
     "RecordTooLargeError",
     "RequestTimedOutError",
     "StagedDataMissingError",
+    "StaleMemberEpochError",
     "StrataError",
     "TierJobBusyError",
     "TopicAlreadyExistsError",
     "UnknownLeaderEpochError",
+    "UnknownMemberIdError",
     "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
+    "UnsupportedAssignorError",
     "UnsupportedVersionError",
     "error_for_code",
     "raise_for_code",
@@ -388,6 +401,105 @@ class TierJobBusyError(StrataError):
     retriable = True
 
 
+class OffsetMetadataTooLargeError(StrataError):
+    """An OffsetCommit carried metadata longer than ``offset.metadata.max.bytes``."""
+
+    code = 12
+    name = "OFFSET_METADATA_TOO_LARGE"
+
+
+class CoordinatorLoadInProgressError(StrataError):
+    """The group's coordinator is still loading its state from ``__consumer_offsets``."""
+
+    code = 14
+    name = "COORDINATOR_LOAD_IN_PROGRESS"
+    retriable = True
+
+
+class CoordinatorNotAvailableError(StrataError):
+    """No broker coordinates the group right now (its ``__consumer_offsets`` partition has
+    no live leader, or the topic is being created)."""
+
+    code = 15
+    name = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
+class NotCoordinatorError(StrataError):
+    """This broker does not coordinate the group: find the coordinator again."""
+
+    code = 16
+    name = "NOT_COORDINATOR"
+    retriable = True
+
+
+class InvalidGroupIdError(StrataError):
+    """The group id is empty or too long."""
+
+    code = 24
+    name = "INVALID_GROUP_ID"
+
+
+class UnknownMemberIdError(StrataError):
+    """The member is not in the group (its session expired, it left, or a static member
+    with the same instance id replaced it): its partitions are gone; rejoin."""
+
+    code = 25
+    name = "UNKNOWN_MEMBER_ID"
+
+
+class InvalidSessionTimeoutError(StrataError):
+    """The session timeout asked for is outside the broker's allowed range."""
+
+    code = 26
+    name = "INVALID_SESSION_TIMEOUT"
+
+
+class NonEmptyGroupError(StrataError):
+    """The group still has members; stop its consumers first."""
+
+    code = 68
+    name = "NON_EMPTY_GROUP"
+
+
+class GroupIdNotFoundError(StrataError):
+    """No such group: no members and no committed offsets."""
+
+    code = 69
+    name = "GROUP_ID_NOT_FOUND"
+
+
+class GroupMaxSizeReachedError(StrataError):
+    """The group already has ``group.max.size`` members."""
+
+    code = 81
+    name = "GROUP_MAX_SIZE_REACHED"
+
+
+class FencedMemberEpochError(StrataError):
+    """The member epoch is not one the coordinator gave this member: it was fenced and
+    must rejoin (its partitions are gone)."""
+
+    code = 110
+    name = "FENCED_MEMBER_EPOCH"
+
+
+class UnsupportedAssignorError(StrataError):
+    """The assignor named is not one the broker has (range, cooperative-sticky)."""
+
+    code = 112
+    name = "UNSUPPORTED_ASSIGNOR"
+
+
+class StaleMemberEpochError(StrataError):
+    """The member committed a partition that is not assigned to it now (it moved):
+    the commit is refused; heartbeat to learn the current assignment."""
+
+    code = 113
+    name = "STALE_MEMBER_EPOCH"
+    retriable = True
+
+
 _BY_CODE: dict[int, type[StrataError]] = {
     cls.code: cls
     for cls in (
@@ -422,6 +534,19 @@ _BY_CODE: dict[int, type[StrataError]] = {
         InvalidConfigError,
         LogStorageError,
         LogClosedError,
+        OffsetMetadataTooLargeError,
+        CoordinatorLoadInProgressError,
+        CoordinatorNotAvailableError,
+        NotCoordinatorError,
+        InvalidGroupIdError,
+        UnknownMemberIdError,
+        InvalidSessionTimeoutError,
+        NonEmptyGroupError,
+        GroupIdNotFoundError,
+        GroupMaxSizeReachedError,
+        FencedMemberEpochError,
+        UnsupportedAssignorError,
+        StaleMemberEpochError,
     )
 }
 
