@@ -47,11 +47,19 @@ from ingest_gateway._auth import (
     RateLimiter,
     load_auth_config,
 )
-from ingest_gateway._codec import encode_data, iso_timestamp
+from ingest_gateway._codec import as_int, encode_data, iso_timestamp
 from ingest_gateway._config import CONFIG_ENV, GatewayConfig
 from ingest_gateway._errors import HttpError, from_strata_error, unavailable
 from ingest_gateway._idempotency import IdempotencyStore
 from ingest_gateway._metrics import GatewayMetrics
+from ingest_gateway._openapi import (
+    BATCH_ANSWERS,
+    BATCH_BODY,
+    CREATE_TOPIC_BODY,
+    RECORD_BODY,
+    RECORDS_ANSWERS,
+)
+from ingest_gateway._openapi import errors as _errors
 from ingest_gateway._produce import (
     Coalescer,
     GatewayApp,
@@ -285,27 +293,6 @@ class _ServedByProducePath(Response):
 
 
 # ---------------------------------------------------------------------------- OpenAPI
-#: The Confluent v3 error body every error status answers with.
-_ERROR_SCHEMA: dict[str, Any] = {
-    "type": "object", "required": ["error_code", "message"],
-    "properties": {"error_code": {"type": "integer"}, "message": {"type": "string"}},
-}
-
-
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` entries for the error statuses a route can answer (docs/gateway.md)."""
-    return {status: {"description": _STATUS_TEXT[status],
-                     "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
-            for status in statuses}
-
-
-_STATUS_TEXT = {
-    400: "bad request", 401: "no or wrong credentials", 403: "the key may not do this",
-    404: "unknown cluster id, topic or partition", 409: "the topic already exists",
-    413: "request or record too large", 415: "unsupported Content-Type",
-    416: "offset outside the partition's log", 422: "invalid field (named in message)",
-    429: "rate limited (see Retry-After)", 503: "brokers unavailable; retry (Retry-After)",
-}
 #: Errors any /v3 route can answer.
 _V3_ERRORS = (400, 401, 403, 404, 422, 429, 503)
 
@@ -436,7 +423,7 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get("/readyz", tags=["health"], responses=_errors(503))
     async def readyz(request: Request) -> JSONResponse:
         """Readiness: a broker answered and the cluster metadata is loaded."""
         state = _state(request)
@@ -491,7 +478,8 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
                 "data": [_topic_json(cid, d) for d in described.values()]}
 
     @app.post(base + "/topics", tags=["topics"], status_code=201,
-              dependencies=[Depends(admin)], responses=_errors(*_V3_ERRORS, 409, 413, 415))
+              dependencies=[Depends(admin)], responses=_errors(*_V3_ERRORS, 409, 413, 415),
+              openapi_extra=CREATE_TOPIC_BODY)
     async def create_topic(request: Request, cluster_id: str) -> JSONResponse:
         """Body: ``{topic_name, partitions_count?, replication_factor?,
         configs?: [{name, value}]}``."""
@@ -504,10 +492,12 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
         if not isinstance(name, str) or not name:
             raise HttpError(422, "topic_name: required, a non-empty string")
         counts: dict[str, int] = {}
-        for fld in ("partitions_count", "replication_factor"):
-            value = body.get(fld, -1)
-            if isinstance(value, bool) or not isinstance(value, int):
+        for fld, most in (("partitions_count", 2**31 - 1), ("replication_factor", 32767)):
+            value = as_int(body.get(fld, -1))
+            if value is None:
                 raise HttpError(422, f"{fld}: must be an integer")
+            if value != -1 and not 1 <= value <= most:
+                raise HttpError(422, f"{fld}: must be -1 (the broker default) or 1..{most}")
             counts[fld] = value
         configs: dict[str, str] = {}
         raw_configs = body.get("configs", [])
@@ -516,9 +506,11 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
         for i, item in enumerate(raw_configs):
             if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                 raise HttpError(422, f"configs[{i}].name: required, a string")
-            if not isinstance(item.get("value"), str | int):
-                raise HttpError(422, f"configs[{i}].value: required, a string")
-            configs[item["name"]] = str(item["value"])
+            value = item.get("value")
+            number = as_int(value)
+            if not isinstance(value, str) and number is None:
+                raise HttpError(422, f"configs[{i}].value: required, a string or an integer")
+            configs[item["name"]] = value if isinstance(value, str) else str(number)
         try:
             await state.admin.create_topics([NewTopic(
                 name, num_partitions=counts["partitions_count"],
@@ -564,8 +556,7 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
         } for p in description.partitions]}
 
     @app.post(base + "/topics/{topic_name}/records", tags=["records"],
-              responses={202: {"description": "sent with acks=0, not acknowledged"},
-                         **_errors(*_V3_ERRORS, 413, 415)})
+              responses=RECORDS_ANSWERS, openapi_extra=RECORD_BODY)
     async def produce_records(
         request: Request, cluster_id: str, topic_name: str,
         acks: str = Query("all", description="all (-1), 1 or 0", pattern=_ACKS_PATTERN),
@@ -576,8 +567,7 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
         return _ServedByProducePath(request, batch=False)
 
     @app.post(base + "/topics/{topic_name}/records:batch", tags=["records"],
-              responses={207: {"description": "one answer per entry"},
-                         **_errors(*_V3_ERRORS, 413, 415)})
+              status_code=207, responses=BATCH_ANSWERS, openapi_extra=BATCH_BODY)
     async def produce_batch(
         request: Request, cluster_id: str, topic_name: str,
         acks: str = Query("all", description="all (-1), 1 or 0", pattern=_ACKS_PATTERN),

@@ -19,7 +19,8 @@ from typing import Any
 
 from ingest_gateway._errors import HttpError
 
-__all__ = ["DecodedRecord", "decode_base64", "decode_record", "encode_data", "iso_timestamp"]
+__all__ = ["DecodedRecord", "as_int", "decode_base64", "decode_record", "encode_data",
+           "iso_timestamp"]
 
 _RECORD_FIELDS = frozenset({"partition_id", "headers", "key", "value", "timestamp"})
 _DATA_FIELDS = frozenset({"type", "data"})
@@ -41,6 +42,18 @@ class DecodedRecord:
         """Bytes of key, value and headers (what ``max.message.bytes`` is compared with)."""
         return (len(self.key or b"") + len(self.value or b"")
                 + sum(len(k.encode()) + len(v or b"") for k, v in self.headers))
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as an integer if JSON says it is one (``3`` and ``3.0``: JSON Schema's
+    ``integer`` holds both), else None (booleans, fractions, strings, ...)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def _bad(path: str, what: str) -> HttpError:
@@ -104,6 +117,8 @@ def _timestamp(value: Any, path: str) -> int | None:
         return None
     if isinstance(value, bool):
         raise _bad(path, "expected an ISO-8601 string or milliseconds since the epoch")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, int):
         if value < 0:
             raise _bad(path, "must be >= 0 (milliseconds since the epoch)")
@@ -136,9 +151,10 @@ def decode_record(obj: Any, path: str = "") -> DecodedRecord:
         raise _bad(_join(path, unknown[0]),
                    f"unknown field; expected {', '.join(sorted(_RECORD_FIELDS))}")
     partition = obj.get("partition_id")
-    if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
-                                  or partition < 0):
-        raise _bad(_join(path, "partition_id"), "must be an integer >= 0")
+    if partition is not None:
+        partition = as_int(partition)
+        if partition is None or partition < 0:
+            raise _bad(_join(path, "partition_id"), "must be an integer >= 0")
     headers: list[tuple[str, bytes | None]] = []
     raw_headers = obj.get("headers")
     hpath = _join(path, "headers")
