@@ -103,6 +103,9 @@ class Broker:
         from brokers.handlers import RequestHandlers
 
         self.handlers = RequestHandlers(self)
+        from brokers.group_coordinator import GroupCoordinator
+
+        self.groups = GroupCoordinator(self)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -135,6 +138,7 @@ class Broker:
         await self._server.start_serving()
         self.replicas.start()
         self.controller.start()
+        self.groups.start()
         self._tasks.append(asyncio.create_task(self._periodic_retention()))
         self._tasks.append(asyncio.create_task(self._periodic_flush()))
         self.started = True
@@ -231,6 +235,7 @@ class Broker:
             self._server.close()
         for task in self._tasks:
             task.cancel()
+        await self.groups.stop()
         for connection in list(self._connections):
             connection.stop_reading()
         for partition in self.partitions.values():

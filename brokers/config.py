@@ -122,6 +122,40 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "controller_eligible", _flag, True,
         "whether this broker may become the controller (false: it never runs for it)",
         accepted="true, false"),
+    "offsets.topic.num.partitions": _BrokerKey(
+        "offsets_topic_num_partitions", int, 8,
+        "partitions of the internal topic __consumer_offsets (fixed once it exists): the "
+        "groups' coordinators are spread over their leaders", lambda v: 1 <= v <= 1000,
+        "1..1000"),
+    "offsets.topic.replication.factor": _BrokerKey(
+        "offsets_topic_replication_factor", int, 3,
+        "replicas of __consumer_offsets; when fewer brokers are live at its creation it gets "
+        "one per live broker (and a warning in the log)", lambda v: v >= 1, ">= 1"),
+    "group.session.timeout.ms": _BrokerKey(
+        "group_session_timeout_ms", int, 10_000,
+        "a group member that sends no heartbeat for this long is removed and its "
+        "partitions move (members may ask for another value within the min/max below)",
+        lambda v: v >= 1, ">= 1"),
+    "group.min.session.timeout.ms": _BrokerKey(
+        "group_min_session_timeout_ms", int, 1_000,
+        "smallest session timeout a member may ask for", lambda v: v >= 1, ">= 1"),
+    "group.max.session.timeout.ms": _BrokerKey(
+        "group_max_session_timeout_ms", int, 300_000,
+        "largest session timeout a member may ask for", lambda v: v >= 1, ">= 1"),
+    "group.heartbeat.interval.ms": _BrokerKey(
+        "group_heartbeat_interval_ms", int, 500,
+        "how often members heartbeat (sooner while partitions are moving)",
+        lambda v: 10 <= v <= 60_000, "10..60000"),
+    "group.max.size": _BrokerKey(
+        "group_max_size", int, 1000, "most members one group may have", lambda v: v >= 1,
+        ">= 1"),
+    "offset.metadata.max.bytes": _BrokerKey(
+        "offset_metadata_max_bytes", int, 4096,
+        "longest metadata string an offset commit may carry", lambda v: v >= 0, ">= 0"),
+    "group.lag.interval.ms": _BrokerKey(
+        "group_lag_interval_ms", int, 10_000,
+        "how often a coordinator refreshes the strata_group_lag_records gauge of its groups",
+        lambda v: v >= 100, ">= 100"),
 }
 
 _LOG_DEFAULT_PREFIX: Final = "log."
@@ -153,6 +187,15 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 8 << 20
     replica_fetch_backoff_ms: int = 200
     controller_eligible: bool = True
+    offsets_topic_num_partitions: int = 8
+    offsets_topic_replication_factor: int = 3
+    group_session_timeout_ms: int = 10_000
+    group_min_session_timeout_ms: int = 1_000
+    group_max_session_timeout_ms: int = 300_000
+    group_heartbeat_interval_ms: int = 500
+    group_max_size: int = 1000
+    offset_metadata_max_bytes: int = 4096
+    group_lag_interval_ms: int = 10_000
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property

@@ -66,13 +66,19 @@ from brokers.protocol import (
     CommitStagedRequest,
     CommitStagedResponse,
     CommitTopicResponse,
+    ConsumerGroupHeartbeatRequest,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribedConfig,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     DescribeTierPartitionResponse,
     DescribeTierRequest,
     DescribeTierResponse,
@@ -86,8 +92,12 @@ from brokers.protocol import (
     FetchRequest,
     FetchResponse,
     FetchTopicResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -97,6 +107,10 @@ from brokers.protocol import (
     Message,
     MetadataRequest,
     MetadataResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     OffsetForLeaderEpochPartitionResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
@@ -164,6 +178,12 @@ class RequestHandlers:
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
             ApiKey.DESCRIBE_TIER: self.describe_tier,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.OFFSET_FETCH: self.offset_fetch,
+            ApiKey.LIST_GROUPS: self.list_groups,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.DELETE_GROUPS: self.delete_groups,
         }
 
     async def dispatch(self, header: RequestHeader, body: Reader) -> Message | None:
@@ -179,6 +199,9 @@ class RequestHandlers:
                 f"{api.name} version {header.api_version} is not supported (supported: "
                 f"{low}..{high}); upgrade the broker or downgrade the client")
         request = decode(REQUEST_TYPES[api], body, header.api_version)
+        if api is ApiKey.CONSUMER_GROUP_HEARTBEAT:  # the only handler that needs the header
+            assert isinstance(request, ConsumerGroupHeartbeatRequest)
+            return await self.broker.groups.heartbeat(request, header.client_id or "")
         return await self._table[api](request)
 
     # ------------------------------------------------------------------ helpers
@@ -893,6 +916,37 @@ class RequestHandlers:
             unavailable = BrokerNotAvailableError(
                 f"ZooKeeper did not answer while allocating a producer id ({err!r}); retry")
             return InitProducerIdResponse(unavailable.code, error_message=unavailable.message)
+
+    # ------------------------------------------------------------------ consumer groups
+    async def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        try:
+            node, host, port = await self.broker.groups.find(request.key)
+        except (StrataError, KazooException) as err:
+            return FindCoordinatorResponse(*_error(err))
+        return FindCoordinatorResponse(0, None, node, host, port)
+
+    async def offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        return await self.broker.groups.commit(request)
+
+    async def offset_fetch(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+        return await self.broker.groups.fetch_offsets(request)
+
+    async def list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
+        return ListGroupsResponse(0, self.broker.groups.list_groups())
+
+    async def describe_groups(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        return DescribeGroupsResponse([await self.broker.groups.describe(g)
+                                       for g in request.group_ids])
+
+    async def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        results = []
+        for group_id in request.group_ids:
+            try:
+                await self.broker.groups.delete(group_id)
+                results.append(DeleteGroupResult(group_id, 0))
+            except StrataError as err:
+                results.append(DeleteGroupResult(group_id, *_error(err)))
+        return DeleteGroupsResponse(results)
 
 
 def assign_replicas(live: list[int], partitions: int, replication: int) -> dict[int, list[int]]:
