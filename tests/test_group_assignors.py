@@ -1,0 +1,220 @@
+"""The group assignors and the coordinator's reconciliation rules, without a broker.
+
+The coordinator itself runs against real brokers in tests/test_consumer_groups.py; here
+the pure parts are driven through many random membership histories, which a cluster
+test could never cover: every partition has exactly one target owner, no partition is
+ever owned by two members, members converge, and cooperative-sticky moves only what it
+must.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brokers.group_assignors import COOPERATIVE_STICKY, RANGE, assign
+from brokers.group_coordinator import Group, GroupCoordinator, Member, coordinator_partition
+
+TOPICS = {"a": 5, "b": 3, "c": 8}
+
+
+def _check_target(target: dict[str, set[tuple[str, int]]], subs: dict[str, list[str]],
+                  counts: dict[str, int]) -> None:
+    seen: list[tuple[str, int]] = [tp for tps in target.values() for tp in tps]
+    assert len(seen) == len(set(seen)), "a partition has two target owners"
+    wanted = {(t, p) for m in subs for t in subs[m] if t in counts for p in range(counts[t])}
+    assert set(seen) == wanted
+    for member, tps in target.items():
+        assert all(t in subs[member] for t, _ in tps)
+
+
+@given(st.lists(st.sampled_from(sorted(TOPICS)), min_size=1, max_size=3, unique=True),
+       st.integers(1, 9), st.sampled_from([RANGE, COOPERATIVE_STICKY]))
+@settings(max_examples=60, deadline=None)
+def test_homogeneous_subscriptions_are_complete_and_balanced(topics: list[str], n: int,
+                                                               assignor: str) -> None:
+    members = [f"m{i}" for i in range(n)]
+    subs = {m: topics for m in members}
+    target = assign(assignor, members, subs, TOPICS, {})
+    _check_target(target, subs, TOPICS)
+    if assignor == COOPERATIVE_STICKY:
+        sizes = [len(target[m]) for m in members]
+        assert max(sizes) - min(sizes) <= 1
+    else:  # range balances per topic
+        for topic in topics:
+            sizes = [sum(1 for t, _ in target[m] if t == topic) for m in members]
+            assert max(sizes) - min(sizes) <= 1
+
+
+@given(st.lists(st.lists(st.sampled_from(sorted(TOPICS)), min_size=1, max_size=3,
+                         unique=True), min_size=1, max_size=6))
+@settings(max_examples=60, deadline=None)
+def test_heterogeneous_subscriptions_get_only_their_topics(subscriptions: list[list[str]]
+                                                           ) -> None:
+    members = [f"m{i}" for i in range(len(subscriptions))]
+    subs = dict(zip(members, subscriptions, strict=True))
+    for assignor in (RANGE, COOPERATIVE_STICKY):
+        _check_target(assign(assignor, members, subs, TOPICS, {}), subs, TOPICS)
+
+
+def test_sticky_moves_only_what_the_new_member_takes() -> None:
+    members = ["m0", "m1", "m2", "m3"]
+    subs = {m: ["t"] for m in [*members, "m4"]}
+    before = assign(COOPERATIVE_STICKY, members, subs, {"t": 32}, {})
+    after = assign(COOPERATIVE_STICKY, [*members, "m4"], subs, {"t": 32}, before)
+    moved = {tp for m in members for tp in before[m] - after[m]}
+    assert moved == after["m4"]
+    assert len(after["m4"]) == 6  # 32 over 5: 7,7,6,6,6
+    # range, by contrast, shifts most partitions to new owners
+    r_before = assign(RANGE, members, subs, {"t": 32}, {})
+    r_after = assign(RANGE, [*members, "m4"], subs, {"t": 32}, {})
+    assert sum(len(r_before[m] - r_after[m]) for m in members) > len(r_after["m4"])
+
+
+def test_sticky_keeps_partitions_of_a_topic_a_member_still_has() -> None:
+    subs = {"m0": ["a", "b"], "m1": ["a", "b"]}
+    before = assign(COOPERATIVE_STICKY, ["m0", "m1"], subs, TOPICS, {})
+    subs2 = {"m0": ["a", "b"], "m1": ["a"]}
+    after = assign(COOPERATIVE_STICKY, ["m0", "m1"], subs2, TOPICS, before)
+    _check_target(after, subs2, TOPICS)
+    assert {tp for tp in before["m1"] if tp[0] == "a"} <= after["m1"]
+
+
+def test_unknown_assignor_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown assignor"):
+        assign("roundrobin", ["m"], {"m": ["a"]}, TOPICS, {})
+
+
+def test_coordinator_partition_is_stable() -> None:
+    # Clients and tools may compute it: it must never change between builds.
+    assert coordinator_partition("orders", 8) == coordinator_partition("orders", 8)
+    assert {coordinator_partition(f"g{i}", 8) for i in range(100)} == set(range(8))
+    assert coordinator_partition("g", 1) == 0
+
+
+# ----------------------------------------------------------------------------- reconcile
+
+
+def _coordinator(counts: dict[str, int]) -> GroupCoordinator:
+    """A coordinator whose broker is only a topic table: enough for the assignment rules
+    (``_refresh_target``/``_reconcile`` read nothing else)."""
+    coordinator = GroupCoordinator.__new__(GroupCoordinator)
+    topics = {t: SimpleNamespace(partition_count=n) for t, n in counts.items()}
+    coordinator.broker = SimpleNamespace(topics=topics)  # type: ignore[assignment]
+    return coordinator
+
+
+def _step(coordinator: GroupCoordinator, group: Group, member: Member) -> None:
+    coordinator._refresh_target(group)
+    coordinator._reconcile(group, member, 0.0)
+
+
+def _owners(group: Group) -> dict[tuple[str, int], list[str]]:
+    owners: dict[tuple[str, int], list[str]] = {}
+    for m in group.members.values():
+        for tp in m.owned:
+            owners.setdefault(tp, []).append(m.member_id)
+    return owners
+
+
+@pytest.mark.parametrize("assignor", [RANGE, COOPERATIVE_STICKY])
+@pytest.mark.parametrize("seed", range(25))
+def test_random_histories_never_share_a_partition_and_converge(assignor: str, seed: int
+                                                                 ) -> None:
+    rng = random.Random(seed)
+    coordinator = _coordinator({"t": 12, "u": 5})
+    group = Group("g", assignor=assignor)
+    next_id = 0
+
+    def join() -> None:
+        nonlocal next_id
+        member = Member(f"m{next_id:02d}", None, "c", rng.choice([["t"], ["t", "u"]]), 10_000,
+                        60_000)
+        next_id += 1
+        group.members[member.member_id] = member
+        group.group_epoch += 1
+
+    def heartbeat(member: Member) -> None:
+        # The member applies the last answer: gives up what it was told to, takes the rest.
+        member.owned = set(member.owned & member.assigned) | set(member.assigned)
+        before = set(member.owned)
+        _step(coordinator, group, member)
+        lost = before - member.assigned
+        if assignor == COOPERATIVE_STICKY:
+            kept_target = group.target.get(member.member_id, set())
+            assert not (lost & kept_target), "cooperative revoked a partition that stays"
+        owners = _owners(group)
+        assert all(len(o) == 1 for o in owners.values()), owners
+
+    for _ in range(3):
+        join()
+    for _ in range(150):
+        action = rng.random()
+        if action < 0.08 and len(group.members) < 8:
+            join()
+        elif action < 0.14 and len(group.members) > 1:
+            gone = rng.choice(sorted(group.members))
+            coordinator._remove(group, group.members[gone], "left")
+        else:
+            heartbeat(group.members[rng.choice(sorted(group.members))])
+    for _ in range(6):  # quiet period: everyone converges to the target
+        for member_id in sorted(group.members):
+            heartbeat(group.members[member_id])
+    for member in group.members.values():
+        assert member.owned == member.assigned == group.target[member.member_id]
+    assert group.state == "Stable"
+    assert set(_owners(group)) == {("t", p) for p in range(12)} | (
+        {("u", p) for p in range(5)}
+        if any("u" in m.subscribed for m in group.members.values()) else set())
+
+
+def _member(member_id: str, **kw: Any) -> Member:
+    return Member(member_id, kw.pop("instance_id", None), "c", ["t"], 10_000, 60_000, **kw)
+
+
+def test_eager_revokes_everything_before_anyone_gets_the_new_target() -> None:
+    coordinator = _coordinator({"t": 4})
+    group = Group("g", assignor=RANGE)
+    a = group.members["a"] = _member("a")
+    group.group_epoch = 1
+    _step(coordinator, group, a)
+    a.owned = set(a.assigned)
+    assert a.owned == {("t", p) for p in range(4)}
+    b = group.members["b"] = _member("b")
+    group.group_epoch += 1
+    _step(coordinator, group, b)
+    assert b.assigned == set()  # a still owns everything: barrier
+    _step(coordinator, group, a)
+    assert a.assigned == set()  # a must give up even the partitions it keeps
+    a.owned = set()
+    _step(coordinator, group, a)
+    assert a.assigned == {("t", 0), ("t", 1)}
+    _step(coordinator, group, b)
+    assert b.assigned == {("t", 2), ("t", 3)}
+
+
+def test_cooperative_hands_over_only_after_the_owner_gave_up() -> None:
+    coordinator = _coordinator({"t": 4})
+    group = Group("g", assignor=COOPERATIVE_STICKY)
+    a = group.members["a"] = _member("a")
+    group.group_epoch = 1
+    _step(coordinator, group, a)
+    a.owned = set(a.assigned)
+    b = group.members["b"] = _member("b")
+    group.group_epoch += 1
+    _step(coordinator, group, b)
+    assert b.assigned == set()  # what b targets is still a's
+    _step(coordinator, group, a)
+    moving = {("t", 0), ("t", 1), ("t", 2), ("t", 3)} - group.target["a"]
+    assert a.assigned == group.target["a"] and len(moving) == 2
+    _step(coordinator, group, b)
+    assert b.assigned == set()  # a has not reported yet
+    a.owned = set(a.assigned)
+    _step(coordinator, group, a)
+    _step(coordinator, group, b)
+    assert b.assigned == moving
