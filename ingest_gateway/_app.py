@@ -104,6 +104,9 @@ class GatewayState:
         self._cluster_id: tuple[str, float] | None = None
         self._limits: dict[str, tuple[int, float]] = {}
         self.coalescer = Coalescer(self)
+        #: Set by the SIGTERM/SIGINT handler (``GatewayApp.drain``): not ready any more.
+        self.draining = False
+        #: Set when the lifespan ends: the producers are being flushed and closed.
         self.closing = False
 
     async def producer(self, acks: str) -> AsyncProducer:
@@ -347,7 +350,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     _install_routes(app, config)
     app.add_middleware(_MetricsMiddleware)
     app.add_middleware(AccessLogMiddleware)  # outermost of the app's own middleware
-    return GatewayApp(app)
+    return GatewayApp(app, drain_delay_s=config.drain_delay_s)
 
 
 def app_from_env() -> GatewayApp:
@@ -414,6 +417,12 @@ async def _describe(state: GatewayState, topic: str) -> TopicDescription:
         raise from_strata_error(err, topic=topic, sent=False) from err
 
 
+def _check_not_draining(state: GatewayState) -> None:
+    if state.draining or state.closing:
+        raise unavailable("the gateway is shutting down: it finishes the requests it has "
+                          "and soon takes no more; send to another instance")
+
+
 def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
     consume, admin = _guard(Action.CONSUME), _guard(Action.ADMIN)
     base = "/v3/clusters/{cluster_id}"
@@ -427,14 +436,14 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
     async def readyz(request: Request) -> JSONResponse:
         """Readiness: a broker answered and the cluster metadata is loaded."""
         state = _state(request)
-        if state.closing:
-            raise unavailable("the gateway is shutting down: it finishes the requests it "
-                              "has and takes no more; send to another instance")
+        _check_not_draining(state)
         try:
             description = await asyncio.wait_for(state.admin.describe_cluster(), 5.0)
         except (StrataError, TimeoutError) as err:
+            _check_not_draining(state)
             raise unavailable(f"brokers unreachable ({err}); check --bootstrap and "
                               "`strata status`") from err
+        _check_not_draining(state)  # the drain may have begun while the brokers answered
         if not description.brokers:
             raise unavailable("no live brokers in the cluster metadata")
         return JSONResponse({"status": "ready", "cluster_id": description.cluster_id,
@@ -727,4 +736,5 @@ def run(config: GatewayConfig, *, log_level: str = "info") -> None:
             config = dataclasses.replace(
                 config, idempotency_db=os.path.join(private, "idempotency.sqlite3"))
         os.environ[CONFIG_ENV] = config.to_json()
-        serve_workers(app_from_env, common, config.workers)
+        serve_workers(app_from_env, common, config.workers,
+                      drain_delay_s=config.drain_delay_s)

@@ -50,6 +50,10 @@ class GatewayConfig:
     metadata_ttl_s: float = 30.0
     #: Seconds uvicorn gives in-flight requests on shutdown before closing them.
     shutdown_grace_s: float = 30.0
+    #: Seconds between SIGTERM and closing the listening socket: the gateway keeps serving
+    #: while ``/readyz`` already answers 503, so a load balancer stops sending to it before
+    #: connections are refused (0: close at once; ``/readyz`` is 503 from the signal on).
+    drain_delay_s: float = 0.0
     #: Largest ``max_records`` of the read endpoint.
     max_read_records: int = 10_000
     #: PEM certificate (chain) and private key: both set serves HTTPS only.
@@ -78,8 +82,10 @@ class GatewayConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both a certificate and its private key "
                              "(--tls-cert FILE --tls-key FILE)")
-        if self.linger_ms < 0 or self.max_block_ms < 0 or self.idempotency_window_s < 0:
-            raise ValueError("linger_ms, max_block_ms and idempotency_window_s must be >= 0")
+        if (self.linger_ms < 0 or self.max_block_ms < 0 or self.idempotency_window_s < 0
+                or self.drain_delay_s < 0):
+            raise ValueError("linger_ms, max_block_ms, idempotency_window_s and drain_delay_s "
+                             "must be >= 0")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

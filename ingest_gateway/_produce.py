@@ -97,9 +97,18 @@ def match_produce(path: str) -> tuple[str, str, bool] | None:
 class GatewayApp:
     """The ASGI app uvicorn serves: produce requests here, everything else to FastAPI."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, drain_delay_s: float = 0.0) -> None:
         #: The FastAPI app (its lifespan creates ``app.state.gateway``).
         self.app = app
+        #: Seconds the server keeps serving after SIGTERM (``GatewayConfig.drain_delay_s``).
+        self.drain_delay_s = drain_delay_s
+
+    def drain(self) -> None:
+        """The shutdown begins (SIGTERM/SIGINT): ``/readyz`` answers 503 from now on. Called
+        from the server's signal handler, so it only sets a flag."""
+        state = getattr(self.app.state, "gateway", None)
+        if state is not None:
+            state.draining = True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":

@@ -27,6 +27,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -34,7 +35,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ingest_gateway._metrics import MULTIPROC_ENV
 
-__all__ = ["OneWriteHttpProtocol", "reuseport_socket", "serve_one", "serve_workers"]
+__all__ = ["DrainingServer", "OneWriteHttpProtocol", "reuseport_socket", "serve_one",
+           "serve_workers"]
 
 log = logging.getLogger("ingest_gateway")
 
@@ -110,9 +112,42 @@ def reuseport_socket(host: str, port: int, *, listen: bool = True) -> socket.soc
     return sock
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, telling the app the moment the shutdown begins.
+
+    On SIGTERM/SIGINT it calls ``app.drain()`` at once (``/readyz`` answers 503 from
+    then on), then keeps serving for ``app.drain_delay_s`` seconds (if any) so that load
+    balancers see the 503 and stop sending before the listening socket is closed; then
+    uvicorn's graceful shutdown runs as usual. A second signal ends the delay early.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: Any) -> None:
+        super().__init__(config)
+        self._gateway = app
+        self._drain_until: float | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        drain = getattr(self._gateway, "drain", None)
+        if drain is not None:
+            drain()
+        delay = float(getattr(self._gateway, "drain_delay_s", 0.0) or 0.0)
+        if delay > 0 and self._drain_until is None and not self.should_exit:
+            self._captured_signals.append(sig)  # re-raised after the server ends, as uvicorn does
+            self._drain_until = time.monotonic() + delay
+            log.info("gateway draining: /readyz answers 503; closing the listener in %g s",
+                     delay)
+            return
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._drain_until is not None and time.monotonic() >= self._drain_until:
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+
 def serve_one(app: Any, options: dict[str, Any], sock: socket.socket | None = None) -> None:
-    """Run one uvicorn server in this process until SIGTERM/SIGINT."""
-    server = uvicorn.Server(uvicorn.Config(app, http=OneWriteHttpProtocol, **options))
+    """Run one uvicorn server in this process until SIGTERM/SIGINT (see ``DrainingServer``)."""
+    server = DrainingServer(uvicorn.Config(app, http=OneWriteHttpProtocol, **options), app)
     server.run(sockets=None if sock is None else [sock])
 
 
@@ -138,14 +173,15 @@ def _worker_main(factory: Callable[[], Any], options: dict[str, Any], host: str,
     serve_one(factory(), {**options, "host": host, "port": port}, sock)
 
 
-def serve_workers(factory: Callable[[], Any], options: dict[str, Any], workers: int) -> None:
+def serve_workers(factory: Callable[[], Any], options: dict[str, Any], workers: int, *,
+                  drain_delay_s: float = 0.0) -> None:
     """``workers`` processes, each calling ``factory()`` for its app and listening on its
     own ``SO_REUSEPORT`` socket; returns when they all ended after SIGTERM/SIGINT.
 
     A worker that ends on its own is replaced (after a pause that grows while workers
     keep failing right after starting). On SIGTERM/SIGINT every worker gets SIGTERM and
-    drains (uvicorn's graceful wait, then the app's close, each up to
-    ``timeout_graceful_shutdown``); one still running after both is killed."""
+    drains (``drain_delay_s``, uvicorn's graceful wait, then the app's close, each up to
+    ``timeout_graceful_shutdown``); one still running after all that is killed."""
     options = dict(options)
     host, port = options.pop("host"), options.pop("port")
     grace = float(options.get("timeout_graceful_shutdown") or 30)
@@ -207,7 +243,7 @@ def serve_workers(factory: Callable[[], Any], options: dict[str, Any], workers: 
                         stop(signal.SIGTERM, None)
     finally:
         stop(signal.SIGTERM, None)
-        deadline = time.monotonic() + 2 * grace + 5
+        deadline = time.monotonic() + drain_delay_s + 2 * grace + 5
         for process in children:
             process.join(max(0.1, deadline - time.monotonic()))
             if process.is_alive():

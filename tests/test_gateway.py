@@ -8,8 +8,11 @@ import base64
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +20,13 @@ from typing import Any
 import httpx
 import pytest
 
+from ingest_gateway import GatewayConfig
 from ingest_gateway._auth import hash_secret
 from strata.client import Admin, Consumer, NewTopic, TopicPartition
 from strata.client._partitioner import partition_for_key
+from strata.procs import free_port
 from tests.support.cluster import Cluster
-from tests.support.gateway import MAX_REQUEST_BYTES, Gateway, running_gateway
+from tests.support.gateway import MAX_REQUEST_BYTES, Gateway, running_gateway, stop_child
 from tests.support.waiting import wait_for
 
 SMALL_LIMIT = 2000  # max.message.bytes of the "gw-small" topic
@@ -53,6 +58,34 @@ def gateway(cluster: Cluster) -> Iterator[Gateway]:
 def client(gateway: Gateway) -> Iterator[httpx.Client]:
     with httpx.Client(timeout=20) as c:
         yield c
+
+
+@contextlib.contextmanager
+def config_gateway(bootstrap: str, cluster_id: str, **settings: Any) -> Iterator[Gateway]:
+    """A gateway started from a ``GatewayConfig`` (settings the CLI has no flag for), in
+    its own process, ready; stopped by its Popen handle like ``running_gateway``'s."""
+    config = GatewayConfig(bootstrap=bootstrap, port=free_port(), no_auth=True,
+                           delivery_timeout_ms=4000, shutdown_grace_s=5, access_log=False,
+                           **settings)
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from ingest_gateway import GatewayConfig, run; "
+         "run(GatewayConfig.from_json(sys.argv[1]), log_level='warning')", config.to_json()],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    url = f"http://127.0.0.1:{config.port}"
+
+    def ready() -> int:
+        assert process.poll() is None, "the gateway exited"
+        try:
+            return httpx.get(f"{url}/readyz", timeout=2).status_code
+        except httpx.HTTPError:
+            return -1
+
+    try:
+        wait_for("gateway ready", ready, lambda s: s == 200, timeout=30)
+        yield Gateway(url, cluster_id, bootstrap, process, deque())
+    finally:
+        stop_child(process)
 
 
 def b64(data: bytes) -> str:
@@ -456,6 +489,25 @@ def test_workers_and_graceful_shutdown_drain(gateway: Gateway) -> None:
         assert read.value == b"drain"
 
 
+def test_readyz_is_503_from_the_moment_the_drain_starts(gateway: Gateway) -> None:
+    """SIGTERM: /readyz answers 503 at once, while the gateway still serves (for
+    ``drain_delay_s``, so a load balancer stops sending first); then it exits."""
+    with config_gateway(gateway.bootstrap, gateway.cluster_id, drain_delay_s=2.0) as gw, \
+            httpx.Client(timeout=10) as client:
+        url = gw.topic_url("gw-stream") + "/records"
+        record = {"value": {"type": "STRING", "data": "lame duck"}}
+        assert client.get(f"{gw.url}/readyz").status_code == 200
+        gw.process.terminate()
+        ready = client.get(f"{gw.url}/readyz")
+        assert ready.status_code == 503, ready.text
+        assert "shutting down" in ready.json()["message"] and ready.headers["Retry-After"]
+        served = client.post(url, json=record)  # still served while draining
+        assert served.status_code == 200, served.text
+        assert gw.process.wait(20) in (0, -15)
+        [read] = read_back(gateway.bootstrap, "gw-stream", 0, served.json()["offset"])
+        assert read.value == b"lame duck"
+
+
 def test_auth_401_403_429(gateway: Gateway, tmp_path: Path) -> None:
     config = tmp_path / "auth.toml"
     writer_hash, admin_hash = hash_secret("writer-secret"), hash_secret("admin-secret")
@@ -583,8 +635,25 @@ def access_lines(gateway: Gateway) -> list[dict[str, Any]]:
 
 
 def test_brokers_gone_is_503(client: httpx.Client, gateway: Gateway, cluster: Cluster) -> None:
-    """Runs last: kills the broker. Nothing unacknowledged is reported as written."""
-    cluster.kill(0)
+    """Runs last: kills the broker. Nothing unacknowledged is reported as written, and an
+    Idempotency-Key retry still gets its stored first answer: the key is looked up before
+    any broker is asked (this gateway caches no metadata, so any broker call would 503)."""
+    with config_gateway(gateway.bootstrap, gateway.cluster_id, metadata_ttl_s=0.0) as uncached:
+        url = uncached.topic_url("gw-events") + "/records"
+        record = {"partition_id": 1, "value": {"type": "STRING", "data": "kept"}}
+        key = {"Idempotency-Key": "outage-1"}
+        first = client.post(url, json=record, headers=key)
+        assert first.status_code == 200, first.text
+        batch = client.post(url + ":batch", json={"entries": [record]}, headers=key)
+        assert batch.status_code == 207, batch.text
+        cluster.kill(0)
+        retry = client.post(url, json=record, headers=key)
+        assert (retry.status_code, retry.content) == (200, first.content), retry.text
+        assert retry.headers["Idempotent-Replayed"] == "true"
+        batch_retry = client.post(url + ":batch", json={"entries": [record]}, headers=key)
+        assert (batch_retry.status_code, batch_retry.content) == (207, batch.content)
+        fresh = client.post(url, json=record, headers={"Idempotency-Key": "outage-2"})
+        assert fresh.status_code == 503, fresh.text  # a new key needs the brokers
     answer = client.post(gateway.topic_url("gw-events") + "/records",
                          json={"partition_id": 0, "value": {"type": "STRING", "data": "lost"}})
     assert answer.status_code == 503, answer.text
