@@ -1177,7 +1177,14 @@ async def _serve_stream(state: GatewayState, scope: dict[str, Any], receive: Any
             *((k.lower().encode("latin-1"), v.encode("latin-1"))
               for k, v in answer.headers.items())])
         return
-    await recorder.start_response(send, 200, list(_NDJSON))
+    # A record refused before it was sent (rate limit, ...) says when to retry in its
+    # line; the longest such wait is also the answer's Retry-After.
+    waits = [int(item.headers["Retry-After"]) for item in items
+             if isinstance(item, HttpError) and item.headers.get("Retry-After", "").isdigit()]
+    head = list(_NDJSON)
+    if waits:
+        head.append((b"retry-after", b"%d" % max(waits)))
+    await recorder.start_response(send, 200, head)
     for i, item in enumerate(items):
         _, report, _ = await producing.outcome(plan, i, item)
         await recorder.body(send, _encode(report) + b"\n", more=True)

@@ -204,8 +204,15 @@ def test_produce_binary_and_acks(client: httpx.Client, gateway: Gateway) -> None
     assert batch.status_code == 207
     [sent] = batch.json()["successes"]
     assert sent["id"] == "z" and sent["error_code"] == 202 and sent["offset"] is None
+    # streaming mode: every line says 202, none claims an offset
+    stream = client.post(url, params={"acks": "0"}, headers={"Content-Type": "application/json"},
+                         content=iter([json.dumps({"partition_id": 2, "value": None}).encode()
+                                       for _ in range(2)]))
+    assert stream.status_code == 200, stream.text
+    lines = [json.loads(line) for line in stream.text.splitlines()]
+    assert [(r["error_code"], r["offset"]) for r in lines] == [(202, None)] * 2
     wait_for("acks=0 records arrive", lambda: high_watermark(client, gateway, "gw-events", 2),
-             lambda hw: hw == before + 2, timeout=10)
+             lambda hw: hw == before + 4, timeout=10)
 
 
 def test_streaming_mode_reports_in_order(client: httpx.Client, gateway: Gateway) -> None:
@@ -528,6 +535,12 @@ secret_hash = "{writer_hash}"
 rate_limit_per_s = 0.1
 burst = 5
 acls = [{{ action = "produce", prefix = "gw-ev" }}]
+[[keys]]
+id = "streamer"
+secret_hash = "{writer_hash}"
+rate_limit_per_s = 0.1
+burst = 3
+acls = [{{ action = "produce", prefix = "gw-ev" }}]
 """)
     with running_gateway(gateway.bootstrap, "--auth-config", str(config)) as secured, \
             httpx.Client(timeout=20) as client:
@@ -569,6 +582,14 @@ acls = [{{ action = "produce", prefix = "gw-ev" }}]
                            headers=batcher).status_code == 207
         over = client.post(url, json=record, headers=batcher)
         assert over.status_code == 429 and over.json()["error_code"] == 42901
+        # streaming mode pays per record as they arrive: burst 3 lets 3 of 4 through
+        streamer = {"Authorization": "Bearer streamer.writer-secret",
+                    "Content-Type": "application/json"}
+        streamed = client.post(url, headers=streamer,
+                               content=iter([json.dumps(record).encode()] * 4))
+        assert streamed.status_code == 200, streamed.text
+        codes = [json.loads(line)["error_code"] for line in streamed.text.splitlines()]
+        assert codes == [200, 200, 200, 42901] and int(streamed.headers["Retry-After"]) >= 1
     assert [(line["method"], line["status"], line["key_id"]) for line in lines] == [
         ("POST", 401, "-"), ("POST", 401, "-"), ("POST", 200, "writer"),
         ("POST", 403, "writer"), ("GET", 403, "writer"), ("POST", 200, "writer"),
