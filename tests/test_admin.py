@@ -139,8 +139,9 @@ def test_describe_and_alter_configs(admin: Admin) -> None:
     assert configs["segment.bytes"] == ConfigValue("segment.bytes", str(1 << 20), False)
     assert configs["cleanup.policy"] == ConfigValue("cleanup.policy", "delete", False)
     assert configs["retention.ms"].value == "60000"  # untouched
-    with pytest.raises(InvalidConfigError, match=r"compact needs tier\.enable=true"):
-        admin.alter_configs("configured", set={"cleanup.policy": "compact"})
+    with pytest.raises(InvalidConfigError, match=r"compact,delete is not supported"):
+        admin.alter_configs("configured", set={"cleanup.policy": "compact,delete",
+                                               "tier.enable": "true"})
 
     admin.alter_configs("configured", delete=["retention.ms", "cleanup.policy"])
     configs = admin.describe_configs(["configured"])["configured"]

@@ -69,7 +69,8 @@ def test_tier_configs_default_to_the_old_behaviour() -> None:
      "local.retention.ms=-1 \\(unlimited\\) exceeds retention.ms=1000"),
     ({"tier.enable": "true", "retention.bytes": "100", "local.retention.bytes": "50"},
      "retention.bytes=100 is not enforced on the Delta table"),
-    ({"cleanup.policy": "compact"}, "cleanup.policy=compact needs tier.enable=true"),
+    ({"tier.enable": "true", "cleanup.policy": "compact,delete"},
+     "cleanup.policy=compact,delete is not supported with tier.enable=true"),
     ({"tier.enable": "true", "delete.retention.ms": "-1"}, "delete.retention.ms='-1' is out"),
 ])
 def test_bad_tier_configs_are_rejected(values: dict[str, str], words: str) -> None:

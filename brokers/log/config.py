@@ -50,8 +50,35 @@ class FlushPolicy(StrEnum):
 
 
 class CleanupPolicy(StrEnum):
+    """What bounds a log (``cleanup.policy``).
+
+    ``delete``: retention deletes whole old segments (``retention.ms`` / ``.bytes``);
+    ``compact``: nothing is deleted by age or size, the broker's cleaner
+    (``brokers/log/cleaner.py``) keeps the latest record per key; ``compact,delete``
+    (Kafka's spelling; ``delete,compact`` is read as the same): both, so keys that
+    stop being written eventually age out. ``compact,delete`` is refused with
+    ``tier.enable=true``, where the tiering job owns the total retention.
+    """
+
     DELETE = "delete"
     COMPACT = "compact"
+    COMPACT_DELETE = "compact,delete"
+
+    @classmethod
+    def _missing_(cls, value: object) -> CleanupPolicy | None:
+        if isinstance(value, str):
+            parts = sorted(p.strip() for p in value.split(","))
+            if parts == ["compact", "delete"]:
+                return cls.COMPACT_DELETE
+        return None
+
+    @property
+    def compacts(self) -> bool:
+        return self is not CleanupPolicy.DELETE
+
+    @property
+    def deletes(self) -> bool:
+        return self is not CleanupPolicy.COMPACT
 
 
 class TimestampTypeConfig(StrEnum):
@@ -159,13 +186,13 @@ class LogConfig:
         as before.
         """
         if not self.tier_enable:
-            if self.cleanup_policy is CleanupPolicy.COMPACT:
-                raise InvalidConfigError(
-                    "topic config cleanup.policy=compact needs tier.enable=true: brokers do "
-                    "not compact their local logs yet (issue [7/7]); the tiering job keeps "
-                    "the compacted table in Delta. Set tier.enable=true as well, or use "
-                    "cleanup.policy=delete")
             return
+        if self.cleanup_policy is CleanupPolicy.COMPACT_DELETE:
+            raise InvalidConfigError(
+                "topic config cleanup.policy=compact,delete is not supported with "
+                "tier.enable=true: the tiering job owns the total retention (retention.ms "
+                "on the Delta table) and keeps the compacted table for cleanup.policy="
+                "compact; use compact or delete")
         if self.retention_bytes != -1:
             raise InvalidConfigError(
                 f"topic config retention.bytes={self.retention_bytes} is not enforced on the "
@@ -218,14 +245,15 @@ TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
         "with flush.policy=interval, the longest time unflushed data may wait"),
     "cleanup.policy": _Key(
         "cleanup_policy", _enum(CleanupPolicy), lambda v: True,
-        "delete, compact (compact only with tier.enable=true)",
-        "delete: old segments are deleted; compact (with tier.enable=true): the tiering job "
-        "also keeps a Delta table of the latest record per key (brokers do not compact "
-        "their local logs yet)"),
+        "delete, compact, compact,delete (not with tier.enable=true)",
+        "delete: retention deletes old segments; compact: no retention by age or size, the "
+        "broker's cleaner keeps the latest record per key on closed segments (records need "
+        "a key) and, with tier.enable=true, the tiering job also keeps a Delta table of the "
+        "latest record per key; compact,delete: both (docs/compaction.md)"),
     "delete.retention.ms": _Key(
         "delete_retention_ms", _int, lambda v: 0 <= v <= _INT64_MAX, f"0..{_INT64_MAX}",
-        "with cleanup.policy=compact, how long a tombstone (null value) stays in the "
-        "compacted table"),
+        "with cleanup.policy=compact, how long a tombstone (null value) is kept by the "
+        "cleaner after its timestamp (and stays in the tiered compacted table)"),
     "min.insync.replicas": _Key(
         "min_insync_replicas", _int, lambda v: 1 <= v <= 1000, "1..1000",
         "with acks=all, the fewest in-sync replicas that must hold a write"),

@@ -12,6 +12,11 @@ Directory layout::
                                           (``LeaderEpochCache``, brokers/log/leader_epoch.py)
     <dir>/.clean-shutdown                 present only between a clean close and the
                                           next open (``CleanShutdownMarker``)
+    <dir>/compacted-below                 offsets below it may have gaps (compaction;
+                                          ``OffsetCheckpoint``; absent: none may)
+    <dir>/<base>.log.cleaned, .log.swap   a cleaner's rewrite of a segment in progress
+                                          (brokers/log/cleaner.py); finished or
+                                          discarded on open
 
 Invariants:
 - segments are sorted by base offset; each starts where the previous one ends; only
@@ -19,6 +24,11 @@ Invariants:
 - ``log_start_offset <= log_end_offset``; offsets below ``log_start_offset`` are never
   served, even while their segment still exists;
 - ``recovery_point <= log_end_offset`` and every byte below it is durable.
+- offsets are contiguous from ``compacted_below`` on; below it a batch may start after
+  a gap (records the cleaner removed, or a follower's copy of a compacted leader), and
+  a closed segment then covers ``[base offset, next segment's base offset)`` even when
+  its last batch ends earlier (``next_offset`` is that coverage). A read at an offset
+  inside a gap returns the next batch. Offsets never change and never go backwards.
 - the leader-epoch cache has one entry per epoch found in the batches from the log
   start on (its first offset, or the log start for the epoch covering it); it is
   updated on every append that brings a larger epoch, on truncation, delete-records
@@ -87,7 +97,9 @@ from brokers.log.segment import (
     MAX_RELATIVE_OFFSET,
     TIME_INDEX_SUFFIX,
     FileSlice,
+    GapBound,
     LogSegment,
+    segment_file_name,
 )
 from brokers.record_batch import (
     BatchHeader,
@@ -105,6 +117,10 @@ RECOVERY_POINT_FILE: Final = "recovery-point"
 LOG_START_FILE: Final = "log-start-offset"
 CLEAN_SHUTDOWN_FILE: Final = ".clean-shutdown"
 CORRUPT_SUFFIX: Final = ".corrupt"  # segments set aside by recovery: <base>.log.corrupt
+COMPACTED_BELOW_FILE: Final = "compacted-below"
+CLEANED_SUFFIX: Final = ".cleaned"  # a cleaner's output being written: <base>.log.cleaned
+SWAP_SUFFIX: Final = ".swap"  # a complete cleaner output being swapped in: <base>.log.swap
+_SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 
 def _now_ms() -> int:
@@ -152,6 +168,9 @@ class PartitionLog:
         self._start_checkpoint = OffsetCheckpoint(self.directory / LOG_START_FILE)
         self._clean_marker = CleanShutdownMarker(self.directory / CLEAN_SHUTDOWN_FILE)
         self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
+        self._gaps_checkpoint = OffsetCheckpoint(self.directory / COMPACTED_BELOW_FILE)
+        self._gaps = GapBound(0)  # shared by every segment of this log
+        self._gaps_persisted = 0
         self.epoch_cache_rebuilt = False  # True when open rebuilt it from batch headers
         self.recovered_bytes_truncated = 0
         self.set_aside: list[Path] = []  # segment files recovery renamed to *.corrupt
@@ -171,6 +190,8 @@ class PartitionLog:
     def _open(self) -> None:
         for stray in self.directory.glob("*.tmp"):
             stray.unlink()
+        self._gaps.below = self._gaps_persisted = self._gaps_checkpoint.read() or 0
+        self._finish_swaps()
         stems = (p.name[: -len(LOG_SUFFIX)] for p in self.directory.glob("*" + LOG_SUFFIX))
         bases = sorted(int(stem) for stem in stems if stem.isdigit())
         live = {f"{b:020d}" for b in bases}
@@ -181,8 +202,8 @@ class PartitionLog:
         self.opened_cleanly = self._clean_marker.exists()
         recovery_point = self._recovery_checkpoint.read() or 0
         checkpointed_recovery_point = recovery_point
-        segments = [LogSegment(self.directory, b, self.config.index_interval_bytes, create=False)
-                    for b in bases]
+        segments = [LogSegment(self.directory, b, self.config.index_interval_bytes, create=False,
+                               gaps=self._gaps) for b in bases]
         if self.opened_cleanly:
             segments = self._load_clean(segments, recovery_point)
         else:
@@ -267,6 +288,9 @@ class PartitionLog:
         """
         kept: list[LogSegment] = []
         for i, segment in enumerate(segments):
+            if kept and kept[-1].next_offset < segment.base_offset <= self._gaps.below \
+                    and not self.recovered_bytes_truncated:
+                kept[-1].next_offset = segment.base_offset  # a compacted gap, not a torn tail
             if kept and segment.base_offset != kept[-1].next_offset:
                 previous = kept[-1]
                 if min(previous.next_offset, segment.base_offset) < recovery_point:
@@ -316,7 +340,12 @@ class PartitionLog:
         return target
 
     def _check_contiguous(self, segments: list[LogSegment]) -> None:
+        """Each segment starts where the previous one ends; below ``compacted_below`` a
+        closed segment whose last batches were compacted away is extended to cover the
+        gap up to the next segment's base offset."""
         for before, after in itertools.pairwise(segments):
+            if before.next_offset < after.base_offset <= self._gaps.below:
+                before.next_offset = after.base_offset
             if before.next_offset != after.base_offset:
                 raise CorruptRecordError(
                     f"segment {after.log_path.name} starts at {after.base_offset} but the "
@@ -335,7 +364,7 @@ class PartitionLog:
     def _new_segment(self, base_offset: int) -> LogSegment:
         """Create an empty segment file; with a flush policy, make its name durable too."""
         segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes,
-                             create=True)
+                             create=True, gaps=self._gaps)
         if self.config.flush_policy is not FlushPolicy.NONE:
             fsync_directory(self.directory)
         return segment
@@ -473,14 +502,20 @@ class PartitionLog:
     def append_as_follower(self, batch: bytes | bytearray | memoryview) -> AppendInfo:
         """Append a batch whose offsets the leader already assigned (replication).
 
-        The batch must start exactly at the log end offset. ``max.message.bytes`` is not
+        The batch must start at the log end offset, or (``cleanup.policy`` with
+        ``compact`` only) after it when the leader's log has a compacted gap there (``compacted_below`` then moves up to the batch's base
+        offset, persisted with the next flush: before that a crash treats the gap as a
+        torn tail and cuts it, and the follower fetches again). ``max.message.bytes`` is not
         checked: the leader accepted the batch, and a copy must hold what the leader holds
         (the limit may also have been lowered since).
         """
         header = validate(batch)
         with self._lock:
             self._check_writable()
-            if header.base_offset != self.log_end_offset:
+            if header.base_offset > self.log_end_offset \
+                    and self.config.cleanup_policy.compacts:
+                self._gaps.below = max(self._gaps.below, header.base_offset)
+            elif header.base_offset != self.log_end_offset:
                 raise InvalidRecordBatchError(
                     f"replicated batch starts at {header.base_offset} but the log ends at "
                     f"{self.log_end_offset}; truncate or fetch from the log end")
@@ -613,6 +648,7 @@ class PartitionLog:
                     if (segment.next_offset > self.recovery_point
                             or segment is self.active_segment):
                         segment.flush()
+                self._persist_gaps()  # before a recovery point that covers gaps
                 self._recovery_checkpoint.write(end)
             except OSError as err:
                 raise self._storage_failed(f"flush of {self.directory}", err) from err
@@ -677,8 +713,10 @@ class PartitionLog:
             found = segment.read(offset, max_bytes, limit)
             if found is not None:
                 return found
-            if segment.next_offset > offset:
-                # The segment claims the offset but no batch holds it: never skip ahead.
+            if segment.next_offset > offset and offset >= self._gaps.below:
+                # The segment claims the offset but no batch holds it: never skip ahead
+                # (below ``compacted_below`` the offset is in a gap: the next segment
+                # holds the next batch).
                 raise CorruptRecordError(
                     f"no batch holds offset {offset} although the segment ends at "
                     f"{segment.next_offset}", segment=str(segment.log_path), position=0,
@@ -824,6 +862,89 @@ class PartitionLog:
             return [SegmentSummary(s.base_offset, s.next_offset, _segment_timestamp(s), s.size)
                     for s in self._segments[:-1]]
 
+    # ------------------------------------------------------------------ compaction
+    @property
+    def compacted_below(self) -> int:
+        """Offsets below this may have gaps (see the module docstring); 0: none may."""
+        return self._gaps.below
+
+    def _persist_gaps(self) -> None:
+        """Write ``compacted-below`` if it moved (lock held)."""
+        below = self._gaps.below
+        if below > self._gaps_persisted:
+            self._gaps_checkpoint.write(below)
+            self._gaps_persisted = below
+
+    def cleanable_segments(self, upper_offset: int) -> list[LogSegment]:
+        """Closed segments that end at or below ``upper_offset``, oldest first (never the
+        active one): what the cleaner may rewrite. One snapshot, taken under the lock."""
+        self._check_open()
+        with self._lock:
+            return [s for s in self._segments[:-1] if s.next_offset <= upper_offset]
+
+    def replace_segment(self, old: LogSegment, compacted_below: int) -> LogSegment | None:
+        """Swap in the cleaner's rewrite of ``old``: ``<base>.log.cleaned`` and its two
+        ``.cleaned`` indexes, complete and fsynced. Takes the lock only for the renames.
+
+        Order (each step durable before the next): ``compacted-below`` is raised to
+        ``compacted_below`` (it only relaxes checks, so raising it early is harmless);
+        the indexes, then the log, are renamed ``.cleaned`` -> ``.swap`` (the rename of
+        the log is the commit point); the ``.swap`` files are renamed over the live
+        names. ``_finish_swaps`` completes a committed swap on open and discards an
+        uncommitted one. Readers holding ``old`` (or a ``FileSlice`` of it) keep reading
+        the old file, which stays open until they let go; its bytes are as valid as
+        ever. Returns the new segment, or ``None`` (cleaned files removed) when ``old``
+        is no longer a closed segment of this log (retention, truncation, close).
+        """
+        base = old.base_offset
+        with self._lock:
+            if (self._closed or self._offline is not None or old not in self._segments
+                    or old is self.active_segment):
+                _remove_cleaned(self.directory, base)
+                return None
+            try:
+                self._gaps.below = max(self._gaps.below, compacted_below)
+                self._persist_gaps()
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
+                    name = self.directory / segment_file_name(base, suffix)
+                    os.replace(f"{name}{CLEANED_SUFFIX}", f"{name}{SWAP_SUFFIX}")
+                fsync_directory(self.directory)
+                _complete_swap(self.directory, base)
+                new = LogSegment(self.directory, base, self.config.index_interval_bytes,
+                                 create=False, gaps=self._gaps)
+                new.load()
+            except OSError as err:
+                raise self._storage_failed(f"swap of the cleaned segment {base}", err) from err
+            except CorruptRecordError as err:
+                self._offline = err
+                log.error("the cleaned segment %d of %s does not load: %s; log offline",
+                          base, self.directory, err)
+                raise
+            new.next_offset = old.next_offset  # its coverage, up to the next segment
+            new.rolled_at_ms = old.rolled_at_ms
+            self._segments[self._segments.index(old)] = new
+            old.detach()
+            return new
+
+    def _finish_swaps(self) -> None:
+        """On open: complete the cleaner's committed swaps, discard the rest."""
+        changed = False
+        for path in self.directory.glob("*" + CLEANED_SUFFIX):
+            path.unlink()
+            changed = True
+        committed = self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")
+        for stem in sorted(p.name[: -len(LOG_SUFFIX + SWAP_SUFFIX)] for p in committed):
+            if stem.isdigit():
+                log.warning("%s: completing the cleaner's swap of segment %s interrupted by "
+                            "a crash", self.directory, stem)
+                _complete_swap(self.directory, int(stem))
+                changed = True
+        for path in self.directory.glob("*" + SWAP_SUFFIX):
+            path.unlink()  # an index whose log never reached .swap: not committed
+            changed = True
+        if changed:
+            fsync_directory(self.directory)
+
     def apply_retention(self, tiered_up_to: int | None = None) -> list[int]:
         """Delete whole closed segments that retention lets go; see the module docstring.
 
@@ -840,6 +961,8 @@ class PartitionLog:
                 if tiered_up_to is None:
                     return []
                 return self._delete_oldest(self._tiered_doomed(tiered_up_to))
+            if not self.config.cleanup_policy.deletes:
+                return []  # cleanup.policy=compact: the cleaner, not retention, trims it
             now = self._clock()
             closed = self._segments[:-1]
             doomed = 0
@@ -921,6 +1044,22 @@ class PartitionLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_cleaned(directory: Path, base_offset: int) -> None:
+    for suffix in _SEGMENT_SUFFIXES:
+        (directory / (segment_file_name(base_offset, suffix) + CLEANED_SUFFIX)).unlink(
+            missing_ok=True)
+
+
+def _complete_swap(directory: Path, base_offset: int) -> None:
+    """Rename a committed swap's ``.swap`` files over the live names, indexes first."""
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
+        name = directory / segment_file_name(base_offset, suffix)
+        swap = Path(f"{name}{SWAP_SUFFIX}")
+        if swap.exists():
+            os.replace(swap, name)
+    fsync_directory(directory)
 
 
 def _segment_timestamp(segment: LogSegment) -> int:

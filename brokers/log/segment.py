@@ -75,7 +75,7 @@ from brokers.record_batch import (
     validate,
 )
 
-__all__ = ["FileSlice", "LogSegment", "SegmentFile", "segment_file_name"]
+__all__ = ["FileSlice", "GapBound", "LogSegment", "SegmentFile", "segment_file_name"]
 
 log = logging.getLogger("strata.brokers.log")
 
@@ -88,6 +88,27 @@ TIME_INDEX_SUFFIX: Final = ".timeindex"
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
+
+
+class GapBound:
+    """Below which offset a batch may follow an offset gap (shared by a log's segments).
+
+    Offsets are contiguous in a log that was never compacted; the cleaner
+    (``brokers/log/cleaner.py``) and a follower copying a compacted leader leave gaps.
+    ``below`` is the ``compacted-below`` checkpoint of the owning ``PartitionLog``: a
+    batch whose base offset is at or below it may start after a gap (and a segment's first
+    batch after its base offset); at or above it every offset-continuity check of this
+    module stays strict, so damage in data that was never compacted is still found.
+    """
+
+    __slots__ = ("below",)
+
+    def __init__(self, below: int = 0) -> None:
+        self.below = below
+
+    def follows(self, expected: int, base_offset: int) -> bool:
+        """May a batch starting at ``base_offset`` come where ``expected`` was next?"""
+        return base_offset == expected or expected < base_offset <= self.below
 
 
 class SegmentFile:
@@ -143,13 +164,19 @@ class LogSegment:
     """A ``.log`` file with its offset and time indexes; see the module docstring."""
 
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
-                 *, create: bool) -> None:
+                 *, create: bool, gaps: GapBound | None = None,
+                 log_path: Path | None = None) -> None:
         self.directory = directory
         self.base_offset = base_offset
+        self.gaps = gaps if gaps is not None else GapBound()
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
-        self.offset_index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX))
-        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX))
+        self.log_path = log_path or directory / segment_file_name(base_offset, LOG_SUFFIX)
+        # A cleaner's work file (``<base>.log.cleaned``) gets ``<base>.index.cleaned`` etc.
+        extra = self.log_path.name[len(segment_file_name(base_offset, LOG_SUFFIX)):]
+        self.offset_index = OffsetIndex(
+            directory / (segment_file_name(base_offset, INDEX_SUFFIX) + extra))
+        self.time_index = TimeIndex(
+            directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + extra))
         self._file: SegmentFile | None = SegmentFile(self.log_path, create=create)
         self.size = os.fstat(self._file.fd).st_size
         self.next_offset = base_offset
@@ -161,6 +188,7 @@ class LogSegment:
         # mutated in place, only replaced under _lock, so readers may use a snapshot.
         self._verified: list[tuple[int, int]] = []
         self._lock = threading.RLock()
+        self._detached = False
         self.rolled_at_ms = time.time_ns() // 1_000_000
         if create:
             self.offset_index.clear()
@@ -236,7 +264,7 @@ class LogSegment:
             self.time_index.values[-1] if self.time_index else 0)
         self._bytes_since_index = 0
         for pos, header in self.iter_headers(position, self.size):
-            if header.base_offset != self.next_offset:
+            if not self.gaps.follows(self.next_offset, header.base_offset):
                 raise self._corrupt(
                     f"offset gap: batch starts at {header.base_offset}, expected "
                     f"{self.next_offset}", pos, header.base_offset)
@@ -260,7 +288,7 @@ class LogSegment:
         self._relative_offset_of_max_timestamp = 0
         self._bytes_since_index = 0
         for pos, header in self.iter_headers(0, self.size):
-            if header.base_offset != self.next_offset:
+            if not self.gaps.follows(self.next_offset, header.base_offset):
                 raise self._corrupt(
                     f"offset gap: batch starts at {header.base_offset}, expected "
                     f"{self.next_offset}", pos, header.base_offset)
@@ -318,7 +346,7 @@ class LogSegment:
             return None, err.message
         if position + header.size > size:
             return None, f"batch of {header.size} bytes runs past the end of the file ({size})"
-        if header.base_offset != self.next_offset:
+        if not self.gaps.follows(self.next_offset, header.base_offset):
             return None, (f"offset gap: batch starts at {header.base_offset}, expected "
                           f"{self.next_offset}")
         try:
@@ -334,7 +362,7 @@ class LogSegment:
             header = peek_header(os.pread(self.file.fd, HEADER_SIZE, 0))
         except InvalidRecordBatchError as err:
             raise self._corrupt(err.message, 0) from err
-        if header.base_offset != self.base_offset:
+        if not self.gaps.follows(self.base_offset, header.base_offset):
             raise self._corrupt(
                 f"the first batch starts at offset {header.base_offset} but the segment's "
                 f"file name says {self.base_offset}", 0, header.base_offset)
@@ -395,6 +423,9 @@ class LogSegment:
         """Remove every batch whose last offset is >= ``offset`` (whole batches only)."""
         position = self.position_of(offset)
         if position is None:
+            if self.next_offset > offset:  # ``offset`` is in a compacted gap at the end
+                with self._lock:
+                    self._rebuild_indexes()  # next_offset: the end of the last batch
             return
         with self._lock:
             os.ftruncate(self.file.fd, position)
@@ -412,8 +443,18 @@ class LogSegment:
             self.seal()
         self._file = None
 
+    def detach(self) -> None:
+        """The cleaner swapped a rewritten file in under this segment's names: keep
+        serving readers that still hold this object from the old (unlinked) file, but
+        never touch the files that now carry those names again."""
+        self._detached = True
+        self.offset_index.path = self.time_index.path = Path(os.devnull)
+
     def delete(self) -> None:
         """Unlink the files; open ``FileSlice``s keep the descriptor until they are gone."""
+        if self._detached:
+            self._file = None
+            return
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
@@ -451,12 +492,13 @@ class LogSegment:
             first = next(headers, None)
             if first is None:
                 return
-            if first[1].base_offset == self.base_offset + relative:
+            if first[1].base_offset == self.base_offset + relative or (
+                    start == 0 and self.gaps.follows(self.base_offset, first[1].base_offset)):
                 yield first
                 expected = first[1].next_offset
                 for position, header in headers:
                     # base_offset is outside the CRC: a damaged one must not be believed.
-                    if header.base_offset != expected:
+                    if not self.gaps.follows(expected, header.base_offset):
                         raise self._corrupt(
                             f"offset gap: batch starts at {header.base_offset}, expected "
                             f"{expected}", position, header.base_offset)
@@ -596,7 +638,7 @@ class LogSegment:
                     validate(view[done:done + header.size])
                 except InvalidRecordBatchError as err:
                     raise self._corrupt(err.message, at, header.base_offset) from err
-                if header.base_offset != expected:
+                if not self.gaps.follows(expected, header.base_offset):
                     raise self._corrupt(
                         f"offset gap: batch starts at {header.base_offset}, expected "
                         f"{expected}", at, header.base_offset)

@@ -1,0 +1,425 @@
+"""Log compaction (``brokers/log/cleaner.py``) on real ``PartitionLog`` directories.
+
+A seeded random workload is checked against a model: after a pass, reading the whole
+log gives exactly the latest record per key of the cleaned range (tombstones only until
+``delete.retention.ms``), then every record of the rest, offsets unchanged. Plus crash
+safety (a failure at every rename of the swap, leftover files), reads during a swap,
+followers copying a gapped log, and the configs. Time is a fake clock.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from brokers.errors import CorruptRecordError, InvalidConfigError, LogStorageError
+from brokers.log import LogConfig, PartitionLog
+from brokers.log.cleaner import LogCleaner
+from brokers.log.config import CleanupPolicy
+from brokers.log.partition_log import COMPACTED_BELOW_FILE
+from brokers.record_batch import (
+    TimestampType,
+    batches_to_table,
+    build_batch,
+    iter_batches,
+    peek_header,
+)
+
+Record = tuple[int, bytes | None, bytes | None, int]  # offset, key, value, timestamp
+
+
+class FakeClock:
+    def __init__(self, now: int = 10_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _config(**kw: object) -> LogConfig:
+    values: dict[str, str | int] = {"cleanup.policy": "compact", "segment.bytes": 2048,
+                                    "index.interval.bytes": 300, "delete.retention.ms": 1000}
+    values.update({k.replace("_", "."): str(v) for k, v in kw.items()})
+    return LogConfig.from_mapping(values)
+
+
+def _append(log: PartitionLog, model: list[Record], rows: list[tuple[bytes, bytes | None]],
+            clock: FakeClock, *, epoch: int = 0, producer: tuple[int, int] | None = None
+            ) -> None:
+    keys = [k for k, _ in rows]
+    values = [v for _, v in rows]
+    stamps = [clock.now] * len(rows)
+    pid, seq = producer if producer else (-1, -1)
+    info = log.append(build_batch(values, keys=keys, timestamps=stamps, producer_id=pid,
+                                  producer_epoch=0 if producer else -1, base_sequence=seq),
+                      leader_epoch=epoch)
+    for i, (k, v) in enumerate(rows):
+        model.append((info.first_offset + i, k, v, clock.now))
+
+
+def _read(log: PartitionLog, upper: int | None = None) -> list[Record]:
+    chunks: list[bytes] = []
+    offset = log.log_start_offset
+    while True:
+        found = log.read(offset, 1 << 20, upper_offset=upper)
+        if found is None:
+            break
+        chunks.append(found.read_bytes())
+        assert found.next_offset > offset
+        offset = found.next_offset
+    table = batches_to_table(b"".join(chunks), topic="t", partition=0,
+                             start_offset=log.log_start_offset)
+    rows = zip(table.column("offset").to_pylist(), table.column("key").to_pylist(),
+               table.column("value").to_pylist(), table.column("timestamp").to_pylist(),
+               strict=True)
+    return [(o, k, v, t) for o, k, v, t in rows]
+
+
+def _expected(model: list[Record], end: int, horizon: int) -> list[Record]:
+    """The model of a cleaned log: below ``end`` the latest record per key (tombstones
+    older than ``horizon`` dropped, the range's last record always kept)."""
+    below = [r for r in model if r[0] < end]
+    latest = {k: o for o, k, _, _ in below if k is not None}
+    last = below[-1][0] if below else -1
+    kept = [r for r in below if r[0] == last or (
+        r[1] is not None and latest[r[1]] == r[0] and not (r[2] is None and r[3] < horizon))]
+    return kept + [r for r in model if r[0] >= end]
+
+
+def _random_workload(log: PartitionLog, clock: FakeClock, rng: random.Random, batches: int,
+                     keys: int = 12) -> list[Record]:
+    model: list[Record] = []
+    for _ in range(batches):
+        rows = []
+        for _ in range(rng.randint(1, 6)):
+            key = f"k{rng.randrange(keys)}".encode()
+            value = None if rng.random() < 0.15 else f"v{rng.random():.6f}".encode() * 3
+            rows.append((key, value))
+        _append(log, model, rows, clock)
+        clock.now += rng.randint(0, 400)
+    return model
+
+
+def _active_bytes(log: PartitionLog) -> bytes:
+    return log.active_segment.log_path.read_bytes()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_model_check_latest_per_key_offsets_kept(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(), clock=clock)
+    cleaner = LogCleaner(clock=clock)
+    model: list[Record] = []
+    for _ in range(3):  # several passes, the workload going on in between
+        model += _random_workload(log, clock, rng, rng.randint(20, 60))
+        assert len(log.segments) > 2
+        active_before = _active_bytes(log)
+        end = log.cleanable_segments(log.log_end_offset)[-1].next_offset
+        stats = cleaner.clean(log, log.log_end_offset)
+        assert stats is not None and stats.cleaned_up_to == end
+        horizon = clock.now - 1000
+        assert _read(log) == _expected(model, end, horizon)
+        assert _active_bytes(log) == active_before
+        model = _expected(model, end, horizon)
+        assert cleaner.clean(log, log.log_end_offset) is None  # nothing new: no pass
+    # Every batch of the cleaned log still passes validation, and a reopen (clean
+    # shutdown, then a crash) serves the same records.
+    log.verify()
+    log.close()
+    reopened = PartitionLog(tmp_path, _config(), clock=clock)
+    assert _read(reopened) == model
+    reopened.flush()
+    crashed = PartitionLog(tmp_path, _config(), clock=clock)  # no close: a crash
+    assert not crashed.opened_cleanly
+    assert _read(crashed) == model
+
+
+def test_tombstones_dropped_only_after_delete_retention(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(), clock=clock)
+    cleaner = LogCleaner(clock=clock)
+    model: list[Record] = []
+    _append(log, model, [(b"a", b"1"), (b"b", b"1")], clock)
+    _append(log, model, [(b"a", None)], clock)  # tombstone for a
+    _append(log, model, [(b"c", b"1")], clock)
+    log.roll()
+    _append(log, model, [(b"d", b"1")], clock)  # active segment
+    clock.now += 999
+    cleaner.clean(log, log.log_end_offset)
+    assert [(o, k, v) for o, k, v, _ in _read(log)] == \
+        [(1, b"b", b"1"), (2, b"a", None), (3, b"c", b"1"), (4, b"d", b"1")]
+    assert cleaner.needs_cleaning(log, log.log_end_offset) is False
+    clock.now += 2  # the tombstone is now older than delete.retention.ms
+    assert cleaner.needs_cleaning(log, log.log_end_offset) is True
+    stats = cleaner.clean(log, log.log_end_offset)
+    assert stats is not None and stats.tombstones_removed == 1
+    assert [o for o, *_ in _read(log)] == [1, 3, 4]
+
+
+def test_last_record_of_the_range_is_kept_so_no_gap_ends_the_log(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(), clock=clock)
+    model: list[Record] = []
+    _append(log, model, [(b"a", b"1"), (b"a", None)], clock)
+    log.roll()
+    clock.now += 10_000
+    LogCleaner(clock=clock).clean(log, log.log_end_offset)
+    assert [o for o, *_ in _read(log)] == [1]  # an expired tombstone, but the last record
+    assert log.read(0, 100) is not None and log.read(0, 100).first_offset == 1  # type: ignore[union-attr]
+
+
+def test_only_segments_below_the_upper_offset_and_never_the_active_one(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(), clock=clock)
+    model: list[Record] = []
+    for i in range(3):
+        _append(log, model, [(b"k", b"%d" % i)], clock)
+        log.roll()
+    _append(log, model, [(b"k", b"active")], clock)
+    closed = log.closed_segments()
+    before = [s.log_path.read_bytes() for s in log.segments]
+    stats = LogCleaner(clock=clock).clean(log, closed[1].next_offset)  # an HW inside
+    assert stats is not None and stats.cleaned_up_to == 2
+    after = [s.log_path.read_bytes() for s in log.segments]
+    assert after[2:] == before[2:]  # the segment above the bound and the active one
+    assert [(o, v) for o, _, v, _ in _read(log)] == [(1, b"1"), (2, b"2"), (3, b"active")]
+    assert LogCleaner(clock=clock).clean(log, 0) is None
+
+
+def test_batch_fields_survive_the_rewrite(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(**{"message_timestamp_type": "LogAppendTime"}),
+                       clock=clock)
+    model: list[Record] = []
+    _append(log, model, [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"c", b"1"), (b"b", b"2")],
+            clock, epoch=7, producer=(42, 10))
+    log.roll()
+    _append(log, model, [(b"z", b"1")], clock, epoch=8)
+    epochs = log.leader_epochs
+    LogCleaner(clock=clock).clean(log, log.log_end_offset)
+    batches = [peek_header(b) for _, b in iter_batches(log.segments[0].log_path.read_bytes())]
+    # Survivors: offsets 2, 3, 4 (one run of the one input batch).
+    assert [(h.base_offset, h.record_count, h.base_sequence) for h in batches] == [(2, 3, 12)]
+    h = batches[0]
+    assert (h.leader_epoch, h.producer_id, h.producer_epoch) == (7, 42, 0)
+    assert h.timestamp_type is TimestampType.LOG_APPEND_TIME and h.max_timestamp == clock.now
+    assert log.leader_epochs == epochs
+
+
+def test_runs_of_one_batch_become_batches_at_their_own_offsets(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(), clock=clock)
+    model: list[Record] = []
+    _append(log, model, [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"b", b"2"), (b"c", b"1"),
+                         (b"c", b"2")], clock, producer=(5, 0))
+    log.roll()
+    LogCleaner(clock=clock).clean(log, log.log_end_offset)
+    headers = [peek_header(b) for _, b in iter_batches(log.segments[0].log_path.read_bytes())]
+    assert [(h.base_offset, h.record_count, h.base_sequence) for h in headers] == \
+        [(2, 2, 2), (5, 1, 5)]
+    # A fetch inside a gap returns the next batch.
+    assert log.read(0, 100).first_offset == 2  # type: ignore[union-attr]
+    assert log.read(4, 100).first_offset == 5  # type: ignore[union-attr]
+
+
+def test_fetch_during_and_after_a_swap_reads_valid_data(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(), clock=clock)
+    model: list[Record] = []
+    for i in range(30):
+        _append(log, model, [(b"k%d" % (i % 3), b"v%d" % i * 20)], clock)
+    log.roll()
+    held = log.read(0, 1 << 20)  # a slice handed out before the swap (sendfile pending)
+    old_segments = log.segments
+    assert held is not None
+    old_bytes = held.read_bytes()
+    LogCleaner(clock=clock).clean(log, log.log_end_offset)
+    assert held.read_bytes() == old_bytes  # the old file is still open, not reused
+    assert peek_header(old_bytes).base_offset == 0  # the record the cleaner dropped
+    # A reader that snapshotted the segment list before the swap reads the old file.
+    found = old_segments[0].read(0, 1 << 20)
+    assert found is not None and found.first_offset == 0
+    assert [o for o, *_ in _read(log)] == [o for o, *_ in _expected(model, 30, 0)]
+
+
+def test_follower_copies_a_gapped_log_and_reopens_it(tmp_path: Path) -> None:
+    clock = FakeClock()
+    rng = random.Random(7)
+    leader = PartitionLog(tmp_path / "leader", _config(), clock=clock)
+    model = _random_workload(leader, clock, rng, 40)
+    LogCleaner(clock=clock).clean(leader, leader.log_end_offset)
+    expected = _read(leader)
+    follower = PartitionLog(tmp_path / "follower", _config(), clock=clock)
+    offset = 0
+    while offset < leader.log_end_offset:
+        found = leader.read(offset, 700)
+        assert found is not None
+        for _, batch in iter_batches(found.read_bytes()):
+            follower.append_as_follower(batch)
+        offset = follower.log_end_offset
+    assert follower.log_end_offset == leader.log_end_offset
+    assert _read(follower) == expected
+    assert follower.compacted_below > 0
+    follower.flush()
+    crashed = PartitionLog(tmp_path / "follower", _config(), clock=clock)  # no close
+    assert _read(crashed) == expected
+    crashed.close()
+    assert _read(PartitionLog(tmp_path / "follower", _config(), clock=clock)) == expected
+    assert len(model) > len(expected)
+
+
+def test_an_unflushed_gapped_follower_append_is_cut_as_a_torn_tail(tmp_path: Path) -> None:
+    clock = FakeClock()
+    leader = PartitionLog(tmp_path / "leader", _config(), clock=clock)
+    model: list[Record] = []
+    _append(leader, model, [(b"a", b"1"), (b"a", b"2")], clock)
+    _append(leader, model, [(b"b", b"1")], clock)
+    leader.roll()
+    LogCleaner(clock=clock).clean(leader, leader.log_end_offset)
+    follower = PartitionLog(tmp_path / "follower", _config(), clock=clock)
+    while follower.log_end_offset < leader.log_end_offset:
+        found = leader.read(follower.log_end_offset, 1 << 20)
+        assert found is not None
+        for _, batch in iter_batches(found.read_bytes()):
+            follower.append_as_follower(batch)
+    assert follower.log_end_offset == 3
+    # A crash before any flush: compacted-below was never written, the gap looks torn.
+    reopened = PartitionLog(tmp_path / "follower", _config(), clock=clock)
+    assert reopened.log_end_offset == 0 and reopened.recovered_bytes_truncated > 0
+
+
+def test_gaps_in_a_log_that_was_never_compacted_are_still_corruption(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, _config())
+    log.append_as_follower(build_batch([b"x"], keys=[b"k"], base_offset=0))
+    log.append_as_follower(build_batch([b"x"], keys=[b"k"], base_offset=5))  # a leader's gap
+    assert log.compacted_below == 5
+    log.close()
+    PartitionLog(tmp_path, _config()).close()  # the checkpoint explains the gap
+    # Damage: the compacted-below checkpoint is lost, so the gap is no longer explained.
+    (tmp_path / COMPACTED_BELOW_FILE).unlink()
+    with pytest.raises(CorruptRecordError, match="offset gap"):
+        PartitionLog(tmp_path, _config())
+
+
+# ----------------------------------------------------------------------- crash safety
+
+def _prepared(tmp_path: Path) -> tuple[PartitionLog, FakeClock, list[Record], list[Record]]:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(), clock=clock)
+    model = _random_workload(log, clock, random.Random(3), 40, keys=5)
+    end = log.cleanable_segments(log.log_end_offset)[-1].next_offset
+    log.flush()
+    return log, clock, model, _expected(model, end, clock.now - 1000)
+
+
+@pytest.mark.parametrize("fail_at", range(9))
+def test_a_crash_at_any_rename_leaves_the_old_or_the_new_segment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: int) -> None:
+    log, clock, model, cleaned = _prepared(tmp_path)
+    real_replace = os.replace
+    calls = [0]
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        if calls[0] == fail_at:
+            raise OSError(5, "simulated crash")
+        calls[0] += 1
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    try:
+        LogCleaner(clock=clock).clean(log, log.log_end_offset)
+        crashed = False
+    except LogStorageError:
+        crashed = True
+    monkeypatch.setattr(os, "replace", real_replace)
+    reopened = PartitionLog(tmp_path, _config(), clock=clock)  # no close: a crash
+    records = _read(reopened)
+    assert records in (model, cleaned) or _is_partial(records, model, cleaned)
+    assert not list(tmp_path.glob("*.cleaned")) and not list(tmp_path.glob("*.swap"))
+    if not crashed:
+        assert records == cleaned
+    # Cleaning again after the crash finishes the job.
+    LogCleaner(clock=clock).clean(reopened, reopened.log_end_offset)
+    assert _read(reopened) == cleaned
+
+
+def _is_partial(records: list[Record], model: list[Record], cleaned: list[Record]) -> bool:
+    """Some segments swapped, the rest not: every record is from the model, every record
+    of the cleaned model is there, offsets increase."""
+    offsets = [r[0] for r in records]
+    return (offsets == sorted(set(offsets)) and set(records) <= set(model)
+            and set(cleaned) <= set(records))
+
+
+def test_leftover_and_truncated_cleaner_files_are_discarded_on_open(tmp_path: Path) -> None:
+    log, clock, model, _ = _prepared(tmp_path)
+    first = log.segments[0]
+    log.close()
+    name = first.log_path.name
+    (tmp_path / f"{name}.cleaned").write_bytes(first.log_path.read_bytes()[:100])  # torn
+    (tmp_path / f"{name.replace('.log', '.index')}.swap").write_bytes(b"\0" * 8)  # uncommitted
+    reopened = PartitionLog(tmp_path, _config(), clock=clock)
+    assert _read(reopened) == model
+    assert not list(tmp_path.glob("*.cleaned")) and not list(tmp_path.glob("*.swap"))
+
+
+def test_a_committed_swap_is_completed_on_open(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    log, clock, model, cleaned = _prepared(tmp_path)
+    from brokers.log import partition_log as module
+
+    monkeypatch.setattr(module, "_complete_swap", _explode)
+    with pytest.raises(LogStorageError):
+        LogCleaner(clock=clock).clean(log, log.log_end_offset)
+    assert list(tmp_path.glob("*.log.swap"))
+    monkeypatch.undo()
+    reopened = PartitionLog(tmp_path, _config(), clock=clock)
+    records = _read(reopened)
+    assert records != model and _is_partial(records, model, cleaned)
+    assert not list(tmp_path.glob("*.swap"))
+
+
+def _explode(directory: Path, base_offset: int) -> None:
+    raise OSError(28, "no space left (simulated)")
+
+
+# ----------------------------------------------------------------------- configuration
+
+def test_compact_configs() -> None:
+    assert LogConfig.from_mapping({"cleanup.policy": "compact"}).cleanup_policy \
+        is CleanupPolicy.COMPACT
+    both = LogConfig.from_mapping({"cleanup.policy": "delete,compact"})
+    assert both.cleanup_policy is CleanupPolicy.COMPACT_DELETE
+    assert both.to_mapping()["cleanup.policy"] == "compact,delete"
+    assert both.cleanup_policy.compacts and both.cleanup_policy.deletes
+    tiered = LogConfig.from_mapping({"cleanup.policy": "compact", "tier.enable": "true"})
+    assert tiered.cleanup_policy.compacts
+    with pytest.raises(InvalidConfigError, match="compact,delete is not supported"):
+        LogConfig.from_mapping({"cleanup.policy": "compact,delete", "tier.enable": "true"})
+
+
+def test_compact_topics_are_not_trimmed_by_time_but_compact_delete_ones_are(
+        tmp_path: Path) -> None:
+    clock = FakeClock()
+    made: dict[str, PartitionLog] = {}
+    for policy in ("compact", "compact,delete"):
+        log = PartitionLog(tmp_path / policy, LogConfig.from_mapping(
+            {"cleanup.policy": policy, "retention.ms": "1000"}), clock=clock)
+        log.append(build_batch([b"v"], keys=[b"k"], timestamps=[clock.now]))
+        log.roll()
+        made[policy] = log
+    clock.now += 5000
+    assert made["compact"].apply_retention() == []
+    assert made["compact,delete"].apply_retention() == [0]
+
+
+def test_delete_policy_logs_are_never_cleaned(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, LogConfig())
+    log.append(build_batch([b"a", b"b"], keys=[b"k", b"k"]))
+    log.roll()
+    assert LogCleaner().clean(log, log.log_end_offset) is None
+
