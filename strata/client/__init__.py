@@ -13,20 +13,37 @@ internal. Each client has a blocking face and an asyncio face over one implement
         for record in consumer.poll(timeout_ms=1000):
             ...
 
+A consumer group (``docs/consumer-groups.md``): members share the topic's partitions;
+with auto-commit, a poll commits what the previous polls returned, so finish
+processing a poll's records before polling again (at-least-once)::
+
+    with Consumer("127.0.0.1:9092", group_id="billing") as consumer:
+        consumer.subscribe(["events"])
+        while running:
+            for record in consumer.poll(timeout_ms=1000):
+                process(record)  # done before the next poll(), which commits it
+
 Errors are the typed ``brokers.errors`` classes (re-exported here), each with a wire
 ``code``, a ``name`` and a message that says what to do.
 """
 
 from brokers.errors import (
     ConcurrentUpdateError,
+    CoordinatorNotAvailableError,
     CorruptRecordError,
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    GroupMaxSizeReachedError,
     InvalidConfigError,
+    InvalidGroupIdError,
     InvalidPartitionsError,
     InvalidProducerEpochError,
     InvalidRecordBatchError,
     InvalidReplicationFactorError,
+    InvalidSessionTimeoutError,
     InvalidTopicError,
     NetworkError,
+    NonEmptyGroupError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -34,34 +51,49 @@ from brokers.errors import (
     PolicyViolationError,
     RecordTooLargeError,
     RequestTimedOutError,
+    StaleMemberEpochError,
     StrataError,
     TierJobBusyError,
     TopicAlreadyExistsError,
+    UnknownMemberIdError,
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
+    UnsupportedAssignorError,
 )
 from brokers.record_batch import CONSUMER_SCHEMA, TimestampType
 from strata.client.admin import (
     Admin,
     AsyncAdmin,
     ClusterDescription,
+    CommittedOffset,
     ConfigValue,
+    Coordinator,
     ElectionResult,
+    GroupDescription,
+    GroupListing,
     ListOffsetsResult,
+    MemberDescription,
     NewTopic,
+    OffsetReset,
     OffsetSpec,
     PartitionDescription,
+    PartitionLag,
     PartitionTier,
     Reassignment,
+    ResetPlan,
+    ResetTarget,
     SegmentInfo,
     TopicDescription,
     TopicTier,
 )
 from strata.client.consumer import (
     AsyncConsumer,
+    CommitCallback,
+    CommitFailedError,
     Consumer,
     ConsumerRecord,
     OffsetResetStrategy,
+    PartitionsCallback,
     TopicPartition,
 )
 from strata.client.producer import (
@@ -89,7 +121,29 @@ __all__ = [
     "AsyncAdmin",
     "AsyncConsumer",
     "ClusterDescription",
+    "CommitCallback",
+    "CommitFailedError",
+    "CommittedOffset",
     "ConcurrentUpdateError",
+    "Coordinator",
+    "CoordinatorNotAvailableError",
+    "FencedMemberEpochError",
+    "GroupDescription",
+    "GroupIdNotFoundError",
+    "GroupListing",
+    "GroupMaxSizeReachedError",
+    "InvalidGroupIdError",
+    "InvalidSessionTimeoutError",
+    "MemberDescription",
+    "NonEmptyGroupError",
+    "OffsetReset",
+    "PartitionLag",
+    "PartitionsCallback",
+    "ResetPlan",
+    "ResetTarget",
+    "StaleMemberEpochError",
+    "UnknownMemberIdError",
+    "UnsupportedAssignorError",
     "ConfigValue",
     "Consumer",
     "ConsumerRecord",

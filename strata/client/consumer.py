@@ -46,10 +46,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, ParamSpec, TypeAlias, TypeVar
 
@@ -58,10 +60,8 @@ import pyarrow as pa
 from brokers.errors import (
     NetworkError,
     OffsetOutOfRangeError,
-    RequestTimedOutError,
     StrataError,
     UnknownTopicOrPartitionError,
-    raise_for_code,
 )
 from brokers.protocol import (
     EARLIEST_TIMESTAMP,
@@ -79,14 +79,32 @@ from brokers.protocol import (
 )
 from brokers.record_batch import CONSUMER_SCHEMA, TimestampType, batches_to_table
 from strata.client._cluster import Cluster
+from strata.client._common import (
+    TopicPartition,
+    as_strata_error,
+    error_from_code,
+    is_transient,
+    topic_partitions,
+)
+from strata.client._group import (
+    ASSIGNORS,
+    AutoCommitTimer,
+    CommitFailedError,
+    GroupMember,
+)
 from strata.client._sync import EventLoopThread
 
 __all__ = [
     "AsyncConsumer",
+    "CommitFailedError",
     "Consumer",
     "ConsumerRecord",
+    "CommitCallback",
     "OffsetResetStrategy",
+    "PartitionsCallback",
     "TopicPartition",
+    "error_from_code",
+    "is_transient",
 ]
 
 log = logging.getLogger("strata.client.consumer")
@@ -95,18 +113,15 @@ OffsetResetStrategy: TypeAlias = Literal["earliest", "latest", "none"]
 _RESET_STRATEGIES: Final = ("earliest", "latest", "none")
 _TIMESTAMP_TYPES: Final = {int(t): t for t in TimestampType}
 
+#: ``on_assign`` / ``on_revoke`` / ``on_lost``: called with a set of partitions. On an
+#: ``AsyncConsumer`` it may also be a coroutine function (awaited inside ``poll``).
+PartitionsCallback: TypeAlias = Callable[[set[TopicPartition]], Any]
+#: ``commit(asynchronous=True, callback=...)``: ``callback(offsets, error)``, error None
+#: on success.
+CommitCallback: TypeAlias = Callable[[dict[TopicPartition, int], StrataError | None], Any]
+
 T = TypeVar("T")
 P = ParamSpec("P")
-
-
-class TopicPartition(NamedTuple):
-    """One partition of one topic; hashable, so it keys positions and offset maps."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class ConsumerRecord(NamedTuple):
@@ -128,45 +143,6 @@ class ConsumerRecord(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def error_from_code(code: int, message: str | None) -> StrataError:
-    """The typed error for a wire ``error_code`` (the same mapping ``raise_for_code`` uses)."""
-    try:
-        raise_for_code(code, message)
-    except StrataError as err:
-        return err
-    raise ValueError("error code 0 is not an error")
-
-
-def is_transient(err: BaseException) -> bool:
-    """Worth retrying after a metadata refresh and a back-off.
-
-    ``LOG_CLOSED`` (what a broker answers while it shuts a partition down) is retriable;
-    ``TimeoutError`` is a request the broker did not answer.
-    """
-    if isinstance(err, StrataError):
-        return err.retriable
-    return isinstance(err, TimeoutError)
-
-
-def _as_strata_error(err: BaseException) -> StrataError:
-    if isinstance(err, StrataError):
-        return err
-    if isinstance(err, TimeoutError):
-        return RequestTimedOutError("the broker did not answer in time; retry")
-    return NetworkError(f"request failed: {err!r}")
-
-
-def _topic_partitions(partitions: Iterable[TopicPartition | tuple[str, int]]
-                      ) -> list[TopicPartition]:
-    out: list[TopicPartition] = []
-    for item in partitions:
-        topic, partition = item
-        if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
-            raise ValueError(f"{item!r} is not a (topic, partition) pair with partition >= 0")
-        out.append(TopicPartition(topic, partition))
-    return out
 
 
 async def list_offsets_once(
@@ -198,7 +174,7 @@ async def list_offsets_once(
                 connection.request(ApiKey.LIST_OFFSETS, request), timeout_s)
         except (StrataError, TimeoutError) as err:
             for tp in tps:
-                out[tp] = _as_strata_error(err)
+                out[tp] = as_strata_error(err)
             return
         assert isinstance(response, ListOffsetsResponse)
         for topic in response.topics:
@@ -278,7 +254,8 @@ class _Chunk:
 
 @dataclass(slots=True, eq=False)
 class _PartitionState:
-    position: int | None = None  # None: resolve with auto_offset_reset before fetching
+    position: int | None = None  # None: resolve (committed offset, auto_offset_reset)
+    use_committed: bool = False  # resolve from the group's committed offset first
     generation: int = 0  # bumped by every seek: older fetch answers are discarded
     chunks: deque[_Chunk] = field(default_factory=deque)
     retry_at: float = 0.0  # monotonic time before which the partition is backing off
@@ -307,6 +284,52 @@ class _InFlight:
     specs: dict[TopicPartition, tuple[int, int]]  # tp -> (fetch offset, generation)
 
 
+def _check_group_options(group_id: str | None, instance_id: str | None,
+                         session_timeout_ms: int, rebalance_timeout_ms: int, assignor: str,
+                         enable_auto_commit: bool, auto_commit_interval_ms: int) -> None:
+    """``ValueError`` naming the option, before anything is sent."""
+    if group_id is not None and (not isinstance(group_id, str) or not group_id.strip()):
+        raise ValueError(f"group_id={group_id!r} is not valid; give a non-empty name")
+    if instance_id is not None:
+        if group_id is None:
+            raise ValueError("group_instance_id needs a group_id: it names this member "
+                             "inside a group")
+        if not isinstance(instance_id, str) or not instance_id.strip():
+            raise ValueError(f"group_instance_id={instance_id!r} is not valid; give a "
+                             "non-empty name, unique per consumer of the group")
+    if not isinstance(session_timeout_ms, int) or (session_timeout_ms != -1
+                                                   and session_timeout_ms < 1):
+        raise ValueError(f"session_timeout_ms={session_timeout_ms!r} is not valid; use ms "
+                         ">= 1, or -1 for the broker's group.session.timeout.ms")
+    if not isinstance(rebalance_timeout_ms, int) or rebalance_timeout_ms < 1:
+        raise ValueError(f"rebalance_timeout_ms={rebalance_timeout_ms!r} is not valid; use "
+                         "ms >= 1")
+    if assignor not in ASSIGNORS:
+        raise ValueError(f"assignor={assignor!r} is not valid; use one of "
+                         f"{', '.join(ASSIGNORS)}")
+    if not isinstance(enable_auto_commit, bool):
+        raise ValueError(f"enable_auto_commit={enable_auto_commit!r} is not valid; use True "
+                         "or False")
+    if not isinstance(auto_commit_interval_ms, int) or auto_commit_interval_ms < 1:
+        raise ValueError(f"auto_commit_interval_ms={auto_commit_interval_ms!r} is not "
+                         "valid; use ms >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupEvent:
+    """A rebalance step whose callback the caller's thread runs inside ``poll``."""
+
+    kind: Literal["assign", "revoke", "lost"]
+    partitions: frozenset[TopicPartition]
+    callback: PartitionsCallback | None
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a background task's exception as seen (it is reported another way)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def records_from_table(table: pa.Table) -> list[ConsumerRecord]:
     """Rows of a ``CONSUMER_SCHEMA`` table as ``ConsumerRecord`` tuples."""
     if table.num_rows == 0:
@@ -325,7 +348,8 @@ def records_from_table(table: pa.Table) -> list[ConsumerRecord]:
 
 
 class AsyncConsumer:
-    """asyncio consumer with manual assignment. Use on one event loop; close() when done.
+    """asyncio consumer: manual assignment or a consumer group. Use on one event loop;
+    close() when done.
 
     Parameters (Kafka's names where Kafka has the knob):
 
@@ -341,6 +365,18 @@ class AsyncConsumer:
     default ``max_records`` of ``poll``. ``request_timeout_ms``: how long a request may
     go unanswered (a fetch gets ``fetch_max_wait_ms`` on top). ``retry_backoff_ms``:
     pause before retrying a partition after a transient error.
+
+    Groups (``subscribe``; see ``docs/consumer-groups.md``): ``group_id`` names the
+    group; ``group_instance_id`` makes the member static (a restart within the session
+    timeout keeps its partitions, no rebalance); ``session_timeout_ms`` (-1: the
+    broker's ``group.session.timeout.ms``) is how long the coordinator waits for a
+    heartbeat before it gives the member's partitions away; ``rebalance_timeout_ms``
+    bounds how long ``on_revoke`` may take; ``assignor``: ``"cooperative-sticky"``
+    (default: only moving partitions are revoked) or ``"range"`` (eager).
+    ``enable_auto_commit`` (default on, with a ``group_id``) commits, every
+    ``auto_commit_interval_ms`` inside ``poll`` and before partitions are revoked or the
+    consumer closes, the positions of the records ``poll`` has returned: processing a
+    poll's records must be finished before the next ``poll``.
     """
 
     def __init__(
@@ -356,7 +392,17 @@ class AsyncConsumer:
         max_poll_records: int = 500,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        session_timeout_ms: int = -1,
+        rebalance_timeout_ms: int = 60_000,
+        assignor: str = "cooperative-sticky",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
     ) -> None:
+        _check_group_options(group_id, group_instance_id, session_timeout_ms,
+                             rebalance_timeout_ms, assignor, enable_auto_commit,
+                             auto_commit_interval_ms)
         if auto_offset_reset not in _RESET_STRATEGIES:
             raise ValueError(f"auto_offset_reset={auto_offset_reset!r} is not valid; use one "
                              f"of {', '.join(_RESET_STRATEGIES)}")
@@ -389,21 +435,114 @@ class AsyncConsumer:
         self._rotation = 0
         self._fetch_requests_sent = 0
         self._closed = False
+        self.group_id = group_id
+        self.group_instance_id = group_instance_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.assignor = assignor
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self._mode: Literal["assign", "subscribe"] | None = None
+        self._wakeup = asyncio.Event()
+        self._group: GroupMember | None = None
+        if group_id is not None:
+            self._group = GroupMember(
+                self._cluster, group_id, instance_id=group_instance_id,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms, assignor=assignor,
+                request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+                wakeup=self._wakeup.set)
+        self._on_assign: PartitionsCallback | None = None
+        self._on_revoke: PartitionsCallback | None = None
+        self._on_lost: PartitionsCallback | None = None
+        self._auto_commit = AutoCommitTimer(auto_commit_interval_ms)
+        self._auto_commit_task: asyncio.Task[None] | None = None
+        self._last_committed: dict[TopicPartition, int] = {}
+        self._async_commit_errors: list[StrataError] = []
+        self._commit_callbacks: deque[tuple[CommitCallback, dict[TopicPartition, int],
+                                            StrataError | None]] = deque()
+        self._undelivered: pa.Table | None = None
 
     # ------------------------------------------------------------------ assignment
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Replace the assignment. Partitions that stay assigned keep their position and
         buffered records; new ones start without a position (``auto_offset_reset``)."""
         self._check_open()
-        tps = _topic_partitions(partitions)
-        self._states = {tp: self._states.get(tp) or _PartitionState() for tp in tps}
+        if self._mode == "subscribe":
+            raise RuntimeError("this consumer subscribed to topics of group "
+                               f"{self.group_id!r}: its partitions come from the group, so "
+                               "assign() cannot be used; use one consumer per way of "
+                               "assigning, or unsubscribe() first")
+        tps = topic_partitions(partitions)
+        self._mode = "assign" if tps else None
+        self._states = {tp: self._states.get(tp) or
+                        _PartitionState(use_committed=self.group_id is not None) for tp in tps}
         self._cancel_fetches(None)
         self._errors.clear()
         self._metadata_due = True
         self._metadata_next_at = 0.0
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads: what ``assign`` gave, or what the group
+        gave it (``on_assign`` has run for them, ``on_revoke`` not yet)."""
         return set(self._states)
+
+    def subscribe(self, topics: str | Iterable[str], *,
+                  on_assign: PartitionsCallback | None = None,
+                  on_revoke: PartitionsCallback | None = None,
+                  on_lost: PartitionsCallback | None = None) -> None:
+        """Join the group (``group_id``) and read the partitions of ``topics`` it gives
+        this consumer; a second call replaces the topics and callbacks.
+
+        The callbacks run inside ``poll`` (on the caller's thread), never concurrently
+        with the caller's processing. ``on_revoke(partitions)``: the partitions are about
+        to go to another member; with auto-commit their positions were committed just
+        before, and the callback may commit too (``commit()``). ``on_assign(partitions)``:
+        new partitions; they start at the group's committed offset (else
+        ``auto_offset_reset``) unless the callback ``seek``s. ``on_lost(partitions)``
+        (default: ``on_revoke``): the coordinator already gave them away (the session
+        timed out); committing them would fail. Callbacks with an empty set are skipped.
+        """
+        self._check_open()
+        if self._group is None:
+            raise ValueError("subscribe() needs a consumer group: create the consumer with "
+                             "group_id=\"...\" (or use assign() for manual assignment)")
+        if self._mode == "assign":
+            raise RuntimeError("this consumer has partitions from assign(); subscribe() and "
+                               "assign() cannot be mixed: call assign([]) first or use "
+                               "another consumer")
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if not names or any(not isinstance(t, str) or not t for t in names):
+            raise ValueError(f"subscribe() expects one or more topic names, got {topics!r}")
+        for name, callback in (("on_assign", on_assign), ("on_revoke", on_revoke),
+                               ("on_lost", on_lost)):
+            if callback is not None and not callable(callback):
+                raise ValueError(f"{name} must be callable, got {callback!r}")
+        self._mode = "subscribe"
+        self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
+        self._group.subscribe(names)
+
+    def subscription(self) -> set[str]:
+        """The subscribed topics (empty when not subscribed)."""
+        if self._mode != "subscribe" or self._group is None:
+            return set()
+        return set(self._group.membership.subscription)
+
+    async def unsubscribe(self) -> None:
+        """Leave the group: commit (with auto-commit), ``on_revoke``, leave heartbeat."""
+        if self._mode != "subscribe":
+            return
+        await self._leave_group()
+        self._mode = None
+
+    @property
+    def member_id(self) -> str | None:
+        """The id the coordinator gave this member (None: not in the group now)."""
+        return self._group.membership.member_id if self._group is not None else None
+
+    @property
+    def member_epoch(self) -> int:
+        return self._group.membership.member_epoch if self._group is not None else -1
 
     def _state(self, tp: TopicPartition | tuple[str, int]) -> _PartitionState:
         state = self._states.get(TopicPartition(*tp))
@@ -416,7 +555,7 @@ class AsyncConsumer:
                  ) -> list[TopicPartition]:
         if partitions is None:
             return list(self._states)
-        tps = _topic_partitions(partitions)
+        tps = topic_partitions(partitions)
         for tp in tps:
             self._state(tp)
         return tps
@@ -432,7 +571,9 @@ class AsyncConsumer:
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset {offset!r} is not valid; use an integer >= 0")
         tp = TopicPartition(*partition)
-        self._state(tp).reposition(offset)
+        state = self._state(tp)
+        state.reposition(offset)
+        state.use_committed = False
         self._cancel_fetches({tp})
 
     async def seek_to_beginning(
@@ -540,14 +681,23 @@ class AsyncConsumer:
         """
         return await self._poll_table(timeout_ms, max_records)
 
-    async def _poll_table(self, timeout_ms: int, max_records: int | None) -> pa.Table:
+    async def _poll_table(self, timeout_ms: int, max_records: int | None, *,
+                          inline_callbacks: bool = True) -> pa.Table:
         self._check_open()
         if max_records is not None and (not isinstance(max_records, int) or max_records < 1):
             raise ValueError(f"max_records={max_records!r} is not valid; use an integer >= 1")
-        if not self._states:
-            raise RuntimeError("no partitions are assigned; call assign() first")
+        if not self._states and self._mode != "subscribe":
+            raise RuntimeError("no partitions are assigned; call assign() or subscribe() "
+                               "first")
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         while True:
+            if self._mode == "subscribe":
+                self._wakeup.clear()
+                if inline_callbacks:
+                    await self._run_group_events()
+                elif self._group_work_pending():
+                    return CONSUMER_SCHEMA.empty_table()  # the sync face runs the callbacks
+            self._maybe_auto_commit()
             self._collect_fetches()
             if self._metadata_due and time.monotonic() >= self._metadata_next_at:
                 await self._refresh_metadata()
@@ -556,8 +706,12 @@ class AsyncConsumer:
             table = self._drain(max_records)
             self._send_fetches()  # pipelining: the next fetch flies while the caller works
             remaining = deadline - time.monotonic()
-            if table is not None or remaining <= 0:
-                return table if table is not None else CONSUMER_SCHEMA.empty_table()
+            if table is not None:
+                if not inline_callbacks:
+                    self._undelivered = table  # until the sync face has it (see _rewind)
+                return table
+            if remaining <= 0:
+                return CONSUMER_SCHEMA.empty_table()
             await self._wait(remaining)
 
     def _check_open(self) -> None:
@@ -566,6 +720,9 @@ class AsyncConsumer:
 
     async def _refresh_metadata(self) -> None:
         self._metadata_next_at = time.monotonic() + self.retry_backoff_ms / 1000
+        if not self._states:
+            self._metadata_due = False
+            return
         try:
             await self._cluster.refresh(sorted({tp.topic for tp in self._states}))
             self._metadata_due = False
@@ -585,6 +742,13 @@ class AsyncConsumer:
         todo = {tp: s for tp, s in states.items() if retry or s.retry_at <= now}
         if not todo:
             return
+        lookup = {tp: s for tp, s in todo.items() if s.use_committed}
+        if lookup:
+            await self._position_at_committed(lookup, retry)
+            todo = {tp: s for tp, s in todo.items()
+                    if s.position is None and not s.use_committed and self._states.get(tp) is s}
+            if not todo:
+                return
         generations = {tp: s.generation for tp, s in todo.items()}
         if self.auto_offset_reset == "none":
             earliest, latest = await asyncio.gather(
@@ -594,9 +758,12 @@ class AsyncConsumer:
                 start, end = earliest.get(tp), latest.get(tp)
                 if start is not None and end is not None:
                     err = OffsetOutOfRangeError(-1, start, end)
+                    committed = "" if self.group_id is None else \
+                        f" and group {self.group_id!r} has no committed offset for it"
                     StrataError.__init__(
-                        err, f"{tp} has no position and auto_offset_reset='none'; seek to an "
-                        f"offset in [{start}, {end}] (earliest={start}, latest={end})")
+                        err, f"{tp} has no position{committed} and auto_offset_reset='none'; "
+                        f"seek to an offset in [{start}, {end}] (earliest={start}, "
+                        f"latest={end})")
                     raise err
             return
         spec = EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
@@ -606,6 +773,34 @@ class AsyncConsumer:
             if state is not None and state.generation == generations[tp] \
                     and state.position is None:
                 state.reposition(offset)
+
+    async def _position_at_committed(self, lookup: dict[TopicPartition, _PartitionState],
+                                     retry: bool) -> None:
+        """Position partitions at the group's committed offsets; the ones with none go on
+        to ``auto_offset_reset``. From ``poll`` (no ``retry``) a failed lookup only backs
+        the partitions off."""
+        assert self._group is not None
+        generations = {tp: s.generation for tp, s in lookup.items()}
+        try:
+            found = await self._group.link.committed(
+                list(lookup), timeout_s=self.request_timeout_ms / 1000 if retry
+                else self.retry_backoff_ms / 1000 + 1.0)
+        except StrataError as err:
+            if retry or not is_transient(err):
+                raise
+            log.debug("group %s: committed offsets not fetched yet: %s", self.group_id, err)
+            for tp in lookup:
+                self._back_off(tp)
+            return
+        for tp, offset in found.items():
+            state = self._states.get(tp)
+            if state is not lookup[tp] or state.generation != generations[tp] \
+                    or state.position is not None:
+                continue  # dropped, or seek()ed meanwhile: the seek wins
+            state.use_committed = False
+            if offset is not None:
+                state.reposition(offset)
+                self._last_committed[tp] = offset
 
     async def _list(self, specs: dict[TopicPartition, int], retry: bool) -> dict[TopicPartition,
                                                                                  int]:
@@ -708,7 +903,7 @@ class AsyncConsumer:
             return
         except (StrataError, TimeoutError) as err:
             if not is_transient(err):
-                self._errors.append(_as_strata_error(err))
+                self._errors.append(as_strata_error(err))
                 return
             log.debug("fetch from broker %d failed, will retry: %s", inflight.node, err)
             for tp in inflight.specs:
@@ -808,18 +1003,306 @@ class AsyncConsumer:
         timeout = remaining
         if wake:
             timeout = min(timeout, max(min(wake) - now, 0.001))
-        tasks = [inflight.task for inflight in self._inflight.values()]
+        tasks: list[asyncio.Future[Any]] = [inflight.task for inflight in
+                                            self._inflight.values()]
+        woken: asyncio.Task[Any] | None = None
+        if self._mode == "subscribe":
+            woken = asyncio.create_task(self._wakeup.wait())
+            tasks.append(woken)
         if tasks:
-            await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if woken is not None:
+                    woken.cancel()
         else:
             await asyncio.sleep(timeout)
 
+    # ------------------------------------------------------------------ groups
+    def _require_group(self, what: str) -> GroupMember:
+        if self._group is None:
+            raise ValueError(f"{what} needs a consumer group: create the consumer with "
+                             "group_id=\"...\"")
+        return self._group
+
+    def _offsets_to_commit(self, offsets: Mapping[TopicPartition | tuple[str, int], int]
+                           | None) -> dict[TopicPartition, int]:
+        if offsets is None:
+            owned = self._owned()
+            return {tp: s.position for tp, s in self._states.items()
+                    if s.position is not None and tp in owned}
+        out: dict[TopicPartition, int] = {}
+        for tp, offset in offsets.items():
+            [key] = topic_partitions([tp])
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                raise ValueError(f"offset {offset!r} for {key} is not valid; commit the offset "
+                                 "of the next record to process (an integer >= 0)")
+            out[key] = offset
+        return out
+
+    def _owned(self) -> set[TopicPartition]:
+        if self._mode == "subscribe" and self._group is not None:
+            return set(self._group.membership.owned)
+        return set(self._states)
+
+    async def commit(
+            self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None, *,
+            asynchronous: bool = False, callback: CommitCallback | None = None
+    ) -> dict[TopicPartition, int] | asyncio.Task[dict[TopicPartition, int]]:
+        """Commit offsets for the group: per partition, the offset of the next record to
+        process.
+
+        ``offsets`` None: the current positions of this consumer's partitions, i.e. just
+        after the last records ``poll`` returned, so call it once those are processed.
+        Waits for the coordinator and returns what was committed; raises
+        ``CommitFailedError`` when the member was removed from the group (never retry
+        that: the partitions are another member's now), for partitions that moved away
+        (``STALE_MEMBER_EPOCH``) and for other refusals, after retrying transient errors
+        (coordinator moved, connection lost) until ``request_timeout_ms``.
+
+        ``asynchronous=True`` returns at once with a task; commits stay in order. Its
+        outcome goes to ``callback(offsets, error)`` (run inside a later ``poll`` or
+        ``commit``), or, with no callback, a failure is raised by the next ``commit``.
+        With ``assign()`` instead of ``subscribe()`` the commit is made outside any
+        membership, which the coordinator accepts only while the group has no members.
+        """
+        self._require_group("commit()")
+        self._check_open()
+        wanted = self._offsets_to_commit(offsets)
+        if asynchronous:
+            return self._commit_in_background(wanted, callback)
+        await self._run_commit_callbacks()
+        self._raise_async_commit_error()
+        return await self._commit(wanted)
+
+    def _raise_async_commit_error(self) -> None:
+        if self._async_commit_errors:
+            error, self._async_commit_errors = self._async_commit_errors[0], []
+            raise error
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        group = self._require_group("commit()")
+        try:
+            done = await group.commit(offsets, member=self._mode == "subscribe",
+                                      timeout_s=self.request_timeout_ms / 1000)
+        except CommitFailedError as err:
+            self._last_committed.update(err.committed)
+            raise
+        self._last_committed.update(done)
+        return done
+
+    def _commit_in_background(self, offsets: dict[TopicPartition, int],
+                              callback: CommitCallback | None
+                              ) -> asyncio.Task[dict[TopicPartition, int]]:
+        async def run() -> dict[TopicPartition, int]:
+            try:
+                done = await self._commit(offsets)
+            except StrataError as err:
+                if callback is not None:
+                    self._commit_callbacks.append((callback, offsets, err))
+                else:
+                    log.warning("group %s: asynchronous commit failed: %s", self.group_id, err)
+                    self._async_commit_errors.append(err)
+                raise
+            if callback is not None:
+                self._commit_callbacks.append((callback, done, None))
+            return done
+
+        task = asyncio.create_task(run(), name=f"strata-commit-{self.group_id}")
+        task.add_done_callback(_retrieve)
+        return task
+
+    async def _run_commit_callbacks(self) -> None:
+        while self._commit_callbacks:
+            callback, offsets, error = self._commit_callbacks.popleft()
+            result = callback(offsets, error)
+            if inspect.isawaitable(result):
+                await result
+
+    async def committed(self, partitions: Iterable[TopicPartition | tuple[str, int]]
+                        ) -> dict[TopicPartition, int | None]:
+        """The group's committed offset per partition (None: nothing committed)."""
+        group = self._require_group("committed()")
+        self._check_open()
+        return await group.link.committed(topic_partitions(partitions),
+                                          timeout_s=self.request_timeout_ms / 1000)
+
+    def _changed_positions(self, partitions: Iterable[TopicPartition] | None = None
+                           ) -> dict[TopicPartition, int]:
+        """Positions of owned partitions that differ from what was last committed."""
+        owned = self._owned()
+        wanted = owned if partitions is None else owned & set(partitions)
+        return {tp: s.position for tp, s in self._states.items()
+                if tp in wanted and s.position is not None
+                and self._last_committed.get(tp) != s.position}
+
+    def _maybe_auto_commit(self) -> None:
+        """Inside poll, before records are handed out: commit, in the background, the
+        positions reached by the previous polls (records the caller has processed)."""
+        if not self.enable_auto_commit or self._mode is None or not self._auto_commit.due():
+            return
+        if self._auto_commit_task is not None and not self._auto_commit_task.done():
+            return
+        self._auto_commit.reset()
+        if self._mode == "subscribe" and (self._group is None
+                                          or not self._group.membership.joined):
+            return
+        offsets = self._changed_positions()
+        if offsets:
+            self._auto_commit_task = asyncio.create_task(self._auto_commit_now(offsets),
+                                                         name="strata-auto-commit")
+
+    async def _auto_commit_now(self, offsets: dict[TopicPartition, int]) -> None:
+        try:
+            await self._commit(offsets)
+        except StrataError as err:
+            log.warning("group %s: auto-commit failed: %s", self.group_id, err)
+
+    async def _commit_before_revoke(self, partitions: Iterable[TopicPartition]) -> None:
+        offsets = self._changed_positions(partitions)
+        if not offsets:
+            return
+        try:
+            await self._commit(offsets)
+        except StrataError as err:
+            log.warning("group %s: auto-commit before revoking %s failed: %s", self.group_id,
+                        ", ".join(str(tp) for tp in sorted(offsets)), err)
+
+    def _group_work_pending(self) -> bool:
+        return self._group is not None and self._group.membership.has_work()
+
+    async def _next_group_event(self) -> _GroupEvent | None:
+        """The next callback the caller must run, with the work that comes before it
+        done: revocations first (auto-commit of their positions), then lost partitions,
+        then new ones (added without a position: the committed offset is looked up on
+        the next poll unless the callback seeks)."""
+        group = self._group
+        if self._mode != "subscribe" or group is None:
+            return None
+        m = group.membership
+        if m.fatal is not None:
+            raise m.fatal
+        if m.lost:
+            return _GroupEvent("lost", frozenset(m.owned | set(self._states)),
+                               self._on_lost or self._on_revoke)
+        plan = m.pending()
+        if plan.revoke:
+            if self.enable_auto_commit:
+                await self._commit_before_revoke(plan.revoke)
+            return _GroupEvent("revoke", plan.revoke, self._on_revoke)
+        if plan.assign:
+            for tp in plan.assign:
+                if tp not in self._states:
+                    self._states[tp] = _PartitionState(use_committed=True)
+            self._metadata_due = True
+            self._metadata_next_at = 0.0
+            return _GroupEvent("assign", plan.assign, self._on_assign)
+        return None
+
+    async def _finish_group_event(self, event: _GroupEvent) -> None:
+        """After the callback: own the new partitions, or drop the revoked / lost ones
+        (positions, buffers, fetches in flight), and tell the coordinator at once."""
+        group = self._group
+        assert group is not None
+        m = group.membership
+        if event.kind == "assign":
+            m.owned |= {tp for tp in event.partitions if tp in self._states}
+        else:
+            self._drop(event.partitions)
+            m.owned -= event.partitions
+            if event.kind == "lost" and not m.leaving:
+                m.rejoin()
+        group.heartbeat_now()
+
+    def _drop(self, partitions: Iterable[TopicPartition]) -> None:
+        tps = set(partitions)
+        self._cancel_fetches(tps)
+        for tp in tps:
+            self._states.pop(tp, None)
+            self._last_committed.pop(tp, None)
+
+    async def _invoke(self, event: _GroupEvent) -> None:
+        if event.callback is not None and event.partitions:
+            result = event.callback(set(event.partitions))
+            if inspect.isawaitable(result):
+                await result
+
+    async def _run_group_events(self) -> None:
+        await self._run_commit_callbacks()
+        while (event := await self._next_group_event()) is not None:
+            try:
+                await self._invoke(event)
+            finally:
+                await self._finish_group_event(event)
+
+    async def _leave_event(self) -> _GroupEvent | None:
+        """Before leaving: stop heartbeats, auto-commit, then the callback to run."""
+        group = self._group
+        if self._mode != "subscribe" or group is None:
+            return None
+        m = group.membership
+        m.leaving = True
+        owned = frozenset(m.owned | set(self._states))
+        if m.lost:
+            return _GroupEvent("lost", owned, self._on_lost or self._on_revoke)
+        if self.enable_auto_commit and owned:
+            await self._commit_before_revoke(owned)
+        return _GroupEvent("revoke", owned, self._on_revoke)
+
+    async def _leave_group(self) -> None:
+        event = await self._leave_event()
+        if event is not None:
+            try:
+                await self._invoke(event)
+            finally:
+                await self._finish_group_event(event)
+        if self._group is not None:
+            await self._group.leave()
+        self._mode = None
+
+    def _rewind(self, table: pa.Table) -> None:
+        """Put records a caller never received back: each partition's position returns
+        to the first of them (a blocking poll interrupted by Ctrl-C)."""
+        if table.num_rows == 0:
+            return
+        firsts: dict[TopicPartition, int] = {}
+        for topic, partition, offset in zip(table.column("topic").to_pylist(),
+                                            table.column("partition").to_pylist(),
+                                            table.column("offset").to_pylist(), strict=True):
+            tp = TopicPartition(topic, partition)
+            firsts[tp] = min(offset, firsts.get(tp, offset))
+        for tp, offset in firsts.items():
+            state = self._states.get(tp)
+            if state is not None:
+                state.reposition(offset)
+                state.use_committed = False
+        self._cancel_fetches(set(firsts))
+
     # ------------------------------------------------------------------ lifecycle
     async def close(self) -> None:
-        """Cancel outstanding fetches and close every broker connection (idempotent)."""
+        """Leave the group (auto-commit, ``on_revoke``, leave heartbeat) or, with
+        ``assign`` and auto-commit, commit the positions; then cancel outstanding fetches
+        and close every broker connection (idempotent)."""
         if self._closed:
             return
+        try:
+            if self._mode == "subscribe":
+                await self._leave_group()
+            elif self._mode == "assign" and self.enable_auto_commit:
+                offsets = self._changed_positions()
+                if offsets:
+                    await self._auto_commit_now(offsets)
+        finally:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
         self._closed = True
+        if self._group is not None:
+            await self._group.stop()
+        if self._auto_commit_task is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(self._auto_commit_task),
+                                       self.request_timeout_ms / 1000)
         tasks = [inflight.task for inflight in self._inflight.values()]
         self._inflight.clear()
         self._inflight_tps.clear()
@@ -842,8 +1325,11 @@ class Consumer:
     """Blocking consumer: an ``AsyncConsumer`` on a private event-loop thread.
 
     Takes the same arguments as ``AsyncConsumer``. Every call runs on that loop, so
-    fetches already in flight keep going while the caller processes records, and the
-    consumer's state is only ever touched by one thread.
+    fetches already in flight (and a group member's heartbeats) keep going while the
+    caller processes records, and the consumer's state is only ever touched by one
+    thread. Group callbacks (``on_assign``, ``on_revoke``, ``on_lost``, commit
+    callbacks) run on the thread that calls ``poll`` (or ``close``), so they may call
+    the consumer's methods (``commit``, ``seek``).
     """
 
     def __init__(
@@ -859,13 +1345,24 @@ class Consumer:
         max_poll_records: int = 500,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        session_timeout_ms: int = -1,
+        rebalance_timeout_ms: int = 60_000,
+        assignor: str = "cooperative-sticky",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
     ) -> None:
         self._consumer = AsyncConsumer(
             bootstrap, client_id=client_id, auto_offset_reset=auto_offset_reset,
             fetch_min_bytes=fetch_min_bytes, fetch_max_wait_ms=fetch_max_wait_ms,
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             fetch_max_bytes=fetch_max_bytes, max_poll_records=max_poll_records,
-            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
+            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+            group_id=group_id, group_instance_id=group_instance_id,
+            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+            assignor=assignor, enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms)
         self._thread = EventLoopThread("strata-consumer")
 
     def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -885,12 +1382,85 @@ class Consumer:
     def fetch_requests_sent(self) -> int:
         return self._consumer.fetch_requests_sent
 
+    @property
+    def group_id(self) -> str | None:
+        return self._consumer.group_id
+
+    @property
+    def group_instance_id(self) -> str | None:
+        return self._consumer.group_instance_id
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return self._consumer.session_timeout_ms
+
+    @property
+    def assignor(self) -> str:
+        return self._consumer.assignor
+
+    @property
+    def enable_auto_commit(self) -> bool:
+        return self._consumer.enable_auto_commit
+
+    @property
+    def member_id(self) -> str | None:
+        return self._consumer.member_id
+
+    @property
+    def member_epoch(self) -> int:
+        return self._consumer.member_epoch
+
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Replace the assignment (see ``AsyncConsumer.assign``)."""
         self._call(self._consumer.assign, list(partitions))
 
+    def subscribe(self, topics: str | Iterable[str], *,
+                  on_assign: PartitionsCallback | None = None,
+                  on_revoke: PartitionsCallback | None = None,
+                  on_lost: PartitionsCallback | None = None) -> None:
+        """Join the group and read its share of ``topics`` (see
+        ``AsyncConsumer.subscribe``); the callbacks run on the thread calling ``poll``."""
+        names = topics if isinstance(topics, str) else list(topics)
+        self._call(self._consumer.subscribe, names, on_assign=on_assign, on_revoke=on_revoke,
+                   on_lost=on_lost)
+
+    def subscription(self) -> set[str]:
+        return self._call(self._consumer.subscription)
+
+    def unsubscribe(self) -> None:
+        """Leave the group: auto-commit, ``on_revoke`` (on this thread), leave heartbeat."""
+        self._leave(close=False)
+
     def assignment(self) -> set[TopicPartition]:
         return self._call(self._consumer.assignment)
+
+    def commit(
+            self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None, *,
+            asynchronous: bool = False, callback: CommitCallback | None = None
+    ) -> dict[TopicPartition, int] | Future[dict[TopicPartition, int]]:
+        """Commit offsets (see ``AsyncConsumer.commit``). ``asynchronous=True`` returns a
+        ``concurrent.futures.Future``; ``callback(offsets, error)`` then runs on this
+        thread inside a later ``poll`` or ``commit``."""
+        if asynchronous:
+            async def start() -> dict[TopicPartition, int]:
+                task = await self._consumer.commit(offsets, asynchronous=True,
+                                                   callback=callback)
+                assert isinstance(task, asyncio.Task)
+                return await task
+
+            self._run_commit_callbacks()
+            if self._consumer._async_commit_errors:
+                self._call(self._consumer._raise_async_commit_error)
+            return self._thread.submit(start())
+        self._run_commit_callbacks()
+        result = self._run(self._consumer.commit(offsets))
+        assert isinstance(result, dict)
+        return result
+
+    def committed(self, partitions: Iterable[TopicPartition | tuple[str, int]]
+                  ) -> dict[TopicPartition, int | None]:
+        """The group's committed offset per partition (None: nothing committed)."""
+        return self._run(self._consumer.committed(list(partitions)))
 
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         self._call(self._consumer.seek, partition, offset)
@@ -928,18 +1498,91 @@ class Consumer:
     def poll(self, timeout_ms: int = 0, max_records: int | None = None
              ) -> list[ConsumerRecord]:
         """Records in offset order per partition, waiting up to ``timeout_ms``."""
-        return self._run(self._consumer.poll(timeout_ms, max_records))
+        limit = self._consumer.max_poll_records if max_records is None else max_records
+        return records_from_table(self._poll_table(timeout_ms, limit))
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None) -> pa.Table:
         """Records as a ``CONSUMER_SCHEMA`` table (everything buffered by default)."""
-        return self._run(self._consumer.poll_arrow(timeout_ms, max_records))
+        return self._poll_table(timeout_ms, max_records)
+
+    def _poll_table(self, timeout_ms: int, max_records: int | None) -> pa.Table:
+        """The loop thread fetches; group callbacks run here, between its rounds."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while True:
+            self._run_group_callbacks()
+            remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+            table = self._poll_once(remaining_ms, max_records)
+            if table.num_rows or (time.monotonic() >= deadline
+                                  and not self._consumer._group_work_pending()):
+                return table
+
+    def _poll_once(self, timeout_ms: int, max_records: int | None) -> pa.Table:
+        future = self._thread.submit(self._consumer._poll_table(
+            timeout_ms, max_records, inline_callbacks=False))
+        try:
+            table = future.result()
+        except Exception:
+            raise
+        except BaseException:
+            # Ctrl-C while the loop polls: records it drained for this call never reach
+            # the caller, so their partitions go back to the first of them (else an
+            # auto-commit on close would commit records nobody processed).
+            future.cancel()
+            with contextlib.suppress(BaseException):
+                self._call(self._rewind_undelivered)
+            raise
+        self._consumer._undelivered = None
+        return table
+
+    def _rewind_undelivered(self) -> None:
+        table, self._consumer._undelivered = self._consumer._undelivered, None
+        if table is not None:
+            self._consumer._rewind(table)
+
+    def _run_commit_callbacks(self) -> None:
+        callbacks = self._consumer._commit_callbacks
+        while callbacks:
+            callback, offsets, error = callbacks.popleft()
+            callback(offsets, error)
+
+    def _run_group_callbacks(self) -> None:
+        self._run_commit_callbacks()
+        while (event := self._run(self._consumer._next_group_event())) is not None:
+            try:
+                self._invoke(event)
+            finally:
+                self._run(self._consumer._finish_group_event(event))
+
+    @staticmethod
+    def _invoke(event: _GroupEvent) -> None:
+        if event.callback is not None and event.partitions:
+            result = event.callback(set(event.partitions))
+            if inspect.isawaitable(result):
+                raise TypeError(f"{event.callback!r} returned an awaitable: callbacks of the "
+                                "blocking Consumer must be plain functions (coroutine "
+                                "callbacks are for AsyncConsumer)")
+
+    def _leave(self, *, close: bool) -> None:
+        try:
+            event = self._run(self._consumer._leave_event())
+            if event is not None:
+                try:
+                    self._invoke(event)
+                finally:
+                    self._run(self._consumer._finish_group_event(event))
+        finally:
+            if close:
+                self._run(self._consumer.close())
+            else:
+                self._run(self._consumer.unsubscribe())
 
     def close(self) -> None:
-        """Close the connections and stop the loop thread (idempotent)."""
+        """Leave the group (auto-commit, ``on_revoke`` on this thread, leave heartbeat),
+        close the connections and stop the loop thread (idempotent)."""
         if self._thread.loop.is_closed():
             return
         try:
-            self._run(self._consumer.close())
+            self._leave(close=True)
         finally:
             self._thread.close()
 
