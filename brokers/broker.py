@@ -140,6 +140,7 @@ class Broker:
         self.controller.start()
         self.groups.start()
         self._tasks.append(asyncio.create_task(self._periodic_retention()))
+        self._tasks.append(asyncio.create_task(self._periodic_cleaning()))
         self._tasks.append(asyncio.create_task(self._periodic_flush()))
         self.started = True
         log.info("broker %d serving on %s:%d (metrics on %d)", self.broker_id,
@@ -580,6 +581,63 @@ class Broker:
                 log.error("expiring staged sink data of %s failed: %s", partition, err)
         self.tier_stats = tier_stats
         return deleted
+
+    async def _periodic_cleaning(self) -> None:
+        """Log compaction (brokers/log/cleaner.py) every ``log.cleaner.interval.ms``; the
+        cleaner stops at its next batch when the broker stops."""
+        from brokers.log.cleaner import LogCleaner
+
+        cleaner = LogCleaner()
+        try:
+            while True:
+                await asyncio.sleep(self.config.cleaner_interval_ms / 1000)
+                await self.clean_logs(cleaner)
+        finally:
+            cleaner.shutdown()
+
+    async def clean_logs(self, cleaner: Any) -> int:
+        """One cleaner pass over every hosted replica of a compacted topic (leaders and
+        followers alike: each compacts its own copy), below its high watermark and, with
+        ``tier.enable=true``, below what the Delta table holds. The rewrite runs on a
+        worker thread; a producer snapshot at the log end is written first (on the loop,
+        which owns the producer state) so a restart never replays cleaned headers.
+        Returns the records removed."""
+        removed = 0
+        tier_progress: dict[str, dict[int, TierProgress]] | None = None
+        for (topic, p), partition in list(self.partitions.items()):
+            lg = partition.log
+            if lg.is_offline or not lg.config.cleanup_policy.compacts:
+                continue
+            upper = partition.high_watermark
+            if lg.config.tier_enable:
+                tier_progress = tier_progress or await self.read_tier_progress()
+                progress = tier_progress.get(topic, {}).get(p)
+                if progress is None:
+                    continue  # unknown: the local copy may be the only one
+                upper = min(upper, progress.tiered_up_to)
+            try:
+                if not cleaner.needs_cleaning(lg, upper):
+                    continue
+                partition.producers.write_snapshot(lg.log_end_offset)
+                stats = await asyncio.to_thread(cleaner.clean, lg, upper, force=True)
+            except (StrataError, OSError) as err:
+                self.metrics.cleaner_errors.inc()
+                log.error("cleaning %s failed: %s", partition.name, err)
+                continue
+            if stats is None:
+                continue
+            self.metrics.cleaner_last_pass.set(stats.seconds)
+            if stats.records_removed:
+                removed += stats.records_removed
+                self.metrics.cleaner_removed.inc(stats.records_removed)
+                self.metrics.cleaner_bytes_before.inc(stats.bytes_before)
+                self.metrics.cleaner_bytes_after.inc(stats.bytes_after)
+                log.info("cleaned %s up to offset %d: %d segment(s) rewritten, %d records "
+                         "removed (%d tombstones), %d -> %d bytes in %.3f s", partition.name,
+                         stats.cleaned_up_to, stats.segments_rewritten, stats.records_removed,
+                         stats.tombstones_removed, stats.bytes_before, stats.bytes_after,
+                         stats.seconds)
+        return removed
 
     async def _periodic_flush(self) -> None:
         interval = self.config.flush_scheduler_interval_ms / 1000

@@ -93,6 +93,10 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
     "log.retention.check.interval.ms": _BrokerKey(
         "retention_check_interval_ms", int, 300_000, "how often retention runs",
         lambda v: v >= 1, ">= 1"),
+    "log.cleaner.interval.ms": _BrokerKey(
+        "cleaner_interval_ms", int, 15_000,
+        "how often the log cleaner looks for cleanup.policy=compact partitions to compact "
+        "(docs/compaction.md)", lambda v: v >= 1, ">= 1"),
     "log.flush.scheduler.interval.ms": _BrokerKey(
         "flush_scheduler_interval_ms", int, 1000,
         "how often logs with flush.policy=interval are checked", lambda v: v >= 1, ">= 1"),
@@ -179,6 +183,7 @@ class BrokerConfig:
     sink_staging_retention_ms: int = 86_400_000
     sink_state_expiration_ms: int = 604_800_000
     retention_check_interval_ms: int = 300_000
+    cleaner_interval_ms: int = 15_000
     flush_scheduler_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000
     fetch_max_wait_ms: int = 30_000

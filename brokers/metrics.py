@@ -12,6 +12,12 @@ Names (all prefixed ``strata_``):
     partition_size_bytes{topic,partition}        gauge
     tier_tiered_offset{topic,partition}          gauge (tier.enable topics this broker leads)
     tier_lag_records{topic,partition}            gauge high watermark - tiered offset
+    cleaner_records_removed_total           counter   records the log cleaner dropped
+    cleaner_bytes_before_total / cleaner_bytes_after_total
+                                            counter   size of the segments it rewrote,
+                                                      before and after
+    cleaner_last_pass_seconds               gauge     duration of the last cleaner pass
+    cleaner_errors_total                    counter   partitions whose cleaning failed
 
 The two tier gauges come from the last retention pass, which reads the tiering progress
 from ZooKeeper (scrapes must not hit ZooKeeper); a partition appears only while this
@@ -103,6 +109,21 @@ class BrokerMetrics:
                                  registry=self.registry)
         self.connections = Gauge("strata_connections", "open client connections",
                                  registry=self.registry)
+        self.cleaner_removed = Counter(
+            "strata_cleaner_records_removed_total", "records the log cleaner dropped",
+            registry=self.registry)
+        self.cleaner_bytes_before = Counter(
+            "strata_cleaner_bytes_before_total",
+            "bytes of the segments the log cleaner rewrote, before", registry=self.registry)
+        self.cleaner_bytes_after = Counter(
+            "strata_cleaner_bytes_after_total",
+            "bytes of the segments the log cleaner rewrote, after", registry=self.registry)
+        self.cleaner_last_pass = Gauge(
+            "strata_cleaner_last_pass_seconds", "duration of the last log cleaner pass",
+            registry=self.registry)
+        self.cleaner_errors = Counter(
+            "strata_cleaner_errors_total", "partitions whose cleaning failed",
+            registry=self.registry)
         self.registry.register(_PartitionCollector(partitions))
         self.registry.register(_TierCollector(tier))
         self._server: Any = None

@@ -46,6 +46,7 @@ from brokers.errors import (
 )
 from brokers.log import AppendInfo, FileSlice, FlushPolicy, LogConfig, PartitionLog
 from brokers.log.checkpoint import OffsetCheckpoint
+from brokers.log.cleaner import require_keys
 from brokers.producer_state import ProducerStateManager
 from brokers.record_batch import (
     BROKER_ONLY_ATTRIBUTE_BITS,
@@ -248,6 +249,8 @@ class Partition:
         """
         self.check_leadership()
         header = self.log.validate(batch)
+        if self.log.config.cleanup_policy.compacts:
+            require_keys(batch, self.topic)  # docs/compaction.md: keyless records refused
         if header.attributes & BROKER_ONLY_ATTRIBUTE_BITS:
             raise InvalidRecordBatchError(
                 "produced batches must not set the transactional, control or commit-end "

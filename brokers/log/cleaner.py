@@ -71,7 +71,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from brokers.errors import LogClosedError
+from brokers.errors import InvalidRecordBatchError, LogClosedError
 from brokers.log.partition_log import CLEANED_SUFFIX, PartitionLog, _remove_cleaned
 from brokers.log.segment import GapBound, LogSegment
 from brokers.record_batch import (
@@ -86,7 +86,7 @@ from brokers.record_batch import (
     encode_record_batch,
 )
 
-__all__ = ["CleanerStats", "LogCleaner"]
+__all__ = ["CleanerStats", "LogCleaner", "require_keys"]
 
 log = logging.getLogger("strata.brokers.log")
 
@@ -292,6 +292,20 @@ class LogCleaner:
             raise
         out.close(seal=False)
         return out
+
+
+def require_keys(batch: bytes | bytearray | memoryview, topic: str) -> None:
+    """Refuse a batch with a record without a key for a compacted topic, as Kafka does
+    (``INVALID_RECORD``): compaction keeps one record per key, so a keyless record
+    could only be dropped. Decodes the payload (compacted topics only)."""
+    _, payload = decode_batch(batch, verify=False)
+    keys = payload.column(0)
+    if keys.null_count:
+        first = keys.is_null().to_pylist().index(True)
+        raise InvalidRecordBatchError(
+            f"topic {topic} has cleanup.policy=compact and record {first} of the batch "
+            f"({keys.null_count} of {len(keys)}) has no key; give every record a key, or "
+            "produce to a topic with cleanup.policy=delete")
 
 
 def _header(batch: bytes | bytearray) -> BatchHeader:

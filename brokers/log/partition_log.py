@@ -503,10 +503,11 @@ class PartitionLog:
         """Append a batch whose offsets the leader already assigned (replication).
 
         The batch must start at the log end offset, or (``cleanup.policy`` with
-        ``compact`` only) after it when the leader's log has a compacted gap there (``compacted_below`` then moves up to the batch's base
-        offset, persisted with the next flush: before that a crash treats the gap as a
-        torn tail and cuts it, and the follower fetches again). ``max.message.bytes`` is not
-        checked: the leader accepted the batch, and a copy must hold what the leader holds
+        ``compact`` only) after it when the leader's log has a compacted gap there
+        (``compacted_below`` then moves up to the batch's base offset, persisted with
+        the next flush: before that a crash treats the gap as a torn tail and cuts it,
+        and the follower fetches again). ``max.message.bytes`` is not checked: the
+        leader accepted the batch, and a copy must hold what the leader holds
         (the limit may also have been lowered since).
         """
         header = validate(batch)
