@@ -397,9 +397,9 @@ def run_group(args: argparse.Namespace) -> int:
                     producer.send_batch(topic, value)
                 producer.flush()
             for consumers in (1, args.consumers):
-                result = bench_throughput(args.bootstrap, topic, consumers,
-                                          args.records // chunk * chunk)
-                results.append({"benchmark": "throughput", **asdict(result)})
+                read = bench_throughput(args.bootstrap, topic, consumers,
+                                        args.records // chunk * chunk)
+                results.append({"benchmark": "throughput", **asdict(read)})
                 _print(args.format, results[-1])
     return 0
 
