@@ -637,7 +637,10 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
                 "partition_id": partition_id, "next_offset": position, "data": out}
 
     @app.get(base + "/topics/{topic_name}/tail", tags=["read"],
-             dependencies=[Depends(consume)], responses=_errors(*_V3_ERRORS))
+             dependencies=[Depends(consume)], response_class=StreamingResponse,
+             responses={200: {"description": "Server-Sent Events (ready, record, error)",
+                              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                        **_errors(*_V3_ERRORS)})
     async def tail(
         request: Request, cluster_id: str, topic_name: str,
         start: str = Query("end", alias="from", pattern="^(end|beginning)$"),
