@@ -305,6 +305,35 @@ def test_gaps_in_a_log_that_was_never_compacted_are_still_corruption(tmp_path: P
         PartitionLog(tmp_path, _config())
 
 
+def test_idempotent_producer_state_and_leader_epochs_survive_compaction(
+        tmp_path: Path) -> None:
+    from brokers.partition import Partition
+
+    partition = Partition("t", 0, "topic-id", tmp_path, _config(), 0)
+    partition.set_state(0, 1, [0], [0])
+    sent = []
+    for seq in range(0, 30, 3):
+        batch = build_batch([b"v%d" % seq] * 3, keys=[b"k1", b"k2", b"k1"], producer_id=7,
+                            producer_epoch=0, base_sequence=seq)
+        assert not partition.append_as_leader(batch).duplicate
+        sent.append(batch)
+        partition.log.roll()
+    partition.producers.write_snapshot(partition.log.log_end_offset)  # as the broker does
+    stats = LogCleaner().clean(partition.log, partition.log.log_end_offset)
+    assert stats is not None and stats.records_removed == 28
+    epochs = partition.log.leader_epochs
+    partition.close()
+    reopened = Partition("t", 0, "topic-id", tmp_path, _config(), 0)
+    reopened.set_state(0, 2, [0], [0])
+    assert reopened.log.leader_epochs[: len(epochs)] == epochs
+    retry = reopened.append_as_leader(sent[-1])  # a retry after a lost response
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (27, 29)
+    following = build_batch([b"x"], keys=[b"k3"], producer_id=7, producer_epoch=0,
+                            base_sequence=30)
+    assert reopened.append_as_leader(following).first_offset == 30
+    reopened.close()
+
+
 # ----------------------------------------------------------------------- crash safety
 
 def _prepared(tmp_path: Path) -> tuple[PartitionLog, FakeClock, list[Record], list[Record]]:
