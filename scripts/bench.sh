@@ -6,7 +6,8 @@
 # failover), and stops exactly those stacks.
 # `scripts/bench.sh replication` runs only the three-broker section; `scripts/bench.sh
 # gateway` only the HTTP ingest gateway section (scripts/bench_gateway.sh, its own stack),
-# which `make bench` runs last.
+# which `make bench` runs last; `scripts/bench.sh tier` and `scripts/bench.sh groups` run
+# only the tiering or the consumer group section.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=.venv/bin/strata
@@ -65,6 +66,18 @@ bench_tier() {
   "$STRATA" down --data-dir "$DATA" >/dev/null
 }
 
+# `scripts/bench.sh groups`: consumer group rebalance pauses and group throughput, on its
+# own one-broker stack (every consumer a process of its own).
+bench_groups() {
+  local base
+  base=$(free_base 0 10 40 70)
+  "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
+  echo "== consumer groups: a 5th member joins 4 on 32 partitions (3,200 records/s produced), then 1 vs 4 members reading 1,000,000 records"
+  "$STRATA" perf group --bootstrap "127.0.0.1:$((base + 10))" --partitions 32 --consumers 4 \
+    --rate 3200 --records 1000000
+  "$STRATA" down --data-dir "$DATA" >/dev/null
+}
+
 echo "== machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "== code: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- brokers strata || echo ' + uncommitted changes'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 if [[ "${1:-}" == "replication" ]]; then
@@ -73,6 +86,10 @@ if [[ "${1:-}" == "replication" ]]; then
 fi
 if [[ "${1:-}" == "tier" ]]; then
   bench_tier
+  exit 0
+fi
+if [[ "${1:-}" == "groups" ]]; then
+  bench_groups
   exit 0
 fi
 
@@ -123,6 +140,7 @@ echo "== Delta tiering (local[2]): 4,000,000 100-byte random records, 4 partitio
 "$STRATA" down --data-dir "$DATA" >/dev/null
 
 bench_replication
+bench_groups
 
 echo "== HTTP ingest gateway (scripts/bench_gateway.sh: its own stack)"
 bash scripts/bench_gateway.sh
