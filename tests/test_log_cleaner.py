@@ -334,6 +334,48 @@ def test_idempotent_producer_state_and_leader_epochs_survive_compaction(
     reopened.close()
 
 
+def test_a_truncation_during_a_pass_cancels_its_swaps(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(), clock=clock)
+    model: list[Record] = []
+    for i in range(6):
+        _append(log, model, [(b"k", b"%d" % i)], clock)
+    log.roll()
+    _append(log, model, [(b"k", b"active")], clock)
+    before = _read(log)
+
+    class Truncating(LogCleaner):
+        def _write_cleaned(self, *args: object, **kwargs: object) -> object:
+            written = super()._write_cleaned(*args, **kwargs)  # type: ignore[arg-type]
+            if log.log_end_offset == 7:
+                log.truncate_to(6)  # e.g. a follower's divergent tail
+            return written
+
+    Truncating(clock=clock).clean(log, log.log_end_offset - 1)
+    assert _read(log) == before[:-1]
+    assert not list(tmp_path.glob("*.cleaned"))
+
+
+def test_an_emptied_segment_keeps_the_age_of_its_records(tmp_path: Path) -> None:
+    clock = FakeClock()
+    config = _config(cleanup_policy="compact,delete", retention_ms=60_000)
+    log = PartitionLog(tmp_path, config, clock=clock)
+    model: list[Record] = []
+    _append(log, model, [(b"a", b"old")], clock)
+    log.roll()
+    clock.now += 1000
+    _append(log, model, [(b"a", b"new")], clock)
+    log.roll()
+    _append(log, model, [(b"b", b"active")], clock)
+    LogCleaner(clock=clock).clean(log, log.log_end_offset)
+    emptied = log.segments[0]
+    assert emptied.size == 0
+    assert emptied.log_path.stat().st_mtime_ns // 1_000_000 == clock.now - 1000
+    clock.now += 59_500  # the emptied segment is past retention.ms, the next one is not
+    assert log.apply_retention() == [0]
+    assert [v for _, _, v, _ in _read(log)] == [b"new", b"active"]
+
+
 # ----------------------------------------------------------------------- crash safety
 
 def _prepared(tmp_path: Path) -> tuple[PartitionLog, FakeClock, list[Record], list[Record]]:

@@ -64,6 +64,7 @@ import os
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,16 +135,14 @@ class LogCleaner:
 
     def __init__(self, *, clock: Callable[[], int] = _now_ms) -> None:
         self._clock = clock
-        self._state: dict[Path, _LogState] = {}
+        # Per open log object (a re-created topic's new log starts afresh).
+        self._state: weakref.WeakKeyDictionary[PartitionLog, _LogState] = \
+            weakref.WeakKeyDictionary()
         self._stopping = threading.Event()
 
     def shutdown(self) -> None:
         """Make a running pass stop at the next batch (nothing half-swapped is left)."""
         self._stopping.set()
-
-    def forget(self, directory: Path) -> None:
-        """Drop what the cleaner remembers of a log (deleted or reopened)."""
-        self._state.pop(directory, None)
 
     def needs_cleaning(self, partition_log: PartitionLog, upper_offset: int) -> bool:
         """New closed segments below ``upper_offset`` since the last pass, or a kept
@@ -153,7 +152,7 @@ class LogCleaner:
         segments = partition_log.cleanable_segments(upper_offset)
         if not segments:
             return False
-        state = self._state.get(partition_log.directory, _LogState())
+        state = self._state.get(partition_log, _LogState())
         if segments[-1].next_offset > state.cleaned_up_to:
             return True
         return 0 <= state.tombstone_due_ms <= self._clock()
@@ -166,6 +165,7 @@ class LogCleaner:
         if not force and not self.needs_cleaning(partition_log, upper_offset):
             return None
         started = time.monotonic()
+        truncations = partition_log.truncations
         try:
             segments = partition_log.cleanable_segments(upper_offset)
             if not segments:
@@ -177,7 +177,8 @@ class LogCleaner:
             rewritten = removed = tombstones = before = after = 0
             due = -1
             for segment in segments:
-                result = self._rewrite(partition_log, segment, scan, horizon, end)
+                result = self._rewrite(partition_log, segment, scan, horizon, end,
+                                       truncations)
                 if result is None:
                     continue
                 seg_removed, seg_tombstones, seg_before, seg_after, seg_due = result
@@ -191,7 +192,7 @@ class LogCleaner:
                     after += seg_after
         except (_Stopped, LogClosedError):
             return None
-        self._state[partition_log.directory] = _LogState(
+        self._state[partition_log] = _LogState(
             end, -1 if due < 0 else due + config.delete_retention_ms)
         return CleanerStats(end, rewritten, removed, tombstones, before, after,
                             time.monotonic() - started)
@@ -221,7 +222,8 @@ class LogCleaner:
 
     # ------------------------------------------------------------------ rewriting
     def _rewrite(self, partition_log: PartitionLog, segment: LogSegment, scan: _Scan,
-                 horizon: int, end: int) -> tuple[int, int, int, int, int] | None:
+                 horizon: int, end: int, truncations: int
+                 ) -> tuple[int, int, int, int, int] | None:
         """Rewrite one segment if it holds a record to drop; swap it in.
 
         Returns ``(records removed, tombstones removed, bytes before, bytes after,
@@ -262,7 +264,7 @@ class LogCleaner:
         new = self._write_cleaned(partition_log, segment, plans)
         if new is None:
             return None
-        replaced = partition_log.replace_segment(segment, end)
+        replaced = partition_log.replace_segment(segment, end, truncations=truncations)
         if replaced is None:
             return None
         return removed, tombstones, size_before, replaced.size, oldest_tombstone
@@ -286,6 +288,11 @@ class LogCleaner:
                     out.append(batch, _header(batch))
             out.seal()
             out.flush()
+            if out.is_empty and segment.max_timestamp >= 0:
+                # Time retention (compact,delete) reads an empty segment's age from its
+                # mtime: the records it held, not the moment of the rewrite.
+                stamp = segment.max_timestamp * 1_000_000
+                os.utime(path, ns=(stamp, stamp))
         except BaseException:
             out.close(seal=False)
             _remove_cleaned(directory, segment.base_offset)

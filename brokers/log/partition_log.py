@@ -876,6 +876,12 @@ class PartitionLog:
             self._gaps_checkpoint.write(below)
             self._gaps_persisted = below
 
+    @property
+    def truncations(self) -> int:
+        """How many truncations this log has seen: a cleaner pass that started before
+        one must not swap in what it read (``replace_segment``)."""
+        return self._truncations
+
     def cleanable_segments(self, upper_offset: int) -> list[LogSegment]:
         """Closed segments that end at or below ``upper_offset``, oldest first (never the
         active one): what the cleaner may rewrite. One snapshot, taken under the lock."""
@@ -883,7 +889,8 @@ class PartitionLog:
         with self._lock:
             return [s for s in self._segments[:-1] if s.next_offset <= upper_offset]
 
-    def replace_segment(self, old: LogSegment, compacted_below: int) -> LogSegment | None:
+    def replace_segment(self, old: LogSegment, compacted_below: int, *,
+                        truncations: int | None = None) -> LogSegment | None:
         """Swap in the cleaner's rewrite of ``old``: ``<base>.log.cleaned`` and its two
         ``.cleaned`` indexes, complete and fsynced. Takes the lock only for the renames.
 
@@ -895,12 +902,15 @@ class PartitionLog:
         uncommitted one. Readers holding ``old`` (or a ``FileSlice`` of it) keep reading
         the old file, which stays open until they let go; its bytes are as valid as
         ever. Returns the new segment, or ``None`` (cleaned files removed) when ``old``
-        is no longer a closed segment of this log (retention, truncation, close).
+        is no longer a closed segment of this log (retention, truncation, close), or
+        the log was truncated since ``truncations`` (what ``truncations`` said when the
+        cleaner started reading ``old``).
         """
         base = old.base_offset
         with self._lock:
             if (self._closed or self._offline is not None or old not in self._segments
-                    or old is self.active_segment):
+                    or old is self.active_segment
+                    or truncations not in (None, self._truncations)):
                 _remove_cleaned(self.directory, base)
                 return None
             try:
