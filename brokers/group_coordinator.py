@@ -487,7 +487,11 @@ class GroupCoordinator:
             async with group.lock:
                 if shard.groups.get(group.group_id) is not group:
                     raise NotCoordinatorError("the group was reloaded; retry")
-                return await self._heartbeat(shard, group, request, client_id)
+                try:
+                    return await self._heartbeat(shard, group, request, client_id)
+                finally:
+                    if not group.members and not group.offsets and group.group_epoch == 0:
+                        shard.groups.pop(group.group_id, None)  # a join that failed
         except StrataError as err:
             return ConsumerGroupHeartbeatResponse(err.code, err.message)
 
@@ -727,40 +731,49 @@ class GroupCoordinator:
         accepted: list[tuple[str, int, int, str | None]] = []
         try:
             shard = await self._shard(request.group_id)
-            group = shard.groups.get(request.group_id) or Group(request.group_id)
+            group = shard.groups.setdefault(request.group_id, Group(request.group_id))
             async with group.lock:
-                member = self._check_committer(group, request)
-                for topic in request.topics:
-                    out = answers.setdefault(topic.name, [])
-                    for part in topic.partitions:
-                        try:
-                            self._check_commit(member, topic.name, part.partition, part.offset,
-                                               part.metadata)
-                            accepted.append((topic.name, part.partition, part.offset,
-                                             part.metadata))
-                            out.append(OffsetCommitPartitionResponse(part.partition, 0))
-                        except StrataError as err:
-                            out.append(OffsetCommitPartitionResponse(part.partition, err.code,
-                                                                     err.message))
-                if accepted:
-                    now_ms = int(time.time() * 1000)
-                    await self._write(shard, [
-                        (_key(group=group.group_id, partition=p, topic=t, type="offset"),
-                         _value({"offset": o, "metadata": m, "timestamp": now_ms}))
-                        for t, p, o, m in accepted])
-                    for t, p, o, m in accepted:
-                        group.offsets[(t, p)] = CommittedOffset(o, m, now_ms)
-                    shard.groups.setdefault(group.group_id, group)
+                try:
+                    await self._commit_locked(shard, group, request, answers, accepted)
+                finally:
+                    if not group.members and not group.offsets and group.group_epoch == 0:
+                        shard.groups.pop(group.group_id, None)  # nothing was stored
         except StrataError as err:
-            failed = {(t, p) for t, p, _, _ in accepted}
+            # A group-level error, or the write failed: every partition that was not
+            # already refused on its own gets it.
+            refused = {(t, a.partition) for t, parts in answers.items() for a in parts
+                       if a.error_code != 0}
             return OffsetCommitResponse([OffsetCommitTopicResponse(topic.name, [
-                OffsetCommitPartitionResponse(part.partition, err.code, err.message)
-                if not answers or (topic.name, part.partition) in failed
-                or topic.name not in answers else
                 next(a for a in answers[topic.name] if a.partition == part.partition)
+                if (topic.name, part.partition) in refused else
+                OffsetCommitPartitionResponse(part.partition, err.code, err.message)
                 for part in topic.partitions]) for topic in request.topics])
         return OffsetCommitResponse([OffsetCommitTopicResponse(name, parts)
                                      for name, parts in answers.items()])
+
+    async def _commit_locked(self, shard: _Shard, group: Group, request: OffsetCommitRequest,
+                             answers: dict[str, list[OffsetCommitPartitionResponse]],
+                             accepted: list[tuple[str, int, int, str | None]]) -> None:
+        member = self._check_committer(group, request)
+        for topic in request.topics:
+            out = answers.setdefault(topic.name, [])
+            for part in topic.partitions:
+                try:
+                    self._check_commit(member, topic.name, part.partition, part.offset,
+                                       part.metadata)
+                    accepted.append((topic.name, part.partition, part.offset, part.metadata))
+                    out.append(OffsetCommitPartitionResponse(part.partition, 0))
+                except StrataError as err:
+                    out.append(OffsetCommitPartitionResponse(part.partition, err.code,
+                                                             err.message))
+        if accepted:
+            now_ms = int(time.time() * 1000)
+            await self._write(shard, [
+                (_key(group=group.group_id, partition=p, topic=t, type="offset"),
+                 _value({"offset": o, "metadata": m, "timestamp": now_ms}))
+                for t, p, o, m in accepted])
+            for t, p, o, m in accepted:
+                group.offsets[(t, p)] = CommittedOffset(o, m, now_ms)
 
     @staticmethod
     def _check_committer(group: Group, request: OffsetCommitRequest) -> Member | None:
@@ -828,6 +841,8 @@ class GroupCoordinator:
                     partition.leader_epoch != shard.leader_epoch:
                 continue
             for group in shard.groups.values():
+                if not group.members and not group.offsets:
+                    continue  # every member left and nothing was committed: no group
                 listed.append(ListedGroup(group.group_id, group.state, group.assignor,
                                           len(group.members)))
         return sorted(listed, key=lambda g: g.group_id)

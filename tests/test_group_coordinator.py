@@ -1,0 +1,236 @@
+"""The group coordinator's wire behaviour on one real broker: every error a client can
+hit, the group lifecycle, and the state a restarted broker reloads from
+``__consumer_offsets`` (issue [7/7], items 1-2).
+
+Raw protocol requests over TCP (not the consumer), so each answer is checked exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from brokers.errors import (
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    InvalidSessionTimeoutError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+    UnsupportedAssignorError,
+)
+from brokers.protocol import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ApiKey,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    GroupTopicPartitions,
+    ListGroupsRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from strata.client import Admin, NewTopic
+from strata.client._connection import BrokerConnection
+from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def group_broker(zookeeper_server: Any, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(zookeeper_server.connect_string, tmp_path_factory.mktemp("gb"),
+                            overrides={"offsets.topic.num.partitions": "2",
+                                       "group.min.session.timeout.ms": "500",
+                                       "group.max.session.timeout.ms": "60000",
+                                       "offset.metadata.max.bytes": "16"})
+    process.start()
+    try:
+        with Admin(process.bootstrap) as admin:
+            admin.create_topics([NewTopic("orders", 4, 1), NewTopic("audit", 2, 1)])
+        yield process
+    finally:
+        process.kill()
+
+
+def call(broker: BrokerProcess, api: ApiKey, body: Any) -> Any:
+    async def go() -> Any:
+        connection = BrokerConnection("127.0.0.1", broker.port)
+        try:
+            await connection.connect(timeout=5)
+            return await connection.request(api, body)
+        finally:
+            await connection.close()
+    return asyncio.run(go())
+
+
+def find(broker: BrokerProcess, group: str) -> FindCoordinatorResponse:
+    return wait_for(f"the coordinator of {group}",
+                    lambda: call(broker, ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(group)),
+                    lambda a: a.error_code == 0, 30)
+
+
+def heartbeat(broker: BrokerProcess, group: str, member_id: str | None = None,
+              epoch: int = 0, **kw: Any) -> ConsumerGroupHeartbeatResponse:
+    kw.setdefault("subscribed_topics", ["orders"])
+    answer = call(broker, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                  ConsumerGroupHeartbeatRequest(group, member_id, epoch, **kw))
+    assert isinstance(answer, ConsumerGroupHeartbeatResponse)
+    return answer
+
+
+def join_and_settle(broker: BrokerProcess, group: str, **kw: Any
+                    ) -> ConsumerGroupHeartbeatResponse:
+    find(broker, group)
+    answer = heartbeat(broker, group, **kw)
+    assert answer.error_code == 0, answer
+    again = heartbeat(broker, group, answer.member_id, answer.member_epoch,
+                      owned=answer.assignment, **kw)
+    assert again.error_code == 0 and again.assignment == answer.assignment
+    return again
+
+
+def commit(broker: BrokerProcess, group: str, member_id: str | None, epoch: int,
+           offsets: dict[tuple[str, int], int], metadata: str | None = None) -> dict[Any, int]:
+    topics: dict[str, list[OffsetCommitPartition]] = {}
+    for (t, p), o in offsets.items():
+        topics.setdefault(t, []).append(OffsetCommitPartition(p, o, metadata))
+    answer = call(broker, ApiKey.OFFSET_COMMIT, OffsetCommitRequest(
+        group, member_id, epoch, [OffsetCommitTopic(t, ps) for t, ps in topics.items()]))
+    assert isinstance(answer, OffsetCommitResponse)
+    return {(t.name, p.partition): p.error_code for t in answer.topics for p in t.partitions}
+
+
+def fetch(broker: BrokerProcess, group: str) -> dict[tuple[str, int], int]:
+    answer = call(broker, ApiKey.OFFSET_FETCH, OffsetFetchRequest(group))
+    assert isinstance(answer, OffsetFetchResponse) and answer.error_code == 0
+    return {(t.name, p.partition): p.offset for t in answer.topics for p in t.partitions}
+
+
+def test_find_coordinator_refuses_an_empty_group_id(group_broker: BrokerProcess) -> None:
+    answer = call(group_broker, ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(""))
+    assert answer.error_code == InvalidGroupIdError.code
+    assert "1..249" in answer.error_message
+
+
+@pytest.mark.parametrize(("kw", "error"), [
+    ({"assignor": "roundrobin"}, UnsupportedAssignorError),
+    ({"session_timeout_ms": 100}, InvalidSessionTimeoutError),
+    ({"session_timeout_ms": 600_000}, InvalidSessionTimeoutError),
+    ({"subscribed_topics": []}, InvalidRequestError),
+    ({"rebalance_timeout_ms": 0}, InvalidRequestError),
+])
+def test_bad_joins_are_refused_with_a_reason(group_broker: BrokerProcess, kw: dict[str, Any],
+                                             error: type[Exception]) -> None:
+    find(group_broker, "bad-joins")
+    answer = heartbeat(group_broker, "bad-joins", **kw)
+    assert answer.error_code == error.code  # type: ignore[attr-defined]
+    assert answer.error_message
+    listed = call(group_broker, ApiKey.LIST_GROUPS, ListGroupsRequest())
+    assert "bad-joins" not in [g.group_id for g in listed.groups]
+
+
+def test_member_errors(group_broker: BrokerProcess) -> None:
+    member = join_and_settle(group_broker, "members")
+    assert heartbeat(group_broker, "members", "nobody", 1).error_code == \
+        UnknownMemberIdError.code
+    assert heartbeat(group_broker, "members", member.member_id,
+                     member.member_epoch + 5).error_code == FencedMemberEpochError.code
+    assert heartbeat(group_broker, "members", member.member_id, 0,
+                     assignor="range").error_code == 0  # a re-sent join of a known id
+    other = heartbeat(group_broker, "members", assignor="range")
+    assert other.error_code == UnsupportedAssignorError.code
+    assert "cooperative-sticky" in other.error_message
+
+
+def test_commit_rules(group_broker: BrokerProcess) -> None:
+    member = join_and_settle(group_broker, "committers")
+    mid, epoch = member.member_id, member.member_epoch
+    assert commit(group_broker, "committers", mid, epoch, {("orders", 0): 10}) == \
+        {("orders", 0): 0}
+    codes = commit(group_broker, "committers", mid, epoch,
+                   {("orders", 1): -1, ("orders", 9): 1, ("nope", 0): 1, ("orders", 2): 3})
+    assert codes == {("orders", 1): InvalidRequestError.code,
+                     ("orders", 9): UnknownTopicOrPartitionError.code,
+                     ("nope", 0): UnknownTopicOrPartitionError.code, ("orders", 2): 0}
+    assert commit(group_broker, "committers", mid, epoch, {("orders", 3): 1},
+                  metadata="x" * 17) == {("orders", 3): OffsetMetadataTooLargeError.code}
+    # A partition of a topic the member does not own (audit is not subscribed).
+    assert commit(group_broker, "committers", mid, epoch, {("audit", 0): 1}) == \
+        {("audit", 0): StaleMemberEpochError.code}
+    assert commit(group_broker, "committers", "ghost", 1, {("orders", 0): 11}) == \
+        {("orders", 0): UnknownMemberIdError.code}
+    assert commit(group_broker, "committers", None, -1, {("orders", 0): 11}) == \
+        {("orders", 0): NonEmptyGroupError.code}
+    assert fetch(group_broker, "committers") == {("orders", 0): 10, ("orders", 2): 3}
+
+
+def test_group_lifecycle_describe_leave_delete(group_broker: BrokerProcess) -> None:
+    member = join_and_settle(group_broker, "lifecycle", instance_id="static-1")
+    commit(group_broker, "lifecycle", member.member_id, member.member_epoch,
+           {("orders", p): 5 for p in range(4)})
+    described = call(group_broker, ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest(
+        ["lifecycle", "never-seen"]))
+    assert isinstance(described, DescribeGroupsResponse)
+    live, missing = described.groups
+    assert (live.error_code, live.state, live.assignor) == (0, "Stable", "cooperative-sticky")
+    assert [(m.member_id, m.instance_id) for m in live.members] == \
+        [(member.member_id, "static-1")]
+    assert live.members[0].assignment == [GroupTopicPartitions("orders", [0, 1, 2, 3])]
+    assert missing.error_code == GroupIdNotFoundError.code
+    # A static member's temporary leave keeps its place; deleting is refused meanwhile.
+    assert heartbeat(group_broker, "lifecycle", member.member_id,
+                     STATIC_LEAVE_EPOCH).error_code == 0
+    deleted = call(group_broker, ApiKey.DELETE_GROUPS, DeleteGroupsRequest(["lifecycle"]))
+    assert isinstance(deleted, DeleteGroupsResponse)
+    assert deleted.results[0].error_code == NonEmptyGroupError.code
+    assert heartbeat(group_broker, "lifecycle", member.member_id, LEAVE_EPOCH).error_code == 0
+    assert heartbeat(group_broker, "lifecycle", member.member_id, LEAVE_EPOCH).error_code == 0
+    listed = {g.group_id: g for g in call(group_broker, ApiKey.LIST_GROUPS,
+                                          ListGroupsRequest()).groups}
+    assert (listed["lifecycle"].state, listed["lifecycle"].members) == ("Empty", 0)
+    # With no members, an admin commit (reset-offsets) is allowed.
+    assert commit(group_broker, "lifecycle", None, -1, {("orders", 0): 0}) == {("orders", 0): 0}
+    deleted = call(group_broker, ApiKey.DELETE_GROUPS,
+                   DeleteGroupsRequest(["lifecycle", "lifecycle-x"]))
+    assert [r.error_code for r in deleted.results] == [0, GroupIdNotFoundError.code]
+    assert fetch(group_broker, "lifecycle") == {}
+
+
+def test_restarted_broker_reloads_groups_and_offsets(group_broker: BrokerProcess) -> None:
+    member = join_and_settle(group_broker, "durable", session_timeout_ms=30_000)
+    commit(group_broker, "durable", member.member_id, member.member_epoch,
+           {("orders", p): 100 + p for p in range(4)})
+    for round_ in range(20):  # many commits of the same keys: compaction's work later
+        commit(group_broker, "durable", member.member_id, member.member_epoch,
+               {("orders", 0): 200 + round_})
+    group_broker.stop()
+    group_broker.start()
+    find(group_broker, "durable")
+    assert fetch(group_broker, "durable") == {("orders", 0): 219, ("orders", 1): 101,
+                                              ("orders", 2): 102, ("orders", 3): 103}
+    # The member survived the restart: same id and epoch are accepted, nothing moves.
+    again = heartbeat(group_broker, "durable", member.member_id, member.member_epoch,
+                      owned=member.assignment)
+    assert (again.error_code, again.assignment, again.member_epoch) == \
+        (0, member.assignment, member.member_epoch)
+    assert heartbeat(group_broker, "durable", member.member_id, LEAVE_EPOCH).error_code == 0
