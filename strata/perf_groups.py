@@ -5,6 +5,7 @@ production: a member is its own interpreter, so one member's GIL never delays an
 heartbeats. A worker subscribes with the real ``strata.client.Consumer``, commits after
 each poll (at-least-once) and reports what happens as JSON lines on stdout::
 
+    {"ev": "subscribe", "t": <unix s>}                 (just before Consumer.subscribe)
     {"ev": "assign" | "revoke" | "lost", "t": <unix s>, "tps": [[topic, p], ...]}
     {"ev": "records", "t": <unix s>, "ranges": [[topic, p, first, last, count], ...]}
     {"ev": "commit-result", "error": <code or null>, "message": ...}   (stdin "commit T P O")
@@ -15,9 +16,10 @@ measures and what the tests prove run the same code.
 
 Rebalance (``--phase rebalance``): ``--consumers`` workers share a ``--partitions`` topic
 while a producer writes ``--rate`` records/s spread over every partition. Once the group
-is stable, one more worker joins. Reported per assignor: ``first_record_s`` (join until
-the new member's first record), ``moved`` (partitions that changed owner), and over the
-partitions that kept their owner: ``revoked`` (how many were revoked at all) and
+is stable, one more worker joins. Reported per assignor: ``first_record_s`` (from the
+new member's ``subscribe`` call, after its interpreter started, until its first
+record), ``moved`` (partitions that changed owner), and over the partitions that kept
+their owner: ``revoked`` (how many were revoked at all) and
 ``max_pause_s`` (longest time one of them was not owned by anyone: revoke to re-assign;
 0 when none was revoked). ``max_gap_s`` is the longest time between two deliveries of an
 unmoved partition in the 10 s after the join, next to ``baseline_gap_s``, the same before
@@ -101,6 +103,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                 _emit(out, lock, {"ev": "commit-failed", "t": time.time(), "error": err.code})
         _emit(out, lock, {"ev": "revoke", "t": time.time(), "tps": tps(partitions)})
 
+    _emit(out, lock, {"ev": "subscribe", "t": time.time()})
     consumer.subscribe(args.topic,
                        on_assign=lambda p: _emit(out, lock, {
                            "ev": "assign", "t": time.time(), "tps": tps(p),
@@ -306,7 +309,9 @@ def bench_rebalance(bootstrap: str, topic: str, partitions: int, consumers: int,
         newcomer = Worker(args).start()
         workers.append(newcomer)
         _wait(lambda: newcomer.records() > 0, 120, "the new member's first record")
-        first = next(e["t"] for e in newcomer.snapshot() if e["ev"] == "records") - t0
+        events = newcomer.snapshot()
+        first = next(e["t"] for e in events if e["ev"] == "records") - \
+            next(e["t"] for e in events if e["ev"] == "subscribe")
         _wait(lambda: sum(len(w.owned()) for w in workers) == partitions
               and set().union(*(w.owned() for w in workers)) == everything
               and all(w.owned() for w in workers), 120, "the group to settle")
