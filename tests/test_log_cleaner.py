@@ -376,6 +376,27 @@ def test_an_emptied_segment_keeps_the_age_of_its_records(tmp_path: Path) -> None
     assert [v for _, _, v, _ in _read(log)] == [b"new", b"active"]
 
 
+def test_a_new_follower_partition_catches_up_on_a_compacted_leader(tmp_path: Path) -> None:
+    from brokers.partition import Partition
+
+    leader = Partition("t", 0, "topic-id", tmp_path / "leader", _config(), 0)
+    leader.set_state(0, 1, [0], [0, 1])
+    for i in range(40):
+        leader.append_as_leader(build_batch([b"v%d" % i] * 2, keys=[b"a%d" % (i % 4), b"b"]))
+    leader.log.roll()
+    leader.append_as_leader(build_batch([b"tail"], keys=[b"z"]))
+    LogCleaner().clean(leader.log, leader.log.log_end_offset)
+    follower = Partition("t", 0, "topic-id", tmp_path / "follower", _config(), 1)
+    follower.set_state(0, 1, [0], [0, 1])
+    while follower.log.log_end_offset < leader.log.log_end_offset:  # the replica fetcher
+        found = leader.read(follower.log.log_end_offset, 1500, for_follower=True)
+        assert found is not None
+        follower.append_as_follower(found.read_bytes(), leader.log.log_end_offset)
+    assert _read(follower.log) == _read(leader.log)
+    assert follower.high_watermark == leader.log.log_end_offset
+    assert [o for o, *_ in _read(follower.log)] == [72, 74, 76, 78, 79, 80]
+
+
 # ----------------------------------------------------------------------- crash safety
 
 def _prepared(tmp_path: Path) -> tuple[PartitionLog, FakeClock, list[Record], list[Record]]:
