@@ -610,7 +610,8 @@ class Broker:
                 continue
             upper = partition.high_watermark
             if lg.config.tier_enable:
-                tier_progress = tier_progress or await self.read_tier_progress()
+                if tier_progress is None:
+                    tier_progress = await self.read_tier_progress()
                 progress = tier_progress.get(topic, {}).get(p)
                 if progress is None:
                     continue  # unknown: the local copy may be the only one

@@ -397,6 +397,27 @@ def test_a_new_follower_partition_catches_up_on_a_compacted_leader(tmp_path: Pat
     assert [o for o, *_ in _read(follower.log)] == [72, 74, 76, 78, 79, 80]
 
 
+def test_an_undecodable_batch_fails_the_pass_naming_the_segment(tmp_path: Path) -> None:
+    import struct
+
+    from brokers.record_batch import HEADER, HEADER_SIZE, crc_of
+
+    log = PartitionLog(tmp_path, _config())
+    log.append(build_batch([b"v"], keys=[b"k"]))
+    junk = bytearray(build_batch([b"v"], keys=[b"k"])[:HEADER_SIZE] + b"not arrow" * 10)
+    fields = list(HEADER.unpack_from(junk, 0))
+    fields[1] = len(junk) - 12  # batch_length
+    HEADER.pack_into(junk, 0, *fields)
+    struct.pack_into(">I", junk, 17, crc_of(junk))
+    log.append(bytes(junk))  # written before the topic was compacted: never decoded
+    log.roll()
+    before = _active_bytes(log), log.segments[0].log_path.read_bytes()
+    with pytest.raises(CorruptRecordError, match="cannot decode") as caught:
+        LogCleaner().clean(log, log.log_end_offset)
+    assert caught.value.segment == str(log.segments[0].log_path)
+    assert (_active_bytes(log), log.segments[0].log_path.read_bytes()) == before
+
+
 # ----------------------------------------------------------------------- crash safety
 
 def _prepared(tmp_path: Path) -> tuple[PartitionLog, FakeClock, list[Record], list[Record]]:

@@ -72,7 +72,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from brokers.errors import InvalidRecordBatchError, LogClosedError
+from brokers.errors import CorruptRecordError, InvalidRecordBatchError, LogClosedError
 from brokers.log.partition_log import CLEANED_SUFFIX, PartitionLog, _remove_cleaned
 from brokers.log.segment import GapBound, LogSegment
 from brokers.record_batch import (
@@ -205,7 +205,14 @@ class LogCleaner:
             if self._stopping.is_set():
                 raise _Stopped
             data = os.pread(file.fd, header.size, position)
-            yield decode_batch(data, verify=True)
+            try:
+                decoded = decode_batch(data, verify=True)
+            except InvalidRecordBatchError as err:
+                raise CorruptRecordError(
+                    f"the cleaner cannot decode this batch: {err.message}",
+                    segment=str(segment.log_path), position=position,
+                    offset=header.base_offset) from err
+            yield decoded
 
     def _scan(self, segments: list[LogSegment]) -> _Scan:
         scan = _Scan()
