@@ -621,9 +621,10 @@ class Broker:
                     continue
                 partition.producers.write_snapshot(lg.log_end_offset)
                 stats = await asyncio.to_thread(cleaner.clean, lg, upper, force=True)
-            except (StrataError, OSError) as err:
+            except Exception as err:  # one replica's failure must not stop the others
                 self.metrics.cleaner_errors.inc()
-                log.error("cleaning %s failed: %s", partition.name, err)
+                log.error("cleaning %s failed: %s", partition.name, err,
+                          exc_info=not isinstance(err, StrataError | OSError))
                 continue
             if stats is None:
                 continue

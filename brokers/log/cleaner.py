@@ -176,10 +176,12 @@ class LogCleaner:
             horizon = self._clock() - config.delete_retention_ms
             rewritten = removed = tombstones = before = after = 0
             due = -1
+            complete = True
             for segment in segments:
                 result = self._rewrite(partition_log, segment, scan, horizon, end,
                                        truncations)
                 if result is None:
+                    complete = False  # the next pass tries again
                     continue
                 seg_removed, seg_tombstones, seg_before, seg_after, seg_due = result
                 removed += seg_removed
@@ -192,33 +194,42 @@ class LogCleaner:
                     after += seg_after
         except (_Stopped, LogClosedError):
             return None
-        self._state[partition_log] = _LogState(
-            end, -1 if due < 0 else due + config.delete_retention_ms)
+        if complete:
+            self._state[partition_log] = _LogState(
+                end, -1 if due < 0 else due + config.delete_retention_ms)
         return CleanerStats(end, rewritten, removed, tombstones, before, after,
                             time.monotonic() - started)
 
     # ------------------------------------------------------------------ scanning
-    def _batches(self, segment: LogSegment) -> Iterator[tuple[BatchHeader, pa.RecordBatch]]:
+    def _batches(self, segment: LogSegment
+                 ) -> Iterator[tuple[int, bytes, BatchHeader, pa.RecordBatch]]:
+        """``(position, bytes, header, payload)`` of each batch, CRC-checked; one batch
+        in memory at a time."""
         file = segment.file  # held: the descriptor outlives a concurrent delete
         size = segment.size
         for position, header in segment.iter_headers(0, size, file):
             if self._stopping.is_set():
                 raise _Stopped
-            data = os.pread(file.fd, header.size, position)
-            try:
-                decoded = decode_batch(data, verify=True)
-            except InvalidRecordBatchError as err:
-                raise CorruptRecordError(
-                    f"the cleaner cannot decode this batch: {err.message}",
-                    segment=str(segment.log_path), position=position,
-                    offset=header.base_offset) from err
-            yield decoded
+            yield position, *self._read_batch(segment, file.fd, position, header)
+
+    @staticmethod
+    def _read_batch(segment: LogSegment, fd: int, position: int, header: BatchHeader
+                    ) -> tuple[bytes, BatchHeader, pa.RecordBatch]:
+        data = os.pread(fd, header.size, position)
+        try:
+            decoded, payload = decode_batch(data, verify=True)
+        except InvalidRecordBatchError as err:
+            raise CorruptRecordError(
+                f"the cleaner cannot decode this batch: {err.message}",
+                segment=str(segment.log_path), position=position,
+                offset=header.base_offset) from err
+        return data, decoded, payload
 
     def _scan(self, segments: list[LogSegment]) -> _Scan:
         scan = _Scan()
         latest = scan.latest
         for segment in segments:
-            for header, payload in self._batches(segment):
+            for _, _, header, payload in self._batches(segment):
                 offset = header.base_offset
                 for key in payload.column(0).to_pylist():
                     if key is not None:
@@ -233,14 +244,16 @@ class LogCleaner:
                  ) -> tuple[int, int, int, int, int] | None:
         """Rewrite one segment if it holds a record to drop; swap it in.
 
-        Returns ``(records removed, tombstones removed, bytes before, bytes after,
-        oldest kept tombstone timestamp or -1)``, or ``None`` when the segment left
-        the log meanwhile.
+        A first read decides, batch by batch, which runs of records survive (only
+        positions and runs are kept in memory); a second read writes them. Returns
+        ``(records removed, tombstones removed, bytes before, bytes after, oldest kept
+        tombstone timestamp or -1)``, or ``None`` when the swap did not happen (the
+        segment left the log, or the log was truncated, meanwhile).
         """
-        plans: list[tuple[BatchHeader, pa.RecordBatch, list[tuple[int, int]]]] = []
+        plans: list[tuple[int, BatchHeader, list[tuple[int, int]]]] = []
         removed = tombstones = 0
         oldest_tombstone = -1
-        for header, payload in self._batches(segment):
+        for position, _, header, payload in self._batches(segment):
             keys = payload.column(0).to_pylist()
             null_values = payload.column(1).is_null().to_pylist()
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
@@ -264,22 +277,20 @@ class LogCleaner:
                     keep[-1] = (keep[-1][0], i + 1)
                 else:
                     keep.append((i, i + 1))
-            plans.append((header, payload, keep))
+            plans.append((position, header, keep))
         if not removed:
             return 0, 0, segment.size, segment.size, oldest_tombstone
         size_before = segment.size
-        new = self._write_cleaned(partition_log, segment, plans)
-        if new is None:
-            return None
+        self._write_cleaned(partition_log, segment, plans)
         replaced = partition_log.replace_segment(segment, end, truncations=truncations)
         if replaced is None:
             return None
         return removed, tombstones, size_before, replaced.size, oldest_tombstone
 
     def _write_cleaned(self, partition_log: PartitionLog, segment: LogSegment,
-                       plans: list[tuple[BatchHeader, pa.RecordBatch, list[tuple[int, int]]]]
-                       ) -> LogSegment | None:
-        """Write and fsync ``<base>.log.cleaned`` and its indexes."""
+                       plans: list[tuple[int, BatchHeader, list[tuple[int, int]]]]) -> None:
+        """Write and fsync ``<base>.log.cleaned`` and its indexes. A batch kept whole is
+        copied byte for byte; one with dropped records is re-encoded run by run."""
         directory = partition_log.directory
         _remove_cleaned(directory, segment.base_offset)  # a failed earlier pass's leftovers
         path = Path(f"{segment.log_path}{CLEANED_SUFFIX}")
@@ -287,9 +298,16 @@ class LogCleaner:
                          partition_log.config.index_interval_bytes, create=True,
                          gaps=GapBound(segment.next_offset), log_path=path)
         try:
-            for header, payload, runs in plans:
+            fd = segment.file.fd
+            for position, header, runs in plans:
                 if self._stopping.is_set():
                     raise _Stopped
+                if not runs:
+                    continue
+                data, _, payload = self._read_batch(segment, fd, position, header)
+                if runs == [(0, header.record_count)]:
+                    out.append(data, header)
+                    continue
                 for n, (i, j) in enumerate(runs):
                     batch = _run_batch(header, payload, i, j, last=n == len(runs) - 1)
                     out.append(batch, _header(batch))
@@ -305,7 +323,6 @@ class LogCleaner:
             _remove_cleaned(directory, segment.base_offset)
             raise
         out.close(seal=False)
-        return out
 
 
 def require_keys(batch: bytes | bytearray | memoryview, topic: str) -> None:
