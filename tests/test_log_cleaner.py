@@ -418,6 +418,27 @@ def test_an_undecodable_batch_fails_the_pass_naming_the_segment(tmp_path: Path) 
     assert (_active_bytes(log), log.segments[0].log_path.read_bytes()) == before
 
 
+def test_truncating_into_a_gap_ends_the_log_before_it(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(segment_bytes=1 << 20), clock=clock)
+    model: list[Record] = []
+    _append(log, model, [(b"a", b"1"), (b"b", b"1")], clock)
+    _append(log, model, [(b"a", b"2"), (b"c", b"1"), (b"c", b"2")], clock)
+    _append(log, model, [(b"b", b"2")], clock)
+    log.roll()
+    _append(log, model, [(b"d", b"1")], clock)
+    LogCleaner(clock=clock).clean(log, log.log_end_offset)
+    assert [o for o, *_ in _read(log)] == [2, 4, 5, 6]  # gaps at 0-1 and 3
+    log.flush()
+    assert log.truncate_to(3) == 3  # offset 3 is in a gap: the log ends after offset 2
+    assert [o for o, *_ in _read(log)] == [2]
+    assert log.recovery_point <= log.log_end_offset
+    crashed = PartitionLog(tmp_path, _config(segment_bytes=1 << 20), clock=clock)
+    assert [o for o, *_ in _read(crashed)] == [2]
+    assert crashed.truncate_to(1) == 0  # inside the leading gap: nothing is left
+    assert crashed.log_end_offset == 0
+
+
 # ----------------------------------------------------------------------- crash safety
 
 def _prepared(tmp_path: Path) -> tuple[PartitionLog, FakeClock, list[Record], list[Record]]:

@@ -816,11 +816,15 @@ class PartitionLog:
             self._group_commit.reset(offset, truncated_to=offset)
 
     def _end_after_truncation(self, offset: int) -> int:
-        """The log end ``truncate_to(offset)`` leaves (``offset`` < log end)."""
+        """The log end ``truncate_to(offset)`` leaves (``offset`` < log end), or for an
+        offset in a compacted gap a lower bound of it (the end is the last batch before
+        the gap; a recovery point below the data is safe, one above it is not)."""
         if offset <= self.log_start_offset:
             return offset
         i = max(0, bisect_right(self._base_offsets, offset) - 1)
         base = self._segments[i].batch_holding(offset)
+        if offset <= self._gaps.below and (base is None or base > offset):
+            return self._segments[i].base_offset
         if base is None or base < self.log_start_offset:
             return offset  # the log restarts empty at ``offset``
         return base
