@@ -271,6 +271,8 @@ class Partition:
     def stage(self, staging_id: str, chunk_sequence: int, batch: memoryview | bytes) -> bool:
         """Stage a sink writer's chunk (invisible until committed); True for a resend."""
         header = self.log.validate(batch)
+        if self.log.config.cleanup_policy.compacts:
+            require_keys(batch, self.topic)  # as for produce: docs/compaction.md
         return self.staging.stage(staging_id, chunk_sequence, batch, header)
 
     def commit_staged(self, producer_id: int, batch_id: int, parts: list[StagedPart]

@@ -439,6 +439,23 @@ def test_truncating_into_a_gap_ends_the_log_before_it(tmp_path: Path) -> None:
     assert crashed.log_end_offset == 0
 
 
+def test_keyless_records_are_refused_by_produce_and_by_sink_staging(tmp_path: Path) -> None:
+    from brokers.errors import InvalidRecordBatchError
+    from brokers.partition import Partition
+
+    partition = Partition("t", 0, "topic-id", tmp_path, _config(), 0)
+    partition.set_state(0, 1, [0], [0])
+    keyless = build_batch([b"a", b"b"], keys=[b"k", None])
+    with pytest.raises(InvalidRecordBatchError, match=r"record 1 of the batch \(1 of 2\)"):
+        partition.append_as_leader(keyless)
+    with pytest.raises(InvalidRecordBatchError, match="has no key"):
+        partition.stage("stage-1", 0, keyless)
+    assert partition.log.log_end_offset == 0
+    partition.set_config(LogConfig())  # cleanup.policy=delete: keys are optional
+    assert partition.append_as_leader(keyless).first_offset == 0
+    partition.close()
+
+
 # ----------------------------------------------------------------------- crash safety
 
 def _prepared(tmp_path: Path) -> tuple[PartitionLog, FakeClock, list[Record], list[Record]]:
