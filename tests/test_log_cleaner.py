@@ -246,6 +246,37 @@ def test_fetch_during_and_after_a_swap_reads_valid_data(tmp_path: Path) -> None:
     assert [o for o, *_ in _read(log)] == [o for o, *_ in _expected(model, 30, 0)]
 
 
+def test_appends_and_reads_go_on_while_a_pass_rewrites(tmp_path: Path) -> None:
+    import threading
+
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(flush_policy="always"), clock=clock)
+    model = _random_workload(log, clock, random.Random(5), 30, keys=4)
+    rewriting, release = threading.Event(), threading.Event()
+
+    class Paused(LogCleaner):
+        def _write_cleaned(self, *args: object, **kwargs: object) -> None:
+            super()._write_cleaned(*args, **kwargs)  # type: ignore[arg-type]
+            rewriting.set()
+            assert release.wait(30)
+
+    cleaner = threading.Thread(target=Paused(clock=clock).clean,
+                               args=(log, log.log_end_offset))
+    cleaner.start()
+    try:
+        assert rewriting.wait(30)
+        # The pass holds no lock while it scans and writes: appends (with their fsync)
+        # and reads complete while it is parked between a rewrite and its swap.
+        for i in range(5):
+            _append(log, model, [(b"new", b"%d" % i)], clock)
+        assert _read(log) == model
+    finally:
+        release.set()
+        cleaner.join(30)
+    assert not cleaner.is_alive()
+    assert [r[2] for r in _read(log)][-5:] == [b"%d" % i for i in range(5)]
+
+
 def test_follower_copies_a_gapped_log_and_reopens_it(tmp_path: Path) -> None:
     clock = FakeClock()
     rng = random.Random(7)
