@@ -47,7 +47,8 @@ rest and raises too); only the segments at or after the recovery point are recov
 (CRC, contiguous offsets), and a torn tail there is truncated. Segments that can no
 longer follow such a truncation are renamed ``<name>.log.corrupt`` (kept for
 inspection, invisible to the log) and logged at ERROR, never deleted. Stray temporary
-files are removed.
+files are removed, and a cleaner swap a crash interrupted is completed (its ``.log.swap``
+exists: committed) or discarded (``.cleaned`` files, ``.swap`` indexes) first.
 
 Retention deletes whole closed segments, oldest first, and stops at the first one that
 must stay (the log start only ever moves forward over contiguous segments). Without
@@ -62,7 +63,8 @@ Thread-safety: one ``RLock`` serialises mutations (append, roll, truncate, reten
 delete-records, flush bookkeeping, close). ``read`` takes the lock only to snapshot the
 segment list and runs concurrently with appends. With ``flush.policy=always`` the fsync
 runs outside the lock through ``GroupCommit``, so appends keep flowing while a sync is
-in progress and concurrent appenders share it.
+in progress and concurrent appenders share it. The log cleaner (``cleaner.py``) reads
+and writes outside the lock and takes it only in ``replace_segment`` for the swap.
 """
 
 from __future__ import annotations
