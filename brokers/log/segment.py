@@ -5,7 +5,9 @@ no file header, no padding. The file name is the segment's base offset as 20 dig
 
 Invariants:
 - the first batch's base offset is the segment's base offset; every next batch starts
-  at the previous batch's ``next_offset`` (offsets are contiguous);
+  at the previous batch's ``next_offset`` (offsets are contiguous); except, after log
+  compaction, for batches starting at or below ``GapBound.below``, which may follow a
+  gap (never an overlap);
 - every batch passed ``record_batch.validate`` before it was written;
 - ``size`` only grows by whole batches; a reader that snapshots ``size`` sees whole
   batches only;
@@ -96,8 +98,8 @@ class GapBound:
     Offsets are contiguous in a log that was never compacted; the cleaner
     (``brokers/log/cleaner.py``) and a follower copying a compacted leader leave gaps.
     ``below`` is the ``compacted-below`` checkpoint of the owning ``PartitionLog``: a
-    batch whose base offset is at or below it may start after a gap (and a segment's first
-    batch after its base offset); at or above it every offset-continuity check of this
+    batch whose base offset is at or below it may start after a gap (and a segment's
+    first batch after its base offset); above it every offset-continuity check of this
     module stays strict, so damage in data that was never compacted is still found.
     """
 
