@@ -149,7 +149,10 @@ class LogCleaner:
         tombstone that has expired since."""
         if not partition_log.config.cleanup_policy.compacts:
             return False
-        segments = partition_log.cleanable_segments(upper_offset)
+        try:
+            segments = partition_log.cleanable_segments(upper_offset)
+        except LogClosedError:
+            return False  # closed meanwhile (shutdown, topic deletion): nothing to do
         if not segments:
             return False
         state = self._state.get(partition_log, _LogState())
