@@ -277,6 +277,23 @@ def test_appends_and_reads_go_on_while_a_pass_rewrites(tmp_path: Path) -> None:
     assert [r[2] for r in _read(log)][-5:] == [b"%d" % i for i in range(5)]
 
 
+def test_a_topic_deleted_under_a_pass_ends_it_quietly(tmp_path: Path) -> None:
+    import shutil
+
+    clock = FakeClock()
+    log = PartitionLog(tmp_path / "t-0", _config(), clock=clock)
+    _random_workload(log, clock, random.Random(9), 20, keys=3)
+
+    class Deleting(LogCleaner):
+        def _write_cleaned(self, *args: object, **kwargs: object) -> None:
+            log.close()  # what Partition.delete does: close, then remove the directory
+            shutil.rmtree(log.directory)
+            super()._write_cleaned(*args, **kwargs)  # type: ignore[arg-type]
+
+    assert Deleting(clock=clock).clean(log, log.log_end_offset) is None
+    assert LogCleaner(clock=clock).needs_cleaning(log, 10**9) is False
+
+
 def test_follower_copies_a_gapped_log_and_reopens_it(tmp_path: Path) -> None:
     clock = FakeClock()
     rng = random.Random(7)

@@ -197,6 +197,10 @@ class LogCleaner:
                     after += seg_after
         except (_Stopped, LogClosedError):
             return None
+        except OSError:
+            if partition_log.is_closed:
+                return None  # its directory may be gone (topic deleted under the pass)
+            raise
         if complete:
             self._state[partition_log] = _LogState(
                 end, -1 if due < 0 else due + config.delete_retention_ms)

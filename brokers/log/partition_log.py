@@ -390,6 +390,10 @@ class PartitionLog:
         return sum(s.size for s in self.segments)
 
     @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
     def is_offline(self) -> bool:
         """True after a disk error: the log refuses writes until the broker restarts."""
         return self._offline is not None
