@@ -497,6 +497,7 @@ class GroupMember:
         self._wakeup = wakeup
         self._send_now = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.commit_lock = asyncio.Lock()
 
     @property
@@ -506,14 +507,15 @@ class GroupMember:
     def subscribe(self, topics: Iterable[str]) -> None:
         self.membership.subscription = tuple(sorted(set(topics)))
         self.membership.leaving = False
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._heartbeat_loop(),
-                                             name=f"strata-heartbeat-{self.group_id}")
         self.heartbeat_now()
 
     def heartbeat_now(self) -> None:
         """Send the next heartbeat at once (after a revoke or assign, a subscribe, a
-        rejoin) instead of after a full interval."""
+        rejoin) instead of after a full interval; (re)starts the heartbeat task."""
+        m = self.membership
+        if (self._task is None or self._task.done()) and m.subscription and not m.leaving:
+            self._task = asyncio.create_task(self._heartbeat_loop(),
+                                             name=f"strata-heartbeat-{self.group_id}")
         self._send_now.set()
 
     def fence(self, error: StrataError) -> None:
@@ -525,9 +527,9 @@ class GroupMember:
     async def _heartbeat_loop(self) -> None:
         m = self.membership
         attempt = 0
-        while True:
+        while not self._stopping:
             if m.leaving or m.lost or m.fatal is not None or not m.subscription:
-                await self._send_now.wait()  # poll() finished on_lost and rejoined, etc.
+                await self._sleep(3600)  # until poll() finished on_lost and rejoined, etc.
                 self._send_now.clear()
                 continue
             self._send_now.clear()
@@ -536,8 +538,6 @@ class GroupMember:
             try:
                 response = await self.link.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, request,
                                                    check=_top_level_error)
-            except asyncio.CancelledError:
-                raise
             except StrataError as err:
                 if m.incarnation != incarnation or m.leaving:
                     continue
@@ -564,9 +564,13 @@ class GroupMember:
             await self._sleep(m.heartbeat_interval_ms / 1000)
 
     async def _sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` or until ``heartbeat_now``."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._send_now.wait(), seconds)
+        """Wait ``seconds`` or until ``heartbeat_now``. (Not ``wait_for``: on 3.11 it can
+        swallow a cancellation that races with the event being set.)"""
+        waiter = asyncio.ensure_future(self._send_now.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=seconds)
+        finally:
+            waiter.cancel()
 
     async def commit(self, offsets: Mapping[TopicPartition, int], *, member: bool,
                      timeout_s: float | None = None) -> dict[TopicPartition, int]:
@@ -629,6 +633,9 @@ class GroupMember:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
+            self._stopping = True
+            self._send_now.set()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            self._stopping = False

@@ -53,7 +53,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, NamedTuple, ParamSpec, TypeAlias, TypeVar
+from typing import Any, Final, Literal, NamedTuple, ParamSpec, TypeAlias, TypeVar, overload
 
 import pyarrow as pa
 
@@ -101,6 +101,7 @@ __all__ = [
     "ConsumerRecord",
     "CommitCallback",
     "OffsetResetStrategy",
+    "OffsetsToCommit",
     "PartitionsCallback",
     "TopicPartition",
     "error_from_code",
@@ -116,6 +117,8 @@ _TIMESTAMP_TYPES: Final = {int(t): t for t in TimestampType}
 #: ``on_assign`` / ``on_revoke`` / ``on_lost``: called with a set of partitions. On an
 #: ``AsyncConsumer`` it may also be a coroutine function (awaited inside ``poll``).
 PartitionsCallback: TypeAlias = Callable[[set[TopicPartition]], Any]
+#: ``commit(offsets)``: per partition, the offset of the next record to process.
+OffsetsToCommit: TypeAlias = Mapping[TopicPartition, int] | Mapping[tuple[str, int], int]
 #: ``commit(asynchronous=True, callback=...)``: ``callback(offsets, error)``, error None
 #: on success.
 CommitCallback: TypeAlias = Callable[[dict[TopicPartition, int], StrataError | None], Any]
@@ -1025,7 +1028,7 @@ class AsyncConsumer:
                              "group_id=\"...\"")
         return self._group
 
-    def _offsets_to_commit(self, offsets: Mapping[TopicPartition | tuple[str, int], int]
+    def _offsets_to_commit(self, offsets: OffsetsToCommit
                            | None) -> dict[TopicPartition, int]:
         if offsets is None:
             owned = self._owned()
@@ -1045,8 +1048,20 @@ class AsyncConsumer:
             return set(self._group.membership.owned)
         return set(self._states)
 
+    @overload
     async def commit(
-            self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None, *,
+            self, offsets: OffsetsToCommit | None = None, *,
+            asynchronous: Literal[False] = False, callback: CommitCallback | None = None
+    ) -> dict[TopicPartition, int]: ...
+
+    @overload
+    async def commit(
+            self, offsets: OffsetsToCommit | None = None, *,
+            asynchronous: Literal[True], callback: CommitCallback | None = None
+    ) -> asyncio.Task[dict[TopicPartition, int]]: ...
+
+    async def commit(
+            self, offsets: OffsetsToCommit | None = None, *,
             asynchronous: bool = False, callback: CommitCallback | None = None
     ) -> dict[TopicPartition, int] | asyncio.Task[dict[TopicPartition, int]]:
         """Commit offsets for the group: per partition, the offset of the next record to
@@ -1434,8 +1449,20 @@ class Consumer:
     def assignment(self) -> set[TopicPartition]:
         return self._call(self._consumer.assignment)
 
+    @overload
     def commit(
-            self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None, *,
+            self, offsets: OffsetsToCommit | None = None, *,
+            asynchronous: Literal[False] = False, callback: CommitCallback | None = None
+    ) -> dict[TopicPartition, int]: ...
+
+    @overload
+    def commit(
+            self, offsets: OffsetsToCommit | None = None, *,
+            asynchronous: Literal[True], callback: CommitCallback | None = None
+    ) -> Future[dict[TopicPartition, int]]: ...
+
+    def commit(
+            self, offsets: OffsetsToCommit | None = None, *,
             asynchronous: bool = False, callback: CommitCallback | None = None
     ) -> dict[TopicPartition, int] | Future[dict[TopicPartition, int]]:
         """Commit offsets (see ``AsyncConsumer.commit``). ``asynchronous=True`` returns a
@@ -1445,7 +1472,6 @@ class Consumer:
             async def start() -> dict[TopicPartition, int]:
                 task = await self._consumer.commit(offsets, asynchronous=True,
                                                    callback=callback)
-                assert isinstance(task, asyncio.Task)
                 return await task
 
             self._run_commit_callbacks()
@@ -1453,9 +1479,7 @@ class Consumer:
                 self._call(self._consumer._raise_async_commit_error)
             return self._thread.submit(start())
         self._run_commit_callbacks()
-        result = self._run(self._consumer.commit(offsets))
-        assert isinstance(result, dict)
-        return result
+        return self._run(self._consumer.commit(offsets))
 
     def committed(self, partitions: Iterable[TopicPartition | tuple[str, int]]
                   ) -> dict[TopicPartition, int | None]:

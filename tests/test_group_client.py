@@ -1,0 +1,584 @@
+"""The consumer-group client: membership logic and callbacks against a scripted
+coordinator (no broker), then a real broker process for the end-to-end paths.
+
+The scripted part swaps the consumer's ``CoordinatorLink`` for ``FakeLink``, which
+answers heartbeats with whatever assignment the test sets and records every request,
+so the order of commits and callbacks is checked exactly. Bootstrap ``127.0.0.1:1``
+refuses connections: metadata and fetches fail as transient errors, nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from brokers.errors import FencedMemberEpochError, StaleMemberEpochError, UnknownMemberIdError
+from brokers.protocol import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ApiKey,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    GroupTopicPartitions,
+    Message,
+)
+from strata.client import (
+    Admin,
+    AsyncConsumer,
+    CommitFailedError,
+    Consumer,
+    NewTopic,
+    Producer,
+    StrataError,
+    TopicPartition,
+)
+from strata.client._group import AutoCommitTimer, Membership, group_partitions, reconcile
+from tests.support.broker_process import BrokerProcess
+
+NOWHERE = "127.0.0.1:1"
+T0, T1, T2, T3 = (TopicPartition("t", p) for p in range(4))
+
+
+# ----------------------------------------------------------------------------- pure logic
+
+
+def test_reconcile_revokes_what_left_and_adds_what_is_new() -> None:
+    plan = reconcile({T0, T1, T2}, {T1, T2, T3})
+    assert plan.revoke == {T0} and plan.assign == {T3}
+    assert not reconcile({T0}, {T0})
+    assert not reconcile({T0}, None)  # no answer yet: keep what is owned
+    eager = reconcile({T0, T1}, set())  # range: everything goes first
+    assert eager.revoke == {T0, T1} and not eager.assign
+
+
+def test_membership_join_heartbeat_fence_rejoin_and_leave() -> None:
+    m = Membership("g", instance_id="i-1", session_timeout_ms=6000, assignor="range",
+                   subscription=("t",))
+    join = m.heartbeat_request()
+    assert (join.member_id, join.member_epoch, join.owned) == (None, 0, [])
+    assert (join.instance_id, join.session_timeout_ms, join.assignor) == ("i-1", 6000, "range")
+    assert join.subscribed_topics == ["t"]
+    assert m.leave_request() is None  # never joined: nothing to leave
+    m.on_heartbeat(ConsumerGroupHeartbeatResponse(
+        0, None, "m1", 3, 250, [GroupTopicPartitions("t", [1, 0])]))
+    assert (m.member_id, m.member_epoch, m.heartbeat_interval_ms) == ("m1", 3, 250)
+    assert m.pending().assign == {T0, T1} and m.has_work()
+    m.owned |= {T0, T1}
+    assert not m.has_work() and m.commit_identity() == ("m1", 3)
+    beat = m.heartbeat_request()
+    assert (beat.member_id, beat.member_epoch) == ("m1", 3)
+    assert beat.owned == [GroupTopicPartitions("t", [0, 1])]
+    assert m.leave_request() is not None and \
+        m.leave_request().member_epoch == STATIC_LEAVE_EPOCH  # type: ignore[union-attr]
+
+    m.fence("FENCED_MEMBER_EPOCH: test")
+    assert m.lost and m.pending().revoke == {T0, T1} and not m.pending().assign
+    with pytest.raises(CommitFailedError, match="no longer a member"):
+        m.commit_identity()
+    m.rejoin()
+    again = m.heartbeat_request()
+    assert (again.member_id, again.member_epoch, again.owned) == (None, 0, [])
+    assert again.instance_id == "i-1"  # a static member keeps its instance id
+    with pytest.raises(CommitFailedError, match="not joined"):
+        m.commit_identity()
+
+    dynamic = Membership("g", member_id="m2", member_epoch=5)
+    assert dynamic.leave_request().member_epoch == LEAVE_EPOCH  # type: ignore[union-attr]
+
+
+def test_group_partitions_are_sorted_per_topic() -> None:
+    tps = [TopicPartition("b", 2), TopicPartition("a", 1), TopicPartition("b", 0)]
+    assert group_partitions(tps) == [GroupTopicPartitions("a", [1]),
+                                     GroupTopicPartitions("b", [0, 2])]
+
+
+def test_auto_commit_timer_with_a_fake_clock() -> None:
+    now = [100.0]
+    timer = AutoCommitTimer(5_000, clock=lambda: now[0])
+    assert not timer.due()
+    now[0] = 104.999
+    assert not timer.due()
+    now[0] = 105.0
+    assert timer.due()
+    timer.reset()
+    now[0] = 109.0
+    assert not timer.due()
+    now[0] = 110.0
+    assert timer.due()
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def test_bad_group_options_are_refused_before_anything_is_sent() -> None:
+    for kwargs, words in (
+            ({"group_id": ""}, "group_id"),
+            ({"group_instance_id": "x"}, "needs a group_id"),
+            ({"group_id": "g", "group_instance_id": " "}, "group_instance_id"),
+            ({"group_id": "g", "session_timeout_ms": 0}, "session_timeout_ms"),
+            ({"group_id": "g", "rebalance_timeout_ms": 0}, "rebalance_timeout_ms"),
+            ({"group_id": "g", "assignor": "roundrobin"}, "cooperative-sticky, range"),
+            ({"group_id": "g", "auto_commit_interval_ms": 0}, "auto_commit_interval_ms"),
+            ({"group_id": "g", "enable_auto_commit": "yes"}, "enable_auto_commit")):
+        with pytest.raises(ValueError, match=words):
+            AsyncConsumer(NOWHERE, **kwargs)
+
+
+def test_assign_and_subscribe_are_mutually_exclusive() -> None:
+    async def run() -> None:
+        alone = AsyncConsumer(NOWHERE)
+        with pytest.raises(ValueError, match="group_id"):
+            alone.subscribe(["t"])
+        with pytest.raises(ValueError, match="group_id"):
+            await alone.commit({T0: 1})
+        await alone.close()
+
+        manual = AsyncConsumer(NOWHERE, group_id="g")
+        manual.assign([T0])
+        with pytest.raises(RuntimeError, match="cannot be mixed"):
+            manual.subscribe(["t"])
+        manual.assign([])
+        manual.subscribe("t")  # allowed once the manual assignment is gone
+        with pytest.raises(RuntimeError, match="subscribed"):
+            manual.assign([T0])
+        for bad in ([], [""], "", [3]):
+            with pytest.raises(ValueError, match="topic names"):
+                manual.subscribe(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="callable"):
+            manual.subscribe(["t"], on_assign="nope")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="offset"):
+            await manual.commit({T0: -1})
+        assert manual.subscription() == {"t"}
+        await manual.close()
+
+    asyncio.run(run())
+
+
+# ----------------------------------------------------------------------------- scripted
+
+
+class FakeLink:
+    """Stands in for ``CoordinatorLink``: answers heartbeats with ``assignment``."""
+
+    request_timeout_s = 5.0
+
+    def __init__(self, log: list[tuple[Any, ...]]) -> None:
+        self.log = log
+        self.assignment: set[TopicPartition] = set()
+        self.epoch = 1
+        self.joins = 0
+        self.fence_next: type[StrataError] | None = None
+        self.commit_errors: dict[TopicPartition, StrataError] = {}
+        self.offsets: dict[TopicPartition, int] = {}
+        self.heartbeats: list[ConsumerGroupHeartbeatRequest] = []
+
+    def invalidate(self) -> None:
+        pass
+
+    async def request(self, api: ApiKey, body: Message, *, timeout_s: float | None = None,
+                      check: Callable[[Message], StrataError | None] | None = None) -> Message:
+        assert api == ApiKey.CONSUMER_GROUP_HEARTBEAT
+        assert isinstance(body, ConsumerGroupHeartbeatRequest)
+        self.heartbeats.append(body)
+        if body.member_epoch < 0:
+            self.log.append(("leave", body.member_epoch))
+            return ConsumerGroupHeartbeatResponse(0, None, body.member_id, body.member_epoch)
+        if self.fence_next is not None:
+            error, self.fence_next = self.fence_next, None
+            raise error("scripted")
+        member_id = body.member_id
+        if member_id is None:
+            self.joins += 1
+            member_id = f"m{self.joins}"
+        return ConsumerGroupHeartbeatResponse(0, None, member_id, self.epoch, 20,
+                                              group_partitions(self.assignment))
+
+    async def commit(self, member_id: str | None, member_epoch: int,
+                     offsets: Mapping[TopicPartition, int], *, timeout_s: float | None = None,
+                     metadata: str | None = None
+                     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, StrataError]]:
+        self.log.append(("commit", member_id, dict(offsets)))
+        failed = {tp: self.commit_errors[tp] for tp in offsets if tp in self.commit_errors}
+        done = {tp: o for tp, o in offsets.items() if tp not in failed}
+        self.offsets.update(done)
+        return done, failed
+
+    async def committed(self, partitions: Iterable[TopicPartition], *,
+                        timeout_s: float | None = None) -> dict[TopicPartition, int | None]:
+        return {tp: self.offsets.get(tp) for tp in partitions}
+
+
+def scripted(**kwargs: Any) -> tuple[AsyncConsumer, FakeLink, list[tuple[Any, ...]]]:
+    log: list[tuple[Any, ...]] = []
+    consumer = AsyncConsumer(NOWHERE, group_id="g", retry_backoff_ms=10, **kwargs)
+    link = FakeLink(log)
+    assert consumer._group is not None
+    consumer._group.link = link  # type: ignore[assignment]
+    return consumer, link, log
+
+
+async def poll_until(consumer: AsyncConsumer, done: Callable[[], bool],
+                     timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "condition not reached"
+        await consumer.poll(timeout_ms=50)
+
+
+def test_callbacks_follow_the_assignment_and_revoke_commits_first() -> None:
+    async def run() -> None:
+        consumer, link, log = scripted(auto_offset_reset="earliest")
+        link.offsets = {T0: 5}
+        link.assignment = {T0, T1}
+        consumer.subscribe(["t"], on_assign=lambda ps: log.append(("assign", ps)),
+                           on_revoke=lambda ps: log.append(("revoke", ps)))
+        await poll_until(consumer, lambda: consumer.assignment() == {T0, T1})
+        assert log == [("assign", {T0, T1})]
+        # Before the member reports T0 and T1, it heartbeats owning nothing.
+        await poll_until(consumer, lambda: any(
+            hb.owned == [GroupTopicPartitions("t", [0, 1])] for hb in link.heartbeats))
+        assert consumer.member_id == "m1"
+        assert consumer._states[T0].position == 5  # the committed offset
+
+        # Records up to 9 and 3 were returned by poll: pretend so.
+        consumer._states[T0].reposition(9)
+        consumer._states[T1].reposition(3)
+        link.epoch = 2
+        link.assignment = {T0, T2}
+        await poll_until(consumer, lambda: consumer.assignment() == {T0, T2})
+        # Auto-commit of the revoked partition comes before on_revoke, then the assign.
+        assert log[1:] == [("commit", "m1", {T1: 3}), ("revoke", {T1}), ("assign", {T2})]
+        await poll_until(consumer, lambda: link.heartbeats[-1].owned == [
+            GroupTopicPartitions("t", [0, 2])])
+        assert link.heartbeats[-1].member_epoch == 2
+
+        log.clear()
+        await consumer.close()
+        # close: auto-commit what is owned, on_revoke, then leave (epoch -1).
+        assert [entry[0] for entry in log] == ["commit", "revoke", "leave"]
+        assert log[0][2] == {T0: 9}
+        assert log[2] == ("leave", LEAVE_EPOCH)
+
+    asyncio.run(run())
+
+
+def test_fenced_member_loses_partitions_commit_fails_and_it_rejoins() -> None:
+    async def run() -> None:
+        consumer, link, log = scripted(enable_auto_commit=False, group_instance_id="box-1")
+        link.assignment = {T0}
+        lost: list[set[TopicPartition]] = []
+        revoked: list[set[TopicPartition]] = []
+        consumer.subscribe(["t"], on_revoke=revoked.append, on_lost=lost.append)
+        await poll_until(consumer, lambda: consumer.assignment() == {T0})
+        consumer.seek(T0, 42)
+
+        # The coordinator fences the member: its commit must fail loudly, not pass.
+        link.fence_next = FencedMemberEpochError
+        assert consumer._group is not None
+        consumer._group.heartbeat_now()
+        await asyncio.sleep(0.1)
+        with pytest.raises(CommitFailedError, match="no longer a member") as failed:
+            await consumer.commit()
+        assert failed.value.code == 1300 and failed.value.name == "COMMIT_FAILED"
+        assert not any(entry[0] == "commit" for entry in log)
+
+        # The next poll runs on_lost (not on_revoke) and rejoins with epoch 0.
+        link.assignment = {T1}
+        await poll_until(consumer, lambda: consumer.assignment() == {T1})
+        assert lost == [{T0}] and revoked == []
+        rejoin = next(hb for hb in link.heartbeats if hb.member_id is None and
+                      hb is not link.heartbeats[0])
+        assert rejoin.member_epoch == 0 and rejoin.instance_id == "box-1"
+        assert consumer.member_id == "m2"
+
+        # A commit refused by the coordinator (the member is unknown there) also fails
+        # and marks the partitions lost.
+        link.commit_errors = {T1: UnknownMemberIdError("gone")}
+        with pytest.raises(CommitFailedError, match="UNKNOWN_MEMBER_ID") as refused:
+            await consumer.commit({T1: 7})
+        assert isinstance(refused.value.failed[T1], UnknownMemberIdError)
+        await poll_until(consumer, lambda: lost == [{T0}, {T1}])
+
+        # STALE_MEMBER_EPOCH: that partition moved; the others are committed.
+        await poll_until(consumer, lambda: consumer.member_id == "m3" and
+                         consumer.assignment() == {T1})
+        link.assignment = {T1, T2}
+        await poll_until(consumer, lambda: consumer.assignment() == {T1, T2})
+        link.commit_errors = {T2: StaleMemberEpochError("moved")}
+        with pytest.raises(CommitFailedError, match="STALE_MEMBER_EPOCH") as stale:
+            await consumer.commit({T1: 8, T2: 9})
+        assert stale.value.committed == {T1: 8} and set(stale.value.failed) == {T2}
+
+        log.clear()
+        await consumer.close()
+        assert log[-1] == ("leave", STATIC_LEAVE_EPOCH)  # a static member's temporary leave
+
+    asyncio.run(run())
+
+
+def test_auto_commit_in_poll_commits_only_returned_positions() -> None:
+    async def run() -> None:
+        consumer, link, log = scripted(auto_commit_interval_ms=60_000)
+        now = [0.0]
+        consumer._auto_commit = AutoCommitTimer(1_000, clock=lambda: now[0])
+        link.offsets = {T0: 10}
+        link.assignment = {T0}
+        consumer.subscribe(["t"])
+        await poll_until(consumer, lambda: consumer._states.get(T0) is not None and
+                         consumer._states[T0].position == 10)
+        await consumer.poll(timeout_ms=0)
+        assert not [e for e in log if e[0] == "commit"]  # not due yet
+        now[0] = 1.0
+        await consumer.poll(timeout_ms=0)
+        await asyncio.sleep(0.05)
+        assert not [e for e in log if e[0] == "commit"]  # due, but nothing new to commit
+        consumer._states[T0].reposition(17)  # poll returned records up to 16
+        now[0] = 2.5
+        await consumer.poll(timeout_ms=0)
+        await asyncio.sleep(0.05)
+        assert [e for e in log if e[0] == "commit"] == [("commit", "m1", {T0: 17})]
+        await consumer.close()
+
+    asyncio.run(run())
+
+
+def test_async_commit_reports_through_callback_or_next_commit() -> None:
+    async def run() -> None:
+        consumer, link, _ = scripted(enable_auto_commit=False)
+        link.assignment = {T0}
+        consumer.subscribe(["t"])
+        await poll_until(consumer, lambda: consumer.assignment() == {T0}
+                         and consumer._group is not None
+                         and T0 in consumer._group.membership.owned)
+        outcomes: list[tuple[dict[TopicPartition, int], StrataError | None]] = []
+        task = await consumer.commit({T0: 3}, asynchronous=True,
+                                     callback=lambda o, e: outcomes.append((o, e)))
+        assert await task == {T0: 3}
+        await consumer.poll(timeout_ms=0)  # callbacks run inside poll
+        assert outcomes == [({T0: 3}, None)]
+
+        link.commit_errors = {T0: StaleMemberEpochError("moved")}
+        task = await consumer.commit({T0: 4}, asynchronous=True)
+        with pytest.raises(CommitFailedError):
+            await task
+        with pytest.raises(CommitFailedError, match="STALE"):  # reported by the next one
+            await consumer.commit({T0: 5})
+        await consumer.close()
+
+    asyncio.run(run())
+
+
+def test_blocking_consumer_runs_callbacks_on_the_polling_thread() -> None:
+    log: list[tuple[Any, ...]] = []
+    consumer = Consumer(NOWHERE, group_id="g", retry_backoff_ms=10,
+                        enable_auto_commit=False)
+    link = FakeLink(log)
+    assert consumer._consumer._group is not None
+    consumer._consumer._group.link = link  # type: ignore[assignment]
+    threads: list[str] = []
+
+    def on_revoke(partitions: set[TopicPartition]) -> None:
+        threads.append(threading.current_thread().name)
+        consumer.commit({tp: 1 for tp in partitions})  # a blocking call from a callback
+
+    try:
+        link.assignment = {T0, T1}
+        consumer.subscribe(["t"], on_assign=lambda ps: threads.append(
+            threading.current_thread().name), on_revoke=on_revoke)
+        deadline = time.monotonic() + 5
+        while consumer.assignment() != {T0, T1}:
+            assert time.monotonic() < deadline
+            consumer.poll(timeout_ms=50)
+        link.assignment = {T0}
+        while consumer.assignment() != {T0}:
+            assert time.monotonic() < deadline
+            consumer.poll(timeout_ms=50)
+        assert threads == [threading.current_thread().name] * 2
+        assert ("commit", "m1", {T1: 1}) in log
+    finally:
+        consumer.close()
+    assert log[-1] == ("leave", LEAVE_EPOCH)
+
+
+def test_interrupted_poll_gives_its_records_back() -> None:
+    async def run() -> None:
+        consumer = AsyncConsumer(NOWHERE, group_id="g", enable_auto_commit=False)
+        consumer.assign([T0, T1])
+        consumer.seek(T0, 10)
+        consumer.seek(T1, 20)
+        consumer._states[T0].position = 13  # records 10..12 drained, never delivered
+        table = pa.table({"topic": ["t", "t", "t"], "partition": [0, 0, 0],
+                          "offset": [10, 11, 12]})
+        consumer._rewind(table)
+        assert consumer._states[T0].position == 10 and consumer._states[T1].position == 20
+        await consumer.close()
+
+    asyncio.run(run())
+
+
+# ----------------------------------------------------------------------------- real broker
+
+
+@pytest.fixture(scope="module")
+def bootstrap(broker: BrokerProcess) -> str:
+    return broker.bootstrap
+
+
+@pytest.fixture
+def topic(bootstrap: str, request: pytest.FixtureRequest) -> Iterator[Callable[[int], str]]:
+    """Create a fresh topic with ``n`` partitions, named after the test."""
+    made: list[str] = []
+
+    def make(partitions: int) -> str:
+        name = f"{request.node.name[:40]}-{len(made)}".replace("[", "-").replace("]", "")
+        with Admin(bootstrap) as admin:
+            admin.create_topics([NewTopic(name, partitions, 1)])
+        made.append(name)
+        return name
+
+    yield make
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    with Producer(bootstrap) as producer:
+        for i in range(count):
+            producer.send(topic, f"v{i}".encode(), partition=i % partitions)
+        producer.flush()
+
+
+def drain(consumers: list[Consumer], until: Callable[[], bool], timeout: float = 20.0,
+          into: list[Any] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, "timed out"
+        for consumer in consumers:
+            records = consumer.poll(timeout_ms=50)
+            if into is not None:
+                into.extend((id(consumer), r.partition, r.offset) for r in records)
+
+
+def test_two_members_split_the_partitions_and_commits_round_trip(
+        bootstrap: str, topic: Callable[[int], str]) -> None:
+    name = topic(4)
+    produce(bootstrap, name, 200, 4)
+    events: list[tuple[str, str, frozenset[int]]] = []
+
+    def tracked(label: str) -> dict[str, Any]:
+        return {"on_assign": lambda ps: events.append((label, "assign", frozenset(
+                    tp.partition for tp in ps))),
+                "on_revoke": lambda ps: events.append((label, "revoke", frozenset(
+                    tp.partition for tp in ps)))}
+
+    seen: list[Any] = []
+    first = Consumer(bootstrap, group_id="split", auto_offset_reset="earliest",
+                     enable_auto_commit=False)
+    second = Consumer(bootstrap, group_id="split", auto_offset_reset="earliest",
+                      enable_auto_commit=False)
+    try:
+        first.subscribe([name], **tracked("first"))
+        drain([first], lambda: len(first.assignment()) == 4, into=seen)
+        second.subscribe([name], **tracked("second"))
+        drain([first, second], lambda: len(first.assignment()) == 2
+              and len(second.assignment()) == 2
+              and len({(p, o) for _, p, o in seen}) >= 200, into=seen)
+        assert first.assignment().isdisjoint(second.assignment())
+        # Every record once: the partitions moved only after on_revoke, from offset 0
+        # (nothing was committed), so moved partitions may be read twice, never skipped.
+        assert {(p, o) for _, p, o in seen} == {(p, o) for p in range(4) for o in range(50)}
+        revoked = next(ps for who, what, ps in events if who == "first" and what == "revoke")
+        given = next(ps for who, what, ps in events if who == "second" and what == "assign")
+        assert revoked == given
+        assert [e[:2] for e in events] == [("first", "assign"), ("first", "revoke"),
+                                           ("second", "assign")]
+
+        mine = {tp: first.position(tp) for tp in first.assignment()}
+        assert first.commit() == mine
+        assert first.committed(list(mine)) == mine
+        assert second.committed([TopicPartition(name, p) for p in range(4)]) == \
+            {TopicPartition(name, p): mine.get(TopicPartition(name, p)) for p in range(4)}
+    finally:
+        second.close()
+        first.close()
+    # A new member of the group resumes where the group committed.
+    with Consumer(bootstrap, group_id="split", auto_offset_reset="earliest") as third:
+        third.subscribe(name)
+        drain([third], lambda: len(third.assignment()) == 4)
+        for tp, offset in mine.items():
+            assert third.position(tp) == offset
+
+
+def test_auto_commit_and_close_commit_what_poll_returned(
+        bootstrap: str, topic: Callable[[int], str]) -> None:
+    name = topic(2)
+    produce(bootstrap, name, 40, 2)
+    tps = [TopicPartition(name, p) for p in range(2)]
+    returned: list[Any] = []
+    with Consumer(bootstrap, group_id="auto", auto_offset_reset="earliest",
+                  auto_commit_interval_ms=100, max_poll_records=5) as consumer:
+        consumer.subscribe([name])
+        drain([consumer], lambda: len(returned) >= 10, into=returned)
+        before = {tp: consumer.position(tp) for tp in tps}
+        time.sleep(0.15)
+        # Due: this poll commits what the earlier polls returned, before it hands out more.
+        assert len(consumer.poll(timeout_ms=1_000, max_records=1)) == 1
+        deadline = time.monotonic() + 10
+        while consumer.committed(tps) != before:  # the commit runs in the background
+            assert time.monotonic() < deadline, consumer.committed(tps)
+            time.sleep(0.05)
+        drain([consumer], lambda: all(consumer.position(tp) == 20 for tp in tps))
+    with Admin(bootstrap) as admin:
+        final = admin.list_group_offsets("auto")
+    assert {tp: c.offset for tp, c in final.items()} == dict.fromkeys(tps, 20)  # by close()
+
+
+def test_fenced_member_commit_fails_and_it_rejoins(bootstrap: str,
+                                                    topic: Callable[[int], str]) -> None:
+    name = topic(1)
+    lost: list[set[TopicPartition]] = []
+    consumer = Consumer(bootstrap, group_id="fenced", session_timeout_ms=1_000,
+                        enable_auto_commit=False)
+    try:
+        consumer.subscribe([name], on_lost=lost.append)
+        drain([consumer], lambda: len(consumer.assignment()) == 1)
+        old = consumer.member_id
+        # Silence the heartbeats (what SIGSTOP does to a real process) past the session.
+        assert consumer._consumer._group is not None
+        consumer._run(consumer._consumer._group.stop())
+        with Admin(bootstrap) as admin:
+            deadline = time.monotonic() + 15
+            while "fenced" in {g.group_id for g in admin.list_groups() if g.members}:
+                assert time.monotonic() < deadline, "the member was never removed"
+                time.sleep(0.2)
+        with pytest.raises(CommitFailedError, match="no longer a member"):
+            consumer.commit({TopicPartition(name, 0): 0})
+        drain([consumer], lambda: bool(lost) and len(consumer.assignment()) == 1)
+        assert lost == [{TopicPartition(name, 0)}]
+        assert consumer.member_id not in (None, old)
+        assert consumer.commit({TopicPartition(name, 0): 0}) == {TopicPartition(name, 0): 0}
+    finally:
+        consumer.close()
+
+
+def test_manual_assignment_commits_outside_membership(bootstrap: str,
+                                                      topic: Callable[[int], str]) -> None:
+    name = topic(1)
+    produce(bootstrap, name, 10, 1)
+    tp = TopicPartition(name, 0)
+    with Consumer(bootstrap, group_id="manual", auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        assert consumer.committed([tp]) == {tp: None}
+        assert consumer.commit({tp: 4}) == {tp: 4}
+    with Consumer(bootstrap, group_id="manual", auto_offset_reset="earliest") as again:
+        again.assign([tp])
+        assert again.position(tp) == 4  # starts at the committed offset
+        records = again.poll(timeout_ms=5_000, max_records=2)
+        assert [r.offset for r in records] == [4, 5]
+    # close() auto-committed the position after the returned records
+    with Admin(bootstrap) as admin:
+        assert admin.list_group_offsets("manual")[tp].offset == 6
