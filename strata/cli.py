@@ -9,12 +9,15 @@
     strata cluster describe|elect-preferred-leaders [--topic T [--partition P ...]]
     strata produce TOPIC [--key-separator SEP] [--acks 0|1|all] [--partition P]
     strata consume TOPIC [--from-beginning|--offset N|--timestamp MS] [--partition P]
-                         [-n COUNT] [--timeout-ms MS]
+                         [-n COUNT] [--timeout-ms MS] [--group G]
+    strata group list|describe G|delete G ...
+    strata group reset-offsets G --topic T (--to-earliest|--to-latest|--to-offset N|
+                               --to-datetime ISO) [--partition P ...] [--execute]
     strata gateway [--bootstrap ...] [--host H] [--port P] [--workers N]
                    (--auth-config FILE | --no-auth) [--tls-cert FILE --tls-key FILE]
     strata tier run [--topic T ...] [--once | --every SECONDS] [--warehouse DIR]
                     [--zookeeper HOST:PORT]
-    strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier [...]
+    strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier|group [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
 ``--format text|json``.
@@ -128,9 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down.set_defaults(handler=_cmd_down)
 
-    from strata.commands import broker, cluster, consume, gateway, produce, tier, topic
+    from strata.commands import broker, cluster, consume, gateway, group, produce, tier, topic
 
-    for module in (broker, topic, cluster, produce, consume, gateway, tier):
+    for module in (broker, topic, cluster, produce, consume, group, gateway, tier):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")
@@ -174,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
         "tier", help="tiering into Delta: records/s, bytes/record, replay hot vs tiered")
     perf_tier.add_tier_arguments(tier_bench)
     tier_bench.set_defaults(handler=perf_tier.run_tier)
+    from strata import perf_groups
+
+    group_bench = perf_sub.add_parser(
+        "group", help="consumer group rebalance pauses and group consume throughput")
+    perf_groups.add_group_arguments(group_bench)
+    group_bench.set_defaults(handler=perf_groups.run_group)
     return parser
 
 

@@ -1,18 +1,39 @@
-"""``strata consume TOPIC``: print records (manual assignment; groups come later).
+"""``strata consume TOPIC``: print records, alone or as a member of a consumer group.
 
-Starts at the end of each partition unless told otherwise (``--from-beginning``,
-``--offset N`` with ``--partition``, ``--timestamp MS``). Stops after ``-n COUNT``
-records, or once no record has arrived for ``--timeout-ms``, or on Ctrl-C.
+Alone (no ``--group``): every partition (or ``--partition``), starting at the end unless
+told otherwise (``--from-beginning``, ``--offset N`` with ``--partition``,
+``--timestamp MS``); nothing is committed.
+
+``--group G``: joins G and prints only the partitions G gives this process, from G's
+committed offsets (partitions with none start at the end, or at the beginning with
+``--from-beginning``). It commits what it printed, at least once: a record's offset is
+committed only after the record was written and stdout flushed (every second, before a
+partition moves to another member, and on exit), so a crash can print a record twice
+but never skips one. Ctrl-C or SIGTERM commit and leave the group cleanly.
+
+Stops after ``-n COUNT`` records, or once no record has arrived for ``--timeout-ms``, or
+on Ctrl-C / SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
-from strata.client import Admin, Consumer, OffsetResetStrategy, TopicPartition
+from strata.client import (
+    Admin,
+    Consumer,
+    ConsumerRecord,
+    OffsetResetStrategy,
+    StrataError,
+    TopicPartition,
+)
 from strata.commands.common import (
     CommandError,
     add_bootstrap,
@@ -23,6 +44,9 @@ from strata.commands.common import (
 )
 
 __all__ = ["register"]
+
+#: Seconds between two commits of what ``consume --group`` printed.
+COMMIT_INTERVAL_S = 1.0
 
 
 def register(sub: Any) -> None:
@@ -43,16 +67,23 @@ def register(sub: Any) -> None:
                          help="stop once no record has arrived for this long")
     consume.add_argument("--key-separator", default=None, metavar="SEP",
                          help="text output: print key SEP value")
+    consume.add_argument("--group", default=None, metavar="G",
+                         help="join consumer group G: print the partitions it gives this "
+                         "process, from its committed offsets, and commit what was printed")
     add_bootstrap(consume)
     add_format(consume)
     consume.set_defaults(handler=_consume)
 
 
 def _consume(args: argparse.Namespace) -> int:
-    if args.offset is not None and args.partition is None:
-        raise CommandError("--offset needs --partition: offsets are per partition")
     if args.count is not None and args.count < 1:
         raise CommandError("-n/--count must be at least 1")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise CommandError("--timeout-ms must be 0 or more")
+    if args.group is not None:
+        return _consume_group(args)
+    if args.offset is not None and args.partition is None:
+        raise CommandError("--offset needs --partition: offsets are per partition")
     bootstrap = bootstrap_of(args)
     with Admin(bootstrap) as admin:
         description = admin.describe_topics([args.topic])[args.topic]
@@ -96,7 +127,95 @@ def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(record: Any, args: argparse.Namespace) -> None:
+class _Stop(BaseException):
+    """SIGTERM: stop consuming, commit and leave the group (a ``BaseException``, like
+    ``KeyboardInterrupt``, so a blocking poll it interrupts gives its records back)."""
+
+
+@contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise _Stop()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _consume_group(args: argparse.Namespace) -> int:
+    for given, option in ((args.offset, "--offset"), (args.timestamp, "--timestamp"),
+                          (args.partition, "--partition")):
+        if given is not None:
+            raise CommandError(
+                f"{option} cannot be used with --group: the group assigns the partitions "
+                "and they start at its committed offsets; move those with `strata group "
+                f"reset-offsets {args.group} --topic {args.topic} ...` (or drop --group)")
+    if not args.group.strip():
+        raise CommandError("--group is empty; give the group's name")
+    bootstrap = bootstrap_of(args)
+    with Admin(bootstrap) as admin:
+        admin.describe_topics([args.topic])  # a clear error for a missing topic, now
+    reset: OffsetResetStrategy = "earliest" if args.from_beginning else "latest"
+    printed: dict[TopicPartition, int] = {}  # next offset after the last printed record
+    committed: dict[TopicPartition, int] = {}
+    count = 0
+    consumer = Consumer(bootstrap, group_id=args.group, auto_offset_reset=reset,
+                        enable_auto_commit=False, client_id="strata-console-consumer")
+
+    def commit(partitions: set[TopicPartition] | None = None) -> None:
+        """Commit what was printed (and flushed) and not yet committed."""
+        sys.stdout.flush()
+        offsets = {tp: offset for tp, offset in printed.items()
+                   if (partitions is None or tp in partitions) and committed.get(tp) != offset}
+        if not offsets:
+            return
+        try:
+            committed.update(consumer.commit(offsets))
+        except StrataError as err:
+            print(f"strata: warning: {err}", file=sys.stderr)
+
+    def revoked(partitions: set[TopicPartition]) -> None:
+        commit(partitions)
+        lost(partitions)
+
+    def lost(partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            printed.pop(tp, None)
+            committed.pop(tp, None)
+
+    try:
+        with _sigterm_stops():
+            try:
+                consumer.subscribe([args.topic], on_revoke=revoked, on_lost=lost)
+                last_record = last_commit = time.monotonic()
+                while args.count is None or count < args.count:
+                    wanted = None if args.count is None else args.count - count
+                    records = consumer.poll(timeout_ms=200, max_records=wanted)
+                    if records:
+                        last_record = time.monotonic()
+                    for record in records:
+                        _print(record, args)
+                        printed[TopicPartition(record.topic, record.partition)] = \
+                            record.offset + 1
+                        count += 1
+                    if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
+                        commit()
+                        last_commit = time.monotonic()
+                    if args.timeout_ms is not None and \
+                            (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+                        break
+            except (KeyboardInterrupt, _Stop):
+                pass
+            commit()
+    finally:
+        consumer.close()  # on_revoke commits anything left, then the member leaves
+    print(f"{count} record(s) consumed", file=sys.stderr)
+    return 0
+
+
+def _print(record: ConsumerRecord, args: argparse.Namespace) -> None:
     if args.format == "json":
         key, key_encoding = render_bytes(record.key)
         value, value_encoding = render_bytes(record.value)

@@ -1,0 +1,180 @@
+"""``strata group ...`` and ``strata consume --group``: argument checks in process (no
+broker), then the real commands as subprocesses against a real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from strata.cli import main
+from strata.client import Admin, NewTopic, Producer
+from tests.conftest import ProcessReaper
+from tests.support.broker_process import BrokerProcess
+from tests.test_cli_client import REPO, fails, ok, strata
+
+# ----------------------------------------------------------------------------- no broker
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["group", "reset-offsets", "g", "--topic", "t", "--to-offset", "-3"], "offset >= 0"),
+    (["group", "reset-offsets", "g", "--topic", "t", "--to-offset", "x"], "offset >= 0"),
+    (["group", "reset-offsets", "g", "--topic", "t", "--to-datetime", "yesterday"],
+     "ISO 8601"),
+    (["group", "reset-offsets", "g", "--topic", "t", "--to-datetime", "1969-12-31"],
+     "before 1970"),
+    (["group", "reset-offsets", "g", "--topic", "t", "--to-latest", "--partition", "a"],
+     "partition number"),
+    (["group", "reset-offsets", "g", "--topic", "t", "--to-latest", "--partition", "1",
+      "--partition", "1"], "twice"),
+    (["group", "reset-offsets", " ", "--topic", "t", "--to-latest"], "group id is empty"),
+    (["group", "describe", ""], "group id is empty"),
+    (["consume", "t", "--group", "g", "--offset", "3"], "--offset cannot be used with --group"),
+    (["consume", "t", "--group", "g", "--partition", "0"], "--partition cannot be used"),
+    (["consume", "t", "--group", "g", "--timestamp", "5"], "--timestamp cannot be used"),
+    (["consume", "t", "--group", "", "-n", "1"], "--group is empty"),
+    (["consume", "t", "--group", "g", "-n", "0"], "at least 1"),
+    (["group", "list"], "no brokers given"),
+])
+def test_bad_input_is_refused_before_anything_is_sent(
+        argv: list[str], words: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STRATA_BOOTSTRAP", raising=False)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["group", "reset-offsets", "g", "--topic", "t"],  # no target
+    ["group", "reset-offsets", "g", "--to-latest"],  # no topic
+    ["group", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"],
+    ["group", "frobnicate"],
+    ["group", "delete"],
+])
+def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------- real broker
+
+
+def _produce(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
+    with Producer(bootstrap) as producer:
+        for i in range(start, start + count):
+            producer.send(topic, f"r{i}".encode(), partition=i % 3)
+        producer.flush()
+
+
+def _describe(broker: BrokerProcess, group: str) -> dict[str, Any]:
+    described: dict[str, Any] = json.loads(ok(strata(broker, "group", "describe", group,
+                                                     "--format", "json")))
+    return described
+
+
+def _offsets(described: dict[str, Any]) -> dict[int, int | None]:
+    return {p["partition"]: p["current_offset"] for p in described["partitions"]}
+
+
+def test_group_commands_end_to_end(broker: BrokerProcess, reaper: ProcessReaper) -> None:
+    topic, group = "cli-group-events", "cli-group-g"
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 3, 1)])
+    _produce(broker.bootstrap, topic, 30)
+
+    # consume --group prints the group's share and commits what it printed.
+    out = ok(strata(broker, "consume", topic, "--group", group, "--from-beginning", "-n",
+                    "30", "--format", "json"))
+    assert sorted(json.loads(line)["value"] for line in out.splitlines()) == \
+        sorted(f"r{i}" for i in range(30))
+    described = _describe(broker, group)
+    assert described["members"] == [] and described["state"] == "Empty"  # it left cleanly
+    assert _offsets(described) == {0: 10, 1: 10, 2: 10}
+    assert all(p["lag"] == 0 and p["log_end_offset"] == 10 for p in described["partitions"])
+    listed = json.loads(ok(strata(broker, "group", "list", "--format", "json")))
+    assert {"group_id": group, "state": "Empty", "assignor": "cooperative-sticky",
+            "members": 0, "coordinator": 0} in listed
+    assert group in ok(strata(broker, "group", "list"))
+
+    # Six more: lag 2 per partition; a second run resumes at the committed offsets.
+    _produce(broker.bootstrap, topic, 6, start=30)
+    text = ok(strata(broker, "group", "describe", group))
+    assert "TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG MEMBER" in " ".join(text.split())
+    assert _describe(broker, group)["total_lag"] == 6
+    out = ok(strata(broker, "consume", topic, "--group", group, "-n", "6"))
+    assert sorted(out.split()) == sorted(f"r{i}" for i in range(30, 36))
+
+    # reset-offsets: the plan changes nothing; --execute commits it.
+    plan = json.loads(ok(strata(broker, "group", "reset-offsets", group, "--topic", topic,
+                                "--to-earliest", "--format", "json")))
+    assert plan["executed"] is False
+    assert [(p["current_offset"], p["new_offset"]) for p in plan["partitions"]] == \
+        [(12, 0)] * 3
+    assert _offsets(_describe(broker, group)) == {0: 12, 1: 12, 2: 12}
+    assert "Dry run: nothing changed" in ok(strata(broker, "group", "reset-offsets", group,
+                                                   "--topic", topic, "--to-latest"))
+    done = json.loads(ok(strata(broker, "group", "reset-offsets", group, "--topic", topic,
+                                "--to-offset", "5", "--partition", "0", "--execute",
+                                "--format", "json")))
+    assert done["executed"] is True and len(done["partitions"]) == 1
+    assert _offsets(_describe(broker, group)) == {0: 5, 1: 12, 2: 12}
+    ok(strata(broker, "group", "reset-offsets", group, "--topic", topic, "--to-datetime",
+              "1970-01-02T00:00:00Z", "--execute"))
+    assert _offsets(_describe(broker, group)) == {0: 0, 1: 0, 2: 0}
+    plan = json.loads(ok(strata(broker, "group", "reset-offsets", group, "--topic", topic,
+                                "--to-datetime", "2999-01-01", "--format", "json")))
+    assert [p["new_offset"] for p in plan["partitions"]] == [12, 12, 12]  # past the end
+    fails(strata(broker, "group", "reset-offsets", group, "--topic", "cli-no-such-topic",
+                 "--to-earliest"), "UNKNOWN_TOPIC_OR_PARTITION")
+    fails(strata(broker, "group", "reset-offsets", group, "--topic", topic, "--to-earliest",
+                 "--partition", "7"), "7")
+
+    # A live member: reset --execute and delete are refused; SIGTERM leaves cleanly.
+    env = dict(os.environ, PYTHONPATH=str(REPO), STRATA_BOOTSTRAP=broker.bootstrap)
+    live = subprocess.Popen(
+        [sys.executable, "-m", "strata.cli", "consume", topic, "--group", group],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    reaper.track(live.pid, group)
+    try:
+        deadline = time.monotonic() + 30
+        while not _describe(broker, group)["members"]:
+            assert time.monotonic() < deadline and live.poll() is None, live.stderr
+            time.sleep(0.2)
+        member = _describe(broker, group)["members"][0]
+        assert member["client_id"] == "strata-console-consumer"
+        assert len(member["assignment"]) == 3
+        text = ok(strata(broker, "group", "describe", group))
+        assert member["member_id"] in text
+        fails(strata(broker, "group", "reset-offsets", group, "--topic", topic,
+                     "--to-earliest", "--execute"), "active member", "Nothing was changed")
+        assert "--execute is refused" in ok(strata(broker, "group", "reset-offsets", group,
+                                                   "--topic", topic, "--to-earliest"))
+        fails(strata(broker, "group", "delete", group), "NON_EMPTY_GROUP")
+        # It printed the 36 records from offset 0 and committed them.
+        deadline = time.monotonic() + 30
+        while _offsets(_describe(broker, group)) != {0: 12, 1: 12, 2: 12}:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        live.send_signal(signal.SIGTERM)
+        stdout, stderr = live.communicate(timeout=30)
+    finally:
+        if live.poll() is None:
+            live.kill()
+    assert live.returncode == 0, stderr
+    assert "36 record(s) consumed" in stderr and "Traceback" not in stderr
+    assert sorted(stdout.split()) == sorted(f"r{i}" for i in range(36))
+    assert _describe(broker, group)["members"] == []  # left at once, no session timeout
+
+    ok(strata(broker, "group", "delete", group))
+    fails(strata(broker, "group", "describe", group), "does not exist")
+    fails(strata(broker, "group", "delete", group), "GROUP_ID_NOT_FOUND")
+    assert group not in ok(strata(broker, "group", "list"))
