@@ -133,8 +133,9 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "1..1000"),
     "offsets.topic.replication.factor": _BrokerKey(
         "offsets_topic_replication_factor", int, 3,
-        "replicas of __consumer_offsets; when fewer brokers are live at its creation it gets "
-        "one per live broker (and a warning in the log)", lambda v: v >= 1, ">= 1"),
+        "replicas of __consumer_offsets, created at the first FindCoordinator; until that "
+        "many brokers are live, groups get COORDINATOR_NOT_AVAILABLE (set 1 for a "
+        "single-broker cluster)", lambda v: v >= 1, ">= 1"),
     "group.session.timeout.ms": _BrokerKey(
         "group_session_timeout_ms", int, 10_000,
         "a group member that sends no heartbeat for this long is removed and its "

@@ -62,6 +62,7 @@ __all__ = [
     "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
+    "UnreleasedInstanceIdError",
     "UnsupportedAssignorError",
     "UnsupportedVersionError",
     "error_for_code",
@@ -500,6 +501,15 @@ class StaleMemberEpochError(StrataError):
     retriable = True
 
 
+class UnreleasedInstanceIdError(StrataError):
+    """A static member joined with a ``group.instance.id`` whose current holder is still
+    heartbeating: two live processes share one instance id."""
+
+    code = 111
+    name = "UNRELEASED_INSTANCE_ID"
+    retriable = True
+
+
 _BY_CODE: dict[int, type[StrataError]] = {
     cls.code: cls
     for cls in (
@@ -547,6 +557,7 @@ _BY_CODE: dict[int, type[StrataError]] = {
         FencedMemberEpochError,
         UnsupportedAssignorError,
         StaleMemberEpochError,
+        UnreleasedInstanceIdError,
     )
 }
 

@@ -8,10 +8,20 @@ Where a group lives
     written with acks=all before the request that caused it is answered:
 
     key   {"group": G, "type": "group", "v": 1}                     (JSON, sorted keys)
-    value {"assignor", "group_epoch", "target_epoch", "members": [...], "target": {...}}
+    value {"assignor", "group_epoch", "target_epoch", "partition_counts"}
+    key   {"group": G, "member": M, "type": "member", "v": 1}
+    value {"member_id", "instance_id", "client_id", "subscribed", "session_timeout_ms",
+           "rebalance_timeout_ms", "member_epoch", "assigned", "owned", "ready_epoch",
+           "away", "target"}
     key   {"group": G, "partition": P, "topic": T, "type": "offset", "v": 1}
     value {"metadata", "offset", "timestamp"}
-    a null value (tombstone) deletes the key (DeleteGroups).
+    a null value (tombstone) deletes the key (a member removed, DeleteGroups).
+
+    A request changes the group in memory, writes the records of what changed (one
+    batch), and answers only once they are replicated; if the write fails the change is
+    rolled back, so memory is never ahead of the log and a retry starts from what is
+    stored. A member's record is rewritten only when that member changed (or its target
+    did), so a heartbeat of a stable group writes nothing.
 
     Compaction keeps the latest value per key, so the partition stays small. A broker
     that becomes the leader of an offsets partition (failover, reassignment) replays it
@@ -38,15 +48,19 @@ Membership (Kafka's KIP-848 model, simplified)
     move); a member that does not finish a revocation within ``rebalance_timeout_ms``
     likewise. A static member (``instance_id``) that leaves with epoch -2 keeps its
     assignment until its session times out; a join with the same instance id takes
-    its place (and partitions) with no rebalance, and fences the old member id.
+    its place (and partitions) with no rebalance, and fences the old member id. A join
+    while the twin still heartbeats (two live processes with one instance id) is refused
+    with UNRELEASED_INSTANCE_ID.
 
 Fencing
     An OffsetCommit is accepted only from a current member, for partitions it owns or is
-    assigned now. A zombie (paused past its session, replaced by a static twin, or
-    committing a partition that has moved) gets UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH.
+    assigned now; what a member reports as owned counts only where the coordinator gave
+    it. A zombie (paused past its session, replaced by a static twin, or committing a
+    partition that has moved) gets UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH.
 
 Thread-safety: everything runs on the broker's event loop; one asyncio lock per group
-serialises its heartbeats, commits and deletes (a commit's replication wait holds it).
+serialises its heartbeats, commits and deletes (a write's replication wait holds it, so
+a heartbeat's arrival time, not its turn at the lock, is what keeps its session alive).
 """
 
 from __future__ import annotations
@@ -85,6 +99,7 @@ from brokers.errors import (
     TopicAlreadyExistsError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
+    UnreleasedInstanceIdError,
     UnsupportedAssignorError,
 )
 from brokers.group_assignors import (
@@ -185,28 +200,39 @@ class Member:
     rebalance_timeout_ms: int
     member_epoch: int = 0
     assigned: set[TopicPartition] = field(default_factory=set)  # may own now
-    owned: set[TopicPartition] = field(default_factory=set)  # as last reported
+    owned: set[TopicPartition] = field(default_factory=set)  # reported, within what it got
     ready_epoch: int = 0  # eager: the target epoch at which it owned nothing
     away: bool = False  # a static member that left for a restart
-    last_seen: float = 0.0  # monotonic
-    revoking_since: float | None = None
+    last_seen: float = 0.0  # monotonic; not stored
+    revoking_since: float | None = None  # not stored
 
-    def to_json(self) -> dict[str, Any]:
+    def stored(self, target: set[TopicPartition]) -> dict[str, Any]:
         return {"member_id": self.member_id, "instance_id": self.instance_id,
                 "client_id": self.client_id, "subscribed": self.subscribed,
                 "session_timeout_ms": self.session_timeout_ms,
                 "rebalance_timeout_ms": self.rebalance_timeout_ms,
                 "member_epoch": self.member_epoch, "assigned": sorted(self.assigned),
                 "owned": sorted(self.owned), "ready_epoch": self.ready_epoch,
-                "away": self.away}
+                "away": self.away, "target": sorted(target)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], now: float) -> Member:
+    def from_stored(cls, data: dict[str, Any], now: float) -> Member:
         return cls(data["member_id"], data["instance_id"], data["client_id"],
                    list(data["subscribed"]), data["session_timeout_ms"],
                    data["rebalance_timeout_ms"], data["member_epoch"],
-                   _tps(data["assigned"]), _tps(data.get("owned", data["assigned"])),
-                   data["ready_epoch"], data["away"], last_seen=now)
+                   _tps(data["assigned"]), _tps(data["owned"]), data["ready_epoch"],
+                   data["away"], last_seen=now)
+
+    def copy(self) -> Member:
+        return Member(self.member_id, self.instance_id, self.client_id, list(self.subscribed),
+                      self.session_timeout_ms, self.rebalance_timeout_ms, self.member_epoch,
+                      set(self.assigned), set(self.owned), self.ready_epoch, self.away,
+                      self.last_seen, self.revoking_since)
+
+    def restore_from(self, other: Member) -> None:
+        for name in ("subscribed", "member_epoch", "assigned", "owned", "ready_epoch", "away",
+                     "revoking_since"):
+            setattr(self, name, getattr(other, name))
 
 
 @dataclass(slots=True)
@@ -229,29 +255,64 @@ class Group:
     def state(self) -> str:
         if not self.members:
             return "Empty"
-        if self.eager and any(m.member_epoch < self.target_epoch for m in self.members.values()):
+        if self.eager and any(m.member_epoch < self.target_epoch and not m.away
+                              for m in self.members.values()):
             return "Assigning"
         if any(m.assigned != self.target.get(m.member_id, set()) or m.owned != m.assigned
-               for m in self.members.values()):
+               for m in self.members.values() if not m.away):
             return "Reconciling"
         return "Stable"
 
     def ordered_members(self) -> list[str]:
         return sorted(self.members, key=lambda m: (self.members[m].instance_id or "\uffff", m))
 
-    def to_json(self) -> dict[str, Any]:
+    def stored(self) -> dict[str, Any]:
         return {"assignor": self.assignor, "group_epoch": self.group_epoch,
-                "target_epoch": self.target_epoch, "partition_counts": self.partition_counts,
-                "members": [m.to_json() for m in self.members.values()],
-                "target": {m: sorted(tps) for m, tps in self.target.items()}}
+                "target_epoch": self.target_epoch, "partition_counts": self.partition_counts}
 
-    def restore(self, data: dict[str, Any], now: float) -> None:
-        self.assignor = data["assignor"]
-        self.group_epoch = data["group_epoch"]
-        self.target_epoch = data["target_epoch"]
-        self.partition_counts = dict(data.get("partition_counts", {}))
-        self.members = {m["member_id"]: Member.from_json(m, now) for m in data["members"]}
-        self.target = {m: _tps(tps) for m, tps in data["target"].items()}
+
+@dataclass(slots=True)
+class _Snapshot:
+    """What one request may change in a group, taken before it changes anything: the
+    records to write are the difference, and a failed write restores it."""
+
+    members: dict[str, Member]
+    member: Member | None  # a copy of the one member the request changes in place
+    scalars: dict[str, Any]
+    target: dict[str, set[TopicPartition]]
+
+    @classmethod
+    def take(cls, group: Group, member: Member | None) -> _Snapshot:
+        return cls(dict(group.members), member.copy() if member is not None else None,
+                   group.stored(), dict(group.target))
+
+    def restore(self, group: Group) -> None:
+        if self.member is not None and self.member.member_id in self.members:
+            self.members[self.member.member_id].restore_from(self.member)
+        group.members = self.members
+        group.target = self.target
+        group.assignor = self.scalars["assignor"]
+        group.group_epoch = self.scalars["group_epoch"]
+        group.target_epoch = self.scalars["target_epoch"]
+        group.partition_counts = self.scalars["partition_counts"]
+
+    def changes(self, group: Group) -> list[tuple[bytes, bytes | None]]:
+        g = group.group_id
+        records: list[tuple[bytes, bytes | None]] = []
+        if group.stored() != self.scalars:
+            records.append((_key(group=g, type="group"), _value(group.stored())))
+        for member_id in sorted(self.members.keys() - group.members.keys()):
+            records.append((_key(group=g, member=member_id, type="member"), None))
+        before = self.member.stored(self.target.get(self.member.member_id, set())) \
+            if self.member is not None else None
+        for member_id, m in sorted(group.members.items()):
+            target = group.target.get(member_id, set())
+            if member_id not in self.members or self.target.get(member_id) != target or \
+                    (before is not None and member_id == before["member_id"]
+                     and m.stored(target) != before):
+                records.append((_key(group=g, member=member_id, type="member"),
+                                _value(m.stored(target))))
+        return records
 
 
 @dataclass(slots=True)
@@ -286,6 +347,7 @@ class GroupCoordinator:
         self.config = broker.config
         self._shards: dict[int, _Shard] = {}
         self._loading: dict[int, asyncio.Lock] = {}
+        self._load_failures: dict[int, str] = {}
         self._task: asyncio.Task[None] | None = None
         self._lag_task: asyncio.Task[None] | None = None
         self.lag: dict[tuple[str, str, int], int] = {}
@@ -326,13 +388,18 @@ class GroupCoordinator:
         if not b.live_brokers:
             await b.refresh_brokers()
         live = sorted(b.live_brokers)
-        if not live:
-            return
-        replication = min(self.config.offsets_topic_replication_factor, len(live))
-        if replication < self.config.offsets_topic_replication_factor:
-            log.warning("creating %s with replication factor %d: only %d broker(s) are live "
-                        "(offsets.topic.replication.factor=%d)", OFFSETS_TOPIC, replication,
-                        len(live), self.config.offsets_topic_replication_factor)
+        replication = self.config.offsets_topic_replication_factor
+        if len(live) < replication:
+            # Created once, with this factor for good: a single copy of every group's
+            # offsets would quietly undo the cluster's replication. Kafka waits too.
+            await b.refresh_brokers()
+            live = sorted(b.live_brokers)
+            if len(live) < replication:
+                raise CoordinatorNotAvailableError(
+                    f"{OFFSETS_TOPIC} is created with offsets.topic.replication.factor="
+                    f"{replication} replicas and only {len(live)} broker(s) are live: start "
+                    "more brokers, or lower offsets.topic.replication.factor on every broker "
+                    "(a single-broker cluster needs 1)")
         from brokers.handlers import assign_replicas
 
         definition = TopicDefinition(
@@ -389,20 +456,19 @@ class GroupCoordinator:
             records = 0
             offset = partition.log.log_start_offset
             end = partition.log.log_end_offset
-            now = time.monotonic()
+            parsed: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
             while offset < end:
                 chunk = partition.log.read(offset, _LOAD_READ_BYTES)
                 if chunk is None or chunk.next_offset <= offset:
                     break
                 data = await asyncio.to_thread(chunk.read_bytes)
-                table = batches_to_table(data, topic=OFFSETS_TOPIC, partition=p,
-                                         start_offset=offset)
-                for key, value in zip(table.column("key").to_pylist(),
-                                      table.column("value").to_pylist(), strict=True):
-                    if key is not None:
-                        self._replay(shard, key, value, now)
-                        records += 1
+                parsed += await asyncio.to_thread(self._decode_chunk, data, p, offset)
                 offset = chunk.next_offset
+            # Sessions start now, after the load: a long load must not expire everyone.
+            now = time.monotonic()
+            for key, value in parsed:
+                self._replay(shard, key, value, now)
+                records += 1
             self._shards[p] = shard
             log.info("loaded %s-%d at leader epoch %d: %d groups from %d records in %.3f s",
                      OFFSETS_TOPIC, p, shard.leader_epoch, len(shard.groups), records,
@@ -410,39 +476,64 @@ class GroupCoordinator:
             return shard
 
     @staticmethod
-    def _replay(shard: _Shard, key: bytes, value: bytes | None, now: float) -> None:
+    def _decode_chunk(data: bytes, p: int, offset: int
+                      ) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+        """Records of one read, parsed (runs in a worker thread: JSON for a large
+        partition must not stall the event loop)."""
+        table = batches_to_table(data, topic=OFFSETS_TOPIC, partition=p, start_offset=offset)
+        parsed: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+        for key, value in zip(table.column("key").to_pylist(),
+                              table.column("value").to_pylist(), strict=True):
+            if key is None:
+                continue
+            try:
+                parsed.append((json.loads(key), None if value is None else json.loads(value)))
+            except ValueError as err:
+                log.error("%s-%d: skipping an unreadable record %r: %r", OFFSETS_TOPIC, p,
+                          key[:200], err)
+        return parsed
+
+    @staticmethod
+    def _replay(shard: _Shard, k: dict[str, Any], v: dict[str, Any] | None, now: float
+                ) -> None:
         try:
-            k = json.loads(key)
             group = shard.groups.get(k["group"])
             if group is None:
-                if value is None:
+                if v is None:
                     return
                 group = shard.groups[k["group"]] = Group(k["group"])
-            if k["type"] == "offset":
+            kind = k["type"]
+            if kind == "offset":
                 tp = (k["topic"], int(k["partition"]))
-                if value is None:
+                if v is None:
                     group.offsets.pop(tp, None)
                 else:
-                    v = json.loads(value)
                     group.offsets[tp] = CommittedOffset(v["offset"], v["metadata"],
                                                         v["timestamp"])
-            elif k["type"] == "group":
-                if value is None:
-                    group.members.clear()
-                    group.target.clear()
+            elif kind == "member":
+                if v is None:
+                    group.members.pop(k["member"], None)
+                    group.target.pop(k["member"], None)
                 else:
-                    group.restore(json.loads(value), now)
-            if value is None and not group.members and not group.offsets:
+                    group.members[k["member"]] = Member.from_stored(v, now)
+                    group.target[k["member"]] = _tps(v["target"])
+            elif kind == "group" and v is not None:
+                group.assignor = v["assignor"]
+                group.group_epoch = v["group_epoch"]
+                group.target_epoch = v["target_epoch"]
+                group.partition_counts = dict(v["partition_counts"])
+            if v is None and not group.members and not group.offsets:
                 del shard.groups[group.group_id]
-        except (ValueError, KeyError, TypeError) as err:
+        except (KeyError, TypeError, ValueError) as err:
             log.error("%s-%d: skipping an unreadable record %r: %r", OFFSETS_TOPIC,
-                      shard.partition, key[:200], err)
+                      shard.partition, k, err)
 
     async def _write(self, shard: _Shard, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append ``records`` to the shard's partition and wait until every in-sync
         replica has them (acks=all)."""
         partition = self._leader_partition(shard.partition)
-        if partition.leader_epoch != shard.leader_epoch:
+        if partition.leader_epoch != shard.leader_epoch or \
+                self._shards.get(shard.partition) is not shard:
             raise NotCoordinatorError(
                 f"{OFFSETS_TOPIC}-{shard.partition} changed leader epoch; find the "
                 "coordinator again")
@@ -472,23 +563,34 @@ class GroupCoordinator:
                 f"{partition.name}: the in-sync replicas did not confirm the group state "
                 f"within {_WRITE_TIMEOUT_S:.0f} s; retry") from None
 
-    async def _save_group(self, shard: _Shard, group: Group) -> None:
-        await self._write(shard, [(_key(group=group.group_id, type="group"),
-                                   _value(group.to_json()))])
+    async def _apply(self, shard: _Shard, group: Group, snapshot: _Snapshot) -> None:
+        """Store what changed since ``snapshot``; on failure put the group back as it was."""
+        records = snapshot.changes(group)
+        if not records:
+            return
+        try:
+            await self._write(shard, records)
+        except BaseException:
+            snapshot.restore(group)
+            raise
 
     # ------------------------------------------------------------------ heartbeat
     async def heartbeat(self, request: ConsumerGroupHeartbeatRequest, client_id: str
                         ) -> ConsumerGroupHeartbeatResponse:
+        arrived = time.monotonic()  # a wait for the group's lock must not age the session
         try:
             shard = await self._shard(request.group_id)
-            group = shard.groups.get(request.group_id)
-            if group is None:
-                group = shard.groups.setdefault(request.group_id, Group(request.group_id))
+            group = shard.groups.setdefault(request.group_id, Group(request.group_id))
+            known = group.members.get(request.member_id or "")
+            if known is not None:
+                known.last_seen = max(known.last_seen, arrived)
             async with group.lock:
                 if shard.groups.get(group.group_id) is not group:
-                    raise NotCoordinatorError("the group was reloaded; retry")
+                    raise NotCoordinatorError(
+                        f"group {group.group_id!r} changed while this request waited (it was "
+                        "deleted or reloaded): find the coordinator again and retry")
                 try:
-                    return await self._heartbeat(shard, group, request, client_id)
+                    return await self._heartbeat(shard, group, request, client_id, arrived)
                 finally:
                     if not group.members and not group.offsets and group.group_epoch == 0:
                         shard.groups.pop(group.group_id, None)  # a join that failed
@@ -496,42 +598,42 @@ class GroupCoordinator:
             return ConsumerGroupHeartbeatResponse(err.code, err.message)
 
     async def _heartbeat(self, shard: _Shard, group: Group,
-                         request: ConsumerGroupHeartbeatRequest, client_id: str
-                         ) -> ConsumerGroupHeartbeatResponse:
-        now = time.monotonic()
-        before = json.dumps(group.to_json(), sort_keys=True)
+                         request: ConsumerGroupHeartbeatRequest, client_id: str,
+                         arrived: float) -> ConsumerGroupHeartbeatResponse:
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return await self._leave(shard, group, request, before)
-        if request.member_epoch == JOIN_EPOCH and (
-                request.member_id is None or request.member_id not in group.members):
-            member = self._join(group, request, client_id)
+            return await self._leave(shard, group, request)
+        existing = group.members.get(request.member_id or "")
+        snapshot = _Snapshot.take(group, existing)
+        reported = _from_wire(request.owned)
+        if request.member_epoch == JOIN_EPOCH and existing is None:
+            member = self._join(group, request, client_id, arrived)
         else:
             if request.member_id is None or request.member_epoch < 0:
                 raise InvalidRequestError(
                     f"member epoch {request.member_epoch} needs a member id (0 to join, -1 "
                     "to leave, -2 for a static member's temporary leave)")
-            found = group.members.get(request.member_id)
-            if found is None:
+            if existing is None:
                 raise UnknownMemberIdError(
                     f"member {request.member_id} is not in group {group.group_id!r} (its "
                     "session expired, it left, or a static member replaced it); its "
                     "partitions are gone: rejoin with member epoch 0")
-            member = found
+            member = existing
             if request.member_epoch > member.member_epoch:
                 raise FencedMemberEpochError(
                     f"member {member.member_id} sent epoch {request.member_epoch}, the "
                     f"coordinator gave it {member.member_epoch}; rejoin with epoch 0")
-            if request.subscribed_topics and sorted(request.subscribed_topics) != \
-                    sorted(member.subscribed):
-                member.subscribed = sorted(set(request.subscribed_topics))
+            topics = sorted(set(request.subscribed_topics))
+            if topics and topics != member.subscribed:
+                member.subscribed = topics
                 group.group_epoch += 1
+            # What it says it owns counts only where the coordinator gave it: a member
+            # cannot claim (and then commit) a partition that moved away.
+            member.owned = reported & (member.owned | member.assigned)
         member.away = False
-        member.last_seen = now
-        member.owned = _from_wire(request.owned)
+        member.last_seen = max(member.last_seen, arrived)
         self._refresh_target(group)
-        self._reconcile(group, member, now)
-        if json.dumps(group.to_json(), sort_keys=True) != before:
-            await self._save_group(shard, group)
+        self._reconcile(group, member, time.monotonic())
+        await self._apply(shard, group, snapshot)
         target = group.target.get(member.member_id, set())
         busy = member.assigned != target or member.owned != member.assigned
         return ConsumerGroupHeartbeatResponse(
@@ -539,8 +641,8 @@ class GroupCoordinator:
             _BUSY_HEARTBEAT_MS if busy else self.config.group_heartbeat_interval_ms,
             _as_wire(member.assigned))
 
-    def _join(self, group: Group, request: ConsumerGroupHeartbeatRequest, client_id: str
-              ) -> Member:
+    def _join(self, group: Group, request: ConsumerGroupHeartbeatRequest, client_id: str,
+              arrived: float) -> Member:
         topics = sorted(set(request.subscribed_topics))
         if not topics:
             raise InvalidRequestError("a member must subscribe to at least one topic")
@@ -565,16 +667,25 @@ class GroupCoordinator:
             raise InvalidRequestError("rebalance_timeout_ms must be positive")
         member_id = request.member_id or uuid.uuid4().hex
         member = Member(member_id, request.instance_id, client_id, topics, session,
-                        request.rebalance_timeout_ms)
+                        request.rebalance_timeout_ms, last_seen=arrived)
         twin = next((m for m in group.members.values()
                      if request.instance_id is not None and m.instance_id == request.instance_id),
                     None)
         if twin is not None:
-            # A static member back from a restart: it takes its twin's place and
-            # partitions; the twin's id is fenced. No rebalance unless topics changed.
+            silent = arrived - twin.last_seen
+            if not twin.away and silent < 2 * self.config.group_heartbeat_interval_ms / 1000:
+                raise UnreleasedInstanceIdError(
+                    f"group.instance.id {request.instance_id!r} is in use by member "
+                    f"{twin.member_id}, which heartbeat {silent * 1000:.0f} ms ago: another "
+                    "process runs with the same instance id. Stop it or give each process its "
+                    "own id; a restarted process is let in once the old one is silent")
+            # A static member back from a restart (or whose old process died): it takes
+            # its twin's place and, if they are current, its partitions; the twin's id is
+            # fenced. No rebalance unless the topics changed.
             del group.members[twin.member_id]
-            member.member_epoch = twin.member_epoch
-            member.assigned = set(twin.assigned)
+            current = twin.member_epoch >= group.target_epoch
+            member.member_epoch = twin.member_epoch if current else 0
+            member.assigned = set(twin.assigned) if current or not group.eager else set()
             member.ready_epoch = twin.ready_epoch
             group.target[member_id] = group.target.pop(twin.member_id, set())
             if twin.subscribed != topics:
@@ -585,7 +696,7 @@ class GroupCoordinator:
             if len(group.members) >= self.config.group_max_size:
                 raise GroupMaxSizeReachedError(
                     f"group {group.group_id!r} already has {len(group.members)} members "
-                    f"(group.max.size)")
+                    "(group.max.size): run fewer consumers or raise group.max.size")
             if not group.members:
                 group.assignor = assignor
             group.group_epoch += 1
@@ -594,22 +705,26 @@ class GroupCoordinator:
         group.members[member_id] = member
         return member
 
-    async def _leave(self, shard: _Shard, group: Group, request: ConsumerGroupHeartbeatRequest,
-                     before: str) -> ConsumerGroupHeartbeatResponse:
+    async def _leave(self, shard: _Shard, group: Group, request: ConsumerGroupHeartbeatRequest
+                     ) -> ConsumerGroupHeartbeatResponse:
         member = group.members.get(request.member_id or "")
         if member is None:  # already gone: leaving is idempotent
             return ConsumerGroupHeartbeatResponse(0, None, request.member_id,
                                                   request.member_epoch, 0, [])
+        snapshot = _Snapshot.take(group, member)
         if request.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+            # It stopped consuming (the client revoked everything before leaving); its
+            # assignment stays reserved for it until its session times out.
             member.away = True
-            member.last_seen = time.monotonic()
+            member.owned = set()
+            member.revoking_since = None
             log.info("group %s: static member %s left for a restart; its partitions wait "
                      "%d ms for it", group.group_id, member.instance_id,
                      member.session_timeout_ms)
         else:
             self._remove(group, member, "left")
-        if json.dumps(group.to_json(), sort_keys=True) != before:
-            await self._save_group(shard, group)
+            self._refresh_target(group)
+        await self._apply(shard, group, snapshot)
         return ConsumerGroupHeartbeatResponse(0, None, member.member_id, request.member_epoch,
                                               0, [])
 
@@ -651,8 +766,9 @@ class GroupCoordinator:
                 return
             member.revoking_since = None
             member.ready_epoch = group.target_epoch
-            if all(m.ready_epoch >= group.target_epoch or m.member_epoch >= group.target_epoch
-                   for m in group.members.values()):
+            # Away static members own nothing (they revoked before leaving).
+            if all(m.away or m.ready_epoch >= group.target_epoch
+                   or m.member_epoch >= group.target_epoch for m in group.members.values()):
                 member.assigned = set(target)
                 member.member_epoch = group.target_epoch
             return
@@ -691,39 +807,40 @@ class GroupCoordinator:
             try:
                 shard = await self._load(p)
             except StrataError as err:
-                log.warning("cannot load %s-%d yet: %s", OFFSETS_TOPIC, p, err)
+                if self._load_failures.get(p) != str(err):  # once per distinct failure
+                    log.warning("cannot load %s-%d yet: %s", OFFSETS_TOPIC, p, err)
+                    self._load_failures[p] = str(err)
                 continue
-            now = time.monotonic()
+            self._load_failures.pop(p, None)
             for group in list(shard.groups.values()):
-                expired = [m for m in group.members.values()
-                           if now - m.last_seen > m.session_timeout_ms / 1000
-                           or (m.revoking_since is not None
-                               and now - m.revoking_since > m.rebalance_timeout_ms / 1000)]
-                if not expired:
-                    continue
-                async with group.lock:
-                    now = time.monotonic()
-                    changed = False
-                    for m in expired:
-                        current = group.members.get(m.member_id)
-                        if current is None:
-                            continue
-                        if now - current.last_seen > current.session_timeout_ms / 1000:
-                            self._remove(group, current, "timed out (no heartbeat within "
-                                         f"{current.session_timeout_ms} ms)")
-                            changed = True
-                        elif current.revoking_since is not None and \
-                                now - current.revoking_since > current.rebalance_timeout_ms / 1000:
-                            self._remove(group, current, "did not give up its partitions "
-                                         f"within {current.rebalance_timeout_ms} ms")
-                            changed = True
-                    if changed:
-                        self._refresh_target(group)
-                        try:
-                            await self._save_group(shard, group)
-                        except StrataError as err:
-                            log.warning("group %s: storing a removal failed: %s",
-                                        group.group_id, err)
+                if any(self._expired(m, time.monotonic()) for m in group.members.values()):
+                    async with group.lock:
+                        await self._expire_group(shard, group)
+
+    @staticmethod
+    def _expired(member: Member, now: float) -> str | None:
+        if now - member.last_seen > member.session_timeout_ms / 1000:
+            return f"timed out (no heartbeat within {member.session_timeout_ms} ms)"
+        if member.revoking_since is not None and \
+                now - member.revoking_since > member.rebalance_timeout_ms / 1000:
+            return f"did not give up its partitions within {member.rebalance_timeout_ms} ms"
+        return None
+
+    async def _expire_group(self, shard: _Shard, group: Group) -> None:
+        if shard.groups.get(group.group_id) is not group:
+            return
+        snapshot = _Snapshot.take(group, None)
+        now = time.monotonic()
+        for member in list(group.members.values()):
+            why = self._expired(member, now)
+            if why is not None:
+                self._remove(group, member, why)
+        self._refresh_target(group)
+        try:
+            await self._apply(shard, group, snapshot)
+        except StrataError as err:
+            log.warning("group %s: storing a removal failed (%s); retrying on the next pass",
+                        group.group_id, err)
 
     # ------------------------------------------------------------------ offsets
     async def commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
@@ -733,6 +850,10 @@ class GroupCoordinator:
             shard = await self._shard(request.group_id)
             group = shard.groups.setdefault(request.group_id, Group(request.group_id))
             async with group.lock:
+                if shard.groups.get(group.group_id) is not group:
+                    raise NotCoordinatorError(
+                        f"group {group.group_id!r} was deleted or reloaded while this commit "
+                        "waited; find the coordinator again and retry")
                 try:
                     await self._commit_locked(shard, group, request, answers, accepted)
                 finally:
@@ -912,8 +1033,9 @@ class GroupCoordinator:
             state = self.broker.partition_states.get(tp)
             if state is not None and state.leader in self.broker.live_brokers:
                 remote.setdefault(state.leader, []).append(tp)
-        for node, tps in remote.items():
-            ends.update(await self._remote_ends(node, tps))
+        for answer in await asyncio.gather(*(self._remote_ends(node, tps)
+                                             for node, tps in remote.items())):
+            ends.update(answer)
         self.lag = {(g, t, p): max(ends[(t, p)] - offset, 0)
                     for (t, p), commits in wanted.items() if (t, p) in ends
                     for g, offset in commits}
@@ -931,10 +1053,13 @@ class GroupCoordinator:
         connection = BrokerConnection(registration.host, registration.port,
                                       client_id=f"broker-{self.broker.broker_id}-group-lag")
         try:
+            # A paused leader accepts the connection and never answers: bound both steps,
+            # or the gauge would freeze for good.
             await connection.connect(timeout=2.0)
-            response = await connection.request(ApiKey.LIST_OFFSETS, ListOffsetsRequest([
-                ListOffsetsTopic(t, [ListOffsetsPartition(p, LATEST_TIMESTAMP) for p in ps])
-                for t, ps in by_topic.items()]))
+            response = await asyncio.wait_for(connection.request(
+                ApiKey.LIST_OFFSETS, ListOffsetsRequest([
+                    ListOffsetsTopic(t, [ListOffsetsPartition(p, LATEST_TIMESTAMP) for p in ps])
+                    for t, ps in by_topic.items()])), 2.0)
         except (StrataError, OSError, TimeoutError) as err:
             log.debug("group lag: broker %d did not answer ListOffsets: %r", node, err)
             return {}

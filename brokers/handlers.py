@@ -145,6 +145,9 @@ _ACKS_ALL = -1
 # Partitions of one topic: its metadata goes to ZooKeeper in one multi-op, and ZooKeeper
 # refuses requests above jute.maxbuffer (1 MiB); 4,096 partitions stay well below it.
 MAX_PARTITIONS = 4096
+# Topics whose names start with this are the brokers' own (``__consumer_offsets``):
+# clients may read them but not create, write, delete or un-compact them.
+INTERNAL_PREFIX = "__"
 
 
 def _error(err: StrataError | KazooException | None) -> tuple[int, str | None]:
@@ -301,7 +304,7 @@ class RequestHandlers:
             raise InvalidTopicError(
                 f"topic name {name!r} is not valid: use 1-249 characters from [a-zA-Z0-9._-], "
                 "not '.' or '..'")
-        if name.startswith("__"):
+        if name.startswith(INTERNAL_PREFIX):
             raise PolicyViolationError(
                 f"topic {name!r}: names starting with '__' are reserved for internal topics")
         if name in self.broker.topics:
@@ -375,6 +378,11 @@ class RequestHandlers:
         results = []
         for name in request.topics:
             try:
+                if name.startswith(INTERNAL_PREFIX):
+                    raise PolicyViolationError(
+                        f"topic {name!r} is internal (the consumer groups' offsets and "
+                        "membership): it cannot be deleted; delete groups with DeleteGroups "
+                        "(strata group delete)")
                 await asyncio.to_thread(self.broker.coordinator.delete_topic, name)
                 await self._await_topic(name, present=False, timeout_ms=request.timeout_ms)
                 results.append(TopicResult(name, 0, None))
@@ -415,6 +423,12 @@ class RequestHandlers:
                     for entry in topic.set:
                         updated[entry.name] = entry.value or ""
                     LogConfig.from_mapping(updated, base=self.broker.config.log_defaults)
+                    if topic.name.startswith(INTERNAL_PREFIX) and \
+                            updated.get("cleanup.policy", "compact") != "compact":
+                        raise PolicyViolationError(
+                            f"topic {topic.name!r} is internal and must stay "
+                            "cleanup.policy=compact (its latest record per key is the "
+                            "groups' state); other configs may change")
                     if request.validate_only:
                         break
                     try:
@@ -449,6 +463,10 @@ class RequestHandlers:
                 try:
                     if part.records is None:
                         raise InvalidRequestError("records are null")
+                    if topic.name.startswith(INTERNAL_PREFIX):
+                        raise PolicyViolationError(
+                            f"topic {topic.name!r} is internal: only the group coordinator "
+                            "writes to it (commit offsets with OffsetCommit)")
                     partition = self._leader_partition(topic.name, part.partition)
                     if request.acks == _ACKS_ALL and \
                             len(partition.isr) < partition.config.min_insync_replicas:
@@ -513,6 +531,10 @@ class RequestHandlers:
                 try:
                     if part.records is None:
                         raise InvalidRequestError("records are null")
+                    if topic.name.startswith(INTERNAL_PREFIX):
+                        raise PolicyViolationError(
+                            f"topic {topic.name!r} is internal: only the group coordinator "
+                            "writes to it (commit offsets with OffsetCommit)")
                     partition = self._leader_partition(topic.name, part.partition)
                     answer.duplicate = partition.stage(request.staging_id, part.chunk_sequence,
                                                        part.records)

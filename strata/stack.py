@@ -325,7 +325,8 @@ def replication_defaults(brokers: int) -> list[str]:
     """Broker overrides so that topics created without a factor are replicated as far as
     the stack allows (Kafka's own defaults, 1 and 1, lose data with a single disk)."""
     factor = min(brokers, 3)
-    overrides = [f"default.replication.factor={factor}"]
+    overrides = [f"default.replication.factor={factor}",
+                 f"offsets.topic.replication.factor={factor}"]
     if factor >= 3:
         overrides.append("log.min.insync.replicas=2")
     return [arg for item in overrides for arg in ("--override", item)]

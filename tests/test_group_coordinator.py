@@ -14,16 +14,20 @@ from typing import Any
 import pytest
 
 from brokers.errors import (
+    CoordinatorNotAvailableError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
     InvalidGroupIdError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
+    NotEnoughReplicasError,
     OffsetMetadataTooLargeError,
+    PolicyViolationError,
     StaleMemberEpochError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
+    UnreleasedInstanceIdError,
     UnsupportedAssignorError,
 )
 from brokers.protocol import (
@@ -47,7 +51,7 @@ from brokers.protocol import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from strata.client import Admin, NewTopic
+from strata.client import Admin, NewTopic, Producer
 from strata.client._connection import BrokerConnection
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
@@ -124,6 +128,23 @@ def fetch(broker: BrokerProcess, group: str) -> dict[tuple[str, int], int]:
     answer = call(broker, ApiKey.OFFSET_FETCH, OffsetFetchRequest(group))
     assert isinstance(answer, OffsetFetchResponse) and answer.error_code == 0
     return {(t.name, p.partition): p.offset for t in answer.topics for p in t.partitions}
+
+
+def test_offsets_topic_waits_for_its_replication_factor(
+        zookeeper_server: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Runs first in this module (nothing has created __consumer_offsets yet): with
+    offsets.topic.replication.factor=3 and one live broker no group gets a coordinator."""
+    lonely = BrokerProcess(zookeeper_server.connect_string, tmp_path_factory.mktemp("rf3"),
+                           broker_id=7, overrides={"offsets.topic.replication.factor": "3"})
+    lonely.start()
+    try:
+        answer = call(lonely, ApiKey.FIND_COORDINATOR, FindCoordinatorRequest("early"))
+        assert answer.error_code == CoordinatorNotAvailableError.code
+        assert "offsets.topic.replication.factor=3" in answer.error_message
+        assert "start more brokers" in answer.error_message
+    finally:
+        lonely.stop()  # a clean stop deregisters it: the next topics must not land on it
+        lonely.kill()
 
 
 def test_find_coordinator_refuses_an_empty_group_id(group_broker: BrokerProcess) -> None:
@@ -234,3 +255,97 @@ def test_restarted_broker_reloads_groups_and_offsets(group_broker: BrokerProcess
     assert (again.error_code, again.assignment, again.member_epoch) == \
         (0, member.assignment, member.member_epoch)
     assert heartbeat(group_broker, "durable", member.member_id, LEAVE_EPOCH).error_code == 0
+
+
+def test_internal_topic_is_protected(group_broker: BrokerProcess) -> None:
+    find(group_broker, "protect")
+    with Admin(group_broker.bootstrap) as admin:
+        deleted = admin.delete_topics(["__consumer_offsets"], raise_errors=False)
+        assert "cannot be deleted" in str(deleted)
+        with pytest.raises(PolicyViolationError, match=r"must stay cleanup\.policy=compact"):
+            admin.alter_configs("__consumer_offsets", set={"cleanup.policy": "delete"})
+        admin.alter_configs("__consumer_offsets", set={"retention.ms": "604800000"})
+    with Producer(group_broker.bootstrap, acks=1, retries=0) as producer, \
+            pytest.raises(PolicyViolationError, match="only the group coordinator"):
+        producer.send("__consumer_offsets", b"forged", key=b"{}").result(10)
+
+
+def test_a_failed_store_leaves_no_trace(group_broker: BrokerProcess) -> None:
+    """With __consumer_offsets unable to reach min.insync.replicas every group write
+    fails: joins are refused (NOT_ENOUGH_REPLICAS) and their retries leave no phantom
+    member behind; once writes work again exactly one member joins."""
+    find(group_broker, "rollback")
+    with Admin(group_broker.bootstrap) as admin:
+        admin.alter_configs("__consumer_offsets", set={"min.insync.replicas": "2"})
+        try:
+            wait_for("group writes failing", lambda: heartbeat(group_broker, "rollback"),
+                     lambda a: a.error_code == NotEnoughReplicasError.code, 30)
+            for _ in range(3):
+                assert heartbeat(group_broker, "rollback").error_code == \
+                    NotEnoughReplicasError.code
+            described = call(group_broker, ApiKey.DESCRIBE_GROUPS,
+                             DescribeGroupsRequest(["rollback"])).groups[0]
+            assert described.error_code == GroupIdNotFoundError.code
+        finally:
+            admin.alter_configs("__consumer_offsets", delete=["min.insync.replicas"])
+    member = wait_for("a join once writes work", lambda: heartbeat(group_broker, "rollback"),
+                      lambda a: a.error_code == 0, 30)
+    described = call(group_broker, ApiKey.DESCRIBE_GROUPS,
+                     DescribeGroupsRequest(["rollback"])).groups[0]
+    assert [m.member_id for m in described.members] == [member.member_id]
+    heartbeat(group_broker, "rollback", member.member_id, LEAVE_EPOCH)
+
+
+def test_a_member_cannot_claim_a_partition_it_was_not_given(group_broker: BrokerProcess
+                                                            ) -> None:
+    a = join_and_settle(group_broker, "claims")
+    b = heartbeat(group_broker, "claims")
+    # A gives up what moves to B, then B takes it.
+    a2 = heartbeat(group_broker, "claims", a.member_id, a.member_epoch, owned=a.assignment)
+    a3 = heartbeat(group_broker, "claims", a.member_id, a2.member_epoch, owned=a2.assignment)
+    b2 = wait_for("b's partitions", lambda: heartbeat(
+        group_broker, "claims", b.member_id, b.member_epoch), lambda r: bool(r.assignment), 10)
+    theirs = {(t.topic, p) for t in b2.assignment for p in t.partitions}
+    assert theirs and not theirs & {(t.topic, p) for t in a3.assignment for p in t.partitions}
+    # A claims to own everything: only what it was given counts, so B's commit stands.
+    everything = [GroupTopicPartitions("orders", [0, 1, 2, 3])]
+    heartbeat(group_broker, "claims", a.member_id, a3.member_epoch, owned=everything)
+    stolen = sorted(theirs)[0]
+    assert commit(group_broker, "claims", a.member_id, a3.member_epoch, {stolen: 1}) == \
+        {stolen: StaleMemberEpochError.code}
+    for m in (a, b):
+        heartbeat(group_broker, "claims", m.member_id, LEAVE_EPOCH)
+
+
+def test_a_live_static_twin_is_refused(group_broker: BrokerProcess) -> None:
+    first = join_and_settle(group_broker, "twins", instance_id="pod-1")
+    twin = heartbeat(group_broker, "twins", instance_id="pod-1")
+    assert twin.error_code == UnreleasedInstanceIdError.code
+    assert "same instance id" in twin.error_message
+    # Once the first process is silent for two heartbeat intervals the twin gets in,
+    # with the same partitions and no rebalance, and the first id is fenced.
+    epoch = call(group_broker, ApiKey.DESCRIBE_GROUPS,
+                 DescribeGroupsRequest(["twins"])).groups[0].group_epoch
+    second = wait_for("the restarted twin let in",
+                      lambda: heartbeat(group_broker, "twins", instance_id="pod-1"),
+                      lambda a: a.error_code == 0, 10)
+    assert second.assignment == first.assignment
+    assert call(group_broker, ApiKey.DESCRIBE_GROUPS,
+                DescribeGroupsRequest(["twins"])).groups[0].group_epoch == epoch
+    assert heartbeat(group_broker, "twins", first.member_id, first.member_epoch).error_code \
+        == UnknownMemberIdError.code
+    heartbeat(group_broker, "twins", second.member_id, LEAVE_EPOCH)
+
+
+def test_repeated_topics_in_a_subscription_do_not_rebalance(group_broker: BrokerProcess
+                                                            ) -> None:
+    member = join_and_settle(group_broker, "dupes", subscribed_topics=["orders", "orders"])
+    epoch = call(group_broker, ApiKey.DESCRIBE_GROUPS,
+                 DescribeGroupsRequest(["dupes"])).groups[0].group_epoch
+    for _ in range(3):
+        answer = heartbeat(group_broker, "dupes", member.member_id, member.member_epoch,
+                           owned=member.assignment, subscribed_topics=["orders", "orders"])
+        assert answer.error_code == 0
+    assert call(group_broker, ApiKey.DESCRIBE_GROUPS,
+                DescribeGroupsRequest(["dupes"])).groups[0].group_epoch == epoch
+    heartbeat(group_broker, "dupes", member.member_id, LEAVE_EPOCH)

@@ -1559,8 +1559,10 @@ class ConsumerGroupHeartbeatRequest(Message):
     Errors: NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS
     (find the coordinator again and resend), UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH
     (the member was removed, e.g. its session expired: its partitions are lost, it must
-    rejoin with epoch 0), UNSUPPORTED_ASSIGNOR, INVALID_SESSION_TIMEOUT,
-    GROUP_MAX_SIZE_REACHED, INVALID_REQUEST.
+    rejoin with epoch 0), UNRELEASED_INSTANCE_ID (another live process uses this
+    instance id; retry after a back-off, it is let in once the other is silent),
+    UNSUPPORTED_ASSIGNOR, INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED,
+    INVALID_REQUEST.
     """
 
     group_id: str

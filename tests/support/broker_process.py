@@ -35,6 +35,8 @@ class BrokerProcess:
         self._may_move_port = port is None
         self.overrides = dict(overrides or {})
         self.overrides.setdefault("zookeeper.session.timeout.ms", "6000")
+        # Most tests run one broker; a Cluster passes its own factor.
+        self.overrides.setdefault("offsets.topic.replication.factor", "1")
         self.process: subprocess.Popen[str] | None = None
         self.output: deque[str] = deque(maxlen=400)
         self.metrics_port = -1

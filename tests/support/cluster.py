@@ -144,6 +144,8 @@ class Cluster:
                   if known is None or k in known}
         #: Default overrides left out because this broker version does not know them.
         self.dropped_overrides = sorted(set(DEFAULT_BROKER_OVERRIDES) - set(merged))
+        # Group offsets replicated like a production cluster's (up to 3 copies).
+        merged["offsets.topic.replication.factor"] = str(min(brokers, 3))
         merged.update(overrides or {})
         self.overrides = merged
         self.zk_server: ZooKeeperServer | None = None
