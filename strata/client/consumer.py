@@ -1,9 +1,34 @@
-"""The Strata consumer: manual partition assignment, positions, pipelined fetches.
+"""The Strata consumer: consumer groups or manual assignment, positions, pipelined fetches.
 
 Two faces over one implementation: ``AsyncConsumer`` (asyncio) and ``Consumer`` (blocking;
-runs an ``AsyncConsumer`` on its own event-loop thread). Consumer groups and committed
-offsets arrive with issue [7/7]; until then the caller chooses the partitions
-(``assign``) and where to read from (``seek*`` or ``auto_offset_reset``).
+runs an ``AsyncConsumer`` on its own event-loop thread). Either the caller chooses the
+partitions (``assign``, ``seek*``, ``auto_offset_reset``), or the consumer joins a
+consumer group (``group_id=...``, ``subscribe``) whose coordinator shares the topics'
+partitions among its members (``docs/consumer-groups.md``).
+
+Groups, and why it is built this way:
+
+* Heartbeats run in a background task on the consumer's event loop (``_group.py``), so
+  a slow caller does not lose its session; each reports the partitions the consumer
+  owns now. The answer's assignment is reached in ``poll``, on the caller's thread:
+  ``on_revoke`` for partitions to give up (their positions auto-committed first), then
+  ``on_assign`` for new ones (positioned at the group's committed offset, else
+  ``auto_offset_reset``, unless the callback seeks), then a heartbeat at once. A member
+  the coordinator removed (session expired) gets ``on_lost``, drops everything and
+  joins again; its commits raise ``CommitFailedError``.
+* At-least-once by default: auto-commit (every ``auto_commit_interval_ms``, inside
+  ``poll`` before it hands out new records, and before revocation and ``close``) commits
+  only the positions after records ``poll`` already returned. So finish processing a
+  poll's records before polling again::
+
+      with Consumer(bootstrap, group_id="billing", auto_offset_reset="earliest") as c:
+          c.subscribe(["events"])
+          while running:
+              for record in c.poll(timeout_ms=1000):
+                  process(record)  # done before the next poll(), which commits it
+
+  A blocking ``poll`` interrupted by Ctrl-C puts back the records it had taken but not
+  returned, so ``close`` never commits records nobody processed.
 
 How a poll works, and why:
 
