@@ -47,17 +47,20 @@ def _config(**kw: object) -> LogConfig:
 
 
 def _append(log: PartitionLog, model: list[Record], rows: list[tuple[bytes, bytes | None]],
-            clock: FakeClock, *, epoch: int = 0, producer: tuple[int, int] | None = None
-            ) -> None:
+            clock: FakeClock, *, epoch: int = 0, producer: tuple[int, int] | None = None,
+            compression: str = "none", codecs: dict[int, str] | None = None) -> None:
     keys = [k for k, _ in rows]
     values = [v for _, v in rows]
     stamps = [clock.now] * len(rows)
     pid, seq = producer if producer else (-1, -1)
     info = log.append(build_batch(values, keys=keys, timestamps=stamps, producer_id=pid,
-                                  producer_epoch=0 if producer else -1, base_sequence=seq),
+                                  producer_epoch=0 if producer else -1, base_sequence=seq,
+                                  compression=compression),
                       leader_epoch=epoch)
     for i, (k, v) in enumerate(rows):
         model.append((info.first_offset + i, k, v, clock.now))
+        if codecs is not None:
+            codecs[info.first_offset + i] = compression
 
 
 def _read(log: PartitionLog, upper: int | None = None) -> list[Record]:
@@ -90,7 +93,7 @@ def _expected(model: list[Record], end: int, horizon: int) -> list[Record]:
 
 
 def _random_workload(log: PartitionLog, clock: FakeClock, rng: random.Random, batches: int,
-                     keys: int = 12) -> list[Record]:
+                     keys: int = 12, codecs: dict[int, str] | None = None) -> list[Record]:
     model: list[Record] = []
     for _ in range(batches):
         rows = []
@@ -98,7 +101,8 @@ def _random_workload(log: PartitionLog, clock: FakeClock, rng: random.Random, ba
             key = f"k{rng.randrange(keys)}".encode()
             value = None if rng.random() < 0.15 else f"v{rng.random():.6f}".encode() * 3
             rows.append((key, value))
-        _append(log, model, rows, clock)
+        _append(log, model, rows, clock, compression=rng.choice(["none", "lz4", "zstd"]),
+                codecs=codecs)
         clock.now += rng.randint(0, 400)
     return model
 
@@ -114,8 +118,9 @@ def test_model_check_latest_per_key_offsets_kept(tmp_path: Path, seed: int) -> N
     log = PartitionLog(tmp_path, _config(), clock=clock)
     cleaner = LogCleaner(clock=clock)
     model: list[Record] = []
+    codecs: dict[int, str] = {}
     for _ in range(3):  # several passes, the workload going on in between
-        model += _random_workload(log, clock, rng, rng.randint(20, 60))
+        model += _random_workload(log, clock, rng, rng.randint(20, 60), codecs=codecs)
         assert len(log.segments) > 2
         active_before = _active_bytes(log)
         end = log.cleanable_segments(log.log_end_offset)[-1].next_offset
@@ -125,6 +130,11 @@ def test_model_check_latest_per_key_offsets_kept(tmp_path: Path, seed: int) -> N
         assert _read(log) == _expected(model, end, horizon)
         assert _active_bytes(log) == active_before
         model = _expected(model, end, horizon)
+        # Every batch keeps its input's codec (the runs of a split batch included).
+        for segment in log.segments:
+            for _, b in iter_batches(segment.log_path.read_bytes()):
+                header = peek_header(b)
+                assert header.compression.name.lower() == codecs[header.base_offset]
         assert cleaner.clean(log, log.log_end_offset) is None  # nothing new: no pass
     # Every batch of the cleaned log still passes validation, and a reopen (clean
     # shutdown, then a crash) serves the same records.
