@@ -126,9 +126,15 @@ def _owners(group: Group) -> dict[tuple[str, int], list[str]]:
 @pytest.mark.parametrize("seed", range(25))
 def test_random_histories_never_share_a_partition_and_converge(assignor: str, seed: int
                                                                  ) -> None:
+    """Members are separate clients: an answer reaches a client some time after the
+    coordinator computed it, and the client applies the latest answer it has only at its
+    next poll, heartbeating in between (as the real consumer's background heartbeat
+    does). A client reports what it owns plus what its last answer lets it take. At no
+    moment may two clients hold one partition."""
     rng = random.Random(seed)
     coordinator = _coordinator({"t": 12, "u": 5})
     group = Group("g", assignor=assignor)
+    clients: dict[str, dict[str, set[tuple[str, int]]]] = {}  # id -> owned, answer, inflight
     next_id = 0
 
     def join() -> None:
@@ -138,35 +144,61 @@ def test_random_histories_never_share_a_partition_and_converge(assignor: str, se
         next_id += 1
         group.members[member.member_id] = member
         group.group_epoch += 1
+        clients[member.member_id] = {"owned": set(), "answer": set()}
+
+    def check() -> None:
+        held: dict[tuple[str, int], str] = {}
+        for member_id, client in clients.items():
+            for tp in client["owned"]:
+                assert tp not in held, f"{tp} held by {held[tp]} and {member_id}"
+                held[tp] = member_id
 
     def heartbeat(member: Member) -> None:
-        # The member applies the last answer: gives up what it was told to, takes the rest.
-        member.owned = set(member.owned & member.assigned) | set(member.assigned)
-        before = set(member.owned)
+        client = clients[member.member_id]
+        reported = client["owned"] | client["answer"]
+        member.owned = reported & (member.owned | member.assigned)
+        before = set(client["owned"])
         _step(coordinator, group, member)
-        lost = before - member.assigned
+        # The answer travels back while the client may poll (and apply an older one).
+        client["inflight"] = set(member.assigned)
         if assignor == COOPERATIVE_STICKY:
             kept_target = group.target.get(member.member_id, set())
-            assert not (lost & kept_target), "cooperative revoked a partition that stays"
-        owners = _owners(group)
-        assert all(len(o) == 1 for o in owners.values()), owners
+            assert not ((before - member.assigned) & kept_target), \
+                "cooperative revoked a partition that stays"
+
+    def deliver(member_id: str) -> None:
+        client = clients[member_id]
+        if "inflight" in client:
+            client["answer"] = client.pop("inflight")
+
+    def poll(member_id: str) -> None:
+        clients[member_id]["owned"] = set(clients[member_id]["answer"])
+        check()
 
     for _ in range(3):
         join()
-    for _ in range(150):
+    for _ in range(300):
         action = rng.random()
-        if action < 0.08 and len(group.members) < 8:
+        if action < 0.05 and len(group.members) < 8:
             join()
-        elif action < 0.14 and len(group.members) > 1:
+        elif action < 0.09 and len(group.members) > 1:
             gone = rng.choice(sorted(group.members))
             coordinator._remove(group, group.members[gone], "left")
-        else:
+            del clients[gone]  # it stopped consuming before it left
+        elif action < 0.45:
             heartbeat(group.members[rng.choice(sorted(group.members))])
-    for _ in range(6):  # quiet period: everyone converges to the target
+        elif action < 0.75:
+            deliver(rng.choice(sorted(clients)))
+        else:
+            poll(rng.choice(sorted(clients)))
+    for _ in range(8):  # quiet period: everyone converges to the target
         for member_id in sorted(group.members):
             heartbeat(group.members[member_id])
-    for member in group.members.values():
-        assert member.owned == member.assigned == group.target[member.member_id]
+            deliver(member_id)
+            poll(member_id)
+    for member_id, member in group.members.items():
+        assert clients[member_id]["owned"] == member.owned == member.assigned == \
+            group.target[member_id]
     assert group.state == "Stable"
     assert set(_owners(group)) == {("t", p) for p in range(12)} | (
         {("u", p) for p in range(5)}
