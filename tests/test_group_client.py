@@ -582,3 +582,63 @@ def test_manual_assignment_commits_outside_membership(bootstrap: str,
     # close() auto-committed the position after the returned records
     with Admin(bootstrap) as admin:
         assert admin.list_group_offsets("manual")[tp].offset == 6
+
+
+def test_range_assignor_revokes_everything_then_splits(bootstrap: str,
+                                                       topic: Callable[[int], str]) -> None:
+    name = topic(4)
+    events: list[tuple[str, str, frozenset[int]]] = []
+
+    def tracked(label: str) -> dict[str, Any]:
+        return {"on_assign": lambda ps: events.append((label, "assign", frozenset(
+                    tp.partition for tp in ps))),
+                "on_revoke": lambda ps: events.append((label, "revoke", frozenset(
+                    tp.partition for tp in ps)))}
+
+    first = Consumer(bootstrap, group_id="eager", assignor="range")
+    second = Consumer(bootstrap, group_id="eager", assignor="range")
+    try:
+        first.subscribe(name, **tracked("first"))
+        drain([first], lambda: len(first.assignment()) == 4)
+        second.subscribe(name, **tracked("second"))
+        drain([first, second], lambda: len(first.assignment()) == 2
+              and len(second.assignment()) == 2)
+        # Eager: the first member gave up all four before anyone got any back.
+        assert events[:2] == [("first", "assign", frozenset(range(4))),
+                              ("first", "revoke", frozenset(range(4)))]
+        assert first.assignment().isdisjoint(second.assignment())
+        with pytest.raises(ValueError, match="roundrobin"):
+            Consumer(bootstrap, group_id="eager", assignor="roundrobin")
+        with Consumer(bootstrap, group_id="eager") as odd:  # cooperative-sticky
+            odd.subscribe(name)
+            with pytest.raises(StrataError, match="UNSUPPORTED_ASSIGNOR"):
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    odd.poll(timeout_ms=100)
+    finally:
+        second.close()
+        first.close()
+
+
+def test_static_member_restart_keeps_its_partitions(bootstrap: str,
+                                                    topic: Callable[[int], str]) -> None:
+    name = topic(2)
+    with Consumer(bootstrap, group_id="static", group_instance_id="box-1",
+                  session_timeout_ms=30_000) as first:
+        first.subscribe(name)
+        drain([first], lambda: len(first.assignment()) == 2)
+    # Closed with epoch -2: the member and its partitions wait for it.
+    with Admin(bootstrap) as admin:
+        described = admin.describe_group("static")
+        assert [m.instance_id for m in described.members] == ["box-1"]
+        epoch = described.group_epoch
+    assigned: list[set[TopicPartition]] = []
+    with Consumer(bootstrap, group_id="static", group_instance_id="box-1",
+                  session_timeout_ms=30_000) as again:
+        again.subscribe(name, on_assign=assigned.append)
+        drain([again], lambda: len(again.assignment()) == 2)
+        with Admin(bootstrap) as admin:
+            described = admin.describe_group("static")
+        assert described.group_epoch == epoch  # no rebalance
+        assert [m.member_id for m in described.members] == [again.member_id]
+    assert assigned == [{TopicPartition(name, 0), TopicPartition(name, 1)}]

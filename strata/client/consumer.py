@@ -1596,7 +1596,10 @@ class Consumer:
 
     def _run_group_callbacks(self) -> None:
         self._run_commit_callbacks()
-        while (event := self._run(self._consumer._next_group_event())) is not None:
+        consumer = self._consumer
+        if consumer._mode != "subscribe" or not consumer._group_work_pending():
+            return  # (read from this thread: a change missed here ends the next poll round)
+        while (event := self._run(consumer._next_group_event())) is not None:
             try:
                 self._invoke(event)
             finally:
