@@ -206,7 +206,14 @@ class Membership:
             instance_id=self.instance_id, rebalance_timeout_ms=self.rebalance_timeout_ms,
             session_timeout_ms=self.session_timeout_ms,
             subscribed_topics=list(self.subscription), assignor=self.assignor,
-            owned=group_partitions(self.owned))
+            owned=group_partitions(self.reported()))
+
+    def reported(self) -> set[TopicPartition]:
+        """What a heartbeat says the member owns: what it holds plus what the latest
+        answer lets it take at its next poll. Reporting only what is applied would let
+        the coordinator hand a partition on while this consumer's next poll still takes
+        it from the older answer (tests/test_group_assignors.py models that race)."""
+        return set(self.owned) | set(self.target or ())
 
     def leave_request(self) -> ConsumerGroupHeartbeatRequest | None:
         """The heartbeat that leaves (None: the member never joined, nothing to leave)."""
