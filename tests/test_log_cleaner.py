@@ -200,6 +200,40 @@ def test_only_segments_below_the_upper_offset_and_never_the_active_one(tmp_path:
     assert LogCleaner(clock=clock).clean(log, 0) is None
 
 
+def test_an_emptied_segment_other_than_the_first_is_removed(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = PartitionLog(tmp_path, _config(), clock=clock)
+    model: list[Record] = []
+    for value in (b"1", b"2", b"3"):
+        _append(log, model, [(b"a", value)], clock)  # one segment each: a, a, a
+        log.roll()
+    _append(log, model, [(b"b", b"1")], clock)
+    log.roll()
+    _append(log, model, [(b"c", b"active")], clock)
+    before = log.segments
+    stats = LogCleaner(clock=clock).clean(log, log.log_end_offset)
+    assert stats is not None and stats.segments_rewritten == 2 and stats.bytes_after == 0
+    # The first segment stays (empty: the log start must not move), the second goes.
+    assert [s.base_offset for s in log.segments] == [0, 2, 3, 4]
+    assert log.segments[0].size == 0 and log.log_start_offset == 0
+    assert sorted(p.name for p in tmp_path.glob("00000000000000000001.*")) == []
+    assert [(o, v) for o, _, v, _ in _read(log)] == [(2, b"3"), (3, b"1"), (4, b"active")]
+    assert log.read(1, 100).first_offset == 2  # type: ignore[union-attr]
+    found = before[1].read(1, 100)  # a reader that still holds the removed segment
+    assert found is not None and found.first_offset == 1
+    # A crash after the .log was deleted but before its indexes: they are orphans.
+    log.flush()
+    for suffix in (".index", ".timeindex"):
+        (tmp_path / f"00000000000000000001{suffix}").write_bytes(b"")
+    crashed = PartitionLog(tmp_path, _config(), clock=clock)
+    assert [(o, v) for o, _, v, _ in _read(crashed)] == [(2, b"3"), (3, b"1"), (4, b"active")]
+    assert not list(tmp_path.glob("00000000000000000001.*"))
+    crashed.close()
+    reopened = PartitionLog(tmp_path, _config(), clock=clock)
+    assert [s.base_offset for s in reopened.segments] == [0, 2, 3, 4]
+    assert reopened.segments[0].next_offset == 2  # covers the removed one's offsets
+
+
 def test_batch_fields_survive_the_rewrite(tmp_path: Path) -> None:
     clock = FakeClock()
     log = PartitionLog(tmp_path, _config(**{"message_timestamp_type": "LogAppendTime"}),

@@ -18,7 +18,8 @@ Kafka's LogCleaner does, in one pass per log:
    high watermark and a reader at an offset inside a gap always gets the next batch.
    Segments with nothing to drop are left as they are.
 4. **Swap.** ``PartitionLog.replace_segment`` swaps the fsynced files in under the log's
-   lock (the only moment the cleaner holds it).
+   lock (the only moment the cleaner holds it); an emptied segment other than the
+   first is removed instead, the previous one covering its offsets.
 
 Output format. Records carry no per-record offset (record *i* of a batch has offset
 ``base_offset + i``), so each maximal run of surviving records of one input batch
@@ -289,10 +290,10 @@ class LogCleaner:
             return 0, 0, segment.size, segment.size, oldest_tombstone
         size_before = segment.size
         self._write_cleaned(partition_log, segment, plans)
-        replaced = partition_log.replace_segment(segment, end, truncations=truncations)
-        if replaced is None:
+        size_after = partition_log.replace_segment(segment, end, truncations=truncations)
+        if size_after is None:
             return None
-        return removed, tombstones, size_before, replaced.size, oldest_tombstone
+        return removed, tombstones, size_before, size_after, oldest_tombstone
 
     def _write_cleaned(self, partition_log: PartitionLog, segment: LogSegment,
                        plans: list[tuple[int, BatchHeader, list[tuple[int, int]]]]) -> None:

@@ -900,7 +900,7 @@ class PartitionLog:
             return [s for s in self._segments[:-1] if s.next_offset <= upper_offset]
 
     def replace_segment(self, old: LogSegment, compacted_below: int, *,
-                        truncations: int | None = None) -> LogSegment | None:
+                        truncations: int | None = None) -> int | None:
         """Swap in the cleaner's rewrite of ``old``: ``<base>.log.cleaned`` and its two
         ``.cleaned`` indexes, complete and fsynced. Takes the lock only for the renames.
 
@@ -909,9 +909,14 @@ class PartitionLog:
         the indexes, then the log, are renamed ``.cleaned`` -> ``.swap`` (the rename of
         the log is the commit point); the ``.swap`` files are renamed over the live
         names. ``_finish_swaps`` completes a committed swap on open and discards an
-        uncommitted one. Readers holding ``old`` (or a ``FileSlice`` of it) keep reading
+        uncommitted one. A rewrite that came out empty replaces a segment other than the
+        first by nothing: ``old``'s files are deleted (the ``.log`` first: the commit
+        point) and the previous segment covers its offsets, as a reopen also concludes
+        from ``compacted-below``; the first segment stays, even empty, so the log start
+        never moves. Readers holding ``old`` (or a ``FileSlice`` of it) keep reading
         the old file, which stays open until they let go; its bytes are as valid as
-        ever. Returns the new segment, or ``None`` (cleaned files removed) when ``old``
+        ever. Returns the size of what is now in place (0: removed), or ``None``
+        (cleaned files removed) when ``old``
         is no longer a closed segment of this log (retention, truncation, close), or
         the log was truncated since ``truncations`` (what ``truncations`` said when the
         cleaner started reading ``old``).
@@ -923,9 +928,22 @@ class PartitionLog:
                     or truncations not in (None, self._truncations)):
                 _remove_cleaned(self.directory, base)
                 return None
+            i = self._segments.index(old)
             try:
                 self._gaps.below = max(self._gaps.below, compacted_below)
                 self._persist_gaps()
+                cleaned = self.directory / (segment_file_name(base, LOG_SUFFIX) + CLEANED_SUFFIX)
+                if i > 0 and cleaned.stat().st_size == 0:
+                    old.log_path.unlink()
+                    old.offset_index.delete()
+                    old.time_index.delete()
+                    _remove_cleaned(self.directory, base)
+                    fsync_directory(self.directory)
+                    old.detach()
+                    self._segments[i - 1].next_offset = old.next_offset
+                    del self._segments[i]
+                    self._base_offsets = [s.base_offset for s in self._segments]
+                    return 0
                 for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
                     name = self.directory / segment_file_name(base, suffix)
                     os.replace(f"{name}{CLEANED_SUFFIX}", f"{name}{SWAP_SUFFIX}")
@@ -943,9 +961,9 @@ class PartitionLog:
                 raise
             new.next_offset = old.next_offset  # its coverage, up to the next segment
             new.rolled_at_ms = old.rolled_at_ms
-            self._segments[self._segments.index(old)] = new
+            self._segments[i] = new
             old.detach()
-            return new
+            return new.size
 
     def _finish_swaps(self) -> None:
         """On open: complete the cleaner's committed swaps, discard the rest."""
