@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from brokers.errors import CorruptRecordError, InvalidConfigError, LogStorageError
 from brokers.log import LogConfig, PartitionLog
@@ -666,3 +671,99 @@ def test_delete_policy_logs_are_never_cleaned(tmp_path: Path) -> None:
     log.roll()
     assert LogCleaner().clean(log, log.log_end_offset) is None
 
+
+
+# ----------------------------------------------------------------------- state machine
+
+class CompactedLogMachine(RuleBasedStateMachine):
+    """Appends, rolls, cleaner passes at random bounds, tail truncations (a follower's
+    divergent tail, into gaps too), clean and unclean reopens, a follower copy and time
+    moving on: reading the log always gives the model, which applies each pass the
+    way ``_expected`` says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = Path(tempfile.mkdtemp(prefix="compaction-"))
+        self.clock = FakeClock()
+        self.config = _config()
+        self.log = PartitionLog(self.directory, self.config, clock=self.clock)
+        self.cleaner = LogCleaner(clock=self.clock)
+        self.model: list[Record] = []
+
+    @rule(rows=st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", b"d", b"e"]),
+                                  st.sampled_from([None, b"x", b"y" * 60, b"z" * 300])),
+                        min_size=1, max_size=6))
+    def append(self, rows: list[tuple[bytes, bytes | None]]) -> None:
+        _append(self.log, self.model, rows, self.clock)
+
+    @rule()
+    def roll(self) -> None:
+        self.log.roll()
+
+    @rule(ms=st.sampled_from([0, 400, 1001]))
+    def time_passes(self, ms: int) -> None:
+        self.clock.now += ms
+
+    @rule(data=st.data())
+    def clean(self, data: st.DataObject) -> None:
+        upper = data.draw(st.integers(0, self.log.log_end_offset), label="upper")
+        segments = self.log.cleanable_segments(upper)
+        stats = self.cleaner.clean(self.log, upper, force=True)
+        if not segments:
+            assert stats is None
+            return
+        end = segments[-1].next_offset
+        assert stats is not None and stats.cleaned_up_to == end
+        self.model = _expected(self.model, end, self.clock.now - self.config.delete_retention_ms)
+
+    @rule(data=st.data())
+    def truncate_tail(self, data: st.DataObject) -> None:
+        if not self.model:
+            return
+        offset = data.draw(st.integers(self.model[0][0], self.log.log_end_offset), label="to")
+        end = self.log.truncate_to(offset)
+        assert end <= max(offset, self.model[0][0])
+        self.model = [r for r in self.model if r[0] < end]
+        assert all(r[0] < end for r in _read(self.log))
+
+    @rule()
+    def reopen_clean(self) -> None:
+        self.log.close()
+        self.log = PartitionLog(self.directory, self.config, clock=self.clock)
+        assert self.log.opened_cleanly
+
+    @rule()
+    def reopen_after_a_crash(self) -> None:
+        self.log.flush()
+        self.log = PartitionLog(self.directory, self.config, clock=self.clock)  # no close
+
+    @rule()
+    def a_new_follower_copies_it(self) -> None:
+        follower = PartitionLog(self.directory / "follower", self.config, clock=self.clock)
+        try:
+            offset = self.log.log_start_offset
+            if offset:
+                follower.restart_at(offset)
+            while follower.log_end_offset < self.log.log_end_offset:
+                found = self.log.read(follower.log_end_offset, 2000)
+                assert found is not None
+                for _, batch in iter_batches(found.read_bytes()):
+                    follower.append_as_follower(batch)
+            assert _read(follower) == _read(self.log)
+        finally:
+            follower.close()
+            shutil.rmtree(self.directory / "follower")
+
+    @invariant()
+    def reads_give_the_model(self) -> None:
+        assert _read(self.log) == self.model
+
+    def teardown(self) -> None:
+        self.log.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+CompactedLogMachine.TestCase.settings = settings(
+    max_examples=25, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestCompactedLogModel = CompactedLogMachine.TestCase
