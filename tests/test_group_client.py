@@ -92,6 +92,24 @@ def test_membership_join_heartbeat_fence_rejoin_and_leave() -> None:
     assert dynamic.leave_request().member_epoch == LEAVE_EPOCH  # type: ignore[union-attr]
 
 
+def test_heartbeats_report_what_a_pending_poll_may_still_take() -> None:
+    """Owned, being taken (on_assign running) and granted by the latest answer all count
+    as owned, so the coordinator never hands them on while a poll may still take them."""
+    m = Membership("g", member_id="m1", member_epoch=1, subscription=("t",))
+    m.on_heartbeat(ConsumerGroupHeartbeatResponse(
+        0, None, "m1", 2, 100, [GroupTopicPartitions("t", [0, 1])]))
+    assert m.reported() == {T0, T1}  # granted, not taken yet
+    m.taking |= m.pending().assign  # the poll's on_assign is running...
+    m.on_heartbeat(ConsumerGroupHeartbeatResponse(
+        0, None, "m1", 3, 100, [GroupTopicPartitions("t", [1])]))  # ...when T0 moves
+    assert m.reported() == {T0, T1}  # still held until the poll gives it back
+    m.owned |= m.taking
+    m.taking.clear()
+    assert m.pending().revoke == {T0}
+    m.owned.discard(T0)
+    assert m.reported() == {T1}
+
+
 def test_group_partitions_are_sorted_per_topic() -> None:
     tps = [TopicPartition("b", 2), TopicPartition("a", 1), TopicPartition("b", 0)]
     assert group_partitions(tps) == [GroupTopicPartitions("a", [1]),

@@ -189,6 +189,7 @@ class Membership:
     heartbeat_interval_ms: int = _DEFAULT_HEARTBEAT_MS
     target: frozenset[TopicPartition] | None = None
     owned: set[TopicPartition] = field(default_factory=set)
+    taking: set[TopicPartition] = field(default_factory=set)
     lost: bool = False
     lost_reason: str = ""
     leaving: bool = False
@@ -209,11 +210,12 @@ class Membership:
             owned=group_partitions(self.reported()))
 
     def reported(self) -> set[TopicPartition]:
-        """What a heartbeat says the member owns: what it holds plus what the latest
-        answer lets it take at its next poll. Reporting only what is applied would let
-        the coordinator hand a partition on while this consumer's next poll still takes
-        it from the older answer (tests/test_group_assignors.py models that race)."""
-        return set(self.owned) | set(self.target or ())
+        """What a heartbeat says the member owns: what it holds, what it is taking (an
+        ``on_assign`` step in progress) and what the latest answer lets it take at its
+        next poll. Reporting only what is applied would let the coordinator hand a
+        partition on while this consumer's poll still takes it from an older answer
+        (tests/test_group_assignors.py models that race)."""
+        return set(self.owned) | self.taking | set(self.target or ())
 
     def leave_request(self) -> ConsumerGroupHeartbeatRequest | None:
         """The heartbeat that leaves (None: the member never joined, nothing to leave)."""
@@ -248,6 +250,7 @@ class Membership:
         """After the consumer dropped what it owned: join again with epoch 0, keeping
         ``instance_id`` (a static member takes its own place back)."""
         self.owned.clear()
+        self.taking.clear()
         self.member_id = None
         self.member_epoch = JOIN_EPOCH
         self.target = None
@@ -257,8 +260,8 @@ class Membership:
 
     def pending(self) -> Reconciliation:
         if self.lost:
-            return Reconciliation(frozenset(self.owned), frozenset())
-        return reconcile(self.owned, self.target)
+            return Reconciliation(frozenset(self.owned | self.taking), frozenset())
+        return reconcile(self.owned | self.taking, self.target)
 
     def has_work(self) -> bool:
         return self.fatal is not None or self.lost or bool(self.pending())
@@ -635,6 +638,7 @@ class GroupMember:
         m.member_epoch = JOIN_EPOCH
         m.target = None
         m.owned.clear()
+        m.taking.clear()
         m.incarnation += 1
 
     async def stop(self) -> None:

@@ -1231,6 +1231,7 @@ class AsyncConsumer:
                 await self._commit_before_revoke(plan.revoke)
             return _GroupEvent("revoke", plan.revoke, self._on_revoke)
         if plan.assign:
+            m.taking |= plan.assign  # reported as owned from now on (see reported())
             for tp in plan.assign:
                 if tp not in self._states:
                     self._states[tp] = _PartitionState(use_committed=True)
@@ -1247,9 +1248,11 @@ class AsyncConsumer:
         m = group.membership
         if event.kind == "assign":
             m.owned |= {tp for tp in event.partitions if tp in self._states}
+            m.taking -= event.partitions
         else:
             self._drop(event.partitions)
             m.owned -= event.partitions
+            m.taking -= event.partitions
             if event.kind == "lost" and not m.leaving:
                 m.rejoin()
         group.heartbeat_now()
