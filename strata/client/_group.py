@@ -564,6 +564,11 @@ class GroupMember:
                     m.fatal = err
                     self._wakeup()
                 continue
+            except Exception:  # a bug must not silently end the heartbeats (and session)
+                log.exception("group %s: heartbeat failed unexpectedly; retrying",
+                              self.group_id)
+                await self._sleep(m.heartbeat_interval_ms / 1000)
+                continue
             attempt = 0
             if m.incarnation != incarnation or m.leaving:
                 continue  # answered after a fence, a rejoin or close(): stale

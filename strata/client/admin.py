@@ -854,6 +854,10 @@ class AsyncAdmin:
                     raise error
                 await self._cluster.backoff(attempt)
                 attempt += 1
+                with contextlib.suppress(StrataError, TimeoutError):
+                    await self._cluster.refresh([])
+                if node not in self._cluster.brokers:
+                    return []  # it died: its groups are listed by their new coordinators
 
         found = await asyncio.gather(*(ask(node) for node in sorted(self._cluster.brokers)))
         merged: dict[str, GroupListing] = {}
