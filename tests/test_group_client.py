@@ -10,6 +10,7 @@ refuses connections: metadata and fetches fail as transient errors, nothing else
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -362,6 +363,28 @@ def test_auto_commit_in_poll_commits_only_returned_positions() -> None:
         await asyncio.sleep(0.05)
         assert [e for e in log if e[0] == "commit"] == [("commit", "m1", {T0: 17})]
         await consumer.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_close_after_a_processing_error_does_not_commit_the_last_poll(fails: bool) -> None:
+    async def run() -> None:
+        consumer, link, log = scripted()
+        link.offsets = {T0: 5}
+        link.assignment = {T0}
+        with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
+            async with consumer:
+                consumer.subscribe(["t"])
+                await poll_until(consumer, lambda: consumer._states.get(T0) is not None
+                                 and consumer._states[T0].position == 5)
+                await consumer.poll(timeout_ms=0)  # the last poll: "returns" 5..8
+                consumer._states[T0].position = 9
+                if fails:
+                    raise RuntimeError("processing record 6 failed")
+        commits = [entry for entry in log if entry[0] == "commit"]
+        # A clean exit commits what the last poll returned; a failed one stops before it.
+        assert commits == ([] if fails else [("commit", "m1", {T0: 9})])
 
     asyncio.run(run())
 

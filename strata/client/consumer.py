@@ -490,6 +490,8 @@ class AsyncConsumer:
         self._commit_callbacks: deque[tuple[CommitCallback, dict[TopicPartition, int],
                                             StrataError | None]] = deque()
         self._undelivered: pa.Table | None = None
+        self._before_drain: dict[TopicPartition, int] = {}  # positions before the last poll
+        self._last_poll_abandoned = False
 
     # ------------------------------------------------------------------ assignment
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
@@ -731,6 +733,8 @@ class AsyncConsumer:
                 await self._refresh_metadata()
             await self._resolve_positions(
                 {tp: s for tp, s in self._states.items() if s.position is None}, retry=False)
+            self._before_drain = {tp: st.position for tp, st in self._states.items()
+                                  if st.position is not None}
             table = self._drain(max_records)
             self._send_fetches()  # pipelining: the next fetch flies while the caller works
             remaining = deadline - time.monotonic()
@@ -1169,12 +1173,26 @@ class AsyncConsumer:
 
     def _changed_positions(self, partitions: Iterable[TopicPartition] | None = None
                            ) -> dict[TopicPartition, int]:
-        """Positions of owned partitions that differ from what was last committed."""
+        """Positions of owned partitions that differ from what was last committed. After
+        ``_abandon_last_poll`` (a ``with`` block left by an exception) a partition's
+        position is taken from before the last poll: its records may be unprocessed."""
         owned = self._owned()
         wanted = owned if partitions is None else owned & set(partitions)
-        return {tp: s.position for tp, s in self._states.items()
-                if tp in wanted and s.position is not None
-                and self._last_committed.get(tp) != s.position}
+        out: dict[TopicPartition, int] = {}
+        for tp, state in self._states.items():
+            position = state.position
+            if tp not in wanted or position is None:
+                continue
+            if self._last_poll_abandoned and tp in self._before_drain:
+                position = min(position, self._before_drain[tp])
+            if self._last_committed.get(tp) != position:
+                out[tp] = position
+        return out
+
+    def _abandon_last_poll(self) -> None:
+        """The caller failed while processing the last poll's records: commits from now
+        on (``close``) stop before them."""
+        self._last_poll_abandoned = True
 
     def _maybe_auto_commit(self) -> None:
         """Inside poll, before records are handed out: commit, in the background, the
@@ -1357,7 +1375,9 @@ class AsyncConsumer:
     async def __aenter__(self) -> AsyncConsumer:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None:
+            self._abandon_last_poll()  # at-least-once: its records may not be processed
         await self.close()
 
 
@@ -1644,5 +1664,7 @@ class Consumer:
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None and not self._thread.loop.is_closed():
+            self._call(self._consumer._abandon_last_poll)  # its records may be unprocessed
         self.close()
