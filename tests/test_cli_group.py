@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,8 @@ from strata.cli import main
 from strata.client import Admin, NewTopic, Producer
 from tests.conftest import ProcessReaper
 from tests.support.broker_process import BrokerProcess
-from tests.test_cli_client import REPO, fails, ok, strata
+
+REPO = Path(__file__).resolve().parents[1]
 
 # ----------------------------------------------------------------------------- no broker
 
@@ -68,6 +70,31 @@ def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) 
 # ----------------------------------------------------------------------------- real broker
 
 
+class Cli:
+    """The real ``strata`` command run in this process (no interpreter start-up per call)."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+
+    def __call__(self, *argv: str) -> tuple[int, str, str]:
+        self.capsys.readouterr()
+        code = main(list(argv))
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    def ok(self, *argv: str) -> str:
+        code, out, err = self(*argv)
+        assert code == 0, err
+        return out
+
+    def fails(self, *argv: str, words: tuple[str, ...] = ()) -> str:
+        code, out, err = self(*argv)
+        assert code == 1, (out, err)
+        for word in words:
+            assert word in err, err
+        return err
+
+
 def _produce(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
     with Producer(bootstrap) as producer:
         for i in range(start, start + count):
@@ -75,9 +102,9 @@ def _produce(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
         producer.flush()
 
 
-def _describe(broker: BrokerProcess, group: str) -> dict[str, Any]:
-    described: dict[str, Any] = json.loads(ok(strata(broker, "group", "describe", group,
-                                                     "--format", "json")))
+def _describe(cli: Cli, group: str) -> dict[str, Any]:
+    described: dict[str, Any] = json.loads(cli.ok("group", "describe", group,
+                                                  "--format", "json"))
     return described
 
 
@@ -85,58 +112,62 @@ def _offsets(described: dict[str, Any]) -> dict[int, int | None]:
     return {p["partition"]: p["current_offset"] for p in described["partitions"]}
 
 
-def test_group_commands_end_to_end(broker: BrokerProcess, reaper: ProcessReaper) -> None:
+def test_group_commands_end_to_end(broker: BrokerProcess, reaper: ProcessReaper,
+                                   capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRATA_BOOTSTRAP", broker.bootstrap)
+    cli = Cli(capsys)
     topic, group = "cli-group-events", "cli-group-g"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 3, 1)])
     _produce(broker.bootstrap, topic, 30)
 
     # consume --group prints the group's share and commits what it printed.
-    out = ok(strata(broker, "consume", topic, "--group", group, "--from-beginning", "-n",
-                    "30", "--format", "json"))
+    out = cli.ok("consume", topic, "--group", group, "--from-beginning", "-n", "30",
+                 "--format", "json")
     assert sorted(json.loads(line)["value"] for line in out.splitlines()) == \
         sorted(f"r{i}" for i in range(30))
-    described = _describe(broker, group)
+    described = _describe(cli, group)
     assert described["members"] == [] and described["state"] == "Empty"  # it left cleanly
     assert _offsets(described) == {0: 10, 1: 10, 2: 10}
     assert all(p["lag"] == 0 and p["log_end_offset"] == 10 for p in described["partitions"])
-    listed = json.loads(ok(strata(broker, "group", "list", "--format", "json")))
+    listed = json.loads(cli.ok("group", "list", "--format", "json"))
     assert {"group_id": group, "state": "Empty", "assignor": "cooperative-sticky",
             "members": 0, "coordinator": 0} in listed
-    assert group in ok(strata(broker, "group", "list"))
+    assert group in cli.ok("group", "list")
 
     # Six more: lag 2 per partition; a second run resumes at the committed offsets.
     _produce(broker.bootstrap, topic, 6, start=30)
-    text = ok(strata(broker, "group", "describe", group))
+    text = cli.ok("group", "describe", group)
     assert "TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG MEMBER" in " ".join(text.split())
-    assert _describe(broker, group)["total_lag"] == 6
-    out = ok(strata(broker, "consume", topic, "--group", group, "-n", "6"))
+    assert _describe(cli, group)["total_lag"] == 6
+    out = cli.ok("consume", topic, "--group", group, "-n", "6")
     assert sorted(out.split()) == sorted(f"r{i}" for i in range(30, 36))
 
     # reset-offsets: the plan changes nothing; --execute commits it.
-    plan = json.loads(ok(strata(broker, "group", "reset-offsets", group, "--topic", topic,
-                                "--to-earliest", "--format", "json")))
+    plan = json.loads(cli.ok("group", "reset-offsets", group, "--topic", topic,
+                             "--to-earliest", "--format", "json"))
     assert plan["executed"] is False
     assert [(p["current_offset"], p["new_offset"]) for p in plan["partitions"]] == \
         [(12, 0)] * 3
-    assert _offsets(_describe(broker, group)) == {0: 12, 1: 12, 2: 12}
-    assert "Dry run: nothing changed" in ok(strata(broker, "group", "reset-offsets", group,
-                                                   "--topic", topic, "--to-latest"))
-    done = json.loads(ok(strata(broker, "group", "reset-offsets", group, "--topic", topic,
-                                "--to-offset", "5", "--partition", "0", "--execute",
-                                "--format", "json")))
+    assert _offsets(_describe(cli, group)) == {0: 12, 1: 12, 2: 12}
+    assert "Dry run: nothing changed" in cli.ok("group", "reset-offsets", group,
+                                                "--topic", topic, "--to-latest")
+    done = json.loads(cli.ok("group", "reset-offsets", group, "--topic", topic,
+                             "--to-offset", "5", "--partition", "0", "--execute",
+                             "--format", "json"))
     assert done["executed"] is True and len(done["partitions"]) == 1
-    assert _offsets(_describe(broker, group)) == {0: 5, 1: 12, 2: 12}
-    ok(strata(broker, "group", "reset-offsets", group, "--topic", topic, "--to-datetime",
-              "1970-01-02T00:00:00Z", "--execute"))
-    assert _offsets(_describe(broker, group)) == {0: 0, 1: 0, 2: 0}
-    plan = json.loads(ok(strata(broker, "group", "reset-offsets", group, "--topic", topic,
-                                "--to-datetime", "2999-01-01", "--format", "json")))
+    assert _offsets(_describe(cli, group)) == {0: 5, 1: 12, 2: 12}
+    cli.ok("group", "reset-offsets", group, "--topic", topic, "--to-datetime",
+           "1970-01-02T00:00:00Z", "--execute")
+    assert _offsets(_describe(cli, group)) == {0: 0, 1: 0, 2: 0}
+    plan = json.loads(cli.ok("group", "reset-offsets", group, "--topic", topic,
+                             "--to-datetime", "2999-01-01", "--format", "json"))
     assert [p["new_offset"] for p in plan["partitions"]] == [12, 12, 12]  # past the end
-    fails(strata(broker, "group", "reset-offsets", group, "--topic", "cli-no-such-topic",
-                 "--to-earliest"), "UNKNOWN_TOPIC_OR_PARTITION")
-    fails(strata(broker, "group", "reset-offsets", group, "--topic", topic, "--to-earliest",
-                 "--partition", "7"), "7")
+    cli.fails("group", "reset-offsets", group, "--topic", "cli-no-such-topic",
+              "--to-earliest", words=("UNKNOWN_TOPIC_OR_PARTITION",))
+    cli.fails("group", "reset-offsets", group, "--topic", topic, "--to-earliest",
+              "--partition", "7", words=("7",))
 
     # A live member: reset --execute and delete are refused; SIGTERM leaves cleanly.
     env = dict(os.environ, PYTHONPATH=str(REPO), STRATA_BOOTSTRAP=broker.bootstrap)
@@ -146,22 +177,22 @@ def test_group_commands_end_to_end(broker: BrokerProcess, reaper: ProcessReaper)
     reaper.track(live.pid, group)
     try:
         deadline = time.monotonic() + 30
-        while not _describe(broker, group)["members"]:
+        while not _describe(cli, group)["members"]:
             assert time.monotonic() < deadline and live.poll() is None, live.stderr
             time.sleep(0.2)
-        member = _describe(broker, group)["members"][0]
+        member = _describe(cli, group)["members"][0]
         assert member["client_id"] == "strata-console-consumer"
         assert len(member["assignment"]) == 3
-        text = ok(strata(broker, "group", "describe", group))
+        text = cli.ok("group", "describe", group)
         assert member["member_id"] in text
-        fails(strata(broker, "group", "reset-offsets", group, "--topic", topic,
-                     "--to-earliest", "--execute"), "active member", "Nothing was changed")
-        assert "--execute is refused" in ok(strata(broker, "group", "reset-offsets", group,
-                                                   "--topic", topic, "--to-earliest"))
-        fails(strata(broker, "group", "delete", group), "NON_EMPTY_GROUP")
+        cli.fails("group", "reset-offsets", group, "--topic", topic, "--to-earliest",
+                  "--execute", words=("active member", "Nothing was changed"))
+        assert "--execute is refused" in cli.ok("group", "reset-offsets", group,
+                                                "--topic", topic, "--to-earliest")
+        cli.fails("group", "delete", group, words=("NON_EMPTY_GROUP",))
         # It printed the 36 records from offset 0 and committed them.
         deadline = time.monotonic() + 30
-        while _offsets(_describe(broker, group)) != {0: 12, 1: 12, 2: 12}:
+        while _offsets(_describe(cli, group)) != {0: 12, 1: 12, 2: 12}:
             assert time.monotonic() < deadline
             time.sleep(0.2)
         live.send_signal(signal.SIGTERM)
@@ -172,9 +203,9 @@ def test_group_commands_end_to_end(broker: BrokerProcess, reaper: ProcessReaper)
     assert live.returncode == 0, stderr
     assert "36 record(s) consumed" in stderr and "Traceback" not in stderr
     assert sorted(stdout.split()) == sorted(f"r{i}" for i in range(36))
-    assert _describe(broker, group)["members"] == []  # left at once, no session timeout
+    assert _describe(cli, group)["members"] == []  # left at once, no session timeout
 
-    ok(strata(broker, "group", "delete", group))
-    fails(strata(broker, "group", "describe", group), "does not exist")
-    fails(strata(broker, "group", "delete", group), "GROUP_ID_NOT_FOUND")
-    assert group not in ok(strata(broker, "group", "list"))
+    cli.ok("group", "delete", group)
+    cli.fails("group", "describe", group, words=("does not exist",))
+    cli.fails("group", "delete", group, words=("GROUP_ID_NOT_FOUND",))
+    assert group not in cli.ok("group", "list")
