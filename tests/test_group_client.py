@@ -683,3 +683,24 @@ def test_static_member_restart_keeps_its_partitions(bootstrap: str,
         assert described.group_epoch == epoch  # no rebalance
         assert [m.member_id for m in described.members] == [again.member_id]
     assert assigned == [{TopicPartition(name, 0), TopicPartition(name, 1)}]
+
+
+def test_unsubscribe_leaves_and_subscribe_joins_again() -> None:
+    async def run() -> None:
+        consumer, link, log = scripted(enable_auto_commit=False)
+        link.assignment = {T0}
+        revoked: list[set[TopicPartition]] = []
+        consumer.subscribe(["t"], on_revoke=revoked.append)
+        await poll_until(consumer, lambda: consumer.assignment() == {T0})
+        await consumer.unsubscribe()
+        assert revoked == [{T0}] and consumer.assignment() == set()
+        assert log[-1] == ("leave", LEAVE_EPOCH) and consumer.member_id is None
+        assert consumer.subscription() == set()
+        consumer.assign([T1])  # free to assign by hand now
+        consumer.assign([])
+        consumer.subscribe(["t"])
+        await poll_until(consumer, lambda: consumer.assignment() == {T0})
+        assert consumer.member_id == "m2"  # a new member
+        await consumer.close()
+
+    asyncio.run(run())
