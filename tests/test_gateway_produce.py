@@ -4,8 +4,10 @@ head with its body must never lose or reorder bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -14,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest_gateway._produce import (
+    SLICE_OVERHEAD,
+    Coalescer,
     SendFailed,
     _batch_plan,
     _decode_batch,
@@ -181,3 +185,67 @@ def test_a_gathering_is_sent_in_slices_of_batch_size() -> None:
     assert _part_of(parts, 4) == (["metas-c"], 0)
     with pytest.raises(LookupError):
         _part_of(parts, 5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.sampled_from([0, 1, 7, 100, 300, 2000]), max_size=40),
+       limit=st.integers(1, 3000), overhead=st.sampled_from([0, 16, SLICE_OVERHEAD]))
+def test_slices_are_the_greedy_cut(sizes: list[int], limit: int, overhead: int) -> None:
+    """The bisection cuts where a record-by-record walk would: each slice is as long as
+    fits in ``limit`` (a record alone may exceed it), slices cover every record in order."""
+    expected: list[tuple[int, int]] = []
+    start = used = 0
+    for i, size in enumerate(sizes):
+        if i > start and used + size + overhead > limit:
+            expected.append((start, i))
+            start, used = i, 0
+        used += size + overhead
+    expected.append((start, len(sizes)))
+    assert _slices(sizes, sum(sizes), limit, overhead) == expected
+
+
+def test_string_batch_columns_with_mixed_sizes_and_ids() -> None:
+    """The column-at-a-time quick path (STRING values, no keys): sizes, shared size/type
+    infos, ids (given, partly given, none) and non-ASCII text, as the codec makes them."""
+    for ids in ([None] * 4, ["a", 3, None, "é"]):
+        entries: list[dict[str, Any]] = []
+        for entry_id, data in zip(ids, ["", "x" * 100, "é€𝄞", "x" * 100], strict=True):
+            entry: dict[str, Any] = {"value": {"type": "STRING", "data": data}}
+            if entry_id is not None:
+                entry["id"] = entry_id
+            entries.append(entry)
+        body = json.dumps({"entries": entries}).encode()
+        labels = [f"entries[{i}]" for i in range(4)]
+        quick = plan_quick(_decode_batch(body).entries, labels, batch=True)
+        assert _columns(quick) == _columns(plan_general(entries, labels, labels, batch=True))
+        assert quick.sizes == [0, 100, 9, 100]
+        assert quick.value_info[1] is quick.value_info[3]  # one shared info per size
+
+
+def _coalescer(batch_size: int) -> Coalescer:
+    config = SimpleNamespace(linger_ms=1000.0, batch_size=batch_size)
+    return Coalescer(SimpleNamespace(config=config))  # type: ignore[arg-type]
+
+
+def test_a_gathering_is_sent_before_records_that_would_overflow_it() -> None:
+    """Requests of 10 records of 100 bytes, batch_size for 25 such records: the third
+    request opens a new gathering (the first two, 20 records, go as one wire batch);
+    indices restart in the new gathering and nothing is lost or reordered."""
+    async def scenario() -> None:
+        coalescer = _coalescer(25 * (100 + SLICE_OVERHEAD))
+        coalescer._close = lambda where, gathering: coalescer._open.pop(where)  # type: ignore[method-assign]
+        values: list[bytes | None] = [b"x" * 100] * 10
+        placed = [coalescer.add("all", "t", None, [None] * 10, values, [100] * 10)
+                  for _ in range(3)]
+        (first, start0), (same, start1), (second, start2) = placed
+        assert same is first and second is not first
+        assert (start0, start1, start2) == (0, 10, 0)
+        assert len(first.values) == 20 and len(second.values) == 10
+        # one request larger than a wire batch still goes whole (sliced when sent)
+        big, start = coalescer.add("all", "t", None, [None] * 30, [b"x" * 100] * 30,
+                                   [100] * 30)
+        assert big is not second and start == 0 and "all" not in str(coalescer._open)
+        for gathering in (first, second, big):
+            gathering.timer.cancel()  # type: ignore[union-attr]
+
+    asyncio.run(scenario())
