@@ -201,7 +201,8 @@ class FakeLink:
         pass
 
     async def request(self, api: ApiKey, body: Message, *, timeout_s: float | None = None,
-                      check: Callable[[Message], StrataError | None] | None = None) -> Message:
+                      check: Callable[[Message], StrataError | None] | None = None,
+                      attempt_timeout_s: float | None = None) -> Message:
         assert api == ApiKey.CONSUMER_GROUP_HEARTBEAT
         assert isinstance(body, ConsumerGroupHeartbeatRequest)
         self.heartbeats.append(body)

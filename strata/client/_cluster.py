@@ -103,14 +103,17 @@ class Cluster:
                 seen.append(address)
         return seen
 
-    async def send_any(self, api: ApiKey, body: Message) -> Message:
-        """Send to the first broker that answers (admin and metadata requests)."""
+    async def send_any(self, api: ApiKey, body: Message, *,
+                       per_broker_timeout_s: float | None = None) -> Message:
+        """Send to the first broker that answers (admin and metadata requests), giving
+        each one ``per_broker_timeout_s`` (default: the request timeout) to answer."""
         errors: list[str] = []
+        timeout = self.request_timeout_ms / 1000 if per_broker_timeout_s is None \
+            else per_broker_timeout_s
         for address in self._candidates():
             try:
                 connection = await self.connection_to(address)
-                return await asyncio.wait_for(connection.request(api, body),
-                                              self.request_timeout_ms / 1000)
+                return await asyncio.wait_for(connection.request(api, body), timeout)
             except (NetworkError, TimeoutError) as err:
                 errors.append(f"{address[0]}:{address[1]}: {err}")
         raise NetworkError("no broker answered: " + "; ".join(errors) +

@@ -86,6 +86,8 @@ ASSIGNORS: Final = ("cooperative-sticky", "range")
 _DEFAULT_HEARTBEAT_MS: Final = 3_000
 #: Longest a leave heartbeat on close may take: a dead coordinator must not hang close().
 LEAVE_TIMEOUT_S: Final = 5.0
+#: Longest one broker may take to answer FindCoordinator before the next one is asked.
+_FIND_TIMEOUT_S: Final = 5.0
 _COORDINATOR_ERRORS: Final = (NotCoordinatorError, CoordinatorNotAvailableError,
                               CoordinatorLoadInProgressError, NetworkError, TimeoutError)
 _MEMBER_GONE: Final = (UnknownMemberIdError, FencedMemberEpochError)
@@ -318,9 +320,13 @@ class CoordinatorLink:
         attempt = 0
         while True:
             try:
+                # A broker that is up but hung (SIGSTOP) must not hold the lookup for
+                # a whole request timeout while the others could answer.
                 response = await asyncio.wait_for(
                     self.cluster.send_any(ApiKey.FIND_COORDINATOR,
-                                          FindCoordinatorRequest(self.group_id)),
+                                          FindCoordinatorRequest(self.group_id),
+                                          per_broker_timeout_s=min(
+                                              self.request_timeout_s, _FIND_TIMEOUT_S)),
                     max(deadline - time.monotonic(), 0.001))
                 assert isinstance(response, FindCoordinatorResponse)
                 if response.error_code == 0:
@@ -345,14 +351,18 @@ class CoordinatorLink:
         await asyncio.sleep(max(min(pause, deadline - time.monotonic()), 0))
 
     async def request(self, api: ApiKey, body: Message, *, timeout_s: float | None = None,
-                      check: Callable[[Message], StrataError | None] | None = None) -> Message:
+                      check: Callable[[Message], StrataError | None] | None = None,
+                      attempt_timeout_s: float | None = None) -> Message:
         """Send ``body`` to the coordinator and return its answer.
 
         ``check`` returns the error an answer carries (None: none). Coordinator errors,
         lost connections and timeouts (and any other retriable error) are retried with
         the coordinator looked up again, until ``timeout_s`` (default: the request
-        timeout); anything else is raised.
+        timeout); anything else is raised. One attempt waits at most
+        ``attempt_timeout_s`` (default: the request timeout).
         """
+        per_attempt = self.request_timeout_s if attempt_timeout_s is None \
+            else attempt_timeout_s
         deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None
                                        else timeout_s)
         attempt = 0
@@ -363,8 +373,7 @@ class CoordinatorLink:
                 connection = await self.cluster.connection_to((coordinator.host,
                                                                coordinator.port))
                 response = await asyncio.wait_for(
-                    connection.request(api, body),
-                    min(remaining, self.request_timeout_s))
+                    connection.request(api, body), min(remaining, per_attempt))
                 error = check(response) if check is not None else None
                 if error is None:
                     return response
@@ -546,8 +555,9 @@ class GroupMember:
             incarnation = m.incarnation
             request = m.heartbeat_request()
             try:
-                response = await self.link.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, request,
-                                                   check=_top_level_error)
+                response = await self.link.request(
+                    ApiKey.CONSUMER_GROUP_HEARTBEAT, request, check=_top_level_error,
+                    attempt_timeout_s=self._heartbeat_attempt_s())
             except StrataError as err:
                 if m.incarnation != incarnation or m.leaving:
                     continue
@@ -577,6 +587,15 @@ class GroupMember:
             if m.pending():
                 self._wakeup()
             await self._sleep(m.heartbeat_interval_ms / 1000)
+
+    def _heartbeat_attempt_s(self) -> float:
+        """How long one heartbeat may go unanswered before it is sent again (to the
+        coordinator looked up again): well inside the session timeout, so a hung
+        coordinator (its broker paused) cannot make the member miss its session at the
+        one that replaced it."""
+        session_ms = self.membership.session_timeout_ms
+        bound = session_ms / 3000 if session_ms > 0 else _FIND_TIMEOUT_S
+        return max(min(self.link.request_timeout_s, bound), 0.5)
 
     async def _sleep(self, seconds: float) -> None:
         """Wait ``seconds`` or until ``heartbeat_now``. (Not ``wait_for``: on 3.11 it can
