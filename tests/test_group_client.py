@@ -705,3 +705,31 @@ def test_unsubscribe_leaves_and_subscribe_joins_again() -> None:
         await consumer.close()
 
     asyncio.run(run())
+
+
+def test_async_consumer_in_a_group(bootstrap: str, topic: Callable[[int], str]) -> None:
+    name = topic(2)
+    produce(bootstrap, name, 20, 2)
+
+    async def run() -> None:
+        assigned: list[set[TopicPartition]] = []
+
+        async def on_assign(partitions: set[TopicPartition]) -> None:  # may be async
+            await asyncio.sleep(0)
+            assigned.append(partitions)
+
+        async with AsyncConsumer(bootstrap, group_id="async-group",
+                                 auto_offset_reset="earliest") as consumer:
+            consumer.subscribe([name], on_assign=on_assign)
+            rows = 0
+            deadline = time.monotonic() + 20
+            while rows < 20:
+                assert time.monotonic() < deadline
+                rows += (await consumer.poll_arrow(timeout_ms=200)).num_rows
+            assert assigned == [{TopicPartition(name, 0), TopicPartition(name, 1)}]
+            task = await consumer.commit(asynchronous=True)
+            assert await task == {TopicPartition(name, 0): 10, TopicPartition(name, 1): 10}
+            assert await consumer.committed([TopicPartition(name, 0)]) == \
+                {TopicPartition(name, 0): 10}
+
+    asyncio.run(run())
