@@ -733,3 +733,22 @@ def test_async_consumer_in_a_group(bootstrap: str, topic: Callable[[int], str]) 
                 {TopicPartition(name, 0): 10}
 
     asyncio.run(run())
+
+
+def test_fence_found_by_the_commit_before_a_revoke_calls_on_lost() -> None:
+    async def run() -> None:
+        consumer, link, log = scripted()
+        link.assignment = {T0, T1}
+        consumer.subscribe(["t"], on_revoke=lambda ps: log.append(("revoke", ps)),
+                           on_lost=lambda ps: log.append(("lost", ps)))
+        await poll_until(consumer, lambda: consumer.assignment() == {T0, T1})
+        consumer.seek(T1, 4)
+        link.commit_errors = {T1: FencedMemberEpochError("fenced")}
+        link.assignment = {T0}
+        await poll_until(consumer, lambda: any(e[0] == "lost" for e in log))
+        # The auto-commit before revoking T1 found the member fenced: everything is lost,
+        # on_revoke (which may commit) is not called.
+        assert [e[0] for e in log] == ["commit", "lost"] and log[1][1] == {T0, T1}
+        await consumer.close()
+
+    asyncio.run(run())

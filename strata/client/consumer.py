@@ -1240,13 +1240,17 @@ class AsyncConsumer:
         m = group.membership
         if m.fatal is not None:
             raise m.fatal
+        plan = m.pending()
+        committed: set[TopicPartition] = set()
+        while self.enable_auto_commit and not m.lost and not plan.revoke <= committed:
+            # The answer may change while this commit waits: commit what it adds too.
+            await self._commit_before_revoke(plan.revoke - committed)  # may find us fenced
+            committed |= plan.revoke
+            plan = m.pending()
         if m.lost:
             return _GroupEvent("lost", frozenset(m.owned | set(self._states)),
                                self._on_lost or self._on_revoke)
-        plan = m.pending()
         if plan.revoke:
-            if self.enable_auto_commit:
-                await self._commit_before_revoke(plan.revoke)
             return _GroupEvent("revoke", plan.revoke, self._on_revoke)
         if plan.assign:
             m.taking |= plan.assign  # reported as owned from now on (see reported())
