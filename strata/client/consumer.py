@@ -1308,10 +1308,10 @@ class AsyncConsumer:
         m = group.membership
         m.leaving = True
         owned = frozenset(m.owned | set(self._states))
+        if self.enable_auto_commit and owned and not m.lost:
+            await self._commit_before_revoke(owned)  # may find the member fenced
         if m.lost:
             return _GroupEvent("lost", owned, self._on_lost or self._on_revoke)
-        if self.enable_auto_commit and owned:
-            await self._commit_before_revoke(owned)
         return _GroupEvent("revoke", owned, self._on_revoke)
 
     async def _leave_group(self) -> None:
