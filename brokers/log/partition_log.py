@@ -323,7 +323,9 @@ class PartitionLog:
                 self.directory, len(dropped), kept[-1].next_offset,
                 ", ".join(str(p) for p in self.set_aside))
             fsync_directory(self.directory)
-        if len(kept) > 1 and kept[-1].is_empty:
+        if len(kept) > 1 and kept[-1].is_empty and kept[-1].base_offset > self._gaps.below:
+            # (At or below compacted-below the one before may cover a gap up to it: it
+            # must stay, or the log would end where that segment's last batch does.)
             kept.pop().delete()  # an empty active segment holds no data
         self._check_reaches(kept, recovery_point)
         return kept

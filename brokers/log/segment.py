@@ -425,9 +425,12 @@ class LogSegment:
         """Remove every batch whose last offset is >= ``offset`` (whole batches only)."""
         position = self.position_of(offset)
         if position is None:
-            if self.next_offset > offset:  # ``offset`` is in a compacted gap at the end
+            if offset <= self.gaps.below and self.next_offset >= offset:
+                # A closed segment that covered a compacted gap up to the next segment
+                # (gone now) becomes the last one: it ends where its last batch does,
+                # as a reopen will find.
                 with self._lock:
-                    self._rebuild_indexes()  # next_offset: the end of the last batch
+                    self._rebuild_indexes()
             return
         with self._lock:
             os.ftruncate(self.file.fd, position)
