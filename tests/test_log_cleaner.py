@@ -701,15 +701,16 @@ def test_delete_policy_logs_are_never_cleaned(tmp_path: Path) -> None:
 
 class CompactedLogMachine(RuleBasedStateMachine):
     """Appends, rolls, cleaner passes at random bounds, tail truncations (a follower's
-    divergent tail, into gaps too), delete-records, clean and unclean reopens, a
-    follower copy and time moving on: reading the log always gives the model, which
-    applies each pass the way ``_expected`` says."""
+    divergent tail, into gaps too), delete-records, time retention, clean and unclean
+    reopens, a follower copy and time moving on: reading the log always gives the
+    model, which applies each pass the way ``_expected`` says."""
 
     def __init__(self) -> None:
         super().__init__()
         self.directory = Path(tempfile.mkdtemp(prefix="compaction-"))
         self.clock = FakeClock()
-        self.config = _config()
+        # compact,delete: retention (by time) runs between passes too.
+        self.config = _config(cleanup_policy="compact,delete", retention_ms=3000)
         self.log = PartitionLog(self.directory, self.config, clock=self.clock)
         self.cleaner = LogCleaner(clock=self.clock)
         self.model: list[Record] = []
@@ -757,6 +758,11 @@ class CompactedLogMachine(RuleBasedStateMachine):
                           label="start")
         self.log.delete_records(start)
         self.model = [r for r in self.model if r[0] >= start]
+
+    @rule()
+    def retention(self) -> None:
+        self.log.apply_retention()
+        self.model = [r for r in self.model if r[0] >= self.log.log_start_offset]
 
     @rule()
     def reopen_clean(self) -> None:
