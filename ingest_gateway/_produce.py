@@ -39,7 +39,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -142,7 +142,29 @@ class _BatchIn(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     entries: list[_EntryIn]
 
 
+class _StringIn(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    type: Literal["STRING"]
+    data: str
+
+
+class _StringEntryIn(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The commonest record: a STRING value, no key, no partition (``null`` allowed for
+    both, as in ``_EntryIn``), no headers or timestamp. A body of only these is planned
+    without a check per record (the decoder made them); any other shape fails here."""
+
+    value: _StringIn
+    id: Any = msgspec.UNSET
+    partition_id: None = None
+    key: None = None
+
+
+class _StringBatchIn(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    entries: list[_StringEntryIn]
+
+
 _decode_batch = msgspec.json.Decoder(_BatchIn).decode
+_decode_string_batch = msgspec.json.Decoder(_StringBatchIn).decode
+_decode_string_entry = msgspec.json.Decoder(_StringEntryIn).decode
 _decode_entry = msgspec.json.Decoder(_EntryIn).decode
 _decode_any = msgspec.json.Decoder().decode
 
@@ -169,7 +191,7 @@ _ENTRY_LABELS = _Numbered(lambda i: f"entries[{i}]")
 _RECORD_LABELS = _Numbered(lambda i: f"records[{i}]")
 _INDEX_IDS = _Numbered(str)
 #: What closes a report in a 207 answer whose entry has no ``id`` of its own.
-_INDEX_ID_SUFFIXES = _Numbered(lambda i: b',"id":"%d"}' % i)
+_INDEX_ID_SUFFIXES = _Numbered(lambda i: f',"id":"{i}"}}')
 
 
 def _plain_data(data: _DataIn | None) -> tuple[bytes | None, str | None]:
@@ -216,6 +238,8 @@ class _Plan:
     errors: list[HttpError | None] = field(default_factory=list)
     #: Records that need the one-by-one path (headers or own timestamps), if any.
     decoded: list[DecodedRecord | None] | None = None
+    #: ``ids`` are the entries' indexes (no entry has an ``id``).
+    index_ids: bool = False
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -250,6 +274,49 @@ _get_data = operator.attrgetter("data")
 _get_id = operator.attrgetter("id")
 
 
+def _string_infos(sizes: list[int]) -> list[dict[str, Any] | None]:
+    """The ``{size, type: STRING}`` infos of values of ``sizes`` bytes (shared objects)."""
+    n = len(sizes)
+    if not n:
+        return []
+    first = _info_of_size(sizes[0], "STRING")
+    if sizes.count(sizes[0]) == n:
+        return [first] * n
+    infos = {size: _info_of_size(size, "STRING") for size in set(sizes)}
+    return list(map(infos.__getitem__, sizes))
+
+
+def _plan_ids(plan: _Plan, ids: list[Any]) -> None:
+    """``plan.ids`` from the entries' ``id`` fields (UNSET: the entry's index); outside a
+    batch there must be none."""
+    unset = msgspec.UNSET
+    n = len(ids)
+    if plan.ids is not None:
+        if ids.count(unset) == n:
+            plan.ids = _INDEX_IDS.first(n)
+            plan.index_ids = True
+        else:
+            plan.ids = [str(i) if e is unset else str(e) for i, e in enumerate(ids)]
+    elif ids.count(unset) != n:
+        raise _NotPlain  # "id" is a batch field only: let the codec name it
+
+
+def plan_strings(entries: list[_StringEntryIn], labels: list[str], batch: bool) -> _Plan:
+    """Columns of records the STRING decoder accepted: only the values need work."""
+    n = len(entries)
+    plan = _Plan(labels, ids=[] if batch else None)
+    values: list[bytes | None] = [e.value.data.encode() for e in entries]
+    plan.values = values
+    plan.sizes = sizes = list(map(len, values))  # type: ignore[arg-type]
+    plan.value_info = _string_infos(sizes)
+    plan.partitions = [None] * n
+    plan.keys = [None] * n
+    plan.key_info = [None] * n
+    _plan_ids(plan, list(map(_get_id, entries)))
+    plan.errors = [None] * n
+    return plan
+
+
 def plan_quick(entries: list[_EntryIn], labels: list[str], batch: bool) -> _Plan:
     """Columns straight from the typed decoder (raises _NotPlain when in doubt).
 
@@ -274,12 +341,7 @@ def plan_quick(entries: list[_EntryIn], labels: list[str], batch: bool) -> _Plan
         values: list[bytes | None] = list(map(str.encode, datas))
         plan.values = values
         plan.sizes = sizes = list(map(len, values))  # type: ignore[arg-type]
-        first = _info_of_size(sizes[0], "STRING")
-        if sizes.count(sizes[0]) == n:
-            plan.value_info = [first] * n
-        else:
-            infos = {size: _info_of_size(size, "STRING") for size in set(sizes)}
-            plan.value_info = list(map(infos.__getitem__, sizes))
+        plan.value_info = _string_infos(sizes)
         plan.keys = [None] * n
         plan.key_info = [None] * n
     else:
@@ -291,15 +353,7 @@ def plan_quick(entries: list[_EntryIn], labels: list[str], batch: bool) -> _Plan
             plan.key_info.append(_info(k, key_kind))
             plan.value_info.append(_info(v, value_kind))
             plan.sizes.append((0 if k is None else len(k)) + (0 if v is None else len(v)))
-    unset = msgspec.UNSET
-    ids = list(map(_get_id, entries))
-    if plan.ids is not None:
-        if ids.count(unset) == n:
-            plan.ids = _INDEX_IDS.first(n)
-        else:
-            plan.ids = [str(i) if e is unset else str(e) for i, e in enumerate(ids)]
-    elif ids.count(unset) != n:
-        raise _NotPlain  # "id" is a batch field only: let the codec name it
+    _plan_ids(plan, list(map(_get_id, entries)))
     plan.errors = [None] * n
     return plan
 
@@ -546,29 +600,32 @@ class _Uniform:
                        None if self.first is None else self.first + i, self.timestamp,
                        plan, i)
 
-    def encoded(self, plan: _Plan, suffixes: list[bytes]) -> list[bytes]:
-        """Each record's report as JSON, ``suffixes[i]`` closing it (``}`` or ``,"id":…}``)."""
+    def encoded(self, plan: _Plan, suffixes: list[str], separator: str) -> bytes:
+        """The records' reports as JSON, ``suffixes[i]`` closing record ``i``'s (``}`` or
+        ``,"id":…}``), joined by ``separator``: formatted as text and encoded once (an
+        f-string per record costs half of a bytes ``%`` format; the JSON pieces are
+        msgspec's UTF-8, so decoding and encoding them again gives the same bytes)."""
         head = _encode({"error_code": self.code, "cluster_id": self.cluster_id,
-                        "topic_name": self.topic, "partition_id": self.partition})[:-1]
-        middle = b',"timestamp":' + _encode(self.timestamp) + b',"key":'
+                        "topic_name": self.topic, "partition_id": self.partition}
+                       )[:-1].decode()
+        middle = ',"timestamp":' + _encode(self.timestamp).decode() + ',"key":'
         keys = _info_column(plan.key_info)
         values = _info_column(plan.value_info)
         n = len(plan)
         if self.first is not None and keys.count(keys[0]) == n and values.count(values[0]) == n:
             # the usual large batch: records alike but for offset and id, one format each
-            head += b',"offset":'
-            rest = middle + keys[0] + b',"value":' + values[0]
-            return [b"%s%d%s%s" % (head, offset, rest, suffix)
-                    for offset, suffix in zip(range(self.first, self.first + n), suffixes,
-                                              strict=True)]
-        if self.first is None:
-            offsets = [b"null"] * n
-        else:
-            offsets = [b"%d" % o for o in range(self.first, self.first + n)]
-        return [b"".join((head, b',"offset":', offset, middle, key, b',"value":', value,
-                          suffix))
-                for offset, key, value, suffix in zip(offsets, keys, values, suffixes,
-                                                      strict=True)]
+            head += ',"offset":'
+            rest = middle + keys[0] + ',"value":' + values[0]
+            return separator.join([
+                f"{head}{offset}{rest}{suffix}"
+                for offset, suffix in zip(range(self.first, self.first + n), suffixes,
+                                          strict=True)]).encode()
+        offsets: Iterable[int | str] = (
+            ["null"] * n if self.first is None else range(self.first, self.first + n))
+        return separator.join([
+            f'{head},"offset":{offset}{middle}{key},"value":{value}{suffix}'
+            for offset, key, value, suffix in zip(offsets, keys, values, suffixes,
+                                                  strict=True)]).encode()
 
 
 def _report(code: int, cluster_id: str, topic: str, partition: int, offset: int | None,
@@ -583,14 +640,14 @@ def _report(code: int, cluster_id: str, topic: str, partition: int, offset: int 
 _INFO_JSON: dict[tuple[int, str], bytes] = {}
 
 
-def _info_column(infos: list[dict[str, Any] | None]) -> list[bytes]:
-    """``_info_json`` of each, computed once per distinct (shared) info object."""
+def _info_column(infos: list[dict[str, Any] | None]) -> list[str]:
+    """``_info_json`` of each, as text, computed once per distinct (shared) info object."""
     if infos.count(None) == len(infos):
-        return [b"null"] * len(infos)
+        return ["null"] * len(infos)
     if len(set(map(id, infos))) == 1:  # one shared info object: records of one size
-        return [_info_json(infos[0])] * len(infos)
+        return [_info_json(infos[0]).decode()] * len(infos)
     distinct = {id(info): info for info in infos}
-    encoded = {key: _info_json(info) for key, info in distinct.items()}
+    encoded = {key: _info_json(info).decode() for key, info in distinct.items()}
     return [encoded[id(info)] for info in infos]
 
 
@@ -989,6 +1046,8 @@ def _too_large_record(limit: int, index: int) -> HttpError:
 def _records_plan(body: bytes) -> _Plan:
     """The plan of a ``…/records`` body: one record, or several concatenated."""
     with contextlib.suppress(msgspec.MsgspecError, _NotPlain, UnicodeDecodeError):
+        return plan_strings([_decode_string_entry(body)], ["record"], batch=False)
+    with contextlib.suppress(msgspec.MsgspecError, _NotPlain, UnicodeDecodeError):
         return plan_quick([_decode_entry(body)], ["record"], batch=False)
     try:
         text = body.decode("utf-8")
@@ -1008,6 +1067,9 @@ def _records_plan(body: bytes) -> _Plan:
 
 def _batch_plan(body: bytes) -> _Plan:
     """The plan of a ``…/records:batch`` body ``{"entries": [...]}``."""
+    with contextlib.suppress(msgspec.MsgspecError):
+        strings = _decode_string_batch(body).entries
+        return plan_strings(strings, _ENTRY_LABELS.first(len(strings)), batch=True)
     with contextlib.suppress(msgspec.MsgspecError, _NotPlain):
         entries = _decode_batch(body).entries
         return plan_quick(entries, _ENTRY_LABELS.first(len(entries)), batch=True)
@@ -1033,8 +1095,8 @@ def _single_answer(outcome: Outcome) -> Answer:
 
 def _lines_answer(plan: _Plan, outcomes: list[Outcome] | _Uniform) -> Answer:
     if isinstance(outcomes, _Uniform):
-        lines = outcomes.encoded(plan, [b"}\n"] * len(plan))
-        return Answer(200, b"".join(lines), media_type="application/x-ndjson")
+        return Answer(200, outcomes.encoded(plan, ["}\n"] * len(plan), ""),
+                      media_type="application/x-ndjson")
     return Answer(200, b"".join(_encode(report) + b"\n" for _, report, _ in outcomes),
                   media_type="application/x-ndjson",
                   not_written=all(e is not None and e.not_written for _, _, e in outcomes))
@@ -1043,13 +1105,13 @@ def _lines_answer(plan: _Plan, outcomes: list[Outcome] | _Uniform) -> Answer:
 def _batch_answer(plan: _Plan, outcomes: list[Outcome] | _Uniform) -> Answer:
     assert plan.ids is not None
     if isinstance(outcomes, _Uniform):
-        if plan.ids == _INDEX_IDS.first(len(plan.ids)):
+        if plan.index_ids:
             ids = _INDEX_ID_SUFFIXES.first(len(plan.ids))
         elif _PLAIN_TEXT.fullmatch("".join(plan.ids)):  # nothing to escape: no encoder call
-            ids = [b',"id":"%s"}' % entry_id.encode() for entry_id in plan.ids]
+            ids = [f',"id":"{entry_id}"}}' for entry_id in plan.ids]
         else:
-            ids = [b',"id":' + _encode(entry_id) + b"}" for entry_id in plan.ids]
-        return Answer(207, b'{"successes":[' + b",".join(outcomes.encoded(plan, ids))
+            ids = [',"id":' + _encode(entry_id).decode() + "}" for entry_id in plan.ids]
+        return Answer(207, b'{"successes":[' + outcomes.encoded(plan, ids, ",")
                       + b'],"failures":[]}')
     successes: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []

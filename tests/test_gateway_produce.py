@@ -19,17 +19,22 @@ from ingest_gateway._produce import (
     SLICE_OVERHEAD,
     Coalescer,
     SendFailed,
+    _batch_answer,
     _batch_plan,
     _decode_batch,
+    _decode_string_batch,
     _info,
     _info_json,
+    _lines_answer,
     _NotPlain,
     _part_of,
     _records_plan,
     _slices,
+    _Uniform,
     match_produce,
     plan_general,
     plan_quick,
+    plan_strings,
 )
 from ingest_gateway._server import _HeldHeadersTransport
 
@@ -205,8 +210,9 @@ def test_slices_are_the_greedy_cut(sizes: list[int], limit: int, overhead: int) 
 
 
 def test_string_batch_columns_with_mixed_sizes_and_ids() -> None:
-    """The column-at-a-time quick path (STRING values, no keys): sizes, shared size/type
-    infos, ids (given, partly given, none) and non-ASCII text, as the codec makes them."""
+    """The STRING decoder's plan and the column-at-a-time quick path (STRING values, no
+    keys): sizes, shared size/type infos, ids (given, partly given, none) and non-ASCII
+    text, as the codec makes them."""
     for ids in ([None] * 4, ["a", 3, None, "é"]):
         entries: list[dict[str, Any]] = []
         for entry_id, data in zip(ids, ["", "x" * 100, "é€𝄞", "x" * 100], strict=True):
@@ -217,7 +223,10 @@ def test_string_batch_columns_with_mixed_sizes_and_ids() -> None:
         body = json.dumps({"entries": entries}).encode()
         labels = [f"entries[{i}]" for i in range(4)]
         quick = plan_quick(_decode_batch(body).entries, labels, batch=True)
-        assert _columns(quick) == _columns(plan_general(entries, labels, labels, batch=True))
+        general = plan_general(entries, labels, labels, batch=True)
+        assert _columns(quick) == _columns(general)
+        strings = plan_strings(_decode_string_batch(body).entries, labels, batch=True)
+        assert _columns(strings) == _columns(general) == _columns(_batch_plan(body))
         assert quick.sizes == [0, 100, 9, 100]
         assert quick.value_info[1] is quick.value_info[3]  # one shared info per size
 
@@ -249,3 +258,29 @@ def test_a_gathering_is_sent_before_records_that_would_overflow_it() -> None:
             gathering.timer.cancel()  # type: ignore[union-attr]
 
     asyncio.run(scenario())
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(_entry, max_size=6), first=st.none() | st.integers(0, 2**40),
+       topic=st.sampled_from(["t", "tópico", 'a"b']),
+       stamp=st.none() | st.just("2026-11-22T22:00:00.123Z"))
+def test_uniform_answers_are_the_per_record_answers(
+        entries: list[dict[str, Any]], first: int | None, topic: str,
+        stamp: str | None) -> None:
+    """A 207 (or NDJSON) answer formatted from a batch's base offset is byte for byte the
+    answer built from one report per record: ids given or not, escaped or not, any sizes
+    and types, acks=0 (no offsets)."""
+    labels = [f"entries[{i}]" for i in range(len(entries))]
+    plan = plan_general(entries, labels, labels, batch=True)
+    if not entries or any(e is not None for e in plan.errors):
+        return
+    code = 200 if first is not None else 202
+    uniform = _Uniform(code, "cluster-é", topic, 3, first, stamp)
+    reports = [(code, uniform.report(plan, i), None) for i in range(len(entries))]
+    assert _batch_answer(plan, uniform).body == _batch_answer(plan, reports).body
+    body = json.dumps({"entries": entries}).encode()
+    quick = _batch_plan(body)
+    assert _batch_answer(quick, uniform).body == _batch_answer(plan, reports).body
+    plan.ids = None
+    lines = [(code, uniform.report(plan, i), None) for i in range(len(entries))]
+    assert _lines_answer(plan, uniform).body == _lines_answer(plan, lines).body
