@@ -234,7 +234,11 @@ class PartitionLog:
         path = self.directory / LEADER_EPOCH_FILE
         loaded = LeaderEpochCache.load(path)
         start, end = self.log_start_offset, self.log_end_offset
-        if loaded is not None and self._epochs_consistent(loaded.entries, start, end):
+        covered_from = start
+        if start < min(end, self._gaps.below):  # the first batch may follow a gap
+            first = next(self.batch_headers(start), None)
+            covered_from = start if first is None else max(start, first.base_offset)
+        if loaded is not None and self._epochs_consistent(loaded.entries, covered_from, end):
             self._epochs = loaded
             self._epochs.truncate_from_start(start)  # a crash may have cut delete-records short
             if scan_from is not None and scan_from < end:
