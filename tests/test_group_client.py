@@ -443,6 +443,13 @@ def test_blocking_consumer_runs_callbacks_on_the_polling_thread() -> None:
             consumer.poll(timeout_ms=50)
         assert threads == [threading.current_thread().name] * 2
         assert ("commit", "m1", {T1: 1}) in log
+        done: list[tuple[Any, ...]] = []
+        future = consumer.commit({T0: 2}, asynchronous=True, callback=lambda o, e: done.append(
+            (o, e, threading.current_thread().name)))
+        assert future.result(timeout=5) == {T0: 2}
+        assert done == []  # delivered inside the next poll, on this thread
+        consumer.poll(timeout_ms=0)
+        assert done == [({T0: 2}, None, threading.current_thread().name)]
     finally:
         consumer.close()
     assert log[-1] == ("leave", LEAVE_EPOCH)
