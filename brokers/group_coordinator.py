@@ -146,6 +146,7 @@ __all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "coordinator_partition"]
 log = logging.getLogger("strata.broker.groups")
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
+OFFSETS_SEGMENT_BYTES: Final = 100 * 1024 * 1024
 MAX_GROUP_ID_LENGTH: Final = 249
 # While something is moving, members come back this soon instead of after a full interval.
 _BUSY_HEARTBEAT_MS: Final = 100
@@ -406,8 +407,11 @@ class GroupCoordinator:
             OFFSETS_TOPIC, uuid.uuid4().hex,
             assign_replicas(live, self.config.offsets_topic_num_partitions, replication))
         try:
+            # 100 MiB segments (Kafka's choice for this topic): compaction only ever
+            # cleans closed segments, and 1 GiB ones would rarely close.
             await asyncio.to_thread(b.coordinator.create_topic, definition,
-                                    {"cleanup.policy": "compact"})
+                                    {"cleanup.policy": "compact",
+                                     "segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
             log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
                      definition.partition_count, replication)
         except (NodeExistsError, TopicAlreadyExistsError):
