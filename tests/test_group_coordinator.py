@@ -8,6 +8,7 @@ Raw protocol requests over TCP (not the consumer), so each answer is checked exa
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,7 +67,8 @@ def group_broker(zookeeper_server: Any, tmp_path_factory: pytest.TempPathFactory
                             overrides={"offsets.topic.num.partitions": "2",
                                        "group.min.session.timeout.ms": "500",
                                        "group.max.session.timeout.ms": "60000",
-                                       "offset.metadata.max.bytes": "16"})
+                                       "offset.metadata.max.bytes": "16",
+                                       "log.cleaner.interval.ms": "200"})
     process.start()
     try:
         with Admin(process.bootstrap) as admin:
@@ -237,17 +239,31 @@ def test_group_lifecycle_describe_leave_delete(group_broker: BrokerProcess) -> N
     assert fetch(group_broker, "lifecycle") == {}
 
 
+def _cleaner_removed(broker: BrokerProcess) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics",
+                                  timeout=5).read().decode()
+    # The only compacted topic of this broker is __consumer_offsets.
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("strata_cleaner_records_removed_total"))
+
+
 def test_restarted_broker_reloads_groups_and_offsets(group_broker: BrokerProcess) -> None:
+    """The reload replays a compacted __consumer_offsets partition (gaps, superseded
+    commits gone) and still finds every group's latest state."""
     member = join_and_settle(group_broker, "durable", session_timeout_ms=30_000)
+    with Admin(group_broker.bootstrap) as admin:  # small segments: they close and get cleaned
+        admin.alter_configs("__consumer_offsets", set={"segment.bytes": "2048"})
     commit(group_broker, "durable", member.member_id, member.member_epoch,
            {("orders", p): 100 + p for p in range(4)})
-    for round_ in range(20):  # many commits of the same keys: compaction's work later
+    for round_ in range(40):  # the same key over and over: compaction's work
         commit(group_broker, "durable", member.member_id, member.member_epoch,
                {("orders", 0): 200 + round_})
+    wait_for("the cleaner compacting __consumer_offsets", lambda: _cleaner_removed(group_broker),
+             lambda removed: removed > 10, 30)
     group_broker.stop()
     group_broker.start()
     find(group_broker, "durable")
-    assert fetch(group_broker, "durable") == {("orders", 0): 219, ("orders", 1): 101,
+    assert fetch(group_broker, "durable") == {("orders", 0): 239, ("orders", 1): 101,
                                               ("orders", 2): 102, ("orders", 3): 103}
     # The member survived the restart: same id and epoch are accepted, nothing moves.
     again = heartbeat(group_broker, "durable", member.member_id, member.member_epoch,
