@@ -134,6 +134,7 @@ from brokers.protocol import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchTopicResponse,
+    group_topic_partitions,
 )
 from brokers.record_batch import batches_to_table, build_batch
 
@@ -171,13 +172,6 @@ def _value(data: dict[str, Any]) -> bytes:
 
 def _tps(pairs: Iterable[Any]) -> set[TopicPartition]:
     return {(str(t), int(p)) for t, p in pairs}
-
-
-def _as_wire(tps: Iterable[TopicPartition]) -> list[GroupTopicPartitions]:
-    by_topic: dict[str, list[int]] = {}
-    for topic, p in tps:
-        by_topic.setdefault(topic, []).append(p)
-    return [GroupTopicPartitions(t, sorted(ps)) for t, ps in sorted(by_topic.items())]
 
 
 def _from_wire(entries: Iterable[GroupTopicPartitions]) -> set[TopicPartition]:
@@ -549,19 +543,13 @@ class GroupCoordinator:
         batch = build_batch([v for _, v in records], keys=[k for k, _ in records])
         result = partition.append_as_leader(batch)
         end = result.last_offset + 1
-        deadline = time.monotonic() + _WRITE_TIMEOUT_S
         try:
             await asyncio.wait_for(partition.wait_durable(end), _WRITE_TIMEOUT_S)
-            while partition.high_watermark < end:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError
-                if not partition.is_leader or partition.fenced:
-                    raise NotCoordinatorError(
-                        f"broker {self.broker.broker_id} stopped leading {partition.name} "
-                        "before the group state was replicated; find the coordinator again "
-                        "and retry")
-                await asyncio.wait_for(partition.wait_for_data(), remaining)
+            if not await partition.wait_replicated(end, _WRITE_TIMEOUT_S):
+                raise NotCoordinatorError(
+                    f"broker {self.broker.broker_id} stopped leading {partition.name} "
+                    "before the group state was replicated; find the coordinator again "
+                    "and retry")
         except TimeoutError:
             raise RequestTimedOutError(
                 f"{partition.name}: the in-sync replicas did not confirm the group state "
@@ -643,7 +631,7 @@ class GroupCoordinator:
         return ConsumerGroupHeartbeatResponse(
             0, None, member.member_id, member.member_epoch,
             _BUSY_HEARTBEAT_MS if busy else self.config.group_heartbeat_interval_ms,
-            _as_wire(member.assigned))
+            group_topic_partitions(member.assigned))
 
     def _join(self, group: Group, request: ConsumerGroupHeartbeatRequest, client_id: str,
               arrived: float) -> Member:
@@ -982,8 +970,8 @@ class GroupCoordinator:
             missing = GroupIdNotFoundError(f"group {group_id!r} has no members and no offsets")
             return DescribedGroup(group_id, missing.code, missing.message)
         members = [DescribedMember(m.member_id, m.instance_id, m.client_id, m.member_epoch,
-                                   list(m.subscribed), _as_wire(m.assigned),
-                                   _as_wire(group.target.get(m.member_id, set())))
+                                   list(m.subscribed), group_topic_partitions(m.assigned),
+                                   group_topic_partitions(group.target.get(m.member_id, set())))
                    for m in (group.members[i] for i in group.ordered_members())]
         return DescribedGroup(group_id, 0, None, group.state, group.assignor,
                               group.group_epoch, members)

@@ -471,6 +471,21 @@ class Partition:
         """Answer every parked long poll now (shutdown)."""
         self._notify()
 
+    async def wait_replicated(self, end_offset: int, timeout_s: float) -> bool:
+        """Wait until the high watermark reaches ``end_offset`` (every in-sync replica has
+        the records below it). False: this replica stopped leading, or was fenced, first
+        (whether the records survive is up to the new leader). ``TimeoutError`` after
+        ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.high_watermark < end_offset:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            if not self.is_leader or self.fenced:
+                return False
+            await asyncio.wait_for(self.wait_for_data(), remaining)
+        return True
+
     def wait_for_data(self) -> Coroutine[Any, Any, bool]:
         """Complete when the next append (or HW move) happens; callers add the timeout.
 

@@ -13,6 +13,7 @@ and the client matches answers to requests by ``correlation_id``. Produce with
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Final
@@ -135,6 +136,7 @@ __all__ = [
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
     "GroupTopicPartitions",
+    "group_topic_partitions",
     "ConsumerGroupHeartbeatRequest",
     "ConsumerGroupHeartbeatResponse",
     "OffsetCommitPartition",
@@ -1540,6 +1542,14 @@ class GroupTopicPartitions(Message):
     topic: str
     partitions: list[int]
     FIELDS: ClassVar = (Field("topic", STRING), Field("partitions", Array(INT32)))
+
+
+def group_topic_partitions(pairs: Iterable[tuple[str, int]]) -> list[GroupTopicPartitions]:
+    """``(topic, partition)`` pairs in the wire shape, topics and partitions sorted."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in pairs:
+        by_topic.setdefault(topic, []).append(p)
+    return [GroupTopicPartitions(t, sorted(ps)) for t, ps in sorted(by_topic.items())]
 
 
 @dataclass(slots=True)

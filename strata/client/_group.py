@@ -60,6 +60,7 @@ from brokers.protocol import (
     OffsetCommitTopic,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    group_topic_partitions,
 )
 from strata.client._cluster import Cluster
 from strata.client._common import TopicPartition, as_strata_error, error_from_code, is_transient
@@ -144,10 +145,7 @@ def reconcile(owned: Set[TopicPartition], assignment: Set[TopicPartition] | None
 
 def group_partitions(partitions: Iterable[TopicPartition]) -> list[GroupTopicPartitions]:
     """Partitions in the wire shape, topics and partitions sorted."""
-    by_topic: dict[str, list[int]] = {}
-    for tp in partitions:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return [GroupTopicPartitions(t, sorted(ps)) for t, ps in sorted(by_topic.items())]
+    return group_topic_partitions(partitions)
 
 
 def _flatten(topics: Iterable[GroupTopicPartitions]) -> frozenset[TopicPartition]:
