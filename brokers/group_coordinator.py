@@ -72,7 +72,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -572,22 +572,30 @@ class GroupCoordinator:
         arrived = time.monotonic()  # a wait for the group's lock must not age the session
         try:
             shard = await self._shard(request.group_id)
-            group = shard.groups.setdefault(request.group_id, Group(request.group_id))
-            known = group.members.get(request.member_id or "")
+            current = shard.groups.get(request.group_id)
+            known = current.members.get(request.member_id or "") if current else None
             if known is not None:
                 known.last_seen = max(known.last_seen, arrived)
-            async with group.lock:
-                if shard.groups.get(group.group_id) is not group:
-                    raise NotCoordinatorError(
-                        f"group {group.group_id!r} changed while this request waited (it was "
-                        "deleted or reloaded): find the coordinator again and retry")
-                try:
-                    return await self._heartbeat(shard, group, request, client_id, arrived)
-                finally:
-                    if not group.members and not group.offsets and group.group_epoch == 0:
-                        shard.groups.pop(group.group_id, None)  # a join that failed
+            async with self._locked(shard, request.group_id) as group:
+                return await self._heartbeat(shard, group, request, client_id, arrived)
         except StrataError as err:
             return ConsumerGroupHeartbeatResponse(err.code, err.message)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, shard: _Shard, group_id: str) -> AsyncIterator[Group]:
+        """The group (created in memory if new) with its lock held. A group nothing was
+        stored for (a join or commit that failed) is dropped again on the way out."""
+        group = shard.groups.setdefault(group_id, Group(group_id))
+        async with group.lock:
+            if shard.groups.get(group_id) is not group:
+                raise NotCoordinatorError(
+                    f"group {group_id!r} was deleted or reloaded while this request waited; "
+                    "find the coordinator again and retry")
+            try:
+                yield group
+            finally:
+                if not group.members and not group.offsets and group.group_epoch == 0:
+                    shard.groups.pop(group_id, None)
 
     async def _heartbeat(self, shard: _Shard, group: Group,
                          request: ConsumerGroupHeartbeatRequest, client_id: str,
@@ -840,17 +848,8 @@ class GroupCoordinator:
         accepted: list[tuple[str, int, int, str | None]] = []
         try:
             shard = await self._shard(request.group_id)
-            group = shard.groups.setdefault(request.group_id, Group(request.group_id))
-            async with group.lock:
-                if shard.groups.get(group.group_id) is not group:
-                    raise NotCoordinatorError(
-                        f"group {group.group_id!r} was deleted or reloaded while this commit "
-                        "waited; find the coordinator again and retry")
-                try:
-                    await self._commit_locked(shard, group, request, answers, accepted)
-                finally:
-                    if not group.members and not group.offsets and group.group_epoch == 0:
-                        shard.groups.pop(group.group_id, None)  # nothing was stored
+            async with self._locked(shard, request.group_id) as group:
+                await self._commit_locked(shard, group, request, answers, accepted)
         except StrataError as err:
             # A group-level error, or the write failed: every partition that was not
             # already refused on its own gets it.
