@@ -494,14 +494,14 @@ class RequestHandlers:
                          timeout_ms: int, answer: ProducePartitionResponse) -> None:
         try:
             await asyncio.wait_for(partition.wait_durable(end_offset), max(timeout_ms, 1) / 1000)
-            if acks == _ACKS_ALL and \
-                    not await partition.wait_replicated(end_offset, timeout_ms / 1000):
-                # Superseded while waiting: whether the write survives is up to the new
-                # leader; never claim it here.
-                raise NotLeaderError(
-                    f"broker {self.broker.broker_id} stopped leading {partition.name} before "
-                    "the write was acknowledged; it may or may not be kept: retry "
-                    "(idempotence removes a duplicate)")
+            if acks == _ACKS_ALL:
+                if not await partition.wait_replicated(end_offset, timeout_ms / 1000):
+                    # Superseded while waiting: whether the write survives is up to the
+                    # new leader; never claim it here.
+                    raise NotLeaderError(
+                        f"broker {self.broker.broker_id} stopped leading {partition.name} "
+                        "before the write was acknowledged; it may or may not be kept: "
+                        "retry (idempotence removes a duplicate)")
                 if len(partition.isr) < partition.config.min_insync_replicas:
                     raise NotEnoughReplicasAfterAppendError(
                         f"{partition.name}: the write is in the log, but only "
