@@ -239,7 +239,15 @@ class BrokerConfig:
             log_defaults = LogConfig.from_mapping(log_values)
         except InvalidConfigError as err:
             raise InvalidConfigError(f"broker default (log.*): {err.message}") from None
-        return cls(**broker, log_defaults=log_defaults)
+        config = cls(**broker, log_defaults=log_defaults)
+        if not config.group_min_session_timeout_ms <= config.group_session_timeout_ms \
+                <= config.group_max_session_timeout_ms:
+            raise InvalidConfigError(
+                f"group.session.timeout.ms={config.group_session_timeout_ms} must lie within "
+                f"group.min.session.timeout.ms={config.group_min_session_timeout_ms} and "
+                f"group.max.session.timeout.ms={config.group_max_session_timeout_ms}; "
+                "change one of the three")
+        return config
 
     @staticmethod
     def describe() -> list[tuple[str, str, str]]:

@@ -31,6 +31,8 @@ def test_precedence_file_then_environment_then_overrides(tmp_path: Path) -> None
     ({"port": "ninety"}, "not a valid value"),
     ({"log.segment.bytes": "1"}, "log.*"),
     ({"zookeeper.session.timeout.ms": "10"}, "2000..120000"),
+    ({"group.min.session.timeout.ms": "20000"}, "must lie within group.min.session"),
+    ({"group.session.timeout.ms": "400000"}, "must lie within group.min.session"),
 ])
 def test_bad_values_name_the_key(values: dict[str, str], words: str) -> None:
     with pytest.raises(InvalidConfigError, match=words.replace("*", r"\*")):
