@@ -390,6 +390,27 @@ def test_close_after_a_processing_error_does_not_commit_the_last_poll(fails: boo
     asyncio.run(run())
 
 
+def test_commit_from_on_revoke_after_a_processing_error_stops_before_the_last_poll(
+) -> None:
+    """A plain ``commit()`` in ``on_revoke`` during the close of a failed ``with`` block
+    applies the same limit as the auto-commit: the last poll's records are unprocessed."""
+    async def run() -> None:
+        consumer, link, log = scripted(enable_auto_commit=False)
+        link.offsets = {T0: 5}
+        link.assignment = {T0}
+        with pytest.raises(RuntimeError):
+            async with consumer:
+                consumer.subscribe(["t"], on_revoke=lambda ps: consumer.commit())
+                await poll_until(consumer, lambda: consumer._states.get(T0) is not None
+                                 and consumer._states[T0].position == 5)
+                await consumer.poll(timeout_ms=0)  # the last poll: "returns" 5..504
+                consumer._states[T0].position = 505
+                raise RuntimeError("processing record 8 failed")
+        assert [e for e in log if e[0] == "commit"] == [("commit", "m1", {T0: 5})]
+
+    asyncio.run(run())
+
+
 def test_async_commit_reports_through_callback_or_next_commit() -> None:
     async def run() -> None:
         consumer, link, _ = scripted(enable_auto_commit=False)

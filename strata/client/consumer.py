@@ -1060,9 +1060,7 @@ class AsyncConsumer:
     def _offsets_to_commit(self, offsets: OffsetsToCommit
                            | None) -> dict[TopicPartition, int]:
         if offsets is None:
-            owned = self._owned()
-            return {tp: s.position for tp, s in self._states.items()
-                    if s.position is not None and tp in owned}
+            return self._commit_positions(None, changed_only=False)
         out: dict[TopicPartition, int] = {}
         for tp, offset in offsets.items():
             [key] = topic_partitions([tp])
@@ -1173,9 +1171,18 @@ class AsyncConsumer:
 
     def _changed_positions(self, partitions: Iterable[TopicPartition] | None = None
                            ) -> dict[TopicPartition, int]:
-        """Positions of owned partitions that differ from what was last committed. After
+        """Positions of owned partitions that differ from what was last committed (see
+        ``_commit_positions``)."""
+        return self._commit_positions(partitions, changed_only=True)
+
+    def _commit_positions(self, partitions: Iterable[TopicPartition] | None, *,
+                          changed_only: bool) -> dict[TopicPartition, int]:
+        """The positions a commit without explicit offsets commits: owned partitions'
+        positions (``changed_only``: those that differ from the last commit). After
         ``_abandon_last_poll`` (a ``with`` block left by an exception) a partition's
-        position is taken from before the last poll: its records may be unprocessed."""
+        position is taken from before the last poll: its records may be unprocessed.
+        Shared by auto-commit and ``commit()`` (e.g. from ``on_revoke`` during close),
+        so neither commits records the caller never processed."""
         owned = self._owned()
         wanted = owned if partitions is None else owned & set(partitions)
         out: dict[TopicPartition, int] = {}
@@ -1185,7 +1192,7 @@ class AsyncConsumer:
                 continue
             if self._last_poll_abandoned and tp in self._before_drain:
                 position = min(position, self._before_drain[tp])
-            if self._last_committed.get(tp) != position:
+            if not changed_only or self._last_committed.get(tp) != position:
                 out[tp] = position
         return out
 
