@@ -19,7 +19,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from brokers.errors import FencedMemberEpochError, StaleMemberEpochError, UnknownMemberIdError
+from brokers.errors import (
+    FencedMemberEpochError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
 from brokers.protocol import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -28,6 +33,11 @@ from brokers.protocol import (
     ConsumerGroupHeartbeatResponse,
     GroupTopicPartitions,
     Message,
+)
+from brokers.protocol.messages import (
+    OffsetCommitPartitionResponse,
+    OffsetCommitResponse,
+    OffsetCommitTopicResponse,
 )
 from strata.client import (
     Admin,
@@ -39,7 +49,13 @@ from strata.client import (
     StrataError,
     TopicPartition,
 )
-from strata.client._group import AutoCommitTimer, Membership, group_partitions, reconcile
+from strata.client._group import (
+    AutoCommitTimer,
+    CoordinatorLink,
+    Membership,
+    group_partitions,
+    reconcile,
+)
 from tests.support.broker_process import BrokerProcess
 
 NOWHERE = "127.0.0.1:1"
@@ -778,5 +794,130 @@ def test_fence_found_by_the_commit_before_a_revoke_calls_on_lost() -> None:
         # on_revoke (which may commit) is not called.
         assert [e[0] for e in log] == ["commit", "lost"] and log[1][1] == {T0, T1}
         await consumer.close()
+
+    asyncio.run(run())
+
+
+def test_heartbeats_go_on_while_close_revokes_and_commits() -> None:
+    """close(): the member keeps heartbeating (reporting what it still holds) through a
+    slow on_revoke, until the leave request; otherwise its session could expire while
+    it still processes, and another member would read the same records."""
+    async def run() -> None:
+        consumer, link, log = scripted(enable_auto_commit=False)
+        link.assignment = {T0}
+        during: list[ConsumerGroupHeartbeatRequest] = []
+
+        async def on_revoke(partitions: set[TopicPartition]) -> None:
+            link.assignment = {T0, T1}  # an answer now must not be taken any more
+            first = len(link.heartbeats)
+            await asyncio.sleep(0.3)
+            during.extend(link.heartbeats[first:])
+
+        consumer.subscribe(["t"], on_revoke=on_revoke)
+        await poll_until(consumer, lambda: consumer._group is not None
+                         and T0 in consumer._group.membership.owned)
+        await consumer.close()
+        assert during, "no heartbeat while on_revoke ran"
+        assert all(hb.member_epoch >= 0 and hb.owned == [GroupTopicPartitions("t", [0])]
+                   for hb in during)
+        assert log[-1] == ("leave", LEAVE_EPOCH)
+        assert consumer.assignment() == set()
+
+    asyncio.run(run())
+
+
+def test_a_deleted_topics_commit_fails_at_once_instead_of_retrying() -> None:
+    async def run() -> None:
+        link = CoordinatorLink(None, "g", request_timeout_ms=5_000,  # type: ignore[arg-type]
+                               retry_backoff_ms=10)
+        requests: list[Message] = []
+
+        async def request(api: ApiKey, body: Message, **_: Any) -> Message:
+            requests.append(body)
+            return OffsetCommitResponse([OffsetCommitTopicResponse("t", [
+                OffsetCommitPartitionResponse(0, UnknownTopicOrPartitionError.code, "gone"),
+                OffsetCommitPartitionResponse(1, 0)])])
+
+        link.request = request  # type: ignore[method-assign]
+        started = time.monotonic()
+        committed, failed = await link.commit("m1", 1, {T0: 3, T1: 4}, timeout_s=5)
+        assert time.monotonic() - started < 1
+        assert committed == {T1: 4} and isinstance(failed[T0], UnknownTopicOrPartitionError)
+        assert len(requests) == 1  # not retried
+
+    asyncio.run(run())
+
+
+def test_after_unsubscribe_a_lost_or_refused_member_leaves_nothing_pending() -> None:
+    """A member lost (or refused) before unsubscribe() must not leave work behind: the
+    blocking poll() loops while ``_group_work_pending()``."""
+    async def run() -> None:
+        consumer, link, _ = scripted(enable_auto_commit=False)
+        link.assignment = {T0}
+        consumer.subscribe(["t"])
+        await poll_until(consumer, lambda: consumer.assignment() == {T0})
+        assert consumer._group is not None
+        m = consumer._group.membership
+        link.fence_next = FencedMemberEpochError
+        consumer._group.heartbeat_now()
+        deadline = time.monotonic() + 5
+        while not m.lost:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        await consumer.unsubscribe()
+        assert not m.lost and not consumer._group_work_pending()
+        consumer.assign([T1])
+        assert not consumer._group_work_pending()
+        consumer.assign([])
+
+        m.fatal = StrataError("refused")  # e.g. an assignor the coordinator lacks
+        await consumer.unsubscribe()  # (not subscribed: nothing to do)
+        consumer.subscribe(["t"])  # a new subscription tries again
+        assert m.fatal is None
+        await poll_until(consumer, lambda: consumer.assignment() == {T0})
+        await consumer.close()
+
+    asyncio.run(run())
+
+
+class GatedLink(FakeLink):
+    """Commits wait ``delay`` seconds (None: forever)."""
+
+    delay: float | None = 0.0
+
+    async def commit(self, member_id: str | None, member_epoch: int,
+                     offsets: Mapping[TopicPartition, int], *, timeout_s: float | None = None,
+                     metadata: str | None = None
+                     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, StrataError]]:
+        if self.delay is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(self.delay or 0)
+        return await super().commit(member_id, member_epoch, offsets, timeout_s=timeout_s,
+                                    metadata=metadata)
+
+
+@pytest.mark.parametrize("delay", [0.2, None])
+def test_close_waits_for_async_commits_then_cancels_what_is_left(delay: float | None
+                                                                 ) -> None:
+    async def run() -> None:
+        log: list[tuple[Any, ...]] = []
+        consumer = AsyncConsumer(NOWHERE, group_id="g", retry_backoff_ms=10,
+                                 enable_auto_commit=False, request_timeout_ms=500)
+        link = GatedLink(log)
+        assert consumer._group is not None
+        consumer._group.link = link  # type: ignore[assignment]
+        link.assignment = {T0}
+        consumer.subscribe(["t"])
+        await poll_until(consumer, lambda: T0 in consumer._group.membership.owned)  # type: ignore[union-attr]
+        link.delay = delay
+        task = await consumer.commit({T0: 3}, asynchronous=True)
+        started = time.monotonic()
+        await consumer.close()
+        assert time.monotonic() - started < 3
+        assert task.done()
+        if delay is not None:
+            assert task.result() == {T0: 3}  # close waited for it
+        else:
+            assert task.cancelled()  # never answered: cancelled, nobody waits forever
 
     asyncio.run(run())

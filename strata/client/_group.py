@@ -41,6 +41,7 @@ from brokers.errors import (
     StaleMemberEpochError,
     StrataError,
     UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
 )
 from brokers.protocol import (
     JOIN_EPOCH,
@@ -176,6 +177,10 @@ class Membership:
     ``lost``: the coordinator removed the member; the consumer must drop ``owned``
     (``on_lost``) and call ``rejoin`` before the next heartbeat. ``incarnation`` counts
     joins, so an answer to a heartbeat of an earlier incarnation is ignored.
+    ``closing``: the consumer is giving everything up (close/unsubscribe: final commit,
+    ``on_revoke``); heartbeats go on, reporting what it still holds, so its session
+    does not expire while it finishes, but no new assignment is taken. ``leaving``: the
+    leave request is being sent; heartbeats stop.
     """
 
     group_id: str
@@ -193,6 +198,7 @@ class Membership:
     lost: bool = False
     lost_reason: str = ""
     leaving: bool = False
+    closing: bool = False
     fatal: StrataError | None = None
     incarnation: int = 0
 
@@ -215,6 +221,8 @@ class Membership:
         next poll. Reporting only what is applied would let the coordinator hand a
         partition on while this consumer's poll still takes it from an older answer
         (tests/test_group_assignors.py models that race)."""
+        if self.closing:
+            return set(self.owned) | self.taking  # no poll will take the target any more
         return set(self.owned) | self.taking | set(self.target or ())
 
     def leave_request(self) -> ConsumerGroupHeartbeatRequest | None:
@@ -259,6 +267,8 @@ class Membership:
         self.incarnation += 1
 
     def pending(self) -> Reconciliation:
+        if self.closing:
+            return Reconciliation()  # close/unsubscribe revokes everything itself
         if self.lost:
             return Reconciliation(frozenset(self.owned | self.taking), frozenset())
         return reconcile(self.owned | self.taking, self.target)
@@ -392,7 +402,9 @@ class CoordinatorLink:
                      metadata: str | None = None
                      ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, StrataError]]:
         """``OffsetCommit``; retriable per-partition errors are retried until the
-        timeout. Returns ``(committed, failed)``; nothing is raised for a partition."""
+        timeout (not ``UNKNOWN_TOPIC_OR_PARTITION``: a deleted topic's partition is
+        reported as failed at once). Returns ``(committed, failed)``; nothing is raised
+        for a partition."""
         deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None
                                        else timeout_s)
         pending = dict(offsets)
@@ -426,7 +438,10 @@ class CoordinatorLink:
                         committed[tp] = pending.pop(tp)
                         continue
                     error = error_from_code(answer.error_code, answer.error_message)
-                    if is_transient(error) and not isinstance(error, StaleMemberEpochError):
+                    # UNKNOWN_TOPIC_OR_PARTITION: the topic was deleted; retrying would
+                    # only stall the caller (poll, close) until the timeout.
+                    if is_transient(error) and not isinstance(
+                            error, StaleMemberEpochError | UnknownTopicOrPartitionError):
                         retry[tp] = error
                     else:
                         failed[tp] = error
@@ -522,8 +537,12 @@ class GroupMember:
         return self.membership.group_id
 
     def subscribe(self, topics: Iterable[str]) -> None:
-        self.membership.subscription = tuple(sorted(set(topics)))
-        self.membership.leaving = False
+        m = self.membership
+        m.subscription = tuple(sorted(set(topics)))
+        m.leaving = m.closing = False
+        m.fatal = None  # a new subscription may be accepted: try again
+        if m.lost and not (m.owned or m.taking):
+            m.rejoin()  # nothing left for on_lost: join afresh
         self.heartbeat_now()
 
     def heartbeat_now(self) -> None:
@@ -647,15 +666,20 @@ class GroupMember:
         m.leaving = True
         await self.stop()
         request = m.leave_request()
-        if request is None:
-            return
-        try:
-            await self.link.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, request,
-                                    timeout_s=min(LEAVE_TIMEOUT_S, self.link.request_timeout_s),
-                                    check=_top_level_error)
-        except StrataError as err:
-            log.info("group %s: leaving failed (%s); the coordinator removes the member "
-                     "when its session times out", self.group_id, err)
+        if request is not None:
+            try:
+                await self.link.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, request,
+                                        timeout_s=min(LEAVE_TIMEOUT_S,
+                                                      self.link.request_timeout_s),
+                                        check=_top_level_error)
+            except StrataError as err:
+                log.info("group %s: leaving failed (%s); the coordinator removes the "
+                         "member when its session times out", self.group_id, err)
+        # Out of the group whatever happened (also when it was lost or refused): nothing
+        # is left for poll() to do until the next subscribe().
+        m.lost = False
+        m.lost_reason = ""
+        m.fatal = None
         m.member_id = None
         m.member_epoch = JOIN_EPOCH
         m.target = None

@@ -487,6 +487,7 @@ class AsyncConsumer:
         self._auto_commit_task: asyncio.Task[None] | None = None
         self._last_committed: dict[TopicPartition, int] = {}
         self._async_commit_errors: list[StrataError] = []
+        self._async_commits: set[asyncio.Task[dict[TopicPartition, int]]] = set()
         self._commit_callbacks: deque[tuple[CommitCallback, dict[TopicPartition, int],
                                             StrataError | None]] = deque()
         self._undelivered: pa.Table | None = None
@@ -1152,6 +1153,8 @@ class AsyncConsumer:
 
         task = asyncio.create_task(run(), name=f"strata-commit-{self.group_id}")
         task.add_done_callback(_retrieve)
+        self._async_commits.add(task)  # close() waits for it, then cancels it
+        task.add_done_callback(self._async_commits.discard)
         return task
 
     async def _run_commit_callbacks(self) -> None:
@@ -1234,7 +1237,8 @@ class AsyncConsumer:
                         ", ".join(str(tp) for tp in sorted(offsets)), err)
 
     def _group_work_pending(self) -> bool:
-        return self._group is not None and self._group.membership.has_work()
+        return (self._mode == "subscribe" and self._group is not None
+                and self._group.membership.has_work())
 
     async def _next_group_event(self) -> _GroupEvent | None:
         """The next callback the caller must run, with the work that comes before it
@@ -1282,7 +1286,7 @@ class AsyncConsumer:
             self._drop(event.partitions)
             m.owned -= event.partitions
             m.taking -= event.partitions
-            if event.kind == "lost" and not m.leaving:
+            if event.kind == "lost" and not m.closing:
                 m.rejoin()
         group.heartbeat_now()
 
@@ -1308,12 +1312,15 @@ class AsyncConsumer:
                 await self._finish_group_event(event)
 
     async def _leave_event(self) -> _GroupEvent | None:
-        """Before leaving: stop heartbeats, auto-commit, then the callback to run."""
+        """Before leaving: stop taking assignments, auto-commit, then the callback to
+        run. Heartbeats go on (reporting what is still held) until ``GroupMember.leave``
+        sends the leave request: a slow ``on_revoke`` or a commit retrying through a
+        coordinator move must not let the session expire while records are processed."""
         group = self._group
         if self._mode != "subscribe" or group is None:
             return None
         m = group.membership
-        m.leaving = True
+        m.closing = True
         owned = frozenset(m.owned | set(self._states))
         if self.enable_auto_commit and owned and not m.lost:
             await self._commit_before_revoke(owned)  # may find the member fenced
@@ -1371,10 +1378,19 @@ class AsyncConsumer:
         self._closed = True
         if self._group is not None:
             await self._group.stop()
+        # Commits still under way (auto-commit, commit(asynchronous=True)) may finish
+        # within the request timeout; what is left is cancelled, so nobody waits on it
+        # forever and nothing reopens a connection once the cluster is closed.
+        commits: set[asyncio.Task[Any]] = set(self._async_commits)
         if self._auto_commit_task is not None:
+            commits.add(self._auto_commit_task)
+        commits = {task for task in commits if not task.done()}
+        if commits:
             with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(self._auto_commit_task),
-                                       self.request_timeout_ms / 1000)
+                await asyncio.wait(commits, timeout=self.request_timeout_ms / 1000)
+            for task in commits:
+                task.cancel()
+            await asyncio.gather(*commits, return_exceptions=True)
         tasks = [inflight.task for inflight in self._inflight.values()]
         self._inflight.clear()
         self._inflight_tps.clear()
