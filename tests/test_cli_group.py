@@ -14,8 +14,16 @@ from typing import Any
 
 import pytest
 
+import strata.commands.consume as consume
 from strata.cli import main
-from strata.client import Admin, NewTopic, Producer
+from strata.client import (
+    Admin,
+    ConsumerRecord,
+    NewTopic,
+    Producer,
+    TimestampType,
+    TopicPartition,
+)
 from tests.conftest import ProcessReaper
 from tests.support.broker_process import BrokerProcess
 
@@ -65,6 +73,63 @@ def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) 
         main(argv)
     assert exited.value.code == 2
     capsys.readouterr()
+
+
+def test_consume_group_exits_cleanly_on_a_signal_during_the_final_commit(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGTERM stops the loop; a second one during the final commit (or close) must not
+    escape as the internal ``_Stop``: exit 0 once the commit and the leave are done."""
+    calls: list[str] = []
+
+    class FakeAdmin:
+        def __init__(self, bootstrap: str) -> None:
+            pass
+
+        def __enter__(self) -> FakeAdmin:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def describe_topics(self, topics: list[str]) -> None:
+            pass
+
+    def signal_self() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs here, in this (main) thread
+
+    class FakeConsumer:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.polls = 0
+
+        def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+            calls.append("subscribe")
+
+        def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[Any]:
+            self.polls += 1
+            if self.polls == 1:
+                return [ConsumerRecord("t", 0, 0, 0, TimestampType.CREATE_TIME, None, b"r0",
+                                       [])]
+            signal_self()  # the first SIGTERM: stop consuming
+            return []
+
+        def commit(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+            calls.append("commit")
+            signal_self()  # the second one, during the final commit
+            return offsets
+
+        def close(self) -> None:
+            calls.append("close")
+            signal_self()  # and a third, during close
+
+    monkeypatch.setattr(consume, "Admin", FakeAdmin)
+    monkeypatch.setattr(consume, "Consumer", FakeConsumer)
+    previous = signal.getsignal(signal.SIGTERM)
+    assert main(["consume", "t", "--group", "g", "--bootstrap", "127.0.0.1:1"]) == 0
+    assert calls == ["subscribe", "commit", "close"]
+    assert signal.getsignal(signal.SIGTERM) == previous
+    out = capsys.readouterr()
+    assert "r0" in out.out and "1 record(s) consumed" in out.err
 
 
 # ----------------------------------------------------------------------------- real broker

@@ -132,14 +132,28 @@ class _Stop(BaseException):
     ``KeyboardInterrupt``, so a blocking poll it interrupts gives its records back)."""
 
 
-@contextmanager
-def _sigterm_stops() -> Iterator[None]:
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise _Stop()
+class _SigtermStops:
+    """While ``armed``, SIGTERM raises ``_Stop``; once disarmed (the final commit and
+    close run, both bounded by timeouts) a SIGTERM is only noted: raising it there
+    would escape ``cli.main`` as a traceback and exit 1 halfway through leaving."""
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    def __init__(self) -> None:
+        self.armed = True
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.armed:
+            self.armed = False  # one _Stop: a second signal must not interrupt the exit
+            raise _Stop()
+        print("strata: finishing the last commit and leaving the group",
+              file=sys.stderr)
+
+
+@contextmanager
+def _sigterm_stops() -> Iterator[_SigtermStops]:
+    stops = _SigtermStops()
+    previous = signal.signal(signal.SIGTERM, stops.handle)
     try:
-        yield
+        yield stops
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -185,8 +199,8 @@ def _consume_group(args: argparse.Namespace) -> int:
             printed.pop(tp, None)
             committed.pop(tp, None)
 
-    try:
-        with _sigterm_stops():
+    with _sigterm_stops() as stops:
+        try:
             try:
                 consumer.subscribe([args.topic], on_revoke=revoked, on_lost=lost)
                 last_record = last_commit = time.monotonic()
@@ -208,9 +222,13 @@ def _consume_group(args: argparse.Namespace) -> int:
                         break
             except (KeyboardInterrupt, _Stop):
                 pass
+            stops.armed = False  # from here on a SIGTERM must not interrupt the exit
             commit()
-    finally:
-        consumer.close()  # on_revoke commits anything left, then the member leaves
+        except _Stop:
+            pass  # signalled just as the loop ended: close() still commits (on_revoke)
+        finally:
+            stops.armed = False
+            consumer.close()  # on_revoke commits anything left, then the member leaves
     print(f"{count} record(s) consumed", file=sys.stderr)
     return 0
 
