@@ -215,6 +215,36 @@ class _MetricsMiddleware:
                 gateway.metrics.observe(method, route, status[0], time.perf_counter() - start)
 
 
+_KNOWN_QUERY: dict[int, frozenset[str]] = {}
+
+
+def _query_names(dependant: Any) -> set[str]:
+    """Query parameters of a route, its dependencies' included."""
+    names = {field.alias for field in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+async def _only_known_query(request: Request) -> None:
+    """A query parameter a route does not take is refused (422 naming it), not ignored:
+    a misspelt ``max_record`` must not silently mean the default."""
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    allowed = _KNOWN_QUERY.get(id(route))
+    if allowed is None:
+        allowed = frozenset(_query_names(dependant))
+        _KNOWN_QUERY[id(route)] = allowed
+    for name in request.query_params:
+        if name not in allowed:
+            raise HttpError(422, f"query parameter {name!r} is not known here; this route "
+                                 f"takes {', '.join(sorted(allowed)) or 'none'}")
+
+
 def _state(request: Request) -> GatewayState:
     state: GatewayState = request.app.state.gateway
     return state
@@ -345,7 +375,8 @@ def create_app(config: GatewayConfig) -> GatewayApp:
 
     app = FastAPI(title="Strata ingest gateway", version="1",
                   description="Confluent REST Proxy v3 compatible produce API over Strata "
-                              "brokers.", lifespan=lifespan)
+                              "brokers.", lifespan=lifespan,
+                  dependencies=[Depends(_only_known_query)])
     _install_handlers(app)
     _install_routes(app, config)
     app.add_middleware(_MetricsMiddleware)

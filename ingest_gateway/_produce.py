@@ -892,11 +892,13 @@ def _acks(query: bytes) -> str:
         return "all"
     acks = "all"
     for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-        if name == "acks":
-            found = _ACKS.get(value.strip().lower())
-            if found is None:
-                raise HttpError(422, f"acks: must be all, -1, 1 or 0, got {value!r}")
-            acks = found
+        if name != "acks":
+            raise HttpError(422, f"query parameter {name!r} is not known here: a produce "
+                                 "request takes acks only")
+        found = _ACKS.get(value.strip().lower())
+        if found is None:
+            raise HttpError(422, f"acks: must be all, -1, 1 or 0, got {value!r}")
+        acks = found
     return acks
 
 

@@ -291,6 +291,10 @@ def test_error_answers(client: httpx.Client, gateway: Gateway) -> None:
     check(client.post(url, content=b'{"value": ', headers={"Content-Type": "application/json"}),
           422, "not valid JSON")
     check(client.post(url, params={"acks": "7"}, json={"value": None}), 422, "acks")
+    # An unknown (or misspelt) query parameter is refused, never silently ignored.
+    check(client.post(url, params={"ack": "0"}, json={"value": None}), 422, "'ack'")
+    check(client.get(gateway.topic_url("gw-events") + "/partitions/0/records",
+                     params={"max_record": "1"}), 422, "'max_record'", "max_records")
     big = {"value": {"type": "STRING", "data": "x" * (MAX_REQUEST_BYTES + 10)}}
     check(client.post(url, json=big), 413, "limit")
     batch = {"entries": [{"value": {"type": "STRING", "data": "x" * 1000}}] * 80}
