@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 RECORDS = 40_000
 SOURCE_PARTITIONS = 4
 SINK_PARTITIONS = 3
-KILLS = 3
+KILLS = 2  # each kill-and-resume costs ~30 s of the suite; two still hit mid-stream
 
 
 class Pipeline:
