@@ -144,7 +144,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "coordinator_partition"]
 
-log = logging.getLogger("strata.broker.groups")
+log = logging.getLogger("strata.brokers.groups")
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 OFFSETS_SEGMENT_BYTES: Final = 100 * 1024 * 1024
