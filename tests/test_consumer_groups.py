@@ -287,7 +287,7 @@ def test_scale_1_4_2_while_producing_cooperative(cluster: Cluster, workers: list
     try:
         first = _start(workers, cluster, "scalers", "scale")
         _wait_settled(workers, "scale", 8, "one member owning all 8 partitions")
-        time.sleep(1.0)
+        time.sleep(0.5)
         before = first.owned()
         for _ in range(3):
             _start(workers, cluster, "scalers", "scale")
@@ -313,11 +313,11 @@ def test_scale_1_4_2_while_producing_cooperative(cluster: Cluster, workers: list
         print(f"unmoved partitions {sorted(kept)}: longest gap between deliveries during "
               f"the rebalance {max(gaps):.3f} s")
         assert max(gaps) < 3.0
-        time.sleep(1.0)
+        time.sleep(0.5)
         for w in workers[2:]:
             w.stop()
         _wait_stable(cluster, "scalers", workers[:2], 2)
-        time.sleep(1.0)
+        time.sleep(0.5)
     finally:
         acked = load.stop()
     _wait_processed(workers, "scale", acked)
@@ -358,7 +358,7 @@ def test_killed_consumer_partitions_move_after_session_timeout(cluster: Cluster,
         print(f"partitions of the SIGKILLed member moved after {took:.2f} s "
               f"(session timeout {SESSION_MS} ms)")
         assert SESSION_MS / 1000 * 0.8 <= took <= SESSION_MS / 1000 + 10
-        time.sleep(1.0)
+        time.sleep(0.5)
     finally:
         acked = load.stop()
     _wait_processed(workers, "crash", acked)
@@ -400,7 +400,7 @@ def test_static_member_restart_within_session_causes_no_rebalance(
     two = _start(workers, cluster, "statics", "static", "--instance-id", "i2",
                  "--session-timeout-ms", "8000")
     _wait_settled(workers, "static", 4, "two static members")
-    time.sleep(1.0)
+    time.sleep(0.5)
     epoch = _describe(cluster, "statics").group_epoch
     had = one.owned()
     events_two = len(two.snapshot())
@@ -436,7 +436,7 @@ def test_coordinator_sigkill_keeps_offsets_and_the_group(cluster: Cluster,
         processed = sum(w.records() for w in members)
         wait_for("the group consuming on", lambda: sum(w.records() for w in members),
                  lambda n: n > processed + 100, 60)
-        time.sleep(1.0)
+        time.sleep(0.5)
     finally:
         acked = load.stop()
         if victim_id >= 0:

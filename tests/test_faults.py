@@ -117,14 +117,14 @@ def _finish(name: str, cluster: Cluster, workload: Workload, topic: str,
 def test_a_leader_killed_repeatedly(cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory()
     topic, workload = _start_workload(cluster)
-    phases = kill_leaders(cluster, workload, topic, rounds=3)
+    phases = kill_leaders(cluster, workload, topic, rounds=2)  # 20-minute suite budget
     _finish("(a) leader SIGKILL", cluster, workload, topic, phases)
 
 
 def test_b_controller_killed(cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory()
     topic, workload = _start_workload(cluster)
-    phases = kill_controller(cluster, workload, topic, rounds=2)
+    phases = kill_controller(cluster, workload, topic, rounds=1)  # suite budget
     _finish("(b) controller SIGKILL", cluster, workload, topic, phases)
 
 

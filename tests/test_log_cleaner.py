@@ -820,6 +820,6 @@ class CompactedLogMachine(RuleBasedStateMachine):
 
 
 CompactedLogMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None,
+    max_examples=15, stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestCompactedLogModel = CompactedLogMachine.TestCase

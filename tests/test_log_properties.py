@@ -420,7 +420,7 @@ def _settings(max_examples: int) -> settings:
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
-PartitionLogMachine.TestCase.settings = _settings(40)
-ClockedPartitionLogMachine.TestCase.settings = _settings(30)  # the suite's 20-minute budget
+PartitionLogMachine.TestCase.settings = _settings(25)
+ClockedPartitionLogMachine.TestCase.settings = _settings(20)  # the suite's 20-minute budget
 TestPartitionLogModel = pytest.mark.timeout(120)(PartitionLogMachine.TestCase)
 TestClockedPartitionLogModel = pytest.mark.timeout(120)(ClockedPartitionLogMachine.TestCase)
