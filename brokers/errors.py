@@ -43,6 +43,7 @@ __all__ = [
     "NetworkError",
     "NonEmptyGroupError",
     "NotCoordinatorError",
+    "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
     "NotLeaderError",
     "OffsetMetadataTooLargeError",
@@ -232,7 +233,8 @@ class NotEnoughReplicasError(StrataError):
 
 class NotEnoughReplicasAfterAppendError(StrataError):
     """The write was appended, but the in-sync replica set shrank below min.insync.replicas
-    before it was acknowledged; retry (an idempotent producer's retry is deduplicated)."""
+    before it was acknowledged; retry (an idempotent producer's retry is deduplicated,
+    a non-idempotent one writes the record again)."""
 
     code = 20
     name = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"

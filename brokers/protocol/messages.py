@@ -593,9 +593,12 @@ class ProduceRequest(Message):
       once it is also fsynced);
     - ``-1`` (all): before appending, the partition needs at least
       ``min.insync.replicas`` in-sync replicas (else NOT_ENOUGH_REPLICAS and nothing is
-      written); answer once the high watermark has passed the batch. Replication is not
-      built yet: the high watermark follows the log end only while the leader is the
-      sole in-sync replica, so with more in-sync replicas ``acks=-1`` times out;
+      written); answer once the high watermark has passed the batch (every in-sync
+      replica has it). If the ISR shrank below ``min.insync.replicas`` while the batch
+      waited, the answer is NOT_ENOUGH_REPLICAS_AFTER_APPEND: the batch is in the log
+      (``base_offset`` is set) but not acknowledged; retry with idempotence. If this
+      broker stopped leading meanwhile, NOT_LEADER_OR_FOLLOWER (it may or may not be
+      kept);
     - anything else: every partition answers INVALID_REQUIRED_ACKS.
 
     ``timeout_ms``: how long ``acks`` 1 and -1 wait for the fsync and for the high
