@@ -199,8 +199,9 @@ class Stall:
         self.idem_future = idem = idempotent.send(TOPIC, self.idem_value, partition=IDEMPOTENT)
         self.plain_future = other = plain.send(TOPIC, self.plain_value, partition=PLAIN)
         raw = raw_wait.result(timeout=90)
-        # This answer came after the leader applied the ISR [0]: any append still to come
-        # is refused, so the log ends read now tell which writes got in.
+        # A write in the log now was appended with the full ISR (once a partition's ISR
+        # is [0], every append is refused). One not in it yet came too late, or is
+        # still on its way: either way this attempt proves nothing for it.
         after = {p: leader_offsets(cluster, p) for p in PARTITIONS}
         appended = {p: after[p][1] - before[p] for p in PARTITIONS}
         assert set(appended.values()) <= {0, 1}, (appended, raw)
