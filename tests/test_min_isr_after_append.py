@@ -25,7 +25,9 @@ follower long poll after the SIGSTOP. The test does not guess whether they did. 
 reads the leader's log end offsets: a write that got into the log while the follower was
 stopped was appended with the full ISR, because after the shrink every append is refused.
 An attempt in which a write came too late proves nothing either way, so it is repeated
-(at most three times) with new values. No assertion depends on timing.
+with new values. Only if three attempts in a row come too late (this process stalled
+for ``replica.lag.time.max.ms`` each time) does the test give up; no other assertion
+depends on timing.
 """
 
 from __future__ import annotations
