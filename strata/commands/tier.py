@@ -18,11 +18,14 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strata.commands.common import CommandError, add_bootstrap, add_format, bootstrap_of, emit_json
 
-__all__ = ["register"]
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+__all__ = ["register", "tier_spark_session"]
 
 ZOOKEEPER_ENV = "STRATA_ZOOKEEPER"
 WAREHOUSE_ENV = "STRATA_WAREHOUSE"
@@ -62,10 +65,21 @@ def register(sub: Any) -> None:
     run.set_defaults(handler=_run)
 
 
+def tier_spark_session(vacuum_retain_hours: float = 168.0) -> SparkSession:
+    """The job's SparkSession: ``strata.spark.spark_session`` (``conf/``, the driver on
+    127.0.0.1 for a local master unless configured otherwise) with 2 shuffle partitions,
+    and Delta's retention check off when VACUUM may keep less than Delta's 7 days."""
+    from strata.spark import spark_session
+
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    if vacuum_retain_hours < 168:
+        conf["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
+    return spark_session("strata-tier", conf)
+
+
 def _run(args: argparse.Namespace) -> int:
     from spark_jobs import TierJob, TierSettings
     from spark_jobs._metrics import JobMetrics
-    from strata.spark import spark_session
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -89,11 +103,8 @@ def _run(args: argparse.Namespace) -> int:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    conf = {"spark.sql.shuffle.partitions": "2"}
-    if settings.vacuum_retain_hours < 168:
-        conf["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
     metrics = JobMetrics(args.metrics_port) if args.metrics_port is not None else None
-    job = TierJob(lambda: spark_session("strata-tier", conf), settings)
+    job = TierJob(lambda: tier_spark_session(settings.vacuum_retain_hours), settings)
     try:
         if args.every is not None:
             signal.signal(signal.SIGTERM, on_signal)
