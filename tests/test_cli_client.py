@@ -66,6 +66,29 @@ def test_topic_lifecycle_commands(broker: BrokerProcess) -> None:
     fails(strata(broker, "topic", "describe", "cli-topics"), "UNKNOWN_TOPIC_OR_PARTITION")
 
 
+def test_topic_create_warns_when_acks_all_cannot_succeed(broker: BrokerProcess) -> None:
+    """A replication factor below the topic's min.insync.replicas is accepted (as Kafka
+    does) but every acks=all write to it fails: `topic create` says so, and what to do."""
+    quiet = strata(broker, "topic", "create", "cli-isr-ok", "-r", "1")
+    ok(quiet)
+    assert b"warning" not in quiet.stderr  # the broker's min.insync.replicas is 1
+
+    low = strata(broker, "topic", "create", "cli-isr-low", "-r", "1", "-c",
+                 "min.insync.replicas=2", "--format", "json")
+    assert json.loads(ok(low)) == {"created": "cli-isr-low", "partitions": 1}
+    warning = low.stderr.decode()
+    assert warning.startswith("strata: warning: topic 'cli-isr-low' has replication factor 1 "
+                              "but min.insync.replicas 2 (the topic's override)"), warning
+    for advice in ("NOT_ENOUGH_REPLICAS", "strata topic create cli-isr-low -r 2",
+                   "strata topic alter-config cli-isr-low --set min.insync.replicas=1"):
+        assert advice in warning, warning
+    # The advice works: with the minimum lowered, acks=all (the default) is acknowledged.
+    ok(strata(broker, "topic", "alter-config", "cli-isr-low", "--set",
+              "min.insync.replicas=1"))
+    report = ok(strata(broker, "produce", "cli-isr-low", "--format", "json", stdin="one\n"))
+    assert json.loads(report)["acknowledged"] == 1
+
+
 def test_produce_then_consume_round_trip(broker: BrokerProcess) -> None:
     ok(strata(broker, "topic", "create", "cli-data", "-p", "2"))
     report = ok(strata(broker, "produce", "cli-data", "--key-separator", ":",

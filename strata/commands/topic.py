@@ -3,15 +3,28 @@
 ``reassign`` checks everything it can before writing anything (the ``--replicas``
 syntax, that the topic and partitions exist, that every broker is live), because the
 broker records every valid partition of a request even when another one is refused.
+
+``create`` warns on stderr when the new topic's replication factor is below its
+effective ``min.insync.replicas`` (the broker's ``log.min.insync.replicas`` unless the
+topic overrides it): the broker accepts such a topic, as Kafka does, but no acks=all
+write (the producers' default) can ever succeed on it (:func:`acks_all_problem`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
-from strata.client import Admin, NewTopic, PartitionDescription, StrataError, TopicPartition
+from strata.client import (
+    Admin,
+    NewTopic,
+    PartitionDescription,
+    StrataError,
+    TopicPartition,
+    UnknownTopicOrPartitionError,
+)
 from strata.commands.common import (
     CommandError,
     add_bootstrap,
@@ -23,7 +36,7 @@ from strata.commands.common import (
     parse_seconds,
 )
 
-__all__ = ["parse_replica_targets", "register"]
+__all__ = ["acks_all_problem", "parse_replica_targets", "register"]
 
 #: Seconds ``reassign --wait`` waits by default.
 DEFAULT_WAIT_S = 300.0
@@ -91,11 +104,48 @@ def register(sub: Any) -> None:
         add_format(parser)
 
 
+def acks_all_problem(admin: Admin, name: str, wait_s: float = 10.0) -> str | None:
+    """Why no acks=all write to topic ``name`` can succeed, or None if one can.
+
+    That is the case when a partition has fewer replicas than the topic's effective
+    ``min.insync.replicas``: the ISR can never be large enough. The text says what to
+    do. A topic created a moment ago may not be known yet to the broker that answers;
+    it is asked again for up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            partitions = admin.describe_topics([name])[name].partitions
+            configs = admin.describe_configs([name])[name]
+            break
+        except UnknownTopicOrPartitionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+    setting = configs.get("min.insync.replicas")
+    if not partitions or setting is None or setting.value is None:
+        return None
+    min_isr = int(setting.value)
+    factor = min(len(p.replicas) for p in partitions)
+    if factor >= min_isr:
+        return None
+    where = "the topic's override" if not setting.is_default else \
+        "the brokers' log.min.insync.replicas"
+    return (f"topic {name!r} has replication factor {factor} but min.insync.replicas "
+            f"{min_isr} ({where}), so no write with acks=all (the producers' default) can "
+            f"succeed: each fails with NOT_ENOUGH_REPLICAS. Recreate it with at least "
+            f"{min_isr} replicas (strata topic delete {name}; strata topic create {name} "
+            f"-r {min_isr}, or without -r for the cluster's default), or lower its minimum "
+            f"(strata topic alter-config {name} --set min.insync.replicas={factor})")
+
+
 def _create(args: argparse.Namespace) -> int:
     configs = parse_key_values(args.config, "--config")
     with Admin(bootstrap_of(args)) as admin:
         admin.create_topics([NewTopic(args.name, args.partitions, args.replicas, configs)])
         description = admin.describe_topics([args.name])[args.name]
+        problem = acks_all_problem(admin, args.name)
+    if problem is not None:
+        print(f"strata: warning: {problem}", file=sys.stderr)
     if args.format == "json":
         emit_json({"created": args.name, "partitions": description.num_partitions})
     else:
