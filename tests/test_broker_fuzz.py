@@ -26,6 +26,7 @@ import socket
 import struct
 import threading
 import time
+import warnings
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
@@ -427,4 +428,9 @@ def test_random_frames_do_not_hurt_the_broker_or_other_clients(broker: BrokerPro
     assert {TOPIC, GOOD_TOPIC} <= set(asyncio.run(metadata()))
     # Garbage must be refused by validation, never reach a handler as an internal error.
     assert "Traceback" not in broker.log_text(), broker.log_text()[-3000:]
-    assert time.monotonic() - started < 90, "the fuzz test is getting too slow"
+    # A budget, not a property of the broker: about 10 s on a quiet 2-core machine, but
+    # other tests' processes share the cores, so going over it warns instead of failing.
+    elapsed = time.monotonic() - started
+    if elapsed > 90:
+        warnings.warn(f"the fuzz test took {elapsed:.0f} s (budget 90 s): is it getting "
+                      "slower, or was the machine busy?", stacklevel=1)
