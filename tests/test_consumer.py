@@ -363,6 +363,43 @@ def test_close_and_bad_config(bootstrap: str) -> None:
     consumer.close()
 
 
+_SHORT_SCRIPT = """
+import sys
+from strata.client import Admin, Consumer, Producer, TopicPartition
+bootstrap, topic, close = sys.argv[1], sys.argv[2], sys.argv[3] == "close"
+with Producer(bootstrap) as producer:
+    producer.send(topic, b"x").result()
+consumer = Consumer(bootstrap, auto_offset_reset="earliest")
+consumer.assign([TopicPartition(topic, 0)])
+records = consumer.poll(timeout_ms=10_000)
+consumer.poll(timeout_ms=50)  # leaves a long-poll fetch in flight
+admin = Admin(bootstrap)
+admin.describe_topics([topic])
+if close:
+    consumer.close()
+    admin.close()
+print(len(records))
+"""
+
+
+@pytest.mark.parametrize("close", [True, False], ids=["closed", "never-closed"])
+def test_short_script_exits_without_pending_tasks(bootstrap: str, topic: Callable[[int], str],
+                                                  close: bool) -> None:
+    """A script that polls (a fetch still in flight) and exits, closing its clients or
+    not, leaves no task pending: Python prints nothing about destroyed tasks."""
+    import subprocess
+    import sys
+
+    name = topic(1)
+    done = subprocess.run([sys.executable, "-c", _SHORT_SCRIPT, bootstrap, name,
+                           "close" if close else "leave"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+    assert "Task was destroyed" not in done.stderr, done.stderr
+    assert "pending" not in done.stderr.lower(), done.stderr
+
+
 def test_consumer_survives_broker_restart(
         broker: BrokerProcess, broker_factory: Callable[..., BrokerProcess], admin: Admin,
         topic: Callable[[int], str], consumers: Callable[..., Consumer]) -> None:
