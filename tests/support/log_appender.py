@@ -1,6 +1,6 @@
 """Child process for the crash tests: appends forever with flush.policy=always.
 
-Usage: python log_appender.py DIR SEGMENT_BYTES
+Usage: python log_appender.py DIR SEGMENT_BYTES [SEED]
 
 Each record's value is ``seq:<n>``, where n continues from the log end offset it finds
 on open. After every append returns (so the batch is fsynced), it prints
@@ -19,10 +19,11 @@ from brokers.record_batch import build_batch
 
 def main() -> None:
     directory, segment_bytes = sys.argv[1], int(sys.argv[2])
+    seed = int(sys.argv[3]) if len(sys.argv) > 3 else 0  # record sizes: the parent's seed
     config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=1024,
                        flush_policy=FlushPolicy.ALWAYS)
     log = PartitionLog(directory, config)
-    rng = random.Random()
+    rng = random.Random(seed)
     next_seq = log.log_end_offset
     while True:
         count = rng.randint(1, 40)
