@@ -599,6 +599,45 @@ def test_two_members_split_the_partitions_and_commits_round_trip(
             assert third.position(tp) == offset
 
 
+@pytest.mark.parametrize("how", ["auto-commit", "commit-in-on-revoke"])
+def test_revoke_commits_reset_position(
+        bootstrap: str, topic: Callable[[int], str], how: str) -> None:
+    """As in Kafka: a member that gives up a partition it has a position for, even one
+    from auto_offset_reset with no record delivered yet, commits that position, so the
+    next owner starts there instead of resetting to "latest" again and skipping what was
+    produced in between. Both ways a consumer commits: auto-commit, and commit() from
+    on_revoke (what ``strata consume --group`` does)."""
+    name = topic(2)
+    produce(bootstrap, name, 10, 2)  # "latest" is 5 in each partition
+    auto = how == "auto-commit"
+    first = Consumer(bootstrap, group_id=f"reset-{how}", enable_auto_commit=auto)
+    second = Consumer(bootstrap, group_id=f"reset-{how}", enable_auto_commit=auto)
+    tps = [TopicPartition(name, p) for p in range(2)]
+    try:
+        first.subscribe([name], on_revoke=None if auto else lambda ps: first.commit())
+        drain([first], lambda: first.assignment() == set(tps))
+        assert {tp: first.position(tp) for tp in tps} == dict.fromkeys(tps, 5)
+        produce(bootstrap, name, 6, 2)  # offsets 5..7 in each, never delivered to first
+        second.subscribe([name])
+        group = first._consumer._group
+        assert group is not None
+        deadline = time.monotonic() + 20
+        while not group.membership.pending().revoke:  # first's heartbeats, not its polls
+            assert time.monotonic() < deadline, "first was never asked to give one up"
+            second.poll(timeout_ms=50)
+        seen: list[Any] = []
+        drain([first, second], lambda: len(second.assignment()) == 1, into=seen)
+        [moved] = second.assignment()
+        drain([second], lambda: len([r for r in seen if r[1] == moved.partition]) >= 3,
+              into=seen)
+        # The next owner read the three records produced while first held the partition.
+        assert sorted(o for who, p, o in seen if p == moved.partition
+                      and who == id(second)) == [5, 6, 7]
+    finally:
+        second.close()
+        first.close()
+
+
 def test_auto_commit_and_close_commit_what_poll_returned(
         bootstrap: str, topic: Callable[[int], str]) -> None:
     name = topic(2)

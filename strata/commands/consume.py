@@ -9,7 +9,10 @@ committed offsets (partitions with none start at the end, or at the beginning wi
 ``--from-beginning``). It commits what it printed, at least once: a record's offset is
 committed only after the record was written and stdout flushed (every second, before a
 partition moves to another member, and on exit), so a crash can print a record twice
-but never skips one. Ctrl-C or SIGTERM commit and leave the group cleanly.
+but never skips one. A partition it gives up before printing anything from it commits
+the position it started at, so its next owner does not reset to the end again and skip
+records produced in between (as Kafka's console consumer does). Ctrl-C or SIGTERM
+commit and leave the group cleanly.
 
 Stops after ``-n COUNT`` records, or once no record has arrived for ``--timeout-ms``, or
 on Ctrl-C / SIGTERM.
@@ -172,32 +175,47 @@ def _consume_group(args: argparse.Namespace) -> int:
     with Admin(bootstrap) as admin:
         admin.describe_topics([args.topic])  # a clear error for a missing topic, now
     reset: OffsetResetStrategy = "earliest" if args.from_beginning else "latest"
-    printed: dict[TopicPartition, int] = {}  # next offset after the last printed record
-    committed: dict[TopicPartition, int] = {}
     count = 0
+    uncommitted = False  # records printed since the last commit
     consumer = Consumer(bootstrap, group_id=args.group, auto_offset_reset=reset,
                         enable_auto_commit=False, client_id="strata-console-consumer")
 
-    def commit(partitions: set[TopicPartition] | None = None) -> None:
-        """Commit what was printed (and flushed) and not yet committed."""
+    def commit() -> None:
+        """Commit the positions of this member's partitions. Every record a poll returned
+        is printed (and stdout flushed) before the next poll or callback, and an
+        interrupted print seeks back to the first record not printed, so a position is
+        exactly what was printed; a partition with nothing printed yet commits where it
+        starts (e.g. the end it was reset to), so that, as with Kafka's consumers, the
+        next owner after a rebalance starts there instead of resetting to the end again
+        and skipping what was produced in between."""
+        nonlocal uncommitted
         sys.stdout.flush()
-        offsets = {tp: offset for tp, offset in printed.items()
-                   if (partitions is None or tp in partitions) and committed.get(tp) != offset}
-        if not offsets:
-            return
         try:
-            committed.update(consumer.commit(offsets))
+            consumer.commit()
+            uncommitted = False
         except StrataError as err:
             print(f"strata: warning: {err}", file=sys.stderr)
 
     def revoked(partitions: set[TopicPartition]) -> None:
-        commit(partitions)
-        lost(partitions)
+        commit()  # before the partitions move to another member
 
     def lost(partitions: set[TopicPartition]) -> None:
-        for tp in partitions:
-            printed.pop(tp, None)
-            committed.pop(tp, None)
+        pass  # already another member's: nothing may be committed for them
+
+    def print_all(records: list[ConsumerRecord]) -> None:
+        nonlocal count, uncommitted
+        done = 0
+        try:
+            for record in records:
+                _print(record, args)
+                done += 1
+        except BaseException:
+            # Ctrl-C / SIGTERM mid-way: what was not (wholly) printed is not committed.
+            _seek_to_first(consumer, records[done:])
+            raise
+        finally:
+            count += done
+            uncommitted = uncommitted or done > 0
 
     with _sigterm_stops() as stops:
         try:
@@ -209,12 +227,8 @@ def _consume_group(args: argparse.Namespace) -> int:
                     records = consumer.poll(timeout_ms=200, max_records=wanted)
                     if records:
                         last_record = time.monotonic()
-                    for record in records:
-                        _print(record, args)
-                        printed[TopicPartition(record.topic, record.partition)] = \
-                            record.offset + 1
-                        count += 1
-                    if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
+                    print_all(records)
+                    if uncommitted and time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
                         commit()
                         last_commit = time.monotonic()
                     if args.timeout_ms is not None and \
@@ -223,14 +237,24 @@ def _consume_group(args: argparse.Namespace) -> int:
             except (KeyboardInterrupt, _Stop):
                 pass
             stops.armed = False  # from here on a SIGTERM must not interrupt the exit
-            commit()
+            if uncommitted:
+                commit()
         except _Stop:
             pass  # signalled just as the loop ended: close() still commits (on_revoke)
         finally:
             stops.armed = False
-            consumer.close()  # on_revoke commits anything left, then the member leaves
+            consumer.close()  # on_revoke commits the positions, then the member leaves
     print(f"{count} record(s) consumed", file=sys.stderr)
     return 0
+
+
+def _seek_to_first(consumer: Consumer, unprinted: list[ConsumerRecord]) -> None:
+    """Move each partition back to its first record in ``unprinted``."""
+    first: dict[TopicPartition, int] = {}
+    for record in unprinted:
+        first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
+    for tp, offset in first.items():
+        consumer.seek(tp, offset)
 
 
 def _print(record: ConsumerRecord, args: argparse.Namespace) -> None:
