@@ -5,7 +5,8 @@ The pieces, used by tests/test_faults.py:
 ``Workload``
     K idempotent producers (``acks="all"``), one thread each, writing records whose value
     is ``<run id>:<producer>:<seq>`` to explicit partitions (``seq`` counts per producer
-    across all partitions; the partition is ``(seq + producer) % partitions``). Every
+    across all partitions; the partition is ``(seq + producer) % partitions``, or with
+    ``keys=N`` the partition of the record's key ``k<n>``, n cycling through N keys). Every
     ``send`` is remembered with its outcome: acknowledged (and at which offset), failed
     (outcome unknown: the broker may or may not have written it), or refused by ``send``
     itself (never handed over, so it must never be read).
@@ -53,6 +54,7 @@ from brokers.protocol import (
 from brokers.record_batch import HEADER_SIZE, build_batch, peek_header
 from strata.client import Consumer, Producer, TopicPartition
 from strata.client._connection import BrokerConnection
+from strata.client._partitioner import partition_for_key
 from strata.client.producer import ProducerOptions, RecordMetadata
 from tests.support.cluster import Cluster
 
@@ -113,16 +115,23 @@ class Workload:
 
     ``rate`` is records per second per producer; ``max_pending`` bounds each producer's
     unacknowledged records (``send`` waits for room, so a stalled cluster slows the
-    workload instead of filling memory).
+    workload instead of filling memory). ``keys`` > 0 gives every record a key ``k<n>``
+    (n = ``(seq * producers + producer) % keys``) and sends it to that key's partition
+    (murmur2, what the producer's own partitioner picks); every partition must get a key.
     """
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, *, producers: int = 3,
                  rate: float = 80.0, max_pending: int = 200,
-                 options: ProducerOptions | None = None) -> None:
+                 options: ProducerOptions | None = None, keys: int = 0) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
         self.producers = producers
+        self.keys = keys
+        if keys and len({partition_for_key(f"k{n}".encode(), partitions)
+                         for n in range(keys)}) < partitions:
+            raise ValueError(f"{keys} keys do not cover all {partitions} partitions; "
+                             f"use more keys")
         self.rate = rate
         self.max_pending = max_pending
         self.options: ProducerOptions = {
@@ -163,7 +172,16 @@ class Workload:
         except ValueError:
             return None
 
+    def key(self, producer: int, seq: int) -> bytes | None:
+        """The record's key (None without ``keys``)."""
+        if not self.keys:
+            return None
+        return f"k{(seq * self.producers + producer) % self.keys}".encode()
+
     def partition_of(self, producer: int, seq: int) -> int:
+        key = self.key(producer, seq)
+        if key is not None:
+            return partition_for_key(key, self.partitions)
         return (seq + producer) % self.partitions
 
     # ------------------------------------------------------------------ running
@@ -196,7 +214,7 @@ class Workload:
                 outcome = Outcome(index, seq, partition, time.monotonic())
                 try:
                     future = producer.send(self.topic, self.value(index, seq),
-                                           partition=partition)
+                                           key=self.key(index, seq), partition=partition)
                 except Exception as err:  # not handed over: it must never show up
                     with self._lock:
                         self.refused[(index, seq)] = repr(err)
