@@ -30,11 +30,13 @@ test: setup lint
 bench: setup
 	@bash scripts/bench.sh
 
-# The replication fault tests (tests/test_faults.py) as a soak: each scenario keeps
-# injecting its fault for SOAK_SECONDS (per scenario) before the checker runs.
+# The fault tests as a soak: each replication scenario (tests/test_faults.py) keeps
+# injecting its fault, and the consumer group nemesis (tests/test_group_faults.py) keeps
+# running rounds of its faults, for SOAK_SECONDS (per test) before the checker runs.
+# STRATA_SEED=N replays the group test's printed random schedule.
 SOAK_SECONDS ?= 300
 soak: setup
-	STRATA_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest tests/test_faults.py -p no:cacheprovider -s $(PYTEST_ARGS)
+	STRATA_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest tests/test_faults.py tests/test_group_faults.py -p no:cacheprovider -s $(PYTEST_ARGS)
 
 # Headless locust against the `make up` stack's gateway (scripts/load.sh, load_tests/README.md):
 # LOAD_SECONDS, LOAD_USERS, LOAD_CLASSES; GATEWAY_URL / GATEWAY_TOKEN override `strata status`.
