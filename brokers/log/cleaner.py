@@ -159,7 +159,9 @@ class LogCleaner:
         state = self._state.get(partition_log, _LogState())
         if segments[-1].next_offset > state.cleaned_up_to:
             return True
-        return 0 <= state.tombstone_due_ms <= self._clock()
+        # A pass drops tombstones older than delete.retention.ms (stamp < now - retention),
+        # so the oldest kept one is droppable only once now is past its due time.
+        return 0 <= state.tombstone_due_ms < self._clock()
 
     def clean(self, partition_log: PartitionLog, upper_offset: int, *,
               force: bool = False) -> CleanerStats | None:
