@@ -138,14 +138,18 @@ def test_pipeline_killed_at_random_points_writes_every_record_exactly_once(
             pipeline = Pipeline(bootstrap, checkpoint)
             pipelines.append(pipeline)
             assert pipeline.started.wait(180), pipeline.output()
-            if kill % 2:
+            if kill % 2 == 0:
                 # The narrow window exactly-once is about: the sink's commit is visible,
                 # Spark has not written the batch to its commit log yet. Kill the moment
                 # the watcher sees records arrive; the restart then re-runs that batch.
+                # First, while B is empty: then the arrival is this run's first commit
+                # and the kill always lands mid-stream (after an "anywhere" kill that
+                # found the stream finished, no records would ever arrive).
                 watcher.arrived.clear()
                 assert watcher.arrived.wait(120), pipeline.output()
             else:
-                # Anywhere: start-up, planning, tasks staging, or a commit.
+                # Anywhere: start-up, recovery from the checkpoint, planning, tasks
+                # staging, or a commit.
                 time.sleep(rng.uniform(0.0, 4.0))
             finished = pipeline.done.is_set()
             pipeline.kill()
