@@ -453,6 +453,45 @@ def test_async_commit_reports_through_callback_or_next_commit() -> None:
     asyncio.run(run())
 
 
+def test_async_commits_made_while_one_is_on_its_way_are_merged() -> None:
+    """A caller committing asynchronously after every poll against a slow coordinator
+    must not build a queue that a later synchronous commit (e.g. a revocation's) waits
+    behind: one commit is on its way at a time, the others go out merged, in order."""
+    async def run() -> None:
+        consumer, link, log = scripted(enable_auto_commit=False)
+        link.assignment = {T0, T1}
+        consumer.subscribe(["t"])
+        await poll_until(consumer, lambda: consumer._group is not None
+                         and consumer._group.membership.owned == {T0, T1})
+        slow = link.commit
+
+        async def slow_commit(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.2)
+            return await slow(*args, **kwargs)
+
+        link.commit = slow_commit  # type: ignore[method-assign]
+        outcomes: list[tuple[dict[TopicPartition, int], StrataError | None]] = []
+        tasks = []
+        for i in range(1, 21):  # odd: T0 alone, even: both
+            tasks.append(await consumer.commit({T0: i} if i % 2 else {T0: i, T1: 100 + i},
+                                               asynchronous=True,
+                                               callback=lambda o, e: outcomes.append((o, e))))
+            await asyncio.sleep(0)  # the first goes out; the others arrive while it flies
+        assert await consumer.commit({T1: 500}) == {T1: 500}  # after every async one
+        sent = [entry[2] for entry in log if entry[0] == "commit"]
+        assert sent == [{T0: 1}, {T0: 20, T1: 120}, {T1: 500}]
+        assert link.offsets == {T0: 20, T1: 500}
+        results = [await task for task in tasks]
+        assert results[0] == {T0: 1}
+        # Each call reports its own partitions, at what was stored for them.
+        assert results[1] == {T0: 20, T1: 120} and results[2] == {T0: 20}
+        await consumer.poll(timeout_ms=0)  # the callbacks run inside poll
+        assert len(outcomes) == 20 and all(error is None for _, error in outcomes)
+        await consumer.close()
+
+    asyncio.run(run())
+
+
 def test_blocking_consumer_runs_callbacks_on_the_polling_thread() -> None:
     log: list[tuple[Any, ...]] = []
     consumer = Consumer(NOWHERE, group_id="g", retry_backoff_ms=10,

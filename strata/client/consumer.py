@@ -352,6 +352,18 @@ class _GroupEvent:
     callback: PartitionsCallback | None
 
 
+@dataclass(slots=True, eq=False)
+class _MergedCommit:
+    """Asynchronous commits asked for while another was on its way, sent as one."""
+
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    outcome: asyncio.Future[dict[TopicPartition, int]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def __post_init__(self) -> None:
+        self.outcome.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
 def _retrieve(task: asyncio.Task[Any]) -> None:
     """Mark a background task's exception as seen (it is reported another way)."""
     if not task.cancelled():
@@ -488,6 +500,8 @@ class AsyncConsumer:
         self._last_committed: dict[TopicPartition, int] = {}
         self._async_commit_errors: list[StrataError] = []
         self._async_commits: set[asyncio.Task[dict[TopicPartition, int]]] = set()
+        self._async_next: _MergedCommit | None = None  # not sent yet (see _commit_in_background)
+        self._async_sender: asyncio.Task[None] | None = None
         self._commit_callbacks: deque[tuple[CommitCallback, dict[TopicPartition, int],
                                             StrataError | None]] = deque()
         self._undelivered: pa.Table | None = None
@@ -1116,6 +1130,7 @@ class AsyncConsumer:
             return self._commit_in_background(wanted, callback)
         await self._run_commit_callbacks()
         self._raise_async_commit_error()
+        await self._async_commits_sent()
         return await self._commit(wanted)
 
     def _raise_async_commit_error(self) -> None:
@@ -1137,25 +1152,67 @@ class AsyncConsumer:
     def _commit_in_background(self, offsets: dict[TopicPartition, int],
                               callback: CommitCallback | None
                               ) -> asyncio.Task[dict[TopicPartition, int]]:
+        """Queue an asynchronous commit. At most one is sent at a time: requests made
+        while one is on its way are merged (the newest offset per partition wins) and go
+        out together next, so a caller committing after every poll cannot build a queue
+        at the coordinator that later commits (a revocation's) wait behind. Each call
+        still gets its own task and callback, with its own partitions' outcome."""
+        if self._async_next is None:
+            self._async_next = _MergedCommit()
+        batch = self._async_next
+        batch.offsets.update(offsets)
+        if self._async_sender is None or self._async_sender.done():
+            self._async_sender = asyncio.create_task(self._send_async_commits(),
+                                                     name=f"strata-commit-{self.group_id}")
+            self._async_sender.add_done_callback(_retrieve)
+
         async def run() -> dict[TopicPartition, int]:
             try:
-                done = await self._commit(offsets)
+                done = await asyncio.shield(batch.outcome)
             except StrataError as err:
                 if callback is not None:
                     self._commit_callbacks.append((callback, offsets, err))
                 else:
-                    log.warning("group %s: asynchronous commit failed: %s", self.group_id, err)
                     self._async_commit_errors.append(err)
                 raise
+            mine = {tp: done[tp] for tp in offsets if tp in done}
             if callback is not None:
-                self._commit_callbacks.append((callback, done, None))
-            return done
+                self._commit_callbacks.append((callback, mine, None))
+            return mine
 
         task = asyncio.create_task(run(), name=f"strata-commit-{self.group_id}")
         task.add_done_callback(_retrieve)
         self._async_commits.add(task)  # close() waits for it, then cancels it
         task.add_done_callback(self._async_commits.discard)
         return task
+
+    async def _send_async_commits(self) -> None:
+        """Send the merged asynchronous commits one after the other, in order."""
+        while (batch := self._async_next) is not None:
+            self._async_next = None
+            try:
+                done = await self._commit(batch.offsets)
+            except StrataError as err:
+                log.warning("group %s: asynchronous commit failed: %s", self.group_id, err)
+                batch.outcome.set_exception(err)
+            except BaseException:  # cancelled by close(): nobody may wait for ever
+                closed = NetworkError(
+                    f"group {self.group_id!r}: the consumer closed before the commit was "
+                    "confirmed; it may or may not have been stored")
+                for unsent in (batch, self._async_next):
+                    if unsent is not None and not unsent.outcome.done():
+                        unsent.outcome.set_exception(closed)
+                self._async_next = None
+                raise
+            else:
+                batch.outcome.set_result(done)
+
+    async def _async_commits_sent(self) -> None:
+        """Wait until every asynchronous commit asked for so far was answered (a
+        synchronous commit goes after them, so commits stay in order)."""
+        sender = self._async_sender
+        if sender is not None and not sender.done():
+            await asyncio.wait({sender})
 
     async def _run_commit_callbacks(self) -> None:
         while self._commit_callbacks:
@@ -1382,6 +1439,8 @@ class AsyncConsumer:
         # within the request timeout; what is left is cancelled, so nobody waits on it
         # forever and nothing reopens a connection once the cluster is closed.
         commits: set[asyncio.Task[Any]] = set(self._async_commits)
+        if self._async_sender is not None:
+            commits.add(self._async_sender)
         if self._auto_commit_task is not None:
             commits.add(self._auto_commit_task)
         commits = {task for task in commits if not task.done()}
