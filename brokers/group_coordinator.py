@@ -183,6 +183,9 @@ class CommittedOffset:
     offset: int
     metadata: str | None
     timestamp: int
+    # The id of the topic it was committed for (None: stored before ids were kept). A
+    # topic deleted and created again has a new id: its old offsets no longer apply.
+    topic_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -507,7 +510,7 @@ class GroupCoordinator:
                     group.offsets.pop(tp, None)
                 else:
                     group.offsets[tp] = CommittedOffset(v["offset"], v["metadata"],
-                                                        v["timestamp"])
+                                                        v["timestamp"], v.get("topic_id"))
             elif kind == "member":
                 if v is None:
                     group.members.pop(k["member"], None)
@@ -880,12 +883,14 @@ class GroupCoordinator:
                                                              err.message))
         if accepted:
             now_ms = int(time.time() * 1000)
+            ids = {t: self.broker.topics[t].topic_id for t, *_ in accepted}
             await self._write(shard, [
                 (_key(group=group.group_id, partition=p, topic=t, type="offset"),
-                 _value({"offset": o, "metadata": m, "timestamp": now_ms}))
+                 _value({"offset": o, "metadata": m, "timestamp": now_ms,
+                         "topic_id": ids[t]}))
                 for t, p, o, m in accepted])
             for t, p, o, m in accepted:
-                group.offsets[(t, p)] = CommittedOffset(o, m, now_ms)
+                group.offsets[(t, p)] = CommittedOffset(o, m, now_ms, ids[t])
 
     @staticmethod
     def _check_committer(group: Group, request: OffsetCommitRequest) -> Member | None:
@@ -932,7 +937,7 @@ class GroupCoordinator:
         except StrataError as err:
             return OffsetFetchResponse(err.code, err.message)
         group = shard.groups.get(request.group_id)
-        offsets = group.offsets if group is not None else {}
+        offsets = self._current_offsets(group) if group is not None else {}
         wanted = sorted(offsets) if request.topics is None else \
             sorted(_from_wire(request.topics))
         by_topic: dict[str, list[OffsetFetchPartitionResponse]] = {}
@@ -943,6 +948,20 @@ class GroupCoordinator:
                 OffsetFetchPartitionResponse(p, found.offset, found.metadata, found.timestamp))
         return OffsetFetchResponse(0, None, [OffsetFetchTopicResponse(t, ps)
                                              for t, ps in by_topic.items()])
+
+    def _current_offsets(self, group: Group) -> dict[TopicPartition, CommittedOffset]:
+        """The group's committed offsets, less those of a topic that was deleted and
+        created again since (as Kafka drops a deleted topic's offsets): a consumer of
+        the new topic must start at its auto_offset_reset, not at the old topic's
+        positions, which would skip (or refetch out of range) its first records."""
+        current: dict[TopicPartition, CommittedOffset] = {}
+        for tp, committed in group.offsets.items():
+            definition = self.broker.topics.get(tp[0])
+            if committed.topic_id is not None and definition is not None \
+                    and definition.topic_id != committed.topic_id:
+                continue
+            current[tp] = committed
+        return current
 
     # ------------------------------------------------------------------ admin
     def list_groups(self) -> list[ListedGroup]:
@@ -1012,7 +1031,7 @@ class GroupCoordinator:
         wanted: dict[tuple[str, int], list[tuple[str, int]]] = {}
         for shard in self._shards.values():
             for group in shard.groups.values():
-                for tp, committed in group.offsets.items():
+                for tp, committed in self._current_offsets(group).items():
                     wanted.setdefault(tp, []).append((group.group_id, committed.offset))
         ends: dict[tuple[str, int], int] = {}
         remote: dict[int, list[tuple[str, int]]] = {}

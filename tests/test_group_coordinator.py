@@ -33,6 +33,7 @@ from brokers.errors import (
 )
 from brokers.protocol import (
     LEAVE_EPOCH,
+    NO_MEMBER_EPOCH,
     STATIC_LEAVE_EPOCH,
     ApiKey,
     ConsumerGroupHeartbeatRequest,
@@ -271,6 +272,34 @@ def test_restarted_broker_reloads_groups_and_offsets(group_broker: BrokerProcess
     assert (again.error_code, again.assignment, again.member_epoch) == \
         (0, member.assignment, member.member_epoch)
     assert heartbeat(group_broker, "durable", member.member_id, LEAVE_EPOCH).error_code == 0
+
+
+def test_a_recreated_topic_does_not_inherit_old_offsets(group_broker: BrokerProcess) -> None:
+    """As Kafka drops a deleted topic's committed offsets: a topic deleted and created
+    again under the same name starts without committed offsets (else a consumer would
+    start at the old topic's positions and skip the new topic's first records), also
+    after the coordinator reloaded its state, and new commits are kept."""
+    with Admin(group_broker.bootstrap) as admin:
+        admin.create_topics([NewTopic("reborn", 2, 1)])
+    find(group_broker, "rebirth")
+    assert commit(group_broker, "rebirth", None, NO_MEMBER_EPOCH,
+                  {("reborn", 0): 40, ("reborn", 1): 7, ("orders", 0): 5}) == \
+        {("reborn", 0): 0, ("reborn", 1): 0, ("orders", 0): 0}
+    with Admin(group_broker.bootstrap) as admin:
+        admin.delete_topics(["reborn"])
+        # Deleted and not created again: the offsets are still listed (nothing reads
+        # them), as before.
+        assert fetch(group_broker, "rebirth")[("reborn", 0)] == 40
+        admin.create_topics([NewTopic("reborn", 2, 1)])
+    wait_for("the new topic's offsets to be dropped",
+             lambda: fetch(group_broker, "rebirth"),
+             lambda found: found == {("orders", 0): 5}, 15)
+    assert commit(group_broker, "rebirth", None, NO_MEMBER_EPOCH, {("reborn", 1): 3}) == \
+        {("reborn", 1): 0}
+    group_broker.stop()
+    group_broker.start()
+    find(group_broker, "rebirth")
+    assert fetch(group_broker, "rebirth") == {("orders", 0): 5, ("reborn", 1): 3}
 
 
 def test_internal_topic_is_protected(group_broker: BrokerProcess) -> None:
