@@ -471,8 +471,12 @@ class RequestHandlers:
                     if request.acks == _ACKS_ALL and \
                             len(partition.isr) < partition.config.min_insync_replicas:
                         raise NotEnoughReplicasError(
-                            f"{partition.name} has {len(partition.isr)} in-sync replicas, "
-                            f"min.insync.replicas is {partition.config.min_insync_replicas}")
+                            f"{partition.name} has {len(partition.isr)} in-sync replica(s) "
+                            f"{sorted(partition.isr)}, min.insync.replicas is "
+                            f"{partition.config.min_insync_replicas}: nothing was written. "
+                            "Retry once the other replicas are back in sync (strata topic "
+                            "describe shows the ISR); a topic whose replication factor is "
+                            "below min.insync.replicas never takes acks=all writes")
                     result = partition.append_as_leader(part.records)
                     answer.base_offset = result.first_offset
                     answer.log_append_time = result.log_append_time
@@ -505,8 +509,10 @@ class RequestHandlers:
                 if len(partition.isr) < partition.config.min_insync_replicas:
                     raise NotEnoughReplicasAfterAppendError(
                         f"{partition.name}: the write is in the log, but only "
-                        f"{len(partition.isr)} replicas are in sync and min.insync.replicas "
-                        f"is {partition.config.min_insync_replicas}; retry")
+                        f"{len(partition.isr)} replica(s) are in sync and "
+                        f"min.insync.replicas is {partition.config.min_insync_replicas}, so "
+                        "it is not acknowledged; retry (an idempotent producer's retry "
+                        "is not written twice)")
         except TimeoutError:
             err = RequestTimedOutError(
                 f"{partition.name}: the write was not acknowledged by the in-sync replicas "

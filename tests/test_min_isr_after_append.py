@@ -218,8 +218,9 @@ class Stall:
         assert raw.error_code == NotEnoughReplicasAfterAppendError.code, raw
         assert raw.error_message is not None
         assert raw.error_message.startswith(f"{TOPIC}-{RAW}: the write is in the log, "
-                                            "but only 1 replicas are in sync and "
-                                            "min.insync.replicas is 2; retry"), raw
+                                            "but only 1 replica(s) are in sync and "
+                                            "min.insync.replicas is 2, so it is not "
+                                            "acknowledged; retry"), raw
         assert raw.base_offset == before[RAW]
         assert cluster.isr_of(TOPIC, RAW) == (LEADER,)
         # Committed by the ISR that is left (the leader alone): readable.
@@ -230,7 +231,8 @@ class Stall:
         refused = produce_all(cluster, b"refused")
         assert refused.error_code == NotEnoughReplicasError.code, refused
         assert refused.error_message is not None
-        assert "has 1 in-sync replicas, min.insync.replicas is 2" in refused.error_message
+        assert "has 1 in-sync replica(s) [0], min.insync.replicas is 2: nothing was " \
+            "written. Retry once" in refused.error_message
         assert refused.base_offset == -1
         assert leader_offsets(cluster, RAW)[1] == before[RAW] + 1
 
