@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Issue [2.1] section 1, as a new user meets it: one 3-broker stack, topic `fan` with
+# 6 partitions and RF 3, three `strata consume --group` processes started together (one
+# in group A, two in group B: B's first member owns all six partitions until the second
+# one arrives and cooperative-sticky revokes three of them), 12 s later 12,000 keyed
+# records (`k<i mod 41>:f<i>`, acks=all). Each group must print all 12,000. Prints one
+# line per run and exits non-zero if any run lost records (their output is kept then).
+#
+#   bash scripts/group_rebalance_scenario.sh [RUNS]      (default 1)
+#
+# Variants (environment):
+#   STRATA_SCENARIO_SLICES=N  produce in N slices 0.5 s apart, so rebalances can happen
+#                             while records flow;
+#   STRATA_SCENARIO_LATE=1    start B's second member only after the first slice;
+#   STRATA_SCENARIO_BUSY=N    N background `strata perf produce` processes (acks=all,
+#                             per-record sends) load the brokers and the CPU meanwhile.
+#
+# Every run has its own stack in a temp dir on free ports; it is stopped (`strata down`,
+# and the processes this script started by PID) when the run ends, failed or not.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-1}
+STRATA=${STRATA:-.venv/bin/strata}
+PYTHON=${PYTHON:-.venv/bin/python}
+RECORDS=12000
+failed=0
+
+free_base_port() {
+  # 80 consecutive free ports (the stack uses P .. P+72).
+  "$PYTHON" - <<'EOF'
+import random, socket
+for _ in range(200):
+    base = random.randrange(20000, 60000, 100)
+    try:
+        for port in range(base, base + 80):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    print(base)
+    break
+EOF
+}
+
+pids=()
+dir=""
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  pids=()
+  if [ -n "$dir" ]; then
+    "$STRATA" down --data-dir "$dir" >/dev/null 2>&1 || true
+    rm -rf "$dir"
+    dir=""
+  fi
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+
+start_consumer() {
+  "$STRATA" consume fan --group "$1" -n "$RECORDS" --timeout-ms 40000 --format json \
+    >"$dir/consume-$1-${#pids[@]}.out" 2>"$dir/consume-$1-${#pids[@]}.err" &
+  pids+=($!)
+}
+
+for run in $(seq 1 "$RUNS"); do
+  dir=$(mktemp -d /tmp/strata-scenario.XXXXXX)
+  base=$(free_base_port)
+  "$STRATA" up --data-dir "$dir" --base-port "$base" --no-tier --format json >"$dir/up.json"
+  export STRATA_BOOTSTRAP="127.0.0.1:$((base + 10))"
+  "$STRATA" topic create fan -p 6 -r 3 >/dev/null
+  busy=()
+  if [ "${STRATA_SCENARIO_BUSY:-0}" -gt 0 ]; then
+    "$STRATA" topic create busy -p 3 -r 3 >/dev/null
+    for _ in $(seq 1 "$STRATA_SCENARIO_BUSY"); do
+      "$STRATA" perf produce --topic busy --num-records 100000000 --acks all --api send \
+        >/dev/null 2>&1 &
+      pids+=($!); busy+=($!)
+      disown $!  # killed at the end of the run: no job-status noise
+    done
+  fi
+  consumers=("${#pids[@]}")
+  start_consumer A
+  start_consumer B
+  [ -n "${STRATA_SCENARIO_LATE:-}" ] || start_consumer B
+  sleep 12
+  slices=${STRATA_SCENARIO_SLICES:-1}
+  for s in $(seq 0 $((slices - 1))); do
+    "$PYTHON" -c "
+import sys
+for i in range($s * $RECORDS // $slices, ($s + 1) * $RECORDS // $slices):
+    sys.stdout.write(f'k{i % 41}:f{i}\n')
+" | "$STRATA" produce fan --key-separator : --acks all >/dev/null
+    if [ "$s" = 0 ] && [ -n "${STRATA_SCENARIO_LATE:-}" ]; then
+      start_consumer B
+    fi
+    [ "$slices" = 1 ] || sleep 0.5
+  done
+  for pid in "${pids[@]:${consumers[0]}}"; do wait "$pid" || true; done
+  for pid in "${busy[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  a=$(cat "$dir"/consume-A-*.out | grep -c '"offset"' || true)
+  b=$(cat "$dir"/consume-B-*.out | grep -c '"offset"' || true)
+  b_distinct=$(cat "$dir"/consume-B-*.out | "$PYTHON" -c "
+import json, sys
+print(len({(r['partition'], r['offset']) for r in map(json.loads, sys.stdin) if 'offset' in r}))")
+  status=ok
+  if [ "$a" -ne "$RECORDS" ] || [ "$b_distinct" -ne "$RECORDS" ]; then
+    status=LOST; failed=1
+    "$STRATA" group describe B || true
+    keep=/tmp/strata-scenario-failed-$run-$$
+    mkdir -p "$keep" && cp "$dir"/consume-* "$keep"/ && echo "consumer output kept in $keep"
+  fi
+  echo "run $run: group A printed $a, group B printed $b ($b_distinct distinct) of $RECORDS: $status"
+  cleanup
+done
+exit $failed
