@@ -65,6 +65,24 @@ async def call(broker: BrokerProcess, api: ApiKey, body: Message, **kw: Any) -> 
         return await connection.request(api, body, **kw)
 
 
+def bytes_received(broker: BrokerProcess) -> float:
+    """The broker's ``strata_bytes_in_total``: request bytes it has read."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics",
+                                timeout=10) as response:
+        text = response.read().decode()
+    return next(float(line.split()[1]) for line in text.splitlines()
+                if line.startswith("strata_bytes_in_total "))
+
+
+def wait_received(broker: BrokerProcess, before: float, timeout: float = 30) -> None:
+    """Wait until the broker has read a request sent after ``before`` was taken (a fetch
+    is parked from then on), however slow the machine."""
+    deadline = time.monotonic() + timeout
+    while bytes_received(broker) <= before:
+        assert time.monotonic() < deadline, "the broker never read the request"
+        time.sleep(0.02)
+
+
 def topic_name(prefix: str = "t") -> str:
     return f"{prefix}{next(_names)}-{int(time.time() * 1000) % 100000}"
 
@@ -240,24 +258,29 @@ def test_long_poll_wakes_as_soon_as_data_arrives(broker: BrokerProcess) -> None:
     async def scenario() -> tuple[float, Any]:
         async with BrokerConnection("127.0.0.1", broker.port) as consumer, \
                 BrokerConnection("127.0.0.1", broker.port) as producer:
-            started = time.monotonic()
+            # 30 s (the broker's fetch.max.wait.ms cap): a poll that does not wake on
+            # data answers ~30 s later, far past the 10 s that allows for a slow machine.
+            before = bytes_received(broker)
             waiting = asyncio.create_task(consumer.request(ApiKey.FETCH, FetchRequest(
-                [FetchTopic(name, [FetchPartition(0, 0)])], max_wait_ms=20_000, min_bytes=1)))
+                [FetchTopic(name, [FetchPartition(0, 0)])], max_wait_ms=30_000, min_bytes=1)))
+            await asyncio.to_thread(wait_received, broker, before)  # the fetch is parked
             await asyncio.sleep(0.3)
             assert not waiting.done(), "fetch returned before any data existed"
             await producer.request(ApiKey.PRODUCE, ProduceRequest(1, 5000, [
                 ProduceTopic(name, [ProducePartition(0, build_batch([b"wake"]))])]))
+            acked = time.monotonic()
             answer = await waiting
-            return time.monotonic() - started, answer
+            return time.monotonic() - acked, answer
 
     elapsed, answer = run(scenario())
-    assert elapsed < 5, f"long poll waited {elapsed:.1f}s after data arrived"
+    assert elapsed < 10, f"long poll waited {elapsed:.1f}s after data arrived"
     assert values_at(answer.topics[0].partitions[0], name, 0) == [b"wake"]
-    # And with no data it waits out max_wait_ms, then answers empty.
+    # And with no data it waits out max_wait_ms, then answers empty (not only when the
+    # broker's own 30 s cap runs out, nor never).
     started = time.monotonic()
     empty = run(call(broker, ApiKey.FETCH, FetchRequest(
         [FetchTopic(name, [FetchPartition(0, 1)])], max_wait_ms=400, min_bytes=1)))
-    assert 0.35 < time.monotonic() - started < 5
+    assert 0.35 < time.monotonic() - started < 15
     assert empty.topics[0].partitions[0].records is None
 
 
@@ -400,9 +423,14 @@ def test_sigterm_answers_a_parked_long_poll_and_shuts_down_cleanly(
 
     async def scenario() -> tuple[float, Any]:
         async with BrokerConnection("127.0.0.1", process.port) as consumer:
+            # Parked for 30 s (the broker's cap); shutdown.timeout.ms is 10 s. Not woken,
+            # the fetch is cut off after 10 s (no answer) or, were the shutdown timeout
+            # longer, answered after ~30 s: 15 s separates both from a slow machine.
+            before = bytes_received(process)
             waiting = asyncio.create_task(consumer.request(ApiKey.FETCH, FetchRequest(
-                [FetchTopic(name, [FetchPartition(0, 0)])], max_wait_ms=25_000, min_bytes=1)))
-            await asyncio.sleep(0.5)
+                [FetchTopic(name, [FetchPartition(0, 0)])], max_wait_ms=30_000, min_bytes=1)))
+            await asyncio.to_thread(wait_received, process, before)  # the fetch is parked
+            await asyncio.sleep(0.2)
             started = time.monotonic()
             process.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
             answer = await waiting
@@ -410,7 +438,7 @@ def test_sigterm_answers_a_parked_long_poll_and_shuts_down_cleanly(
 
     elapsed, answer = run(scenario())
     assert answer.topics[0].partitions[0].error_code == 0  # answered, not cut off
-    assert elapsed < 5, f"the parked fetch held shutdown for {elapsed:.1f}s"
+    assert elapsed < 15, f"the parked fetch held shutdown for {elapsed:.1f}s"
     assert process.stop() == 0
     assert "stopped cleanly" in process.log_text()
     assert (process.data_dir / f"{name}-0" / ".clean-shutdown").exists()
