@@ -27,6 +27,18 @@ lint: setup
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The fast tier: pure-logic tests (codec, log storage and recovery, assignors, checkers,
+# config and docs freshness) with no ZooKeeper, broker, Spark or HTTP process; about a
+# minute on two cores. `make test` runs these and everything else.
+UNIT_TESTS := tests/test_record_batch.py tests/test_log_index.py tests/test_log_segment.py \
+	tests/test_log_corruption.py tests/test_partition_log.py tests/test_log_properties.py \
+	tests/test_log_cleaner.py tests/test_leader_epoch.py tests/test_producer_state.py \
+	tests/test_replication_rules.py tests/test_group_assignors.py \
+	tests/test_fault_checker.py tests/test_group_checker.py tests/test_broker_config.py \
+	tests/test_docs.py
+unit: setup
+	$(PY) -m pytest $(UNIT_TESTS) $(PYTEST_ARGS)
+
 bench: setup
 	@bash scripts/bench.sh
 
