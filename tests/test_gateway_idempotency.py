@@ -285,9 +285,11 @@ def test_renewed_claim_is_not_taken_over_by_another_worker(tmp_path: Path) -> No
     (the claim is renewed) and then gets the owner's answer; it never produces."""
 
     async def main() -> None:
-        owner = _store(tmp_path, True, pending_timeout_s=0.5)
-        other = _store(tmp_path, True, pending_timeout_s=0.5)
-        calls, compute = _counting(Answer(200, b'{"from": "owner"}'), delay=1.5)
+        # A claim of 1.5 s renewed every 0.5 s: a loaded machine (a slow SQLite sync)
+        # may stall the owner for a second without the claim lapsing.
+        owner = _store(tmp_path, True, pending_timeout_s=1.5)
+        other = _store(tmp_path, True, pending_timeout_s=1.5)
+        calls, compute = _counting(Answer(200, b'{"from": "owner"}'), delay=4.5)
         began = time.monotonic()
         owning = asyncio.ensure_future(owner.run("k", "fp", compute))
         while not calls:
@@ -297,7 +299,7 @@ def test_renewed_claim_is_not_taken_over_by_another_worker(tmp_path: Path) -> No
         assert (answer.body, replayed) == (b'{"from": "owner"}', True)
         # The answer came after three pending timeouts of the claim: only its renewals
         # kept the other worker waiting (instead of taking over and running _never).
-        assert time.monotonic() - began > 1.5
+        assert time.monotonic() - began > 4.5
         assert await owning == (Answer(200, b'{"from": "owner"}'), False)
         assert calls == [1]
         await owner.aclose()
@@ -308,11 +310,11 @@ def test_renewed_claim_is_not_taken_over_by_another_worker(tmp_path: Path) -> No
 
 def test_renewed_claim_across_real_processes(tmp_path: Path, worker_script: Path,
                                              procs: list[subprocess.Popen[str]]) -> None:
-    proc, _ = _start_worker(worker_script, tmp_path, hold=1.5, timeout=0.5)
+    proc, _ = _start_worker(worker_script, tmp_path, hold=4.5, timeout=1.5)
     procs.append(proc)
 
     async def main() -> tuple[Answer, bool]:
-        store = _store(tmp_path, True, pending_timeout_s=0.5)
+        store = _store(tmp_path, True, pending_timeout_s=1.5)
         try:
             return await store.run("k", "fp", _never)
         finally:
