@@ -12,7 +12,9 @@ not plumbing, and the plumbing here is typed, linted and exercised by
 * :func:`scrape` / :func:`broker_samples` read the brokers' Prometheus endpoints;
 * :func:`seed_topic` creates a tier-enabled topic with generated records spread over
   several hours, for a stack that has no data of its own yet
-  (``python -m strata.notebook seed``).
+  (``python -m strata.notebook seed``). The topic gets the stack's replication factor
+  (``make up``: 3 brokers, factor 3, ``min.insync.replicas`` 2), since the records are
+  produced with acks=all.
 
 Rows come back as plain dicts (``pandas.DataFrame(rows)`` in the notebook) so this module
 needs neither pandas nor Spark to import.
@@ -279,22 +281,39 @@ def _records(count: int, hours: float, keys: int, now_ms: int, seed: int
 
 def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: int = 2,
                hours: float = 6.0, keys: int = 50, now_ms: int | None = None,
-               segment_bytes: int = 65536, seed: int = 7) -> int:
+               segment_bytes: int = 65536, seed: int = 7, replication_factor: int = -1
+               ) -> int:
     """Create ``topic`` (if missing) with ``tier.enable=true``, ``tier.after.ms=0`` and
     small segments, then produce ``records`` keyed JSON records whose timestamps are
     spread over the last ``hours``. Returns the number of records acknowledged.
+
+    ``replication_factor`` -1 is the cluster's ``default.replication.factor`` (what
+    ``strata up`` sets for its size). The records are produced with acks=all, so a topic
+    (new or existing) with fewer replicas than its ``min.insync.replicas`` is refused
+    before anything is sent, with ``NotEnoughReplicasError`` saying what to do.
 
     Only closed segments are tiered, so the newest (active) segment stays out of Delta
     until it rolls: the table ends up with most, not all, of the records.
     """
     import time
 
-    from strata.client import Admin, NewTopic, Producer, TopicAlreadyExistsError
+    from strata.client import (
+        Admin,
+        NewTopic,
+        NotEnoughReplicasError,
+        Producer,
+        TopicAlreadyExistsError,
+    )
+    from strata.commands.topic import acks_all_problem
 
-    with Admin(bootstrap) as admin, contextlib.suppress(TopicAlreadyExistsError):
-        admin.create_topics([NewTopic(topic, partitions, 1, {
-            "tier.enable": "true", "tier.after.ms": "0",
-            "segment.bytes": str(segment_bytes)})])
+    with Admin(bootstrap) as admin:
+        with contextlib.suppress(TopicAlreadyExistsError):
+            admin.create_topics([NewTopic(topic, partitions, replication_factor, {
+                "tier.enable": "true", "tier.after.ms": "0",
+                "segment.bytes": str(segment_bytes)})])
+        problem = acks_all_problem(admin, topic)
+    if problem is not None:
+        raise NotEnoughReplicasError(problem)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     with Producer(bootstrap, batch_size=16384, linger_ms=5) as producer:
         futures = [producer.send(topic, value, key=key, timestamp_ms=ts)
@@ -312,12 +331,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     seed.add_argument("--records", type=int, default=4000)
     seed.add_argument("--partitions", type=int, default=2)
     seed.add_argument("--hours", type=float, default=6.0)
+    seed.add_argument("--replicas", type=int, default=-1,
+                      help="replication factor of a new topic (default: the stack's "
+                      "default.replication.factor)")
     seed.add_argument("--data-dir", default=None,
                       help=f"the stack's data dir (default ${DATA_DIR_ENV} or .strata)")
     args = parser.parse_args(argv)
-    stack = find_stack(args.data_dir)
-    sent = seed_topic(stack.bootstrap, args.topic, records=args.records,
-                      partitions=args.partitions, hours=args.hours)
+    from strata.client import StrataError
+
+    try:
+        stack = find_stack(args.data_dir)
+        sent = seed_topic(stack.bootstrap, args.topic, records=args.records,
+                          partitions=args.partitions, hours=args.hours,
+                          replication_factor=args.replicas)
+    except (StackNotRunningError, StrataError) as exc:
+        # Both say what to do; a traceback would only bury that.
+        print(f"python -m strata.notebook: error: {exc}", file=sys.stderr)
+        return 1
     print(f"produced {sent} records to {args.topic}; tier them now with: strata tier run "
           f"--once --bootstrap {stack.bootstrap} --zookeeper {stack.zookeeper} "
           f"--warehouse {stack.warehouse} --topic {args.topic}")

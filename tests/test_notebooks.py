@@ -1,12 +1,22 @@
 """The analysts' notebooks (notebooks/*.ipynb) run top to bottom against a real stack.
 
-One stack per module (`strata up` on free ports in a temp data dir, killed by PID at
-teardown even when a test fails): a tier-enabled topic gets a few thousand keyed records
-whose timestamps span several hours, one `strata tier run --once` copies the closed
-segments into Delta, then the notebooks run one after the other in one kernel
-(nbclient, kernel ``python3``; ``%reset -f`` between them empties the namespace, the
-Spark JVM is reused) with ``STRATA_DATA_DIR`` / ``STRATA_TOPIC`` pointing at that stack.
-Each notebook ends with assertions, so an empty or inconsistent result fails the test.
+One stack per module, of the shape `make up` gives (`strata up` without `--brokers`:
+ZooKeeper, 3 brokers with default replication factor 3 and min.insync.replicas 2, the
+gateway and the tiering job; on free ports in a temp data dir, killed by PID at
+teardown even when a test fails). The topic is seeded with the command
+notebooks/README.md gives (`python -m strata.notebook seed`, run in this process: the
+stack's replication factor, acks=all), a few thousand keyed records whose timestamps
+span several hours. Then one kernel (nbclient, kernel ``python3``) runs one pass of the
+tiering job for the topic (``TIER_CELL``, what `strata tier run --once` does, in the
+Spark the notebooks reuse) and the notebooks one after the other (``%reset -f`` before
+each empties the namespace; the Spark JVM is reused) with ``STRATA_DATA_DIR`` /
+``STRATA_TOPIC`` pointing at that stack. Each notebook ends with assertions, so an
+empty or inconsistent result fails the test.
+
+The kernel runs without ``PYTEST_CURRENT_TEST`` in its environment: with it, ipykernel
+stops forwarding what is written to file descriptors 1 and 2 (the Spark JVM's output)
+into the cells, and the test would not see what an analyst sees. The cells' stream
+outputs must hold no Ivy resolution or WARN lines.
 
 The committed notebooks carry no outputs (cheap check, no kernel): results belong to
 whoever runs them, not to git.
@@ -14,7 +24,10 @@ whoever runs them, not to git.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +37,8 @@ from typing import Any
 import nbformat
 import pytest
 
-from strata.notebook import seed_topic
+from strata.client import Admin
+from strata.notebook import main as notebook_main
 from tests.conftest import ProcessReaper
 from tests.test_cli_stack import ok, strata, up_on_free_ports
 
@@ -36,13 +50,17 @@ TOPIC = "web.clicks-v1"
 RECORDS = 3000
 HOURS = 6.0
 CELL_TIMEOUT_S = 120
+#: What an analyst should never see under a cell: Ivy resolving the Delta package, the
+#: JDK's incubator notice, Spark's log lines at WARN or above.
+NOISE = re.compile(r":: (?:loading settings|resolving dependencies|resolution report|retrieving)"
+                   r" ::|Ivy Default Cache|artifacts copied|^\s*found \S+#|\bWARN(?:ING)?\b|"
+                   r"\bERROR\b|resolves to a loopback address", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class SeededStack:
     data_dir: Path
     info: dict[str, Any]
-    tiered: int
 
 
 def test_there_are_notebooks() -> None:
@@ -63,24 +81,51 @@ def test_committed_notebooks_have_no_outputs(path: Path) -> None:
         f"{path.name} must end with a cell of assertions"
 
 
-def _tier_once(info: dict[str, Any]) -> Any:
-    """One pass of the tiering job for TOPIC, in this process.
+#: Test set-up run in the notebooks' kernel before them (not part of any notebook): one
+#: pass of the tiering job for $STRATA_TOPIC, what `strata tier run --once --topic T`
+#: does, on the JVM the notebooks then reuse (one JVM start instead of two); its session
+#: is stopped after the pass, so the notebooks start from a fresh SparkContext. It starts
+#: Spark exactly as the notebooks do (`notebook_spark`), so its output is checked too.
+#: The stack's own job also passes every 60 s; if it holds the topic's lease, this pass
+#: waits for it (and may then find nothing left to copy).
+TIER_CELL = """\
+import os as _os
+from spark_jobs import TierJob as _TierJob, TierSettings as _TierSettings
+from strata.notebook import find_stack as _find_stack, notebook_spark as _notebook_spark
 
-    The stack's own job also passes every 60 s; if it holds the topic's lease, this pass
-    waits for it (and may then find nothing left to copy). The session is stopped after
-    the pass so the notebooks' own JVMs have the machine to themselves."""
-    from spark_jobs import TierJob, TierSettings
-    from strata.spark import spark_session
+_stack = _find_stack()
+with _TierJob(_notebook_spark("test-notebooks-tier"),
+              _TierSettings(_stack.bootstrap, _stack.zookeeper, _stack.warehouse,
+                            lease_wait_s=240)) as _job:
+    _report = _job.run_once([_os.environ["STRATA_TOPIC"]])
+_job.spark.stop()  # the notebooks start their own SparkContext (on this JVM)
+assert not any(t.error for t in _report.topics), _report.to_json()
+"""
+TIER_CELL_TIMEOUT_S = 420
 
-    spark = spark_session("test-notebooks-tier",
-                          {"spark.databricks.delta.snapshotPartitions": "1"})
-    try:
-        settings = TierSettings(info["bootstrap"], info["zookeeper"], Path(info["warehouse"]),
-                                lease_wait_s=240)
-        with TierJob(spark, settings) as job:
-            return job.run_once([TOPIC])
-    finally:
-        spark.stop()
+
+def _seed(argv: list[str]) -> tuple[int, str, str]:
+    """`python -m strata.notebook ARGV` (notebooks/README.md), in this process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = notebook_main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _seed_refuses_one_replica(data_dir: Path, bootstrap: str) -> None:
+    """A topic with fewer replicas than the stack's min.insync.replicas takes no acks=all
+    write: `seed` says so at once (no traceback, no two-minute delivery timeout)."""
+    began = time.monotonic()
+    code, _, err = _seed(["seed", "--data-dir", str(data_dir), "--topic", "one-replica",
+                          "--replicas", "1", "--records", "10"])
+    assert code == 1 and time.monotonic() - began < 30, (code, err)
+    assert err.startswith(
+        "python -m strata.notebook: error: [NOT_ENOUGH_REPLICAS] topic 'one-replica' has "
+        "replication factor 1 but min.insync.replicas 2 (the brokers' "
+        "log.min.insync.replicas)"), err
+    assert "strata topic delete one-replica" in err, err
+    with Admin(bootstrap) as admin:  # it is tier-enabled: keep it from the tier job
+        admin.delete_topics(["one-replica"])
 
 
 @pytest.fixture(scope="module")
@@ -89,19 +134,23 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
     data_dir = tmp / "stack"
     reaper = ProcessReaper()
     try:
-        _, info = up_on_free_ports(data_dir, tmp, reaper)
-        sent = seed_topic(info["bootstrap"], TOPIC, records=RECORDS, partitions=2,
-                          hours=HOURS, keys=40)
-        assert sent == RECORDS
-        report = _tier_once(info)
-        table = Path(info["warehouse"]) / "topics" / TOPIC
-        assert (table / "_delta_log").is_dir(), report
-        from deltalake import DeltaTable
-
-        tiered = DeltaTable(str(table)).to_pyarrow_dataset().count_rows()
-        # Only the active segment of each partition stays out of Delta.
-        assert 0 < tiered <= RECORDS, (tiered, report)
-        yield SeededStack(data_dir, info, tiered)
+        # No --brokers: the CLI's default, as `make up` runs it (3 brokers, RF 3, min ISR 2).
+        _, info = up_on_free_ports(data_dir, tmp, reaper, brokers=3, size_flag=False)
+        assert [p["name"] for p in info["processes"] if p["name"].startswith("broker-")] \
+            == ["broker-0", "broker-1", "broker-2"]
+        # Seeded as notebooks/README.md says, with the stack's replication factor (its
+        # acks=all writes need 2 of the 3 replicas in sync).
+        code, out, err = _seed(["seed", "--data-dir", str(data_dir), "--topic", TOPIC,
+                                "--records", str(RECORDS), "--partitions", "2",
+                                "--hours", str(HOURS)])
+        assert code == 0 and out.startswith(f"produced {RECORDS} records to {TOPIC};"), \
+            (code, out, err)
+        with Admin(info["bootstrap"]) as admin:
+            replicas = {len(p.replicas) for p in admin.describe_topics([TOPIC])[TOPIC].partitions}
+            min_isr = admin.describe_configs([TOPIC])[TOPIC]["min.insync.replicas"]
+        assert (replicas, min_isr.value, min_isr.is_default) == ({3}, "2", True)
+        _seed_refuses_one_replica(data_dir, info["bootstrap"])
+        yield SeededStack(data_dir, info)
     finally:
         try:
             if (data_dir / "stack.json").exists():
@@ -113,15 +162,16 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
 @pytest.mark.spark
 @pytest.mark.timeout(900)
 def test_notebooks_run_top_to_bottom(seeded_stack: SeededStack, tmp_path: Path) -> None:
-    """Every notebook, one after the other in one kernel, with ``%reset -f`` between them:
-    each starts from an empty namespace (a name only another notebook defines fails it),
-    while the Spark JVM the first one started is reused, which saves a JVM start (~20 s
-    on this machine) per notebook."""
+    """The tier pass (``TIER_CELL``), then every notebook, one after the other in one
+    kernel, with ``%reset -f`` before each: each starts from an empty namespace (a name
+    only another notebook defines fails it), while the Spark JVM is reused, which saves a
+    JVM start (~10-20 s on this machine) per notebook."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     books = [nbformat.read(path, as_version=4) for path in NOTEBOOKS]
-    combined = nbformat.v4.new_notebook(metadata=books[0].metadata)
+    tier_cell = nbformat.v4.new_code_cell(TIER_CELL)
+    combined = nbformat.v4.new_notebook(metadata=books[0].metadata, cells=[tier_cell])
     spans: list[tuple[Path, int, int]] = []
     for path, book in zip(NOTEBOOKS, books, strict=True):
         combined.cells.append(nbformat.v4.new_code_cell("%reset -f"))
@@ -131,15 +181,18 @@ def test_notebooks_run_top_to_bottom(seeded_stack: SeededStack, tmp_path: Path) 
     env = dict(os.environ)
     env.update({"STRATA_DATA_DIR": str(seeded_stack.data_dir), "STRATA_TOPIC": TOPIC})
     env.pop("STRATA_KEY", None)
-    client = NotebookClient(combined, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    env.pop("PYTEST_CURRENT_TEST", None)  # else ipykernel drops the JVM's output
+    client = NotebookClient(
+        combined, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+        timeout_func=lambda cell: TIER_CELL_TIMEOUT_S if cell.source == TIER_CELL
+        else CELL_TIMEOUT_S)
     began = time.monotonic()
     try:
         client.execute(env=env)
     except CellExecutionError as err:
         failed = next((p.name for p, a, b in spans
                        if any(o.get("output_type") == "error" for c in combined.cells[a:b]
-                              for o in c.get("outputs", []))), "a notebook")
+                              for o in c.get("outputs", []))), "the tier pass")
         pytest.fail(f"{failed} failed (executed copies in {tmp_path}):\n{err}", pytrace=False)
     finally:
         for path, first, last in spans:  # the executed copies, for a post-mortem
@@ -147,14 +200,27 @@ def test_notebooks_run_top_to_bottom(seeded_stack: SeededStack, tmp_path: Path) 
                                             cells=combined.cells[first:last])
             nbformat.write(copy, tmp_path / path.name)
     seconds = time.monotonic() - began
-    for path, first, last in spans:
+    table = Path(seeded_stack.info["warehouse"]) / "topics" / TOPIC
+    from deltalake import DeltaTable
+
+    # Only the active segment of each partition stays out of Delta.
+    assert 0 < DeltaTable(str(table)).to_pyarrow_dataset().count_rows() <= RECORDS
+    for path, first, last in [(Path("tier pass"), 0, 1), *spans]:
         cells = combined.cells[first:last]
         errors = [o for cell in cells if cell.cell_type == "code"
                   for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         assert not errors, (path.name, errors)
-        images = [o for cell in cells for o in cell.get("outputs", [])
-                  if "image/png" in o.get("data", {})]
-        assert images, f"{path.name} drew no plot"
+        # What the analyst would see under a cell: the JVM starts in the first one.
+        noisy = [(index, o.get("name"), o.get("text", ""))
+                 for index, cell in enumerate(cells) if cell.cell_type == "code"
+                 for o in cell.get("outputs", [])
+                 if o.get("output_type") == "stream" and NOISE.search(o.get("text", ""))]
+        assert not noisy, (f"{path.name}: cells print start-up or log noise (executed copy "
+                           f"in {tmp_path}): {noisy}")
+        if path.suffix == ".ipynb":
+            images = [o for cell in cells for o in cell.get("outputs", [])
+                      if "image/png" in o.get("data", {})]
+            assert images, f"{path.name} drew no plot"
     assert seconds < 400, f"the notebooks took {seconds:.0f} s:\n{_cell_seconds(combined)}"
 
 
