@@ -11,13 +11,17 @@ session (``strata tier run``) is a ``local[2]`` session started through
 ``spark.driver.host``/``bindAddress`` 127.0.0.2 in the same JVM (still the loopback
 network, so no traffic leaves the machine). Each test obtains the session it needs, so
 the order does not matter. Where the user's choice is an environment variable or a file
-Spark reads at launch, ``loopback_defaults`` is checked directly (no second JVM).
+Spark reads at launch, ``loopback_defaults`` is checked directly (no second JVM). So is
+the quiet start's filter; a start that fails (an unresolvable package: Ivy gives up
+before Spark starts) runs in a subprocess and must print everything the JVM said.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,6 +111,21 @@ def test_startup_noise_is_only_ivy_and_the_jdk_notice() -> None:
             "Exception in thread \"main\" java.lang.RuntimeException: [unresolved dependency]"]
     assert [line for line in noise if not is_startup_noise(line + "\n")] == []
     assert [line for line in kept if is_startup_noise(line + "\n")] == []
+
+
+def test_a_failed_start_prints_what_the_jvm_said(tmp_path: Path) -> None:
+    """The start-up output held back from a successful start is all printed when the start
+    fails: here Ivy cannot resolve a package, and its report is what tells the user why."""
+    script = ("from strata.spark import spark_session\n"
+              "spark_session('strata-test-failed-start', "
+              "{'spark.jars.packages': 'io.strata.missing:nothing_2.13:0.0.1'})\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    for told in (":: resolving dependencies ::", "UNRESOLVED DEPENDENCIES",
+                 "io.strata.missing#nothing_2.13;0.0.1: not found", "JAVA_GATEWAY_EXITED"):
+        assert told in result.stderr, result.stderr
+    assert ":: loading settings :: file = " in result.stdout, result.stdout  # Ivy's stdout line
 
 
 # -- real sessions ---------------------------------------------------------------------------
