@@ -64,8 +64,17 @@ start_consumer() {
 
 for run in $(seq 1 "$RUNS"); do
   dir=$(mktemp -d /tmp/strata-scenario.XXXXXX)
-  base=$(free_base_port)
-  "$STRATA" up --data-dir "$dir" --base-port "$base" --no-tier --format json >"$dir/up.json"
+  # Another process may take one of the free ports before the stack binds it: move on.
+  for attempt in 1 2 3 4 5; do
+    base=$(free_base_port)
+    if "$STRATA" up --data-dir "$dir" --base-port "$base" --no-tier --format json \
+        >"$dir/up.json" 2>"$dir/up.err"; then
+      break
+    fi
+    grep -q "already in use" "$dir/up.err" && [ "$attempt" -lt 5 ] || { cat "$dir/up.err" >&2; exit 1; }
+    "$STRATA" down --data-dir "$dir" >/dev/null 2>&1 || true
+    rm -rf "$dir"; dir=$(mktemp -d /tmp/strata-scenario.XXXXXX)
+  done
   export STRATA_BOOTSTRAP="127.0.0.1:$((base + 10))"
   "$STRATA" topic create fan -p 6 -r 3 >/dev/null
   busy=()
