@@ -116,7 +116,8 @@ def register_tables(spark: SparkSession, warehouse: Path) -> list[str]:
         root = warehouse / folder
         if not root.is_dir():
             continue
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+        if not spark.catalog.databaseExists(db):  # IF NOT EXISTS would warn every pass
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
         taken: dict[str, str] = {}
         for path in sorted(root.iterdir()):
             if not DeltaTable.is_deltatable(str(path)):

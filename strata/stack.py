@@ -580,7 +580,8 @@ def _all_known_services() -> dict[str, ServiceSpec]:
     return known
 
 
-#: The default stack (one broker until replication lands).
+#: The services of a one-broker stack (``stack_services(n)`` builds any size; ``strata up``
+#: starts three brokers unless told otherwise).
 SERVICES: tuple[ServiceSpec, ...] = stack_services(1)
 
 
