@@ -1130,7 +1130,6 @@ class AsyncConsumer:
             return self._commit_in_background(wanted, callback)
         await self._run_commit_callbacks()
         self._raise_async_commit_error()
-        await self._async_commits_sent()
         return await self._commit(wanted)
 
     def _raise_async_commit_error(self) -> None:
@@ -1139,6 +1138,13 @@ class AsyncConsumer:
             raise error
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Commit now (commit(), auto-commit, before a revocation, at close), after the
+        asynchronous commits asked for earlier, so a committed offset never goes back."""
+        await self._async_commits_sent()
+        return await self._send_commit(offsets)
+
+    async def _send_commit(self, offsets: dict[TopicPartition, int]
+                           ) -> dict[TopicPartition, int]:
         group = self._require_group("commit()")
         try:
             done = await group.commit(offsets, member=self._mode == "subscribe",
@@ -1191,7 +1197,7 @@ class AsyncConsumer:
         while (batch := self._async_next) is not None:
             self._async_next = None
             try:
-                done = await self._commit(batch.offsets)
+                done = await self._send_commit(batch.offsets)
             except StrataError as err:
                 log.warning("group %s: asynchronous commit failed: %s", self.group_id, err)
                 batch.outcome.set_exception(err)
