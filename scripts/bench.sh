@@ -6,8 +6,10 @@
 # failover), and stops exactly those stacks.
 # `scripts/bench.sh replication` runs only the three-broker section; `scripts/bench.sh
 # gateway` only the HTTP ingest gateway section (scripts/bench_gateway.sh, its own stack),
-# which `make bench` runs last; `scripts/bench.sh tier` and `scripts/bench.sh groups` run
-# only the tiering or the consumer group section.
+# which `make bench` runs last; `scripts/bench.sh tier`, `scripts/bench.sh groups` and
+# `scripts/bench.sh scale` run only the tiering, the consumer group or the many-partitions
+# section (`strata perf scale`: a three-broker stack of its own; SCALE_PARTITIONS,
+# SCALE_TOPICS and SCALE_GROUP_MEMBERS change its size).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=.venv/bin/strata
@@ -78,6 +80,19 @@ bench_groups() {
   "$STRATA" down --data-dir "$DATA" >/dev/null
 }
 
+# `scripts/bench.sh scale`: many partitions on three brokers (issue [2.2]). `strata perf
+# scale` starts its own stack on free ports in a temp dir and stops it; it prints one JSON
+# object (progress goes to stderr). A phase that fails ends it with the figures so far and
+# an "error" key; that is a finding for [2.2], so `make bench` goes on to the next section.
+bench_scale() {
+  local partitions=${SCALE_PARTITIONS:-10000} topics=${SCALE_TOPICS:-1000}
+  local members=${SCALE_GROUP_MEMBERS:-100}
+  echo "== many partitions: $partitions partitions over $topics topics, RF 3, min ISR 2, three brokers; 1,000 idle connections; $members group members on 1,000 partitions"
+  "$STRATA" perf scale --partitions "$partitions" --topics "$topics" \
+    --idle-connections 1000 --group-members "$members" --group-partitions 1000 \
+    || echo "== strata perf scale FAILED (exit $?): its error is above"
+}
+
 echo "== machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "== code: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- brokers strata || echo ' + uncommitted changes'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 if [[ "${1:-}" == "replication" ]]; then
@@ -90,6 +105,10 @@ if [[ "${1:-}" == "tier" ]]; then
 fi
 if [[ "${1:-}" == "groups" ]]; then
   bench_groups
+  exit 0
+fi
+if [[ "${1:-}" == "scale" ]]; then
+  bench_scale
   exit 0
 fi
 
@@ -141,6 +160,7 @@ echo "== Delta tiering (local[2]): 4,000,000 100-byte random records, 4 partitio
 
 bench_replication
 bench_groups
+bench_scale
 
 echo "== HTTP ingest gateway (scripts/bench_gateway.sh: its own stack)"
 bash scripts/bench_gateway.sh

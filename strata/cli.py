@@ -17,7 +17,8 @@
                    (--auth-config FILE | --no-auth) [--tls-cert FILE --tls-key FILE]
     strata tier run [--topic T ...] [--once | --every SECONDS] [--warehouse DIR]
                     [--zookeeper HOST:PORT]
-    strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier|group [...]
+    strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier|group|scale
+                [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
 ``--format text|json``.
@@ -183,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
         "group", help="consumer group rebalance pauses and group consume throughput")
     perf_groups.add_group_arguments(group_bench)
     group_bench.set_defaults(handler=perf_groups.run_group)
+    from strata import perf_scale
+
+    scale_bench = perf_sub.add_parser(
+        "scale", help="many partitions: creation, broker shutdown/kill/restart, broker "
+        "memory and files, idle connections, group balance (JSON on stdout)")
+    perf_scale.add_scale_arguments(scale_bench)
+    scale_bench.set_defaults(handler=perf_scale.run_scale)
     return parser
 
 
