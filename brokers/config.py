@@ -104,6 +104,15 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "shutdown_timeout_ms", int, 10_000,
         "how long a SIGTERM waits for in-flight requests before closing", lambda v: v >= 0,
         ">= 0"),
+    "controlled.shutdown.enable": _BrokerKey(
+        "controlled_shutdown_enable", _flag, True,
+        "on SIGTERM, first ask the controller to move this broker's leaderships to other "
+        "in-sync replicas (and take it out of every ISR), so clients see no outage",
+        accepted="true or false"),
+    "controlled.shutdown.timeout.ms": _BrokerKey(
+        "controlled_shutdown_timeout_ms", int, 30_000,
+        "how long a controlled shutdown waits for its leaderships to move before the "
+        "broker stops anyway (and says so in its log)", lambda v: v >= 0, ">= 0"),
     "fetch.max.wait.ms": _BrokerKey(
         "fetch_max_wait_ms", int, 30_000, "upper bound on a fetch's max_wait_ms",
         lambda v: v >= 0, ">= 0"),
@@ -187,6 +196,8 @@ class BrokerConfig:
     cleaner_interval_ms: int = 15_000
     flush_scheduler_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_timeout_ms: int = 30_000
     fetch_max_wait_ms: int = 30_000
     replica_lag_time_max_ms: int = 10_000
     replica_fetch_wait_max_ms: int = 500

@@ -41,23 +41,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
-from brokers.coordination import ControllerLease, PartitionState, TopicDefinition
+from brokers.coordination import ControllerLease, PartitionKey, PartitionState, TopicDefinition
 from brokers.errors import (
     ConcurrentUpdateError,
     ControllerMovedError,
     InvalidConfigError,
     StrataError,
-    UnknownTopicOrPartitionError,
 )
-from brokers.log import LogConfig
 
 if TYPE_CHECKING:
     from brokers.broker import Broker
 
-__all__ = ["Controller", "elect"]
+__all__ = ["Controller", "elect", "plan_elections"]
 
 log = logging.getLogger("strata.brokers.controller")
 
@@ -67,29 +66,46 @@ _REASSIGN_POLL_S: Final = 0.5
 #: How often an active controller scans every partition even without an event: a scan
 #: that failed (ZooKeeper trouble) or was skipped (session suspended) is made up for.
 _RESCAN_S: Final = 5.0
+#: Rescans between removals of old partition-state change notifications.
+_PRUNE_EVERY: Final = 12
 
 
 def elect(state: PartitionState, replicas: Sequence[int], live: Collection[int], *,
-          unclean: bool = False, preferred: bool = False) -> PartitionState | None:
+          unclean: bool = False, preferred: bool = False,
+          leaving: Collection[int] = ()) -> PartitionState | None:
     """The partition state the controller should write, or None to leave it.
+
+    ``leaving``: brokers in a controlled shutdown. They lead nothing another in-sync
+    replica can lead, are never elected, and leave every ISR that keeps a member
+    without them (acks=all must not wait for a broker about to stop).
 
     Pure, so that the election rules can be tested without a cluster.
     """
     live_isr = [b for b in state.isr if b in live]
+    staying_isr = [b for b in live_isr if b not in leaving]
     if state.leader >= 0 and state.leader in live:
-        if preferred and replicas and replicas[0] != state.leader and replicas[0] in live_isr:
-            return PartitionState(replicas[0], state.leader_epoch + 1, live_isr,
-                                  zk_version=state.zk_version)
-        if live_isr != list(state.isr) and live_isr:
-            return PartitionState(state.leader, state.leader_epoch, live_isr,
+        if state.leader in leaving:
+            successors = [b for b in replicas if b in staying_isr]
+            if successors:
+                return PartitionState(successors[0], state.leader_epoch + 1, staying_isr,
+                                      zk_version=state.zk_version)
+            isr = live_isr  # nobody else is in sync: it leads until it stops
+        else:
+            isr = staying_isr
+            if preferred and replicas and replicas[0] != state.leader \
+                    and replicas[0] in staying_isr:
+                return PartitionState(replicas[0], state.leader_epoch + 1, isr,
+                                      zk_version=state.zk_version)
+        if isr != list(state.isr) and isr:
+            return PartitionState(state.leader, state.leader_epoch, isr,
                                   zk_version=state.zk_version)
         return None
-    candidates = [b for b in replicas if b in live_isr]
+    candidates = [b for b in replicas if b in staying_isr]
     if candidates:
-        return PartitionState(candidates[0], state.leader_epoch + 1, live_isr,
+        return PartitionState(candidates[0], state.leader_epoch + 1, staying_isr,
                               zk_version=state.zk_version)
     if unclean:
-        alive = [b for b in replicas if b in live]
+        alive = [b for b in replicas if b in live and b not in leaving]
         if alive:
             log.warning("unclean leader election: broker %d leads although it was not in the "
                         "ISR %s; acknowledged records it lacks are lost", alive[0], state.isr)
@@ -100,6 +116,29 @@ def elect(state: PartitionState, replicas: Sequence[int], live: Collection[int],
         return PartitionState(-1, state.leader_epoch + 1, list(state.isr),
                               zk_version=state.zk_version)
     return None
+
+
+def plan_elections(topics: Mapping[str, TopicDefinition],
+                   states: Mapping[PartitionKey, PartitionState], live: Collection[int], *,
+                   leaving: Collection[int] = (), unclean: Collection[str] = (),
+                   preferred: Collection[PartitionKey] | None = None
+                   ) -> dict[PartitionKey, PartitionState]:
+    """:func:`elect` over every partition of ``topics`` whose state is known: the states
+    to write. ``unclean``: topics with unclean leader election enabled; ``preferred``:
+    partitions to move to their preferred replica (empty: all; None: none)."""
+    plan: dict[PartitionKey, PartitionState] = {}
+    for name, topic in topics.items():
+        allow_unclean = name in unclean
+        for p, replicas in topic.assignment.items():
+            state = states.get((name, p))
+            if state is None:
+                continue
+            new = elect(state, replicas, live, unclean=allow_unclean, leaving=leaving,
+                        preferred=preferred is not None and (not preferred
+                                                             or (name, p) in preferred))
+            if new is not None:
+                plan[(name, p)] = new
+    return plan
 
 
 class Controller:
@@ -162,6 +201,10 @@ class Controller:
             return
         self.lease = lease
         log.info("broker %d is controller (epoch %d)", lease.broker_id, lease.epoch)
+        try:
+            await self.reload_states()
+        except Exception as err:  # decide on the watched view; conflicts still correct it
+            log.warning("reloading partition states failed: %r", err)
         if self._rescanning is None or self._rescanning.done():
             self._rescanning = asyncio.get_running_loop().create_task(self._rescan_loop())
         await self.elect_leaders()
@@ -306,10 +349,14 @@ class Controller:
 
     async def _rescan_loop(self) -> None:
         """While controller: scan every few seconds, and finish leftover requests."""
+        rounds = 0
         while self.lease is not None and not self.broker.stopping:
             await asyncio.sleep(_RESCAN_S)
             await self.elect_leaders()
+            rounds += 1
             try:
+                if rounds % _PRUNE_EVERY == 0:
+                    await asyncio.to_thread(self.broker.coordinator.prune_state_changes)
                 if await asyncio.to_thread(self.broker.coordinator.preferred_election_pending):
                     await self._run_preferred_election()
                 pending, _ = await asyncio.to_thread(self.broker.coordinator.reassignments)
@@ -317,19 +364,25 @@ class Controller:
             except Exception as err:
                 log.warning("controller rescan failed: %r", err)
 
-    async def elect_leaders(self, *, preferred: Collection[tuple[str, int]] | None = None
-                            ) -> dict[tuple[str, int], PartitionState]:
-        """Scan every partition and write the states :func:`elect` asks for.
+    async def elect_leaders(self, *, preferred: Collection[PartitionKey] | None = None
+                            ) -> dict[PartitionKey, PartitionState]:
+        """Decide every partition and write the states :func:`elect` asks for.
 
         ``preferred``: partitions whose leadership should move to their preferred
         replica (an empty collection: every partition). Returns the states written.
+
+        Decisions are made on this broker's view of the partition states (kept current
+        by its state watches, and reloaded in bulk when it becomes controller), then
+        written in pipelined, epoch-fenced multi-ops. A state that moved since it was
+        seen comes back as a conflict with its current value and is decided again, so a
+        stale view costs a retry, never a wrong write.
         """
         lease = self.lease
         if lease is None or self.broker.zookeeper_suspended:
             return {}
         async with self._lock:
             try:
-                return await asyncio.to_thread(self._scan, lease, preferred)
+                return await self._elect(lease, preferred)
             except ControllerMovedError as err:
                 log.info("%s", err)
                 if self.lease is lease:
@@ -340,44 +393,60 @@ class Controller:
                             err)
                 return {}
 
-    def _scan(self, lease: ControllerLease, preferred: Collection[tuple[str, int]] | None
-              ) -> dict[tuple[str, int], PartitionState]:
+    async def _elect(self, lease: ControllerLease, preferred: Collection[PartitionKey] | None
+                     ) -> dict[PartitionKey, PartitionState]:
         coordinator = self.broker.coordinator
-        live = {b.broker_id for b in coordinator.live_brokers()}
-        written: dict[tuple[str, int], PartitionState] = {}
-        for name in coordinator.list_topics():
-            topic = coordinator.get_topic(name)
-            if topic is None:
-                continue
-            unclean = self._unclean_allowed(name)
-            for p, replicas in topic.assignment.items():
-                want_preferred = preferred is not None and (not preferred
-                                                            or (name, p) in preferred)
-                for _ in range(_RETRIES):
-                    try:
-                        state = coordinator.partition_state(name, p)
-                    except UnknownTopicOrPartitionError:
-                        break
-                    new = elect(state, replicas, live, unclean=unclean,
-                                preferred=want_preferred)
-                    if new is None:
-                        break
-                    try:
-                        written[(name, p)] = coordinator.update_partition_state_as_controller(
-                            lease, name, p, new)
-                        log.info("%s-%d: leader %d -> %d, epoch %d, isr %s", name, p,
-                                 state.leader, new.leader, new.leader_epoch, new.isr)
-                        break
-                    except ConcurrentUpdateError:
-                        continue  # a leader's ISR write got there first: decide again
-                    except UnknownTopicOrPartitionError:
-                        break
+        started = time.monotonic()
+        live, leaving = await asyncio.to_thread(
+            lambda: (coordinator.live_broker_ids(), coordinator.shutting_down_brokers()))
+        self.broker.shutting_down = leaving
+        topics = dict(self.broker.topics)
+        unclean = {name for name in topics if self._unclean_allowed(name)}
+        plan = plan_elections(topics, dict(self.broker.partition_states), live,
+                              leaving=leaving, unclean=unclean, preferred=preferred)
+        written: dict[PartitionKey, PartitionState] = {}
+        conflicts = leader_changes = 0
+        for _ in range(_RETRIES):
+            if not plan:
+                break
+            outcome = await asyncio.to_thread(coordinator.write_partition_states, plan,
+                                              lease=lease)
+            for (name, p), state in outcome.written.items():
+                before = self.broker.partition_states.get((name, p))
+                if before is None or before.leader != state.leader:
+                    leader_changes += 1
+                    log.debug("%s-%d: leader %d -> %d, epoch %d, isr %s", name, p,
+                              -1 if before is None else before.leader, state.leader,
+                              state.leader_epoch, state.isr)
+                self.broker.apply_partition_state(name, p, state, quiet=True)
+            written.update(outcome.written)
+            conflicts += len(outcome.conflicts)
+            # Someone (a leader's ISR write) got there first: decide again on what is there.
+            plan = plan_elections(
+                {name: topics[name] for name, _ in outcome.conflicts if name in topics},
+                outcome.conflicts, live, leaving=leaving, unclean=unclean,
+                preferred=preferred)
+        if written:
+            # One line per decision round, not per partition: at ten thousand partitions
+            # the log lines alone would cost seconds.
+            log.info("controller epoch %d wrote %d partition states (%d new leaders; live "
+                     "brokers %s, leaving %s; %d conflicts decided again) in %.2f s",
+                     lease.epoch, len(written), leader_changes, sorted(live),
+                     sorted(leaving), conflicts, time.monotonic() - started)
         return written
+
+    async def reload_states(self) -> None:
+        """Read every partition's state in one pipelined batch into this broker's view
+        (on becoming controller: decide on ZooKeeper's truth, not on a view that may
+        have missed events while another broker was controller)."""
+        keys = [(name, p) for name, topic in self.broker.topics.items()
+                for p in topic.assignment]
+        states = await asyncio.to_thread(self.broker.coordinator.read_partition_states, keys)
+        for (name, p), state in states.items():
+            self.broker.apply_partition_state(name, p, state, quiet=True)
 
     def _unclean_allowed(self, topic: str) -> bool:
         try:
-            overrides, _ = self.broker.coordinator.topic_configs(topic)
-            config = LogConfig.from_mapping(overrides, base=self.broker.config.log_defaults)
+            return self.broker.log_config_for(topic).unclean_leader_election_enable
         except (InvalidConfigError, StrataError):
             return False
-        return config.unclean_leader_election_enable

@@ -19,6 +19,9 @@ Znode layout (every value is UTF-8 JSON with a ``"version": 1`` field)::
     /strata/admin/reassign_partitions           {"partitions": {topic: {p: [replicas]}}}
                                                 reassignments in progress (the controller
                                                 removes each once it is complete)
+    /strata/admin/controlled_shutdown/<id>      {"broker_id"}  EPHEMERAL: the broker is
+                                                stopping; the controller moves its
+                                                leaderships and takes it out of ISRs
     /strata/tier/topics/<topic>                 {"table": "<Delta table uri>"} (set by the
                                                 tiering job; empty until it is)
     /strata/tier/topics/<topic>/partitions/<p>  TierProgress {tiered_up_to, tier_start,
@@ -52,20 +55,33 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    EXCEPTIONS,
     BadVersionError,
     KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
 )
+from kazoo.protocol.serialization import (
+    MultiHeader,
+    bool_struct,
+    int_struct,
+    multiheader_struct,
+    read_buffer,
+    stat_struct,
+    write_string,
+)
+from kazoo.protocol.states import ZnodeStat
 
 from brokers.errors import (
     BrokerIdInUseError,
@@ -103,11 +119,30 @@ _CONTROLLER = f"{ROOT}/controller"
 _CONTROLLER_EPOCH = f"{ROOT}/controller_epoch"
 _PREFERRED_ELECTION = f"{ROOT}/admin/preferred_replica_election"
 _REASSIGNMENTS = f"{ROOT}/admin/reassign_partitions"
+_CONTROLLED_SHUTDOWN = f"{ROOT}/admin/controlled_shutdown"
+_STATE_CHANGES = f"{ROOT}/state_changes"
 _TIER_TOPICS = f"{ROOT}/tier/topics"
 _TIER_LOCKS = f"{ROOT}/tier/locks"
 
+#: ``(topic, partition)``.
+PartitionKey = tuple[str, int]
 
-
+# Bulk writes go out as multi-ops of at most this many operations and bytes: one
+# ZooKeeper request must stay below ``jute.maxbuffer`` (about 1 MB by default), and a
+# smaller transaction loses less work when one of its conditional writes fails.
+_TX_MAX_OPS: Final = 500
+_TX_MAX_BYTES: Final = 256 * 1024
+#: How long a pipelined batch of reads or writes may take before it counts as failed.
+_BULK_TIMEOUT_S: Final = 60.0
+#: Paths per multiRead request (answers stay far below ``jute.maxbuffer``).
+_MULTI_READ_PATHS: Final = 500
+_GET_DATA: Final = 4  # ZooKeeper's getData opcode
+#: A broker re-reads every state it follows this often, whatever the notifications say.
+_FULL_READ_S: Final = 60.0
+#: Change notifications older than this are removed by the controller. A broker reads
+#: them within milliseconds; one cut off from ZooKeeper for longer has lost its session
+#: (and reads everything again) long before.
+STATE_CHANGE_RETENTION_S: Final = 300.0
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
@@ -148,6 +183,21 @@ class PartitionState:
     isr: list[int]
     controller_epoch: int = 0
     zk_version: int = field(default=-1, compare=False)
+
+
+@dataclass(slots=True)
+class StateWrites:
+    """What became of a batch of conditional partition-state writes.
+
+    ``written``: the states now in ZooKeeper, with their new znode versions.
+    ``conflicts``: partitions whose state changed since it was read (someone else wrote
+    first), with the state as it is now: decide again from it. ``missing``: partitions
+    that no longer exist (their topic was deleted meanwhile).
+    """
+
+    written: dict[PartitionKey, PartitionState] = field(default_factory=dict)
+    conflicts: dict[PartitionKey, PartitionState] = field(default_factory=dict)
+    missing: list[PartitionKey] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +250,7 @@ class Coordinator:
             raise BrokerNotAvailableError(
                 f"cannot reach ZooKeeper at {self.hosts} ({err}); start it (`strata up`) or "
                 "fix zookeeper.connect") from err
-        for path in (_BROKER_IDS, _TOPICS, _TOPIC_CONFIGS):
+        for path in (_BROKER_IDS, _TOPICS, _TOPIC_CONFIGS, _STATE_CHANGES):
             self.zk.ensure_path(path)
 
     def stop(self) -> None:
@@ -306,11 +356,9 @@ class Coordinator:
 
     def get_topic(self, name: str) -> TopicDefinition | None:
         try:
-            value = _load(self.zk.get(f"{_TOPICS}/{name}")[0])
+            return _topic(name, self.zk.get(f"{_TOPICS}/{name}")[0])
         except NoNodeError:
             return None
-        assignment = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
-        return TopicDefinition(name, str(value["topic_id"]), dict(sorted(assignment.items())))
 
     def topic_with_version(self, name: str) -> tuple[TopicDefinition, int] | None:
         """The topic definition and its znode version (for conditional writes)."""
@@ -318,10 +366,7 @@ class Coordinator:
             data, stat = self.zk.get(f"{_TOPICS}/{name}")
         except NoNodeError:
             return None
-        value = _load(data)
-        assignment = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
-        return TopicDefinition(name, str(value["topic_id"]), dict(sorted(assignment.items()))), \
-            stat.version
+        return _topic(name, data), stat.version
 
     def watch_topic(self, name: str, callback: Callable[[TopicDefinition | None], None]
                     ) -> None:
@@ -331,10 +376,7 @@ class Coordinator:
             if data is None:
                 callback(None)
                 return False
-            value = _load(data)
-            assignment = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
-            callback(TopicDefinition(name, str(value["topic_id"]),
-                                     dict(sorted(assignment.items()))))
+            callback(_topic(name, data))
             return None
 
         self.zk.DataWatch(f"{_TOPICS}/{name}")(on_data)
@@ -431,36 +473,190 @@ class Coordinator:
             if data is None:
                 callback(None)
                 return False
-            value = _load(data)
-            callback(PartitionState(int(value["leader"]), int(value["leader_epoch"]),
-                                    [int(b) for b in value["isr"]],
-                                    int(value["controller_epoch"]), stat.version))
+            callback(_parse_state(data, stat))
             return None
 
-        self.zk.DataWatch(f"{_TOPICS}/{topic}/partitions/{partition}/state")(on_data)
+        self.zk.DataWatch(_state_path(topic, partition))(on_data)
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         try:
-            data, stat = self.zk.get(f"{_TOPICS}/{topic}/partitions/{partition}/state")
+            data, stat = self.zk.get(_state_path(topic, partition))
         except NoNodeError:
             raise UnknownTopicOrPartitionError(
                 f"partition {topic}-{partition} does not exist") from None
-        value = _load(data)
-        return PartitionState(int(value["leader"]), int(value["leader_epoch"]),
-                              [int(b) for b in value["isr"]], int(value["controller_epoch"]),
-                              stat.version)
+        return _parse_state(data, stat)
 
     def update_partition_state(self, topic: str, partition: int, state: PartitionState
                                ) -> PartitionState:
         """Conditional write against ``state.zk_version``; returns the state, new version."""
-        path = f"{_TOPICS}/{topic}/partitions/{partition}/state"
-        try:
-            stat = self.zk.set(path, _state_bytes(state), version=state.zk_version)
-        except BadVersionError as err:
+        tx = self.zk.transaction()
+        tx.set_data(_state_path(topic, partition), _state_bytes(state), version=state.zk_version)
+        _notify(tx, [(topic, partition)])
+        results = tx.commit()
+        if isinstance(results[0], BadVersionError):
             raise ConcurrentUpdateError(
-                f"state of {topic}-{partition} changed meanwhile; re-read it") from err
+                f"state of {topic}-{partition} changed meanwhile; re-read it")
+        if isinstance(results[0], NoNodeError):
+            raise UnknownTopicOrPartitionError(f"partition {topic}-{partition} does not exist")
         return PartitionState(state.leader, state.leader_epoch, list(state.isr),
-                              state.controller_epoch, stat.version)
+                              state.controller_epoch, results[0].version)
+
+    # ------------------------------------------------------------------ bulk, pipelined
+    def _read_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, Any]]:
+        """``get`` of every path in a few multiRead requests, all sent before the first
+        answer is awaited. Paths that do not exist are left out; any other failure
+        (connection loss) raises."""
+        paths = list(paths)
+        pending = []
+        for i in range(0, len(paths), _MULTI_READ_PATHS):
+            chunk = paths[i:i + _MULTI_READ_PATHS]
+            result = self.zk.handler.async_result()
+            self.zk._call(_MultiRead(chunk), result)
+            pending.append((chunk, result))
+        out: dict[str, tuple[bytes, Any]] = {}
+        for chunk, result in pending:
+            for path, answer in zip(chunk, result.get(timeout=_BULK_TIMEOUT_S), strict=True):
+                if isinstance(answer, NoNodeError):
+                    continue
+                if isinstance(answer, Exception):
+                    raise answer
+                out[path] = answer
+        return out
+
+    def read_topics(self, names: Iterable[str]) -> dict[str, TopicDefinition]:
+        """The definitions of the named topics that exist, read in one pipelined batch."""
+        names = list(names)
+        found = self._read_many(f"{_TOPICS}/{name}" for name in names)
+        out: dict[str, TopicDefinition] = {}
+        for name in names:
+            got = found.get(f"{_TOPICS}/{name}")
+            if got is not None:
+                out[name] = _topic(name, got[0])
+        return out
+
+    def read_topic_configs(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
+        """The config overrides of each named topic (``{}`` when none are recorded)."""
+        names = list(names)
+        found = self._read_many(f"{_TOPIC_CONFIGS}/{name}" for name in names)
+        out: dict[str, dict[str, str]] = {}
+        for name in names:
+            got = found.get(f"{_TOPIC_CONFIGS}/{name}")
+            out[name] = {} if got is None else \
+                {str(k): str(v) for k, v in _load(got[0])["config"].items()}
+        return out
+
+    def read_partition_states(self, keys: Iterable[PartitionKey]
+                              ) -> dict[PartitionKey, PartitionState]:
+        """The state of every named partition that exists, in one pipelined batch (the
+        controller's reload at failover, a broker's start-up)."""
+        keys = list(keys)
+        found = self._read_many(_state_path(t, p) for t, p in keys)
+        out: dict[PartitionKey, PartitionState] = {}
+        for key in keys:
+            got = found.get(_state_path(*key))
+            if got is not None:
+                out[key] = _parse_state(*got)
+        return out
+
+    def write_partition_states(self, states: Mapping[PartitionKey, PartitionState], *,
+                               lease: ControllerLease | None = None) -> StateWrites:
+        """Conditional writes of many partition states, pipelined in chunked multi-ops.
+
+        Each state is written only if its znode is still at ``state.zk_version``. With a
+        ``lease`` (the controller) every multi-op also checks the controller epoch, so
+        a deposed controller writes nothing (``ControllerMovedError``) and the states
+        carry the lease's epoch. A multi-op is all or nothing: when one of its writes
+        finds a newer state, the others are re-checked with one pipelined read and sent
+        again; only partitions whose state really moved come back as ``conflicts``.
+        """
+        stamped = {key: state if lease is None else PartitionState(
+            state.leader, state.leader_epoch, list(state.isr), lease.epoch, state.zk_version)
+            for key, state in states.items()}
+        outcome = StateWrites()
+        todo = dict(stamped)
+        while todo:
+            retry: dict[PartitionKey, PartitionState] = {}
+            for chunk, result in [(chunk, self._commit_states(chunk, lease))
+                                  for chunk in _chunks(todo)]:
+                results = result.get(timeout=_BULK_TIMEOUT_S)
+                offset = 0
+                if lease is not None:
+                    if isinstance(results[0], BadVersionError | NoNodeError):
+                        raise ControllerMovedError(
+                            f"controller epoch {lease.epoch} of broker {lease.broker_id} is "
+                            "no longer current; another broker is controller now")
+                    offset = 1
+                # The last answer is the change notification's.
+                answers = results[offset:offset + len(chunk)]
+                for (key, state), answer in zip(chunk, answers, strict=True):
+                    if isinstance(answer, BadVersionError):
+                        outcome.conflicts[key] = state
+                    elif isinstance(answer, NoNodeError):
+                        outcome.missing.append(key)
+                    elif isinstance(answer, KazooException):
+                        retry[key] = state  # rolled back with a failing neighbour
+                    elif isinstance(answer, Exception):
+                        raise answer
+                    else:
+                        outcome.written[key] = PartitionState(
+                            state.leader, state.leader_epoch, list(state.isr),
+                            state.controller_epoch, answer.version)
+            if retry:
+                # Only the first failing write of a multi-op names itself: re-read the
+                # rolled-back ones so that every conflict is found in this one round.
+                fresh = self.read_partition_states(retry)
+                todo = {}
+                for key, state in retry.items():
+                    now = fresh.get(key)
+                    if now is None:
+                        outcome.missing.append(key)
+                    elif now.zk_version != state.zk_version:
+                        outcome.conflicts[key] = now
+                    else:
+                        todo[key] = state
+            else:
+                todo = {}
+        if outcome.conflicts:
+            fresh = self.read_partition_states(outcome.conflicts)
+            for key in list(outcome.conflicts):
+                if key in fresh:
+                    outcome.conflicts[key] = fresh[key]
+                else:
+                    del outcome.conflicts[key]
+                    outcome.missing.append(key)
+        return outcome
+
+    def _commit_states(self, chunk: list[tuple[PartitionKey, PartitionState]],
+                       lease: ControllerLease | None) -> Any:
+        tx = self.zk.transaction()
+        if lease is not None:
+            tx.check(_CONTROLLER_EPOCH, lease.epoch_zk_version)
+        for (topic, p), state in chunk:
+            tx.set_data(_state_path(topic, p), _state_bytes(state), version=state.zk_version)
+        _notify(tx, [key for key, _ in chunk])
+        return tx.commit_async()
+
+    def state_watcher(self, deliver: Callable[[], None]) -> PartitionStateWatcher:
+        """A :class:`PartitionStateWatcher` on this session."""
+        watcher = PartitionStateWatcher(self, deliver)
+        self.add_state_listener(watcher.session_state)
+        return watcher
+
+    def prune_state_changes(self, older_than_s: float = STATE_CHANGE_RETENTION_S) -> int:
+        """Remove change notifications older than ``older_than_s`` (by ZooKeeper's
+        creation time); returns how many. The controller calls it now and then."""
+        try:
+            children = self.zk.get_children(_STATE_CHANGES)
+        except NoNodeError:
+            return 0
+        paths = [f"{_STATE_CHANGES}/{c}" for c in children]
+        cutoff_ms = (time.time() - older_than_s) * 1000
+        old = [path for path, (_, stat) in self._read_many(paths).items()
+               if stat.ctime < cutoff_ms]
+        for result in [self.zk.delete_async(path) for path in old]:
+            with contextlib.suppress(NoNodeError):
+                result.get(timeout=_BULK_TIMEOUT_S)
+        return len(old)
 
     # ------------------------------------------------------------------ controller
     def try_become_controller(self, broker_id: int) -> ControllerLease | None:
@@ -531,16 +727,20 @@ class Coordinator:
                                  state.zk_version)
         self._write_as_controller(lease, path, _state_bytes(stamped), state.zk_version,
                                   f"state of {topic}-{partition}",
-                                  f"partition {topic}-{partition}")
+                                  f"partition {topic}-{partition}", notify=(topic, partition))
         return self.partition_state(topic, partition)
 
     def _write_as_controller(self, lease: ControllerLease, path: str, data: bytes,
-                             expected_version: int, what: str, thing: str) -> None:
+                             expected_version: int, what: str, thing: str, *,
+                             notify: PartitionKey | None = None) -> None:
         """``set(path, data)`` if ``lease`` is still the newest controller epoch and the
-        znode is still at ``expected_version``, in one multi-op."""
+        znode is still at ``expected_version``, in one multi-op (with the change
+        notification of partition ``notify``, if given)."""
         tx = self.zk.transaction()
         tx.check(_CONTROLLER_EPOCH, lease.epoch_zk_version)
         tx.set_data(path, data, version=expected_version)
+        if notify is not None:
+            _notify(tx, [notify])
         results = tx.commit()
         # In a failed multi-op the failing operation carries its own error and the
         # others come back as RolledBackError.
@@ -618,6 +818,32 @@ class Coordinator:
     def watch_reassignments(self, callback: Callable[[bool], None]) -> None:
         """``callback(any pending)`` now and whenever the reassignments znode changes."""
         self.zk.DataWatch(_REASSIGNMENTS)(lambda data, stat: callback(data is not None))
+
+    # ------------------------------------------------------------------ controlled shutdown
+    def request_controlled_shutdown(self, broker_id: int) -> None:
+        """Ask the controller to move this broker's leaderships away (and take it out of
+        every ISR) before it stops. The request is an ephemeral znode: it ends with this
+        session, so a broker that restarts (or dies) is not left marked as leaving."""
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(f"{_CONTROLLED_SHUTDOWN}/{broker_id}", _dump({"broker_id": broker_id}),
+                           ephemeral=True, makepath=True)
+
+    def shutting_down_brokers(self) -> set[int]:
+        """Brokers with a controlled shutdown in progress."""
+        try:
+            return {int(child) for child in self.zk.get_children(_CONTROLLED_SHUTDOWN)}
+        except NoNodeError:
+            return set()
+
+    def live_broker_ids(self) -> set[int]:
+        """Registered brokers (one read, without their registrations)."""
+        return {int(child) for child in self.zk.get_children(_BROKER_IDS)}
+
+    def watch_shutting_down(self, callback: Callable[[set[int]], None]) -> None:
+        """``callback(ids of brokers shutting down)`` now and on every change."""
+        self.zk.ensure_path(_CONTROLLED_SHUTDOWN)
+        self.zk.ChildrenWatch(_CONTROLLED_SHUTDOWN)(
+            lambda ids: callback({int(i) for i in ids}))
 
     # ------------------------------------------------------------------ tiering
     def tier_table(self, topic: str) -> str | None:
@@ -808,6 +1034,218 @@ class Coordinator:
                 return range(start, start + block_size)
             except (BadVersionError, NodeExistsError):
                 continue
+
+
+class PartitionStateWatcher:
+    """Follows many partition states at once, for a broker's view of the cluster.
+
+    One watch per state znode would cost one ZooKeeper request per partition to arm
+    and one per change to read (and kazoo sends requests one at a time: about a
+    thousand per second here). Instead every state write is made in a multi-op that
+    also creates a sequential *change notification* listing the partitions it wrote
+    (``/strata/state_changes/change-<seq>``). This follows the notifications with one
+    children watch and reads the states they name with multi-reads (``multiRead``,
+    ZooKeeper 3.6+): a controller batch of thousands of partitions reaches a broker
+    as a few requests. ``deliver()`` is called (on the watcher's thread) when the
+    first state of a new batch is ready; the consumer takes everything that arrived
+    since with :meth:`take`. States may arrive more than once and a newer state may
+    arrive under an older notification: consumers keep the highest ``zk_version``.
+
+    Deletions are not delivered: a deleted topic leaves through the topic list watch.
+
+    Recovery: every followed state is read again after a lost session (the watch and
+    the notifications created meanwhile may be gone), when notifications were removed
+    before this watcher read them, and every ``_FULL_READ_S`` as a safety net.
+
+    Thread-safety: :meth:`follow`, :meth:`forget` and :meth:`take` may be called from
+    any thread; reads run on the watcher's own daemon thread, never on kazoo's.
+    """
+
+    def __init__(self, coordinator: Coordinator, deliver: Callable[[], None]) -> None:
+        self._coordinator = coordinator
+        self._deliver = deliver
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._followed: set[PartitionKey] = set()
+        self._ready: list[tuple[PartitionKey, PartitionState | None]] = []
+        self._children: list[str] | None = None
+        self._last_seen = -1  # highest notification sequence read
+        self._reload = False
+        self._next_full_read = time.monotonic() + _FULL_READ_S
+        self._closed = False
+        coordinator.zk.ensure_path(_STATE_CHANGES)
+        children = coordinator.zk.get_children(_STATE_CHANGES)
+        self._last_seen = max((_sequence(c) for c in children), default=-1)
+        coordinator.zk.ChildrenWatch(_STATE_CHANGES)(self._on_children)
+        threading.Thread(target=self._run, name="strata-state-watcher", daemon=True).start()
+
+    def follow(self, keys: Iterable[PartitionKey]) -> dict[PartitionKey, PartitionState]:
+        """Start following ``keys``; blocks until their current states are read and
+        returns them (partitions that do not exist are absent). Later changes are
+        delivered through ``deliver``/``take``."""
+        keys = list(keys)
+        with self._lock:
+            self._followed.update(keys)
+        return self._coordinator.read_partition_states(keys)
+
+    def forget(self, keys: Iterable[PartitionKey]) -> None:
+        """Stop delivering changes of ``keys`` (a dropped topic)."""
+        with self._lock:
+            self._followed.difference_update(keys)
+
+    def take(self) -> list[tuple[PartitionKey, PartitionState | None]]:
+        """Every state delivered since the last call, oldest first."""
+        with self._lock:
+            ready, self._ready = self._ready, []
+        return ready
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+
+    def session_state(self, state: str) -> None:
+        """Coordinator state listener: after a lost session read everything again."""
+        if state == "LOST":
+            with self._lock:
+                self._reload = True
+                self._wake.notify()
+
+    def _on_children(self, children: list[str]) -> bool | None:
+        with self._lock:
+            if self._closed:
+                return False  # ends kazoo's watch
+            self._children = children
+            self._wake.notify()
+        return None
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and self._children is None and not self._reload \
+                        and time.monotonic() < self._next_full_read:
+                    self._wake.wait(max(self._next_full_read - time.monotonic(), 0.01))
+                if self._closed:
+                    return
+                children, self._children = self._children, None
+                reload, self._reload = self._reload, False
+            try:
+                self._catch_up(children, reload)
+            except Exception as err:  # ZooKeeper trouble: read everything once it is back
+                log.warning("following partition-state changes failed: %r; reading every "
+                            "state again shortly", err)
+                with self._lock:
+                    self._reload = True
+                time.sleep(0.5)
+
+    def _catch_up(self, children: list[str] | None, reload: bool) -> None:
+        keys: set[PartitionKey] = set()
+        if children is not None:
+            fresh = sorted((seq, name) for name in children
+                           if (seq := _sequence(name)) > self._last_seen)
+            if fresh:
+                names = [f"{_STATE_CHANGES}/{name}" for _, name in fresh]
+                notes = self._coordinator._read_many(names)
+                if len(notes) < len(names):
+                    reload = True  # removed before we read them: changes may be lost
+                for data, _ in notes.values():
+                    keys.update((str(t), int(p)) for t, p in _load(data)["partitions"])
+                self._last_seen = fresh[-1][0]
+        if reload or time.monotonic() >= self._next_full_read:
+            self._next_full_read = time.monotonic() + _FULL_READ_S
+            with self._lock:
+                keys = set(self._followed)
+        else:
+            with self._lock:
+                keys &= self._followed
+        if not keys:
+            return
+        states = self._coordinator.read_partition_states(keys)
+        with self._lock:
+            first = not self._ready
+            self._ready.extend(states.items())
+        if first and states:
+            self._deliver()
+
+
+class _MultiRead(namedtuple("_MultiRead", "paths")):
+    """ZooKeeper's ``multiRead`` (opcode 22, ZooKeeper 3.6+): many ``getData`` in one
+    request, which kazoo does not offer. Answers one ``(data, stat)`` or exception per
+    path, in order. Wire format: like a multi-op, a ``MultiHeader`` (type, done, err)
+    before each ``GetDataRequest`` (path, watch flag) and each answer."""
+
+    type = 22
+
+    def serialize(self) -> bytearray:
+        out = bytearray()
+        for path in self.paths:
+            out += MultiHeader(_GET_DATA, False, -1).serialize()  # op type, not done, no error
+            out += write_string(path) + bool_struct.pack(0)     # path, no watch
+        out += multiheader_struct.pack(-1, True, -1)             # the closing header
+        return out
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
+        header, offset = MultiHeader.deserialize(data, offset)
+        results: list[Any] = []
+        while not header.done:
+            if header.type == _GET_DATA:
+                value, offset = read_buffer(data, offset)
+                stat = ZnodeStat._make(stat_struct.unpack_from(data, offset))
+                results.append((value or b"", stat))
+                offset += stat_struct.size
+            elif header.type == -1:
+                code = int_struct.unpack_from(data, offset)[0]
+                offset += int_struct.size
+                results.append(EXCEPTIONS[code]())
+            else:
+                raise ValueError(f"unexpected multiRead answer type {header.type}")
+            header, offset = MultiHeader.deserialize(data, offset)
+        return results
+
+
+def _sequence(name: str) -> int:
+    """The sequence number ZooKeeper appended to a sequential znode's name."""
+    return int(name[-10:])
+
+
+def _notify(tx: Any, keys: list[PartitionKey]) -> None:
+    """Add the change notification of ``keys`` to a multi-op writing their states."""
+    tx.create(f"{_STATE_CHANGES}/change-", _dump({"partitions": [list(k) for k in keys]}),
+              sequence=True)
+
+
+def _state_path(topic: str, partition: int) -> str:
+    return f"{_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def _parse_state(data: bytes, stat: Any) -> PartitionState:
+    value = _load(data)
+    return PartitionState(int(value["leader"]), int(value["leader_epoch"]),
+                          [int(b) for b in value["isr"]], int(value["controller_epoch"]),
+                          stat.version)
+
+
+def _topic(name: str, data: bytes) -> TopicDefinition:
+    value = _load(data)
+    assignment = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
+    return TopicDefinition(name, str(value["topic_id"]), dict(sorted(assignment.items())))
+
+
+def _chunks(states: Mapping[PartitionKey, PartitionState]
+            ) -> Iterator[list[tuple[PartitionKey, PartitionState]]]:
+    """Split writes into multi-ops below ZooKeeper's request size limit."""
+    chunk: list[tuple[PartitionKey, PartitionState]] = []
+    size = 0
+    for key, state in states.items():
+        cost = len(_state_path(*key)) + len(_state_bytes(state)) + 16
+        if chunk and (len(chunk) >= _TX_MAX_OPS or size + cost > _TX_MAX_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((key, state))
+        size += cost
+    if chunk:
+        yield chunk
 
 
 def _no_topic_to_tier(topic: str) -> UnknownTopicOrPartitionError:

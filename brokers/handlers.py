@@ -273,7 +273,8 @@ class RequestHandlers:
 
     # ------------------------------------------------------------------ topics admin
     async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
-        results = []
+        results: list[TopicResult] = []
+        created: list[int] = []  # indexes into results, awaited together at the end
         for topic in request.topics:
             try:
                 named = {b for a in topic.assignments for b in a.broker_ids}
@@ -290,11 +291,18 @@ class RequestHandlers:
                 if not request.validate_only:
                     await asyncio.to_thread(self.broker.coordinator.create_topic, definition,
                                             overrides)
-                    await self._await_topic(topic.name, present=True,
-                                            timeout_ms=request.timeout_ms)
+                    created.append(len(results))
                 results.append(TopicResult(topic.name, 0, None))
             except (StrataError, KazooException) as err:
                 results.append(TopicResult(topic.name, *_error(err)))
+        # One wait for all of them: the broker loads topics that arrive together in one
+        # batch (pipelined reads, logs opened in parallel), not one after the other.
+        for index in created:
+            try:
+                await self._await_topic(results[index].name, present=True,
+                                        timeout_ms=request.timeout_ms)
+            except (StrataError, KazooException) as err:
+                results[index] = TopicResult(results[index].name, *_error(err))
         return CreateTopicsResponse(results)
 
     def _plan_topic(self, name: str, partitions: int, replication: int,

@@ -32,7 +32,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -406,12 +406,14 @@ class Partition:
         position.leader_end_at_last_fetch = leader_end
         self._advance_high_watermark()
 
-    def isr_change(self, lag_time_max_ms: int) -> list[int] | None:
+    def isr_change(self, lag_time_max_ms: int, leaving: Collection[int] = ()
+                   ) -> list[int] | None:
         """The ISR this leader should propose now, or None when it should stay.
 
         Shrink: followers in the ISR not caught up for ``lag_time_max_ms``. Grow: a
         follower outside it whose position reached the HW and this epoch's start (so it
-        holds everything this leader acknowledged).
+        holds everything this leader acknowledged), unless it is ``leaving`` (in a
+        controlled shutdown: the controller took it out, and it is about to stop).
         """
         if not self.is_leader or self.fenced:
             return None
@@ -421,7 +423,7 @@ class Partition:
         epoch_start_offset = next((entry.start_offset for entry in self.log.leader_epochs
                                    if entry.epoch == self.leader_epoch), 0)
         joining = [b for b, pos in self.followers.items()
-                   if b not in keep and b in self.replicas
+                   if b not in keep and b in self.replicas and b not in leaving
                    and pos.log_end_offset >= max(self.high_watermark, epoch_start_offset)
                    and now - pos.last_caught_up_ms <= lag_time_max_ms]
         if self.broker_id not in keep:

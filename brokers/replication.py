@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Final
 
 from brokers.coordination import PartitionState
 from brokers.errors import (
-    ConcurrentUpdateError,
     FencedLeaderEpochError,
     LogStorageError,
     NotLeaderError,
@@ -311,16 +310,19 @@ class ReplicaManager:
         self.broker = broker
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._isr_writes: set[PartitionKey] = set()
+        self._isr_queue: dict[PartitionKey, tuple[Partition, list[int]]] = {}
+        self._isr_writer: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._maintain())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
+        for task in (self._task, self._isr_writer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
@@ -357,10 +359,18 @@ class ReplicaManager:
         """Propose an ISR change for ``partition`` now if it needs one (after a fetch)."""
         if key in self._isr_writes or self.broker.zookeeper_suspended:
             return
-        proposed = partition.isr_change(self.broker.config.replica_lag_time_max_ms)
-        if proposed is not None:
-            self._isr_writes.add(key)
-            asyncio.get_running_loop().create_task(self._write_isr(key, partition, proposed))
+        proposed = partition.isr_change(self.broker.config.replica_lag_time_max_ms,
+                                        self.broker.shutting_down)
+        if proposed is None:
+            return
+        if any(b not in partition.isr for b in proposed):
+            # Growing: until ZooKeeper's answer is applied, the HW waits for the joining
+            # replica too (it may be in the ISR, so electable, as soon as the write lands).
+            partition.pending_isr = list(proposed)
+        self._isr_writes.add(key)
+        self._isr_queue[key] = (partition, proposed)
+        if self._isr_writer is None or self._isr_writer.done():
+            self._isr_writer = asyncio.get_running_loop().create_task(self._write_isrs())
 
     async def _maintain(self) -> None:
         interval = max(self.broker.config.replica_lag_time_max_ms / 2000, 0.05)
@@ -393,30 +403,40 @@ class ReplicaManager:
             except OSError as err:
                 log.error("high-watermark checkpoint of %s failed: %s", partition.name, err)
 
-    async def _write_isr(self, key: PartitionKey, partition: Partition, proposed: list[int]
-                         ) -> None:
-        if any(b not in partition.isr for b in proposed):
-            # Growing: until ZooKeeper's answer is applied, the HW waits for the joining
-            # replica too (it may be in the ISR, so electable, as soon as the write lands).
-            partition.pending_isr = list(proposed)
-        try:
-            current = self.broker.partition_states.get(key)
-            state = PartitionState(partition.leader_id, partition.leader_epoch, proposed,
-                                   current.controller_epoch if current else 0,
-                                   partition.state_version)
+    async def _write_isrs(self) -> None:
+        """Write the queued ISR proposals: everything queued while a batch is in flight
+        goes out as the next pipelined batch (after a broker restarts, its thousands of
+        partitions rejoin their ISRs in a few ZooKeeper round trips, not one each)."""
+        while self._isr_queue:
+            queued, self._isr_queue = self._isr_queue, {}
+            states: dict[PartitionKey, PartitionState] = {}
+            for key, (partition, proposed) in queued.items():
+                current = self.broker.partition_states.get(key)
+                states[key] = PartitionState(partition.leader_id, partition.leader_epoch,
+                                             proposed,
+                                             current.controller_epoch if current else 0,
+                                             partition.state_version)
             try:
-                written = await asyncio.to_thread(
-                    self.broker.coordinator.update_partition_state, key[0], key[1], state)
-            except ConcurrentUpdateError:
-                # Someone (the controller) changed the state first: take theirs.
-                fresh = await asyncio.to_thread(self.broker.coordinator.partition_state, *key)
-                self.broker.apply_partition_state(key[0], key[1], fresh)
-                return
-            log.info("%s: ISR %s -> %s", partition.name, partition.isr, proposed)
-            self.broker.apply_partition_state(key[0], key[1], written)
-        except StrataError as err:
-            log.warning("changing the ISR of %s failed: %s", partition.name, err)
-        except Exception as err:  # ZooKeeper trouble: try again on the next round
-            log.warning("changing the ISR of %s failed: %r", partition.name, err)
-        finally:
-            self._isr_writes.discard(key)
+                outcome = await asyncio.to_thread(
+                    self.broker.coordinator.write_partition_states, states)
+            except Exception as err:  # ZooKeeper trouble: proposed again on the next round
+                log.warning("changing the ISR of %d partition(s) failed: %r", len(states), err)
+                outcome = None
+            finally:
+                self._isr_writes.difference_update(queued)
+            if outcome is None:
+                continue
+            for key, written in outcome.written.items():
+                log.debug("%s-%d: ISR %s -> %s", key[0], key[1], queued[key][0].isr,
+                          written.isr)
+                self.broker.apply_partition_state(key[0], key[1], written, quiet=True)
+            # Someone (the controller) changed the state first: take theirs.
+            for key, fresh in outcome.conflicts.items():
+                self.broker.apply_partition_state(key[0], key[1], fresh, quiet=True)
+            if outcome.written:
+                first = next(iter(outcome.written))
+                log.info("ISR changed for %d partition(s) (e.g. %s-%d: %s)%s",
+                         len(outcome.written), first[0], first[1],
+                         outcome.written[first].isr,
+                         f"; {len(outcome.conflicts)} superseded by newer states"
+                         if outcome.conflicts else "")

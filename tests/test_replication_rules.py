@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from brokers.controller import elect
-from brokers.coordination import PartitionState
+from brokers.controller import elect, plan_elections
+from brokers.coordination import PartitionState, TopicDefinition
 from brokers.errors import NotLeaderError
 from brokers.handlers import assign_replicas
 from brokers.log import LogConfig
@@ -56,6 +56,51 @@ class TestElect:
             PartitionState(0, 4, [1, 0])
         assert elect(state(1, 3, [1]), [0, 1], {0, 1}, preferred=True) is None
         assert elect(state(0, 3, [0, 1]), [0, 1], {0, 1}, preferred=True) is None
+
+
+class TestControlledShutdownElection:
+    """A broker in a controlled shutdown (``leaving``) hands its leaderships over and
+    leaves the ISRs, but never below one member and never to an out-of-sync replica."""
+
+    def test_a_leaving_leader_hands_over_to_the_first_staying_isr_member(self) -> None:
+        assert elect(state(0, 3, [0, 2, 1]), [0, 1, 2], {0, 1, 2}, leaving={0}) == \
+            PartitionState(1, 4, [2, 1])
+
+    def test_a_leaving_leader_never_hands_over_to_a_replica_out_of_sync(self) -> None:
+        # 1 and 2 are alive but not in the ISR: 0 keeps leading until it stops.
+        assert elect(state(0, 3, [0]), [0, 1, 2], {0, 1, 2}, leaving={0}) is None
+
+    def test_a_leaving_follower_leaves_the_isr_without_an_epoch_bump(self) -> None:
+        assert elect(state(1, 3, [1, 0, 2]), [0, 1, 2], {0, 1, 2}, leaving={0}) == \
+            PartitionState(1, 3, [1, 2])
+
+    def test_a_leaving_broker_is_never_elected(self) -> None:
+        # The leader died; the only other ISR member is leaving: nobody safe remains.
+        assert elect(state(0, 3, [0, 1]), [0, 1, 2], {1, 2}, leaving={1}) == \
+            PartitionState(-1, 4, [0, 1])
+        assert elect(state(1, 3, [1, 0]), [0, 1], {0, 1}, leaving={0}, preferred=True) == \
+            PartitionState(1, 3, [1])
+        assert elect(state(0, 3, [0]), [0, 1, 2], {1, 2}, leaving={1}, unclean=True) == \
+            PartitionState(2, 4, [2])
+
+    def test_two_leaving_brokers_hand_over_to_the_one_that_stays(self) -> None:
+        assert elect(state(0, 3, [0, 1, 2]), [0, 1, 2], {0, 1, 2}, leaving={0, 1}) == \
+            PartitionState(2, 4, [2])
+        # Everyone is leaving (the whole cluster stops): nothing can move.
+        assert elect(state(0, 3, [0, 1]), [0, 1], {0, 1}, leaving={0, 1}) is None
+
+    def test_plan_elections_covers_every_partition_and_only_changes(self) -> None:
+        topics = {"a": TopicDefinition("a", "id-a", {0: [0, 1], 1: [0, 1], 2: [0, 1]}),
+                  "b": TopicDefinition("b", "id-b", {0: [1, 0]})}
+        states = {("a", 0): state(0, 1, [0, 1]), ("a", 1): state(1, 1, [1, 0]),
+                  ("b", 0): state(1, 1, [1])}  # a-2 unknown yet: skipped
+        plan = plan_elections(topics, states, {0, 1}, leaving={0})
+        assert plan == {("a", 0): PartitionState(1, 2, [1]),
+                        ("a", 1): PartitionState(1, 1, [1])}
+        assert plan_elections(topics, states, {0, 1}) == {}
+        assert plan_elections(topics, states, {0, 1}, preferred={("b", 0)}) == {}
+        assert plan_elections(topics, states, {0, 1}, preferred=set()) == \
+            {("a", 1): PartitionState(0, 2, [1, 0])}
 
 
 @pytest.mark.parametrize("brokers,partitions,factor", [(3, 8, 3), (5, 40, 3), (4, 4, 2),
@@ -121,6 +166,8 @@ def test_a_lagging_follower_is_proposed_out_and_back_in(
     partition.set_state(0, 1, [0, 1], [0, 1, 2], version=2)  # the write succeeded
     assert partition.high_watermark == 1
     partition.record_follower_fetch(2, 1)  # caught up: back in
+    # ... unless it is in a controlled shutdown: the controller took it out on purpose.
+    assert partition.isr_change(lag_time_max_ms=60_000, leaving={2}) is None
     assert partition.isr_change(lag_time_max_ms=60_000) == [0, 1, 2]
     partition.close()
 
