@@ -352,20 +352,27 @@ def _start_broker(broker_id: int, brokers: int) -> Callable[[StackContext, int],
     return start
 
 
+#: How long ``strata up`` waits for one service to answer. A broker serves once every
+#: log it hosts is open: with ten thousand partitions that takes a while.
+START_TIMEOUT_S = 300.0
+
+
 def _launch(args: list[str], log_path: Path, marker: str, what: str, port: int,
             endpoint: str, healthy: Callable[[], bool]) -> Launched:
     """Start ``args`` in a session of its own (output appended to ``log_path``) and wait
-    up to 60 s until ``healthy()``. If it exits or times out first (or on Ctrl-C), it is
-    killed: nothing is left running that stack.json won't know."""
+    up to :data:`START_TIMEOUT_S` until ``healthy()``. If it exits or times out first (or
+    on Ctrl-C), it is killed: nothing is left running that stack.json won't know."""
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_file,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + START_TIMEOUT_S
     try:
         while not healthy():
             if process.poll() is not None or time.monotonic() > deadline:
                 tail = log_path.read_text(errors="replace")[-2000:]
-                raise StackError(f"{what} did not start; end of {log_path}:\n{tail}")
+                late = "" if process.poll() is not None else \
+                    f" within {START_TIMEOUT_S:.0f} s"
+                raise StackError(f"{what} did not start{late}; end of {log_path}:\n{tail}")
             time.sleep(0.1)
     except BaseException:
         if process.poll() is None:
@@ -612,6 +619,7 @@ class Stack:
         self.zookeeper_nodes = zookeeper_nodes
         self.health_wait = health_wait
         self.tier = tier
+        self._not_reached: list[ProcessRecord] = []
 
     @property
     def services(self) -> tuple[ServiceSpec, ...]:
@@ -678,6 +686,10 @@ class Stack:
             ) from exc
 
     def _save(self, base_port: int, records: list[ProcessRecord]) -> None:
+        # While `up` works through the services, the live ones it has not reached yet
+        # stay recorded: if it fails half-way, `down` must still find them.
+        names = {r.name for r in records}
+        records = records + [r for r in self._not_reached if r.name not in names]
         payload = {
             "version": _STATE_VERSION,
             "host": self.host,
@@ -737,12 +749,17 @@ class Stack:
             kept: list[ProcessRecord] = []
             states: list[ProcessState] = []
             endpoints: dict[str, str] = {}
-            for group in _groups(services):
-                if group[0].group is None:
-                    (spec,) = group
-                    self._up_one(spec, base, by_name.get(spec.name), kept, states, endpoints)
-                else:
-                    self._up_group(group, base, by_name, kept, states, endpoints)
+            self._not_reached = live
+            try:
+                for group in _groups(services):
+                    if group[0].group is None:
+                        (spec,) = group
+                        self._up_one(spec, base, by_name.get(spec.name), kept, states,
+                                     endpoints)
+                    else:
+                        self._up_group(group, base, by_name, kept, states, endpoints)
+            finally:
+                self._not_reached = []
             # Live processes of services this version does not know (e.g. recorded on
             # another branch) stay recorded, so `down` can still stop them.
             known = {spec.name for spec in services}
