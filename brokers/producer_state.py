@@ -87,6 +87,10 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._producers: dict[int, _ProducerEntry] = {}
+        # (offset, bytes) of the snapshot on disk as written or loaded by this process:
+        # writing the same again (an idle partition at every retention pass and close)
+        # would only cost fsyncs.
+        self._on_disk: tuple[int, bytes] | None = None
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -219,8 +223,11 @@ class ProducerStateManager:
                                     b.last_offset] for b in e.batches]}
             for pid, e in self._producers.items()
         }
-        write_atomically(self._snapshot_path(offset), json.dumps(
-            {"version": 1, "offset": offset, "producers": state}).encode("ascii"))
+        data = json.dumps({"version": 1, "offset": offset, "producers": state}).encode("ascii")
+        if self._on_disk == (offset, data) and self._snapshot_path(offset).exists():
+            return
+        write_atomically(self._snapshot_path(offset), data)
+        self._on_disk = (offset, data)
         for old in self.snapshot_offsets()[:-2]:
             self._snapshot_path(old).unlink(missing_ok=True)
 
@@ -237,7 +244,8 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 continue
             try:
-                value = json.loads(path.read_text(encoding="ascii"))
+                raw = path.read_bytes()
+                value = json.loads(raw.decode("ascii"))
                 for pid, entry in value["producers"].items():
                     producer = _ProducerEntry(int(entry["epoch"]),
                                               last_timestamp=int(entry.get("last_timestamp", -1)),
@@ -246,6 +254,7 @@ class ProducerStateManager:
                     for fs, ls, fo, lo in entry["batches"]:
                         producer.batches.append(BatchMetadata(fs, ls, fo, lo))
                     self._producers[int(pid)] = producer
+                self._on_disk = (offset, raw)
                 return offset
             except (ValueError, KeyError, TypeError, UnicodeDecodeError):
                 path.unlink(missing_ok=True)  # a damaged snapshot: fall back to an older one

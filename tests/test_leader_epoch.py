@@ -256,7 +256,9 @@ def test_random_operations_agree_with_the_model(tmp_path: Path, seed: int) -> No
             if log.log_end_offset > log.log_start_offset else []
         expected = model_epochs(headers, log.log_start_offset)
         assert [tuple(e) for e in log.leader_epochs] == expected
-        assert LeaderEpochCache.read(directory / LEADER_EPOCH_FILE) == expected
+        stored = LeaderEpochCache.read(directory / LEADER_EPOCH_FILE)
+        # A log that never had a batch has no checkpoint yet (it reads as empty).
+        assert stored == expected or (stored is None and expected == []), stored
         for asked in range(-1, epoch + 2):
             model = LeaderEpochCache(tmp_path / "scratch", [EpochEntry(*e) for e in expected])
             assert log.end_offset_for_epoch(asked) == model.end_offset_for(

@@ -55,18 +55,27 @@ class OffsetCheckpoint:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # The value on disk as this object last read or wrote it: writing it again
+        # (idle partitions at every close) would only cost two fsyncs.
+        self._on_disk: int | None = None
 
     def read(self) -> int | None:
         try:
             lines = self.path.read_text(encoding="ascii").split("\n")
         except (FileNotFoundError, UnicodeDecodeError):
+            self._on_disk = None
             return None
         if len(lines) < 2 or lines[0] != _VERSION or not lines[1].isdigit():
+            self._on_disk = None
             return None
-        return int(lines[1])
+        self._on_disk = int(lines[1])
+        return self._on_disk
 
     def write(self, offset: int) -> None:
+        if offset == self._on_disk:
+            return
         write_atomically(self.path, f"{_VERSION}\n{offset}\n".encode("ascii"))
+        self._on_disk = offset
 
 
 class CleanShutdownMarker:
@@ -85,5 +94,8 @@ class CleanShutdownMarker:
         fsync_directory(self.path.parent)
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return  # nothing changed on disk: nothing to make durable
         fsync_directory(self.path.parent)

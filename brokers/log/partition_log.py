@@ -202,7 +202,8 @@ class PartitionLog:
                 if orphan.name[: -len(suffix)] not in live:
                     orphan.unlink()
         self.opened_cleanly = self._clean_marker.exists()
-        recovery_point = self._recovery_checkpoint.read() or 0
+        stored_recovery_point = self._recovery_checkpoint.read()
+        recovery_point = stored_recovery_point or 0
         checkpointed_recovery_point = recovery_point
         segments = [LogSegment(self.directory, b, self.config.index_interval_bytes, create=False,
                                gaps=self._gaps) for b in bases]
@@ -223,7 +224,11 @@ class PartitionLog:
         self._load_epochs(scan_from=None if self.opened_cleanly else checkpointed_recovery_point)
         # From here on a crash must be detected at the next open.
         self._clean_marker.remove()
-        self._recovery_checkpoint.write(self.recovery_point)
+        # Unchanged (a clean reopen, a brand-new log): the file already says so, and a
+        # missing one reads as 0. Skipping the rewrite saves two fsyncs per log, which
+        # is most of opening ten thousand of them.
+        if self.recovery_point != (stored_recovery_point or 0):
+            self._recovery_checkpoint.write(self.recovery_point)
 
     def _load_epochs(self, scan_from: int | None) -> None:
         """Load the leader-epoch cache, or rebuild it from the batch headers.
@@ -261,8 +266,10 @@ class PartitionLog:
                         "malformed" if loaded is None else "inconsistent with the log",
                         entries)
         self._epochs = LeaderEpochCache(path)
-        self._epochs.replace(entries)
-        self.epoch_cache_rebuilt = True
+        if entries or path.exists():
+            self._epochs.replace(entries)
+            self.epoch_cache_rebuilt = True
+        # else a new, empty log: nothing to write until its first batch assigns an epoch
 
     @staticmethod
     def _epochs_consistent(entries: tuple[EpochEntry, ...], start: int, end: int) -> bool:
