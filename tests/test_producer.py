@@ -17,6 +17,7 @@ import itertools
 import struct
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -847,3 +848,31 @@ def test_broker_kill_and_restart_keeps_acked_records_and_producer_state(
     assert [m.offset for m in metas] == list(range(len(sent)))
     table, _ = read_partition(crashing.bootstrap, topic, partition)
     assert table.column("value").to_pylist() == sent  # every ack present, once, in order
+
+
+def _metadata_requests(broker: BrokerProcess) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics",
+                                timeout=10) as response:
+        text = response.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("strata_requests_total{") and 'api="METADATA"' in line)
+
+
+def test_first_sends_to_many_topics_share_one_metadata_request(broker: BrokerProcess) -> None:
+    names = [_topic(f"many{i}") for i in range(40)]
+    for name in names:
+        create_topic(broker.bootstrap, name, partitions=2)
+
+    async def send_all() -> list[RecordMetadata]:
+        async with AsyncProducer(broker.bootstrap, linger_ms=5) as producer:
+            queued = await asyncio.gather(*(producer.send(name, b"x", partition=1)
+                                            for name in names))
+            return list(await asyncio.wait_for(asyncio.gather(*queued), 30))
+
+    before = _metadata_requests(broker)
+    metas = asyncio.run(send_all())
+    asked = _metadata_requests(broker) - before
+    assert sorted(m.topic for m in metas) == sorted(names)
+    # 40 topics the producer had never seen, asked for at once: one round trip (a second
+    # at most, for a send that arrived while the first was in flight), not 40.
+    assert 1 <= asked <= 2, asked

@@ -69,6 +69,10 @@ class Cluster:
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self._refresh_lock = asyncio.Lock()
         self._connect_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        # Topics whose metadata callers are waiting for, and the one request that will
+        # carry them all (see ``_refresh_together``).
+        self._wanted: set[str] = set()
+        self._gathering: asyncio.Future[MetadataResponse] | None = None
 
     # ------------------------------------------------------------------ connections
     async def connection_to(self, address: tuple[str, int]) -> BrokerConnection:
@@ -140,10 +144,35 @@ class Cluster:
                 }
             return response
 
+    async def _refresh_together(self, topic: str) -> MetadataResponse:
+        """Refresh ``topic`` in one Metadata request with every other topic asked for
+        meanwhile: a producer that starts writing to 100 topics at once makes one round
+        trip, not 100."""
+        self._wanted.add(topic)
+        if self._gathering is None:
+            gathering = self._gathering = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.sleep(0)  # let the other callers of this moment join
+                async with self._refresh_lock:  # a refresh in flight: more join meanwhile
+                    pass
+                wanted, self._wanted, self._gathering = sorted(self._wanted), set(), None
+                response = await self.refresh(wanted)
+            except BaseException as err:
+                if self._gathering is gathering:
+                    self._gathering = None
+                if not gathering.done():
+                    gathering.set_exception(err if isinstance(err, Exception)
+                                            else NetworkError("metadata refresh cancelled"))
+                    gathering.exception()  # retrieved: no "never retrieved" warning
+                raise
+            gathering.set_result(response)
+            return response
+        return await asyncio.shield(self._gathering)
+
     async def partitions_for(self, topic: str, *, refresh: bool = False
                              ) -> dict[int, PartitionInfo]:
         if refresh or topic not in self.topics:
-            response = await self.refresh([topic])
+            response = await self._refresh_together(topic)
             for t in response.topics:
                 if t.name == topic and t.error_code:
                     raise_for_code(t.error_code, f"topic {topic!r} does not exist; create it "
