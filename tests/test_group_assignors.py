@@ -250,3 +250,77 @@ def test_cooperative_hands_over_only_after_the_owner_gave_up() -> None:
     _step(coordinator, group, a)
     _step(coordinator, group, b)
     assert b.assigned == moving
+
+
+# ----------------------------------------------------------------------------- large groups
+
+
+def _sticky_by_scanning(members: list[str], subscriptions: dict[str, list[str]],
+                        partition_counts: dict[str, int],
+                        previous: dict[str, set[tuple[str, int]]]
+                        ) -> dict[str, set[tuple[str, int]]]:
+    """The cooperative-sticky rules written as plain scans (the assignor before it was
+    indexed for large groups): the reference the indexed one must match exactly."""
+    order = {m: i for i, m in enumerate(members)}
+    eligible = {m: {t for t in subscriptions[m] if t in partition_counts} for m in members}
+    target: dict[str, set[tuple[str, int]]] = {m: set() for m in members}
+    taken: set[tuple[str, int]] = set()
+    for member in members:
+        for tp in sorted(previous.get(member, ())):
+            if tp[0] in eligible[member] and tp[1] < partition_counts[tp[0]] and \
+                    tp not in taken:
+                target[member].add(tp)
+                taken.add(tp)
+    every = sorted((t, p) for t in sorted({t for m in members for t in eligible[m]})
+                   for p in range(partition_counts[t]))
+    for tp in every:
+        candidates = [m for m in members if tp[0] in eligible[m]]
+        if tp not in taken and candidates:
+            chosen = min(candidates, key=lambda m: (len(target[m]), order[m]))
+            target[chosen].add(tp)
+            taken.add(tp)
+    while True:
+        for donor in sorted(members, key=lambda m: (-len(target[m]), order[m])):
+            moves = [(tp, m) for tp in sorted(target[donor], reverse=True)
+                     for m in members if tp[0] in eligible[m]
+                     and len(target[m]) <= len(target[donor]) - 2]
+            if moves:
+                tp = moves[0][0]
+                taker = min((m for t, m in moves if t == tp),
+                            key=lambda m: (len(target[m]), order[m]))
+                target[donor].discard(tp)
+                target[taker].add(tp)
+                break
+        else:
+            return target
+
+
+@pytest.mark.parametrize("seed", range(400))
+def test_indexed_sticky_assignor_matches_the_scanning_rules(seed: int) -> None:
+    """Random members (in a shuffled order), subscriptions (some to a missing topic) and
+    previous targets (some out of range, some shared, some of departed members)."""
+    rng = random.Random(seed)
+    counts = {t: rng.randint(1, 12) for t in "abcd"[:rng.randint(1, 4)]}
+    members = [f"m{i}" for i in range(rng.randint(1, 9))]
+    rng.shuffle(members)
+    subs = {m: rng.sample([*sorted(counts), "missing"], rng.randint(1, len(counts)))
+            for m in members}
+    previous = {m: {(rng.choice(sorted(counts)), rng.randint(0, 14))
+                    for _ in range(rng.randint(0, 6))}
+                for m in [*members, "departed"] if rng.random() < 0.7}
+    assert assign(COOPERATIVE_STICKY, members, subs, counts, previous) == \
+        _sticky_by_scanning(members, subs, counts, previous), f"seed {seed}"
+
+
+def test_sticky_assignor_on_a_large_group_keeps_what_it_can() -> None:
+    """1,000 members on 2,000 partitions: a join takes two partitions from the most
+    loaded and moves nothing else; a leave hands on only the leaver's partitions."""
+    members = [f"m{i:04d}" for i in range(1000)]
+    subs = {m: ["t"] for m in [*members, "new"]}
+    before = assign(COOPERATIVE_STICKY, members, subs, {"t": 2000}, {})
+    assert {len(tps) for tps in before.values()} == {2}
+    joined = assign(COOPERATIVE_STICKY, [*members, "new"], subs, {"t": 2000}, before)
+    assert sum(len(before[m] - joined[m]) for m in members) == len(joined["new"]) == 1
+    left = assign(COOPERATIVE_STICKY, members[1:], subs, {"t": 2000}, before)
+    assert sum(len(left[m] - before[m]) for m in members[1:]) == 2
+    assert all(before[m] <= left[m] for m in members[1:])
