@@ -29,12 +29,22 @@ request (preferred leaders):
   leaving replicas leave the ISR; (4) the assignment becomes the target, the leaving
   brokers delete their copies, and the partition's entry is removed.
 
-Every write is conditional on the state version read (``ConcurrentUpdateError``: read
-again and decide again) and on the lease (``ControllerMovedError``: stop acting).
-Nothing is decided while the ZooKeeper session is suspended.
+* a broker in a controlled shutdown (its ephemeral request under
+  ``/strata/admin/controlled_shutdown``) is *leaving*: its leaderships go to another
+  in-sync replica, it leaves the ISRs, and it is never elected (see :func:`elect`).
 
-Thread-safety: the scans run in a worker thread (blocking kazoo calls), one at a time
-(an asyncio lock); results are applied by the brokers through their state watches.
+Every write is conditional on the state version read (a conflict: decide again on the
+state now there) and on the lease (``ControllerMovedError``: stop acting). Nothing is
+decided while the ZooKeeper session is suspended.
+
+Scale: a round decides every partition at once (:func:`plan_elections`) on this
+broker's view of the states (followed through change notifications, and reloaded with
+multi-reads when this broker becomes controller), writes them in pipelined multi-ops of
+up to 500 partitions (``Coordinator.write_partition_states``), and logs one line.
+
+Thread-safety: rounds run one at a time (an asyncio lock) on the broker's event loop;
+the blocking ZooKeeper calls run in a worker thread. Brokers, this one included, apply
+the results through their state watchers.
 """
 
 from __future__ import annotations
@@ -402,8 +412,9 @@ class Controller:
         self.broker.shutting_down = leaving
         topics = dict(self.broker.topics)
         unclean = {name for name in topics if self._unclean_allowed(name)}
-        plan = plan_elections(topics, dict(self.broker.partition_states), live,
-                              leaving=leaving, unclean=unclean, preferred=preferred)
+        base = dict(self.broker.partition_states)
+        plan = plan_elections(topics, base, live, leaving=leaving, unclean=unclean,
+                              preferred=preferred)
         written: dict[PartitionKey, PartitionState] = {}
         conflicts = leader_changes = 0
         for _ in range(_RETRIES):
@@ -412,7 +423,7 @@ class Controller:
             outcome = await asyncio.to_thread(coordinator.write_partition_states, plan,
                                               lease=lease)
             for (name, p), state in outcome.written.items():
-                before = self.broker.partition_states.get((name, p))
+                before = base.get((name, p))
                 if before is None or before.leader != state.leader:
                     leader_changes += 1
                     log.debug("%s-%d: leader %d -> %d, epoch %d, isr %s", name, p,
@@ -421,6 +432,7 @@ class Controller:
                 self.broker.apply_partition_state(name, p, state, quiet=True)
             written.update(outcome.written)
             conflicts += len(outcome.conflicts)
+            base.update(outcome.conflicts)
             # Someone (a leader's ISR write) got there first: decide again on what is there.
             plan = plan_elections(
                 {name: topics[name] for name, _ in outcome.conflicts if name in topics},

@@ -21,24 +21,42 @@ import os
 from pathlib import Path
 from typing import Final
 
-__all__ = ["CleanShutdownMarker", "OffsetCheckpoint", "fsync_directory", "write_atomically"]
+__all__ = ["CleanShutdownMarker", "OffsetCheckpoint", "fsync_directory", "fsync_file",
+           "write_atomically"]
 
 _VERSION: Final = "0"
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old or the new file, never a
-    torn one: write a temporary file, fsync it, rename it over, fsync the directory."""
+    torn one: write a temporary file, fsync it, rename it over, fsync the directory.
+
+    ``sync=False`` skips both fsyncs: a process crash still leaves the old or the new
+    file, a machine crash may leave the old one (or, on some file systems, an empty
+    one); for files a reader can rebuild and that :func:`fsync_file` makes durable later.
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if sync:
+        fsync_directory(path.parent)
+
+
+def fsync_file(path: Path) -> None:
+    """Make a file written with ``write_atomically(sync=False)`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     fsync_directory(path.parent)
 
 

@@ -17,7 +17,13 @@ File ``<partition dir>/leader-epoch-checkpoint``, ASCII text (Kafka's layout)::
 Written atomically like ``OffsetCheckpoint``: a ``.tmp`` file is written and fsynced,
 renamed over the old one, and the directory fsynced; a crash leaves the old or the new
 file, never a torn one. It is rewritten on every change (a new epoch, a truncation,
-log start moving up), which is rare.
+log start moving up). A new epoch (``assign``) is written without the fsyncs, and made
+durable by ``sync``, which the log calls before it records a recovery point (as Kafka
+does since KAFKA-15046): a broker becoming leader of ten thousand partitions must not
+wait for twenty thousand fsyncs on its event loop. A machine crash can then lose the
+newest entries, but only of batches above the recovery point, which recovery scans
+(and assigns again) anyway; an entry for an epoch that wrote nothing only shapes
+OffsetForLeaderEpoch answers, which a follower re-asks of the current leader.
 
 Invariants: epochs are >= 0 and strictly increasing; start offsets are >= 0 and strictly
 increasing; every start offset is <= the log end offset, and the first entry starts at
@@ -37,7 +43,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from brokers.log.checkpoint import write_atomically
+from brokers.log.checkpoint import fsync_file, write_atomically
 
 __all__ = ["LEADER_EPOCH_FILE", "UNDEFINED_EPOCH", "UNDEFINED_OFFSET", "EpochEntry",
            "LeaderEpochCache"]
@@ -63,6 +69,7 @@ class LeaderEpochCache:
     def __init__(self, path: Path, entries: Iterable[EpochEntry] = ()) -> None:
         self.path = path
         self._entries: list[EpochEntry] = list(entries)
+        self._unsynced = False  # written by ``assign`` without fsync
 
     # ------------------------------------------------------------------ persistence
     @staticmethod
@@ -94,11 +101,18 @@ class LeaderEpochCache:
         entries = cls.read(path)
         return None if entries is None else cls(path, entries)
 
-    def write(self) -> None:
+    def sync(self) -> None:
+        """Make entries written by ``assign`` durable (before a recovery point moves)."""
+        if self._unsynced:
+            fsync_file(self.path)
+            self._unsynced = False
+
+    def write(self, *, sync: bool = True) -> None:
         """Persist the entries atomically (see the module docstring)."""
         body = "".join(f"{e.epoch} {e.start_offset}\n" for e in self._entries)
-        write_atomically(self.path,
-                         f"{_VERSION}\n{len(self._entries)}\n{body}".encode("ascii"))
+        write_atomically(self.path, f"{_VERSION}\n{len(self._entries)}\n{body}".encode("ascii"),
+                         sync=sync)
+        self._unsynced = not sync
 
     # ------------------------------------------------------------------ queries
     @property
@@ -147,7 +161,7 @@ class LeaderEpochCache:
         del self._entries[bisect_left(starts, start_offset):]
         self._entries.append(EpochEntry(epoch, start_offset))
         if persist:
-            self.write()
+            self.write(sync=False)  # made durable by ``sync`` (see the module docstring)
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:

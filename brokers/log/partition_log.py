@@ -228,6 +228,7 @@ class PartitionLog:
         # missing one reads as 0. Skipping the rewrite saves two fsyncs per log, which
         # is most of opening ten thousand of them.
         if self.recovery_point != (stored_recovery_point or 0):
+            self._epochs.sync()  # what recovery assigned, before the point covers it
             self._recovery_checkpoint.write(self.recovery_point)
 
     def _load_epochs(self, scan_from: int | None) -> None:
@@ -669,6 +670,7 @@ class PartitionLog:
                             or segment is self.active_segment):
                         segment.flush()
                 self._persist_gaps()  # before a recovery point that covers gaps
+                self._epochs.sync()  # the epochs of every batch below the recovery point
                 self._recovery_checkpoint.write(end)
             except OSError as err:
                 raise self._storage_failed(f"flush of {self.directory}", err) from err
