@@ -39,7 +39,7 @@ decided while the ZooKeeper session is suspended.
 
 Scale: a round decides every partition at once (:func:`plan_elections`) on this
 broker's view of the states (followed through change notifications, and reloaded with
-multi-reads when this broker becomes controller), writes them in pipelined multi-ops of
+multi-reads right after the first round of a new controller), writes them in pipelined multi-ops of
 up to 500 partitions (``Coordinator.write_partition_states``), and logs one line.
 
 Thread-safety: rounds run one at a time (an asyncio lock) on the broker's event loop;
@@ -211,12 +211,16 @@ class Controller:
             return
         self.lease = lease
         log.info("broker %d is controller (epoch %d)", lease.broker_id, lease.epoch)
-        try:
-            await self.reload_states()
-        except Exception as err:  # decide on the watched view; conflicts still correct it
-            log.warning("reloading partition states failed: %r", err)
         if self._rescanning is None or self._rescanning.done():
             self._rescanning = asyncio.get_running_loop().create_task(self._rescan_loop())
+        # Decide at once on the view this broker's watcher keeps current (a stale state
+        # only costs a conflict and a retry: every write is conditional), then read
+        # everything again and decide once more, in case the view missed something.
+        await self.elect_leaders()
+        try:
+            await self.reload_states()
+        except Exception as err:  # the periodic rescan decides again later
+            log.warning("reloading partition states failed: %r", err)
         await self.elect_leaders()
         # Requests left by a previous controller: finish them.
         if await asyncio.to_thread(self.broker.coordinator.preferred_election_pending):

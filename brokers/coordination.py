@@ -241,6 +241,7 @@ class Coordinator:
                               connection_retry={"max_tries": -1, "max_delay": 1.0})
         self._state_listeners: list[Callable[[str], None]] = []
         self.zk.add_listener(self._on_state)
+        self._parsed_topics: dict[str, tuple[bytes, TopicDefinition]] = {}
 
     # ------------------------------------------------------------------ session
     def start(self) -> None:
@@ -524,14 +525,21 @@ class Coordinator:
         return out
 
     def read_topics(self, names: Iterable[str]) -> dict[str, TopicDefinition]:
-        """The definitions of the named topics that exist, read in one pipelined batch."""
+        """The definitions of the named topics that exist, read in a few multiRead
+        requests. Unchanged definitions (same bytes as last read) are not parsed again:
+        a broker re-reads every definition whenever the topic list changes."""
         names = list(names)
         found = self._read_many(f"{_TOPICS}/{name}" for name in names)
         out: dict[str, TopicDefinition] = {}
         for name in names:
             got = found.get(f"{_TOPICS}/{name}")
-            if got is not None:
-                out[name] = _topic(name, got[0])
+            if got is None:
+                self._parsed_topics.pop(name, None)
+                continue
+            cached = self._parsed_topics.get(name)
+            if cached is None or cached[0] != got[0]:
+                cached = self._parsed_topics[name] = (got[0], _topic(name, got[0]))
+            out[name] = cached[1]
         return out
 
     def read_topic_configs(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
