@@ -632,12 +632,17 @@ class RequestHandlers:
             # once; waiting for data could not fix it and would delay the client's reset.
             if any(p.error_code for t in response.topics for p in t.partitions):
                 return response
-            waiters = [asyncio.ensure_future(p.wait_for_data()) for p in partitions]
+            # One future for every partition, registered in the same loop turn as the read
+            # above: an append in between cannot be missed.
+            woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            for partition in partitions:
+                partition.watch_data(woken)
             try:
-                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([woken], timeout=remaining)
             finally:
-                for waiter in waiters:
-                    waiter.cancel()
+                for partition in partitions:
+                    partition.unwatch_data(woken)
+                woken.cancel()
 
     def _record_follower_positions(self, request: FetchRequest) -> None:
         """A follower's fetch offsets are its log end: they move the HW and the ISR."""

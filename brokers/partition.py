@@ -167,6 +167,8 @@ class Partition:
         self.high_watermark = self.log.log_end_offset if recorded is None \
             else max(self.log.log_start_offset, min(recorded, self.log.log_end_offset))
         self._data_arrived = asyncio.Event()
+        # Futures of long polls parked on many partitions at once (see ``watch_data``).
+        self._data_watchers: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, leader={self.leader_id})"
@@ -468,6 +470,22 @@ class Partition:
     def _notify(self) -> None:
         self._data_arrived.set()
         self._data_arrived = asyncio.Event()
+        if self._data_watchers:
+            watchers, self._data_watchers = self._data_watchers, set()
+            for future in watchers:
+                if not future.done():
+                    future.set_result(None)
+
+    def watch_data(self, future: asyncio.Future[None]) -> None:
+        """Resolve ``future`` at the next append (or HW move), like ``wait_for_data``.
+
+        One future shared by every partition of a fetch: a follower's fetch parked on
+        thousands of partitions costs a set insertion per partition, not a task each.
+        The caller removes it again with ``unwatch_data``."""
+        self._data_watchers.add(future)
+
+    def unwatch_data(self, future: asyncio.Future[None]) -> None:
+        self._data_watchers.discard(future)
 
     def wake_waiters(self) -> None:
         """Answer every parked long poll now (shutdown)."""
