@@ -17,11 +17,17 @@ Where a group lives
     value {"metadata", "offset", "timestamp"}
     a null value (tombstone) deletes the key (a member removed, DeleteGroups).
 
-    A request changes the group in memory, writes the records of what changed (one
-    batch), and answers only once they are replicated; if the write fails the change is
-    rolled back, so memory is never ahead of the log and a retry starts from what is
-    stored. A member's record is rewritten only when that member changed (or its target
-    did), so a heartbeat of a stable group writes nothing.
+    A request changes the group in memory, writes the records of what changed, and is
+    answered only once they are replicated; if the write fails the change is rolled
+    back, so memory is never ahead of the log and a retry starts from what is stored.
+    Requests to one group run one at a time; those that arrive while a write is being
+    replicated run together next, as one *round*, and the records of the whole round go
+    out as one batch (the last value per key): a join storm of a thousand members costs
+    a few replicated writes, not a thousand. Every request of a round is answered after
+    the round's write (errors too, since they may rest on the round's changes); a failed
+    write undoes the whole round, newest request first, and answers each with the error.
+    A member's record is rewritten only when that member changed (or its target did),
+    so a heartbeat of a stable group writes nothing.
 
     Compaction keeps the latest value per key, so the partition stays small. A broker
     that becomes the leader of an offsets partition (failover, reassignment) replays it
@@ -58,9 +64,24 @@ Fencing
     it. A zombie (paused past its session, replaced by a static twin, or committing a
     partition that has moved) gets UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH.
 
-Thread-safety: everything runs on the broker's event loop; one asyncio lock per group
-serialises its heartbeats, commits and deletes (a write's replication wait holds it, so
-a heartbeat's arrival time, not its turn at the lock, is what keeps its session alive).
+Cost (a group of M members on P partitions)
+    A heartbeat costs O(its member's own partitions), whatever M and P: the group keeps
+    a count of the members holding each partition (``_Holders``, kept in step by the
+    setters of ``Member.owned``/``assigned`` and by ``Group.members``), so "is this
+    partition free?" is one lookup; each request notes what it changed as it changes it
+    (``_Change``), so finding the records to write and undoing a failed write touch only
+    that; the subscribed topics and the eager barrier are cached and resumed, not
+    rescanned. The target is recomputed only when the group epoch moved, and at most
+    twice per round (the first request that needs it, and once after the last): the
+    sticky assignor is O((P + moved partitions) log M) (``group_assignors.py``). While
+    partitions move, members come back every 100 ms, but no sooner than keeps the
+    group's heartbeats near ``_BUSY_HEARTBEATS_PER_S``. A commit costs O(its
+    partitions). The expiry pass still looks at every member (every 100 ms).
+
+Thread-safety: everything runs on the broker's event loop; a group's requests run one at
+a time in its rounds (``GroupCoordinator._run``), a round yields to the loop every
+``_ROUND_SLICE_S`` of work, and a heartbeat's arrival time, not its turn, is what keeps
+its session alive.
 """
 
 from __future__ import annotations
@@ -72,7 +93,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -151,6 +172,11 @@ OFFSETS_SEGMENT_BYTES: Final = 100 * 1024 * 1024
 MAX_GROUP_ID_LENGTH: Final = 249
 # While something is moving, members come back this soon instead of after a full interval.
 _BUSY_HEARTBEAT_MS: Final = 100
+# ... but a large group's moving members together come back about this often, at most.
+_BUSY_HEARTBEATS_PER_S: Final = 2000
+# A round of group operations yields to the event loop after this much work.
+_ROUND_SLICE_S: Final = 0.02
+_SLOW_ROUND_S: Final = 1.0  # a round slower than this is logged (INFO)
 _WRITE_TIMEOUT_S: Final = 10.0
 _EXPIRY_TICK_S: Final = 0.1
 _LOAD_READ_BYTES: Final = 4 << 20
@@ -160,6 +186,16 @@ def coordinator_partition(group_id: str, partitions: int) -> int:
     """The ``__consumer_offsets`` partition that holds ``group_id`` (stable across builds:
     clients and tools may compute it too)."""
     return zlib.crc32(group_id.encode("utf-8")) % partitions
+
+
+def _settle(future: asyncio.Future[Any] | None, result: Any = None,
+            error: BaseException | None = None) -> None:
+    if future is None or future.done():  # internal, or its caller gave up (cancelled)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 def _key(**fields: Any) -> bytes:
@@ -188,29 +224,132 @@ class CommittedOffset:
     topic_id: str | None = None
 
 
-@dataclass(slots=True)
-class Member:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    subscribed: list[str]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    member_epoch: int = 0
-    assigned: set[TopicPartition] = field(default_factory=set)  # may own now
-    owned: set[TopicPartition] = field(default_factory=set)  # reported, within what it got
-    ready_epoch: int = 0  # eager: the target epoch at which it owned nothing
-    away: bool = False  # a static member that left for a restart
-    last_seen: float = 0.0  # monotonic; not stored
-    revoking_since: float | None = None  # not stored
+class _Holders:
+    """How many members of a group own or are assigned each partition, kept up to date
+    by every change of a member's ``owned``/``assigned`` and of the group's membership
+    (``Member``'s setters, ``_Members``). With it a heartbeat asks "does another member
+    hold this partition?" per partition of its own target, instead of taking the union
+    of every member's partitions (O(partitions of the group) per heartbeat).
 
-    def stored(self, target: set[TopicPartition]) -> dict[str, Any]:
+    ``version`` moves on every change of membership or of a member's subscription: the
+    caches derived from the member list (subscribed topics, the eager barrier) are keyed
+    on it."""
+
+    __slots__ = ("counts", "version")
+
+    def __init__(self) -> None:
+        self.counts: dict[TopicPartition, int] = {}
+        self.version = 0
+
+    def held(self, tp: TopicPartition) -> int:
+        return self.counts.get(tp, 0)
+
+    def shift(self, before: frozenset[TopicPartition], after: frozenset[TopicPartition]
+              ) -> None:
+        counts = self.counts
+        for tp in before - after:
+            n = counts[tp] - 1
+            if n:
+                counts[tp] = n
+            else:
+                del counts[tp]
+        for tp in after - before:
+            counts[tp] = counts.get(tp, 0) + 1
+
+
+_NONE: frozenset[TopicPartition] = frozenset()
+
+
+class Member:
+    """One member as the coordinator knows it. ``owned`` and ``assigned`` are frozen
+    sets behind setters: assigning either (the only way to change them) keeps the
+    group's ``_Holders`` index in step."""
+
+    __slots__ = (
+        "_assigned",
+        "_index",
+        "_owned",
+        "_subscribed",
+        "away",
+        "client_id",
+        "instance_id",
+        "last_seen",
+        "member_epoch",
+        "member_id",
+        "ready_epoch",
+        "rebalance_timeout_ms",
+        "revoking_since",
+        "session_timeout_ms",
+    )
+
+    def __init__(self, member_id: str, instance_id: str | None, client_id: str,
+                 subscribed: list[str], session_timeout_ms: int, rebalance_timeout_ms: int,
+                 member_epoch: int = 0, assigned: Iterable[TopicPartition] = (),
+                 owned: Iterable[TopicPartition] = (), ready_epoch: int = 0,
+                 away: bool = False, last_seen: float = 0.0,
+                 revoking_since: float | None = None) -> None:
+        self._index: _Holders | None = None
+        self.member_id = member_id
+        self.instance_id = instance_id
+        self.client_id = client_id
+        self._subscribed = list(subscribed)
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.member_epoch = member_epoch
+        self._assigned = frozenset(assigned)  # may own now
+        self._owned = frozenset(owned)  # reported, within what it got
+        self.ready_epoch = ready_epoch  # eager: the target epoch at which it owned nothing
+        self.away = away  # a static member that left for a restart
+        self.last_seen = last_seen  # monotonic; not stored
+        self.revoking_since = revoking_since  # not stored
+
+    def __repr__(self) -> str:
+        return (f"Member({self.member_id!r}, epoch={self.member_epoch}, "
+                f"assigned={sorted(self._assigned)}, owned={sorted(self._owned)})")
+
+    @property
+    def owned(self) -> frozenset[TopicPartition]:
+        return self._owned
+
+    @owned.setter
+    def owned(self, value: Iterable[TopicPartition]) -> None:
+        new = value if isinstance(value, frozenset) else frozenset(value)
+        if self._index is not None and new != self._owned:
+            self._index.shift(self._owned | self._assigned, new | self._assigned)
+        self._owned = new
+
+    @property
+    def assigned(self) -> frozenset[TopicPartition]:
+        return self._assigned
+
+    @assigned.setter
+    def assigned(self, value: Iterable[TopicPartition]) -> None:
+        new = value if isinstance(value, frozenset) else frozenset(value)
+        if self._index is not None and new != self._assigned:
+            self._index.shift(self._owned | self._assigned, self._owned | new)
+        self._assigned = new
+
+    @property
+    def subscribed(self) -> list[str]:
+        return self._subscribed
+
+    @subscribed.setter
+    def subscribed(self, value: list[str]) -> None:
+        if self._index is not None and value != self._subscribed:
+            self._index.version += 1
+        self._subscribed = value
+
+    def holds(self) -> frozenset[TopicPartition]:
+        """What it owns or may own: what the ``_Holders`` index counts for it."""
+        return self._owned | self._assigned
+
+    def stored(self, target: Iterable[TopicPartition]) -> dict[str, Any]:
         return {"member_id": self.member_id, "instance_id": self.instance_id,
                 "client_id": self.client_id, "subscribed": self.subscribed,
                 "session_timeout_ms": self.session_timeout_ms,
                 "rebalance_timeout_ms": self.rebalance_timeout_ms,
-                "member_epoch": self.member_epoch, "assigned": sorted(self.assigned),
-                "owned": sorted(self.owned), "ready_epoch": self.ready_epoch,
+                "member_epoch": self.member_epoch, "assigned": sorted(self._assigned),
+                "owned": sorted(self._owned), "ready_epoch": self.ready_epoch,
                 "away": self.away, "target": sorted(target)}
 
     @classmethod
@@ -222,9 +361,10 @@ class Member:
                    data["away"], last_seen=now)
 
     def copy(self) -> Member:
+        """A detached copy (not counted in any index)."""
         return Member(self.member_id, self.instance_id, self.client_id, list(self.subscribed),
                       self.session_timeout_ms, self.rebalance_timeout_ms, self.member_epoch,
-                      set(self.assigned), set(self.owned), self.ready_epoch, self.away,
+                      self._assigned, self._owned, self.ready_epoch, self.away,
                       self.last_seen, self.revoking_since)
 
     def restore_from(self, other: Member) -> None:
@@ -233,17 +373,86 @@ class Member:
             setattr(self, name, getattr(other, name))
 
 
-@dataclass(slots=True)
+class _Members(dict[str, Member]):
+    """A group's members by id. Adding or removing one counts its partitions in (or out
+    of) the group's ``_Holders`` and, while an operation runs, notes the change in the
+    group's journal (``_Change``) so it can be written and undone."""
+
+    def __init__(self, group: Group) -> None:
+        super().__init__()
+        self._group = group
+
+    def __setitem__(self, member_id: str, member: Member) -> None:
+        before = self.get(member_id)
+        if before is member:
+            return
+        self._group._note_member(member_id, before)
+        if before is not None:
+            self._detach(before)
+        super().__setitem__(member_id, member)
+        index = self._group.holders
+        if member._index is not None and member._index is not index:
+            raise ValueError(f"member {member_id} already belongs to another group")
+        member._index = index
+        index.shift(_NONE, member.holds())
+        index.version += 1
+
+    def __delitem__(self, member_id: str) -> None:
+        member = self[member_id]
+        self._group._note_member(member_id, member)
+        super().__delitem__(member_id)
+        self._detach(member)
+
+    def pop(self, member_id: str, *default: Any) -> Any:
+        if member_id not in self:
+            if default:
+                return default[0]
+            raise KeyError(member_id)
+        member = self[member_id]
+        del self[member_id]
+        return member
+
+    def _detach(self, member: Member) -> None:
+        index = self._group.holders
+        index.shift(member.holds(), _NONE)
+        index.version += 1
+        member._index = None
+
+    def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("change a group's members one at a time (the index follows them)")
+
+    clear = update = setdefault = popitem = __ior__ = _unsupported
+
+
+@dataclass(eq=False, slots=True)
 class Group:
     group_id: str
     assignor: str = COOPERATIVE_STICKY
     group_epoch: int = 0
     target_epoch: int = 0
-    members: dict[str, Member] = field(default_factory=dict)
-    target: dict[str, set[TopicPartition]] = field(default_factory=dict)
+    members: _Members = field(init=False)
+    target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
     partition_counts: dict[str, int] = field(default_factory=dict)
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    holders: _Holders = field(init=False, default_factory=_Holders, repr=False)
+    # The operation running now (see _Change); None outside one (loading, tests).
+    change: _Change | None = field(init=False, default=None, repr=False)
+    # Operations waiting for their turn, and the task that runs them (GroupCoordinator._run).
+    pending: list[_Op] = field(init=False, default_factory=list, repr=False)
+    runner: asyncio.Task[None] | None = field(init=False, default=None, repr=False)
+    # Bumped by every undo and by a member coming back from away: the eager barrier's
+    # cache assumes members only move towards the barrier, and starts again.
+    resets: int = field(init=False, default=0, repr=False)
+    # Target recomputations the running round may still make (None: no limit, outside a
+    # round); see GroupCoordinator._round.
+    assign_budget: int | None = field(init=False, default=None, repr=False)
+    _topics: tuple[int, list[str]] = field(
+        init=False, default_factory=lambda: (-1, []), repr=False)
+    _barrier: tuple[tuple[int, int, int], list[str]] = field(
+        init=False, default_factory=lambda: ((-1, -1, -1), []), repr=False)
+
+    def __post_init__(self) -> None:
+        self.members = _Members(self)
 
     @property
     def eager(self) -> bool:
@@ -256,7 +465,7 @@ class Group:
         if self.eager and any(m.member_epoch < self.target_epoch and not m.away
                               for m in self.members.values()):
             return "Assigning"
-        if any(m.assigned != self.target.get(m.member_id, set()) or m.owned != m.assigned
+        if any(m.assigned != self.target.get(m.member_id, _NONE) or m.owned != m.assigned
                for m in self.members.values() if not m.away):
             return "Reconciling"
         return "Stable"
@@ -268,49 +477,134 @@ class Group:
         return {"assignor": self.assignor, "group_epoch": self.group_epoch,
                 "target_epoch": self.target_epoch, "partition_counts": self.partition_counts}
 
+    def subscribed_topics(self) -> list[str]:
+        """Every topic some member subscribes to, sorted (recomputed only after a change
+        of membership or subscription, not on every heartbeat)."""
+        version, topics = self._topics
+        if version != self.holders.version:
+            topics = sorted({t for m in self.members.values() for t in m.subscribed})
+            self._topics = (self.holders.version, topics)
+        return topics
 
-@dataclass(slots=True)
-class _Snapshot:
-    """What one request may change in a group, taken before it changes anything: the
-    records to write are the difference, and a failed write restores it."""
+    def set_target(self, member_id: str, tps: Iterable[TopicPartition]) -> None:
+        new = tps if isinstance(tps, frozenset) else frozenset(tps)
+        before = self.target.get(member_id)
+        if before == new:
+            return
+        if self.change is not None:
+            self.change.note_target(member_id, before)
+        self.target[member_id] = new
 
-    members: dict[str, Member]
-    member: Member | None  # a copy of the one member the request changes in place
-    scalars: dict[str, Any]
-    target: dict[str, set[TopicPartition]]
+    def drop_target(self, member_id: str) -> None:
+        if member_id in self.target:
+            if self.change is not None:
+                self.change.note_target(member_id, self.target[member_id])
+            del self.target[member_id]
 
-    @classmethod
-    def take(cls, group: Group, member: Member | None) -> _Snapshot:
-        return cls(dict(group.members), member.copy() if member is not None else None,
-                   group.stored(), dict(group.target))
+    def _note_member(self, member_id: str, before: Member | None) -> None:
+        if self.change is not None:
+            self.change.note_member(member_id, before)
 
-    def restore(self, group: Group) -> None:
-        if self.member is not None and self.member.member_id in self.members:
-            self.members[self.member.member_id].restore_from(self.member)
-        group.members = self.members
-        group.target = self.target
+    def barrier_passed(self) -> bool:
+        """Eager: whether every member gave everything up for the current target (or is
+        past it, or away). Resumes where the previous check stopped, so the members that
+        reach the barrier one after the other cost O(members) in all, not each."""
+        epoch = self.target_epoch
+        key = (epoch, self.holders.version, self.resets)
+        if self._barrier[0] != key:
+            self._barrier = (key, list(self.members))
+        waiting = self._barrier[1]
+        while waiting:
+            m = self.members.get(waiting[-1])
+            if m is not None and not (m.away or m.ready_epoch >= epoch
+                                      or m.member_epoch >= epoch):
+                return False
+            waiting.pop()
+        return True
+
+
+class _Change:
+    """What one operation changed in a group, noted as it happens (the first value of
+    each member slot and target it touched, copies of members it changed in place, the
+    group's scalars): enough to write the records of exactly what changed and to undo it.
+    Cost: O(what the operation touched), whatever the group's size."""
+
+    __slots__ = ("copies", "group", "members", "scalars", "targets")
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+        self.scalars = {**group.stored(), "partition_counts": dict(group.partition_counts)}
+        self.members: dict[str, Member | None] = {}
+        self.targets: dict[str, frozenset[TopicPartition] | None] = {}
+        self.copies: dict[str, tuple[Member, Member]] = {}  # id -> (the object, its copy)
+
+    def touch(self, member: Member) -> None:
+        """Call before changing ``member``'s fields in place."""
+        if member.member_id not in self.copies:
+            self.copies[member.member_id] = (member, member.copy())
+
+    def note_member(self, member_id: str, before: Member | None) -> None:
+        self.members.setdefault(member_id, before)
+
+    def note_target(self, member_id: str, before: frozenset[TopicPartition] | None) -> None:
+        if member_id not in self.targets:
+            self.targets[member_id] = before
+
+    def records(self) -> list[tuple[bytes, bytes | None]]:
+        group = self.group
+        g = group.group_id
+        out: list[tuple[bytes, bytes | None]] = []
+        if group.stored() != self.scalars:
+            out.append((_key(group=g, type="group"), _value(group.stored())))
+        changed = set(self.members) | set(self.targets)
+        for member_id, (member, copy) in self.copies.items():
+            if member_id not in changed and group.members.get(member_id) is member and \
+                    member.stored(()) != copy.stored(()):
+                changed.add(member_id)
+        removed: list[tuple[bytes, bytes | None]] = []
+        for member_id in sorted(changed):
+            m = group.members.get(member_id)
+            if m is None:
+                if self.members.get(member_id, m) is not None or member_id in self.copies:
+                    removed.append((_key(group=g, member=member_id, type="member"), None))
+                continue
+            out.append((_key(group=g, member=member_id, type="member"),
+                        _value(m.stored(group.target.get(member_id, _NONE)))))
+        # Removals last: a replay forgets a group (scalars and all) when a removal leaves
+        # it without members, so a static member replacing the only one must be in first.
+        return out + removed
+
+    def undo(self) -> None:
+        group = self.group
+        group.change = None  # undoing is not itself noted
+        for member, copy in self.copies.values():
+            member.restore_from(copy)
+        for member_id, before in self.members.items():
+            if before is None:
+                group.members.pop(member_id, None)
+            else:
+                group.members[member_id] = before
+        for member_id, target in self.targets.items():
+            if target is None:
+                group.target.pop(member_id, None)
+            else:
+                group.target[member_id] = target
         group.assignor = self.scalars["assignor"]
         group.group_epoch = self.scalars["group_epoch"]
         group.target_epoch = self.scalars["target_epoch"]
         group.partition_counts = self.scalars["partition_counts"]
+        group.resets += 1
 
-    def changes(self, group: Group) -> list[tuple[bytes, bytes | None]]:
-        g = group.group_id
-        records: list[tuple[bytes, bytes | None]] = []
-        if group.stored() != self.scalars:
-            records.append((_key(group=g, type="group"), _value(group.stored())))
-        for member_id in sorted(self.members.keys() - group.members.keys()):
-            records.append((_key(group=g, member=member_id, type="member"), None))
-        before = self.member.stored(self.target.get(self.member.member_id, set())) \
-            if self.member is not None else None
-        for member_id, m in sorted(group.members.items()):
-            target = group.target.get(member_id, set())
-            if member_id not in self.members or self.target.get(member_id) != target or \
-                    (before is not None and member_id == before["member_id"]
-                     and m.stored(target) != before):
-                records.append((_key(group=g, member=member_id, type="member"),
-                                _value(m.stored(target))))
-        return records
+
+@dataclass(eq=False, slots=True)
+class _Op:
+    """One request's work on a group: ``run(group, change)`` changes the group in memory
+    (synchronously, noting what it changed in ``change``) and returns its answer, the
+    extra records to write (offsets) and what to do once they are stored."""
+
+    run: Callable[[Group, _Change], tuple[Any, list[tuple[bytes, bytes | None]],
+                                          Callable[[], None] | None]]
+    future: asyncio.Future[Any] | None  # None: the round's own closing step
 
 
 @dataclass(slots=True)
@@ -349,6 +643,8 @@ class GroupCoordinator:
         self._task: asyncio.Task[None] | None = None
         self._lag_task: asyncio.Task[None] | None = None
         self.lag: dict[tuple[str, str, int], int] = {}
+        self._runners: set[asyncio.Task[None]] = set()  # see _run
+        self._creating: asyncio.Task[None] | None = None  # see find
         broker.metrics.registry.register(_LagCollector(self))
 
     # ------------------------------------------------------------------ lifecycle
@@ -357,7 +653,7 @@ class GroupCoordinator:
         self._lag_task = asyncio.create_task(self._lag_loop())
 
     async def stop(self) -> None:
-        for task in (self._task, self._lag_task):
+        for task in (self._task, self._lag_task, *self._runners):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -369,7 +665,11 @@ class GroupCoordinator:
         self._check_group_id(group_id)
         topic = self.broker.topics.get(OFFSETS_TOPIC)
         if topic is None:
-            await self._create_offsets_topic()
+            # One creation at a time: a thousand consumers starting together must not each
+            # go to ZooKeeper (and hold their FindCoordinator that long).
+            if self._creating is None or self._creating.done():
+                self._creating = asyncio.create_task(self._create_offsets_topic())
+            await asyncio.shield(self._creating)
             raise CoordinatorNotAvailableError(
                 f"{OFFSETS_TOPIC} is being created; retry in a moment")
         p = coordinator_partition(group_id, topic.partition_count)
@@ -517,7 +817,7 @@ class GroupCoordinator:
                     group.target.pop(k["member"], None)
                 else:
                     group.members[k["member"]] = Member.from_stored(v, now)
-                    group.target[k["member"]] = _tps(v["target"])
+                    group.target[k["member"]] = frozenset(_tps(v["target"]))
             elif kind == "group" and v is not None:
                 group.assignor = v["assignor"]
                 group.group_epoch = v["group_epoch"]
@@ -558,55 +858,152 @@ class GroupCoordinator:
                 f"{partition.name}: the in-sync replicas did not confirm the group state "
                 f"within {_WRITE_TIMEOUT_S:.0f} s; retry") from None
 
-    async def _apply(self, shard: _Shard, group: Group, snapshot: _Snapshot) -> None:
-        """Store what changed since ``snapshot``; on failure put the group back as it was."""
-        records = snapshot.changes(group)
-        if not records:
-            return
+    # ------------------------------------------------------------------ operations
+    async def _run(self, shard: _Shard, group: Group, run: Callable[
+            [Group, _Change], tuple[Any, list[tuple[bytes, bytes | None]],
+                                    Callable[[], None] | None]]) -> Any:
+        """Run ``run`` on ``group`` after every operation queued before it, and return its
+        answer once what it changed is stored (acks=all).
+
+        The operations that queue up while a write is being replicated run together in
+        the next round: each changes the group in memory in turn, the records of all of
+        them go out as one batch, and every one is answered when that batch is
+        replicated (a failure undoes the whole round, newest first, and answers each
+        with the error). So a group with many members pays one replicated write per
+        round instead of one per request, and no answer, not even an error, is sent
+        before the state it was computed from is stored."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        group.pending.append(_Op(run, future))
+        if group.runner is None:
+            group.runner = asyncio.create_task(self._run_rounds(shard, group),
+                                               name=f"group-{group.group_id}")
+            self._runners.add(group.runner)
+            group.runner.add_done_callback(self._runners.discard)
+        return await future
+
+    async def _run_rounds(self, shard: _Shard, group: Group) -> None:
         try:
-            await self._write(shard, records)
-        except BaseException:
-            snapshot.restore(group)
-            raise
+            while group.pending:
+                ops, group.pending = group.pending, []
+                await self._round(shard, group, ops)
+        finally:
+            group.runner = None
+            for op in group.pending:  # only when cancelled (the broker stops)
+                _settle(op.future, error=NotCoordinatorError(
+                    f"the coordinator of group {group.group_id!r} is stopping; find it "
+                    "again and retry"))
+            group.pending = []
+            if not group.members and not group.offsets and group.group_epoch == 0 and \
+                    shard.groups.get(group.group_id) is group:
+                # Nothing was ever stored for it (a join or commit that failed).
+                del shard.groups[group.group_id]
+
+    async def _round(self, shard: _Shard, group: Group, ops: list[_Op]) -> None:
+        """Run ``ops`` in turn, store what they changed in one write, answer them.
+
+        A join storm puts hundreds of joins into one round: the target is recomputed at
+        most once while the ops run (the first that needs it), and once more after the
+        last if membership changed since; the ops in between reconcile against the
+        previous target, which is safe (a partition is still handed out only once no
+        other member holds it) and only makes their members come back soon. The event
+        loop gets a turn every ``_ROUND_SLICE_S`` of work, so replication and other
+        groups do not wait for a long round."""
+        done: list[tuple[_Op, _Change, Any, Callable[[], None] | None]] = []
+        refused: list[tuple[_Op, BaseException]] = []
+        records: dict[bytes, bytes | None] = {}  # a later value of a key replaces it
+        group.assign_budget = 1
+        started = sliced = time.monotonic()
+        ops = [*ops, _Op(self._retarget, None)]
+        for op in ops:
+            if op.future is not None and op.future.done():
+                continue  # its caller gave up before its turn
+            if op.future is None:
+                group.assign_budget = None  # the closing recomputation
+            elif time.monotonic() - sliced > _ROUND_SLICE_S:
+                await asyncio.sleep(0)
+                sliced = time.monotonic()
+            change = group.change = _Change(group)
+            try:
+                if shard.groups.get(group.group_id) is not group:
+                    raise NotCoordinatorError(
+                        f"group {group.group_id!r} was deleted or reloaded while this "
+                        "request waited; find the coordinator again and retry")
+                answer, extra, after = op.run(group, change)
+            except Exception as err:
+                change.undo()
+                refused.append((op, err))
+                continue
+            finally:
+                group.change = None
+            for key, value in (*change.records(), *extra):
+                records[key] = value
+            done.append((op, change, answer, after))
+        group.assign_budget = None
+        ran = time.monotonic()
+        failure: BaseException | None = None
+        if records:
+            try:
+                await self._write(shard, list(records.items()))
+            except BaseException as err:
+                for _, change, _, _ in reversed(done):
+                    change.undo()
+                failure = err
+        if (spent := time.monotonic() - started) > _SLOW_ROUND_S:
+            log.info("group %s: %d requests took %.3f s (%.3f s in memory), %d records "
+                     "written%s", group.group_id, len(ops) - 1, spent, ran - started,
+                     len(records), f", failed: {failure!r}" if failure else "")
+        else:
+            log.debug("group %s: %d requests, %.3f s, %d records", group.group_id,
+                      len(ops) - 1, spent, len(records))
+        if isinstance(failure, asyncio.CancelledError):
+            for op, *_ in done:
+                _settle(op.future, error=NotCoordinatorError(
+                    f"the coordinator of group {group.group_id!r} is stopping; find it "
+                    "again and retry"))
+            raise failure
+        for op, _, answer, after in done:
+            if failure is not None:
+                _settle(op.future, error=failure)
+                continue
+            if after is not None:
+                after()
+            _settle(op.future, result=answer)
+        for op, why in refused:
+            # Refused on a state this round may have undone: the write's error instead,
+            # and the retry meets the state that is stored.
+            _settle(op.future, error=failure or why)
+
+    def _retarget(self, group: Group, change: _Change) -> tuple[None, list[Any], None]:
+        """The round's closing step: the target the ops of the round left pending."""
+        self._refresh_target(group)
+        return None, [], None
 
     # ------------------------------------------------------------------ heartbeat
     async def heartbeat(self, request: ConsumerGroupHeartbeatRequest, client_id: str
                         ) -> ConsumerGroupHeartbeatResponse:
-        arrived = time.monotonic()  # a wait for the group's lock must not age the session
+        arrived = time.monotonic()  # a wait for the group's turn must not age the session
         try:
             shard = await self._shard(request.group_id)
             current = shard.groups.get(request.group_id)
             known = current.members.get(request.member_id or "") if current else None
             if known is not None:
                 known.last_seen = max(known.last_seen, arrived)
-            async with self._locked(shard, request.group_id) as group:
-                return await self._heartbeat(shard, group, request, client_id, arrived)
+            group = shard.groups.setdefault(request.group_id, Group(request.group_id))
+            answer: ConsumerGroupHeartbeatResponse = await self._run(
+                shard, group, lambda g, change: (
+                    self._heartbeat(g, change, request, client_id, arrived), [], None))
+            return answer
         except StrataError as err:
             return ConsumerGroupHeartbeatResponse(err.code, err.message)
 
-    @contextlib.asynccontextmanager
-    async def _locked(self, shard: _Shard, group_id: str) -> AsyncIterator[Group]:
-        """The group (created in memory if new) with its lock held. A group nothing was
-        stored for (a join or commit that failed) is dropped again on the way out."""
-        group = shard.groups.setdefault(group_id, Group(group_id))
-        async with group.lock:
-            if shard.groups.get(group_id) is not group:
-                raise NotCoordinatorError(
-                    f"group {group_id!r} was deleted or reloaded while this request waited; "
-                    "find the coordinator again and retry")
-            try:
-                yield group
-            finally:
-                if not group.members and not group.offsets and group.group_epoch == 0:
-                    shard.groups.pop(group_id, None)
-
-    async def _heartbeat(self, shard: _Shard, group: Group,
-                         request: ConsumerGroupHeartbeatRequest, client_id: str,
-                         arrived: float) -> ConsumerGroupHeartbeatResponse:
+    def _heartbeat(self, group: Group, change: _Change,
+                   request: ConsumerGroupHeartbeatRequest, client_id: str,
+                   arrived: float) -> ConsumerGroupHeartbeatResponse:
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return await self._leave(shard, group, request)
+            return self._leave(group, change, request)
         existing = group.members.get(request.member_id or "")
-        snapshot = _Snapshot.take(group, existing)
+        if existing is not None:
+            change.touch(existing)
         reported = _from_wire(request.owned)
         if request.member_epoch == JOIN_EPOCH and existing is None:
             member = self._join(group, request, client_id, arrived)
@@ -631,18 +1028,29 @@ class GroupCoordinator:
                 group.group_epoch += 1
             # What it says it owns counts only where the coordinator gave it: a member
             # cannot claim (and then commit) a partition that moved away.
-            member.owned = reported & (member.owned | member.assigned)
+            member.owned = reported & member.holds()
+        if member.away:
+            group.resets += 1  # it no longer counts as past the eager barrier
         member.away = False
         member.last_seen = max(member.last_seen, arrived)
         self._refresh_target(group)
         self._reconcile(group, member, time.monotonic())
-        await self._apply(shard, group, snapshot)
-        target = group.target.get(member.member_id, set())
-        busy = member.assigned != target or member.owned != member.assigned
+        target = group.target.get(member.member_id, _NONE)
+        busy = member.assigned != target or member.owned != member.assigned or \
+            group.group_epoch > group.target_epoch  # its target comes at the round's end
         return ConsumerGroupHeartbeatResponse(
             0, None, member.member_id, member.member_epoch,
-            _BUSY_HEARTBEAT_MS if busy else self.config.group_heartbeat_interval_ms,
+            self._busy_interval_ms(group) if busy else self.config.group_heartbeat_interval_ms,
             group_topic_partitions(member.assigned))
+
+    def _busy_interval_ms(self, group: Group) -> int:
+        """How soon a member whose partitions are moving should come back: 100 ms, but
+        no sooner than lets the group's members together send about
+        ``_BUSY_HEARTBEATS_PER_S`` (a thousand members all moving at once would
+        otherwise send ten thousand heartbeats a second, and the coordinator would
+        spend its time answering them instead of moving partitions)."""
+        spread = -(-len(group.members) * 1000 // _BUSY_HEARTBEATS_PER_S)
+        return min(max(_BUSY_HEARTBEAT_MS, spread), self.config.group_heartbeat_interval_ms)
 
     def _join(self, group: Group, request: ConsumerGroupHeartbeatRequest, client_id: str,
               arrived: float) -> Member:
@@ -671,9 +1079,7 @@ class GroupCoordinator:
         member_id = request.member_id or uuid.uuid4().hex
         member = Member(member_id, request.instance_id, client_id, topics, session,
                         request.rebalance_timeout_ms, last_seen=arrived)
-        twin = next((m for m in group.members.values()
-                     if request.instance_id is not None and m.instance_id == request.instance_id),
-                    None)
+        twin = self._twin(group, request.instance_id)
         if twin is not None:
             silent = arrived - twin.last_seen
             if not twin.away and silent < 2 * self.config.group_heartbeat_interval_ms / 1000:
@@ -688,9 +1094,10 @@ class GroupCoordinator:
             del group.members[twin.member_id]
             current = twin.member_epoch >= group.target_epoch
             member.member_epoch = twin.member_epoch if current else 0
-            member.assigned = set(twin.assigned) if current or not group.eager else set()
+            member.assigned = twin.assigned if current or not group.eager else _NONE
             member.ready_epoch = twin.ready_epoch
-            group.target[member_id] = group.target.pop(twin.member_id, set())
+            group.set_target(member_id, group.target.get(twin.member_id, _NONE))
+            group.drop_target(twin.member_id)
             if twin.subscribed != topics:
                 group.group_epoch += 1
             log.info("group %s: static member %s rejoined as %s (replacing %s)",
@@ -708,61 +1115,88 @@ class GroupCoordinator:
         group.members[member_id] = member
         return member
 
-    async def _leave(self, shard: _Shard, group: Group, request: ConsumerGroupHeartbeatRequest
-                     ) -> ConsumerGroupHeartbeatResponse:
+    @staticmethod
+    def _twin(group: Group, instance_id: str | None) -> Member | None:
+        if instance_id is None:
+            return None  # only static members have twins: no scan of the group
+        return next((m for m in group.members.values() if m.instance_id == instance_id),
+                    None)
+
+    def _leave(self, group: Group, change: _Change, request: ConsumerGroupHeartbeatRequest
+               ) -> ConsumerGroupHeartbeatResponse:
         member = group.members.get(request.member_id or "")
         if member is None:  # already gone: leaving is idempotent
             return ConsumerGroupHeartbeatResponse(0, None, request.member_id,
                                                   request.member_epoch, 0, [])
-        snapshot = _Snapshot.take(group, member)
         if request.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             # It stopped consuming (the client revoked everything before leaving); its
             # assignment stays reserved for it until its session times out.
+            change.touch(member)
             member.away = True
-            member.owned = set()
+            member.owned = _NONE
             member.revoking_since = None
+            if group.eager and member.member_epoch < group.target_epoch:
+                member.assigned = _NONE  # what it kept is others' once the barrier passes
             log.info("group %s: static member %s left for a restart; its partitions wait "
                      "%d ms for it", group.group_id, member.instance_id,
                      member.session_timeout_ms)
         else:
             self._remove(group, member, "left")
             self._refresh_target(group)
-        await self._apply(shard, group, snapshot)
         return ConsumerGroupHeartbeatResponse(0, None, member.member_id, request.member_epoch,
                                               0, [])
 
     @staticmethod
     def _remove(group: Group, member: Member, why: str) -> None:
         del group.members[member.member_id]
-        group.target.pop(member.member_id, None)
+        group.drop_target(member.member_id)
         group.group_epoch += 1
         log.info("group %s: member %s %s (epoch %d)", group.group_id, member.member_id, why,
                  group.group_epoch)
 
     def _refresh_target(self, group: Group) -> None:
+        """Recompute the target if the group epoch moved (membership, a subscription, or
+        a subscribed topic's partition count changed). Otherwise, as on nearly every
+        heartbeat, this only compares the partition counts of the subscribed topics."""
         counts = {t: self.broker.topics[t].partition_count
-                  for t in sorted({t for m in group.members.values() for t in m.subscribed})
-                  if t in self.broker.topics}
+                  for t in group.subscribed_topics() if t in self.broker.topics}
         if counts != group.partition_counts:
             group.partition_counts = counts
             if group.group_epoch <= group.target_epoch:
                 group.group_epoch += 1
-        if group.group_epoch <= group.target_epoch:
+        if group.group_epoch <= group.target_epoch or group.assign_budget == 0:
             return
+        if group.assign_budget is not None:
+            group.assign_budget -= 1
         order = group.ordered_members()
-        group.target = assign(group.assignor, order,
-                              {m: group.members[m].subscribed for m in order},
-                              counts, group.target)
+        target = assign(group.assignor, order,
+                        {m: group.members[m].subscribed for m in order}, counts,
+                        group.target)
+        for member_id in [m for m in group.target if m not in target]:
+            group.drop_target(member_id)
+        for member_id, tps in target.items():
+            group.set_target(member_id, tps)  # notes (and so stores) only real changes
         group.target_epoch = group.group_epoch
+        if group.eager:
+            # The barrier lets away static members through (they revoked before leaving),
+            # so what they were assigned goes to others now: they hold nothing any more
+            # (back from their restart they start from nothing, being behind the target).
+            for member in group.members.values():
+                if member.away and member.assigned:
+                    if group.change is not None:
+                        group.change.touch(member)
+                    member.assigned = _NONE
 
     def _reconcile(self, group: Group, member: Member, now: float) -> None:
-        """Move ``member`` one step towards its target (see the module docstring)."""
-        target = group.target.get(member.member_id, set())
+        """Move ``member`` one step towards its target (see the module docstring). Costs
+        O(the member's own partitions): the holders index answers whether another member
+        holds a partition, and the eager barrier resumes where it stopped."""
+        target = group.target.get(member.member_id, _NONE)
         if group.eager:
             if member.member_epoch >= group.target_epoch:
-                member.assigned = set(target)
+                member.assigned = target
                 return
-            member.assigned = set()
+            member.assigned = _NONE
             if member.owned:
                 if member.revoking_since is None:
                     member.revoking_since = now
@@ -770,9 +1204,8 @@ class GroupCoordinator:
             member.revoking_since = None
             member.ready_epoch = group.target_epoch
             # Away static members own nothing (they revoked before leaving).
-            if all(m.away or m.ready_epoch >= group.target_epoch
-                   or m.member_epoch >= group.target_epoch for m in group.members.values()):
-                member.assigned = set(target)
+            if group.barrier_passed():
+                member.assigned = target
                 member.member_epoch = group.target_epoch
             return
         revoke = member.owned - target
@@ -782,9 +1215,15 @@ class GroupCoordinator:
                 member.revoking_since = now
             return
         member.revoking_since = None
-        held = set().union(*(m.owned | m.assigned for m in group.members.values()
-                             if m is not member))
-        member.assigned = member.owned | {tp for tp in target - member.owned if tp not in held}
+        wanted = target - member.owned
+        if wanted:
+            mine = member.holds()
+            holders = group.holders
+            # Free: held by nobody but (perhaps, as already assigned) this member.
+            member.assigned = member.owned | {
+                tp for tp in wanted if holders.held(tp) == (1 if tp in mine else 0)}
+        else:
+            member.assigned = member.owned
         member.member_epoch = group.target_epoch
 
     # ------------------------------------------------------------------ expiry
@@ -817,8 +1256,7 @@ class GroupCoordinator:
             self._load_failures.pop(p, None)
             for group in list(shard.groups.values()):
                 if any(self._expired(m, time.monotonic()) for m in group.members.values()):
-                    async with group.lock:
-                        await self._expire_group(shard, group)
+                    await self._expire_group(shard, group)
 
     @staticmethod
     def _expired(member: Member, now: float) -> str | None:
@@ -830,17 +1268,19 @@ class GroupCoordinator:
         return None
 
     async def _expire_group(self, shard: _Shard, group: Group) -> None:
+        def expire(group: Group, change: _Change) -> tuple[None, list[Any], None]:
+            now = time.monotonic()
+            for member in list(group.members.values()):
+                why = self._expired(member, now)
+                if why is not None:
+                    self._remove(group, member, why)
+            self._refresh_target(group)
+            return None, [], None
+
         if shard.groups.get(group.group_id) is not group:
             return
-        snapshot = _Snapshot.take(group, None)
-        now = time.monotonic()
-        for member in list(group.members.values()):
-            why = self._expired(member, now)
-            if why is not None:
-                self._remove(group, member, why)
-        self._refresh_target(group)
         try:
-            await self._apply(shard, group, snapshot)
+            await self._run(shard, group, expire)
         except StrataError as err:
             log.warning("group %s: storing a removal failed (%s); retrying on the next pass",
                         group.group_id, err)
@@ -848,11 +1288,10 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ offsets
     async def commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
         answers: dict[str, list[OffsetCommitPartitionResponse]] = {}
-        accepted: list[tuple[str, int, int, str | None]] = []
         try:
             shard = await self._shard(request.group_id)
-            async with self._locked(shard, request.group_id) as group:
-                await self._commit_locked(shard, group, request, answers, accepted)
+            group = shard.groups.setdefault(request.group_id, Group(request.group_id))
+            await self._run(shard, group, lambda g, change: self._commit(g, request, answers))
         except StrataError as err:
             # A group-level error, or the write failed: every partition that was not
             # already refused on its own gets it.
@@ -866,31 +1305,39 @@ class GroupCoordinator:
         return OffsetCommitResponse([OffsetCommitTopicResponse(name, parts)
                                      for name, parts in answers.items()])
 
-    async def _commit_locked(self, shard: _Shard, group: Group, request: OffsetCommitRequest,
-                             answers: dict[str, list[OffsetCommitPartitionResponse]],
-                             accepted: list[tuple[str, int, int, str | None]]) -> None:
+    def _commit(self, group: Group, request: OffsetCommitRequest,
+                answers: dict[str, list[OffsetCommitPartitionResponse]]
+                ) -> tuple[None, list[tuple[bytes, bytes | None]], Callable[[], None] | None]:
+        """Check a commit against the group as it is at its turn; its offset records go
+        out with the round's write, and reach ``group.offsets`` only once stored."""
         member = self._check_committer(group, request)
+        holds = member.holds() if member is not None else None
+        accepted: list[tuple[str, int, int, str | None]] = []
         for topic in request.topics:
             out = answers.setdefault(topic.name, [])
             for part in topic.partitions:
                 try:
-                    self._check_commit(member, topic.name, part.partition, part.offset,
+                    self._check_commit(member, holds, topic.name, part.partition, part.offset,
                                        part.metadata)
                     accepted.append((topic.name, part.partition, part.offset, part.metadata))
                     out.append(OffsetCommitPartitionResponse(part.partition, 0))
                 except StrataError as err:
                     out.append(OffsetCommitPartitionResponse(part.partition, err.code,
                                                              err.message))
-        if accepted:
-            now_ms = int(time.time() * 1000)
-            ids = {t: self.broker.topics[t].topic_id for t, *_ in accepted}
-            await self._write(shard, [
-                (_key(group=group.group_id, partition=p, topic=t, type="offset"),
-                 _value({"offset": o, "metadata": m, "timestamp": now_ms,
-                         "topic_id": ids[t]}))
-                for t, p, o, m in accepted])
+        if not accepted:
+            return None, [], None
+        now_ms = int(time.time() * 1000)
+        ids = {t: self.broker.topics[t].topic_id for t, *_ in accepted}
+        records: list[tuple[bytes, bytes | None]] = [
+            (_key(group=group.group_id, partition=p, topic=t, type="offset"),
+             _value({"offset": o, "metadata": m, "timestamp": now_ms, "topic_id": ids[t]}))
+            for t, p, o, m in accepted]
+
+        def stored() -> None:
             for t, p, o, m in accepted:
                 group.offsets[(t, p)] = CommittedOffset(o, m, now_ms, ids[t])
+
+        return None, records, stored
 
     @staticmethod
     def _check_committer(group: Group, request: OffsetCommitRequest) -> Member | None:
@@ -914,8 +1361,8 @@ class GroupCoordinator:
                 f"coordinator gave it {member.member_epoch}; rejoin")
         return member
 
-    def _check_commit(self, member: Member | None, topic: str, p: int, offset: int,
-                      metadata: str | None) -> None:
+    def _check_commit(self, member: Member | None, holds: frozenset[TopicPartition] | None,
+                      topic: str, p: int, offset: int, metadata: str | None) -> None:
         definition = self.broker.topics.get(topic)
         if definition is None or p not in definition.assignment:
             raise UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
@@ -926,7 +1373,7 @@ class GroupCoordinator:
             raise OffsetMetadataTooLargeError(
                 f"{topic}-{p}: metadata is longer than offset.metadata.max.bytes "
                 f"({self.config.offset_metadata_max_bytes})")
-        if member is not None and (topic, p) not in member.owned | member.assigned:
+        if member is not None and holds is not None and (topic, p) not in holds:
             raise StaleMemberEpochError(
                 f"{topic}-{p} is not assigned to member {member.member_id} now (it moved to "
                 "another member): the commit is refused; heartbeat for the current assignment")
@@ -999,7 +1446,9 @@ class GroupCoordinator:
         group = shard.groups.get(group_id)
         if group is None or (not group.members and not group.offsets):
             raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
-        async with group.lock:
+
+        def delete(group: Group, change: _Change
+                   ) -> tuple[None, list[tuple[bytes, bytes | None]], Callable[[], None]]:
             if group.members:
                 raise NonEmptyGroupError(
                     f"group {group_id!r} has {len(group.members)} active member(s); stop its "
@@ -1008,10 +1457,16 @@ class GroupCoordinator:
                 (_key(group=group_id, partition=p, topic=t, type="offset"), None)
                 for t, p in sorted(group.offsets)]
             records.append((_key(group=group_id, type="group"), None))
-            await self._write(shard, records)
-            shard.groups.pop(group_id, None)
-            for key in [k for k in self.lag if k[0] == group_id]:
-                del self.lag[key]
+
+            def stored() -> None:
+                if shard.groups.get(group_id) is group:
+                    del shard.groups[group_id]
+                for key in [k for k in self.lag if k[0] == group_id]:
+                    del self.lag[key]
+
+            return None, records, stored
+
+        await self._run(shard, group, delete)
         log.info("group %s deleted", group_id)
 
     # ------------------------------------------------------------------ lag
