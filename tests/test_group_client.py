@@ -49,9 +49,11 @@ from strata.client import (
     StrataError,
     TopicPartition,
 )
+from strata.client._cluster import Cluster
 from strata.client._group import (
     AutoCommitTimer,
     CoordinatorLink,
+    GroupMember,
     Membership,
     group_partitions,
     reconcile,
@@ -1011,3 +1013,22 @@ def test_close_waits_for_async_commits_then_cancels_what_is_left(delay: float | 
             assert task.cancelled()  # never answered: cancelled, nobody waits forever
 
     asyncio.run(run())
+
+
+def test_a_join_is_not_sent_again_before_the_request_timeout() -> None:
+    """A heartbeat is resent after a third of the session (a hung coordinator must not
+    cost the member its session), but a join has no session yet: sent again while the
+    first is still queued at a busy coordinator, it would add a second member that
+    holds partitions until its session expires. It waits the whole request timeout."""
+    async def go() -> tuple[float, float]:
+        cluster = Cluster(NOWHERE, client_id="t", request_timeout_ms=30_000,
+                          retry_backoff_ms=100)
+        member = GroupMember(cluster, "g", instance_id=None, session_timeout_ms=9_000,
+                             rebalance_timeout_ms=60_000, assignor="range",
+                             request_timeout_ms=30_000, retry_backoff_ms=100,
+                             wakeup=lambda: None)
+        joining = member._heartbeat_attempt_s()
+        member.membership.member_id, member.membership.member_epoch = "m1", 1
+        return joining, member._heartbeat_attempt_s()
+
+    assert asyncio.run(go()) == (30.0, 3.0)

@@ -609,7 +609,14 @@ class GroupMember:
         """How long one heartbeat may go unanswered before it is sent again (to the
         coordinator looked up again): well inside the session timeout, so a hung
         coordinator (its broker paused) cannot make the member miss its session at the
-        one that replaced it."""
+        one that replaced it.
+
+        Not a join: it has no session to lose yet, and a join sent again while the first
+        one is still queued at a busy coordinator would make that coordinator add two
+        members (the first one then holds partitions until its session expires, and its
+        expiry is one more rebalance): a join waits the whole request timeout."""
+        if self.membership.member_id is None:
+            return self.link.request_timeout_s
         session_ms = self.membership.session_timeout_ms
         bound = session_ms / 3000 if session_ms > 0 else _FIND_TIMEOUT_S
         return max(min(self.link.request_timeout_s, bound), 0.5)

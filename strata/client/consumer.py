@@ -1331,10 +1331,19 @@ class AsyncConsumer:
             for tp in plan.assign:
                 if tp not in self._states:
                     self._states[tp] = _PartitionState(use_committed=True)
-            self._metadata_due = True
-            self._metadata_next_at = 0.0
+            # Metadata only for a partition whose leader is not known yet: in a large
+            # group every assignment step of every member would otherwise re-read the
+            # whole topic's metadata from the brokers (a stale leader is caught by the
+            # fetch, which backs off and refreshes).
+            if any(self._leader_unknown(tp) for tp in plan.assign):
+                self._metadata_due = True
+                self._metadata_next_at = 0.0
             return _GroupEvent("assign", plan.assign, self._on_assign)
         return None
+
+    def _leader_unknown(self, tp: TopicPartition) -> bool:
+        info = self._cluster.topics.get(tp.topic, {}).get(tp.partition)
+        return info is None or info.leader < 0
 
     async def _finish_group_event(self, event: _GroupEvent) -> None:
         """After the callback: own the new partitions, or drop the revoked / lost ones
