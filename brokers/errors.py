@@ -68,6 +68,8 @@ __all__ = [
     "UnsupportedVersionError",
     "error_for_code",
     "raise_for_code",
+    "FetchSessionIdNotFoundError",
+    "InvalidFetchSessionEpochError",
 ]
 
 
@@ -472,6 +474,24 @@ class GroupIdNotFoundError(StrataError):
     name = "GROUP_ID_NOT_FOUND"
 
 
+class FetchSessionIdNotFoundError(StrataError):
+    """The fetch session is unknown here (the broker restarted, or the session was
+    replaced): fetch again with a full request (session epoch 0)."""
+
+    code = 70
+    name = "FETCH_SESSION_ID_NOT_FOUND"
+    retriable = True
+
+
+class InvalidFetchSessionEpochError(StrataError):
+    """The fetch session epoch is not the one expected (a request was lost or repeated):
+    fetch again with a full request (session epoch 0)."""
+
+    code = 71
+    name = "INVALID_FETCH_SESSION_EPOCH"
+    retriable = True
+
+
 class GroupMaxSizeReachedError(StrataError):
     """The group already has ``group.max.size`` members."""
 
@@ -556,6 +576,8 @@ _BY_CODE: dict[int, type[StrataError]] = {
         NonEmptyGroupError,
         GroupIdNotFoundError,
         GroupMaxSizeReachedError,
+        FetchSessionIdNotFoundError,
+        InvalidFetchSessionEpochError,
         FencedMemberEpochError,
         UnsupportedAssignorError,
         StaleMemberEpochError,

@@ -22,7 +22,9 @@ from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefin
 from brokers.errors import (
     BrokerNotAvailableError,
     FencedLeaderEpochError,
+    FetchSessionIdNotFoundError,
     InvalidConfigError,
+    InvalidFetchSessionEpochError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
@@ -88,9 +90,11 @@ from brokers.protocol import (
     ElectionTopicResult,
     ElectLeadersRequest,
     ElectLeadersResponse,
+    FetchPartition,
     FetchPartitionResponse,
     FetchRequest,
     FetchResponse,
+    FetchTopic,
     FetchTopicResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -159,9 +163,37 @@ def _error(err: StrataError | KazooException | None) -> tuple[int, str | None]:
     return err.code, err.message
 
 
+class _SessionPartition:
+    """What a follower's fetch session holds for one partition."""
+
+    __slots__ = ("answered", "changed", "fetch_offset", "leader_epoch", "partition_max_bytes")
+
+    def __init__(self, part: FetchPartition) -> None:
+        self.fetch_offset = part.fetch_offset
+        self.partition_max_bytes = part.partition_max_bytes
+        self.leader_epoch = part.current_leader_epoch
+        self.changed = True  # its position is news to the leader
+        # (HW, log start, log end) as last answered; None: answer it next time.
+        self.answered: tuple[int, int, int] | None = None
+
+
+class _FetchSession:
+    """A follower's incremental fetch session (``FetchRequest``, version 1): one per
+    follower broker at this leader; a new one replaces it."""
+
+    __slots__ = ("epoch", "partitions", "session_id", "swept_ms")
+
+    def __init__(self, session_id: int) -> None:
+        self.session_id = session_id
+        self.epoch = 0  # the epoch the next request must carry
+        self.partitions: dict[tuple[str, int], _SessionPartition] = {}
+        self.swept_ms = 0
+
+
 class RequestHandlers:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self._fetch_sessions: dict[int, _FetchSession] = {}  # by follower broker id
         self._table: dict[ApiKey, Callable[[Any], Awaitable[Message | None]]] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -618,6 +650,8 @@ class RequestHandlers:
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, request: FetchRequest) -> FetchResponse:
+        if request.session_epoch >= 0:
+            return await self._session_fetch(request)
         max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
         deadline = time.monotonic() + max_wait
         if request.replica_id >= 0:
@@ -643,6 +677,109 @@ class RequestHandlers:
                 for partition in partitions:
                     partition.unwatch_data(woken)
                 woken.cancel()
+
+    async def _session_fetch(self, request: FetchRequest) -> FetchResponse:
+        """A follower's fetch in a session (see ``FetchRequest``): only partitions that
+        changed travel, either way, so a round costs a comparison per idle partition
+        instead of decoding, reading and encoding each one."""
+        if request.replica_id < 0:
+            raise InvalidRequestError(
+                "fetch sessions are for followers (replica_id >= 0); a consumer fetches "
+                "with session_epoch -1")
+        replica = request.replica_id
+        session = self._fetch_sessions.get(replica)
+        if request.session_epoch == 0:
+            session = self._fetch_sessions[replica] = _FetchSession(
+                random.randrange(1, 2**31))
+        elif session is None or session.session_id != request.session_id:
+            unknown = FetchSessionIdNotFoundError(
+                f"fetch session {request.session_id} of broker {replica} is not known here "
+                "(this broker restarted, or the session was replaced); open a new one")
+            return FetchResponse([], unknown.code)
+        elif request.session_epoch != session.epoch:
+            del self._fetch_sessions[replica]
+            stale = InvalidFetchSessionEpochError(
+                f"fetch session {session.session_id} expected epoch {session.epoch}, got "
+                f"{request.session_epoch}; open a new one")
+            return FetchResponse([], stale.code)
+        session.epoch = request.session_epoch + 1
+        for forgotten in request.forgotten_topics:
+            for p in forgotten.partitions:
+                session.partitions.pop((forgotten.name, p), None)
+        for topic in request.topics:
+            for part in topic.partitions:
+                session.partitions[(topic.name, part.partition)] = _SessionPartition(part)
+        now_ms = time.time_ns() // 1_000_000
+        # Followers' positions: the changed ones now (they move the HW); every one now and
+        # then, so that idle, caught-up followers stay in the ISR.
+        sweep = now_ms - session.swept_ms >= self.broker.config.replica_lag_time_max_ms / 4
+        if sweep:
+            session.swept_ms = now_ms
+        self._record_session_positions(replica, session, sweep)
+        max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
+        deadline = time.monotonic() + max_wait
+        while True:
+            wanted = self._session_candidates(session)
+            view = FetchRequest([FetchTopic(t, ps) for t, ps in wanted.items()],
+                                max_bytes=request.max_bytes, replica_id=replica)
+            response, _, _ = self._read_fetch(view)
+            remaining = deadline - time.monotonic()
+            if response.topics or remaining <= 0 or not session.partitions \
+                    or self.broker.stopping:
+                break
+            # Nothing changed anywhere: park on every partition of the session at once.
+            woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            parked = [partition for key in session.partitions
+                      if (partition := self.broker.partitions.get(key)) is not None]
+            for partition in parked:
+                partition.watch_data(woken)
+            try:
+                await asyncio.wait([woken], timeout=remaining)
+            finally:
+                for partition in parked:
+                    partition.unwatch_data(woken)
+                woken.cancel()
+        for topic_answer in response.topics:
+            for answer in topic_answer.partitions:
+                entry = session.partitions.get((topic_answer.name, answer.partition))
+                if entry is not None:
+                    entry.answered = (answer.high_watermark, answer.log_start_offset,
+                                      answer.log_end_offset)
+        response.session_id = session.session_id
+        return response
+
+    def _record_session_positions(self, replica: int, session: _FetchSession,
+                                  sweep: bool) -> None:
+        for (name, p), entry in session.partitions.items():
+            if not (entry.changed or sweep):
+                continue
+            entry.changed = False
+            partition = self.broker.partitions.get((name, p))
+            if partition is None or not partition.is_leader \
+                    or entry.leader_epoch not in (-1, partition.leader_epoch):
+                continue
+            partition.record_follower_fetch(replica, entry.fetch_offset)
+            if replica not in partition.isr:
+                self.broker.replicas.consider_isr((name, p), partition)
+
+    def _session_candidates(self, session: _FetchSession) -> dict[str, list[FetchPartition]]:
+        """The session's partitions worth answering: records to send, offsets the
+        follower has not been told, an error, or named in this request."""
+        wanted: dict[str, list[FetchPartition]] = {}
+        partitions = self.broker.partitions
+        for key, entry in session.partitions.items():
+            partition = partitions.get(key)
+            if partition is not None and entry.answered is not None \
+                    and partition.is_leader \
+                    and entry.leader_epoch in (-1, partition.leader_epoch):
+                lg = partition.log
+                end = lg.log_end_offset
+                if entry.fetch_offset >= end and entry.answered == (
+                        partition.high_watermark, lg.log_start_offset, end):
+                    continue  # idle and already told
+            wanted.setdefault(key[0], []).append(FetchPartition(
+                key[1], entry.fetch_offset, entry.partition_max_bytes, entry.leader_epoch))
+        return wanted
 
     def _record_follower_positions(self, request: FetchRequest) -> None:
         """A follower's fetch offsets are its log end: they move the HW and the ISR."""

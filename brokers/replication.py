@@ -48,6 +48,7 @@ from brokers.protocol import (
     FetchRequest,
     FetchResponse,
     FetchTopic,
+    ForgottenTopic,
     OffsetForLeaderEpochPartition,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
@@ -110,6 +111,12 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._connection: BrokerConnectionType | None = None
+        # The fetch session at the leader (FetchRequest version 1): its id, the epoch of
+        # the next request (0: open a new one) and what the leader holds for each
+        # partition, (fetch offset, leader epoch), as this fetcher last told it.
+        self._session_id = 0
+        self._session_epoch = 0
+        self._session_sent: dict[PartitionKey, tuple[int, int]] = {}
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(broker {self.broker.broker_id} <- {self.leader_id})"
@@ -131,6 +138,7 @@ class ReplicaFetcher:
         await self._disconnect()
 
     async def _disconnect(self) -> None:
+        self._session_epoch = 0  # a new connection opens a new session
         if self._connection is not None:
             connection, self._connection = self._connection, None
             with contextlib.suppress(Exception):
@@ -232,25 +240,50 @@ class ReplicaFetcher:
         config = self.broker.config
         by_topic: dict[str, list[FetchPartition]] = {}
         asked: dict[PartitionKey, tuple[int, int]] = {}
+        full = self._session_epoch == 0
         for key, following in self.partitions.items():
             partition = self._partition(key)
             if partition is None or following.needs_truncation:
                 continue
             offset = partition.log.log_end_offset
             asked[key] = (offset, following.leader_epoch)
-            by_topic.setdefault(key[0], []).append(FetchPartition(
-                key[1], offset, config.replica_fetch_max_bytes, following.leader_epoch))
+            if full or self._session_sent.get(key) != asked[key]:
+                # In a session only what the leader does not know yet travels.
+                by_topic.setdefault(key[0], []).append(FetchPartition(
+                    key[1], offset, config.replica_fetch_max_bytes, following.leader_epoch))
         if not asked:
             return False
+        forgotten: dict[str, list[int]] = {}
+        if not full:
+            for name, p in self._session_sent.keys() - asked.keys():
+                forgotten.setdefault(name, []).append(p)
         request = FetchRequest([FetchTopic(t, ps) for t, ps in by_topic.items()],
                                max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=1,
                                max_bytes=max(config.replica_fetch_max_bytes, 1 << 20) * 4,
-                               replica_id=self.broker.broker_id)
+                               replica_id=self.broker.broker_id,
+                               session_id=0 if full else self._session_id,
+                               session_epoch=self._session_epoch,
+                               forgotten_topics=[ForgottenTopic(t, ps)
+                                                 for t, ps in forgotten.items()])
         response = await asyncio.wait_for(
-            connection.request(ApiKey.FETCH, request),
+            connection.request(ApiKey.FETCH, request, version=1),
             config.replica_fetch_wait_max_ms / 1000 + _REQUEST_MARGIN_S)
         assert isinstance(response, FetchResponse)
-        progressed = False
+        if response.error_code:
+            # The leader lost the session (it restarted) or it went out of step: open
+            # a new one with the next request.
+            log.debug("%r: fetch session: %s; opening a new one", self,
+                      error_for_code(response.error_code).name)
+            self._session_epoch = 0
+            return True
+        self._session_id = response.session_id
+        self._session_epoch += 1
+        self._session_sent = asked
+        # An answer lists only what changed, so an empty one is progress too (the
+        # follower must not back off before asking again); one with errors is not (the
+        # leader answers those at once, and asking again at once would spin).
+        failing = any(a.error_code for t in response.topics for a in t.partitions)
+        progressed = not full and not failing
         for topic in response.topics:
             for answer in topic.partitions:
                 key = (topic.name, answer.partition)

@@ -90,6 +90,7 @@ __all__ = [
     "FetchPartition",
     "FetchPartitionResponse",
     "FetchRequest",
+    "ForgottenTopic",
     "FetchResponse",
     "FetchTopic",
     "FetchTopicResponse",
@@ -706,6 +707,15 @@ class FetchTopic(Message):
 
 
 @dataclass(slots=True)
+class ForgottenTopic(Message):
+    """Partitions an incremental fetch session stops fetching (version 1)."""
+
+    name: str
+    partitions: list[int]
+    FIELDS: ClassVar = (Field("name", STRING), Field("partitions", Array(INT32)))
+
+
+@dataclass(slots=True)
 class FetchRequest(Message):
     """Reads record batches from partition leaders, with a long poll.
 
@@ -728,6 +738,19 @@ class FetchRequest(Message):
     no records (and no error).
 
     ``isolation_level`` is accepted but not checked yet.
+
+    Fetch sessions (version 1, followers only; Kafka's KIP-227 in small): a follower
+    fetching thousands of partitions from one leader would otherwise send, and get back,
+    every one of them each round. ``session_epoch`` -1: no session (version 0
+    behaviour). 0: open a session (``session_id`` 0) with the partitions listed,
+    replacing this follower's previous one at this broker; the answer lists them all and
+    carries the new ``session_id``. N > 0: the N-th incremental fetch of ``session_id``:
+    ``topics`` lists only partitions added or whose fetch offset or epoch changed, the
+    others keep what the session holds, and ``forgotten_topics`` leaves some; the answer
+    lists only partitions with records, an error, or offsets that changed since the
+    session last answered them. An unknown session answers FETCH_SESSION_ID_NOT_FOUND,
+    another epoch than the next INVALID_FETCH_SESSION_EPOCH (top-level ``error_code``):
+    the follower then opens a new session.
     """
 
     topics: list[FetchTopic]
@@ -736,6 +759,9 @@ class FetchRequest(Message):
     max_bytes: int = 50 << 20
     replica_id: int = -1  # -1: a consumer; a broker id: a follower
     isolation_level: int = 0
+    session_id: int = 0
+    session_epoch: int = -1  # -1: no session; 0: open one; N: the N-th incremental fetch
+    forgotten_topics: list[ForgottenTopic] = field(default_factory=list)
     FIELDS: ClassVar = (
         Field("replica_id", INT32),
         Field("max_wait_ms", INT32),
@@ -743,6 +769,9 @@ class FetchRequest(Message):
         Field("max_bytes", INT32),
         Field("isolation_level", INT8),
         Field("topics", Array(Struct(FetchTopic))),
+        Field("session_id", INT32, since=1),
+        Field("session_epoch", INT32, since=1),
+        Field("forgotten_topics", Array(Struct(ForgottenTopic)), since=1),
     )
 
 
@@ -788,15 +817,20 @@ class FetchTopicResponse(Message):
 
 @dataclass(slots=True)
 class FetchResponse(Message):
-    """``throttle_time_ms`` and ``error_code`` are always 0: errors are per partition."""
+    """``throttle_time_ms`` is always 0. ``error_code`` is 0 (errors are per partition)
+    except for a fetch session that cannot go on (FETCH_SESSION_ID_NOT_FOUND,
+    INVALID_FETCH_SESSION_EPOCH), which lists no partitions. ``session_id`` (version 1):
+    the session the request opened or continued (0: none)."""
 
     topics: list[FetchTopicResponse]
     error_code: int = 0
     throttle_time_ms: int = 0
+    session_id: int = 0
     FIELDS: ClassVar = (
         Field("throttle_time_ms", INT32),
         Field("error_code", INT16),
         Field("topics", Array(Struct(FetchTopicResponse))),
+        Field("session_id", INT32, since=1),
     )
 
 
@@ -1938,4 +1972,7 @@ RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
 }
 
 # Versions this build speaks, per API: (min, max). Bump max when a field is added.
-API_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {key: (0, 0) for key in ApiKey}
+API_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
+    **{key: (0, 0) for key in ApiKey},
+    ApiKey.FETCH: (0, 1),  # 1: fetch sessions
+}
