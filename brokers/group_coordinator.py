@@ -71,8 +71,8 @@ Cost (a group of M members on P partitions)
     partition free?" is one lookup; each request notes what it changed as it changes it
     (``_Change``), so finding the records to write and undoing a failed write touch only
     that; the subscribed topics and the eager barrier are cached and resumed, not
-    rescanned. The target is recomputed only when the group epoch moved, and at most
-    twice per round (the first request that needs it, and once after the last): the
+    rescanned. The target is recomputed only when the group epoch moved, and once per
+    round (after its last request; a request alone in its round does it itself): the
     sticky assignor is O((P + moved partitions) log M) (``group_assignors.py``). While
     partitions move, members come back every 100 ms, but no sooner than keeps the
     group's heartbeats near ``_BUSY_HEARTBEATS_PER_S``. A commit costs O(its
@@ -901,17 +901,18 @@ class GroupCoordinator:
     async def _round(self, shard: _Shard, group: Group, ops: list[_Op]) -> None:
         """Run ``ops`` in turn, store what they changed in one write, answer them.
 
-        A join storm puts hundreds of joins into one round: the target is recomputed at
-        most once while the ops run (the first that needs it), and once more after the
-        last if membership changed since; the ops in between reconcile against the
-        previous target, which is safe (a partition is still handed out only once no
-        other member holds it) and only makes their members come back soon. The event
+        A join storm puts hundreds of joins into one round: the target is recomputed
+        once, after the last op (an op alone in its round recomputes it itself, so a
+        lone join is answered with its partitions). The ops of a larger round reconcile
+        against the previous target, which is safe (a partition is still handed out only
+        once no other member holds it) and keeps the first joiner of a storm from taking
+        every partition only to give them back; their members come back soon. The event
         loop gets a turn every ``_ROUND_SLICE_S`` of work, so replication and other
         groups do not wait for a long round."""
         done: list[tuple[_Op, _Change, Any, Callable[[], None] | None]] = []
         refused: list[tuple[_Op, BaseException]] = []
         records: dict[bytes, bytes | None] = {}  # a later value of a key replaces it
-        group.assign_budget = 1
+        group.assign_budget = 1 if len(ops) == 1 else 0
         started = sliced = time.monotonic()
         ops = [*ops, _Op(self._retarget, None)]
         for op in ops:
