@@ -179,15 +179,46 @@ class _SessionPartition:
 
 class _FetchSession:
     """A follower's incremental fetch session (``FetchRequest``, version 1): one per
-    follower broker at this leader; a new one replaces it."""
+    follower broker at this leader; a new one replaces it.
 
-    __slots__ = ("epoch", "partitions", "session_id", "swept_ms")
+    The session listens to each of its partitions (``Partition.add_change_listener``),
+    so a round looks only at the partitions that changed since the last one (``dirty``)
+    and wakes a parked fetch through one future: its cost follows the changes, not the
+    thousands of idle partitions a follower may have here.
+    """
+
+    __slots__ = ("dirty", "epoch", "partitions", "session_id", "swept_ms", "watched",
+                 "woken")
 
     def __init__(self, session_id: int) -> None:
         self.session_id = session_id
         self.epoch = 0  # the epoch the next request must carry
         self.partitions: dict[tuple[str, int], _SessionPartition] = {}
         self.swept_ms = 0
+        self.dirty: set[tuple[str, int]] = set()
+        self.watched: dict[tuple[str, int], Partition] = {}
+        self.woken: asyncio.Future[None] | None = None
+
+    def mark(self, partition: Partition) -> None:
+        self.dirty.add((partition.topic, partition.partition))
+        if self.woken is not None and not self.woken.done():
+            self.woken.set_result(None)
+
+    def listen(self, key: tuple[str, int], partition: Partition | None) -> None:
+        old = self.watched.get(key)
+        if old is partition:
+            return
+        if old is not None:
+            old.remove_change_listener(self)
+            del self.watched[key]
+        if partition is not None:
+            partition.add_change_listener(self, self.mark)
+            self.watched[key] = partition
+
+    def close(self) -> None:
+        for partition in self.watched.values():
+            partition.remove_change_listener(self)
+        self.watched.clear()
 
 
 class RequestHandlers:
@@ -689,6 +720,8 @@ class RequestHandlers:
         replica = request.replica_id
         session = self._fetch_sessions.get(replica)
         if request.session_epoch == 0:
+            if session is not None:
+                session.close()
             session = self._fetch_sessions[replica] = _FetchSession(
                 random.randrange(1, 2**31))
         elif session is None or session.session_id != request.session_id:
@@ -698,17 +731,24 @@ class RequestHandlers:
             return FetchResponse([], unknown.code)
         elif request.session_epoch != session.epoch:
             del self._fetch_sessions[replica]
+            session.close()
             stale = InvalidFetchSessionEpochError(
                 f"fetch session {session.session_id} expected epoch {session.epoch}, got "
                 f"{request.session_epoch}; open a new one")
             return FetchResponse([], stale.code)
         session.epoch = request.session_epoch + 1
+        hosted = self.broker.partitions
         for forgotten in request.forgotten_topics:
             for p in forgotten.partitions:
                 session.partitions.pop((forgotten.name, p), None)
+                session.listen((forgotten.name, p), None)
+                session.dirty.discard((forgotten.name, p))
         for topic in request.topics:
             for part in topic.partitions:
-                session.partitions[(topic.name, part.partition)] = _SessionPartition(part)
+                key = (topic.name, part.partition)
+                session.partitions[key] = _SessionPartition(part)
+                session.listen(key, hosted.get(key))
+                session.dirty.add(key)
         now_ms = time.time_ns() // 1_000_000
         # Followers' positions: the changed ones now (they move the HW); every one now and
         # then, so that idle, caught-up followers stay in the ISR.
@@ -719,7 +759,8 @@ class RequestHandlers:
         max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
         deadline = time.monotonic() + max_wait
         while True:
-            wanted = self._session_candidates(session)
+            changed, session.dirty = session.dirty, set()
+            wanted = self._session_candidates(session, changed)
             view = FetchRequest([FetchTopic(t, ps) for t, ps in wanted.items()],
                                 max_bytes=request.max_bytes, replica_id=replica)
             response, _, _ = self._read_fetch(view)
@@ -727,24 +768,24 @@ class RequestHandlers:
             if response.topics or remaining <= 0 or not session.partitions \
                     or self.broker.stopping:
                 break
-            # Nothing changed anywhere: park on every partition of the session at once.
-            woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            parked = [partition for key in session.partitions
-                      if (partition := self.broker.partitions.get(key)) is not None]
-            for partition in parked:
-                partition.watch_data(woken)
+            # Nothing changed anywhere: park until a partition of the session changes.
+            session.woken = asyncio.get_running_loop().create_future()
             try:
-                await asyncio.wait([woken], timeout=remaining)
+                if not session.dirty:
+                    await asyncio.wait([session.woken], timeout=remaining)
             finally:
-                for partition in parked:
-                    partition.unwatch_data(woken)
-                woken.cancel()
+                session.woken.cancel()
+                session.woken = None
         for topic_answer in response.topics:
             for answer in topic_answer.partitions:
-                entry = session.partitions.get((topic_answer.name, answer.partition))
-                if entry is not None:
-                    entry.answered = (answer.high_watermark, answer.log_start_offset,
-                                      answer.log_end_offset)
+                key = (topic_answer.name, answer.partition)
+                entry = session.partitions.get(key)
+                if entry is None:
+                    continue
+                entry.answered = (answer.high_watermark, answer.log_start_offset,
+                                  answer.log_end_offset)
+                if answer.records is None and entry.fetch_offset < answer.log_end_offset:
+                    session.dirty.add(key)  # left out by max_bytes: next round
         response.session_id = session.session_id
         return response
 
@@ -755,6 +796,10 @@ class RequestHandlers:
                 continue
             entry.changed = False
             partition = self.broker.partitions.get((name, p))
+            if sweep and session.watched.get((name, p)) is not partition:
+                # Hosted (or re-created) since the session listed it: listen to it now.
+                session.listen((name, p), partition)
+                session.dirty.add((name, p))
             if partition is None or not partition.is_leader \
                     or entry.leader_epoch not in (-1, partition.leader_epoch):
                 continue
@@ -762,12 +807,16 @@ class RequestHandlers:
             if replica not in partition.isr:
                 self.broker.replicas.consider_isr((name, p), partition)
 
-    def _session_candidates(self, session: _FetchSession) -> dict[str, list[FetchPartition]]:
-        """The session's partitions worth answering: records to send, offsets the
-        follower has not been told, an error, or named in this request."""
+    def _session_candidates(self, session: _FetchSession, changed: set[tuple[str, int]]
+                            ) -> dict[str, list[FetchPartition]]:
+        """Of the session's partitions that ``changed``, those worth answering: records
+        to send, offsets the follower has not been told, or an error."""
         wanted: dict[str, list[FetchPartition]] = {}
         partitions = self.broker.partitions
-        for key, entry in session.partitions.items():
+        for key in changed:
+            entry = session.partitions.get(key)
+            if entry is None:
+                continue
             partition = partitions.get(key)
             if partition is not None and entry.answered is not None \
                     and partition.is_leader \

@@ -32,7 +32,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Collection, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +169,8 @@ class Partition:
         self._data_arrived = asyncio.Event()
         # Futures of long polls parked on many partitions at once (see ``watch_data``).
         self._data_watchers: set[asyncio.Future[None]] = set()
+        # Followers' fetch sessions told of every change (see ``add_change_listener``).
+        self._change_listeners: dict[object, Callable[[Partition], None]] = {}
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, leader={self.leader_id})"
@@ -475,6 +477,18 @@ class Partition:
             for future in watchers:
                 if not future.done():
                     future.set_result(None)
+        for listener in list(self._change_listeners.values()):
+            listener(self)
+
+    def add_change_listener(self, owner: object, listener: Callable[[Partition], None]
+                            ) -> None:
+        """Call ``listener(self)`` at every append, HW move or state change until
+        ``remove_change_listener(owner)``: how a follower's fetch session learns which
+        of its thousands of partitions changed without looking at each one."""
+        self._change_listeners[owner] = listener
+
+    def remove_change_listener(self, owner: object) -> None:
+        self._change_listeners.pop(owner, None)
 
     def watch_data(self, future: asyncio.Future[None]) -> None:
         """Resolve ``future`` at the next append (or HW move), like ``wait_for_data``.

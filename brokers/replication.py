@@ -117,18 +117,21 @@ class ReplicaFetcher:
         self._session_id = 0
         self._session_epoch = 0
         self._session_sent: dict[PartitionKey, tuple[int, int]] = {}
+        self._dirty: set[PartitionKey] = set()  # partitions to look at next round
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(broker {self.broker.broker_id} <- {self.leader_id})"
 
     def add(self, key: PartitionKey, leader_epoch: int) -> None:
         self.partitions[key] = _Following(leader_epoch)
+        self._dirty.add(key)
         self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     def remove(self, key: PartitionKey) -> None:
-        self.partitions.pop(key, None)
+        if self.partitions.pop(key, None) is not None:
+            self._dirty.add(key)  # the session forgets it with the next fetch
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -207,7 +210,10 @@ class ReplicaFetcher:
 
     async def _truncate(self, connection: BrokerConnectionType) -> None:
         """OffsetForLeaderEpoch for every partition that just got this leader."""
-        pending = [key for key, f in self.partitions.items() if f.needs_truncation]
+        # Only partitions looked at this round can have started needing it (a new one,
+        # or an answer asking for it): not a scan of every partition each round.
+        pending = [key for key in self._dirty
+                   if (f := self.partitions.get(key)) is not None and f.needs_truncation]
         asks: dict[str, list[OffsetForLeaderEpochPartition]] = {}
         for key in pending:
             partition = self._partition(key)
@@ -234,29 +240,42 @@ class ReplicaFetcher:
                     continue
                 self.partitions[key].needs_truncation = not truncate_by_epoch(
                     partition, answer.leader_epoch, answer.end_offset)
+                self._dirty.add(key)  # its log end may have moved: tell the leader
 
     async def _fetch(self, connection: BrokerConnectionType) -> bool:
-        """One fetch for every partition ready to fetch; False when none could."""
+        """One fetch for every partition ready to fetch; False when none could.
+
+        In a fetch session only partitions marked as changed (``_dirty``: added,
+        removed, appended to, truncated) are looked at: a round costs what changed, not
+        the thousands of idle partitions this broker may follow from one leader.
+        """
         config = self.broker.config
         by_topic: dict[str, list[FetchPartition]] = {}
-        asked: dict[PartitionKey, tuple[int, int]] = {}
         full = self._session_epoch == 0
-        for key, following in self.partitions.items():
+        considered = list(self.partitions) if full else list(self._dirty)
+        self._dirty = set()
+        before = {} if full else self._session_sent
+        sent = dict(before)
+        forgotten: dict[str, list[int]] = {}
+        for key in considered:
+            following = self.partitions.get(key)
             partition = self._partition(key)
-            if partition is None or following.needs_truncation:
+            if partition is None or following is None or following.needs_truncation:
+                if sent.pop(key, None) is not None:
+                    forgotten.setdefault(key[0], []).append(key[1])
+                if partition is not None and following is not None:
+                    self._dirty.add(key)  # still to truncate: ``_truncate`` asks again
                 continue
             offset = partition.log.log_end_offset
-            asked[key] = (offset, following.leader_epoch)
-            if full or self._session_sent.get(key) != asked[key]:
+            sent[key] = (offset, following.leader_epoch)
+            if full or before.get(key) != sent[key]:
                 # In a session only what the leader does not know yet travels.
                 by_topic.setdefault(key[0], []).append(FetchPartition(
                     key[1], offset, config.replica_fetch_max_bytes, following.leader_epoch))
-        if not asked:
+        if not sent:
+            self._session_sent = {}
+            self._session_epoch = 0  # nothing left to follow here
             return False
-        forgotten: dict[str, list[int]] = {}
-        if not full:
-            for name, p in self._session_sent.keys() - asked.keys():
-                forgotten.setdefault(name, []).append(p)
         request = FetchRequest([FetchTopic(t, ps) for t, ps in by_topic.items()],
                                max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=1,
                                max_bytes=max(config.replica_fetch_max_bytes, 1 << 20) * 4,
@@ -278,7 +297,7 @@ class ReplicaFetcher:
             return True
         self._session_id = response.session_id
         self._session_epoch += 1
-        self._session_sent = asked
+        self._session_sent = sent
         # An answer lists only what changed, so an empty one is progress too (the
         # follower must not back off before asking again); one with errors is not (the
         # leader answers those at once, and asking again at once would spin).
@@ -287,16 +306,17 @@ class ReplicaFetcher:
         for topic in response.topics:
             for answer in topic.partitions:
                 key = (topic.name, answer.partition)
+                self._dirty.add(key)  # whatever happens below, look at it next round
                 partition = self._partition(key)
-                sent = asked.get(key)
-                if partition is None or sent is None \
-                        or partition.log.log_end_offset != sent[0]:
+                told = sent.get(key)
+                if partition is None or told is None \
+                        or partition.log.log_end_offset != told[0]:
                     continue  # the state changed while the fetch was out: drop the answer
                 try:
                     progressed |= self._apply(key, partition, answer.error_code,
                                               answer.error_message, answer.records,
                                               answer.high_watermark, answer.log_start_offset,
-                                              sent[0])
+                                              told[0])
                 except LogStorageError as err:
                     log.error("%s is OFFLINE on this follower: %s", partition.name, err)
                     self.broker.offline[key] = err
