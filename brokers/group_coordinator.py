@@ -607,6 +607,15 @@ class _Op:
     future: asyncio.Future[Any] | None  # None: the round's own closing step
 
 
+def _group(shard: _Shard, group_id: str) -> Group:
+    """The group, created in memory if new (a new one is dropped again by its round if
+    nothing was stored for it)."""
+    group = shard.groups.get(group_id)
+    if group is None:
+        group = shard.groups[group_id] = Group(group_id)
+    return group
+
+
 @dataclass(slots=True)
 class _Shard:
     """The groups of one ``__consumer_offsets`` partition, as loaded at ``leader_epoch``."""
@@ -989,7 +998,7 @@ class GroupCoordinator:
             known = current.members.get(request.member_id or "") if current else None
             if known is not None:
                 known.last_seen = max(known.last_seen, arrived)
-            group = shard.groups.setdefault(request.group_id, Group(request.group_id))
+            group = _group(shard, request.group_id)
             answer: ConsumerGroupHeartbeatResponse = await self._run(
                 shard, group, lambda g, change: (
                     self._heartbeat(g, change, request, client_id, arrived), [], None))
@@ -1291,7 +1300,7 @@ class GroupCoordinator:
         answers: dict[str, list[OffsetCommitPartitionResponse]] = {}
         try:
             shard = await self._shard(request.group_id)
-            group = shard.groups.setdefault(request.group_id, Group(request.group_id))
+            group = _group(shard, request.group_id)
             await self._run(shard, group, lambda g, change: self._commit(g, request, answers))
         except StrataError as err:
             # A group-level error, or the write failed: every partition that was not
