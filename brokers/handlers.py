@@ -166,13 +166,12 @@ def _error(err: StrataError | KazooException | None) -> tuple[int, str | None]:
 class _SessionPartition:
     """What a follower's fetch session holds for one partition."""
 
-    __slots__ = ("answered", "changed", "fetch_offset", "leader_epoch", "partition_max_bytes")
+    __slots__ = ("answered", "fetch_offset", "leader_epoch", "partition_max_bytes")
 
     def __init__(self, part: FetchPartition) -> None:
         self.fetch_offset = part.fetch_offset
         self.partition_max_bytes = part.partition_max_bytes
         self.leader_epoch = part.current_leader_epoch
-        self.changed = True  # its position is news to the leader
         # (HW, log start, log end) as last answered; None: answer it next time.
         self.answered: tuple[int, int, int] | None = None
 
@@ -743,19 +742,22 @@ class RequestHandlers:
                 session.partitions.pop((forgotten.name, p), None)
                 session.listen((forgotten.name, p), None)
                 session.dirty.discard((forgotten.name, p))
+        listed: list[tuple[str, int]] = []
         for topic in request.topics:
             for part in topic.partitions:
                 key = (topic.name, part.partition)
                 session.partitions[key] = _SessionPartition(part)
                 session.listen(key, hosted.get(key))
                 session.dirty.add(key)
+                listed.append(key)
         now_ms = time.time_ns() // 1_000_000
         # Followers' positions: the changed ones now (they move the HW); every one now and
         # then, so that idle, caught-up followers stay in the ISR.
         sweep = now_ms - session.swept_ms >= self.broker.config.replica_lag_time_max_ms / 4
         if sweep:
             session.swept_ms = now_ms
-        self._record_session_positions(replica, session, sweep)
+        self._record_session_positions(replica, session, list(session.partitions) if sweep
+                                       else listed, sweep)
         max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
         deadline = time.monotonic() + max_wait
         while True:
@@ -790,14 +792,17 @@ class RequestHandlers:
         return response
 
     def _record_session_positions(self, replica: int, session: _FetchSession,
-                                  sweep: bool) -> None:
-        for (name, p), entry in session.partitions.items():
-            if not (entry.changed or sweep):
+                                  keys: list[tuple[str, int]], sweep: bool) -> None:
+        """Record the positions of ``keys`` (the partitions this request listed, or on a
+        sweep all of them). A sweep also looks at every partition once more, so that an
+        answer the follower never got (a connection lost with it) is sent again, and
+        listens to partitions hosted since the session named them."""
+        for name, p in keys:
+            entry = session.partitions.get((name, p))
+            if entry is None:
                 continue
-            entry.changed = False
             partition = self.broker.partitions.get((name, p))
-            if sweep and session.watched.get((name, p)) is not partition:
-                # Hosted (or re-created) since the session listed it: listen to it now.
+            if sweep:
                 session.listen((name, p), partition)
                 session.dirty.add((name, p))
             if partition is None or not partition.is_leader \
