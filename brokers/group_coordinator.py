@@ -602,9 +602,13 @@ class _Op:
     (synchronously, noting what it changed in ``change``) and returns its answer, the
     extra records to write (offsets) and what to do once they are stored."""
 
-    run: Callable[[Group, _Change], tuple[Any, list[tuple[bytes, bytes | None]],
-                                          Callable[[], None] | None]]
+    run: _Work
     future: asyncio.Future[Any] | None  # None: the round's own closing step
+
+
+# A request's work on a group (see _Op): (group, change) -> (answer, extra records, then).
+_Work = Callable[[Group, _Change], tuple[Any, list[tuple[bytes, bytes | None]],
+                                         Callable[[], None] | None]]
 
 
 def _group(shard: _Shard, group_id: str) -> Group:
@@ -868,9 +872,7 @@ class GroupCoordinator:
                 f"within {_WRITE_TIMEOUT_S:.0f} s; retry") from None
 
     # ------------------------------------------------------------------ operations
-    async def _run(self, shard: _Shard, group: Group, run: Callable[
-            [Group, _Change], tuple[Any, list[tuple[bytes, bytes | None]],
-                                    Callable[[], None] | None]]) -> Any:
+    async def _run(self, shard: _Shard, group: Group, run: _Work) -> Any:
         """Run ``run`` on ``group`` after every operation queued before it, and return its
         answer once what it changed is stored (acks=all).
 
