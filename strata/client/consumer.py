@@ -836,8 +836,14 @@ class AsyncConsumer:
             if retry or not is_transient(err):
                 raise
             log.debug("group %s: committed offsets not fetched yet: %s", self.group_id, err)
+            # Back off without a metadata refresh: the coordinator did not answer, the
+            # partitions' leaders are not in question (in a large group's rebalance every
+            # member would re-read the whole topic's metadata for nothing).
+            retry_at = time.monotonic() + self.retry_backoff_ms / 1000
             for tp in lookup:
-                self._back_off(tp)
+                state = self._states.get(tp)
+                if state is not None:
+                    state.retry_at = retry_at
             return
         for tp, offset in found.items():
             state = self._states.get(tp)
