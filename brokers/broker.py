@@ -278,7 +278,9 @@ class Broker:
             return
         self._shutting_down = True
         try:
-            await self._controlled_shutdown()
+            # Bounded as a whole: a ZooKeeper call that hangs must not hold the stop up.
+            await asyncio.wait_for(self._controlled_shutdown(),
+                                   self.config.controlled_shutdown_timeout_ms / 1000 + 1)
         except Exception as err:  # never let it keep the broker from stopping
             log.warning("controlled shutdown failed: %r; stopping without it", err)
         self._stopped.set()
@@ -344,6 +346,10 @@ class Broker:
         """
         if not self.started or not self.config.controlled_shutdown_enable \
                 or self._session_lost:
+            return
+        if self.zookeeper_suspended:
+            log.warning("controlled shutdown of broker %d skipped: ZooKeeper is unreachable, "
+                        "so no controller can move its leaderships", self.broker_id)
             return
         started = time.monotonic()
         deadline = started + self.config.controlled_shutdown_timeout_ms / 1000

@@ -46,6 +46,7 @@ from brokers.protocol import (
     ProduceRequest,
     ProduceResponse,
     ProduceTopic,
+    ReplicaAssignment,
     decode,
     encode_response,
     read_response_header,
@@ -58,6 +59,7 @@ from brokers.record_batch import (
     iter_batches,
 )
 from strata.client._cluster import Cluster
+from strata.client._connection import BrokerConnection
 from strata.client._partitioner import (
     StickyPartitioner,
     murmur2,
@@ -850,6 +852,11 @@ def test_broker_kill_and_restart_keeps_acked_records_and_producer_state(
     assert table.column("value").to_pylist() == sent  # every ack present, once, in order
 
 
+async def _call(broker: BrokerProcess, api: ApiKey, body: Any) -> Any:
+    async with BrokerConnection("127.0.0.1", broker.port) as connection:
+        return await connection.request(api, body)
+
+
 def _metadata_requests(broker: BrokerProcess) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics",
                                 timeout=10) as response:
@@ -860,8 +867,12 @@ def _metadata_requests(broker: BrokerProcess) -> float:
 
 def test_first_sends_to_many_topics_share_one_metadata_request(broker: BrokerProcess) -> None:
     names = [_topic(f"many{i}") for i in range(40)]
-    for name in names:
-        create_topic(broker.bootstrap, name, partitions=2)
+    # On this broker explicitly: another test's broker (id 1) may still be registered
+    # for a few seconds after it was killed, and must not be given these partitions.
+    request = CreateTopicsRequest([CreatableTopic(name, -1, -1, [], [
+        ReplicaAssignment(p, [broker.broker_id]) for p in range(2)]) for name in names])
+    created = asyncio.run(_call(broker, ApiKey.CREATE_TOPICS, request))
+    assert all(t.error_code == 0 for t in created.topics), created
 
     async def send_all() -> list[RecordMetadata]:
         async with AsyncProducer(broker.bootstrap, linger_ms=5) as producer:
