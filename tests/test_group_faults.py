@@ -53,7 +53,7 @@ from strata.client import Admin
 from strata.procs import pid_alive
 from tests.support.broker_process import REPO
 from tests.support.cluster import Cluster
-from tests.support.group_checker import check, load
+from tests.support.group_checker import MemberLog, check, load
 from tests.support.nemesis import Workload, soak_seconds
 
 BROKERS = 3
@@ -80,36 +80,15 @@ def _seed() -> int:
     return int(raw) if raw else random.SystemRandom().randrange(2**31)
 
 
-class Member:
+class Member(MemberLog):
     """One member process (tests/support/group_member.py) and what its log says so far."""
 
     def __init__(self, name: str, group: str, mode: str, log: Path,
                  process: subprocess.Popen[bytes]) -> None:
-        self.name, self.group, self.mode, self.log = name, group, mode, log
+        super().__init__(log)
+        self.name, self.group, self.mode = name, group, mode
         self.process = process
         self.state = "running"  # running | paused | stopping | gone
-        self.owned: set[int] = set()
-        self.delivered: set[tuple[int, int]] = set()
-        self._offset = 0
-
-    def refresh(self) -> None:
-        """Read the complete lines appended since the last call."""
-        try:
-            with self.log.open("rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        for line in data[:end].splitlines():
-            event = json.loads(line)
-            if event["ev"] == "assign":
-                self.owned |= set(event["ps"])
-            elif event["ev"] in ("revoke", "lost"):
-                self.owned -= set(event["ps"])
-            elif event["ev"] == "recv":
-                self.delivered.update((p, o) for p, o, _ in event["r"])
 
     @property
     def live(self) -> bool:

@@ -67,7 +67,7 @@ from strata.client.producer import ProducerOptions
 from strata.procs import pid_alive
 from tests.support.broker_process import REPO
 from tests.support.cluster import ROOT, Cluster
-from tests.support.group_checker import Report
+from tests.support.group_checker import MemberLog, Report
 from tests.support.group_checker import check as check_group
 from tests.support.group_checker import load as load_group
 from tests.support.nemesis import CheckResult, Outcome, Workload, read_partitions
@@ -213,36 +213,13 @@ class Deregistration:
 # ----------------------------------------------------------------------------- group
 
 
-class Member:
+class Member(MemberLog):
     """One group member process and what its log (group_member.py) says so far."""
 
     def __init__(self, name: str, mode: str, log: Path,
                  process: subprocess.Popen[bytes]) -> None:
-        self.name, self.mode, self.log, self.process = name, mode, log, process
-        self.owned: set[int] = set()
-        self.delivered: set[tuple[int, int]] = set()
-        self.errors: list[str] = []
-        self._offset = 0
-
-    def refresh(self) -> None:
-        try:
-            with self.log.open("rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        for line in data[:end].splitlines():
-            event = json.loads(line)
-            if event["ev"] == "assign":
-                self.owned |= set(event["ps"])
-            elif event["ev"] in ("revoke", "lost"):
-                self.owned -= set(event["ps"])
-            elif event["ev"] == "recv":
-                self.delivered.update((p, o) for p, o, _ in event["r"])
-            elif event["ev"] == "error":
-                self.errors.append(str(event.get("text", ""))[-400:])
+        super().__init__(log)
+        self.name, self.mode, self.process = name, mode, process
 
 
 class Sampler:

@@ -65,8 +65,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRACE_S", "Ack", "GroupReport", "History", "MemberRun", "OffsetSample", "Report",
-           "Violation", "check", "load"]
+__all__ = ["GRACE_S", "Ack", "GroupReport", "History", "MemberLog", "MemberRun", "OffsetSample",
+           "Report", "Violation", "check", "load"]
 
 #: Seconds on top of the session timeout a partition may wait (STALL, ORPHAN).
 GRACE_S = 5.0
@@ -74,6 +74,39 @@ INF = math.inf
 
 
 # ----------------------------------------------------------------------------- input
+
+
+class MemberLog:
+    """What one member process (tests/support/group_member.py) has logged so far: the
+    partitions it owns, the records it was handed, its errors. ``refresh`` reads the
+    complete lines appended since the last call."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.owned: set[int] = set()
+        self.delivered: set[tuple[int, int]] = set()
+        self.errors: list[str] = []
+        self._offset = 0
+
+    def refresh(self) -> None:
+        try:
+            with self.log.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].splitlines():
+            event = json.loads(line)
+            if event["ev"] == "assign":
+                self.owned |= set(event["ps"])
+            elif event["ev"] in ("revoke", "lost"):
+                self.owned -= set(event["ps"])
+            elif event["ev"] == "recv":
+                self.delivered.update((p, o) for p, o, _ in event["r"])
+            elif event["ev"] == "error":
+                self.errors.append(str(event.get("text", ""))[-400:])
 
 
 @dataclass(frozen=True, slots=True)
