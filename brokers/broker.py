@@ -187,8 +187,28 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._periodic_cleaning()))
         self._tasks.append(asyncio.create_task(self._periodic_flush()))
         self.started = True
+        await self._await_returning_leaderships()
         log.info("broker %d serving on %s:%d (metrics on %d)", self.broker_id,
                  self.config.host, self.port, self.metrics.port)
+
+    async def _await_returning_leaderships(self) -> None:
+        """Partitions that waited for this broker (leaderless, and it in their last ISR:
+        it was their only in-sync replica when it stopped) are given back to it by the
+        controller once it has registered. Wait for that, at most a ZooKeeper session
+        timeout, so that a broker that says it is ready also leads them again."""
+        deadline = time.monotonic() + self.config.zookeeper_session_timeout_ms / 1000
+        while True:
+            waiting = [key for key, state in self.partition_states.items()
+                       if state.leader < 0 and self.broker_id in state.isr
+                       and key in self.partitions]
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                log.warning("%d partition(s) that wait for this broker (e.g. %s-%d) have no "
+                            "leader yet; is a controller running? (`strata cluster "
+                            "describe`)", len(waiting), *waiting[0])
+                return
+            await asyncio.sleep(0.05)
 
     async def _register(self) -> None:
         registration = BrokerRegistration(self.broker_id, self.config.advertised, self.port,

@@ -112,12 +112,27 @@ def values_from(broker: BrokerProcess, name: str, offset: int) -> list[bytes]:
     return table.column("value").to_pylist()
 
 
-def list_offset(broker: BrokerProcess, name: str, timestamp: int) -> int:
+def list_offset_answer(broker: BrokerProcess, name: str, timestamp: int) -> Any:
     response = run(call(broker, ApiKey.LIST_OFFSETS, ListOffsetsRequest([ListOffsetsTopic(
         name, [ListOffsetsPartition(0, timestamp)])])))
-    answer = response.topics[0].partitions[0]
+    return response.topics[0].partitions[0]
+
+
+def list_offset(broker: BrokerProcess, name: str, timestamp: int) -> int:
+    answer = list_offset_answer(broker, name, timestamp)
     assert answer.error_code == 0, answer
     return int(answer.offset)
+
+
+def restart_and_lead(broker: BrokerProcess, name: str) -> None:
+    """Restart ``broker`` and wait until it leads ``name``-0 again. Another broker of the
+    module's ZooKeeper may be controller: it made the partition leaderless when this one
+    stopped (its only replica) and elects it again once it has registered, a moment after
+    it is ready (it registers once its logs are open)."""
+    broker.restart()
+    wait_for(f"broker {broker.broker_id} leading {name}-0 after its restart",
+             lambda: list_offset_answer(broker, name, EARLIEST_TIMESTAMP),
+             lambda answer: answer.error_code == 0, timeout=30)
 
 
 def segment_bases(broker: BrokerProcess, name: str) -> list[int]:
@@ -207,7 +222,7 @@ def test_altered_configs_survive_a_restart(
     big = build_batch([b"B" * 3000])
     assert produce(process, name, big).error_code == MESSAGE_TOO_LARGE
     assert process.stop() == 0
-    process.restart()
+    restart_and_lead(process, name)
     assert produce(process, name, big).error_code == MESSAGE_TOO_LARGE
     assert produce(process, name, build_batch([b"small"])).error_code == 0
 
@@ -249,7 +264,7 @@ def test_periodic_retention_deletes_expired_segments(
 
     # The log start offset is checkpointed: a restart keeps it (and the data above it).
     assert process.stop() == 0
-    process.restart()
+    restart_and_lead(process, name)
     assert list_offset(process, name, EARLIEST_TIMESTAMP) == start
     assert fetch(process, name, 0).error_code == OFFSET_OUT_OF_RANGE
     assert values_from(process, name, start) == written[start:]
