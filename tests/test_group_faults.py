@@ -40,7 +40,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -53,7 +52,7 @@ from strata.client import Admin
 from strata.procs import pid_alive
 from tests.support.broker_process import REPO
 from tests.support.cluster import Cluster
-from tests.support.group_checker import MemberLog, check, load
+from tests.support.group_checker import MemberLog, OffsetSampler, check, load
 from tests.support.nemesis import Workload, soak_seconds
 
 BROKERS = 3
@@ -283,42 +282,6 @@ class Harness:
         self.done.append(kind)
 
 
-class Sampler:
-    """Every group's committed offsets (Admin ``list_group_offsets``) once a second."""
-
-    def __init__(self, bootstrap: str, groups: list[str]) -> None:
-        self.bootstrap, self.groups = bootstrap, groups
-        self.samples: list[dict[str, Any]] = []
-        self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="offset-sampler", daemon=True)
-
-    def start(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def sample(self, admin: Admin) -> None:
-        for group in self.groups:
-            sent = time.monotonic()
-            try:
-                offsets = admin.list_group_offsets(group)
-            except Exception:  # coordinator moving or down: the next sample will do
-                self.errors += 1
-                continue
-            self.samples.append({"g": group, "s": sent, "t": time.monotonic(), "offsets": {
-                tp.partition: c.offset for tp, c in offsets.items() if c.offset >= 0}})
-
-    def _run(self) -> None:
-        with Admin(self.bootstrap, request_timeout_ms=5000) as admin:
-            while not self._stop.wait(1.0):
-                self.sample(admin)
-            self.sample(admin)  # once more after the members left
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path / "cluster", BROKERS, overrides={
@@ -363,7 +326,7 @@ def test_groups_under_faults(cluster: Cluster, tmp_path: Path) -> None:
     h = Harness(tmp_path / "logs", cluster, topic, seed)
     workload = Workload(cluster.bootstrap, topic, PARTITIONS, producers=PRODUCERS, rate=RATE,
                         keys=256)
-    sampler = Sampler(cluster.bootstrap, sorted(GROUPS))
+    sampler = OffsetSampler(cluster.bootstrap, sorted(GROUPS))
     stopped_workload = False
     try:
         sampler.start()

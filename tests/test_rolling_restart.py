@@ -62,12 +62,11 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
-from strata.client import Admin
 from strata.client.producer import ProducerOptions
 from strata.procs import pid_alive
 from tests.support.broker_process import REPO
 from tests.support.cluster import ROOT, Cluster
-from tests.support.group_checker import MemberLog, Report
+from tests.support.group_checker import MemberLog, OffsetSampler, Report
 from tests.support.group_checker import check as check_group
 from tests.support.group_checker import load as load_group
 from tests.support.nemesis import CheckResult, Outcome, Workload, read_partitions
@@ -220,41 +219,6 @@ class Member(MemberLog):
                  process: subprocess.Popen[bytes]) -> None:
         super().__init__(log)
         self.name, self.mode, self.process = name, mode, process
-
-
-class Sampler:
-    """The group's committed offsets (Admin ``list_group_offsets``) once a second."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.samples: list[dict[str, Any]] = []
-        self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="offset-sampler", daemon=True)
-
-    def start(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def _sample(self, admin: Admin) -> None:
-        sent = time.monotonic()
-        try:
-            offsets = admin.list_group_offsets(GROUP)
-        except Exception:  # the coordinator is moving: the next sample will do
-            self.errors += 1
-            return
-        self.samples.append({"g": GROUP, "s": sent, "t": time.monotonic(), "offsets": {
-            tp.partition: c.offset for tp, c in offsets.items() if c.offset >= 0}})
-
-    def _run(self) -> None:
-        with Admin(self.bootstrap, request_timeout_ms=5000) as admin:
-            while not self._stop.wait(1.0):
-                self._sample(admin)
-            self._sample(admin)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
 
 class Harness:
@@ -425,7 +389,7 @@ def _run(cluster: Cluster, log_dir: Path) -> RollingRestart:
                         options=PRODUCER_OPTIONS, keys=64)
     run = RollingRestart(cluster, workload, log_dir)
     cluster.log(f"topic {topic}, workload run id {workload.run_id} (nothing else is random)")
-    sampler = Sampler(cluster.bootstrap)
+    sampler = OffsetSampler(cluster.bootstrap, [GROUP])
     workload_stopped = False
     try:
         for name, mode in MEMBERS.items():

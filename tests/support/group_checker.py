@@ -59,6 +59,8 @@ import bisect
 import json
 import math
 import sys
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -66,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["GRACE_S", "Ack", "GroupReport", "History", "MemberLog", "MemberRun", "OffsetSample",
-           "Report", "Violation", "check", "load"]
+           "OffsetSampler", "Report", "Violation", "check", "load"]
 
 #: Seconds on top of the session timeout a partition may wait (STALL, ORPHAN).
 GRACE_S = 5.0
@@ -74,6 +76,45 @@ INF = math.inf
 
 
 # ----------------------------------------------------------------------------- input
+
+
+class OffsetSampler:
+    """Every group's committed offsets (Admin ``list_group_offsets``) once a second, on a
+    thread, in the form ``load`` reads (``samples.jsonl`` rows); once more at ``stop``."""
+
+    def __init__(self, bootstrap: str, groups: list[str]) -> None:
+        self.bootstrap, self.groups = bootstrap, groups
+        self.samples: list[dict[str, Any]] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="offset-sampler", daemon=True)
+
+    def start(self) -> OffsetSampler:
+        self._thread.start()
+        return self
+
+    def sample(self, admin: Any) -> None:
+        for group in self.groups:
+            sent = time.monotonic()
+            try:
+                offsets = admin.list_group_offsets(group)
+            except Exception:  # coordinator moving or down: the next sample will do
+                self.errors += 1
+                continue
+            self.samples.append({"g": group, "s": sent, "t": time.monotonic(), "offsets": {
+                tp.partition: c.offset for tp, c in offsets.items() if c.offset >= 0}})
+
+    def _run(self) -> None:
+        from strata.client import Admin
+
+        with Admin(self.bootstrap, request_timeout_ms=5000) as admin:
+            while not self._stop.wait(1.0):
+                self.sample(admin)
+            self.sample(admin)  # once more after the members left
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
 
 
 class MemberLog:
