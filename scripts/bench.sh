@@ -85,7 +85,7 @@ bench_groups() {
 # object (progress goes to stderr). A phase that fails ends it with the figures so far and
 # an "error" key; that is a finding for [2.2], so `make bench` goes on to the next section.
 bench_scale() {
-  local partitions=${SCALE_PARTITIONS:-10000} topics=${SCALE_TOPICS:-1000}
+  local partitions=${SCALE_PARTITIONS:-10000} topics=${SCALE_TOPICS:-100}
   local members=${SCALE_GROUP_MEMBERS:-100}
   echo "== many partitions: $partitions partitions over $topics topics, RF 3, min ISR 2, three brokers; 1,000 idle connections; $members group members on 1,000 partitions"
   "$STRATA" perf scale --partitions "$partitions" --topics "$topics" \

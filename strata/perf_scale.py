@@ -125,7 +125,7 @@ class ScaleError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class ScaleOptions:
-    topics: int = 1000
+    topics: int = 100  # the shape: 100 topics x 100 partitions
     partitions: int = 10_000
     idle_connections: int = 1000
     produce_rate: int = 10_000
