@@ -467,19 +467,6 @@ class Coordinator:
         self.zk.DataWatch(f"{_TOPIC_CONFIGS}/{name}")(on_data)
 
     # ------------------------------------------------------------------ partition state
-    def watch_partition_state(self, topic: str, partition: int,
-                              callback: Callable[[PartitionState | None], None]) -> None:
-        """Call ``callback`` with the partition's state now and after every change
-        (``None`` once the znode is gone, which ends the watch)."""
-        def on_data(data: bytes | None, stat: Any) -> bool | None:
-            if data is None:
-                callback(None)
-                return False
-            callback(_parse_state(data, stat))
-            return None
-
-        self.zk.DataWatch(_state_path(topic, partition))(on_data)
-
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         try:
             data, stat = self.zk.get(_state_path(topic, partition))
