@@ -46,6 +46,7 @@ from brokers.errors import (
 )
 from brokers.log import LogConfig
 from brokers.log.config import TOPIC_CONFIG_KEYS
+from brokers.partition import FetchSessionClock
 from brokers.protocol import (
     API_VERSIONS,
     EARLIEST_TIMESTAMP,
@@ -186,12 +187,15 @@ class _FetchSession:
     thousands of idle partitions a follower may have here.
     """
 
-    __slots__ = ("dirty", "epoch", "partitions", "session_id", "swept_ms", "watched",
-                 "woken")
+    __slots__ = ("clock", "dirty", "epoch", "partitions", "session_id", "swept_ms",
+                 "watched", "woken")
 
     def __init__(self, session_id: int) -> None:
         self.session_id = session_id
         self.epoch = 0  # the epoch the next request must carry
+        # Ticks at every request: the follower is still where it last said on every
+        # partition it did not list (``FollowerPosition.caught_up_ms``).
+        self.clock = FetchSessionClock()
         self.partitions: dict[tuple[str, int], _SessionPartition] = {}
         self.swept_ms = 0
         self.dirty: set[tuple[str, int]] = set()
@@ -203,18 +207,21 @@ class _FetchSession:
         if self.woken is not None and not self.woken.done():
             self.woken.set_result(None)
 
-    def listen(self, key: tuple[str, int], partition: Partition | None) -> None:
+    def listen(self, key: tuple[str, int], partition: Partition | None) -> bool:
+        """Follow ``partition`` for ``key`` (None: stop); False if it already did."""
         old = self.watched.get(key)
         if old is partition:
-            return
+            return False
         if old is not None:
             old.remove_change_listener(self)
             del self.watched[key]
         if partition is not None:
             partition.add_change_listener(self, self.mark)
             self.watched[key] = partition
+        return True
 
     def close(self) -> None:
+        self.clock.stop()
         for partition in self.watched.values():
             partition.remove_change_listener(self)
         self.watched.clear()
@@ -736,12 +743,15 @@ class RequestHandlers:
                 f"{request.session_epoch}; open a new one")
             return FetchResponse([], stale.code)
         session.epoch = request.session_epoch + 1
+        session.clock.tick()
         hosted = self.broker.partitions
         for forgotten in request.forgotten_topics:
             for p in forgotten.partitions:
                 session.partitions.pop((forgotten.name, p), None)
                 session.listen((forgotten.name, p), None)
                 session.dirty.discard((forgotten.name, p))
+                if (partition := hosted.get((forgotten.name, p))) is not None:
+                    partition.forget_follower_session(replica)
         listed: list[tuple[str, int]] = []
         for topic in request.topics:
             for part in topic.partitions:
@@ -750,14 +760,13 @@ class RequestHandlers:
                 session.listen(key, hosted.get(key))
                 session.dirty.add(key)
                 listed.append(key)
-        now_ms = time.time_ns() // 1_000_000
-        # Followers' positions: the changed ones now (they move the HW); every one now and
-        # then, so that idle, caught-up followers stay in the ISR.
-        sweep = now_ms - session.swept_ms >= self.broker.config.replica_lag_time_max_ms / 4
-        if sweep:
+        # Followers' positions: the listed ones (they move the HW). The others stay where
+        # they were, and the clock ticked above says the follower is still there.
+        self._record_session_positions(replica, session, listed)
+        now_ms = time.monotonic_ns() // 1_000_000
+        if now_ms - session.swept_ms >= self.broker.config.replica_lag_time_max_ms / 4:
             session.swept_ms = now_ms
-        self._record_session_positions(replica, session, list(session.partitions) if sweep
-                                       else listed, sweep)
+            self._sweep_session(session)
         max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
         deadline = time.monotonic() + max_wait
         while True:
@@ -792,25 +801,29 @@ class RequestHandlers:
         return response
 
     def _record_session_positions(self, replica: int, session: _FetchSession,
-                                  keys: list[tuple[str, int]], sweep: bool) -> None:
-        """Record the positions of ``keys`` (the partitions this request listed, or on a
-        sweep all of them). A sweep also looks at every partition once more, so that an
-        answer the follower never got (a connection lost with it) is sent again, and
-        listens to partitions hosted since the session named them."""
+                                  keys: list[tuple[str, int]]) -> None:
+        """Record the positions of ``keys``, the partitions this request listed."""
         for name, p in keys:
             entry = session.partitions.get((name, p))
             if entry is None:
                 continue
             partition = self.broker.partitions.get((name, p))
-            if sweep:
-                session.listen((name, p), partition)
-                session.dirty.add((name, p))
             if partition is None or not partition.is_leader \
                     or entry.leader_epoch not in (-1, partition.leader_epoch):
                 continue
-            partition.record_follower_fetch(replica, entry.fetch_offset)
+            partition.record_follower_fetch(replica, entry.fetch_offset, session.clock)
             if replica not in partition.isr:
                 self.broker.replicas.consider_isr((name, p), partition)
+
+    def _sweep_session(self, session: _FetchSession) -> None:
+        """Listen to partitions hosted (or re-created) since the session named them, and
+        look at those once: a comparison of identities per partition, no more. (A lost
+        answer needs no resend: the follower opens a new session after any failed
+        request.)"""
+        hosted = self.broker.partitions
+        for key in session.partitions:
+            if session.listen(key, hosted.get(key)):
+                session.dirty.add(key)
 
     def _session_candidates(self, session: _FetchSession, changed: set[tuple[str, int]]
                             ) -> dict[str, list[FetchPartition]]:

@@ -18,6 +18,11 @@ Names (all prefixed ``strata_``):
                                                       before and after
     cleaner_last_pass_seconds               gauge     duration of the last cleaner pass
     cleaner_errors_total                    counter   partitions whose cleaning failed
+    event_loop_lag_seconds                  histogram how late a 100 ms timer on the event
+                                                      loop fires: how long any request
+                                                      waited behind other work
+    gc_pause_seconds{generation}            histogram cyclic garbage-collector pauses of
+                                                      the process (all its threads wait)
 
 The two tier gauges come from the last retention pass, which reads the tiering progress
 from ZooKeeper (scrapes must not hit ZooKeeper); a partition appears only while this
@@ -44,6 +49,9 @@ TierStats = tuple[str, int, int, int]
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0)
 
 
 class _PartitionCollector(Collector):
@@ -124,6 +132,13 @@ class BrokerMetrics:
         self.cleaner_errors = Counter(
             "strata_cleaner_errors_total", "partitions whose cleaning failed",
             registry=self.registry)
+        self.event_loop_lag = Histogram(
+            "strata_event_loop_lag_seconds",
+            "how late a 100 ms timer on the broker's event loop fires", buckets=_LAG_BUCKETS,
+            registry=self.registry)
+        self.gc_pause = Histogram(
+            "strata_gc_pause_seconds", "cyclic garbage-collector pauses of the process",
+            ["generation"], buckets=_LAG_BUCKETS, registry=self.registry)
         self.registry.register(_PartitionCollector(partitions))
         self.registry.register(_TierCollector(tier))
         self._server: Any = None

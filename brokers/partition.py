@@ -57,7 +57,7 @@ from brokers.record_batch import (
 )
 from brokers.staging import StagedPart, StagingArea
 
-__all__ = ["FollowerPosition", "LeaderAppend", "Partition", "SinkCommit"]
+__all__ = ["FetchSessionClock", "FollowerPosition", "LeaderAppend", "Partition", "SinkCommit"]
 
 log = logging.getLogger("strata.brokers.partition")
 
@@ -101,6 +101,32 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+class FetchSessionClock:
+    """When a follower's fetch session last asked this leader (monotonic ms).
+
+    One per session, shared by the positions of every partition the session names: a
+    session request lists only partitions whose fetch offset changed, so for all the
+    others the follower is still where it last said, and the session's latest request
+    says when it was there. Updating one number per request instead of ten thousand
+    positions is what keeps idle, caught-up followers in the ISR at that scale. A
+    replaced or closed session's clock stops (``stop``), so a follower that went away
+    falls out of the ISR as it would without sessions.
+    """
+
+    __slots__ = ("last_fetch_ms", "stopped")
+
+    def __init__(self) -> None:
+        self.last_fetch_ms = -1
+        self.stopped = False
+
+    def tick(self) -> None:
+        if not self.stopped:
+            self.last_fetch_ms = _now_ms()
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
 @dataclass(slots=True)
 class FollowerPosition:
     """What a leader knows of one follower since it became leader.
@@ -108,13 +134,23 @@ class FollowerPosition:
     ``log_end_offset`` -1: not reported yet in this leadership. ``last_caught_up_ms``:
     the last time (monotonic ms) the follower had everything the leader had, Kafka's
     ``lastCaughtUpTimeMs``: a fetch at or past the leader's log end at the time of the
-    follower's previous fetch proves it was caught up then.
+    follower's previous fetch proves it was caught up then. ``session``: the fetch
+    session that last reported this position, if any (see :meth:`caught_up_ms`).
     """
 
     log_end_offset: int = -1
     last_caught_up_ms: int = field(default_factory=_now_ms)
     last_fetch_ms: int = -1
     leader_end_at_last_fetch: int = -1
+    session: FetchSessionClock | None = None
+
+    def caught_up_ms(self, leader_end: int) -> int:
+        """``last_caught_up_ms``, or the session's latest request if later: a follower
+        whose session still names this partition at (or past) the leader's log end was
+        caught up when it last asked, listed or not."""
+        if self.session is not None and self.log_end_offset >= leader_end:
+            return max(self.last_caught_up_ms, self.session.last_fetch_ms)
+        return self.last_caught_up_ms
 
 
 class Partition:
@@ -392,11 +428,15 @@ class Partition:
         self.producers.reset()
         self.high_watermark = offset
 
-    def record_follower_fetch(self, replica: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``: it has everything below it."""
+    def record_follower_fetch(self, replica: int, fetch_offset: int,
+                              session: FetchSessionClock | None = None) -> None:
+        """A follower fetched from ``fetch_offset``: it has everything below it.
+        ``session``: its fetch session, which reports it at that offset until it says
+        otherwise (None: a sessionless fetch, which says nothing about later)."""
         position = self.followers.get(replica)
         if position is None:
             return
+        position.session = session
         now = _now_ms()
         leader_end = self.log.log_end_offset
         if fetch_offset > leader_end:
@@ -410,6 +450,13 @@ class Partition:
         position.leader_end_at_last_fetch = leader_end
         self._advance_high_watermark()
 
+    def forget_follower_session(self, replica: int) -> None:
+        """The follower's session no longer names this partition: its position stops
+        being refreshed by the session's requests."""
+        position = self.followers.get(replica)
+        if position is not None:
+            position.session = None
+
     def isr_change(self, lag_time_max_ms: int, leaving: Collection[int] = ()
                    ) -> list[int] | None:
         """The ISR this leader should propose now, or None when it should stay.
@@ -422,14 +469,20 @@ class Partition:
         if not self.is_leader or self.fenced:
             return None
         now = _now_ms()
+        leader_end = self.log.log_end_offset
+        followers = self.followers
         keep = [b for b in self.isr if b == self.broker_id or (
-            b in self.followers and now - self.followers[b].last_caught_up_ms <= lag_time_max_ms)]
+            b in followers
+            and now - followers[b].caught_up_ms(leader_end) <= lag_time_max_ms)]
+        if len(keep) == len(self.isr) and len(followers) + 1 == len(keep) \
+                and not leaving:
+            return None  # every replica in sync and staying: the common case, kept cheap
         epoch_start_offset = next((entry.start_offset for entry in self.log.leader_epochs
                                    if entry.epoch == self.leader_epoch), 0)
-        joining = [b for b, pos in self.followers.items()
+        joining = [b for b, pos in followers.items()
                    if b not in keep and b in self.replicas and b not in leaving
                    and pos.log_end_offset >= max(self.high_watermark, epoch_start_offset)
-                   and now - pos.last_caught_up_ms <= lag_time_max_ms]
+                   and now - pos.caught_up_ms(leader_end) <= lag_time_max_ms]
         if self.broker_id not in keep:
             keep.insert(0, self.broker_id)
         proposed = [b for b in self.replicas if b in keep or b in joining]

@@ -402,6 +402,17 @@ def test_metrics_endpoint_reports_requests_and_partitions(broker: BrokerProcess)
     assert 'strata_requests_total{api="PRODUCE",error="NONE"}' in text
     assert "strata_request_latency_seconds_bucket" in text
     assert "strata_bytes_in_total" in text and "strata_connections" in text
+    # Event-loop lag is probed every 100 ms; collector pauses are a histogram by
+    # generation (observed whenever the collector runs).
+    assert "# TYPE strata_gc_pause_seconds histogram" in text
+    deadline = time.monotonic() + 10
+    while "strata_event_loop_lag_seconds_count 0.0" in text \
+            or "strata_event_loop_lag_seconds_count" not in text:
+        assert time.monotonic() < deadline, "the event-loop lag probe never reported"
+        time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics",
+                                    timeout=10) as response:
+            text = response.read().decode()
 
 
 def test_init_producer_id_refuses_epoch_bumps_of_existing_ids(broker: BrokerProcess) -> None:

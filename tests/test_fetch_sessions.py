@@ -131,8 +131,9 @@ def test_a_session_answers_only_what_changed(leader: Cluster) -> None:
 
 def test_idle_followers_in_sessions_stay_in_sync_and_keep_up(tmp_path: Path) -> None:
     """Real followers, in sessions: partitions idle for longer than
-    replica.lag.time.max.ms (3 s here) keep their full ISR (the leader refreshes the
-    followers' positions with periodic sweeps), and a write still reaches them."""
+    replica.lag.time.max.ms (3 s here) keep their full ISR (each request of a session
+    vouches for the partitions it does not list, ``FetchSessionClock``), and a write
+    still reaches them."""
     with Cluster(tmp_path, brokers=3) as cluster:
         create_assigned(cluster, "idle", {p: [p % 3, (p + 1) % 3, (p + 2) % 3]
                                           for p in range(6)})

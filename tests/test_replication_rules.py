@@ -15,7 +15,7 @@ from brokers.coordination import PartitionState, TopicDefinition
 from brokers.errors import NotLeaderError
 from brokers.handlers import assign_replicas
 from brokers.log import LogConfig
-from brokers.partition import Partition
+from brokers.partition import FetchSessionClock, Partition
 from brokers.record_batch import SINK_PRODUCER_ID_BASE, build_batch, iter_batches
 from brokers.replication import truncate_by_epoch
 from brokers.staging import StagedPart
@@ -169,6 +169,47 @@ def test_a_lagging_follower_is_proposed_out_and_back_in(
     # ... unless it is in a controlled shutdown: the controller took it out on purpose.
     assert partition.isr_change(lag_time_max_ms=60_000, leaving={2}) is None
     assert partition.isr_change(lag_time_max_ms=60_000) == [0, 1, 2]
+    partition.close()
+
+
+def test_a_fetch_session_keeps_a_caught_up_follower_in_sync_without_listing_it(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    """A session lists a partition only when its fetch offset moves; each request of
+    the session (``FetchSessionClock.tick``) vouches for the unlisted ones, but only
+    where the follower was at the leader's log end, and only while the session lives."""
+    partition = leader_partition(tmp_path / "p")
+    partition.append_as_leader(build_batch([b"a"]))
+    session = FetchSessionClock()
+    session.tick()
+    partition.record_follower_fetch(1, 1, session)  # caught up, in a session
+    partition.record_follower_fetch(2, 1)           # caught up, no session
+    for follower in (1, 2):
+        partition.followers[follower].last_caught_up_ms -= 120_000  # listed long ago
+    session.tick()  # a later request of follower 1's session, not listing the partition
+    assert partition.isr_change(lag_time_max_ms=60_000) == [0, 1]
+    partition.set_state(0, 1, [0, 1], [0, 1, 2], version=2)
+    # New records the follower has not fetched: its session no longer vouches for it.
+    partition.append_as_leader(build_batch([b"b"]))
+    session.tick()
+    partition.followers[1].last_caught_up_ms -= 120_000
+    assert partition.isr_change(lag_time_max_ms=60_000) == [0]
+    partition.record_follower_fetch(1, 2, session)  # it fetched them: in sync again
+    session.tick()
+    partition.followers[1].last_caught_up_ms -= 120_000
+    assert partition.isr_change(lag_time_max_ms=60_000) is None
+    # A closed session's clock stops: the follower ages out as without a session.
+    session.stop()
+    session.last_fetch_ms -= 120_000
+    session.tick()  # ignored once stopped
+    assert partition.isr_change(lag_time_max_ms=60_000) == [0]
+    # A session that forgets the partition stops vouching for it at once.
+    live = FetchSessionClock()
+    live.tick()
+    partition.record_follower_fetch(1, 2, live)
+    partition.followers[1].last_caught_up_ms -= 120_000
+    assert partition.isr_change(lag_time_max_ms=60_000) is None
+    partition.forget_follower_session(1)
+    assert partition.isr_change(lag_time_max_ms=60_000) == [0]
     partition.close()
 
 

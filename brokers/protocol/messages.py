@@ -750,7 +750,9 @@ class FetchRequest(Message):
     lists only partitions with records, an error, or offsets that changed since the
     session last answered them. An unknown session answers FETCH_SESSION_ID_NOT_FOUND,
     another epoch than the next INVALID_FETCH_SESSION_EPOCH (top-level ``error_code``):
-    the follower then opens a new session.
+    the follower then opens a new session. Every request of a session also counts as a
+    fetch, at the offset the session holds, of each partition it does not list: an
+    idle, caught-up follower stays in the ISR without naming its partitions again.
     """
 
     topics: list[FetchTopic]
