@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -690,15 +691,19 @@ class Broker:
         if self._state_watcher is None or self._stopped.is_set():
             return
         batch = self._state_watcher.take()
-        led_before = sum(1 for part in self.partitions.values() if part.is_leader)
-        applied = 0
+        applied = gained = lost = 0
         for (name, p), state in batch:
+            partition = self.partitions.get((name, p))
+            was_leader = partition is not None and partition.is_leader
             if state is not None and self.apply_partition_state(name, p, state, quiet=True):
                 applied += 1
-        led = sum(1 for part in self.partitions.values() if part.is_leader)
-        if led != led_before:  # ISR-only changes are routine: not worth a line each
-            log.info("applied %d partition state change(s); leading %d partitions (was %d)",
-                     applied, led, led_before)
+                is_leader = partition is not None and partition.is_leader
+                gained += is_leader and not was_leader
+                lost += was_leader and not is_leader
+        if gained or lost:  # ISR-only changes are routine: not worth a line each
+            led = sum(1 for part in self.partitions.values() if part.is_leader)
+            log.info("applied %d partition state change(s); leading %d partitions (%d "
+                     "gained, %d given up)", applied, led, gained, lost)
 
     async def _on_shutting_down(self, ids: set[int]) -> None:
         self.shutting_down = ids
@@ -827,9 +832,12 @@ class Broker:
                 # Snapshot the producer state first: retention may delete the segments
                 # whose batch headers are the only other record of it (a sink's last
                 # committed batch id must survive an unclean restart after that).
+                # Only when a segment goes: a pass over ten thousand partitions must not
+                # rewrite (and fsync) ten thousand snapshots on the event loop.
                 if not partition.log.is_offline:
-                    partition.producers.write_snapshot(partition.log.log_end_offset)
-                deleted += len(partition.log.apply_retention(tiered_up_to))
+                    deleted += len(partition.log.apply_retention(
+                        tiered_up_to, before_delete=functools.partial(
+                            _snapshot_producers, partition)))
             except StrataError as err:
                 log.error("retention on %s failed: %s", partition, err)
             except OSError as err:
@@ -937,6 +945,10 @@ class Broker:
     def _tier_stats(self) -> Iterator[TierStats]:
         for (topic, p), (tiered_up_to, lag) in list(self.tier_stats.items()):
             yield topic, p, tiered_up_to, lag
+
+
+def _snapshot_producers(partition: Partition) -> None:
+    partition.producers.write_snapshot(partition.log.log_end_offset)
 
 
 async def run_broker(config: BrokerConfig) -> int:

@@ -182,7 +182,11 @@ class Partition:
         (directory / METADATA_FILE).write_text(json.dumps({"version": 1, "topic_id": topic_id}))
         self.producers = ProducerStateManager(directory)
         self._load_producer_state()
-        self._hw_checkpoint = OffsetCheckpoint(directory / HIGH_WATERMARK_FILE)
+        # Written every few seconds for every partition whose HW moved: without fsyncs
+        # (ten thousand partitions would mean twenty thousand per round). A machine
+        # crash can only leave a lower HW, which the leader moves up again; a clean
+        # close makes it durable.
+        self._hw_checkpoint = OffsetCheckpoint(directory / HIGH_WATERMARK_FILE, sync=False)
         recorded = self._hw_checkpoint.read()
         torn = self.producers.open_commit()
         if torn is not None and (recorded is None or torn >= recorded):
@@ -302,6 +306,7 @@ class Partition:
         duplicate = self.producers.check(header)
         if duplicate is not None:
             return LeaderAppend(duplicate.first_offset, duplicate.last_offset, -1, True)
+        self._vouch_caught_up_followers()
         info: AppendInfo = self.log.append(batch, leader_epoch=self.leader_epoch,
                                            validated=header, wait_for_flush=False)
         self.producers.update(header, info.first_offset)
@@ -345,6 +350,7 @@ class Partition:
         for i, data in enumerate(batches):
             stamp_sink_commit(data, producer_id, batch_id, ends_commit=i == len(batches) - 1)
         group_start = self.log.log_end_offset
+        self._vouch_caught_up_followers()
         try:
             info = self.log.append_group(batches, leader_epoch=self.leader_epoch)
         except Exception:
@@ -450,6 +456,16 @@ class Partition:
         position.leader_end_at_last_fetch = leader_end
         self._advance_high_watermark()
 
+    def _vouch_caught_up_followers(self) -> None:
+        """Before the log end moves: a follower whose session has it at the current end
+        was caught up at its session's latest request. Recorded now, because after the
+        append its position is behind and the session vouches for it no longer (an idle
+        partition's last listed fetch may be hours old)."""
+        end = self.log.log_end_offset
+        for position in self.followers.values():
+            if position.session is not None and position.log_end_offset >= end:
+                position.last_caught_up_ms = position.caught_up_ms(end)
+
     def forget_follower_session(self, replica: int) -> None:
         """The follower's session no longer names this partition: its position stops
         being refreshed by the session's requests."""
@@ -489,10 +505,12 @@ class Partition:
         proposed += [b for b in keep if b not in proposed]  # never drop ISR members by order
         return proposed if sorted(proposed) != sorted(self.isr) else None
 
-    def write_high_watermark_checkpoint(self, high_watermark: int | None = None) -> None:
-        """Persist the HW (or a value of it read earlier, from a worker thread)."""
+    def write_high_watermark_checkpoint(self, high_watermark: int | None = None, *,
+                                        sync: bool = False) -> None:
+        """Persist the HW (or a value of it read earlier, from a worker thread);
+        ``sync``: durably (at close), not only past a process crash."""
         self._hw_checkpoint.write(self.high_watermark if high_watermark is None
-                                  else high_watermark)
+                                  else high_watermark, sync=sync)
 
     async def wait_durable(self, end_offset: int) -> None:
         if self.log.config.flush_policy is FlushPolicy.ALWAYS:
@@ -608,7 +626,7 @@ class Partition:
         # the state from the log itself.
         if not self.log.is_offline:
             self.producers.write_snapshot(self.log.log_end_offset)
-            self.write_high_watermark_checkpoint()
+            self.write_high_watermark_checkpoint(sync=True)
         self.log.close()
 
     def delete(self) -> None:

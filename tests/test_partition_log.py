@@ -1021,3 +1021,31 @@ def test_timestamp_lookup_over_an_undecodable_payload_answers_the_batch_start(
     assert log.find_by_timestamp(2500) == (2, 3000)  # the junk batch's first offset
     assert log.find_by_timestamp(1500) == (1, 2000)  # decodable batches stay exact
     log.close()
+
+
+def test_a_lower_bound_checkpoint_skips_fsyncs_until_made_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The high watermark's checkpoint (``sync=False``) is rewritten often for many
+    partitions: atomically, without fsync; ``write(..., sync=True)`` (at close) fsyncs
+    once, even when the value is already on disk."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    checkpoint = OffsetCheckpoint(tmp_path / "high-watermark", sync=False)
+    checkpoint.write(5)
+    checkpoint.write(7)
+    assert OffsetCheckpoint(tmp_path / "high-watermark").read() == 7 and not synced
+    assert not (tmp_path / "high-watermark.tmp").exists()
+    checkpoint.write(7, sync=True)  # same value, not durable yet: file and directory
+    assert len(synced) == 2
+    checkpoint.write(7, sync=True)  # durable already: nothing to do
+    checkpoint.write(7)
+    assert len(synced) == 2
+    durable = OffsetCheckpoint(tmp_path / "recovery-point")
+    durable.write(3)
+    assert len(synced) == 4 and durable.read() == 3

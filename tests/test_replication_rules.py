@@ -213,6 +213,25 @@ def test_a_fetch_session_keeps_a_caught_up_follower_in_sync_without_listing_it(
     partition.close()
 
 
+def test_a_write_to_an_idle_partition_does_not_drop_its_session_followers(
+        tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
+    """An idle partition's last listed fetch may be hours old; its follower was still
+    caught up at its session's latest request, so a new record must not make it look
+    out of sync before it had a chance to fetch."""
+    partition = leader_partition(tmp_path / "p")
+    partition.append_as_leader(build_batch([b"a"]))
+    session = FetchSessionClock()
+    session.tick()
+    partition.record_follower_fetch(1, 1, session)
+    partition.record_follower_fetch(2, 1, session)
+    for follower in (1, 2):
+        partition.followers[follower].last_caught_up_ms -= 3_600_000  # an hour idle
+    session.tick()
+    partition.append_as_leader(build_batch([b"b"]))  # not fetched yet by anyone
+    assert partition.isr_change(lag_time_max_ms=10_000) is None
+    partition.close()
+
+
 def test_a_fenced_or_superseded_leader_refuses_writes(
         tmp_path: Path, loop: asyncio.AbstractEventLoop) -> None:
     partition = leader_partition(tmp_path / "p")

@@ -69,13 +69,22 @@ def fsync_directory(directory: Path) -> None:
 
 
 class OffsetCheckpoint:
-    """An offset persisted atomically in ``path`` (see the module docstring)."""
+    """An offset persisted atomically in ``path`` (see the module docstring).
 
-    def __init__(self, path: Path) -> None:
+    ``sync=False``: routine writes skip the fsyncs (``write_atomically(sync=False)``),
+    for a value that is only a lower bound a reader can fall back below, such as a high
+    watermark: a machine crash may leave an older value or none, never a torn or a
+    higher one. ``write(..., sync=True)`` (at close) makes the value durable.
+    """
+
+    def __init__(self, path: Path, *, sync: bool = True) -> None:
         self.path = path
-        # The value on disk as this object last read or wrote it: writing it again
-        # (idle partitions at every close) would only cost two fsyncs.
+        self._sync = sync
+        # The value on disk as this object last read or wrote it, and whether it was
+        # fsynced: writing it again (idle partitions at every close) would only cost
+        # two fsyncs.
         self._on_disk: int | None = None
+        self._durable = True
 
     def read(self) -> int | None:
         try:
@@ -89,11 +98,13 @@ class OffsetCheckpoint:
         self._on_disk = int(lines[1])
         return self._on_disk
 
-    def write(self, offset: int) -> None:
-        if offset == self._on_disk:
+    def write(self, offset: int, *, sync: bool | None = None) -> None:
+        durable = self._sync if sync is None else sync
+        if offset == self._on_disk and (self._durable or not durable):
             return
-        write_atomically(self.path, f"{_VERSION}\n{offset}\n".encode("ascii"))
+        write_atomically(self.path, f"{_VERSION}\n{offset}\n".encode("ascii"), sync=durable)
         self._on_disk = offset
+        self._durable = durable
 
 
 class CleanShutdownMarker:

@@ -999,7 +999,8 @@ class PartitionLog:
         if changed:
             fsync_directory(self.directory)
 
-    def apply_retention(self, tiered_up_to: int | None = None) -> list[int]:
+    def apply_retention(self, tiered_up_to: int | None = None, *,
+                        before_delete: Callable[[], None] | None = None) -> list[int]:
         """Delete whole closed segments that retention lets go; see the module docstring.
 
         Without tiering: those past ``retention.ms`` or over ``retention.bytes``. With
@@ -1008,13 +1009,15 @@ class PartitionLog:
         and a segment goes only if it ends at or below it and is past the effective
         ``local.retention.ms`` or the log is over the effective ``local.retention.bytes``.
         The active segment is never deleted. Returns the base offsets deleted.
+        ``before_delete``: called (lock held) only when something is about to go, e.g.
+        to snapshot state whose only other record is in the doomed segments.
         """
         with self._lock:
             self._check_writable()
             if self.config.tier_enable:
                 if tiered_up_to is None:
                     return []
-                return self._delete_oldest(self._tiered_doomed(tiered_up_to))
+                return self._delete_oldest(self._tiered_doomed(tiered_up_to), before_delete)
             if not self.config.cleanup_policy.deletes:
                 return []  # cleanup.policy=compact: the cleaner, not retention, trims it
             now = self._clock()
@@ -1032,7 +1035,7 @@ class PartitionLog:
                 while doomed < len(closed) and excess - removed >= closed[doomed].size:
                     removed += closed[doomed].size
                     doomed += 1
-            return self._delete_oldest(doomed)
+            return self._delete_oldest(doomed, before_delete)
 
     def _tiered_doomed(self, tiered_up_to: int) -> int:
         """How many of the oldest closed segments tiered retention deletes (lock held)."""
@@ -1054,10 +1057,13 @@ class PartitionLog:
             doomed += 1
         return doomed
 
-    def _delete_oldest(self, doomed: int) -> list[int]:
+    def _delete_oldest(self, doomed: int, before_delete: Callable[[], None] | None = None
+                       ) -> list[int]:
         """Delete the ``doomed`` oldest segments and move the log start past them."""
         if not doomed:
             return []
+        if before_delete is not None:
+            before_delete()
         new_start = self._segments[doomed - 1].next_offset
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
