@@ -43,6 +43,10 @@ Phases, in order (``--skip`` leaves any but the first out), and the JSON keys:
    broker registers before it has loaded its partitions, so also
    ``full_restart_writable_s``: until a fresh producer, started then, has one acks=all
    record acknowledged by every partition; its retry back-off, up to 1 s, is in it).
+   Then, untimed by the figures above, a preferred-leader election
+   (``full_restart_rebalance_s``): the broker stopped last leads everything after a
+   full restart, and there is no automatic leader rebalance yet, so the phases after
+   this one would otherwise measure an unbalanced cluster.
 6. ``resources``: ``broker_rss_mb`` (``VmRSS`` of ``/proc/<pid>/status``) and
    ``broker_open_files`` (entries of ``/proc/<pid>/fd``) per broker id.
 7. ``idle-connections``: on a topic of its own (``--latency-partitions``, RF 3) a
@@ -872,6 +876,22 @@ class _Run:
         })
         self.log(f"  every partition acknowledged a write {writable_at - began:.2f} s after "
                  f"`strata up`, which returned after {up_returned[0] - began:.2f} s")
+        # `strata down` stops the brokers one after the other, so the last one leads
+        # every partition when they come back. Strata has no automatic leader
+        # rebalance (Kafka's auto.leader.rebalance.enable) yet: move the leaderships
+        # back as an operator would, so that the phases after this one measure a
+        # balanced cluster, as they would without the restart.
+        await self.wait_healthy("before the preferred-leader election after the restart")
+        rebalance_began = time.perf_counter()
+        async with self.admin() as admin:
+            elected = await _within(admin.elect_preferred_leaders(), o.timeout,
+                                    "the preferred-leader election after the full restart")
+        moved_back = sum(1 for result in elected.values() if result.preferred_leads)
+        self.result["full_restart_rebalance_s"] = _seconds(
+            time.perf_counter() - rebalance_began)
+        self.log(f"  leadership back on the preferred replicas of {moved_back} of "
+                 f"{len(elected)} partitions in {time.perf_counter() - rebalance_began:.2f} s "
+                 "(`strata cluster elect-preferred-leaders`)")
 
     # 6 ---------------------------------------------------------------------------------
     async def phase_resources(self) -> None:
