@@ -5,9 +5,10 @@ garbage cycles among frozen objects are still freed by the next full collection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import weakref
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -28,6 +29,24 @@ def clean_gc() -> Iterator[None]:
     gc.unfreeze()  # the rest of the test session must not run with a frozen heap
 
 
+def _cycle() -> list[_Node]:
+    """Two objects that refer to each other: only the cyclic collector frees them."""
+    first, second = _Node(), _Node()
+    first.other, second.other = second, first
+    return [first, second]
+
+
+@contextlib.asynccontextmanager
+async def _keeper(metrics: BrokerMetrics) -> AsyncIterator[HeapKeeper]:
+    keeper = HeapKeeper(metrics)
+    keeper.start()
+    try:
+        yield keeper
+    finally:
+        keeper.stop()
+    assert keeper._on_gc not in gc.callbacks
+
+
 def _samples(metrics: BrokerMetrics, generation: str) -> float:
     value = metrics.registry.get_sample_value("strata_gc_pause_seconds_count",
                                               {"generation": generation})
@@ -40,17 +59,14 @@ def test_settling_freezes_and_a_full_collection_still_frees_frozen_cycles(
     metrics = BrokerMetrics(tuple)
 
     async def scenario() -> None:
-        keeper = HeapKeeper(metrics)
-        keeper.start()
-        try:
+        async with _keeper(metrics) as keeper:
             # A cycle that becomes garbage only after it was frozen.
-            first, second = _Node(), _Node()
-            first.other, second.other = second, first
-            alive = weakref.ref(first)
+            pair = _cycle()
+            alive = weakref.ref(pair[0])
             keeper.settle_soon()
             await asyncio.sleep(0.1)
             assert gc.get_freeze_count() > 0, "settling freezes the heap"
-            del first, second
+            del pair
             gc.collect()  # a full collection skips frozen objects...
             assert alive() is not None
             await asyncio.sleep(0.01)
@@ -59,9 +75,6 @@ def test_settling_freezes_and_a_full_collection_still_frees_frozen_cycles(
             await asyncio.sleep(0.1)
             assert alive() is None, "a frozen garbage cycle is freed by the full collect"
             assert gc.get_freeze_count() > 0
-        finally:
-            keeper.stop()
-        assert keeper._on_gc not in gc.callbacks
 
     asyncio.run(scenario())
     assert _samples(metrics, "2") >= 2  # the explicit collections were measured
@@ -73,21 +86,16 @@ def test_the_periodic_full_collection_runs_when_due(
     metrics = BrokerMetrics(tuple)
 
     async def scenario() -> None:
-        keeper = HeapKeeper(metrics)
-        keeper.start()
-        try:
-            first, second = _Node(), _Node()
-            first.other, second.other = second, first
-            alive = weakref.ref(first)
+        async with _keeper(metrics):
+            pair = _cycle()
+            alive = weakref.ref(pair[0])
             gc.freeze()
-            del first, second
+            del pair
             # The loop wakes at least once a second and collects when due.
             for _ in range(30):
                 await asyncio.sleep(0.1)
                 if alive() is None:
                     break
             assert alive() is None
-        finally:
-            keeper.stop()
 
     asyncio.run(scenario())
