@@ -63,10 +63,18 @@ def test_offset_index_clear_and_missing_file(tmp_path: Path) -> None:
     index.persist(fsync=False)
     index.clear()
     assert len(index) == 0
-    assert index.path.read_bytes() == b""
-    index.delete()
+    assert not index.path.exists()  # made again by the next persist
+    index.delete()  # deleting a missing index is fine
     assert not index.path.exists()
     index.load()  # a missing file loads as empty
+    assert len(index) == 0
+    index.append(5, 10)
+    index.persist(fsync=False)
+    assert index.path.stat().st_size == index.entry.size
+    index.clear()
+    index.persist(fsync=True)  # nothing to write, but fsync asked: the file exists, empty
+    assert index.path.read_bytes() == b""
+    index.load()
     assert len(index) == 0
     assert index.lookup(123) == (0, 0)
 

@@ -73,9 +73,13 @@ def test_files_named_by_base_offset(tmp_path: Path) -> None:
     segment = _new(tmp_path, base=1234)
     assert segment.log_path.name == "00000000000000001234.log"
     assert segment_file_name(1234, ".index") == "00000000000000001234.index"
+    # The index files are created lazily, by the first persist (a flush, roll or close).
+    assert not (tmp_path / "00000000000000001234.index").exists()
+    assert not (tmp_path / "00000000000000001234.timeindex").exists()
+    assert segment.is_empty and segment.next_offset == 1234
+    segment.flush()
     assert (tmp_path / "00000000000000001234.index").exists()
     assert (tmp_path / "00000000000000001234.timeindex").exists()
-    assert segment.is_empty and segment.next_offset == 1234
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")

@@ -3,8 +3,11 @@
 An index file is a flat array of fixed-size big-endian entries, sorted on both
 columns. The whole array is also held in memory (two ``array`` columns) so lookups are
 a ``bisect`` with no I/O. Entries are written to disk lazily: ``persist()`` appends the
-entries not yet on disk, and the log calls it whenever it flushes, rolls or closes a
-segment. Indexes are disposable: a file that fails ``check()`` is rebuilt from the log.
+entries not yet on disk (creating the file), and the log calls it whenever it flushes,
+rolls or closes a segment; a new or cleared index has no file until then, as Kafka
+creates its index files lazily (a file creation is most of what a new partition costs,
+and ten thousand are created at once). A missing file reads as empty. Indexes are
+disposable: a file that fails ``check()`` is rebuilt from the log.
 
 Thread-safety: not thread-safe; the owning ``LogSegment`` serialises mutations under
 the partition log's lock. Readers bisect a snapshot of the arrays' lengths, which is
@@ -79,12 +82,12 @@ class SortedEntryIndex:
         self.values.append(value)
 
     def clear(self) -> None:
-        """Drop every entry (memory and file); used before a rebuild."""
+        """Drop every entry, in memory and on disk (the file goes; ``persist`` makes it
+        again): a new segment's indexes, and before a rebuild."""
         self.keys = array(self.key_code)
         self.values = array(self.value_code)
         self._persisted = 0
-        with open(self.path, "wb"):
-            pass
+        self.path.unlink(missing_ok=True)
 
     def persist(self, fsync: bool) -> None:
         """Append the entries not yet on disk; fsync the file when asked."""
