@@ -79,7 +79,8 @@ def test_scale_benchmark_reports_every_figure(tmp_path: Path, reaper: Any) -> No
                     "controlled_shutdown_restart_s", "sigkill_controller_s",
                     "sigkill_controller_restart_s", "full_restart_s",
                     "full_restart_writable_s", "full_restart_up_returned_s",
-                    "full_restart_rebalance_s", "produce_p50_ms_baseline", "produce_p99_ms_baseline",
+                    "full_restart_rebalance_s", "produce_p50_ms_baseline",
+                    "produce_p99_ms_baseline",
                     "produce_p50_ms_with_idle_connections",
                     "produce_p99_ms_with_idle_connections", "group_balance_s",
                     "group_rebalance_after_leave_s", "group_client_wall_s"):
