@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import resource
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -84,8 +83,6 @@ STRAY_SUFFIX: Final = "-stray"
 _LOG_OPENERS: Final = 16
 #: Period of the event-loop lag probe (``Broker._watch_event_loop``).
 _LAG_PROBE_S: Final = 0.1
-#: GIL switch interval of a broker process (``run_broker``); CPython's default is 5 ms.
-_GIL_SWITCH_INTERVAL_S: Final = 0.0005
 #: File descriptors kept free for connections, ZooKeeper and the metrics server when
 #: checking that the open-file limit can hold every hosted log.
 _SPARE_FILES: Final = 2_048
@@ -955,12 +952,6 @@ async def run_broker(config: BrokerConfig) -> int:
     """Run until SIGTERM/SIGINT; return the process exit code."""
     import signal
 
-    # The event loop gives the GIL up at every socket call; a worker thread that takes
-    # it meanwhile (ZooKeeper reads, kazoo, checkpoint writers) keeps it for up to the
-    # switch interval, 5 ms by default, so one busy thread could add milliseconds to
-    # every syscall of the loop. A broker process trades a little thread throughput
-    # for request latency here.
-    sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
     broker = Broker(config)
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
