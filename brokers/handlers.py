@@ -777,7 +777,7 @@ class RequestHandlers:
         now_ms = time.monotonic_ns() // 1_000_000
         if now_ms - session.swept_ms >= self.broker.config.replica_lag_time_max_ms / 4:
             session.swept_ms = now_ms
-            self._sweep_session(session)
+            self._sweep_session(replica, session)
         max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
         deadline = time.monotonic() + max_wait
         while True:
@@ -826,15 +826,28 @@ class RequestHandlers:
             if replica not in partition.isr:
                 self.broker.replicas.consider_isr((name, p), partition)
 
-    def _sweep_session(self, session: _FetchSession) -> None:
+    def _sweep_session(self, replica: int, session: _FetchSession) -> None:
         """Listen to partitions hosted (or re-created) since the session named them, and
-        look at those once: a comparison of identities per partition, no more. (A lost
-        answer needs no resend: the follower opens a new session after any failed
-        request.)"""
+        look at those once. Attach the session's clock to the follower's position where
+        it is not attached yet: a partition the follower named before this broker led it
+        in that epoch (it learnt of the new leader first), or one that became led here
+        after it was named; the follower names it again only when its offset moves, so
+        without this an idle partition would drop it from the ISR. A few attribute reads
+        per partition. (A lost answer needs no resend: the follower opens a new session
+        after any failed request.)"""
         hosted = self.broker.partitions
-        for key in session.partitions:
-            if session.listen(key, hosted.get(key)):
+        for key, entry in session.partitions.items():
+            partition = hosted.get(key)
+            if session.listen(key, partition):
                 session.dirty.add(key)
+            if partition is None or not partition.is_leader \
+                    or entry.leader_epoch not in (-1, partition.leader_epoch):
+                continue
+            position = partition.followers.get(replica)
+            if position is not None and position.session is not session.clock:
+                partition.record_follower_fetch(replica, entry.fetch_offset, session.clock)
+                if replica not in partition.isr:
+                    self.broker.replicas.consider_isr(key, partition)
 
     def _session_candidates(self, session: _FetchSession, changed: set[tuple[str, int]]
                             ) -> dict[str, list[FetchPartition]]:
