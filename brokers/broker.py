@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import functools
 import json
 import logging
 import os
@@ -833,8 +832,7 @@ class Broker:
                 # rewrite (and fsync) ten thousand snapshots on the event loop.
                 if not partition.log.is_offline:
                     deleted += len(partition.log.apply_retention(
-                        tiered_up_to, before_delete=functools.partial(
-                            _snapshot_producers, partition)))
+                        tiered_up_to, before_delete=partition.snapshot_producer_state))
             except StrataError as err:
                 log.error("retention on %s failed: %s", partition, err)
             except OSError as err:
@@ -942,10 +940,6 @@ class Broker:
     def _tier_stats(self) -> Iterator[TierStats]:
         for (topic, p), (tiered_up_to, lag) in list(self.tier_stats.items()):
             yield topic, p, tiered_up_to, lag
-
-
-def _snapshot_producers(partition: Partition) -> None:
-    partition.producers.write_snapshot(partition.log.log_end_offset)
 
 
 async def run_broker(config: BrokerConfig) -> int:

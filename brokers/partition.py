@@ -619,13 +619,18 @@ class Partition:
             return None
         return self.log.read(offset, max_bytes, upper_offset=self.high_watermark)
 
+    def snapshot_producer_state(self) -> None:
+        """Snapshot the producer state as of the log end (at close, and before retention
+        deletes the segments whose headers are its only other record)."""
+        self.producers.write_snapshot(self.log.log_end_offset)
+
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         # After a disk error the state in memory may not match what is on disk (a torn
         # sink group, a write that half failed): no snapshot, so the next open rebuilds
         # the state from the log itself.
         if not self.log.is_offline:
-            self.producers.write_snapshot(self.log.log_end_offset)
+            self.snapshot_producer_state()
             self.write_high_watermark_checkpoint(sync=True)
         self.log.close()
 
