@@ -24,8 +24,13 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# Two worker processes, each running whole modules (--dist loadfile keeps a module's
+# fixtures, its ZooKeeper, brokers and SparkSession, on one worker). Most of a test's
+# time is waiting for processes, elections and timeouts, so two workers on two cores
+# halve the wall time (23 -> 13 min measured). TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
 test: setup lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # The fast tier: pure-logic tests (codec, log storage and recovery, assignors, checkers,
 # config and docs freshness) with no ZooKeeper, broker, Spark or HTTP process; about a

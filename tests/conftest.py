@@ -21,6 +21,23 @@ from zookeeper.launcher import ZooKeeperServer
 #: Seconds a test waits for a kazoo connection before failing.
 KAZOO_CONNECT_TIMEOUT = 15.0
 
+#: The modules that take a minute or more (Spark, Delta, whole stacks, fault schedules),
+#: longest first. They run before the others: `make test` hands whole modules to two
+#: workers (pytest-xdist, ``--dist loadfile``) in collection order, and a long module
+#: started last would leave the other worker idle until it ends.
+LONGEST_MODULES_FIRST = (
+    "test_notebooks", "test_tiering", "test_faults", "test_cli_stack",
+    "test_spark_exactly_once", "test_spark_tier_replay", "test_perf_spark",
+    "test_group_faults", "test_perf_scale", "test_spark_sink", "test_spark_source",
+    "test_replication", "test_cli_cluster", "test_cli_client",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order only (a stable sort): see ``LONGEST_MODULES_FIRST``."""
+    rank = {name: i for i, name in enumerate(LONGEST_MODULES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
+
 
 class ProcessReaper:
     """Remembers (pid, cmdline marker) pairs and kills the survivors at teardown."""
