@@ -179,7 +179,9 @@ class Partition:
         # stops inside one, so consumers see a commit whole or not at all.
         self._open_groups: list[tuple[int, int]] = []
         self.log = PartitionLog(directory, config)
-        (directory / METADATA_FILE).write_text(json.dumps({"version": 1, "topic_id": topic_id}))
+        if read_topic_id(directory) != topic_id:  # a restart finds it written already
+            (directory / METADATA_FILE).write_text(
+                json.dumps({"version": 1, "topic_id": topic_id}))
         self.producers = ProducerStateManager(directory)
         self._load_producer_state()
         # Written every few seconds for every partition whose HW moved: without fsyncs

@@ -8,6 +8,7 @@ derived from the batches that are left.
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 
@@ -87,8 +88,24 @@ def test_truncate_from_start_keeps_the_covering_entry(tmp_path: Path) -> None:
     assert LeaderEpochCache.read(cache.path) == [EpochEntry(2, 50)]
 
 
+def test_new_epochs_are_written_at_sync_not_at_assign(tmp_path: Path) -> None:
+    """A new epoch costs no file until the log syncs (before a recovery point, at
+    close): becoming leader of, or taking the first record of, ten thousand partitions
+    must not create ten thousand files."""
+    cache = cache_at(tmp_path, (0, 0))
+    assert not cache.path.exists() and cache.unwritten
+    cache.sync()
+    assert cache.path.read_text() == "0\n1\n0 0\n" and not cache.unwritten
+    assert cache.assign(2, 5)
+    assert LeaderEpochCache.read(cache.path) == [EpochEntry(0, 0)]
+    cache.truncate_from_start(3)  # rewrites at once, the new epoch with it
+    assert LeaderEpochCache.read(cache.path) == [EpochEntry(0, 3), EpochEntry(2, 5)]
+    assert not cache.unwritten
+
+
 def test_checkpoint_layout_and_round_trip(tmp_path: Path) -> None:
     cache = cache_at(tmp_path, (0, 0), (3, 17))
+    cache.sync()
     assert cache.path.read_text() == "0\n2\n0 0\n3 17\n"
     assert not cache.path.with_name(LEADER_EPOCH_FILE + ".tmp").exists()
     loaded = LeaderEpochCache.load(cache.path)
@@ -206,6 +223,27 @@ def test_a_crash_after_the_write_before_the_checkpoint_is_repaired(tmp_path: Pat
         assert reopened.leader_epochs == ((0, 0), (4, 1))
 
 
+def test_a_crash_before_the_first_flush_recovers_the_epochs_without_a_repair(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A log killed before its first flush has no checkpoint: recovery reads every
+    header anyway, so that is the normal path, not a rebuild worth a warning."""
+    directory = tmp_path / "p"
+    log = PartitionLog(directory)
+    log.append(build_batch([b"a"]), leader_epoch=0)
+    log.append_as_follower(follower_batch(1, 3, 2))
+    log.active_segment.flush()
+    assert not (directory / LEADER_EPOCH_FILE).exists()
+    del log  # no close: a crash
+    with caplog.at_level(logging.WARNING, logger="strata.brokers.log"):
+        reopened = PartitionLog(directory)
+    with reopened:
+        assert not reopened.opened_cleanly and not reopened.epoch_cache_rebuilt
+        assert reopened.leader_epochs == ((0, 0), (3, 1))
+        assert not [r for r in caplog.records if "leader-epoch" in r.getMessage()]
+        # Recovery moved the recovery point, so the epochs below it are on disk now.
+        assert LeaderEpochCache.read(directory / LEADER_EPOCH_FILE) == [(0, 0), (3, 1)]
+
+
 # --------------------------------------------------------------------------- against a model
 
 
@@ -230,6 +268,7 @@ def test_random_operations_agree_with_the_model(tmp_path: Path, seed: int) -> No
     config = LogConfig(segment_bytes=rng.choice([200, 600, 100_000]))
     log = PartitionLog(directory, config)
     epoch = 0
+    last_expected: list[tuple[int, int]] = []
     for _ in range(120):
         op = rng.random()
         if op < 0.55:
@@ -249,16 +288,18 @@ def test_random_operations_agree_with_the_model(tmp_path: Path, seed: int) -> No
             else:
                 log.flush()
                 del log  # a crash after everything was fsynced
+            stored = LeaderEpochCache.read(directory / LEADER_EPOCH_FILE)
+            # Flushed or closed: the file holds every entry (a log that never had a
+            # batch has none yet, which reads as empty).
+            assert stored == last_expected or (stored is None and last_expected == []), \
+                stored
             log = PartitionLog(directory, config)
             assert not log.epoch_cache_rebuilt
         headers = [(h.base_offset, h.leader_epoch)
                    for h in log.batch_headers(log.log_start_offset)] \
             if log.log_end_offset > log.log_start_offset else []
-        expected = model_epochs(headers, log.log_start_offset)
+        expected = last_expected = model_epochs(headers, log.log_start_offset)
         assert [tuple(e) for e in log.leader_epochs] == expected
-        stored = LeaderEpochCache.read(directory / LEADER_EPOCH_FILE)
-        # A log that never had a batch has no checkpoint yet (it reads as empty).
-        assert stored == expected or (stored is None and expected == []), stored
         for asked in range(-1, epoch + 2):
             model = LeaderEpochCache(tmp_path / "scratch", [EpochEntry(*e) for e in expected])
             assert log.end_offset_for_epoch(asked) == model.end_offset_for(

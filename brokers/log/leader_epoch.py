@@ -14,15 +14,16 @@ File ``<partition dir>/leader-epoch-checkpoint``, ASCII text (Kafka's layout)::
     <count>\\n                    number of entries that follow, decimal
     <epoch> <start_offset>\\n     ``count`` lines, in increasing order
 
-Written atomically like ``OffsetCheckpoint``: a ``.tmp`` file is written and fsynced,
-renamed over the old one, and the directory fsynced; a crash leaves the old or the new
-file, never a torn one. It is rewritten on every change (a new epoch, a truncation,
-log start moving up). A new epoch (``assign``) is written without the fsyncs, and made
-durable by ``sync``, which the log calls before it records a recovery point (as Kafka
-does since KAFKA-15046): a broker becoming leader of ten thousand partitions must not
-wait for twenty thousand fsyncs on its event loop. A machine crash can then lose the
-newest entries, but only of batches above the recovery point, which recovery scans
-(and assigns again) anyway; an entry for an epoch that wrote nothing only shapes
+Written atomically like ``OffsetCheckpoint``: a ``.tmp`` file is written, renamed over
+the old one; a crash leaves the old or the new file, never a torn one. A truncation,
+log start moving up or a rebuild rewrites it at once, with fsyncs. A new epoch
+(``assign``) is not written at all until ``sync``, which the log calls before it records
+a recovery point (as Kafka does since KAFKA-15046) and at close: a broker becoming
+leader of ten thousand partitions, or taking the first record of ten thousand new
+ones, must not create ten thousand files on the way. A crash (of the process or the
+machine) then loses the newest entries, but only of batches above the recovery point,
+which recovery scans (and assigns again) anyway, or of a log never flushed, whose
+recovery scans all of it; an entry for an epoch that wrote nothing only shapes
 OffsetForLeaderEpoch answers, which a follower re-asks of the current leader.
 
 Invariants: epochs are >= 0 and strictly increasing; start offsets are >= 0 and strictly
@@ -69,7 +70,8 @@ class LeaderEpochCache:
     def __init__(self, path: Path, entries: Iterable[EpochEntry] = ()) -> None:
         self.path = path
         self._entries: list[EpochEntry] = list(entries)
-        self._unsynced = False  # written by ``assign`` without fsync
+        self._unwritten = False  # ``assign`` changed entries the file does not hold yet
+        self._unsynced = False  # the file was written without fsync
 
     # ------------------------------------------------------------------ persistence
     @staticmethod
@@ -102,16 +104,24 @@ class LeaderEpochCache:
         return None if entries is None else cls(path, entries)
 
     def sync(self) -> None:
-        """Make entries written by ``assign`` durable (before a recovery point moves)."""
+        """Make the entries ``assign`` added durable (before a recovery point moves)."""
+        if self._unwritten:
+            self.write(sync=False)
         if self._unsynced:
             fsync_file(self.path)
             self._unsynced = False
+
+    @property
+    def unwritten(self) -> bool:
+        """True while ``assign`` added entries that only ``sync`` writes."""
+        return self._unwritten
 
     def write(self, *, sync: bool = True) -> None:
         """Persist the entries atomically (see the module docstring)."""
         body = "".join(f"{e.epoch} {e.start_offset}\n" for e in self._entries)
         write_atomically(self.path, f"{_VERSION}\n{len(self._entries)}\n{body}".encode("ascii"),
                          sync=sync)
+        self._unwritten = False
         self._unsynced = not sync
 
     # ------------------------------------------------------------------ queries
@@ -148,20 +158,19 @@ class LeaderEpochCache:
         return floor_epoch, higher.start_offset
 
     # ------------------------------------------------------------------ changes
-    def assign(self, epoch: int, start_offset: int, *, persist: bool = True) -> bool:
+    def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset`` (its first batch's offset).
 
         Ignored (returns False) unless ``epoch`` is larger than the latest epoch and
         both are non-negative. Entries starting at or after ``start_offset`` are
-        replaced, so start offsets stay strictly increasing.
+        replaced, so start offsets stay strictly increasing. Not written until ``sync``.
         """
         if epoch < 0 or start_offset < 0 or epoch <= self.latest_epoch:
             return False
         starts = [e.start_offset for e in self._entries]
         del self._entries[bisect_left(starts, start_offset):]
         self._entries.append(EpochEntry(epoch, start_offset))
-        if persist:
-            self.write(sync=False)  # made durable by ``sync`` (see the module docstring)
+        self._unwritten = True  # written by ``sync`` (see the module docstring)
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:

@@ -31,10 +31,12 @@ Invariants:
   inside a gap returns the next batch. Offsets never change and never go backwards.
 - the leader-epoch cache has one entry per epoch found in the batches from the log
   start on (its first offset, or the log start for the epoch covering it); it is
-  updated on every append that brings a larger epoch, on truncation, delete-records
-  and retention. On open it is loaded, and rebuilt from the batch headers when the
-  file is missing, malformed or disagrees with the log; after a crash the batches
-  from the recovery point on are re-checked for epochs the file missed.
+  updated on every append that brings a larger epoch (written at the next flush or
+  close), on truncation, delete-records and retention (written at once). On open it
+  is loaded, and rebuilt from the batch headers when the file is missing, malformed or
+  disagrees with the log; after a crash the batches from the recovery point on are
+  re-checked for epochs the file missed (all of them for a log never flushed, which has
+  no file yet).
 
 Opening never deletes data that was durable. After a clean shutdown every segment is
 loaded through its indexes (``LogSegment.load``: bad indexes are rebuilt); a segment
@@ -256,6 +258,14 @@ class PartitionLog:
             if scan_from is not None and scan_from < end:
                 for header in self.batch_headers(max(scan_from, start)):
                     self._epochs.assign(header.leader_epoch, max(header.base_offset, start))
+            return
+        if loaded is None and scan_from is not None and scan_from <= covered_from \
+                and not path.exists():
+            # A crash before the log's first flush: its epochs were never written, and
+            # recovery re-reads every header anyway. The normal case, not a repair.
+            self._epochs = LeaderEpochCache(path)
+            for header in self.batch_headers(start) if start < end else ():
+                self._epochs.assign(header.leader_epoch, max(header.base_offset, start))
             return
         entries: list[EpochEntry] = []
         if start < end:
