@@ -1038,14 +1038,22 @@ def test_a_lower_bound_checkpoint_skips_fsyncs_until_made_durable(
     monkeypatch.setattr(os, "fsync", counting_fsync)
     checkpoint = OffsetCheckpoint(tmp_path / "high-watermark", sync=False)
     checkpoint.write(5)
+    inode = (tmp_path / "high-watermark").stat().st_ino
     checkpoint.write(7)
     assert OffsetCheckpoint(tmp_path / "high-watermark").read() == 7 and not synced
+    # Overwritten in place: the same file, one length, no temporary file or rename.
+    assert (tmp_path / "high-watermark").stat().st_ino == inode
+    assert (tmp_path / "high-watermark").read_bytes() == b"0\n" + b"7".zfill(20) + b"\n"
     assert not (tmp_path / "high-watermark.tmp").exists()
     checkpoint.write(7, sync=True)  # same value, not durable yet: file and directory
     assert len(synced) == 2
     checkpoint.write(7, sync=True)  # durable already: nothing to do
     checkpoint.write(7)
     assert len(synced) == 2
+    checkpoint.write(12_345_678_901)  # in place over the shorter durable file
+    assert OffsetCheckpoint(tmp_path / "high-watermark").read() == 12_345_678_901
+    checkpoint.write(8)
+    assert OffsetCheckpoint(tmp_path / "high-watermark").read() == 8 and len(synced) == 2
     durable = OffsetCheckpoint(tmp_path / "recovery-point")
     durable.write(3)
     assert len(synced) == 4 and durable.read() == 3

@@ -139,6 +139,7 @@ from brokers.record_batch import (
     Compression,
     build_batch,
     encode_record_batch,
+    warm_up_encoder,
 )
 from strata.client._cluster import Cluster
 from strata.client._partitioner import (
@@ -617,6 +618,7 @@ class _Engine:
         self._loop_thread_id = threading.get_ident()
         self._wake_event = asyncio.Event()
         self._sender = self.loop.create_task(self._run_sender(), name="strata-producer-sender")
+        self.loop.run_in_executor(None, warm_up_encoder)
         if self.config.idempotent:  # fetch the id now so the first batch need not wait
             self._shared_pid_task = self.loop.create_task(self._init_shared_pid())
 
