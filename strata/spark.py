@@ -312,7 +312,11 @@ def spark_session(app_name: str, extra_conf: Mapping[str, str] | None = None) ->
     # SPARK_LOCAL_IP also reaches what the two conf keys do not: the address Spark looks
     # up for itself at start (the loopback warning) and the local executor's host name.
     with _environment({"SPARK_LOCAL_IP": LOOPBACK} if pinned else {}):
-        _launch_jvm(options)
+        # A JVM lives as long as this process and keeps its launch options as system
+        # properties that every later SparkContext reads: a session's SQL settings go
+        # to its builder only, or the next session here (a notebook after the tier
+        # pass, a test module after another) would inherit them.
+        _launch_jvm({k: v for k, v in options.items() if not k.startswith("spark.sql.")})
         builder = SparkSession.builder
         for key, value in options.items():
             builder = builder.config(key, value)
