@@ -23,6 +23,7 @@ status:
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 # Two worker processes, each running whole modules (--dist loadfile keeps a module's
 # fixtures, its ZooKeeper, brokers and SparkSession, on one worker). Most of a test's
@@ -40,7 +41,7 @@ UNIT_TESTS := tests/test_record_batch.py tests/test_log_index.py tests/test_log_
 	tests/test_log_cleaner.py tests/test_leader_epoch.py tests/test_producer_state.py \
 	tests/test_replication_rules.py tests/test_group_assignors.py \
 	tests/test_fault_checker.py tests/test_group_checker.py tests/test_broker_config.py \
-	tests/test_heap.py tests/test_docs.py
+	tests/test_heap.py tests/test_layers.py tests/test_docs.py
 unit: setup
 	$(PY) -m pytest $(UNIT_TESTS) $(PYTEST_ARGS)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from brokers.broker import run_broker
 from brokers.config import load_broker_config
-from brokers.errors import StrataError
+from wire.errors import StrataError
 
 
 def build_parser() -> argparse.ArgumentParser:

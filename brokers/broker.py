@@ -50,7 +50,13 @@ from brokers.coordination import (
     TierProgress,
     TopicDefinition,
 )
-from brokers.errors import (
+from brokers.heap import HeapKeeper
+from brokers.log import FlushPolicy, LogConfig
+from brokers.metrics import BrokerMetrics, PartitionStats, TierStats
+from brokers.network import ConnectionHandler
+from brokers.partition import METADATA_FILE, Partition, read_topic_id
+from brokers.replication import ReplicaManager
+from wire.errors import (
     ClusterIdMismatchError,
     DataDirLockedError,
     InvalidConfigError,
@@ -58,12 +64,6 @@ from brokers.errors import (
     PortInUseBrokerError,
     StrataError,
 )
-from brokers.heap import HeapKeeper
-from brokers.log import FlushPolicy, LogConfig
-from brokers.metrics import BrokerMetrics, PartitionStats, TierStats
-from brokers.network import ConnectionHandler
-from brokers.partition import METADATA_FILE, Partition, read_topic_id
-from brokers.replication import ReplicaManager
 
 __all__ = ["Broker", "DataDirLockedError", "run_broker"]
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from brokers.errors import InvalidConfigError
 from brokers.log.config import TOPIC_CONFIG_KEYS, LogConfig
+from wire.errors import InvalidConfigError
 
 __all__ = ["BROKER_KEYS", "BrokerConfig", "load_broker_config"]
 

@@ -56,7 +56,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 from brokers.coordination import ControllerLease, PartitionKey, PartitionState, TopicDefinition
-from brokers.errors import (
+from wire.errors import (
     ConcurrentUpdateError,
     ControllerMovedError,
     InvalidConfigError,

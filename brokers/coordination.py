@@ -83,7 +83,7 @@ from kazoo.protocol.serialization import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-from brokers.errors import (
+from wire.errors import (
     BrokerIdInUseError,
     BrokerNotAvailableError,
     ConcurrentUpdateError,

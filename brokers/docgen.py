@@ -10,11 +10,11 @@ import inspect
 import re
 import sys
 
-from brokers.errors import __all__ as _error_names
-from brokers.errors import error_for_code
-from brokers.protocol import codec
-from brokers.protocol.codec import Array, Field, Message, Struct, WireType
-from brokers.protocol.messages import (
+from wire.errors import __all__ as _error_names
+from wire.errors import error_for_code
+from wire.protocol import codec
+from wire.protocol.codec import Array, Field, Message, Struct, WireType
+from wire.protocol.messages import (
     API_VERSIONS,
     REQUEST_TYPES,
     RESPONSE_TYPES,
@@ -39,7 +39,7 @@ _PRIMITIVES: dict[int, str] = {
 
 INTRO = """# Strata wire protocol
 
-Generated from `brokers/protocol/messages.py` by `python -m brokers.docgen`; a
+Generated from `wire/protocol/messages.py` by `python -m brokers.docgen`; a
 test fails if this file and the code disagree.
 
 ## Frames
@@ -179,7 +179,7 @@ def render() -> str:
     parts.append("## Error codes\n")
     parts.append("| code | name | meaning | retriable |")
     parts.append("|---:|---|---|---|")
-    import brokers.errors as errors_module
+    import wire.errors as errors_module
 
     rows = {}
     for name in _error_names:

@@ -102,7 +102,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from brokers.coordination import TopicDefinition
-from brokers.errors import (
+from brokers.group_assignors import (
+    ASSIGNORS,
+    COOPERATIVE_STICKY,
+    EAGER_ASSIGNORS,
+    TopicPartition,
+    assign,
+)
+from wire.errors import (
     CoordinatorNotAvailableError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
@@ -123,14 +130,7 @@ from brokers.errors import (
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
 )
-from brokers.group_assignors import (
-    ASSIGNORS,
-    COOPERATIVE_STICKY,
-    EAGER_ASSIGNORS,
-    TopicPartition,
-    assign,
-)
-from brokers.protocol import (
+from wire.protocol import (
     JOIN_EPOCH,
     LATEST_TIMESTAMP,
     LEAVE_EPOCH,
@@ -157,7 +157,7 @@ from brokers.protocol import (
     OffsetFetchTopicResponse,
     group_topic_partitions,
 )
-from brokers.record_batch import batches_to_table, build_batch
+from wire.record_batch import batches_to_table, build_batch
 
 if TYPE_CHECKING:
     from brokers.broker import Broker
@@ -1519,7 +1519,7 @@ class GroupCoordinator:
 
     async def _remote_ends(self, node: int, tps: list[tuple[str, int]]
                            ) -> dict[tuple[str, int], int]:
-        from strata.client._connection import BrokerConnection
+        from wire.connection import BrokerConnection
 
         registration = self.broker.live_brokers.get(node)
         if registration is None:

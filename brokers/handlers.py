@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING, Any
 from kazoo.exceptions import KazooException
 
 from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefinition
-from brokers.errors import (
+from brokers.log import LogConfig
+from brokers.log.config import TOPIC_CONFIG_KEYS
+from brokers.partition import FetchSessionClock
+from brokers.staging import StagedPart
+from wire.errors import (
     BrokerNotAvailableError,
     FencedLeaderEpochError,
     FetchSessionIdNotFoundError,
@@ -44,10 +48,7 @@ from brokers.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from brokers.log import LogConfig
-from brokers.log.config import TOPIC_CONFIG_KEYS
-from brokers.partition import FetchSessionClock
-from brokers.protocol import (
+from wire.protocol import (
     API_VERSIONS,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -138,7 +139,6 @@ from brokers.protocol import (
     TopicResult,
     decode,
 )
-from brokers.staging import StagedPart
 
 if TYPE_CHECKING:
     from brokers.broker import Broker

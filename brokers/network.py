@@ -22,8 +22,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import IO, Any, cast
 
-from brokers.errors import InvalidRequestError, StrataError, UnsupportedVersionError
-from brokers.protocol import (
+from wire.errors import InvalidRequestError, StrataError, UnsupportedVersionError
+from wire.protocol import (
     FRAME_PREFIX,
     ApiKey,
     ErrorResponse,
@@ -34,8 +34,8 @@ from brokers.protocol import (
     encode_response,
     read_request_header,
 )
-from brokers.protocol.codec import Chunk
-from brokers.protocol.framing import MIN_REQUEST_FRAME
+from wire.protocol.codec import Chunk
+from wire.protocol.framing import MIN_REQUEST_FRAME
 
 __all__ = ["ConnectionHandler", "Dispatcher"]
 

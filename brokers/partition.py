@@ -38,24 +38,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from brokers.errors import (
+from brokers.log import AppendInfo, FileSlice, FlushPolicy, LogConfig, PartitionLog
+from brokers.log.checkpoint import OffsetCheckpoint
+from brokers.log.cleaner import require_keys
+from brokers.producer_state import ProducerStateManager
+from brokers.staging import StagedPart, StagingArea
+from wire.errors import (
     InvalidRecordBatchError,
     InvalidRequestError,
     NotLeaderError,
     OffsetOutOfRangeError,
 )
-from brokers.log import AppendInfo, FileSlice, FlushPolicy, LogConfig, PartitionLog
-from brokers.log.checkpoint import OffsetCheckpoint
-from brokers.log.cleaner import require_keys
-from brokers.producer_state import ProducerStateManager
-from brokers.record_batch import (
+from wire.record_batch import (
     BROKER_ONLY_ATTRIBUTE_BITS,
     SINK_PRODUCER_ID_BASE,
     iter_batches,
     peek_header,
     stamp_sink_commit,
 )
-from brokers.staging import StagedPart, StagingArea
 
 __all__ = ["FetchSessionClock", "FollowerPosition", "LeaderAppend", "Partition", "SinkCommit"]
 

@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from brokers.errors import (
+from brokers.log.checkpoint import write_atomically
+from wire.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
-from brokers.log.checkpoint import write_atomically
-from brokers.record_batch import NO_PRODUCER_ID, BatchHeader
+from wire.record_batch import NO_PRODUCER_ID, BatchHeader
 
 __all__ = ["BatchMetadata", "ProducerStateManager"]
 

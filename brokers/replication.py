@@ -15,7 +15,7 @@ the HW would drop records a new leader had already acknowledged.
 race means the state changed under it, so it re-reads the state and applies that instead
 of guessing. It makes no ZooKeeper decision while the session is suspended.
 
-The fetcher uses the client's connection class (``strata.client._connection``): it only
+The fetcher uses the client's connection class (``wire.connection``): it only
 frames requests and matches correlation ids, and a second copy of that code in the
 broker would drift.
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from brokers.coordination import PartitionState
-from brokers.errors import (
+from wire.errors import (
     FencedLeaderEpochError,
     LogStorageError,
     NotLeaderError,
@@ -42,7 +42,7 @@ from brokers.errors import (
     UnknownLeaderEpochError,
     error_for_code,
 )
-from brokers.protocol import (
+from wire.protocol import (
     ApiKey,
     FetchPartition,
     FetchRequest,
@@ -58,7 +58,7 @@ from brokers.protocol import (
 if TYPE_CHECKING:
     from brokers.broker import Broker
     from brokers.partition import Partition
-    from strata.client._connection import BrokerConnection as BrokerConnectionType
+    from wire.connection import BrokerConnection as BrokerConnectionType
 
 __all__ = ["ReplicaFetcher", "ReplicaManager", "truncate_by_epoch"]
 
@@ -202,7 +202,7 @@ class ReplicaFetcher:
         registration = self.broker.live_brokers.get(self.leader_id)
         if registration is None:
             return None  # the leader is not registered (yet, or any more)
-        from strata.client._connection import BrokerConnection
+        from wire.connection import BrokerConnection
 
         connection = BrokerConnection(registration.host, registration.port,
                                       client_id=f"strata-replica-{self.broker.broker_id}")

@@ -45,14 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from brokers.errors import (
+from wire.errors import (
     CorruptRecordError,
     InvalidRecordBatchError,
     InvalidRequestError,
     OutOfOrderSequenceError,
     StagedDataMissingError,
 )
-from brokers.record_batch import (
+from wire.record_batch import (
     BROKER_ONLY_ATTRIBUTE_BITS,
     NO_PRODUCER_ID,
     BatchHeader,

@@ -31,7 +31,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from brokers.errors import OffsetOutOfRangeError, StrataError
 from ingest_gateway._access import (
     AccessLogMiddleware,
     access_info,
@@ -76,6 +75,7 @@ from strata.client import (
     TopicDescription,
     TopicPartition,
 )
+from wire.errors import OffsetOutOfRangeError, StrataError
 
 __all__ = ["GatewayState", "app_from_env", "create_app", "run"]
 

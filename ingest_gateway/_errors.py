@@ -1,4 +1,4 @@
-"""HTTP errors in the Confluent REST Proxy v3 shape, and the ``brokers.errors`` mapping.
+"""HTTP errors in the Confluent REST Proxy v3 shape, and the ``wire.errors`` mapping.
 
 Every error body is ``{"error_code": <int>, "message": "<what happened and what to do>"}``;
 ``error_code`` is the HTTP status (as Confluent v3 does for these cases).
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from brokers import errors as be
 from strata.client import BufferFullError, DeliveryTimeoutError, ProducerClosedError
+from wire import errors as be
 
 __all__ = ["RETRY_AFTER_S", "HttpError", "from_strata_error", "unavailable"]
 

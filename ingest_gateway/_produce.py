@@ -44,15 +44,15 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from brokers.errors import StrataError
 from ingest_gateway._access import AccessRecorder
 from ingest_gateway._auth import Action, GatewayHttpError, Principal
 from ingest_gateway._codec import DecodedRecord, decode_base64, decode_record, iso_timestamp
 from ingest_gateway._errors import HttpError, from_strata_error
 from ingest_gateway._idempotency import Answer
 from strata.client import BatchMetadata, BufferFullError, RecordMetadata
-from strata.client._partitioner import partition_for_key
 from strata.client.producer import RECORD_OVERHEAD
+from wire.errors import StrataError
+from wire.partitioner import partition_for_key
 
 if TYPE_CHECKING:
     from ingest_gateway._app import GatewayState

@@ -5,6 +5,9 @@ must stop exactly the processes it started. PIDs get recycled, so nothing here k
 without first checking that ``/proc/<pid>/cmdline`` still contains a marker the caller
 recorded when it started the process (for the ZooKeeper launcher: the absolute path of
 its ``zoo.cfg``). Nothing here ever looks processes up by name.
+
+A top-level package of its own, below both the CLI (``strata``) and the ZooKeeper
+launcher (``zookeeper``): each imports it, and neither imports the other for it.
 """
 
 from __future__ import annotations

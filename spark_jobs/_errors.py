@@ -1,4 +1,4 @@
-"""Errors of the tiering job, in the project's error convention (``brokers/errors.py``).
+"""Errors of the tiering job, in the project's error convention (``wire/errors.py``).
 
 Codes 1400 and up belong to the Spark jobs. Like the client's 1000-range codes they are
 never sent on the wire; ``str(err)`` is ``"[NAME] message"`` and the message says what to do.
@@ -6,7 +6,7 @@ never sent on the wire; ``str(err)`` is ``"[NAME] message"`` and the message say
 
 from __future__ import annotations
 
-from brokers.errors import StrataError
+from wire.errors import StrataError
 
 __all__ = ["TierConfigError", "TierGapError", "TierLeaseLostError", "TierNotEnabledError",
            "TierTableMismatchError"]

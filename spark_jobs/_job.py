@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from brokers.coordination import Coordinator, TierProgress
-from brokers.errors import TierJobBusyError, UnknownTopicOrPartitionError
 from spark_jobs._compaction import compact_range, drop_tombstones
 from spark_jobs._errors import (
     TierConfigError,
@@ -68,6 +67,7 @@ from spark_jobs._tables import (
     table_topic_id,
 )
 from strata.client import Admin
+from wire.errors import TierJobBusyError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession

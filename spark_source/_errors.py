@@ -4,13 +4,13 @@ Why typed errors with codes: a Spark query fails with the Python traceback text 
 whatever the data source raised, wrapped in a ``PythonException``. A stable name in that
 text (``[INVALID_SPARK_OPTION]``, ``[DATA_LOSS]``, ``[TIER_UNAVAILABLE]``) is what an
 operator can grep for and what tests assert on, and the message says what to do, as
-every ``StrataError`` does (``brokers/errors.py``: numeric ``code``, symbolic ``name``,
+every ``StrataError`` does (``wire/errors.py``: numeric ``code``, symbolic ``name``,
 ``str(err)`` is ``"[NAME] message"``).
 
 Codes 1200 and up belong to the Spark connector. Like the client's 1000-range codes they
 are never sent on the wire.
 
-``StrataError`` is imported from ``brokers.errors``, the error table shared by the
+``StrataError`` is imported from ``wire.errors``, the error table shared by the
 protocol and the client (``strata.client`` re-exports this very class), rather than via
 ``strata.client``: Spark's data source lookup imports this package in every session, and
 importing the whole client there would cost about 0.2 s each time.
@@ -18,7 +18,7 @@ importing the whole client there would cost about 0.2 s each time.
 
 from __future__ import annotations
 
-from brokers.errors import StrataError
+from wire.errors import StrataError
 
 __all__ = ["StrataSparkDataLossError", "StrataSparkOptionError", "StrataSparkTierError"]
 

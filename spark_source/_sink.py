@@ -212,8 +212,8 @@ def _write_task(options: SinkOptions, batches: Iterator[Any]) -> StrataCommitMes
     import pyarrow.compute as pc
     from pyspark import TaskContext
 
-    from brokers.record_batch import build_batch
     from strata.client.sink import StagingWriter
+    from wire.record_batch import build_batch
 
     context = TaskContext.get()
     task_partition = context.partitionId() if context is not None else 0
@@ -313,7 +313,7 @@ def _split_by_partition(table: Any, n_partitions: int, rotation: int
                         ) -> Iterator[tuple[int, Any]]:
     """Rows per target partition. Explicit ``partition`` wins, then murmur2 of the key;
     rows with neither go to one partition per call (``rotation mod n``), in order."""
-    from strata.client._partitioner import key_partitions, split_by_partition
+    from wire.partitioner import key_partitions, split_by_partition
 
     explicit = table.column("partition") if "partition" in table.column_names else None
     if explicit is not None:

@@ -35,9 +35,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from brokers.errors import StrataError
+from procs import PortInUseError
 from strata.commands.common import CommandError
-from strata.procs import PortInUseError
 from strata.stack import (
     DEFAULT_DATA_DIR,
     ZOOKEEPER_NODE_CHOICES,
@@ -45,6 +44,7 @@ from strata.stack import (
     StackError,
     StackStatus,
 )
+from wire.errors import StrataError
 from zookeeper.launcher import ZooKeeperError
 
 __all__ = ["build_parser", "main"]

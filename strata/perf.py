@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from brokers.log import FileSlice, FlushPolicy, LogConfig, PartitionLog
-from brokers.record_batch import build_batch
+from wire.record_batch import build_batch
 
 __all__ = ["LogBenchResult", "add_log_arguments", "bench_log_case", "run_log"]
 

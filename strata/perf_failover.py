@@ -149,7 +149,7 @@ def _restart(data_dir: Path, timeout: float) -> None:
 
 def _sigkill(pid: int, marker: str) -> None:
     """SIGKILL ``pid`` if it still runs the command the stack recorded; wait until gone."""
-    from strata.procs import cmdline, pid_alive
+    from procs import cmdline, pid_alive
 
     line = cmdline(pid)
     if not pid_alive(pid) or line is None or marker not in line:

@@ -190,7 +190,7 @@ class _Stack:
         """Processes the stack recorded earlier, still running its command, that
         stack.json no longer records (a `strata up` that fails part-way rewrites it
         with only the services it got to)."""
-        from strata.procs import cmdline, pid_alive
+        from procs import cmdline, pid_alive
 
         recorded = self.recorded()
         return {pid: (name, marker) for pid, (name, marker) in self.seen.items()
@@ -283,7 +283,7 @@ def _free_base(brokers: int) -> int:
     """A base port whose whole plan (``strata.stack``'s docstring) is free now, below the
     ephemeral range so that this run's own outgoing connections never take a broker's
     port while it is down."""
-    from strata.procs import PortInUseError, check_port_free
+    from procs import PortInUseError, check_port_free
 
     high = min(_ephemeral_low(), 65536) - 80
     low = max(1024, high - 12_000)
@@ -357,7 +357,7 @@ def _open_stack(data_dir: str | None, base_port: int | None, brokers: int, log: 
 def _close_stack(stack: _Stack, log: Log) -> None:
     """Stop a stack this run started: `strata down`, then every process it ever recorded
     that still runs (by pid, checked against its marker); remove its temp dir."""
-    from strata.procs import kill_pid
+    from procs import kill_pid
 
     if not stack.started:
         return
@@ -386,7 +386,7 @@ def _close_stack(stack: _Stack, log: Log) -> None:
 
 def _signal(pid: int, marker: str, sig: signal.Signals) -> None:
     """Send ``sig`` to ``pid`` if it still runs the command the stack recorded."""
-    from strata.procs import cmdline, pid_alive
+    from procs import cmdline, pid_alive
 
     line = cmdline(pid)
     if not pid_alive(pid) or line is None or marker not in line:
@@ -403,7 +403,7 @@ def _proc_rss_kb(pid: int) -> int:
 
 def _resources(data_dir: Path) -> dict[int, tuple[int, int]]:
     """Broker id -> (RSS in kB, open file descriptors) of the stack's brokers."""
-    from strata.procs import cmdline
+    from procs import cmdline
 
     out: dict[int, tuple[int, int]] = {}
     for broker, (pid, marker) in sorted(_brokers(data_dir).items()):
@@ -681,7 +681,7 @@ class _Run:
 
     # 3 ---------------------------------------------------------------------------------
     async def phase_controlled_shutdown(self) -> None:
-        from strata.procs import pid_alive
+        from procs import pid_alive
 
         o = self.options
         await self.wait_healthy("before the controlled shutdown")
@@ -769,7 +769,7 @@ class _Run:
 
     # 4 ---------------------------------------------------------------------------------
     async def phase_sigkill_controller(self) -> None:
-        from strata.procs import pid_alive
+        from procs import pid_alive
 
         await self.wait_healthy("before killing the controller")
         brokers = _brokers(self.stack.data_dir)
@@ -945,9 +945,9 @@ class _Run:
                 "records_per_sec": round(total / seconds)}
 
     async def phase_idle_connections(self) -> None:
-        from brokers.protocol import ApiKey, MetadataRequest
         from strata.client._cluster import parse_bootstrap
-        from strata.client._connection import BrokerConnection
+        from wire.connection import BrokerConnection
+        from wire.protocol import ApiKey, MetadataRequest
 
         o = self.options
         topic = f"{self.prefix}-latency"

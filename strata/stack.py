@@ -5,7 +5,7 @@ safe to run twice, and ``strata down`` must stop exactly what ``up`` started, ev
 another shell much later. So every started process is recorded in
 ``<data-dir>/stack.json`` (name, pid, port, the command-line marker that identifies it)
 right after it becomes healthy, and everything that stops a process checks that marker
-against ``/proc/<pid>/cmdline`` first (see :mod:`strata.procs`).
+against ``/proc/<pid>/cmdline`` first (see :mod:`procs`).
 
 The stack is an ordered tuple of :class:`ServiceSpec` built by :func:`stack_services`:
 ZooKeeper (one ``zookeeper`` server, or an ensemble ``zookeeper-0`` .. ``zookeeper-2``),
@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from strata.procs import PortInUseError, check_port_free, cmdline, kill_pid, pid_alive
+from procs import PortInUseError, check_port_free, cmdline, kill_pid, pid_alive
 
 if TYPE_CHECKING:
     from zookeeper.launcher import ZooKeeperEnsemble, ZooKeeperServer
@@ -384,7 +384,7 @@ def _launch(args: list[str], log_path: Path, marker: str, what: str, port: int,
 
 def _broker_healthy(host: str, port: int) -> bool:
     """The broker answers an ApiVersions request and is registered (Metadata lists it)."""
-    from brokers.protocol import (
+    from wire.protocol import (
         FRAME_PREFIX,
         ApiKey,
         MetadataRequest,

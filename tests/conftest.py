@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from strata.procs import free_port, kill_pid
+from procs import free_port, kill_pid
 from tests.support.broker_process import BrokerProcess
 from zookeeper.launcher import ZooKeeperServer
 

@@ -9,16 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from brokers.errors import (
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidReplicationFactorError,
-    InvalidTopicError,
-    PolicyViolationError,
-    StrataError,
-    TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
-)
 from strata.client import (
     Admin,
     AsyncAdmin,
@@ -30,6 +20,16 @@ from strata.client import (
 )
 from tests.support.broker_process import BrokerProcess
 from tests.test_consumer import produce
+from wire.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    PolicyViolationError,
+    StrataError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 
 @pytest.fixture(scope="module")
@@ -213,8 +213,8 @@ def test_async_admin(bootstrap: str) -> None:
 
 
 def test_unreachable_cluster_is_a_network_error() -> None:
-    from brokers.errors import NetworkError
-    from strata.procs import free_port
+    from procs import free_port
+    from wire.errors import NetworkError
 
     with Admin(f"127.0.0.1:{free_port()}", request_timeout_ms=2000) as admin, \
             pytest.raises(NetworkError, match="no broker answered"):

@@ -17,8 +17,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from brokers.errors import UnsupportedVersionError
-from brokers.protocol import (
+from tests.support.broker_process import BrokerProcess
+from wire.connection import BrokerConnection
+from wire.errors import UnsupportedVersionError
+from wire.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     AlterConfigsRequest,
@@ -44,9 +46,7 @@ from brokers.protocol import (
     ProduceTopic,
     ReplicaAssignment,
 )
-from brokers.record_batch import batches_to_table, build_batch
-from strata.client._connection import BrokerConnection
-from tests.support.broker_process import BrokerProcess
+from wire.record_batch import batches_to_table, build_batch
 
 T = TypeVar("T")
 _names = itertools.count()
@@ -481,7 +481,7 @@ def test_offset_for_leader_epoch_answers_from_the_leaders_epoch_cache(
         broker: BrokerProcess) -> None:
     """A single broker leads with epoch 0 and stamps it on every produced batch, so
     epoch 0 ends at the log end; a newer epoch is unknown; errors are per partition."""
-    from brokers.protocol import (
+    from wire.protocol import (
         OffsetForLeaderEpochPartition,
         OffsetForLeaderEpochRequest,
         OffsetForLeaderEpochTopic,

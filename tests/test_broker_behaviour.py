@@ -18,7 +18,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from brokers.protocol import (
+from strata.client import Admin, Consumer, OffsetOutOfRangeError, TopicPartition
+from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
+from wire.connection import BrokerConnection
+from wire.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     AlterConfigsRequest,
@@ -40,11 +44,7 @@ from brokers.protocol import (
     ProduceTopic,
     ReplicaAssignment,
 )
-from brokers.record_batch import TimestampType, batches_to_table, build_batch
-from strata.client import Admin, Consumer, OffsetOutOfRangeError, TopicPartition
-from strata.client._connection import BrokerConnection
-from tests.support.broker_process import BrokerProcess
-from tests.support.waiting import wait_for
+from wire.record_batch import TimestampType, batches_to_table, build_batch
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from brokers.config import BrokerConfig, load_broker_config
-from brokers.errors import InvalidConfigError
 from brokers.log import FlushPolicy
+from wire.errors import InvalidConfigError
 
 
 def test_precedence_file_then_environment_then_overrides(tmp_path: Path) -> None:

@@ -32,8 +32,10 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from brokers.errors import InvalidRecordBatchError
-from brokers.protocol import (
+from tests.support.broker_process import BrokerProcess
+from wire.connection import BrokerConnection
+from wire.errors import InvalidRecordBatchError
+from wire.protocol import (
     FRAME_PREFIX,
     ApiKey,
     CreatableTopic,
@@ -52,7 +54,7 @@ from brokers.protocol import (
     encode_request,
     read_response_header,
 )
-from brokers.record_batch import (
+from wire.record_batch import (
     BROKER_ONLY_ATTRIBUTE_BITS,
     HEADER,
     HEADER_SIZE,
@@ -64,8 +66,6 @@ from brokers.record_batch import (
     iter_batches,
     validate,
 )
-from strata.client._connection import BrokerConnection
-from tests.support.broker_process import BrokerProcess
 
 TOPIC = "fuzz-target"
 #: The good client's topic: longer than TOPIC and sharing no prefix with it, so no byte

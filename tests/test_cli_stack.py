@@ -27,8 +27,8 @@ import httpx
 import pytest
 from kazoo.client import KazooClient
 
+from procs import PortInUseError, check_port_free, cmdline, pid_alive
 from strata.client import Admin, NewTopic
-from strata.procs import PortInUseError, check_port_free, cmdline, pid_alive
 from zookeeper.launcher import server_mode
 
 pytestmark = pytest.mark.timeout(180)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import pytest
 
-from brokers.errors import InvalidRecordBatchError
 from strata.client import Admin, Consumer, Producer, TopicPartition
 from strata.client.admin import NewTopic
 from tests.support.broker_process import BrokerProcess
+from wire.errors import InvalidRecordBatchError
 
 TOPIC = "compacted-events"
 Produced = dict[int, tuple[bytes, bytes | None]]

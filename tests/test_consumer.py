@@ -18,9 +18,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from brokers.errors import NetworkError, OffsetOutOfRangeError, StrataError
-from brokers.protocol import ApiKey, ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic
-from brokers.record_batch import CONSUMER_SCHEMA, TimestampType, build_batch
 from strata.client import (
     Admin,
     AsyncConsumer,
@@ -29,9 +26,12 @@ from strata.client import (
     NewTopic,
     TopicPartition,
 )
-from strata.client._connection import BrokerConnection
 from strata.client.consumer import error_from_code, records_from_table
 from tests.support.broker_process import BrokerProcess
+from wire.connection import BrokerConnection
+from wire.errors import NetworkError, OffsetOutOfRangeError, StrataError
+from wire.protocol import ApiKey, ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic
+from wire.record_batch import CONSUMER_SCHEMA, TimestampType, build_batch
 
 Headers = list[tuple[str, bytes | None]] | None
 

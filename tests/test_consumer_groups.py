@@ -29,7 +29,12 @@ from typing import Any
 
 import pytest
 
-from brokers.protocol import (
+from strata.client import Producer
+from strata.perf_groups import Worker
+from tests.support.cluster import Cluster
+from tests.support.waiting import wait_for
+from wire.connection import BrokerConnection
+from wire.protocol import (
     ApiKey,
     DescribedGroup,
     DescribeGroupsRequest,
@@ -43,11 +48,6 @@ from brokers.protocol import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from strata.client import Producer
-from strata.client._connection import BrokerConnection
-from strata.perf_groups import Worker
-from tests.support.cluster import Cluster
-from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -18,7 +18,7 @@ from brokers.coordination import (
     PartitionState,
     TopicDefinition,
 )
-from brokers.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from wire.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from zookeeper.launcher import ZooKeeperServer
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from brokers.record_batch import build_batch, set_base_offset
 from tests.support.nemesis import (
     PROBE_PRODUCER,
     CheckResult,
@@ -24,6 +23,7 @@ from tests.support.nemesis import (
     compare_replica_dirs,
     log_prefix,
 )
+from wire.record_batch import build_batch, set_base_offset
 
 PARTITIONS = 2
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.procs import pid_alive
+from procs import pid_alive
 from tests.support.cluster import Cluster
 from tests.support.nemesis import (
     CheckResult,

@@ -16,12 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from brokers.errors import (
+from tests.support.cluster import Cluster
+from tests.test_broker_api import produce
+from tests.test_replication import create_assigned
+from wire.connection import BrokerConnection
+from wire.errors import (
     FetchSessionIdNotFoundError,
     InvalidFetchSessionEpochError,
     InvalidRequestError,
 )
-from brokers.protocol import (
+from wire.protocol import (
     ApiKey,
     FetchPartition,
     FetchRequest,
@@ -29,11 +33,7 @@ from brokers.protocol import (
     FetchTopic,
     ForgottenTopic,
 )
-from brokers.record_batch import build_batch
-from strata.client._connection import BrokerConnection
-from tests.support.cluster import Cluster
-from tests.test_broker_api import produce
-from tests.test_replication import create_assigned
+from wire.record_batch import build_batch
 
 TOPIC = "sessions"
 

@@ -22,12 +22,12 @@ import pytest
 
 from ingest_gateway import GatewayConfig
 from ingest_gateway._auth import hash_secret
+from procs import free_port
 from strata.client import Admin, Consumer, NewTopic, TopicPartition
-from strata.client._partitioner import partition_for_key
-from strata.procs import free_port
 from tests.support.cluster import Cluster
 from tests.support.gateway import MAX_REQUEST_BYTES, Gateway, running_gateway, stop_child
 from tests.support.waiting import wait_for
+from wire.partitioner import partition_for_key
 
 SMALL_LIMIT = 2000  # max.message.bytes of the "gw-small" topic
 

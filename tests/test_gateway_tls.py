@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from strata.procs import free_port
+from procs import free_port
 from tests.support.gateway import REPO, stop_child
 from tests.support.waiting import wait_for
 

@@ -19,26 +19,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from brokers.errors import (
-    FencedMemberEpochError,
-    StaleMemberEpochError,
-    UnknownMemberIdError,
-    UnknownTopicOrPartitionError,
-)
-from brokers.protocol import (
-    LEAVE_EPOCH,
-    STATIC_LEAVE_EPOCH,
-    ApiKey,
-    ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
-    GroupTopicPartitions,
-    Message,
-)
-from brokers.protocol.messages import (
-    OffsetCommitPartitionResponse,
-    OffsetCommitResponse,
-    OffsetCommitTopicResponse,
-)
 from strata.client import (
     Admin,
     AsyncConsumer,
@@ -59,6 +39,26 @@ from strata.client._group import (
     reconcile,
 )
 from tests.support.broker_process import BrokerProcess
+from wire.errors import (
+    FencedMemberEpochError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
+from wire.protocol import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ApiKey,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    GroupTopicPartitions,
+    Message,
+)
+from wire.protocol.messages import (
+    OffsetCommitPartitionResponse,
+    OffsetCommitResponse,
+    OffsetCommitTopicResponse,
+)
 
 NOWHERE = "127.0.0.1:1"
 T0, T1, T2, T3 = (TopicPartition("t", p) for p in range(4))

@@ -14,7 +14,11 @@ from typing import Any
 
 import pytest
 
-from brokers.errors import (
+from strata.client import Admin, NewTopic, Producer
+from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
+from wire.connection import BrokerConnection
+from wire.errors import (
     CoordinatorNotAvailableError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
@@ -31,7 +35,7 @@ from brokers.errors import (
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
 )
-from brokers.protocol import (
+from wire.protocol import (
     LEAVE_EPOCH,
     NO_MEMBER_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -53,10 +57,6 @@ from brokers.protocol import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from strata.client import Admin, NewTopic, Producer
-from strata.client._connection import BrokerConnection
-from tests.support.broker_process import BrokerProcess
-from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

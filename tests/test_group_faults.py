@@ -48,8 +48,8 @@ from typing import Any
 
 import pytest
 
+from procs import pid_alive
 from strata.client import Admin
-from strata.procs import pid_alive
 from tests.support.broker_process import REPO
 from tests.support.cluster import Cluster
 from tests.support.group_checker import MemberLog, OffsetSampler, check, load

@@ -31,10 +31,10 @@ from unittest import mock
 import pytest
 
 import brokers.group_coordinator as gc
-from brokers.errors import NotEnoughReplicasError
 from brokers.group_assignors import COOPERATIVE_STICKY, RANGE, assign
 from brokers.group_coordinator import Group, GroupCoordinator, Member, _Shard
-from brokers.protocol import (
+from wire.errors import NotEnoughReplicasError
+from wire.protocol import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,

@@ -16,7 +16,7 @@ import pytest
 
 from brokers.log import LogConfig, PartitionLog
 from brokers.log.leader_epoch import LEADER_EPOCH_FILE, EpochEntry, LeaderEpochCache
-from brokers.record_batch import build_batch, set_base_offset
+from wire.record_batch import build_batch, set_base_offset
 
 
 def cache_at(tmp_path: Path, *entries: tuple[int, int]) -> LeaderEpochCache:

@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from brokers.errors import CorruptRecordError, InvalidConfigError, LogStorageError
 from brokers.log import LogConfig, PartitionLog
 from brokers.log.cleaner import LogCleaner
 from brokers.log.config import CleanupPolicy
 from brokers.log.partition_log import COMPACTED_BELOW_FILE
-from brokers.record_batch import (
+from wire.errors import CorruptRecordError, InvalidConfigError, LogStorageError
+from wire.record_batch import (
     TimestampType,
     batches_to_table,
     build_batch,
@@ -526,7 +526,7 @@ def test_a_new_follower_partition_catches_up_on_a_compacted_leader(tmp_path: Pat
 def test_an_undecodable_batch_fails_the_pass_naming_the_segment(tmp_path: Path) -> None:
     import struct
 
-    from brokers.record_batch import HEADER, HEADER_SIZE, crc_of
+    from wire.record_batch import HEADER, HEADER_SIZE, crc_of
 
     log = PartitionLog(tmp_path, _config())
     log.append(build_batch([b"v"], keys=[b"k"]))
@@ -566,8 +566,8 @@ def test_truncating_into_a_gap_ends_the_log_before_it(tmp_path: Path) -> None:
 
 
 def test_keyless_records_are_refused_by_produce_and_by_sink_staging(tmp_path: Path) -> None:
-    from brokers.errors import InvalidRecordBatchError
     from brokers.partition import Partition
+    from wire.errors import InvalidRecordBatchError
 
     partition = Partition("t", 0, "topic-id", tmp_path, _config(), 0)
     partition.set_state(0, 1, [0], [0])

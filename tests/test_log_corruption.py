@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from brokers.errors import CorruptRecordError, InvalidRecordBatchError
 from brokers.log import LogConfig, PartitionLog
 from brokers.log.segment import LogSegment
-from brokers.record_batch import HEADER_SIZE, build_batch, iter_batches, peek_header
+from wire.errors import CorruptRecordError, InvalidRecordBatchError
+from wire.record_batch import HEADER_SIZE, build_batch, iter_batches, peek_header
 
 CONFIG = LogConfig(segment_bytes=8192, index_interval_bytes=2000)
 BIG = 10**9

@@ -23,7 +23,7 @@ import pytest
 
 from brokers.log import LogConfig, PartitionLog
 from brokers.log.segment import LogSegment
-from brokers.record_batch import batches_to_table, build_batch, peek_header
+from wire.record_batch import batches_to_table, build_batch, peek_header
 
 APPENDER = Path(__file__).parent / "support" / "log_appender.py"
 REPO = Path(__file__).resolve().parents[1]

@@ -42,9 +42,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from brokers.errors import OffsetOutOfRangeError
 from brokers.log import LogConfig, PartitionLog
-from brokers.record_batch import HEADER_SIZE, build_batch, iter_batches, peek_header
+from wire.errors import OffsetOutOfRangeError
+from wire.record_batch import HEADER_SIZE, build_batch, iter_batches, peek_header
 
 BIG = 10**9
 T0 = 1_700_000_000_000

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from brokers.errors import CorruptRecordError, LogClosedError
 from brokers.log.segment import LogSegment, segment_file_name
-from brokers.record_batch import (
+from wire.errors import CorruptRecordError, LogClosedError
+from wire.record_batch import (
     HEADER_SIZE,
     BatchHeader,
     build_batch,

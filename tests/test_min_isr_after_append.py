@@ -39,19 +39,19 @@ from pathlib import Path
 
 import pytest
 
-from brokers.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
-from brokers.protocol import (
+from strata.client import Producer, RecordMetadata
+from tests.support.cluster import Cluster
+from tests.test_broker_api import call, fetch, run, values_at
+from tests.test_replication import create_assigned, segment_bytes
+from wire.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError
+from wire.protocol import (
     ApiKey,
     ProducePartition,
     ProducePartitionResponse,
     ProduceRequest,
     ProduceTopic,
 )
-from brokers.record_batch import build_batch
-from strata.client import Producer, RecordMetadata
-from tests.support.cluster import Cluster
-from tests.test_broker_api import call, fetch, run, values_at
-from tests.test_replication import create_assigned, segment_bytes
+from wire.record_batch import build_batch
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -19,7 +19,12 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from brokers.errors import (
+from brokers.log import FlushPolicy, LogConfig, PartitionLog, TimestampTypeConfig
+from brokers.log import partition_log as partition_log_module
+from brokers.log.checkpoint import OffsetCheckpoint
+from brokers.log.group_commit import GroupCommit, OffsetsTruncatedError
+from brokers.log.segment import LogSegment
+from wire.errors import (
     InvalidConfigError,
     InvalidRecordBatchError,
     LogClosedError,
@@ -28,12 +33,7 @@ from brokers.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from brokers.log import FlushPolicy, LogConfig, PartitionLog, TimestampTypeConfig
-from brokers.log import partition_log as partition_log_module
-from brokers.log.checkpoint import OffsetCheckpoint
-from brokers.log.group_commit import GroupCommit, OffsetsTruncatedError
-from brokers.log.segment import LogSegment
-from brokers.record_batch import (
+from wire.record_batch import (
     MAX_RECORDS_PER_BATCH,
     TimestampType,
     batches_to_table,
@@ -1010,7 +1010,7 @@ def test_timestamp_lookup_over_an_undecodable_payload_answers_the_batch_start(
         tmp_path: Path) -> None:
     """A producer may send a CRC-valid batch whose payload is not Arrow (the broker does not
     decode payloads). Timestamp lookups must not report that as disk damage."""
-    from brokers.record_batch import HEADER_SIZE, crc_of
+    from wire.record_batch import HEADER_SIZE, crc_of
 
     log = PartitionLog(tmp_path, LogConfig())
     log.append(build_batch([b"a", b"b"], timestamps=[1000, 2000]))

@@ -13,18 +13,18 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from brokers.coordination import ControllerLease, Coordinator, PartitionState
-from brokers.errors import NotLeaderError, raise_for_code
-from brokers.protocol import (
+from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
+from tests.test_broker_api import call, create, fetch, produce, run
+from wire.errors import NotLeaderError, raise_for_code
+from wire.protocol import (
     ApiKey,
     MetadataRequest,
     OffsetForLeaderEpochPartition,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochTopic,
 )
-from brokers.record_batch import build_batch, iter_batches
-from tests.support.broker_process import BrokerProcess
-from tests.support.waiting import wait_for
-from tests.test_broker_api import call, create, fetch, produce, run
+from wire.record_batch import build_batch, iter_batches
 from zookeeper.launcher import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(120)

@@ -24,13 +24,32 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from brokers.errors import (
+from strata.client._cluster import Cluster
+from strata.client._sync import EventLoopThread
+from strata.client.producer import (
+    AsyncProducer,
+    BufferFullError,
+    DeliveryTimeoutError,
+    Producer,
+    ProducerClosedError,
+    ProducerConfig,
+    RecordMetadata,
+)
+from tests.support.broker_process import BrokerProcess
+from wire.connection import BrokerConnection
+from wire.errors import (
     OutOfOrderSequenceError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
     raise_for_code,
 )
-from brokers.protocol import (
+from wire.partitioner import (
+    StickyPartitioner,
+    murmur2,
+    partition_for_key,
+    to_positive,
+)
+from wire.protocol import (
     FRAME_PREFIX,
     ApiKey,
     ConfigEntry,
@@ -51,32 +70,13 @@ from brokers.protocol import (
     encode_response,
     read_response_header,
 )
-from brokers.record_batch import (
+from wire.record_batch import (
     BatchHeader,
     Compression,
     batches_to_table,
     build_batch,
     iter_batches,
 )
-from strata.client._cluster import Cluster
-from strata.client._connection import BrokerConnection
-from strata.client._partitioner import (
-    StickyPartitioner,
-    murmur2,
-    partition_for_key,
-    to_positive,
-)
-from strata.client._sync import EventLoopThread
-from strata.client.producer import (
-    AsyncProducer,
-    BufferFullError,
-    DeliveryTimeoutError,
-    Producer,
-    ProducerClosedError,
-    ProducerConfig,
-    RecordMetadata,
-)
-from tests.support.broker_process import BrokerProcess
 
 _names = itertools.count()
 

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from brokers.errors import (
+from brokers.producer_state import ProducerStateManager
+from wire.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
-from brokers.producer_state import ProducerStateManager
-from brokers.record_batch import (
+from wire.record_batch import (
     SINK_PRODUCER_ID_BASE,
     BatchHeader,
     build_batch,

@@ -1,4 +1,4 @@
-"""Unit and property tests of the record batch codec (``brokers/record_batch.py``).
+"""Unit and property tests of the record batch codec (``wire/record_batch.py``).
 
 Byte offsets are checked against the layout in the module docstring with an
 independent ``struct``/``crc32c`` reading, not with the module's own ``HEADER``.
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from brokers.errors import CorruptRecordError, InvalidRecordBatchError
-from brokers.record_batch import (
+from wire.errors import CorruptRecordError, InvalidRecordBatchError
+from wire.record_batch import (
     CONSUMER_SCHEMA,
     HEADER_SIZE,
     LOG_OVERHEAD,

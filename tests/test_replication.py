@@ -21,12 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from brokers.errors import (
+from strata.client import Consumer, Producer, TopicPartition
+from tests.support.cluster import Cluster
+from tests.test_broker_api import call, produce, run
+from wire.errors import (
     InvalidReplicationFactorError,
     NotEnoughReplicasError,
     UnknownTopicOrPartitionError,
 )
-from brokers.protocol import (
+from wire.protocol import (
     AlterPartitionReassignmentsRequest,
     ApiKey,
     ConfigEntry,
@@ -39,10 +42,7 @@ from brokers.protocol import (
     ReassignableTopic,
     ReplicaAssignment,
 )
-from brokers.record_batch import build_batch
-from strata.client import Consumer, Producer, TopicPartition
-from tests.support.cluster import Cluster
-from tests.test_broker_api import call, produce, run
+from wire.record_batch import build_batch
 
 pytestmark = pytest.mark.timeout(240)
 

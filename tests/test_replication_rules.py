@@ -12,13 +12,13 @@ import pytest
 
 from brokers.controller import elect, plan_elections
 from brokers.coordination import PartitionState, TopicDefinition
-from brokers.errors import NotLeaderError
 from brokers.handlers import assign_replicas
 from brokers.log import LogConfig
 from brokers.partition import FetchSessionClock, Partition
-from brokers.record_batch import SINK_PRODUCER_ID_BASE, build_batch, iter_batches
 from brokers.replication import truncate_by_epoch
 from brokers.staging import StagedPart
+from wire.errors import NotLeaderError
+from wire.record_batch import SINK_PRODUCER_ID_BASE, build_batch, iter_batches
 
 
 def state(leader: int, epoch: int, isr: list[int]) -> PartitionState:

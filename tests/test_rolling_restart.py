@@ -62,8 +62,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
+from procs import pid_alive
 from strata.client.producer import ProducerOptions
-from strata.procs import pid_alive
 from tests.support.broker_process import REPO
 from tests.support.cluster import ROOT, Cluster
 from tests.support.group_checker import MemberLog, OffsetSampler, Report

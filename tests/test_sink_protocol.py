@@ -17,31 +17,8 @@ from typing import Any
 
 import pytest
 
-from brokers.errors import (
-    InvalidRecordBatchError,
-    InvalidRequestError,
-    OutOfOrderSequenceError,
-    StagedDataMissingError,
-    raise_for_code,
-)
 from brokers.log import LogConfig
 from brokers.partition import Partition
-from brokers.protocol import (
-    ApiKey,
-    ProducePartition,
-    ProduceRequest,
-    ProduceResponse,
-    ProduceTopic,
-    StagePartition,
-    StageRecordsRequest,
-    StageRecordsResponse,
-    StageTopic,
-)
-from brokers.record_batch import (
-    SINK_PRODUCER_ID_BASE,
-    build_batch,
-    stamp_sink_commit,
-)
 from brokers.staging import StagedPart as BrokerStagedPart
 from strata.client import Admin, Consumer, Producer, TopicPartition
 from strata.client._cluster import Cluster
@@ -53,6 +30,29 @@ from strata.client.sink import (
 )
 from tests.support.broker_process import BrokerProcess
 from tests.test_broker_api import create
+from wire.errors import (
+    InvalidRecordBatchError,
+    InvalidRequestError,
+    OutOfOrderSequenceError,
+    StagedDataMissingError,
+    raise_for_code,
+)
+from wire.protocol import (
+    ApiKey,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
+    StagePartition,
+    StageRecordsRequest,
+    StageRecordsResponse,
+    StageTopic,
+)
+from wire.record_batch import (
+    SINK_PRODUCER_ID_BASE,
+    build_batch,
+    stamp_sink_commit,
+)
 
 pytestmark = pytest.mark.timeout(180)
 

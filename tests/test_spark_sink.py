@@ -89,7 +89,7 @@ def test_batch_write_stores_every_column(spark: Any, broker: BrokerProcess) -> N
     assert len(got) == 300
     by_value = {r.value: r for r in got}
     assert set(by_value) == {f"v{i}".encode() for i in range(300)}
-    from strata.client._partitioner import partition_for_key
+    from wire.partitioner import partition_for_key
     for i in range(300):
         record = by_value[f"v{i}".encode()]
         assert record.key == f"k{i}".encode()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.procs import free_port, kill_pid, pid_alive
+from procs import free_port, kill_pid, pid_alive
 from strata.stack import Launched, ServiceSpec, Stack, StackContext, StackError
 
 _LISTENER = ("import socket, sys, time; s = socket.socket(); "

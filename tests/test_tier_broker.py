@@ -20,14 +20,18 @@ from pathlib import Path
 import pytest
 
 from brokers.coordination import Coordinator, TierProgress, TopicDefinition
-from brokers.errors import (
+from brokers.log import LogConfig, PartitionLog
+from strata.client import Admin, NewTopic, TopicTier
+from tests.support.broker_process import BrokerProcess
+from tests.test_partition_log import FakeClock, _batch, _log_files, _three_closed_segments
+from wire.connection import BrokerConnection
+from wire.errors import (
     InvalidConfigError,
     NotLeaderError,
     TierJobBusyError,
     UnknownTopicOrPartitionError,
 )
-from brokers.log import LogConfig, PartitionLog
-from brokers.protocol import (
+from wire.protocol import (
     ApiKey,
     DescribeTierRequest,
     DescribeTierResponse,
@@ -37,11 +41,7 @@ from brokers.protocol import (
     ProduceResponse,
     ProduceTopic,
 )
-from brokers.record_batch import build_batch
-from strata.client import Admin, NewTopic, TopicTier
-from strata.client._connection import BrokerConnection
-from tests.support.broker_process import BrokerProcess
-from tests.test_partition_log import FakeClock, _batch, _log_files, _three_closed_segments
+from wire.record_batch import build_batch
 from zookeeper.launcher import ZooKeeperServer
 
 # ----------------------------------------------------------------------- topic configs

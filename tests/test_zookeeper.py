@@ -15,7 +15,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
 
-from strata.procs import PortInUseError, free_port, pid_alive
+from procs import PortInUseError, free_port, pid_alive
 from zookeeper.launcher import (
     EnsembleHealth,
     EnsembleMember,

@@ -14,8 +14,8 @@ import itertools
 import logging
 from typing import Any
 
-from brokers.errors import NetworkError, StrataError, error_for_code
-from brokers.protocol import (
+from wire.errors import NetworkError, StrataError, error_for_code
+from wire.protocol import (
     FRAME_PREFIX,
     RESPONSE_TYPES,
     ApiKey,

@@ -57,7 +57,7 @@ import crc32c as _crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from brokers.errors import CorruptRecordError, InvalidRecordBatchError
+from wire.errors import CorruptRecordError, InvalidRecordBatchError
 
 __all__ = [
     "HEADER",

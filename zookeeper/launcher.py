@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from strata.procs import check_port_free, child_exit_status, cmdline, kill_pid, pid_alive
+from procs import check_port_free, child_exit_status, cmdline, kill_pid, pid_alive
 
 __all__ = [
     "EnsembleHealth",
@@ -353,7 +353,7 @@ class ZooKeeperServer:
     def reap_exit_status(self) -> str | None:
         """How the recorded JVM ended, if it is a child of this process that just exited.
 
-        Reaping here (rather than in :func:`strata.procs.pid_alive`, which discards the
+        Reaping here (rather than in :func:`procs.pid_alive`, which discards the
         status) lets an error say "killed by signal 9" instead of "is not running".
         """
         recorded = self._read_pid_file()
@@ -427,7 +427,7 @@ class ZooKeeperServer:
     def start(self, wait: bool = True) -> None:
         """Start the JVM; with ``wait`` return only once it serves (see class docstring).
 
-        Raises :class:`strata.procs.PortInUseError` if the client port is taken,
+        Raises :class:`procs.PortInUseError` if the client port is taken,
         :class:`ZooKeeperStartError` (with the log tail) if the JVM exits early or is not
         healthy within ``start_timeout``, and :class:`ZooKeeperError` if a server for this
         directory is already running.
@@ -627,7 +627,7 @@ class ZooKeeperEnsemble:
         Returns the members launched by this call. If any launch or the wait fails (or is
         interrupted), the members launched by this call are stopped again, members that
         were running before are left alone, and the error is raised:
-        :class:`strata.procs.PortInUseError` for a taken client, quorum or election port,
+        :class:`procs.PortInUseError` for a taken client, quorum or election port,
         :class:`ZooKeeperStartError` (with the log tails) for a member that exits or an
         ensemble that is not healthy within ``start_timeout``.
         """

@@ -73,10 +73,10 @@ from typing import Final
 
 import pyarrow as pa
 
-from brokers.errors import CorruptRecordError, InvalidRecordBatchError, LogClosedError
 from brokers.log.partition_log import CLEANED_SUFFIX, PartitionLog, _remove_cleaned
 from brokers.log.segment import GapBound, LogSegment
-from brokers.record_batch import (
+from wire.errors import CorruptRecordError, InvalidRecordBatchError, LogClosedError
+from wire.record_batch import (
     HEADER,
     LOG_OVERHEAD,
     MAGIC,

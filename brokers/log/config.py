@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from brokers.errors import InvalidConfigError
+from wire.errors import InvalidConfigError
 
 __all__ = [
     "CleanupPolicy", "FlushPolicy", "LogConfig", "SAME_AS_TOTAL", "TOPIC_CONFIG_KEYS",

@@ -82,15 +82,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from brokers.errors import (
-    CorruptRecordError,
-    InvalidRecordBatchError,
-    LogClosedError,
-    LogStorageError,
-    NotLeaderError,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
-)
 from brokers.log.checkpoint import CleanShutdownMarker, OffsetCheckpoint, fsync_directory
 from brokers.log.config import FlushPolicy, LogConfig, TimestampTypeConfig
 from brokers.log.group_commit import GroupCommit, OffsetsTruncatedError
@@ -105,7 +96,16 @@ from brokers.log.segment import (
     LogSegment,
     segment_file_name,
 )
-from brokers.record_batch import (
+from wire.errors import (
+    CorruptRecordError,
+    InvalidRecordBatchError,
+    LogClosedError,
+    LogStorageError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from wire.record_batch import (
     BatchHeader,
     peek_header,
     set_base_offset,

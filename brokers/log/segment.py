@@ -1,6 +1,6 @@
 """One segment of a partition log: ``<base offset>.log`` plus its two sparse indexes.
 
-Byte layout of the ``.log`` file: record batches (``brokers.record_batch``) back to back,
+Byte layout of the ``.log`` file: record batches (``wire.record_batch``) back to back,
 no file header, no padding. The file name is the segment's base offset as 20 digits.
 
 Invariants:
@@ -64,11 +64,11 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from brokers.errors import CorruptRecordError, InvalidRecordBatchError, LogClosedError
 from brokers.log.index_file import IndexCorruptError
 from brokers.log.offset_index import OffsetIndex
 from brokers.log.time_index import TimeIndex
-from brokers.record_batch import (
+from wire.errors import CorruptRecordError, InvalidRecordBatchError, LogClosedError
+from wire.record_batch import (
     HEADER_SIZE,
     BatchHeader,
     TimestampType,

@@ -1,5 +1,5 @@
-"""The Strata Python client (depends only on ``brokers.record_batch``, ``brokers.protocol``
-and ``brokers.errors``, never on the broker's server or log).
+"""The Strata Python client (depends only on ``wire.record_batch``, ``wire.protocol``
+and ``wire.errors``, never on the broker's server or log).
 
 The public API is what ``__all__`` lists; modules whose names start with ``_`` are
 internal. Each client has a blocking face and an asyncio face over one implementation::
@@ -23,44 +23,10 @@ processing a poll's records before polling again (at-least-once)::
             for record in consumer.poll(timeout_ms=1000):
                 process(record)  # done before the next poll(), which commits it
 
-Errors are the typed ``brokers.errors`` classes (re-exported here), each with a wire
+Errors are the typed ``wire.errors`` classes (re-exported here), each with a wire
 ``code``, a ``name`` and a message that says what to do.
 """
 
-from brokers.errors import (
-    ConcurrentUpdateError,
-    CoordinatorNotAvailableError,
-    CorruptRecordError,
-    FencedMemberEpochError,
-    GroupIdNotFoundError,
-    GroupMaxSizeReachedError,
-    InvalidConfigError,
-    InvalidGroupIdError,
-    InvalidPartitionsError,
-    InvalidProducerEpochError,
-    InvalidRecordBatchError,
-    InvalidReplicationFactorError,
-    InvalidSessionTimeoutError,
-    InvalidTopicError,
-    NetworkError,
-    NonEmptyGroupError,
-    NotEnoughReplicasError,
-    NotLeaderError,
-    OffsetOutOfRangeError,
-    OutOfOrderSequenceError,
-    PolicyViolationError,
-    RecordTooLargeError,
-    RequestTimedOutError,
-    StaleMemberEpochError,
-    StrataError,
-    TierJobBusyError,
-    TopicAlreadyExistsError,
-    UnknownMemberIdError,
-    UnknownProducerIdError,
-    UnknownTopicOrPartitionError,
-    UnsupportedAssignorError,
-)
-from brokers.record_batch import CONSUMER_SCHEMA, TimestampType
 from strata.client.admin import (
     Admin,
     AsyncAdmin,
@@ -105,6 +71,40 @@ from strata.client.producer import (
     ProducerClosedError,
     RecordMetadata,
 )
+from wire.errors import (
+    ConcurrentUpdateError,
+    CoordinatorNotAvailableError,
+    CorruptRecordError,
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    GroupMaxSizeReachedError,
+    InvalidConfigError,
+    InvalidGroupIdError,
+    InvalidPartitionsError,
+    InvalidProducerEpochError,
+    InvalidRecordBatchError,
+    InvalidReplicationFactorError,
+    InvalidSessionTimeoutError,
+    InvalidTopicError,
+    NetworkError,
+    NonEmptyGroupError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    PolicyViolationError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    StaleMemberEpochError,
+    StrataError,
+    TierJobBusyError,
+    TopicAlreadyExistsError,
+    UnknownMemberIdError,
+    UnknownProducerIdError,
+    UnknownTopicOrPartitionError,
+    UnsupportedAssignorError,
+)
+from wire.record_batch import CONSUMER_SCHEMA, TimestampType
 
 __all__ = [
     "CONSUMER_SCHEMA",

@@ -12,14 +12,14 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from brokers.errors import (
+from wire.connection import BrokerConnection
+from wire.errors import (
     NetworkError,
     StrataError,
     UnknownTopicOrPartitionError,
     raise_for_code,
 )
-from brokers.protocol import ApiKey, Message, MetadataRequest, MetadataResponse
-from strata.client._connection import BrokerConnection
+from wire.protocol import ApiKey, Message, MetadataRequest, MetadataResponse
 
 __all__ = ["Cluster", "PartitionInfo", "parse_bootstrap"]
 

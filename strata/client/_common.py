@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from brokers.errors import NetworkError, RequestTimedOutError, StrataError, raise_for_code
+from wire.errors import NetworkError, RequestTimedOutError, StrataError, raise_for_code
 
 __all__ = ["TopicPartition", "as_strata_error", "error_from_code", "is_transient",
            "topic_partitions"]

@@ -1,7 +1,7 @@
 """Consumer groups on the client side: the coordinator, membership, commits.
 
 The coordinator computes every member's assignment (KIP-848 style, see the "consumer
-groups" section of ``brokers/protocol/messages.py``); a member only has to
+groups" section of ``wire/protocol/messages.py``); a member only has to
 
 * find its group's coordinator (``FindCoordinator`` to any broker) and send every group
   request there. ``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``,
@@ -32,7 +32,9 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
-from brokers.errors import (
+from strata.client._cluster import Cluster
+from strata.client._common import TopicPartition, as_strata_error, error_from_code, is_transient
+from wire.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FencedMemberEpochError,
@@ -43,7 +45,7 @@ from brokers.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from brokers.protocol import (
+from wire.protocol import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     NO_MEMBER_EPOCH,
@@ -63,8 +65,6 @@ from brokers.protocol import (
     OffsetFetchResponse,
     group_topic_partitions,
 )
-from strata.client._cluster import Cluster
-from strata.client._common import TopicPartition, as_strata_error, error_from_code, is_transient
 
 __all__ = [
     "ASSIGNORS",

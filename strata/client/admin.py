@@ -56,7 +56,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar
 
-from brokers.errors import (
+from strata.client._cluster import Cluster
+from strata.client._group import Coordinator, CoordinatorLink
+from strata.client._sync import EventLoopThread
+from strata.client.consumer import (
+    TopicPartition,
+    error_from_code,
+    is_transient,
+    list_offsets,
+    list_offsets_once,
+)
+from wire.errors import (
     GroupIdNotFoundError,
     NetworkError,
     NonEmptyGroupError,
@@ -64,7 +74,7 @@ from brokers.errors import (
     StrataError,
     UnknownTopicOrPartitionError,
 )
-from brokers.protocol import (
+from wire.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     AlterConfigsRequest,
@@ -108,16 +118,6 @@ from brokers.protocol import (
     ReassignablePartition,
     ReassignableTopic,
     TopicResult,
-)
-from strata.client._cluster import Cluster
-from strata.client._group import Coordinator, CoordinatorLink
-from strata.client._sync import EventLoopThread
-from strata.client.consumer import (
-    TopicPartition,
-    error_from_code,
-    is_transient,
-    list_offsets,
-    list_offsets_once,
 )
 
 __all__ = [

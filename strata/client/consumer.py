@@ -82,27 +82,6 @@ from typing import Any, Final, Literal, NamedTuple, ParamSpec, TypeAlias, TypeVa
 
 import pyarrow as pa
 
-from brokers.errors import (
-    NetworkError,
-    OffsetOutOfRangeError,
-    StrataError,
-    UnknownTopicOrPartitionError,
-)
-from brokers.protocol import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    ApiKey,
-    FetchPartition,
-    FetchRequest,
-    FetchResponse,
-    FetchTopic,
-    ListOffsetsPartition,
-    ListOffsetsPartitionResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    ListOffsetsTopic,
-)
-from brokers.record_batch import CONSUMER_SCHEMA, TimestampType, batches_to_table
 from strata.client._cluster import Cluster
 from strata.client._common import (
     TopicPartition,
@@ -118,6 +97,27 @@ from strata.client._group import (
     GroupMember,
 )
 from strata.client._sync import EventLoopThread
+from wire.errors import (
+    NetworkError,
+    OffsetOutOfRangeError,
+    StrataError,
+    UnknownTopicOrPartitionError,
+)
+from wire.protocol import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ApiKey,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
+)
+from wire.record_batch import CONSUMER_SCHEMA, TimestampType, batches_to_table
 
 __all__ = [
     "AsyncConsumer",

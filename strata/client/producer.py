@@ -11,7 +11,7 @@ Two faces over one engine:
   no thread hop.
 
 How a record travels
-    ``send`` picks a partition (``strata.client._partitioner``: Kafka's murmur2 of the
+    ``send`` picks a partition (``wire.partitioner``: Kafka's murmur2 of the
     key, sticky partitioning for null keys) and appends the record to that partition's
     *open batch*: plain Python lists of keys, values, timestamps and headers. The batch
     is closed when it reaches ``batch_size`` or ``linger_ms`` after its first record (or
@@ -58,7 +58,7 @@ Retries
     refresh the metadata and retry after ``retry_backoff_ms`` (doubling up to 1 s) for as
     long as ``retries`` and ``delivery_timeout_ms`` (counted from the batch's creation)
     allow. Other errors fail the batch's futures with the typed error from
-    ``brokers.errors`` (``RecordTooLargeError``, ``InvalidRecordBatchError``...).
+    ``wire.errors`` (``RecordTooLargeError``, ``InvalidRecordBatchError``...).
 
 Delivery results
     A record handed to ``send`` cannot be recalled (it may already be on the wire):
@@ -104,7 +104,9 @@ from typing import (
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from brokers.errors import (
+from strata.client._cluster import Cluster
+from strata.client._sync import EventLoopThread
+from wire.errors import (
     BrokerNotAvailableError,
     DuplicateSequenceError,
     FencedLeaderEpochError,
@@ -121,7 +123,13 @@ from brokers.errors import (
     error_for_code,
     raise_for_code,
 )
-from brokers.protocol import (
+from wire.partitioner import (
+    StickyPartitioner,
+    key_partitions,
+    partition_for_key,
+    split_by_partition,
+)
+from wire.protocol import (
     ApiKey,
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -130,7 +138,7 @@ from brokers.protocol import (
     ProduceResponse,
     ProduceTopic,
 )
-from brokers.record_batch import (
+from wire.record_batch import (
     MAX_RECORDS_PER_BATCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -141,14 +149,6 @@ from brokers.record_batch import (
     encode_record_batch,
     warm_up_encoder,
 )
-from strata.client._cluster import Cluster
-from strata.client._partitioner import (
-    StickyPartitioner,
-    key_partitions,
-    partition_for_key,
-    split_by_partition,
-)
-from strata.client._sync import EventLoopThread
 
 __all__ = [
     "AsyncProducer",

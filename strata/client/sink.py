@@ -28,12 +28,15 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from brokers.errors import (
+from strata.client._cluster import Cluster
+from strata.client._sync import EventLoopThread
+from strata.client.consumer import TopicPartition, error_from_code, is_transient
+from wire.errors import (
     NetworkError,
     StrataError,
     UnknownTopicOrPartitionError,
 )
-from brokers.protocol import (
+from wire.protocol import (
     AbortPartition,
     AbortStagedRequest,
     AbortStagedResponse,
@@ -53,10 +56,7 @@ from brokers.protocol import (
     StageRecordsResponse,
     StageTopic,
 )
-from brokers.record_batch import SINK_PRODUCER_ID_BASE, peek_header
-from strata.client._cluster import Cluster
-from strata.client._sync import EventLoopThread
-from strata.client.consumer import TopicPartition, error_from_code, is_transient
+from wire.record_batch import SINK_PRODUCER_ID_BASE, peek_header
 
 __all__ = [
     "SinkCommitResult",
@@ -141,7 +141,7 @@ class StagingWriter:
         self._closed = False
 
     def stage(self, topic: str, partition: int, batch: bytes) -> Future[None]:
-        """Queue one encoded record batch (``brokers.record_batch``) for ``topic-partition``."""
+        """Queue one encoded record batch (``wire.record_batch``) for ``topic-partition``."""
         if self._closed:
             raise RuntimeError("stage() after close(): create a new StagingWriter")
         tp = TopicPartition(topic, partition)

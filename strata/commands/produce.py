@@ -12,9 +12,9 @@ import sys
 from concurrent.futures import Future
 from typing import Any
 
-from brokers.errors import StrataError
 from strata.client import Producer
 from strata.commands.common import CommandError, add_bootstrap, add_format, bootstrap_of, emit_json
+from wire.errors import StrataError
 
 __all__ = ["register"]
 

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from strata.procs import free_port
+from procs import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -37,8 +37,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.retry import KazooRetry
 
+from procs import free_port
 from strata.client import Admin, NewTopic, TopicPartition
-from strata.procs import free_port
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
 from zookeeper.launcher import EnsembleMember, ZooKeeperEnsemble, ZooKeeperServer, server_mode

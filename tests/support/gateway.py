@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from strata.procs import free_port
+from procs import free_port
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import random
 import sys
 
 from brokers.log import FlushPolicy, LogConfig, PartitionLog
-from brokers.record_batch import build_batch
+from wire.record_batch import build_batch
 
 
 def main() -> None:

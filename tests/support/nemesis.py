@@ -43,20 +43,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from brokers.errors import InvalidRecordBatchError
-from brokers.protocol import (
+from strata.client import Consumer, Producer, TopicPartition
+from strata.client.producer import ProducerOptions, RecordMetadata
+from tests.support.cluster import Cluster
+from wire.connection import BrokerConnection
+from wire.errors import InvalidRecordBatchError
+from wire.partitioner import partition_for_key
+from wire.protocol import (
     ApiKey,
     ProducePartition,
     ProduceRequest,
     ProduceResponse,
     ProduceTopic,
 )
-from brokers.record_batch import HEADER_SIZE, build_batch, peek_header
-from strata.client import Consumer, Producer, TopicPartition
-from strata.client._connection import BrokerConnection
-from strata.client._partitioner import partition_for_key
-from strata.client.producer import ProducerOptions, RecordMetadata
-from tests.support.cluster import Cluster
+from wire.record_batch import HEADER_SIZE, build_batch, peek_header
 
 __all__ = [
     "CheckResult",

@@ -1,19 +1,19 @@
 """The Strata wire protocol: frames, headers, and every request/response schema.
 
-Shared by the broker and the clients; imports nothing but ``brokers.errors``. The byte
+Shared by the broker and the clients; imports nothing but ``wire.errors``. The byte
 layout of every message is in ``docs/protocol.md``.
 """
 
-from brokers.protocol.codec import Message, Reader, SendableRegion, decode, encode
-from brokers.protocol.framing import (
+from wire.protocol.codec import Message, Reader, SendableRegion, decode, encode
+from wire.protocol.framing import (
     FRAME_PREFIX,
     encode_request,
     encode_response,
     read_request_header,
     read_response_header,
 )
-from brokers.protocol.messages import *  # noqa: F403
-from brokers.protocol.messages import __all__ as _messages_all
+from wire.protocol.messages import *  # noqa: F403
+from wire.protocol.messages import __all__ as _messages_all
 
 __all__ = [
     "FRAME_PREFIX",

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Protocol, TypeGuard, TypeVar, runtime_checkable
 
-from brokers.errors import InvalidRequestError
+from wire.errors import InvalidRequestError
 
 __all__ = [
     "BOOL",

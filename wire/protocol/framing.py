@@ -11,8 +11,8 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from brokers.errors import InvalidRequestError
-from brokers.protocol.codec import (
+from wire.errors import InvalidRequestError
+from wire.protocol.codec import (
     Chunk,
     Message,
     Reader,
@@ -22,7 +22,7 @@ from brokers.protocol.codec import (
     join_chunks,
     write_message,
 )
-from brokers.protocol.messages import RequestHeader, ResponseHeader
+from wire.protocol.messages import RequestHeader, ResponseHeader
 
 __all__ = [
     "FRAME_PREFIX",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Final
 
-from brokers.protocol.codec import (
+from wire.protocol.codec import (
     BOOL,
     INT8,
     INT16,

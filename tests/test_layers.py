@@ -1,0 +1,63 @@
+"""The import contracts in pyproject.toml (``[tool.importlinter]``, run by ``make lint``)
+hold on the tree, and they catch a deliberate violation.
+
+The violation is made in a copy: the packages' Python files and pyproject.toml are
+copied to a temp dir, one forbidden import is added there, and ``lint-imports`` runs on
+the copy (``PYTHONPATH`` puts the copy first, ahead of the editable install).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("wire", "procs", "brokers", "strata", "zookeeper", "spark_source", "spark_jobs",
+            "ingest_gateway")
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, root / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"], cwd=root, capture_output=True,
+        text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(root)))
+
+
+def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
+    result = _lint(_copy_tree(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), [
+    ("wire/errors.py", "import brokers.broker", "wire imports no other Strata package"),
+    ("strata/client/consumer.py", "import brokers.partition",
+     "the client never imports a broker module"),
+    ("brokers/log/segment.py", "import socket", "storage (the log and the batch codec)"),
+    ("brokers/replication.py", "import kazoo.client", "only brokers.coordination imports kazoo"),
+    ("ingest_gateway/_app.py", "import brokers.handlers",
+     "Spark code and the gateway reach the brokers only through the client"),
+])
+def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, line: str,
+                                                 contract: str) -> None:
+    root = _copy_tree(tmp_path)
+    with (root / module).open("a") as source:
+        source.write(f"\n{line}  # a deliberate violation\n")
+    result = _lint(root)
+    assert result.returncode != 0, result.stdout
+    broken = result.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken, result.stdout
