@@ -6,7 +6,7 @@ STRATA := $(VENV)/bin/strata
 DATA_DIR ?= .strata
 PYTEST_ARGS ?=
 
-.PHONY: setup up down status test lint unit bench soak load clean
+.PHONY: setup up down status test lint unit integration system bench soak load clean
 
 setup:
 	@bash scripts/setup.sh
@@ -33,17 +33,19 @@ TEST_WORKERS ?= 2
 test: setup lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
-# The fast tier: pure-logic tests (codec, log storage and recovery, assignors, checkers,
-# config and docs freshness) with no ZooKeeper, broker, Spark or HTTP process; about a
-# minute on two cores. `make test` runs these and everything else.
-UNIT_TESTS := tests/test_record_batch.py tests/test_log_index.py tests/test_log_segment.py \
-	tests/test_log_corruption.py tests/test_partition_log.py tests/test_log_properties.py \
-	tests/test_log_cleaner.py tests/test_leader_epoch.py tests/test_producer_state.py \
-	tests/test_replication_rules.py tests/test_group_assignors.py \
-	tests/test_fault_checker.py tests/test_group_checker.py tests/test_broker_config.py \
-	tests/test_heap.py tests/test_layers.py tests/test_docs.py
+# The tiers (tests/conftest.py marks each module): unit is pure logic with no
+# ZooKeeper, broker, Spark or HTTP process (under a minute on two cores); integration
+# starts real ZooKeeper, broker and gateway processes; system runs the faults and
+# nemeses, Spark and Delta end to end, whole stacks and the benchmarks' smoke runs.
+# `make test` runs all three.
 unit: setup
-	$(PY) -m pytest $(UNIT_TESTS) $(PYTEST_ARGS)
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+integration: setup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m integration $(PYTEST_ARGS)
+
+system: setup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m system $(PYTEST_ARGS)
 
 bench: setup
 	@bash scripts/bench.sh

@@ -33,8 +33,38 @@ LONGEST_MODULES_FIRST = (
 )
 
 
+#: The test tiers, by module; every test module is in exactly one (tests/test_layers.py
+#: checks that the names below are modules). ``unit``: pure logic, no ZooKeeper,
+#: broker, Spark or HTTP process (``make unit``, under a minute). ``system``: faults and
+#: nemeses, Spark and Delta end to end, whole stacks, the benchmarks' smoke runs
+#: (``make system``). Everything else is ``integration``: real ZooKeeper, broker and
+#: gateway processes over TCP (``make integration``). ``make test`` runs all three.
+UNIT_MODULES = frozenset({
+    "test_record_batch", "test_log_index", "test_log_segment", "test_log_corruption",
+    "test_partition_log", "test_log_properties", "test_log_cleaner", "test_leader_epoch",
+    "test_producer_state", "test_replication_rules", "test_group_assignors",
+    "test_fault_checker", "test_group_checker", "test_broker_config", "test_heap",
+    "test_layers", "test_docs",
+})
+SYSTEM_MODULES = frozenset({
+    "test_faults", "test_group_faults", "test_gateway_faults", "test_rolling_restart",
+    "test_log_crash", "test_spark_delta", "test_spark_exactly_once", "test_spark_loopback",
+    "test_spark_sink", "test_spark_source", "test_spark_tier_replay", "test_notebooks",
+    "test_tiering", "test_cli_stack", "test_perf_failover", "test_perf_scale",
+    "test_perf_spark", "test_load_smoke",
+})
+
+
+def tier_of(module: str) -> str:
+    return "unit" if module in UNIT_MODULES else \
+        "system" if module in SYSTEM_MODULES else "integration"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order only (a stable sort): see ``LONGEST_MODULES_FIRST``."""
+    """Mark each test with its tier, then order (a stable sort): see
+    ``LONGEST_MODULES_FIRST``."""
+    for item in items:
+        item.add_marker(tier_of(item.path.stem))
     rank = {name: i for i, name in enumerate(LONGEST_MODULES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
 

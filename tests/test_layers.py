@@ -1,5 +1,6 @@
 """The import contracts in pyproject.toml (``[tool.importlinter]``, run by ``make lint``)
-hold on the tree, and they catch a deliberate violation.
+hold on the tree, and they catch a deliberate violation; the test tiers name real
+modules.
 
 The violation is made in a copy: the packages' Python files and pyproject.toml are
 copied to a temp dir, one forbidden import is added there, and ``lint-imports`` runs on
@@ -61,3 +62,16 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, lin
     assert result.returncode != 0, result.stdout
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken, result.stdout
+
+
+def test_the_tiers_and_the_schedule_name_real_test_modules() -> None:
+    from tests.conftest import LONGEST_MODULES_FIRST, SYSTEM_MODULES, UNIT_MODULES, tier_of
+
+    modules = {path.stem for path in (REPO / "tests").glob("test_*.py")}
+    named = UNIT_MODULES | SYSTEM_MODULES | set(LONGEST_MODULES_FIRST)
+    assert named <= modules, sorted(named - modules)
+    assert not UNIT_MODULES & SYSTEM_MODULES
+    assert tier_of("test_layers") == "unit" and tier_of("test_faults") == "system"
+    assert tier_of("test_replication") == "integration"
+    # The long modules scheduled first are never unit tests.
+    assert not UNIT_MODULES & set(LONGEST_MODULES_FIRST)
