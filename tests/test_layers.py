@@ -50,6 +50,7 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
      "the client never imports a broker module"),
     ("brokers/log/segment.py", "import socket", "storage (the log and the batch codec)"),
     ("brokers/replication.py", "import kazoo.client", "only brokers.coordination imports kazoo"),
+    ("brokers/heap.py", "import kazoo", "only brokers.coordination imports kazoo"),
     ("ingest_gateway/_app.py", "import brokers.handlers",
      "Spark code and the gateway reach the brokers only through the client"),
 ])
