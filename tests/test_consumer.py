@@ -452,7 +452,9 @@ def test_consumer_survives_broker_restart(
     assert consumer.poll(timeout_ms=0) == []
     assert consumer.fetch_requests_sent == 2  # one FetchRequest per leader, 2 partitions each
     records = poll_until(consumer, 120, max_records=30)
-    assert len(records) == 120
+    # Mid-stream on purpose: 120 of the 200 at least. A poll returns at most 30 records,
+    # fewer when the fetches so far brought fewer (timing), so the last one may overshoot.
+    assert 120 <= len(records) < 150
 
     assert second.stop() == 0
     for p in (p for p, leader in leaders.items() if leader == 0):
