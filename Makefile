@@ -28,7 +28,7 @@ lint: setup
 # Two worker processes, each running whole modules (--dist loadfile keeps a module's
 # fixtures, its ZooKeeper, brokers and SparkSession, on one worker). Most of a test's
 # time is waiting for processes, elections and timeouts, so two workers on two cores
-# halve the wall time (23 -> 13 min measured). TEST_WORKERS=0 runs in this process.
+# halve the wall time (23 -> 11-13 min measured). TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
 test: setup lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)

@@ -259,14 +259,6 @@ class PartitionLog:
                 for header in self.batch_headers(max(scan_from, start)):
                     self._epochs.assign(header.leader_epoch, max(header.base_offset, start))
             return
-        if loaded is None and scan_from is not None and scan_from <= covered_from \
-                and not path.exists():
-            # A crash before the log's first flush: its epochs were never written, and
-            # recovery re-reads every header anyway. The normal case, not a repair.
-            self._epochs = LeaderEpochCache(path)
-            for header in self.batch_headers(start) if start < end else ():
-                self._epochs.assign(header.leader_epoch, max(header.base_offset, start))
-            return
         entries: list[EpochEntry] = []
         if start < end:
             for header in self.batch_headers(start):
@@ -276,7 +268,10 @@ class PartitionLog:
                     while entries and entries[-1].start_offset >= offset:
                         entries.pop()
                     entries.append(EpochEntry(header.leader_epoch, offset))
-        if path.exists() or entries:
+        # A crash before the log's first flush leaves no file (new epochs are written
+        # at flush or close) and recovery reads every header anyway: the normal case.
+        never_flushed = not path.exists() and scan_from is not None and scan_from <= covered_from
+        if (path.exists() or entries) and not never_flushed:
             log.warning("leader-epoch checkpoint of %s was %s; rebuilt it from the batch "
                         "headers: %s", self.directory,
                         "missing" if loaded is None and not path.exists() else
@@ -285,7 +280,7 @@ class PartitionLog:
         self._epochs = LeaderEpochCache(path)
         if entries or path.exists():
             self._epochs.replace(entries)
-            self.epoch_cache_rebuilt = True
+            self.epoch_cache_rebuilt = not never_flushed
         # else a new, empty log: nothing to write until its first batch assigns an epoch
 
     @staticmethod
