@@ -317,10 +317,17 @@ def _produce(broker: BrokerProcess, topic: str, p: int, timestamps: list[int]) -
             for ts in timestamps:
                 batch = build_batch([bytes(300)] * _RECORDS_PER_BATCH,
                                     timestamps=[ts - 5] * (_RECORDS_PER_BATCH - 1) + [ts])
-                response = await connection.request(ApiKey.PRODUCE, ProduceRequest(
-                    -1, 10_000, [ProduceTopic(topic, [ProducePartition(p, batch)])]))
-                assert isinstance(response, ProduceResponse)
-                answer = response.topics[0].partitions[0]
+                for _ in range(200):
+                    response = await connection.request(ApiKey.PRODUCE, ProduceRequest(
+                        -1, 10_000, [ProduceTopic(topic, [ProducePartition(p, batch)])]))
+                    assert isinstance(response, ProduceResponse)
+                    answer = response.topics[0].partitions[0]
+                    # A leader learns of a new topic through its own ZooKeeper watch, a
+                    # moment after the broker that answered CreateTopics: retriable, as
+                    # UNKNOWN_TOPIC_OR_PARTITION is in Kafka.
+                    if answer.error_code != 3:
+                        break
+                    await asyncio.sleep(0.05)
                 assert answer.error_code == 0, answer
 
     asyncio.run(asyncio.wait_for(send(), 30))
