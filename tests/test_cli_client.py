@@ -22,7 +22,7 @@ def strata(broker: BrokerProcess | None, *args: str, stdin: str | bytes | None =
     if broker is not None:
         env["STRATA_BOOTSTRAP"] = broker.bootstrap
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    return subprocess.run([sys.executable, "-m", "strata.cli", *args], input=data,
+    return subprocess.run([sys.executable, "-m", "strata_tools.cli", *args], input=data,
                           capture_output=True, env=env, timeout=timeout, check=False)
 
 

@@ -31,7 +31,8 @@ def cli(bootstrap: str, *args: str, stdin: str | None = None,
     """``strata ARGS --bootstrap BOOTSTRAP`` (``$STRATA_BOOTSTRAP`` unset)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("STRATA_BOOTSTRAP", None)
-    return subprocess.run([sys.executable, "-m", "strata.cli", *args, "--bootstrap", bootstrap],
+    return subprocess.run([sys.executable, "-m", "strata_tools.cli", *args,
+                           "--bootstrap", bootstrap],
                           input=None if stdin is None else stdin.encode(),
                           capture_output=True, env=env, timeout=timeout, check=False)
 

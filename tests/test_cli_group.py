@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-import strata.commands.consume as consume
-from strata.cli import main
+import strata_tools.commands.consume as consume
 from strata.client import (
     Admin,
     ConsumerRecord,
@@ -24,6 +23,7 @@ from strata.client import (
     TimestampType,
     TopicPartition,
 )
+from strata_tools.cli import main
 from tests.conftest import ProcessReaper
 from tests.support.broker_process import BrokerProcess
 
@@ -258,7 +258,7 @@ def test_group_commands_end_to_end(broker: BrokerProcess, reaper: ProcessReaper,
     # A live member: reset --execute and delete are refused; SIGTERM leaves cleanly.
     env = dict(os.environ, PYTHONPATH=str(REPO), STRATA_BOOTSTRAP=broker.bootstrap)
     live = subprocess.Popen(
-        [sys.executable, "-m", "strata.cli", "consume", topic, "--group", group],
+        [sys.executable, "-m", "strata_tools.cli", "consume", topic, "--group", group],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     reaper.track(live.pid, group)
     try:

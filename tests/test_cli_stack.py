@@ -39,7 +39,7 @@ def _strata_command() -> list[str]:
     script = Path(sys.executable).parent / "strata"
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [sys.executable, "-m", "strata.cli"]
+    return [sys.executable, "-m", "strata_tools.cli"]
 
 
 def strata(*args: str, cwd: Path, bootstrap: str | None = None,

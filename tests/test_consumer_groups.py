@@ -1,6 +1,6 @@
 """Consumer groups on a real three-broker cluster (issue [7/7], item 5).
 
-Every consumer is a separate process (``python -m strata.perf_groups worker``: the real
+Every consumer is a separate process (``python -m strata_tools.perf_groups worker``: the real
 ``Consumer`` subscribing to a group and committing after each poll) that reports its
 assignments, revocations and the offset ranges it processed as JSON lines, so the tests
 can SIGKILL and SIGSTOP members like real deployments and still check, from what each
@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from strata.client import Producer
-from strata.perf_groups import Worker
+from strata_tools.perf_groups import Worker
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_for
 from wire.connection import BrokerConnection

@@ -60,7 +60,7 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
 
 def gateway_args(port: int, *extra: str) -> list[str]:
     # Nothing listens on the bootstrap port: /healthz does not need a broker.
-    return [sys.executable, "-m", "strata.cli", "gateway", "--bootstrap",
+    return [sys.executable, "-m", "strata_tools.cli", "gateway", "--bootstrap",
             f"127.0.0.1:{free_port()}", "--port", str(port), "--no-auth",
             "--shutdown-grace-s", "2", "--log-level", "warning", *extra]
 

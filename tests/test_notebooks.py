@@ -4,7 +4,7 @@ One stack per module, of the shape `make up` gives (`strata up` without `--broke
 ZooKeeper, 3 brokers with default replication factor 3 and min.insync.replicas 2, the
 gateway and the tiering job; on free ports in a temp data dir, killed by PID at
 teardown even when a test fails). The topic is seeded with the command
-notebooks/README.md gives (`python -m strata.notebook seed`, run in this process: the
+notebooks/README.md gives (`python -m strata_tools.notebook seed`, run in this process: the
 stack's replication factor, acks=all), a few thousand keyed records whose timestamps
 span several hours. Then one kernel (nbclient, kernel ``python3``) runs one pass of the
 tiering job for the topic (``TIER_CELL``, what `strata tier run --once` does, in the
@@ -39,7 +39,7 @@ import nbformat
 import pytest
 
 from strata.client import Admin
-from strata.notebook import main as notebook_main
+from strata_tools.notebook import main as notebook_main
 from tests.conftest import ProcessReaper
 from tests.test_cli_stack import ok, strata, up_on_free_ports
 
@@ -92,7 +92,7 @@ def test_committed_notebooks_have_no_outputs(path: Path) -> None:
 TIER_CELL = """\
 import os as _os
 from spark_jobs import TierJob as _TierJob, TierSettings as _TierSettings
-from strata.notebook import find_stack as _find_stack, notebook_spark as _notebook_spark
+from strata_tools.notebook import find_stack as _find_stack, notebook_spark as _notebook_spark
 
 _stack = _find_stack()
 with _TierJob(_notebook_spark("test-notebooks-tier"),
@@ -106,7 +106,7 @@ TIER_CELL_TIMEOUT_S = 420
 
 
 def _seed(argv: list[str]) -> tuple[int, str, str]:
-    """`python -m strata.notebook ARGV` (notebooks/README.md), in this process."""
+    """`python -m strata_tools.notebook ARGV` (notebooks/README.md), in this process."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = notebook_main(argv)
@@ -121,7 +121,7 @@ def _seed_refuses_one_replica(data_dir: Path, bootstrap: str) -> None:
                           "--replicas", "1", "--records", "10"])
     assert code == 1 and time.monotonic() - began < 30, (code, err)
     assert err.startswith(
-        "python -m strata.notebook: error: [NOT_ENOUGH_REPLICAS] topic 'one-replica' has "
+        "python -m strata_tools.notebook: error: [NOT_ENOUGH_REPLICAS] topic 'one-replica' has "
         "replication factor 1 but min.insync.replicas 2 (the brokers' "
         "log.min.insync.replicas)"), err
     assert "strata topic delete one-replica" in err, err

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from strata.client import Admin, NewTopic
-from strata.perf_failover import bench_failover
+from strata_tools.perf_failover import bench_failover
 from tests.test_cli_stack import _track_recorded, ok, strata, up_on_free_ports
 
 pytestmark = pytest.mark.timeout(120)

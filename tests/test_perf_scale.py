@@ -37,7 +37,7 @@ BENCH_TIMEOUT_S = 360
 def _run_bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("STRATA_BOOTSTRAP", None)
-    process = subprocess.Popen([sys.executable, "-m", "strata.cli", "perf", "scale", *args],
+    process = subprocess.Popen([sys.executable, "-m", "strata_tools.cli", "perf", "scale", *args],
                                cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)

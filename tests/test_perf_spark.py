@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from strata.perf_spark import bench_spark_read
-from strata.perf_spark_sink import bench_spark_e2e, bench_spark_write
+from strata_tools.perf_spark import bench_spark_read
+from strata_tools.perf_spark_sink import bench_spark_e2e, bench_spark_write
 from tests.support.broker_process import BrokerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]

@@ -187,7 +187,7 @@ def _one_jvm() -> Iterator[None]:
 @pytest.fixture
 def tier_session(_one_jvm: None) -> Any:
     """The tiering job's session (``strata tier run``), started on the module's JVM."""
-    from strata.commands.tier import tier_spark_session
+    from strata_tools.commands.tier import tier_spark_session
 
     return tier_spark_session()
 

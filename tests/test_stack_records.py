@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from procs import free_port, kill_pid, pid_alive
-from strata.stack import Launched, ServiceSpec, Stack, StackContext, StackError
+from strata_tools.stack import Launched, ServiceSpec, Stack, StackContext, StackError
 
 _LISTENER = ("import socket, sys, time; s = socket.socket(); "
              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "

@@ -221,7 +221,7 @@ def test_a_job_that_died_after_the_commit_is_caught_up_from_the_table(
 
 def _tier_process(broker: BrokerProcess, zookeeper: ZooKeeperServer, warehouse: Path,
                   topic: str, log: Path) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "strata.cli", "tier", "run", "--once", "--topic", topic,
+    args = [sys.executable, "-m", "strata_tools.cli", "tier", "run", "--once", "--topic", topic,
             "--bootstrap", broker.bootstrap, "--zookeeper", zookeeper.connect_string,
             "--warehouse", str(warehouse), "--max-bytes-per-write", str(64 * SEGMENT_BYTES),
             "--format", "json"]
@@ -476,7 +476,7 @@ def test_cli_refuses_missing_settings_before_starting_anything(tmp_path: Path) -
     env = {k: v for k, v in os.environ.items()
            if k not in ("STRATA_ZOOKEEPER", "STRATA_WAREHOUSE")}
     env["PYTHONPATH"] = str(REPO)
-    base = [sys.executable, "-m", "strata.cli", "tier", "run", "--bootstrap", "127.0.0.1:1"]
+    base = [sys.executable, "-m", "strata_tools.cli", "tier", "run", "--bootstrap", "127.0.0.1:1"]
     for extra, words in (([], "no ZooKeeper given"),
                          (["--zookeeper", "127.0.0.1:1"], "no warehouse given"),
                          (["--zookeeper", "z:1", "--warehouse", "w", "--every", "0"],

@@ -40,7 +40,7 @@ class Gateway:
 def running_gateway(bootstrap: str, *extra: str) -> Iterator[Gateway]:
     """`strata gateway` as a subprocess on a free port, killed by its Popen handle."""
     port = free_port()
-    args = [sys.executable, "-m", "strata.cli", "gateway", "--bootstrap", bootstrap,
+    args = [sys.executable, "-m", "strata_tools.cli", "gateway", "--bootstrap", bootstrap,
             "--port", str(port), "--delivery-timeout-ms", "4000",
             "--max-request-bytes", str(MAX_REQUEST_BYTES), "--shutdown-grace-s", "5",
             "--log-level", "warning", *extra]

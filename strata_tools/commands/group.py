@@ -25,7 +25,7 @@ from strata.client import (
     ResetTarget,
     TopicPartition,
 )
-from strata.commands.common import (
+from strata_tools.commands.common import (
     CommandError,
     add_bootstrap,
     add_format,

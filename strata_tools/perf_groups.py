@@ -1,6 +1,6 @@
 """``strata perf group``: consumer group rebalance pauses and group consume throughput.
 
-Every consumer is a process of its own (``python -m strata.perf_groups worker``), as in
+Every consumer is a process of its own (``python -m strata_tools.perf_groups worker``), as in
 production: a member is its own interpreter, so one member's GIL never delays another's
 heartbeats. A worker subscribes with the real ``strata.client.Consumer``, commits after
 each poll (at-least-once) and reports what happens as JSON lines on stdout::
@@ -64,7 +64,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     """One group member: subscribe, poll, commit after each poll, report on stdout."""
     from strata.client import Consumer, StrataError, TopicPartition
 
-    parser = argparse.ArgumentParser(prog="python -m strata.perf_groups worker")
+    parser = argparse.ArgumentParser(prog="python -m strata_tools.perf_groups worker")
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--topic", required=True, action="append")
@@ -160,7 +160,7 @@ class Worker:
     def start(self) -> Worker:
         self.started = time.time()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "strata.perf_groups", "worker", *self.args],
+            [sys.executable, "-m", "strata_tools.perf_groups", "worker", *self.args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
@@ -422,4 +422,4 @@ def _print(fmt: str, row: dict[str, Any]) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         sys.exit(worker_main(sys.argv[2:]))
-    sys.exit("usage: python -m strata.perf_groups worker ...")
+    sys.exit("usage: python -m strata_tools.perf_groups worker ...")

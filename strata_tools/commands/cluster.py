@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 from strata.client import Admin, TopicPartition
-from strata.commands.common import (
+from strata_tools.commands.common import (
     CommandError,
     add_bootstrap,
     add_format,

@@ -496,7 +496,7 @@ def _start_gateway(ctx: StackContext, port: int) -> Launched:
         raise StackError("the gateway needs the brokers, which are not running")
     auth = ensure_dev_key(ctx.data_dir)
     log_path = ctx.data_dir / GATEWAY_DIR / "gateway.log"
-    args = [sys.executable, "-m", "strata.cli", "gateway", "--bootstrap", bootstrap,
+    args = [sys.executable, "-m", "strata_tools.cli", "gateway", "--bootstrap", bootstrap,
             "--host", ctx.host, "--port", str(port), "--auth-config", str(auth),
             "--shutdown-grace-s", str(GATEWAY_SHUTDOWN_GRACE_S)]
     return _launch(args, log_path, str(auth), "the gateway", port, f"http://{ctx.host}:{port}",
@@ -544,7 +544,7 @@ def _start_tier(ctx: StackContext, port: int) -> Launched:
     (ctx.data_dir / TIER_DIR).mkdir(parents=True, exist_ok=True)
     warehouse = ctx.data_dir / WAREHOUSE_DIR
     warehouse.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "strata.cli", "tier", "run", "--bootstrap", bootstrap,
+    args = [sys.executable, "-m", "strata_tools.cli", "tier", "run", "--bootstrap", bootstrap,
             "--zookeeper", zookeeper, "--warehouse", str(warehouse), "--every",
             str(TIER_EVERY_S), "--format", "json", "--metrics-port", str(port)]
     return _launch(args, ctx.data_dir / TIER_DIR / "tier.log", str(warehouse), "the tiering job",

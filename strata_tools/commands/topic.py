@@ -25,7 +25,7 @@ from strata.client import (
     TopicPartition,
     UnknownTopicOrPartitionError,
 )
-from strata.commands.common import (
+from strata_tools.commands.common import (
     CommandError,
     add_bootstrap,
     add_format,

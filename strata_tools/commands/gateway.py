@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from strata.commands.common import CommandError, add_bootstrap, bootstrap_of
+from strata_tools.commands.common import CommandError, add_bootstrap, bootstrap_of
 
 __all__ = ["register"]
 

@@ -36,8 +36,8 @@ import sys
 from collections.abc import Sequence
 
 from procs import PortInUseError
-from strata.commands.common import CommandError
-from strata.stack import (
+from strata_tools.commands.common import CommandError
+from strata_tools.stack import (
     DEFAULT_DATA_DIR,
     ZOOKEEPER_NODE_CHOICES,
     Stack,
@@ -132,15 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down.set_defaults(handler=_cmd_down)
 
-    from strata.commands import broker, cluster, consume, gateway, group, produce, tier, topic
+    from strata_tools.commands import broker, cluster, consume, gateway, group, produce, tier, topic
 
     for module in (broker, topic, cluster, produce, consume, group, gateway, tier):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")
     perf_sub = perf.add_subparsers(dest="perf_command", metavar="BENCHMARK", required=True)
-    from strata import perf as perf_log
-    from strata import perf_client
+    from strata_tools import perf as perf_log
+    from strata_tools import perf_client
 
     log = perf_sub.add_parser("log", help="partition log append/read throughput")
     perf_log.add_log_arguments(log)
@@ -151,14 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     consume_perf = perf_sub.add_parser("consume", help="consumer throughput (and e2e latency)")
     perf_client.add_consume_arguments(consume_perf)
     consume_perf.set_defaults(handler=perf_client.run_consume)
-    from strata import perf_failover
+    from strata_tools import perf_failover
 
     failover = perf_sub.add_parser(
         "failover", help="SIGKILL a partition leader: time until acks=all writes succeed")
     perf_failover.add_failover_arguments(failover)
     failover.set_defaults(handler=perf_failover.run_failover)
     # The Spark benchmarks import pyspark only when they run (it is slow to import).
-    from strata import perf_spark, perf_spark_sink
+    from strata_tools import perf_spark, perf_spark_sink
 
     spark_read = perf_sub.add_parser(
         "spark-read", help="Spark streaming read of a topic into the noop sink")
@@ -172,19 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
         "spark-e2e", help="latency of produce -> Spark (processingTime=0) -> topic -> consume")
     perf_spark_sink.add_spark_e2e_arguments(spark_e2e)
     spark_e2e.set_defaults(handler=perf_spark_sink.run_spark_e2e)
-    from strata import perf_tier
+    from strata_tools import perf_tier
 
     tier_bench = perf_sub.add_parser(
         "tier", help="tiering into Delta: records/s, bytes/record, replay hot vs tiered")
     perf_tier.add_tier_arguments(tier_bench)
     tier_bench.set_defaults(handler=perf_tier.run_tier)
-    from strata import perf_groups
+    from strata_tools import perf_groups
 
     group_bench = perf_sub.add_parser(
         "group", help="consumer group rebalance pauses and group consume throughput")
     perf_groups.add_group_arguments(group_bench)
     group_bench.set_defaults(handler=perf_groups.run_group)
-    from strata import perf_scale
+    from strata_tools import perf_scale
 
     scale_bench = perf_sub.add_parser(
         "scale", help="many partitions: creation, broker shutdown/kill/restart, broker "

@@ -120,7 +120,7 @@ def bench_spark_write(bootstrap: str, topic: str, num_records: int, *, record_si
 
 
 def run_spark_write(args: argparse.Namespace) -> int:
-    from strata.commands.common import bootstrap_of
+    from strata_tools.commands.common import bootstrap_of
 
     topic = args.topic or f"bench-spark-write-{uuid.uuid4().hex[:8]}"
     results = bench_spark_write(bootstrap_of(args), topic, args.num_records,
@@ -217,7 +217,7 @@ def bench_spark_e2e(bootstrap: str, *, rate: int = 5000, seconds: int = 30, warm
 
 
 def run_spark_e2e(args: argparse.Namespace) -> int:
-    from strata.commands.common import bootstrap_of
+    from strata_tools.commands.common import bootstrap_of
 
     result = bench_spark_e2e(bootstrap_of(args), rate=args.rate, seconds=args.seconds,
                              warmup=args.warmup, partitions=args.partitions,

@@ -72,7 +72,7 @@ def add_tier_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_tier(args: argparse.Namespace) -> int:
-    from strata.commands.common import bootstrap_of
+    from strata_tools.commands.common import bootstrap_of
 
     with tempfile.TemporaryDirectory(prefix="strata-perf-tier-") as scratch:
         warehouse = Path(args.warehouse or scratch)

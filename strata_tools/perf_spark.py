@@ -74,7 +74,7 @@ def add_spark_read_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_spark_read(args: argparse.Namespace) -> int:
     """CLI entry point: prints one line (or JSON object) per run, then the best."""
-    from strata.commands.common import bootstrap_of
+    from strata_tools.commands.common import bootstrap_of
 
     results = bench_spark_read(
         bootstrap_of(args), args.topic, args.num_records, record_size=args.record_size,

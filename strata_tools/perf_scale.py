@@ -178,7 +178,7 @@ class _Stack:
 
     def recorded(self) -> dict[int, tuple[str, str]]:
         """pid -> (name, marker) of every process stack.json records now."""
-        from strata.stack import Stack
+        from strata_tools.stack import Stack
 
         return {p.record.pid: (p.record.name, p.record.marker)
                 for p in Stack(self.data_dir).status().processes}
@@ -217,7 +217,7 @@ class _Stack:
 
 def _strata(args: Sequence[str], timeout: float, what: str) -> subprocess.CompletedProcess[str]:
     """Run ``strata ARGS`` (this interpreter's); the result, whatever the exit code."""
-    command = [sys.executable, "-m", "strata.cli", *args]
+    command = [sys.executable, "-m", "strata_tools.cli", *args]
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
@@ -245,7 +245,7 @@ def _excerpt(text: str) -> str:
 
 def _brokers(data_dir: Path) -> dict[int, tuple[int, str]]:
     """Broker id -> (pid, cmdline marker) of the stack's running brokers."""
-    from strata.stack import Stack
+    from strata_tools.stack import Stack
 
     out: dict[int, tuple[int, str]] = {}
     for p in Stack(data_dir).status().processes:
@@ -257,7 +257,7 @@ def _brokers(data_dir: Path) -> dict[int, tuple[int, str]]:
 
 
 def _attach(data_dir: Path, started: bool, temp: bool) -> _Stack:
-    from strata.stack import Stack
+    from strata_tools.stack import Stack
 
     status = Stack(data_dir).status()
     endpoints = status.endpoints()
@@ -280,7 +280,7 @@ def _ephemeral_low() -> int:
 
 
 def _free_base(brokers: int) -> int:
-    """A base port whose whole plan (``strata.stack``'s docstring) is free now, below the
+    """A base port whose whole plan (``strata_tools.stack``'s docstring) is free now, below the
     ephemeral range so that this run's own outgoing connections never take a broker's
     port while it is down."""
     from procs import PortInUseError, check_port_free
@@ -301,7 +301,7 @@ def _free_base(brokers: int) -> int:
 
 def _open_stack(data_dir: str | None, base_port: int | None, brokers: int, log: Log) -> _Stack:
     """Attach to the running stack in ``data_dir``, or start one (there or in a temp dir)."""
-    from strata.stack import Stack
+    from strata_tools.stack import Stack
 
     if brokers < REPLICATION_FACTOR:
         raise ScaleError(f"--brokers {brokers}: the topics have replication factor "

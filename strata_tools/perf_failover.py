@@ -116,7 +116,7 @@ class _StackView:
 
 def _stack_view(data_dir: Path) -> _StackView:
     """Bootstrap, ZooKeeper and the live broker PIDs recorded in the stack's data dir."""
-    from strata.stack import Stack
+    from strata_tools.stack import Stack
 
     stack = Stack(data_dir)
     status = stack.status()
@@ -135,7 +135,7 @@ def _stack_view(data_dir: Path) -> _StackView:
 
 def _restart(data_dir: Path, timeout: float) -> None:
     """``strata up --data-dir D``: starts what is missing (the killed broker)."""
-    command = [sys.executable, "-m", "strata.cli", "up", "--data-dir", str(data_dir)]
+    command = [sys.executable, "-m", "strata_tools.cli", "up", "--data-dir", str(data_dir)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
@@ -431,7 +431,7 @@ def _positive(text: str) -> int:
 
 
 def add_failover_arguments(parser: argparse.ArgumentParser) -> None:
-    from strata.stack import DEFAULT_DATA_DIR
+    from strata_tools.stack import DEFAULT_DATA_DIR
 
     parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
                         help="the stack's data dir: its stack.json names the broker processes "

@@ -107,7 +107,7 @@ def _print(result: dict[str, Any], fmt: str, what: str) -> None:
 
 
 def _bootstrap(args: argparse.Namespace) -> str:
-    from strata.commands.common import bootstrap_of
+    from strata_tools.commands.common import bootstrap_of
 
     return bootstrap_of(args)
 

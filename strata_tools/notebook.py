@@ -12,7 +12,7 @@ not plumbing, and the plumbing here is typed, linted and exercised by
 * :func:`scrape` / :func:`broker_samples` read the brokers' Prometheus endpoints;
 * :func:`seed_topic` creates a tier-enabled topic with generated records spread over
   several hours, for a stack that has no data of its own yet
-  (``python -m strata.notebook seed``). The topic gets the stack's replication factor
+  (``python -m strata_tools.notebook seed``). The topic gets the stack's replication factor
   (``make up``: 3 brokers, factor 3, ``min.insync.replicas`` 2), since the records are
   produced with acks=all.
 
@@ -46,7 +46,7 @@ __all__ = ["DATA_DIR_ENV", "TOPIC_ENV", "Sample", "Stack", "StackNotRunningError
 DATA_DIR_ENV = "STRATA_DATA_DIR"
 TOPIC_ENV = "STRATA_TOPIC"
 
-#: Broker i listens on base+10+i and serves metrics on base+40+i (strata/stack.py).
+#: Broker i listens on base+10+i and serves metrics on base+40+i (strata_tools/stack.py).
 _BROKER_METRICS_SHIFT = 30
 
 
@@ -55,7 +55,7 @@ class StackNotRunningError(RuntimeError):
 
 
 def repo_root() -> Path:
-    """The repository root (this file is ``<repo>/strata/notebook.py``)."""
+    """The repository root (this file is ``<repo>/strata_tools/notebook.py``)."""
     return Path(__file__).resolve().parent.parent
 
 
@@ -107,7 +107,7 @@ def _strata_command() -> list[str]:
     script = Path(sys.executable).parent / "strata"
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [sys.executable, "-m", "strata.cli"]
+    return [sys.executable, "-m", "strata_tools.cli"]
 
 
 def find_stack(directory: Path | str | None = None) -> Stack:
@@ -149,7 +149,8 @@ def pick_topic(stack: Stack, default: str | None = None) -> str:
     if not tables:
         raise LookupError(
             f"no tiered topic in {stack.warehouse}: create one with tier.enable=true and run "
-            f"`strata tier run --once`, or seed demo data with `python -m strata.notebook seed`")
+            "`strata tier run --once`, or seed demo data with "
+            "`python -m strata_tools.notebook seed`")
     return tables[0]
 
 
@@ -304,7 +305,7 @@ def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: i
         Producer,
         TopicAlreadyExistsError,
     )
-    from strata.commands.topic import acks_all_problem
+    from strata_tools.commands.topic import acks_all_problem
 
     with Admin(bootstrap) as admin:
         with contextlib.suppress(TopicAlreadyExistsError):
@@ -323,7 +324,7 @@ def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m strata.notebook",
+    parser = argparse.ArgumentParser(prog="python -m strata_tools.notebook",
                                      description="notebook helpers for the local stack")
     sub = parser.add_subparsers(dest="command", required=True)
     seed = sub.add_parser("seed", help="create a tier-enabled topic with generated records")
@@ -346,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           replication_factor=args.replicas)
     except (StackNotRunningError, StrataError) as exc:
         # Both say what to do; a traceback would only bury that.
-        print(f"python -m strata.notebook: error: {exc}", file=sys.stderr)
+        print(f"python -m strata_tools.notebook: error: {exc}", file=sys.stderr)
         return 1
     print(f"produced {sent} records to {args.topic}; tier them now with: strata tier run "
           f"--once --bootstrap {stack.bootstrap} --zookeeper {stack.zookeeper} "

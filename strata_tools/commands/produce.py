@@ -13,7 +13,13 @@ from concurrent.futures import Future
 from typing import Any
 
 from strata.client import Producer
-from strata.commands.common import CommandError, add_bootstrap, add_format, bootstrap_of, emit_json
+from strata_tools.commands.common import (
+    CommandError,
+    add_bootstrap,
+    add_format,
+    bootstrap_of,
+    emit_json,
+)
 from wire.errors import StrataError
 
 __all__ = ["register"]

@@ -37,7 +37,7 @@ from strata.client import (
     StrataError,
     TopicPartition,
 )
-from strata.commands.common import (
+from strata_tools.commands.common import (
     CommandError,
     add_bootstrap,
     add_format,

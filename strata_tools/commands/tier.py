@@ -20,7 +20,13 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from strata.commands.common import CommandError, add_bootstrap, add_format, bootstrap_of, emit_json
+from strata_tools.commands.common import (
+    CommandError,
+    add_bootstrap,
+    add_format,
+    bootstrap_of,
+    emit_json,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
