@@ -50,12 +50,15 @@ from brokers.coordination import (
     TierProgress,
     TopicDefinition,
 )
+from brokers.group_coordinator import GroupCoordinator
+from brokers.handlers import RequestHandlers
 from brokers.heap import HeapKeeper
 from brokers.log import FlushPolicy, LogConfig
 from brokers.metrics import BrokerMetrics, PartitionStats, TierStats
 from brokers.network import ConnectionHandler
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
 from brokers.replication import ReplicaManager
+from brokers.services import MetadataCache, PartitionRegistry
 from wire.errors import (
     ClusterIdMismatchError,
     DataDirLockedError,
@@ -108,17 +111,12 @@ class Broker:
         self.data_dir = config.data_dir
         self.coordinator = Coordinator(config.zookeeper_connect,
                                        session_timeout_ms=config.zookeeper_session_timeout_ms)
-        self.partitions: dict[tuple[str, int], Partition] = {}
-        self.topics: dict[str, TopicDefinition] = {}
-        self.topic_overrides: dict[str, dict[str, str]] = {}
-        self.partition_states: dict[tuple[str, int], PartitionState] = {}
-        self.live_brokers: dict[int, BrokerRegistration] = {}
-        # Brokers in a controlled shutdown (ephemeral request znodes): leaders do not
-        # take them back into an ISR, and the controller elects none of them.
-        self.shutting_down: set[int] = set()
+        # The cluster as this broker last read it, and the replicas it hosts: the parts
+        # below get these (brokers/services.py), never the broker itself.
+        self.metadata = MetadataCache(config.broker_id)
+        self.registry = PartitionRegistry()
         self._state_watcher: PartitionStateWatcher | None = None
         self._shutting_down = False
-        self.cluster_id = ""
         # Tier gauges as of the last retention pass: {(topic, p): (tiered_up_to, lag)}.
         self.tier_stats: dict[tuple[str, int], tuple[int, int]] = {}
         self.metrics = BrokerMetrics(self._partition_stats, self._tier_stats)
@@ -136,19 +134,48 @@ class Broker:
         # While the ZooKeeper connection is suspended this broker cannot know whether its
         # session (and so its leaderships and lease) still stands: it decides nothing.
         self.zookeeper_suspended = False
-        self.replicas = ReplicaManager(self)
-        self.controller = Controller(self)
-        # Partitions that could not be opened (damaged data, disk errors): they answer
-        # every request with their error instead of taking the broker down.
-        self.offline: dict[tuple[str, int], StrataError] = {}
         self.started = False
-        # Imported here to keep the handler table next to the code that uses it.
-        from brokers.handlers import RequestHandlers
+        parts = (config, self.metadata, self.registry, self.coordinator)
+        self.replicas = ReplicaManager(*parts, host=self)
+        self.controller = Controller(config, self.metadata, self.coordinator, host=self)
+        self.groups = GroupCoordinator(*parts, host=self,
+                                       metrics_registry=self.metrics.registry)
+        self.handlers = RequestHandlers(*parts, controller=self.controller,
+                                        replicas=self.replicas, groups=self.groups, host=self)
 
-        self.handlers = RequestHandlers(self)
-        from brokers.group_coordinator import GroupCoordinator
+    # ------------------------------------------------------------------ views
+    # The broker's own code reads and writes these through the two shared structures.
+    @property
+    def partitions(self) -> dict[PartitionKey, Partition]:
+        return self.registry.hosted
 
-        self.groups = GroupCoordinator(self)
+    @property
+    def offline(self) -> dict[PartitionKey, StrataError]:
+        return self.registry.offline
+
+    @property
+    def topics(self) -> dict[str, TopicDefinition]:
+        return self.metadata.topics
+
+    @property
+    def topic_overrides(self) -> dict[str, dict[str, str]]:
+        return self.metadata.topic_overrides
+
+    @property
+    def partition_states(self) -> dict[PartitionKey, PartitionState]:
+        return self.metadata.partition_states
+
+    @property
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        return self.metadata.live_brokers
+
+    @property
+    def shutting_down(self) -> set[int]:
+        return self.metadata.shutting_down
+
+    @property
+    def cluster_id(self) -> str:
+        return self.metadata.cluster_id
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -171,7 +198,7 @@ class Broker:
         await asyncio.to_thread(self.coordinator.start)
         self.coordinator.add_state_listener(self._threadsafe_state)
         self._state_watcher = self.coordinator.state_watcher(self._threadsafe_watched_states)
-        self.cluster_id = await asyncio.to_thread(self.coordinator.cluster_id)
+        self.metadata.cluster_id = await asyncio.to_thread(self.coordinator.cluster_id)
         self._check_cluster_id()
         # Load every hosted log first (the controller must not see this broker alive,
         # and elect it, before it can serve), then register before serving anything: a
@@ -179,9 +206,9 @@ class Broker:
         # A previous session's registration (after a crash) expires meanwhile.
         await self.sync_topics(await asyncio.to_thread(self.coordinator.list_topics))
         await self._register()
-        self.coordinator.watch_topics(self._threadsafe(self._on_topics_changed))
-        self.coordinator.watch_brokers(self._threadsafe(self._on_brokers_changed))
-        self.coordinator.watch_shutting_down(self._threadsafe(self._on_shutting_down))
+        self.coordinator.watch_topics(self.threadsafe(self._on_topics_changed))
+        self.coordinator.watch_brokers(self.threadsafe(self._on_brokers_changed))
+        self.coordinator.watch_shutting_down(self.threadsafe(self._on_shutting_down))
         await self.refresh_brokers()  # our own registration is in the list from now on
         await self._server.start_serving()
         self.replicas.start()
@@ -455,7 +482,7 @@ class Broker:
         await handler.serve()
 
     # ------------------------------------------------------------------ ZooKeeper watches
-    def _threadsafe(self, callback: Any) -> Any:
+    def threadsafe(self, callback: Any) -> Any:
         """Wrap a coroutine function so kazoo's thread can trigger it on our loop."""
         loop = self._loop
         assert loop is not None
@@ -476,7 +503,7 @@ class Broker:
     async def refresh_brokers(self) -> None:
         brokers = await asyncio.to_thread(self.coordinator.live_brokers)
         before = self.live_brokers
-        self.live_brokers = {b.broker_id: b for b in brokers}
+        self.metadata.live_brokers = {b.broker_id: b for b in brokers}
         for broker_id, registration in self.live_brokers.items():
             old = before.get(broker_id)
             if old is not None and old != registration:
@@ -564,9 +591,9 @@ class Broker:
             else:
                 self.offline[(topic.name, p)] = partition
         for topic in topics:
-            self.coordinator.watch_topic_configs(topic.name, self._threadsafe(
-                lambda configs, name=topic.name: self._on_configs_changed(name, configs)))
-            self.coordinator.watch_topic(topic.name, self._threadsafe(self._on_topic_changed))
+            self.coordinator.watch_topic_configs(topic.name, self.threadsafe(
+                lambda configs, name=topic.name: self.on_configs_changed(name, configs)))
+            self.coordinator.watch_topic(topic.name, self.threadsafe(self._on_topic_changed))
         log.info("loaded %d topic(s) (%d partitions, %d replicas here): %s", len(topics),
                  len(keys), len(hosted), ", ".join(names[:5]) + (" ..." if len(names) > 5
                                                                  else ""))
@@ -666,7 +693,7 @@ class Broker:
                     if known is not None:
                         self.apply_partition_state(definition.name, p, known, force=True)
 
-    async def _on_configs_changed(self, name: str, overrides: dict[str, str] | None) -> None:
+    async def on_configs_changed(self, name: str, overrides: dict[str, str] | None) -> None:
         if overrides is None or name not in self.topics:
             return
         self.topic_overrides[name] = overrides
@@ -702,7 +729,7 @@ class Broker:
                      "gained, %d given up)", applied, led, gained, lost)
 
     async def _on_shutting_down(self, ids: set[int]) -> None:
-        self.shutting_down = ids
+        self.metadata.shutting_down = ids
         await self.controller.elect_leaders()
 
     def apply_partition_state(self, name: str, p: int, state: PartitionState, *,

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
@@ -64,9 +65,11 @@ from wire.errors import (
 )
 
 if TYPE_CHECKING:
-    from brokers.broker import Broker
+    from brokers.config import BrokerConfig
+    from brokers.coordination import Coordinator
+    from brokers.services import ControllerHost, MetadataCache
 
-__all__ = ["Controller", "elect", "plan_elections"]
+__all__ = ["Controller", "assign_replicas", "elect", "plan_elections"]
 
 log = logging.getLogger("strata.brokers.controller")
 
@@ -154,8 +157,13 @@ def plan_elections(topics: Mapping[str, TopicDefinition],
 class Controller:
     """Controller duties of one broker; acts only while it holds the lease."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, cluster: MetadataCache, coordinator: Coordinator,
+                 host: ControllerHost) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.cluster = cluster
+        self.coordinator = coordinator
+        self.host = host
         self.lease: ControllerLease | None = None
         self._lock = asyncio.Lock()
         self._reassigning: asyncio.Task[None] | None = None
@@ -168,41 +176,41 @@ class Controller:
         return self.lease is not None
 
     def start(self) -> None:
-        self.broker.coordinator.watch_controller(
-            self.broker._threadsafe(self._on_controller_changed))
-        if not self.broker.config.controller_eligible:
-            log.info("broker %d is not eligible to be controller", self.broker.broker_id)
+        self.coordinator.watch_controller(
+            self.host.threadsafe(self._on_controller_changed))
+        if not self.config.controller_eligible:
+            log.info("broker %d is not eligible to be controller", self.broker_id)
             return
-        self.broker.coordinator.watch_preferred_election(
-            self.broker._threadsafe(self._on_preferred_election))
-        self.broker.coordinator.watch_reassignments(
-            self.broker._threadsafe(self._on_reassignments))
+        self.coordinator.watch_preferred_election(
+            self.host.threadsafe(self._on_preferred_election))
+        self.coordinator.watch_reassignments(
+            self.host.threadsafe(self._on_reassignments))
 
     async def _on_controller_changed(self, holder: tuple[int, int] | None) -> None:
         self.current = holder
-        if not self.broker.config.controller_eligible:
+        if not self.config.controller_eligible:
             return
         if holder is None:
             await self._try_elect()
         elif self.lease is not None and holder != (self.lease.broker_id, self.lease.epoch):
             log.info("broker %d is no longer controller (broker %d, epoch %d is)",
-                     self.broker.broker_id, holder[0], holder[1])
+                     self.broker_id, holder[0], holder[1])
             self.lease = None
 
     async def _try_elect(self) -> None:
-        if self.broker.stopping or self.broker.zookeeper_suspended:
+        if self.host.stopping or self.host.zookeeper_suspended:
             return
         try:
-            lease = await asyncio.to_thread(self.broker.coordinator.try_become_controller,
-                                            self.broker.broker_id)
+            lease = await asyncio.to_thread(self.coordinator.try_become_controller,
+                                            self.broker_id)
         except Exception as err:
             # The multi-op may have committed before the connection dropped: then
             # /controller is ours but we hold no lease. Give it up so that someone
             # (maybe us, through the watch) wins cleanly.
             log.warning("controller election failed: %r", err)
             try:
-                await asyncio.to_thread(self.broker.coordinator.resign_controller,
-                                        self.broker.broker_id)
+                await asyncio.to_thread(self.coordinator.resign_controller,
+                                        self.broker_id)
             except Exception as resign_err:
                 log.warning("giving up a half-won controller election failed: %r",
                             resign_err)
@@ -223,7 +231,7 @@ class Controller:
             log.warning("reloading partition states failed: %r", err)
         await self.elect_leaders()
         # Requests left by a previous controller: finish them.
-        if await asyncio.to_thread(self.broker.coordinator.preferred_election_pending):
+        if await asyncio.to_thread(self.coordinator.preferred_election_pending):
             await self._run_preferred_election()
         await self._on_reassignments(True)
 
@@ -241,11 +249,11 @@ class Controller:
             return
         await self.elect_leaders(preferred=holder)
         if self.lease is not None:
-            await asyncio.to_thread(self.broker.coordinator.finish_preferred_election)
+            await asyncio.to_thread(self.coordinator.finish_preferred_election)
 
     def _read_preferred_request(self) -> Collection[tuple[str, int]] | None:
         """The partitions named by the pending request (empty: all), None if none."""
-        pending, partitions = self.broker.coordinator.preferred_election_request()
+        pending, partitions = self.coordinator.preferred_election_request()
         if not pending:
             return None
         return set() if partitions is None else set(partitions)
@@ -258,9 +266,9 @@ class Controller:
 
     async def _reassign_loop(self) -> None:
         """Drive every reassignment in progress until none is left or the lease is lost."""
-        while self.lease is not None and not self.broker.stopping:
+        while self.lease is not None and not self.host.stopping:
             lease = self.lease
-            if not self.broker.zookeeper_suspended:
+            if not self.host.zookeeper_suspended:
                 try:
                     async with self._lock:
                         left = await asyncio.to_thread(self._reassign_step, lease)
@@ -279,7 +287,7 @@ class Controller:
     def _reassign_step(self, lease: ControllerLease) -> int:
         """Advance every pending reassignment by what is possible now; return how many
         are still pending."""
-        coordinator = self.broker.coordinator
+        coordinator = self.coordinator
         pending, version = coordinator.reassignments()
         done: list[tuple[str, int]] = []
         for (name, p), target in pending.items():
@@ -299,7 +307,7 @@ class Controller:
     def _advance_reassignment(self, lease: ControllerLease, name: str, p: int,
                               target: list[int]) -> bool:
         """One step of one partition's reassignment; True once it is complete."""
-        coordinator = self.broker.coordinator
+        coordinator = self.coordinator
         found = coordinator.topic_with_version(name)
         if found is None or p not in found[0].assignment:
             return True  # the topic or partition is gone: nothing left to move
@@ -338,7 +346,7 @@ class Controller:
                           replicas: list[int], version: int) -> None:
         assignment = dict(topic.assignment)
         assignment[p] = replicas
-        self.broker.coordinator.set_assignment_as_controller(
+        self.coordinator.set_assignment_as_controller(
             lease, TopicDefinition(topic.name, topic.topic_id, assignment), version)
 
     def resign(self) -> None:
@@ -349,14 +357,14 @@ class Controller:
         """After a reconnect: run for controller if nobody holds it, and (if we are
         controller) make up for decisions skipped while the session was suspended."""
         try:
-            holder = await asyncio.to_thread(self.broker.coordinator.controller)
+            holder = await asyncio.to_thread(self.coordinator.controller)
         except Exception as err:
             log.warning("reading the controller after a reconnect failed: %r", err)
             return
-        if holder is not None and holder[0] == self.broker.broker_id and self.lease is None \
-                and self.broker.config.controller_eligible:
-            await asyncio.to_thread(self.broker.coordinator.resign_controller,
-                                    self.broker.broker_id)
+        if holder is not None and holder[0] == self.broker_id and self.lease is None \
+                and self.config.controller_eligible:
+            await asyncio.to_thread(self.coordinator.resign_controller,
+                                    self.broker_id)
             return  # the watch sees /controller vanish and runs the election
         await self._on_controller_changed(holder)
         await self.elect_leaders()
@@ -364,16 +372,16 @@ class Controller:
     async def _rescan_loop(self) -> None:
         """While controller: scan every few seconds, and finish leftover requests."""
         rounds = 0
-        while self.lease is not None and not self.broker.stopping:
+        while self.lease is not None and not self.host.stopping:
             await asyncio.sleep(_RESCAN_S)
             await self.elect_leaders()
             rounds += 1
             try:
                 if rounds % _PRUNE_EVERY == 0:
-                    await asyncio.to_thread(self.broker.coordinator.prune_state_changes)
-                if await asyncio.to_thread(self.broker.coordinator.preferred_election_pending):
+                    await asyncio.to_thread(self.coordinator.prune_state_changes)
+                if await asyncio.to_thread(self.coordinator.preferred_election_pending):
                     await self._run_preferred_election()
-                pending, _ = await asyncio.to_thread(self.broker.coordinator.reassignments)
+                pending, _ = await asyncio.to_thread(self.coordinator.reassignments)
                 await self._on_reassignments(bool(pending))
             except Exception as err:
                 log.warning("controller rescan failed: %r", err)
@@ -392,7 +400,7 @@ class Controller:
         stale view costs a retry, never a wrong write.
         """
         lease = self.lease
-        if lease is None or self.broker.zookeeper_suspended:
+        if lease is None or self.host.zookeeper_suspended:
             return {}
         async with self._lock:
             try:
@@ -409,14 +417,14 @@ class Controller:
 
     async def _elect(self, lease: ControllerLease, preferred: Collection[PartitionKey] | None
                      ) -> dict[PartitionKey, PartitionState]:
-        coordinator = self.broker.coordinator
+        coordinator = self.coordinator
         started = time.monotonic()
         live, leaving = await asyncio.to_thread(
             lambda: (coordinator.live_broker_ids(), coordinator.shutting_down_brokers()))
-        self.broker.shutting_down = leaving
-        topics = dict(self.broker.topics)
+        self.cluster.shutting_down = leaving
+        topics = dict(self.cluster.topics)
         unclean = {name for name in topics if self._unclean_allowed(name)}
-        base = dict(self.broker.partition_states)
+        base = dict(self.cluster.partition_states)
         plan = plan_elections(topics, base, live, leaving=leaving, unclean=unclean,
                               preferred=preferred)
         written: dict[PartitionKey, PartitionState] = {}
@@ -433,7 +441,7 @@ class Controller:
                     log.debug("%s-%d: leader %d -> %d, epoch %d, isr %s", name, p,
                               -1 if before is None else before.leader, state.leader,
                               state.leader_epoch, state.isr)
-                self.broker.apply_partition_state(name, p, state, quiet=True)
+                self.host.apply_partition_state(name, p, state, quiet=True)
             written.update(outcome.written)
             conflicts += len(outcome.conflicts)
             base.update(outcome.conflicts)
@@ -455,14 +463,37 @@ class Controller:
         """Read every partition's state in one pipelined batch into this broker's view
         (on becoming controller: decide on ZooKeeper's truth, not on a view that may
         have missed events while another broker was controller)."""
-        keys = [(name, p) for name, topic in self.broker.topics.items()
+        keys = [(name, p) for name, topic in self.cluster.topics.items()
                 for p in topic.assignment]
-        states = await asyncio.to_thread(self.broker.coordinator.read_partition_states, keys)
+        states = await asyncio.to_thread(self.coordinator.read_partition_states, keys)
         for (name, p), state in states.items():
-            self.broker.apply_partition_state(name, p, state, quiet=True)
+            self.host.apply_partition_state(name, p, state, quiet=True)
 
     def _unclean_allowed(self, topic: str) -> bool:
         try:
-            return self.broker.log_config_for(topic).unclean_leader_election_enable
+            return self.host.log_config_for(topic).unclean_leader_election_enable
         except (InvalidConfigError, StrataError):
             return False
+
+
+def assign_replicas(live: list[int], partitions: int, replication: int) -> dict[int, list[int]]:
+    """Replica lists for a new topic: leaders (first replicas) spread evenly over the live
+    brokers, the followers of each partition on distinct brokers after its leader.
+
+    Kafka's rack-unaware scheme: a random start, then round robin; the follower offset
+    shifts every full round so the followers of one leader are spread out too.
+    """
+    count = len(live)
+    start = random.randrange(count)
+    shift = random.randrange(count)
+    assignment: dict[int, list[int]] = {}
+    for p in range(partitions):
+        if p > 0 and p % count == 0:
+            shift += 1
+        first = (start + p) % count
+        replicas = [live[first]]
+        for r in range(replication - 1):
+            step = 1 + (shift + r) % (count - 1) if count > 1 else 0
+            replicas.append(live[(first + step) % count])
+        assignment[p] = replicas
+    return assignment

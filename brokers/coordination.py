@@ -43,6 +43,14 @@ watch events through callbacks it re-schedules with ``loop.call_soon_threadsafe`
 Conditional (versioned) writes are used wherever two writers could race: a lost race
 raises ``ConcurrentUpdateError`` and the caller re-reads instead of guessing.
 
+Errors: kazoo's exceptions never leave this module. A public :class:`Coordinator`
+method that meets one (connection loss, an expired session, a timeout) raises
+:class:`ZooKeeperUnavailableError`, a ``BrokerNotAvailableError`` (retriable, code 8)
+that names the call and what to do; outcomes a caller acts on have their own
+``StrataError`` (``TopicAlreadyExistsError``, ``ConcurrentUpdateError``, ...). Methods
+calling each other inside the module still see kazoo's exceptions and may handle them:
+only the outermost call translates.
+
 Tiering: the brokers delete a tier-enabled topic's local segments only below the
 partition's ``tiered_up_to``, so that value must never move back (a stale job would
 otherwise let a broker think un-copied data was safe, or re-copy ranges); hence the
@@ -53,6 +61,8 @@ job that dies frees its topics when its session expires, without an operator.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import logging
 import threading
@@ -72,6 +82,7 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
 )
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
     MultiHeader,
     bool_struct,
@@ -94,6 +105,7 @@ from wire.errors import (
 )
 
 __all__ = [
+    "ZooKeeperUnavailableError",
     "BrokerIdInUseError",
     "ControllerLease",
     "ControllerMovedError",
@@ -144,6 +156,42 @@ _FULL_READ_S: Final = 60.0
 #: them within milliseconds; one cut off from ZooKeeper for longer has lost its session
 #: (and reads everything again) long before.
 STATE_CHANGE_RETENTION_S: Final = 300.0
+
+class ZooKeeperUnavailableError(BrokerNotAvailableError):
+    """ZooKeeper did not complete a request; the change may or may not have been made."""
+
+
+# How deep in public Coordinator methods this thread is: only the outermost call
+# translates kazoo's exceptions, so inner calls can still catch NoNodeError and the like.
+_calls = threading.local()
+
+
+def _translating(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_calls, "depth", 0)
+        _calls.depth = depth + 1
+        try:
+            return method(*args, **kwargs)
+        except (KazooException, KazooTimeoutError) as err:
+            if depth:
+                raise
+            raise ZooKeeperUnavailableError(
+                f"ZooKeeper did not complete {method.__name__} ({type(err).__name__}: "
+                f"{err}); check the ensemble (strata status) and retry") from err
+        finally:
+            _calls.depth = depth
+
+    return call
+
+
+def _kazoo_errors_stay_inside(cls: type) -> type:
+    """Wrap every public method of ``cls`` with :func:`_translating`."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(member):
+            setattr(cls, name, _translating(member))
+    return cls
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
@@ -228,6 +276,7 @@ def _load(data: bytes) -> dict[str, Any]:
     return value
 
 
+@_kazoo_errors_stay_inside
 class Coordinator:
     """A broker's (or an admin tool's) session with ZooKeeper."""
 
@@ -1014,6 +1063,7 @@ class Coordinator:
                 continue
 
 
+@_kazoo_errors_stay_inside
 class PartitionStateWatcher:
     """Follows many partition states at once, for a broker's view of the cluster.
 

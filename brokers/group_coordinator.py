@@ -97,10 +97,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from kazoo.exceptions import KazooException, NodeExistsError
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from brokers.controller import assign_replicas
 from brokers.coordination import TopicDefinition
 from brokers.group_assignors import (
     ASSIGNORS,
@@ -160,8 +160,12 @@ from wire.protocol import (
 from wire.record_batch import batches_to_table, build_batch
 
 if TYPE_CHECKING:
-    from brokers.broker import Broker
+    from prometheus_client.registry import CollectorRegistry
+
+    from brokers.config import BrokerConfig
+    from brokers.coordination import Coordinator
     from brokers.partition import Partition
+    from brokers.services import GroupHost, MetadataCache, PartitionRegistry
 
 __all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "coordinator_partition"]
 
@@ -647,9 +651,15 @@ class _LagCollector(Collector):
 class GroupCoordinator:
     """Coordinates the groups whose ``__consumer_offsets`` partitions this broker leads."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.config = broker.config
+    def __init__(self, config: BrokerConfig, cluster: MetadataCache,
+                 registry: PartitionRegistry, coordinator: Coordinator, host: GroupHost,
+                 metrics_registry: CollectorRegistry) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.cluster = cluster
+        self.registry = registry
+        self.coordinator = coordinator
+        self.host = host
         self._shards: dict[int, _Shard] = {}
         self._loading: dict[int, asyncio.Lock] = {}
         self._load_failures: dict[int, str] = {}
@@ -658,7 +668,7 @@ class GroupCoordinator:
         self.lag: dict[tuple[str, str, int], int] = {}
         self._runners: set[asyncio.Task[None]] = set()  # see _run
         self._creating: asyncio.Task[None] | None = None  # see find
-        broker.metrics.registry.register(_LagCollector(self))
+        metrics_registry.register(_LagCollector(self))
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -676,7 +686,7 @@ class GroupCoordinator:
     async def find(self, group_id: str) -> tuple[int, str, int]:
         """(node id, host, port) of the group's coordinator."""
         self._check_group_id(group_id)
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        topic = self.cluster.topics.get(OFFSETS_TOPIC)
         if topic is None:
             # One creation at a time: a thousand consumers starting together must not each
             # go to ZooKeeper (and hold their FindCoordinator that long).
@@ -686,8 +696,8 @@ class GroupCoordinator:
             raise CoordinatorNotAvailableError(
                 f"{OFFSETS_TOPIC} is being created; retry in a moment")
         p = coordinator_partition(group_id, topic.partition_count)
-        state = self.broker.partition_states.get((OFFSETS_TOPIC, p))
-        leader = self.broker.live_brokers.get(state.leader) if state is not None else None
+        state = self.cluster.partition_states.get((OFFSETS_TOPIC, p))
+        leader = self.cluster.live_brokers.get(state.leader) if state is not None else None
         if leader is None:
             raise CoordinatorNotAvailableError(
                 f"{OFFSETS_TOPIC}-{p} (group {group_id!r}) has no live leader right now; "
@@ -695,42 +705,39 @@ class GroupCoordinator:
         return leader.broker_id, leader.host, leader.port
 
     async def _create_offsets_topic(self) -> None:
-        b = self.broker
-        if not b.live_brokers:
-            await b.refresh_brokers()
-        live = sorted(b.live_brokers)
+        if not self.cluster.live_brokers:
+            await self.host.refresh_brokers()
+        live = sorted(self.cluster.live_brokers)
         replication = self.config.offsets_topic_replication_factor
         if len(live) < replication:
             # Created once, with this factor for good: a single copy of every group's
             # offsets would quietly undo the cluster's replication. Kafka waits too.
-            await b.refresh_brokers()
-            live = sorted(b.live_brokers)
+            await self.host.refresh_brokers()
+            live = sorted(self.cluster.live_brokers)
             if len(live) < replication:
                 raise CoordinatorNotAvailableError(
                     f"{OFFSETS_TOPIC} is created with offsets.topic.replication.factor="
                     f"{replication} replicas and only {len(live)} broker(s) are live: start "
                     "more brokers, or lower offsets.topic.replication.factor on every broker "
                     "(a single-broker cluster needs 1)")
-        from brokers.handlers import assign_replicas
-
         definition = TopicDefinition(
             OFFSETS_TOPIC, uuid.uuid4().hex,
             assign_replicas(live, self.config.offsets_topic_num_partitions, replication))
         try:
             # 100 MiB segments (Kafka's choice for this topic): compaction only ever
             # cleans closed segments, and 1 GiB ones would rarely close.
-            await asyncio.to_thread(b.coordinator.create_topic, definition,
+            await asyncio.to_thread(self.coordinator.create_topic, definition,
                                     {"cleanup.policy": "compact",
                                      "segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
             log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
                      definition.partition_count, replication)
-        except (NodeExistsError, TopicAlreadyExistsError):
+        except TopicAlreadyExistsError:
             pass  # another broker created it first
-        except KazooException as err:
+        except StrataError as err:  # ZooKeeper trouble (ZooKeeperUnavailableError) and such
             log.warning("creating %s failed (%r); the next FindCoordinator retries",
                         OFFSETS_TOPIC, err)
-        with contextlib.suppress(StrataError, KazooException):
-            await b.sync_topics()
+        with contextlib.suppress(StrataError):
+            await self.host.sync_topics()
 
     # ------------------------------------------------------------------ shards
     def _check_group_id(self, group_id: str) -> None:
@@ -739,16 +746,16 @@ class GroupCoordinator:
                 f"group id {group_id!r} is not valid: use 1..{MAX_GROUP_ID_LENGTH} characters")
 
     def _leader_partition(self, p: int) -> Partition:
-        partition = self.broker.partitions.get((OFFSETS_TOPIC, p))
+        partition = self.registry.hosted.get((OFFSETS_TOPIC, p))
         if partition is None or not partition.is_leader or partition.fenced:
             raise NotCoordinatorError(
-                f"broker {self.broker.broker_id} does not lead {OFFSETS_TOPIC}-{p}; find the "
+                f"broker {self.broker_id} does not lead {OFFSETS_TOPIC}-{p}; find the "
                 "group's coordinator again (FindCoordinator)")
         return partition
 
     async def _shard(self, group_id: str) -> _Shard:
         self._check_group_id(group_id)
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        topic = self.cluster.topics.get(OFFSETS_TOPIC)
         if topic is None:
             raise CoordinatorNotAvailableError(
                 f"{OFFSETS_TOPIC} does not exist yet; send FindCoordinator first")
@@ -863,7 +870,7 @@ class GroupCoordinator:
             await asyncio.wait_for(partition.wait_durable(end), _WRITE_TIMEOUT_S)
             if not await partition.wait_replicated(end, _WRITE_TIMEOUT_S):
                 raise NotCoordinatorError(
-                    f"broker {self.broker.broker_id} stopped leading {partition.name} "
+                    f"broker {self.broker_id} stopped leading {partition.name} "
                     "before the group state was replicated; find the coordinator again "
                     "and retry")
         except TimeoutError:
@@ -1170,8 +1177,8 @@ class GroupCoordinator:
         """Recompute the target if the group epoch moved (membership, a subscription, or
         a subscribed topic's partition count changed). Otherwise, as on nearly every
         heartbeat, this only compares the partition counts of the subscribed topics."""
-        counts = {t: self.broker.topics[t].partition_count
-                  for t in group.subscribed_topics() if t in self.broker.topics}
+        counts = {t: self.cluster.topics[t].partition_count
+                  for t in group.subscribed_topics() if t in self.cluster.topics}
         if counts != group.partition_counts:
             group.partition_counts = counts
             if group.group_epoch <= group.target_epoch:
@@ -1250,11 +1257,11 @@ class GroupCoordinator:
                 log.exception("group expiry pass failed")
 
     async def _expire_once(self) -> None:
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        topic = self.cluster.topics.get(OFFSETS_TOPIC)
         if topic is None:
             return
         for p in range(topic.partition_count):
-            partition = self.broker.partitions.get((OFFSETS_TOPIC, p))
+            partition = self.registry.hosted.get((OFFSETS_TOPIC, p))
             if partition is None or not partition.is_leader or partition.fenced:
                 self._shards.pop(p, None)
                 continue
@@ -1339,7 +1346,7 @@ class GroupCoordinator:
         if not accepted:
             return None, [], None
         now_ms = int(time.time() * 1000)
-        ids = {t: self.broker.topics[t].topic_id for t, *_ in accepted}
+        ids = {t: self.cluster.topics[t].topic_id for t, *_ in accepted}
         records: list[tuple[bytes, bytes | None]] = [
             (_key(group=group.group_id, partition=p, topic=t, type="offset"),
              _value({"offset": o, "metadata": m, "timestamp": now_ms, "topic_id": ids[t]}))
@@ -1375,7 +1382,7 @@ class GroupCoordinator:
 
     def _check_commit(self, member: Member | None, holds: frozenset[TopicPartition] | None,
                       topic: str, p: int, offset: int, metadata: str | None) -> None:
-        definition = self.broker.topics.get(topic)
+        definition = self.cluster.topics.get(topic)
         if definition is None or p not in definition.assignment:
             raise UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
         if offset < 0:
@@ -1415,7 +1422,7 @@ class GroupCoordinator:
         positions, which would skip (or refetch out of range) its first records."""
         current: dict[TopicPartition, CommittedOffset] = {}
         for tp, committed in group.offsets.items():
-            definition = self.broker.topics.get(tp[0])
+            definition = self.cluster.topics.get(tp[0])
             if committed.topic_id is not None and definition is not None \
                     and definition.topic_id != committed.topic_id:
                 continue
@@ -1426,7 +1433,7 @@ class GroupCoordinator:
     def list_groups(self) -> list[ListedGroup]:
         listed = []
         for p, shard in sorted(self._shards.items()):
-            partition = self.broker.partitions.get((OFFSETS_TOPIC, p))
+            partition = self.registry.hosted.get((OFFSETS_TOPIC, p))
             if partition is None or not partition.is_leader or \
                     partition.leader_epoch != shard.leader_epoch:
                 continue
@@ -1503,12 +1510,12 @@ class GroupCoordinator:
         ends: dict[tuple[str, int], int] = {}
         remote: dict[int, list[tuple[str, int]]] = {}
         for tp in wanted:
-            partition = self.broker.partitions.get(tp)
+            partition = self.registry.hosted.get(tp)
             if partition is not None and partition.is_leader:
                 ends[tp] = partition.high_watermark
                 continue
-            state = self.broker.partition_states.get(tp)
-            if state is not None and state.leader in self.broker.live_brokers:
+            state = self.cluster.partition_states.get(tp)
+            if state is not None and state.leader in self.cluster.live_brokers:
                 remote.setdefault(state.leader, []).append(tp)
         for answer in await asyncio.gather(*(self._remote_ends(node, tps)
                                              for node, tps in remote.items())):
@@ -1521,14 +1528,14 @@ class GroupCoordinator:
                            ) -> dict[tuple[str, int], int]:
         from wire.connection import BrokerConnection
 
-        registration = self.broker.live_brokers.get(node)
+        registration = self.cluster.live_brokers.get(node)
         if registration is None:
             return {}
         by_topic: dict[str, list[int]] = {}
         for t, p in tps:
             by_topic.setdefault(t, []).append(p)
         connection = BrokerConnection(registration.host, registration.port,
-                                      client_id=f"broker-{self.broker.broker_id}-group-lag")
+                                      client_id=f"broker-{self.broker_id}-group-lag")
         try:
             # A paused leader accepts the connection and never answers: bound both steps,
             # or the gauge would freeze for good.

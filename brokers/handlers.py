@@ -16,15 +16,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import KazooException
-
+from brokers.controller import assign_replicas
 from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefinition
 from brokers.log import LogConfig
 from brokers.log.config import TOPIC_CONFIG_KEYS
 from brokers.partition import FetchSessionClock
 from brokers.staging import StagedPart
 from wire.errors import (
-    BrokerNotAvailableError,
     FencedLeaderEpochError,
     FetchSessionIdNotFoundError,
     InvalidConfigError,
@@ -141,8 +139,13 @@ from wire.protocol import (
 )
 
 if TYPE_CHECKING:
-    from brokers.broker import Broker
+    from brokers.config import BrokerConfig
+    from brokers.controller import Controller
+    from brokers.coordination import Coordinator
+    from brokers.group_coordinator import GroupCoordinator
     from brokers.partition import Partition
+    from brokers.replication import ReplicaManager
+    from brokers.services import HandlerHost, MetadataCache, PartitionRegistry
 
 __all__ = ["RequestHandlers"]
 
@@ -155,13 +158,8 @@ MAX_PARTITIONS = 4096
 INTERNAL_PREFIX = "__"
 
 
-def _error(err: StrataError | KazooException | None) -> tuple[int, str | None]:
-    if err is None:
-        return 0, None
-    if isinstance(err, KazooException):  # ZooKeeper trouble: retriable, with a code
-        err = BrokerNotAvailableError(
-            f"ZooKeeper did not complete the change ({err!r}); check the ensemble and retry")
-    return err.code, err.message
+def _error(err: StrataError | None) -> tuple[int, str | None]:
+    return (0, None) if err is None else (err.code, err.message)
 
 
 class _SessionPartition:
@@ -228,8 +226,25 @@ class _FetchSession:
 
 
 class RequestHandlers:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """What each API does: decode, act on partitions or ZooKeeper, answer.
+
+    Built from the parts it uses (``brokers/services.py``), never the whole broker, so
+    the handlers run without a broker process in ``tests/test_handlers_unit.py``.
+    """
+
+    def __init__(self, config: BrokerConfig, cluster: MetadataCache,
+                 registry: PartitionRegistry, coordinator: Coordinator, *,
+                 controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
+                 host: HandlerHost) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.cluster = cluster
+        self.registry = registry
+        self.coordinator = coordinator
+        self.controller = controller
+        self.replicas = replicas
+        self.groups = groups
+        self.host = host
         self._fetch_sessions: dict[int, _FetchSession] = {}  # by follower broker id
         self._table: dict[ApiKey, Callable[[Any], Awaitable[Message | None]]] = {
             ApiKey.API_VERSIONS: self.api_versions,
@@ -273,25 +288,25 @@ class RequestHandlers:
         request = decode(REQUEST_TYPES[api], body, header.api_version)
         if api is ApiKey.CONSUMER_GROUP_HEARTBEAT:  # the only handler that needs the header
             assert isinstance(request, ConsumerGroupHeartbeatRequest)
-            return await self.broker.groups.heartbeat(request, header.client_id or "")
+            return await self.groups.heartbeat(request, header.client_id or "")
         return await self._table[api](request)
 
     # ------------------------------------------------------------------ helpers
     def _leader_partition(self, topic: str, partition: int) -> Partition:
-        hosted = self.broker.partitions.get((topic, partition))
-        offline = self.broker.offline.get((topic, partition))
+        hosted = self.registry.hosted.get((topic, partition))
+        offline = self.registry.offline.get((topic, partition))
         if offline is not None:
             raise LogStorageError(
-                f"{topic}-{partition} is offline on broker {self.broker.broker_id}: "
+                f"{topic}-{partition} is offline on broker {self.broker_id}: "
                 f"{offline.message}")
         if hosted is None:
-            if topic not in self.broker.topics or \
-                    partition not in self.broker.topics[topic].assignment:
+            if topic not in self.cluster.topics or \
+                    partition not in self.cluster.topics[topic].assignment:
                 raise UnknownTopicOrPartitionError(
                     f"{topic}-{partition} does not exist; check the topic name and its "
                     "partition count (strata topic describe)")
             raise NotLeaderError(
-                f"broker {self.broker.broker_id} does not host {topic}-{partition}; "
+                f"broker {self.broker_id} does not host {topic}-{partition}; "
                 "refresh metadata and send to the leader")
         hosted.check_leadership()
         return hosted
@@ -316,7 +331,7 @@ class RequestHandlers:
 
     # ------------------------------------------------------------------ Metadata
     async def metadata(self, request: MetadataRequest) -> MetadataResponse:
-        b = self.broker
+        b = self.cluster
         brokers = [BrokerInfo(r.broker_id, r.host, r.port)
                    for r in sorted(b.live_brokers.values(), key=lambda r: r.broker_id)]
         names = sorted(b.topics) if request.topics is None else request.topics
@@ -337,8 +352,8 @@ class RequestHandlers:
                     0, p, leader, state.leader_epoch if state else -1, list(replicas),
                     list(state.isr) if state else []))
             topics.append(TopicMetadata(0, name, partitions))
-        controller = b.controller.current[0] if b.controller.current else -1
-        return MetadataResponse(brokers, controller, topics, b.cluster_id)
+        current = self.controller.current
+        return MetadataResponse(brokers, current[0] if current else -1, topics, b.cluster_id)
 
     # ------------------------------------------------------------------ topics admin
     async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
@@ -348,12 +363,12 @@ class RequestHandlers:
         for topic in request.topics:
             try:
                 named = {b for a in topic.assignments for b in a.broker_ids}
-                live_now = set(self.broker.live_brokers)
+                live_now = set(self.cluster.live_brokers)
                 if not named <= live_now or topic.replication_factor > len(live_now):
                     # The live view follows a ZooKeeper watch, which lags a registration
                     # by a moment: read ZooKeeper itself before refusing a new broker or
                     # a replication factor above the brokers seen so far.
-                    await self.broker.refresh_brokers()
+                    await self.host.refresh_brokers()
                 definition, overrides = self._plan_topic(
                     topic.name, topic.num_partitions, topic.replication_factor,
                     {c.name: c.value or "" for c in topic.configs},
@@ -361,15 +376,15 @@ class RequestHandlers:
                 if not request.validate_only:
                     writes.append((len(results), definition, overrides))
                 results.append(TopicResult(topic.name, 0, None))
-            except (StrataError, KazooException) as err:
+            except StrataError as err:
                 results.append(TopicResult(topic.name, *_error(err)))
         # The ZooKeeper transactions of all of them at once: they pipeline on the one
         # session instead of costing a round trip (and a ZooKeeper fsync) each in turn.
         outcomes = await asyncio.gather(*(
-            asyncio.to_thread(self.broker.coordinator.create_topic, definition, overrides)
+            asyncio.to_thread(self.coordinator.create_topic, definition, overrides)
             for _, definition, overrides in writes), return_exceptions=True)
         for (index, _, _), outcome in zip(writes, outcomes, strict=True):
-            if isinstance(outcome, StrataError | KazooException):
+            if isinstance(outcome, StrataError):
                 results[index] = TopicResult(results[index].name, *_error(outcome))
             elif isinstance(outcome, BaseException):
                 raise outcome
@@ -381,7 +396,7 @@ class RequestHandlers:
             try:
                 await self._await_topic(results[index].name, present=True,
                                         timeout_ms=request.timeout_ms)
-            except (StrataError, KazooException) as err:
+            except StrataError as err:
                 results[index] = TopicResult(results[index].name, *_error(err))
         return CreateTopicsResponse(results)
 
@@ -395,16 +410,16 @@ class RequestHandlers:
         if name.startswith(INTERNAL_PREFIX):
             raise PolicyViolationError(
                 f"topic {name!r}: names starting with '__' are reserved for internal topics")
-        if name in self.broker.topics:
+        if name in self.cluster.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        live = sorted(self.broker.live_brokers)
-        LogConfig.from_mapping(configs, base=self.broker.config.log_defaults)
+        live = sorted(self.cluster.live_brokers)
+        LogConfig.from_mapping(configs, base=self.config.log_defaults)
         if explicit:
             return TopicDefinition(name, uuid.uuid4().hex,
                                    self._check_assignment(explicit, partitions, replication,
                                                           live)), dict(configs)
-        partitions = self.broker.config.num_partitions if partitions == -1 else partitions
-        replication = self.broker.config.default_replication_factor if replication == -1 \
+        partitions = self.config.num_partitions if partitions == -1 else partitions
+        replication = self.config.default_replication_factor if replication == -1 \
             else replication
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(
@@ -453,13 +468,13 @@ class RequestHandlers:
         if timeout_ms <= 0:
             return
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        while (name in self.broker.topics) != present:
+        while (name in self.cluster.topics) != present:
             if time.monotonic() >= deadline:
                 raise RequestTimedOutError(
                     f"topic {name!r} was {'created' if present else 'deleted'} in ZooKeeper "
                     "but this broker has not caught up yet; check again shortly")
-            await self.broker.sync_topics()
-            if (name in self.broker.topics) != present:
+            await self.host.sync_topics()
+            if (name in self.cluster.topics) != present:
                 await asyncio.sleep(0.02)
 
     async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
@@ -471,23 +486,23 @@ class RequestHandlers:
                         f"topic {name!r} is internal (the consumer groups' offsets and "
                         "membership): it cannot be deleted; delete groups with DeleteGroups "
                         "(strata group delete)")
-                await asyncio.to_thread(self.broker.coordinator.delete_topic, name)
+                await asyncio.to_thread(self.coordinator.delete_topic, name)
                 await self._await_topic(name, present=False, timeout_ms=request.timeout_ms)
                 results.append(TopicResult(name, 0, None))
-            except (StrataError, KazooException) as err:
+            except StrataError as err:
                 results.append(TopicResult(name, *_error(err)))
         return DeleteTopicsResponse(results)
 
     async def describe_configs(self, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
         out = []
-        defaults = self.broker.config.log_defaults.to_mapping()
+        defaults = self.config.log_defaults.to_mapping()
         for name in request.topics:
-            if name not in self.broker.topics:
+            if name not in self.cluster.topics:
                 err = UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
                 out.append(TopicConfigs(name, err.code, err.message, []))
                 continue
-            overrides = self.broker.topic_overrides.get(name, {})
-            effective = self.broker.log_config_for(name).to_mapping()
+            overrides = self.cluster.topic_overrides.get(name, {})
+            effective = self.host.log_config_for(name).to_mapping()
             out.append(TopicConfigs(name, 0, None, [
                 DescribedConfig(key, effective[key],
                                 key not in overrides and effective[key] == defaults[key])
@@ -498,11 +513,11 @@ class RequestHandlers:
         results = []
         for topic in request.topics:
             try:
-                if topic.name not in self.broker.topics:
+                if topic.name not in self.cluster.topics:
                     raise UnknownTopicOrPartitionError(f"topic {topic.name!r} does not exist")
                 for _ in range(5):
                     current, version = await asyncio.to_thread(
-                        self.broker.coordinator.topic_configs, topic.name)
+                        self.coordinator.topic_configs, topic.name)
                     updated = dict(current)
                     for key in topic.delete:
                         if key not in TOPIC_CONFIG_KEYS:
@@ -510,7 +525,7 @@ class RequestHandlers:
                         updated.pop(key, None)
                     for entry in topic.set:
                         updated[entry.name] = entry.value or ""
-                    LogConfig.from_mapping(updated, base=self.broker.config.log_defaults)
+                    LogConfig.from_mapping(updated, base=self.config.log_defaults)
                     if topic.name.startswith(INTERNAL_PREFIX) and \
                             updated.get("cleanup.policy", "compact") != "compact":
                         raise PolicyViolationError(
@@ -520,9 +535,9 @@ class RequestHandlers:
                     if request.validate_only:
                         break
                     try:
-                        await asyncio.to_thread(self.broker.coordinator.set_topic_configs,
+                        await asyncio.to_thread(self.coordinator.set_topic_configs,
                                                 topic.name, updated, version)
-                        await self.broker._on_configs_changed(topic.name, updated)
+                        await self.host.on_configs_changed(topic.name, updated)
                         break
                     except ConcurrentUpdateError:
                         continue
@@ -530,7 +545,7 @@ class RequestHandlers:
                     raise RequestTimedOutError(
                         f"configs of {topic.name!r} kept changing concurrently; retry")
                 results.append(TopicResult(topic.name, 0, None))
-            except (StrataError, KazooException) as err:
+            except StrataError as err:
                 results.append(TopicResult(topic.name, *_error(err)))
         return AlterConfigsResponse(results)
 
@@ -591,7 +606,7 @@ class RequestHandlers:
                     # Superseded while waiting: whether the write survives is up to the
                     # new leader; never claim it here.
                     raise NotLeaderError(
-                        f"broker {self.broker.broker_id} stopped leading {partition.name} "
+                        f"broker {self.broker_id} stopped leading {partition.name} "
                         "before the write was acknowledged; it may or may not be kept: "
                         "retry (idempotence removes a duplicate)")
                 if len(partition.isr) < partition.config.min_insync_replicas:
@@ -700,7 +715,7 @@ class RequestHandlers:
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         if request.session_epoch >= 0:
             return await self._session_fetch(request)
-        max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
+        max_wait = min(max(request.max_wait_ms, 0), self.config.fetch_max_wait_ms) / 1000
         deadline = time.monotonic() + max_wait
         if request.replica_id >= 0:
             self._record_follower_positions(request)
@@ -708,7 +723,7 @@ class RequestHandlers:
             response, size, partitions = self._read_fetch(request)
             remaining = deadline - time.monotonic()
             if size >= max(request.min_bytes, 1) or remaining <= 0 or not partitions \
-                    or self.broker.stopping:
+                    or self.host.stopping:
                 return response
             # As in Kafka: a partition error (out of range, not leader, ...) is answered at
             # once; waiting for data could not fix it and would delay the client's reset.
@@ -755,7 +770,7 @@ class RequestHandlers:
             return FetchResponse([], stale.code)
         session.epoch = request.session_epoch + 1
         session.clock.tick()
-        hosted = self.broker.partitions
+        hosted = self.registry.hosted
         for forgotten in request.forgotten_topics:
             for p in forgotten.partitions:
                 session.partitions.pop((forgotten.name, p), None)
@@ -775,10 +790,10 @@ class RequestHandlers:
         # they were, and the clock ticked above says the follower is still there.
         self._record_session_positions(replica, session, listed)
         now_ms = time.monotonic_ns() // 1_000_000
-        if now_ms - session.swept_ms >= self.broker.config.replica_lag_time_max_ms / 4:
+        if now_ms - session.swept_ms >= self.config.replica_lag_time_max_ms / 4:
             session.swept_ms = now_ms
             self._sweep_session(replica, session)
-        max_wait = min(max(request.max_wait_ms, 0), self.broker.config.fetch_max_wait_ms) / 1000
+        max_wait = min(max(request.max_wait_ms, 0), self.config.fetch_max_wait_ms) / 1000
         deadline = time.monotonic() + max_wait
         while True:
             changed, session.dirty = session.dirty, set()
@@ -788,7 +803,7 @@ class RequestHandlers:
             response, _, _ = self._read_fetch(view)
             remaining = deadline - time.monotonic()
             if response.topics or remaining <= 0 or not session.partitions \
-                    or self.broker.stopping:
+                    or self.host.stopping:
                 break
             # Nothing changed anywhere: park until a partition of the session changes.
             session.woken = asyncio.get_running_loop().create_future()
@@ -818,13 +833,13 @@ class RequestHandlers:
             entry = session.partitions.get((name, p))
             if entry is None:
                 continue
-            partition = self.broker.partitions.get((name, p))
+            partition = self.registry.hosted.get((name, p))
             if partition is None or not partition.is_leader \
                     or entry.leader_epoch not in (-1, partition.leader_epoch):
                 continue
             partition.record_follower_fetch(replica, entry.fetch_offset, session.clock)
             if replica not in partition.isr:
-                self.broker.replicas.consider_isr((name, p), partition)
+                self.replicas.consider_isr((name, p), partition)
 
     def _sweep_session(self, replica: int, session: _FetchSession) -> None:
         """Listen to partitions hosted (or re-created) since the session named them, and
@@ -835,7 +850,7 @@ class RequestHandlers:
         without this an idle partition would drop it from the ISR. A few attribute reads
         per partition. (A lost answer needs no resend: the follower opens a new session
         after any failed request.)"""
-        hosted = self.broker.partitions
+        hosted = self.registry.hosted
         for key, entry in session.partitions.items():
             partition = hosted.get(key)
             if session.listen(key, partition):
@@ -847,14 +862,14 @@ class RequestHandlers:
             if position is not None and position.session is not session.clock:
                 partition.record_follower_fetch(replica, entry.fetch_offset, session.clock)
                 if replica not in partition.isr:
-                    self.broker.replicas.consider_isr(key, partition)
+                    self.replicas.consider_isr(key, partition)
 
     def _session_candidates(self, session: _FetchSession, changed: set[tuple[str, int]]
                             ) -> dict[str, list[FetchPartition]]:
         """Of the session's partitions that ``changed``, those worth answering: records
         to send, offsets the follower has not been told, or an error."""
         wanted: dict[str, list[FetchPartition]] = {}
-        partitions = self.broker.partitions
+        partitions = self.registry.hosted
         for key in changed:
             entry = session.partitions.get(key)
             if entry is None:
@@ -876,13 +891,13 @@ class RequestHandlers:
         """A follower's fetch offsets are its log end: they move the HW and the ISR."""
         for topic in request.topics:
             for part in topic.partitions:
-                partition = self.broker.partitions.get((topic.name, part.partition))
+                partition = self.registry.hosted.get((topic.name, part.partition))
                 if partition is None or not partition.is_leader \
                         or part.current_leader_epoch != partition.leader_epoch:
                     continue  # answered with an error by _read_fetch
                 partition.record_follower_fetch(request.replica_id, part.fetch_offset)
                 if request.replica_id not in partition.isr:
-                    self.broker.replicas.consider_isr((topic.name, part.partition), partition)
+                    self.replicas.consider_isr((topic.name, part.partition), partition)
 
     def _read_fetch(self, request: FetchRequest) -> tuple[FetchResponse, int, list[Partition]]:
         budget = max(request.max_bytes, 1)
@@ -962,15 +977,15 @@ class RequestHandlers:
         """
         topics = []
         for topic in request.topics:
-            definition = self.broker.topics.get(topic.name)
+            definition = self.cluster.topics.get(topic.name)
             try:
                 if definition is None:
                     raise UnknownTopicOrPartitionError(
                         f"topic {topic.name!r} does not exist; check the name (strata topic "
                         "list)")
-                config = self.broker.log_config_for(topic.name)
+                config = self.host.log_config_for(topic.name)
                 table, progress = await asyncio.to_thread(self._tier_records, topic.name)
-            except (StrataError, KazooException) as err:
+            except StrataError as err:
                 topics.append(DescribeTierTopicResponse(topic.name, *_error(err)))
                 continue
             partitions = topic.partitions or list(definition.assignment)
@@ -981,7 +996,7 @@ class RequestHandlers:
         return DescribeTierResponse(topics)
 
     def _tier_records(self, topic: str) -> tuple[str | None, dict[int, TierProgress]]:
-        coordinator = self.broker.coordinator
+        coordinator = self.coordinator
         return coordinator.tier_table(topic), coordinator.tier_progress(topic)
 
     def _describe_tier_partition(self, topic: str, p: int, progress: TierProgress | None
@@ -1029,12 +1044,12 @@ class RequestHandlers:
                           ) -> tuple[list[tuple[str, int]], list[ElectionTopicResult]]:
         """The partitions a request names that exist, and error answers for the rest."""
         if topics is None:
-            return [(t, p) for t, d in sorted(self.broker.topics.items())
+            return [(t, p) for t, d in sorted(self.cluster.topics.items())
                     for p in d.assignment], []
         known: list[tuple[str, int]] = []
         errors: list[ElectionTopicResult] = []
         for topic in topics:
-            definition = self.broker.topics.get(topic.name)
+            definition = self.cluster.topics.get(topic.name)
             bad = []
             for p in topic.partitions:
                 if definition is not None and p in definition.assignment:
@@ -1049,7 +1064,7 @@ class RequestHandlers:
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
         known, results = self._known_partitions(request.topics)
-        coordinator = self.broker.coordinator
+        coordinator = self.coordinator
         by_topic: dict[str, list[ElectionPartitionResult]] = {}
         failure: StrataError | None = None
         if known:
@@ -1064,7 +1079,7 @@ class RequestHandlers:
                             f"{request.timeout_ms} ms (is a controller running? see "
                             "`strata cluster describe`); it may still happen")
                     await asyncio.sleep(0.05)
-            except (StrataError, KazooException) as err:
+            except StrataError as err:
                 code, message = _error(err)
                 failure = error_for_code(code)(message or "")
         for topic, p in known:
@@ -1072,7 +1087,7 @@ class RequestHandlers:
                 answer = ElectionPartitionResult(p, failure.code, -1, failure.message)
             else:
                 state = await asyncio.to_thread(coordinator.partition_state, topic, p)
-                preferred = self.broker.topics[topic].assignment[p][0]
+                preferred = self.cluster.topics[topic].assignment[p][0]
                 answer = ElectionPartitionResult(p, 0, state.leader)
                 if state.leader != preferred:
                     answer.error_message = (
@@ -1087,11 +1102,11 @@ class RequestHandlers:
         wanted: dict[tuple[str, int], list[int]] = {}
         answers: dict[str, list[ElectionPartitionResult]] = {}
         named = {b for t in request.topics for part in t.partitions for b in part.replicas}
-        if not named <= set(self.broker.live_brokers):
-            await self.broker.refresh_brokers()  # the watched view may lag ZooKeeper
-        live = set(self.broker.live_brokers)
+        if not named <= set(self.cluster.live_brokers):
+            await self.host.refresh_brokers()  # the watched view may lag ZooKeeper
+        live = set(self.cluster.live_brokers)
         for topic in request.topics:
-            definition = self.broker.topics.get(topic.name)
+            definition = self.cluster.topics.get(topic.name)
             for part in topic.partitions:
                 answer = ElectionPartitionResult(part.partition, 0, -1)
                 try:
@@ -1119,7 +1134,7 @@ class RequestHandlers:
                     answer.error_code, answer.error_message = _error(err)
                 answers.setdefault(topic.name, []).append(answer)
         if wanted:
-            coordinator = self.broker.coordinator
+            coordinator = self.coordinator
             try:
                 for _ in range(10):
                     pending, version = await asyncio.to_thread(coordinator.reassignments)
@@ -1133,7 +1148,7 @@ class RequestHandlers:
                 else:
                     raise RequestTimedOutError(
                         "other reassignments kept changing concurrently; retry")
-            except (StrataError, KazooException) as err:
+            except StrataError as err:
                 code, message = _error(err)
                 for parts in answers.values():
                     for answer in parts:
@@ -1144,11 +1159,11 @@ class RequestHandlers:
 
     async def list_partition_reassignments(self, request: ListPartitionReassignmentsRequest
                                            ) -> ListPartitionReassignmentsResponse:
-        coordinator = self.broker.coordinator
+        coordinator = self.coordinator
         pending, _ = await asyncio.to_thread(coordinator.reassignments)
         out = []
         for (topic, p), target in sorted(pending.items()):
-            definition = self.broker.topics.get(topic)
+            definition = self.cluster.topics.get(topic)
             current = definition.assignment.get(p, []) if definition else []
             try:
                 isr = (await asyncio.to_thread(coordinator.partition_state, topic, p)).isr
@@ -1174,65 +1189,40 @@ class RequestHandlers:
                 "producer_epoch=-1 (epoch bumps need transactions, not supported yet)")
             return InitProducerIdResponse(err.code, error_message=err.message)
         try:
-            return InitProducerIdResponse(0, await self.broker.next_producer_id(), 0)
-        except KazooException as err:
-            unavailable = BrokerNotAvailableError(
-                f"ZooKeeper did not answer while allocating a producer id ({err!r}); retry")
-            return InitProducerIdResponse(unavailable.code, error_message=unavailable.message)
+            return InitProducerIdResponse(0, await self.host.next_producer_id(), 0)
+        except StrataError as err:  # ZooKeeperUnavailableError: retriable
+            return InitProducerIdResponse(err.code, error_message=err.message)
 
     # ------------------------------------------------------------------ consumer groups
     async def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
         try:
-            node, host, port = await self.broker.groups.find(request.key)
-        except (StrataError, KazooException) as err:
+            node, host, port = await self.groups.find(request.key)
+        except StrataError as err:
             return FindCoordinatorResponse(*_error(err))
         return FindCoordinatorResponse(0, None, node, host, port)
 
     async def offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
-        return await self.broker.groups.commit(request)
+        return await self.groups.commit(request)
 
     async def offset_fetch(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
-        return await self.broker.groups.fetch_offsets(request)
+        return await self.groups.fetch_offsets(request)
 
     async def list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
-        return ListGroupsResponse(0, self.broker.groups.list_groups())
+        return ListGroupsResponse(0, self.groups.list_groups())
 
     async def describe_groups(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
-        return DescribeGroupsResponse([await self.broker.groups.describe(g)
+        return DescribeGroupsResponse([await self.groups.describe(g)
                                        for g in request.group_ids])
 
     async def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
         results = []
         for group_id in request.group_ids:
             try:
-                await self.broker.groups.delete(group_id)
+                await self.groups.delete(group_id)
                 results.append(DeleteGroupResult(group_id, 0))
             except StrataError as err:
                 results.append(DeleteGroupResult(group_id, *_error(err)))
         return DeleteGroupsResponse(results)
-
-
-def assign_replicas(live: list[int], partitions: int, replication: int) -> dict[int, list[int]]:
-    """Replica lists for a new topic: leaders (first replicas) spread evenly over the live
-    brokers, the followers of each partition on distinct brokers after its leader.
-
-    Kafka's rack-unaware scheme: a random start, then round robin; the follower offset
-    shifts every full round so the followers of one leader are spread out too.
-    """
-    count = len(live)
-    start = random.randrange(count)
-    shift = random.randrange(count)
-    assignment: dict[int, list[int]] = {}
-    for p in range(partitions):
-        if p > 0 and p % count == 0:
-            shift += 1
-        first = (start + p) % count
-        replicas = [live[first]]
-        for r in range(replication - 1):
-            step = 1 + (shift + r) % (count - 1) if count > 1 else 0
-            replicas.append(live[(first + step) % count])
-        assignment[p] = replicas
-    return assignment
 
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

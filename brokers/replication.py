@@ -56,8 +56,10 @@ from wire.protocol import (
 )
 
 if TYPE_CHECKING:
-    from brokers.broker import Broker
+    from brokers.config import BrokerConfig
+    from brokers.coordination import Coordinator
     from brokers.partition import Partition
+    from brokers.services import MetadataCache, PartitionRegistry, ReplicaHost
     from wire.connection import BrokerConnection as BrokerConnectionType
 
 __all__ = ["ReplicaFetcher", "ReplicaManager", "truncate_by_epoch"]
@@ -106,8 +108,13 @@ def truncate_by_epoch(partition: Partition, leader_epoch: int, leader_end: int) 
 class ReplicaFetcher:
     """Replicates, from one leader broker, every partition this broker follows there."""
 
-    def __init__(self, broker: Broker, leader_id: int) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, cluster: MetadataCache,
+                 registry: PartitionRegistry, host: ReplicaHost, leader_id: int) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.cluster = cluster
+        self.registry = registry
+        self.host = host
         self.leader_id = leader_id
         self.partitions: dict[PartitionKey, _Following] = {}
         self._wake = asyncio.Event()
@@ -122,7 +129,7 @@ class ReplicaFetcher:
         self._dirty: set[PartitionKey] = set()  # partitions to look at next round
 
     def __repr__(self) -> str:
-        return f"ReplicaFetcher(broker {self.broker.broker_id} <- {self.leader_id})"
+        return f"ReplicaFetcher(broker {self.broker_id} <- {self.leader_id})"
 
     def add(self, key: PartitionKey, leader_epoch: int) -> None:
         self.partitions[key] = _Following(leader_epoch)
@@ -151,7 +158,7 @@ class ReplicaFetcher:
 
     def _partition(self, key: PartitionKey) -> Partition | None:
         """The hosted partition if this fetcher should still replicate it."""
-        partition = self.broker.partitions.get(key)
+        partition = self.registry.hosted.get(key)
         following = self.partitions.get(key)
         if partition is None or following is None or partition.leader_id != self.leader_id \
                 or partition.leader_epoch != following.leader_epoch \
@@ -160,9 +167,9 @@ class ReplicaFetcher:
         return partition
 
     async def _run(self) -> None:
-        base = self.broker.config.replica_fetch_backoff_ms / 1000
+        base = self.config.replica_fetch_backoff_ms / 1000
         failures = 0
-        while not self.broker.stopping:
+        while not self.host.stopping:
             if not self.partitions:
                 await self._disconnect()  # nothing to follow here: free the connection
                 self._wake.clear()
@@ -199,13 +206,13 @@ class ReplicaFetcher:
         if self._connection is not None and self._connection.is_open:
             return self._connection
         await self._disconnect()
-        registration = self.broker.live_brokers.get(self.leader_id)
+        registration = self.cluster.live_brokers.get(self.leader_id)
         if registration is None:
             return None  # the leader is not registered (yet, or any more)
         from wire.connection import BrokerConnection
 
         connection = BrokerConnection(registration.host, registration.port,
-                                      client_id=f"strata-replica-{self.broker.broker_id}")
+                                      client_id=f"strata-replica-{self.broker_id}")
         await connection.connect(timeout=5.0)
         self._connection = connection
         return connection
@@ -251,7 +258,7 @@ class ReplicaFetcher:
         removed, appended to, truncated) are looked at: a round costs what changed, not
         the thousands of idle partitions this broker may follow from one leader.
         """
-        config = self.broker.config
+        config = self.config
         by_topic: dict[str, list[FetchPartition]] = {}
         full = self._session_epoch == 0
         considered = list(self.partitions) if full else list(self._dirty)
@@ -284,7 +291,7 @@ class ReplicaFetcher:
         request = FetchRequest([FetchTopic(t, ps) for t, ps in by_topic.items()],
                                max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=1,
                                max_bytes=max(config.replica_fetch_max_bytes, 1 << 20) * 4,
-                               replica_id=self.broker.broker_id,
+                               replica_id=self.broker_id,
                                session_id=0 if full else self._session_id,
                                session_epoch=self._session_epoch,
                                forgotten_topics=[ForgottenTopic(t, ps)
@@ -324,7 +331,7 @@ class ReplicaFetcher:
                                               told[0])
                 except LogStorageError as err:
                     log.error("%s is OFFLINE on this follower: %s", partition.name, err)
-                    self.broker.offline[key] = err
+                    self.registry.offline[key] = err
                     self.remove(key)
                 except StrataError as err:
                     # One partition's bad answer must not stop the others: log it and
@@ -365,8 +372,15 @@ class ReplicaFetcher:
 class ReplicaManager:
     """This broker's followers (fetchers) and its leaders' ISR upkeep."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, cluster: MetadataCache,
+                 registry: PartitionRegistry, coordinator: Coordinator,
+                 host: ReplicaHost) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.cluster = cluster
+        self.registry = registry
+        self.coordinator = coordinator
+        self.host = host
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._isr_writes: set[PartitionKey] = set()
         self._isr_queue: dict[PartitionKey, tuple[Partition, list[int]]] = {}
@@ -400,7 +414,7 @@ class ReplicaManager:
         self.unfollow(key)
         if fetcher is None:
             fetcher = self.fetchers[partition.leader_id] = ReplicaFetcher(
-                self.broker, partition.leader_id)
+                self.config, self.cluster, self.registry, self.host, partition.leader_id)
         fetcher.add(key, partition.leader_epoch)
 
     def unfollow(self, key: PartitionKey) -> None:
@@ -416,10 +430,10 @@ class ReplicaManager:
     # ------------------------------------------------------------------ ISR upkeep
     def consider_isr(self, key: PartitionKey, partition: Partition) -> None:
         """Propose an ISR change for ``partition`` now if it needs one (after a fetch)."""
-        if key in self._isr_writes or self.broker.zookeeper_suspended:
+        if key in self._isr_writes or self.host.zookeeper_suspended:
             return
-        proposed = partition.isr_change(self.broker.config.replica_lag_time_max_ms,
-                                        self.broker.shutting_down)
+        proposed = partition.isr_change(self.config.replica_lag_time_max_ms,
+                                        self.cluster.shutting_down)
         if proposed is None:
             return
         if any(b not in partition.isr for b in proposed):
@@ -432,13 +446,13 @@ class ReplicaManager:
             self._isr_writer = asyncio.get_running_loop().create_task(self._write_isrs())
 
     async def _maintain(self) -> None:
-        interval = max(self.broker.config.replica_lag_time_max_ms / 2000, 0.05)
+        interval = max(self.config.replica_lag_time_max_ms / 2000, 0.05)
         checkpointed: dict[PartitionKey, int] = {}
         while True:
             await asyncio.sleep(interval)
             try:
                 changed = []
-                hosted = self.broker.partitions
+                hosted = self.registry.hosted
                 sliced = time.monotonic()
                 for key, partition in list(hosted.items()):
                     if time.monotonic() - sliced > _UPKEEP_SLICE_S:
@@ -485,14 +499,14 @@ class ReplicaManager:
             queued, self._isr_queue = self._isr_queue, {}
             states: dict[PartitionKey, PartitionState] = {}
             for key, (partition, proposed) in queued.items():
-                current = self.broker.partition_states.get(key)
+                current = self.cluster.partition_states.get(key)
                 states[key] = PartitionState(partition.leader_id, partition.leader_epoch,
                                              proposed,
                                              current.controller_epoch if current else 0,
                                              partition.state_version)
             try:
                 outcome = await asyncio.to_thread(
-                    self.broker.coordinator.write_partition_states, states)
+                    self.coordinator.write_partition_states, states)
             except Exception as err:  # ZooKeeper trouble: proposed again on the next round
                 log.warning("changing the ISR of %d partition(s) failed: %r", len(states), err)
                 outcome = None
@@ -503,10 +517,10 @@ class ReplicaManager:
             for key, written in outcome.written.items():
                 log.debug("%s-%d: ISR %s -> %s", key[0], key[1], queued[key][0].isr,
                           written.isr)
-                self.broker.apply_partition_state(key[0], key[1], written, quiet=True)
+                self.host.apply_partition_state(key[0], key[1], written, quiet=True)
             # Someone (the controller) changed the state first: take theirs.
             for key, fresh in outcome.conflicts.items():
-                self.broker.apply_partition_state(key[0], key[1], fresh, quiet=True)
+                self.host.apply_partition_state(key[0], key[1], fresh, quiet=True)
             if outcome.written:
                 first = next(iter(outcome.written))
                 log.info("ISR changed for %d partition(s) (e.g. %s-%d: %s)%s",

@@ -29,10 +29,12 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 import brokers.group_coordinator as gc
 from brokers.group_assignors import COOPERATIVE_STICKY, RANGE, assign
 from brokers.group_coordinator import Group, GroupCoordinator, Member, _Shard
+from brokers.services import MetadataCache, PartitionRegistry
 from wire.errors import NotEnoughReplicasError
 from wire.protocol import (
     JOIN_EPOCH,
@@ -75,13 +77,13 @@ def make_coordinator(counts: dict[str, int], store: FakeStore, *, max_size: int 
                              group_min_session_timeout_ms=1_000,
                              group_max_session_timeout_ms=60_000,
                              group_heartbeat_interval_ms=500, group_max_size=max_size,
-                             offset_metadata_max_bytes=100)
+                             offset_metadata_max_bytes=100, broker_id=0)
     leader = SimpleNamespace(is_leader=True, fenced=False, leader_epoch=0)
-    broker = SimpleNamespace(config=config, topics=topics, broker_id=0,
-                             partitions={("__consumer_offsets", 0): leader},
-                             metrics=SimpleNamespace(
-                                 registry=SimpleNamespace(register=lambda _: None)))
-    coordinator = GroupCoordinator(broker)  # type: ignore[arg-type]
+    cluster = MetadataCache(0, topics=topics)  # type: ignore[arg-type]
+    registry = PartitionRegistry({("__consumer_offsets", 0): leader})  # type: ignore[dict-item]
+    coordinator = GroupCoordinator(config, cluster, registry,  # type: ignore[arg-type]
+                                   coordinator=None, host=None,  # type: ignore[arg-type]
+                                   metrics_registry=CollectorRegistry())
     coordinator._shards[0] = _Shard(0, 0)
     coordinator._write = store.write  # type: ignore[method-assign]
     return coordinator

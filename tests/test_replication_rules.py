@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from brokers.controller import elect, plan_elections
+from brokers.controller import assign_replicas, elect, plan_elections
 from brokers.coordination import PartitionState, TopicDefinition
-from brokers.handlers import assign_replicas
 from brokers.log import LogConfig
 from brokers.partition import FetchSessionClock, Partition
 from brokers.replication import truncate_by_epoch
