@@ -1,6 +1,6 @@
 """The gateway application: Confluent REST Proxy v3 routes over shared producers.
 
-``create_app`` returns a :class:`GatewayApp` (``ingest_gateway._produce``): the two
+``create_app`` returns a :class:`GatewayApp` (``ingest_gateway._route``): the two
 produce routes are served there as plain ASGI, everything else by the FastAPI app built
 here. One ``AsyncProducer`` per ``acks`` value per process, created lazily and closed
 (flushed) when the app shuts down, and one ``Coalescer`` gathering the records of
@@ -41,11 +41,11 @@ from ingest_gateway._auth import (
     Action,
     Authenticator,
     GatewayConfigError,
-    GatewayHttpError,
     Principal,
     RateLimiter,
     load_auth_config,
 )
+from ingest_gateway._coalescer import Coalescer
 from ingest_gateway._codec import as_int, encode_data, iso_timestamp
 from ingest_gateway._config import CONFIG_ENV, GatewayConfig
 from ingest_gateway._errors import HttpError, from_strata_error, unavailable
@@ -59,13 +59,8 @@ from ingest_gateway._openapi import (
     RECORDS_ANSWERS,
 )
 from ingest_gateway._openapi import errors as _errors
-from ingest_gateway._produce import (
-    Coalescer,
-    GatewayApp,
-    check_length,
-    check_media,
-    serve_produce,
-)
+from ingest_gateway._plan import check_length, check_media
+from ingest_gateway._route import GatewayApp, serve_produce
 from ingest_gateway._server import serve_one, serve_workers
 from strata.client import (
     AsyncAdmin,
@@ -395,15 +390,10 @@ def _install_handlers(app: FastAPI) -> None:
     def error_response(err: HttpError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
-    @app.exception_handler(HttpError)
+    @app.exception_handler(HttpError)  # also the auth errors (401, 403, 429): subclasses
     async def http_error(request: Request, err: HttpError) -> JSONResponse:
         _state(request).metrics.error(err.error_code)
         return error_response(err)
-
-    @app.exception_handler(GatewayHttpError)
-    async def auth_error(request: Request, err: GatewayHttpError) -> JSONResponse:
-        _state(request).metrics.error(err.error_code)
-        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, err: RequestValidationError) -> JSONResponse:

@@ -3,7 +3,8 @@
 This module is the security/limits building block of issue [5/7]. It has no FastAPI
 dependency: the app calls :meth:`Authenticator.authenticate` with the raw ``Authorization``
 header, :meth:`Authenticator.authorize` with the action and topic of the request, and
-:meth:`RateLimiter.check`, and turns any :class:`GatewayHttpError` into a response with
+:meth:`RateLimiter.check`, and turns their errors (``HttpError`` subclasses from
+``ingest_gateway._errors``, the gateway's one HTTP error type) into a response with
 ``status``, ``headers`` and ``body()``. Keeping it framework-free keeps it unit-testable
 without a server and lets the app choose where in the request path each check runs.
 
@@ -84,6 +85,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+from ingest_gateway._errors import HttpError
+
 __all__ = [
     "ALL_ACCESS",
     "ANONYMOUS",
@@ -97,7 +100,6 @@ __all__ = [
     "Authenticator",
     "ForbiddenError",
     "GatewayConfigError",
-    "GatewayHttpError",
     "Principal",
     "RateLimitedError",
     "RateLimiter",
@@ -279,52 +281,38 @@ class GatewayConfigError(Exception):
     what to change."""
 
 
-class GatewayHttpError(Exception):
-    """An error the app returns as ``status`` with ``headers`` and the JSON ``body()``."""
-
-    def __init__(
-        self,
-        status: int,
-        error_code: int,
-        message: str,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_code = error_code
-        self.message = message
-        self.headers: dict[str, str] = dict(headers or {})
-
-    def body(self) -> dict[str, int | str]:
-        """The Confluent REST Proxy v3 error body."""
-        return {"error_code": self.error_code, "message": self.message}
+# The refusals below are ``HttpError``s (``_errors``): a request refused here produced
+# nothing, so they are ``not_written`` (a streamed record refused by the rate limit is
+# answered in its line, and an idempotent retry may produce it).
 
 
-class UnauthorizedError(GatewayHttpError):
+class UnauthorizedError(HttpError):
     """401 / 40101: no usable credentials. Carries ``WWW-Authenticate`` for both schemes."""
 
     def __init__(self, message: str) -> None:
         super().__init__(
             401,
-            40101,
             message,
-            {"WWW-Authenticate": 'Bearer realm="strata", Basic realm="strata"'},
+            error_code=40101,
+            headers={"WWW-Authenticate": 'Bearer realm="strata", Basic realm="strata"'},
+            not_written=True,
         )
 
 
-class ForbiddenError(GatewayHttpError):
+class ForbiddenError(HttpError):
     """403 / 40301: the key is valid but its ACLs do not allow the request."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(403, 40301, message)
+        super().__init__(403, message, error_code=40301, not_written=True)
 
 
-class RateLimitedError(GatewayHttpError):
+class RateLimitedError(HttpError):
     """429 / 42901 with ``Retry-After`` in whole seconds (at least 1, rounded up)."""
 
     def __init__(self, message: str, retry_after_s: float) -> None:
         seconds = max(1, math.ceil(retry_after_s)) if math.isfinite(retry_after_s) else 1
-        super().__init__(429, 42901, message, {"Retry-After": str(seconds)})
+        super().__init__(429, message, error_code=42901,
+                         headers={"Retry-After": str(seconds)}, not_written=True)
         self.retry_after_s = seconds
 
 

@@ -1,7 +1,10 @@
-"""HTTP errors in the Confluent REST Proxy v3 shape, and the ``wire.errors`` mapping.
+"""The gateway's one HTTP error type, in the Confluent REST Proxy v3 shape, and the
+``wire.errors`` mapping.
 
 Every error body is ``{"error_code": <int>, "message": "<what happened and what to do>"}``;
-``error_code`` is the HTTP status (as Confluent v3 does for these cases).
+``error_code`` is the HTTP status (as Confluent v3 does for these cases), except for the
+auth refusals, which subclass ``HttpError`` in ``_auth`` with their own codes (40101,
+40301, 42901).
 """
 
 from __future__ import annotations

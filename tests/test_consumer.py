@@ -26,7 +26,8 @@ from strata.client import (
     NewTopic,
     TopicPartition,
 )
-from strata.client.consumer import error_from_code, records_from_table
+from strata.client._common import error_from_code
+from strata.client.consumer import records_from_table
 from tests.support.broker_process import BrokerProcess
 from wire.connection import BrokerConnection
 from wire.errors import NetworkError, OffsetOutOfRangeError, StrataError
@@ -329,7 +330,7 @@ def test_long_poll_returns_when_data_arrives(bootstrap: str, topic: Callable[[in
 
 def answered(consumer: Consumer) -> None:
     """Wait (on the consumer's loop) until the fetches in flight are answered."""
-    fetches = [f.task for f in consumer._consumer._inflight.values()]
+    fetches = [f.task for f in consumer._consumer._fetcher.inflight.values()]
     assert fetches, "no fetch in flight"
 
     async def wait() -> None:

@@ -26,7 +26,6 @@ from ingest_gateway._auth import (
     Authenticator,
     ForbiddenError,
     GatewayConfigError,
-    GatewayHttpError,
     Principal,
     RateLimitedError,
     RateLimiter,
@@ -36,6 +35,7 @@ from ingest_gateway._auth import (
     load_auth_config,
     verify_secret,
 )
+from ingest_gateway._errors import HttpError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "ingest_gateway" / "auth.example.toml"
 FAST = 1_000  # iterations for hashes the tests verify
@@ -432,7 +432,7 @@ def test_malformed_or_missing_header(
 
 
 def test_401_body_and_headers(auth: Authenticator) -> None:
-    with pytest.raises(GatewayHttpError) as info:
+    with pytest.raises(HttpError) as info:
         auth.authenticate(None)
     err = info.value
     assert err.status == 401 and err.error_code == 40101

@@ -15,26 +15,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest_gateway._produce import (
-    SLICE_OVERHEAD,
-    Coalescer,
-    SendFailed,
-    _batch_answer,
-    _batch_plan,
+from ingest_gateway._coalescer import SLICE_OVERHEAD, Coalescer, SendFailed, _slices, part_of
+from ingest_gateway._plan import (
     _decode_batch,
     _decode_string_batch,
     _info,
-    _info_json,
-    _lines_answer,
     _NotPlain,
-    _part_of,
-    _records_plan,
-    _slices,
-    _Uniform,
-    match_produce,
+    batch_plan,
     plan_general,
     plan_quick,
     plan_strings,
+    records_plan,
+)
+from ingest_gateway._route import (
+    _batch_answer,
+    _info_json,
+    _lines_answer,
+    _Uniform,
+    match_produce,
 )
 from ingest_gateway._server import _HeldHeadersTransport
 
@@ -78,10 +76,10 @@ def test_quick_batch_decoding_agrees_with_the_codec(entries: list[dict[str, Any]
     try:
         quick = plan_quick(_decode_batch(body).entries, labels, batch=True)
     except (msgspec.MsgspecError, _NotPlain):
-        return  # the codec decides (what _batch_plan does)
+        return  # the codec decides (what batch_plan does)
     assert all(e is None for e in general.errors), "quick path accepted an invalid entry"
     assert _columns(quick) == _columns(general)
-    assert _columns(_batch_plan(body)) == _columns(general)
+    assert _columns(batch_plan(body)) == _columns(general)
 
 
 def test_plain_shapes_take_the_quick_path() -> None:
@@ -102,19 +100,19 @@ def test_plain_shapes_take_the_quick_path() -> None:
 @given(record=_entry.filter(lambda e: "id" not in e))
 def test_quick_single_record_agrees_with_the_codec(record: dict[str, Any]) -> None:
     general = plan_general([record], ["record"], [""], batch=False)
-    assert _columns(_records_plan(json.dumps(record).encode())) == _columns(general)
+    assert _columns(records_plan(json.dumps(record).encode())) == _columns(general)
 
 
 def test_records_bodies_one_many_and_broken() -> None:
-    two = _records_plan(b'{"value": null} {"value": {"type": "STRING", "data": "b"}}')
+    two = records_plan(b'{"value": null} {"value": {"type": "STRING", "data": "b"}}')
     assert two.labels == ["records[0]", "records[1]"] and two.values == [None, b"b"]
-    trailing = _records_plan(b'{"value": null} {"val')
+    trailing = records_plan(b'{"value": null} {"val')
     assert trailing.labels == ["records[0]", "records[1]"]
     assert trailing.errors[1] is not None and trailing.errors[1].status == 422
     with pytest.raises(Exception, match="body: not valid JSON"):
-        _records_plan(b'{"value": ')
+        records_plan(b'{"value": ')
     with pytest.raises(Exception, match="expected a JSON record"):
-        _records_plan(b"  ")
+        records_plan(b"  ")
 
 
 @pytest.mark.parametrize(("path", "expected"), [
@@ -185,11 +183,11 @@ def test_a_gathering_is_sent_in_slices_of_batch_size() -> None:
     assert _slices([1000, 1], 1001, 100) == [(0, 1), (1, 2)]  # one record over: alone
     failed = SendFailed(RuntimeError("leader gone"), sent=True)
     parts: list[Any] = [(0, 2, ["metas-a"]), (2, 4, failed), (4, 5, ["metas-c"])]
-    assert _part_of(parts, 1) == (["metas-a"], 1)
-    assert _part_of(parts, 3) == (failed, 1)
-    assert _part_of(parts, 4) == (["metas-c"], 0)
+    assert part_of(parts, 1) == (["metas-a"], 1)
+    assert part_of(parts, 3) == (failed, 1)
+    assert part_of(parts, 4) == (["metas-c"], 0)
     with pytest.raises(LookupError):
-        _part_of(parts, 5)
+        part_of(parts, 5)
 
 
 @settings(max_examples=300, deadline=None)
@@ -226,7 +224,7 @@ def test_string_batch_columns_with_mixed_sizes_and_ids() -> None:
         general = plan_general(entries, labels, labels, batch=True)
         assert _columns(quick) == _columns(general)
         strings = plan_strings(_decode_string_batch(body).entries, labels, batch=True)
-        assert _columns(strings) == _columns(general) == _columns(_batch_plan(body))
+        assert _columns(strings) == _columns(general) == _columns(batch_plan(body))
         assert quick.sizes == [0, 100, 9, 100]
         assert quick.value_info[1] is quick.value_info[3]  # one shared info per size
 
@@ -279,7 +277,7 @@ def test_uniform_answers_are_the_per_record_answers(
     reports = [(code, uniform.report(plan, i), None) for i in range(len(entries))]
     assert _batch_answer(plan, uniform).body == _batch_answer(plan, reports).body
     body = json.dumps({"entries": entries}).encode()
-    quick = _batch_plan(body)
+    quick = batch_plan(body)
     assert _batch_answer(quick, uniform).body == _batch_answer(plan, reports).body
     plan.ids = None
     lines = [(code, uniform.report(plan, i), None) for i in range(len(entries))]

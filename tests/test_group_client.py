@@ -282,11 +282,11 @@ def test_callbacks_follow_the_assignment_and_revoke_commits_first() -> None:
         await poll_until(consumer, lambda: any(
             hb.owned == [GroupTopicPartitions("t", [0, 1])] for hb in link.heartbeats))
         assert consumer.member_id == "m1"
-        assert consumer._states[T0].position == 5  # the committed offset
+        assert consumer._subscription.states[T0].position == 5  # the committed offset
 
         # Records up to 9 and 3 were returned by poll: pretend so.
-        consumer._states[T0].reposition(9)
-        consumer._states[T1].reposition(3)
+        consumer._subscription.states[T0].reposition(9)
+        consumer._subscription.states[T1].reposition(3)
         link.epoch = 2
         link.assignment = {T0, T2}
         await poll_until(consumer, lambda: consumer.assignment() == {T0, T2})
@@ -364,19 +364,19 @@ def test_auto_commit_in_poll_commits_only_returned_positions() -> None:
     async def run() -> None:
         consumer, link, log = scripted(auto_commit_interval_ms=60_000)
         now = [0.0]
-        consumer._auto_commit = AutoCommitTimer(1_000, clock=lambda: now[0])
+        consumer._offsets.auto_commit_timer = AutoCommitTimer(1_000, clock=lambda: now[0])
         link.offsets = {T0: 10}
         link.assignment = {T0}
         consumer.subscribe(["t"])
-        await poll_until(consumer, lambda: consumer._states.get(T0) is not None and
-                         consumer._states[T0].position == 10)
+        await poll_until(consumer, lambda: consumer._subscription.states.get(T0) is not None and
+                         consumer._subscription.states[T0].position == 10)
         await consumer.poll(timeout_ms=0)
         assert not [e for e in log if e[0] == "commit"]  # not due yet
         now[0] = 1.0
         await consumer.poll(timeout_ms=0)
         await asyncio.sleep(0.05)
         assert not [e for e in log if e[0] == "commit"]  # due, but nothing new to commit
-        consumer._states[T0].reposition(17)  # poll returned records up to 16
+        consumer._subscription.states[T0].reposition(17)  # poll returned records up to 16
         now[0] = 2.5
         await consumer.poll(timeout_ms=0)
         await asyncio.sleep(0.05)
@@ -395,10 +395,10 @@ def test_close_after_a_processing_error_does_not_commit_the_last_poll(fails: boo
         with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
             async with consumer:
                 consumer.subscribe(["t"])
-                await poll_until(consumer, lambda: consumer._states.get(T0) is not None
-                                 and consumer._states[T0].position == 5)
+                await poll_until(consumer, lambda: consumer._subscription.states.get(T0) is not None
+                                 and consumer._subscription.states[T0].position == 5)
                 await consumer.poll(timeout_ms=0)  # the last poll: "returns" 5..8
-                consumer._states[T0].position = 9
+                consumer._subscription.states[T0].position = 9
                 if fails:
                     raise RuntimeError("processing record 6 failed")
         commits = [entry for entry in log if entry[0] == "commit"]
@@ -419,10 +419,10 @@ def test_commit_from_on_revoke_after_a_processing_error_stops_before_the_last_po
         with pytest.raises(RuntimeError):
             async with consumer:
                 consumer.subscribe(["t"], on_revoke=lambda ps: consumer.commit())
-                await poll_until(consumer, lambda: consumer._states.get(T0) is not None
-                                 and consumer._states[T0].position == 5)
+                await poll_until(consumer, lambda: consumer._subscription.states.get(T0) is not None
+                                 and consumer._subscription.states[T0].position == 5)
                 await consumer.poll(timeout_ms=0)  # the last poll: "returns" 5..504
-                consumer._states[T0].position = 505
+                consumer._subscription.states[T0].position = 505
                 raise RuntimeError("processing record 8 failed")
         assert [e for e in log if e[0] == "commit"] == [("commit", "m1", {T0: 5})]
 
@@ -539,11 +539,12 @@ def test_interrupted_poll_gives_its_records_back() -> None:
         consumer.assign([T0, T1])
         consumer.seek(T0, 10)
         consumer.seek(T1, 20)
-        consumer._states[T0].position = 13  # records 10..12 drained, never delivered
+        consumer._subscription.states[T0].position = 13  # records 10..12 drained, never delivered
         table = pa.table({"topic": ["t", "t", "t"], "partition": [0, 0, 0],
                           "offset": [10, 11, 12]})
-        consumer._rewind(table)
-        assert consumer._states[T0].position == 10 and consumer._states[T1].position == 20
+        consumer._offsets.rewind(table)
+        states = consumer._subscription.states
+        assert states[T0].position == 10 and states[T1].position == 20
         await consumer.close()
 
     asyncio.run(run())

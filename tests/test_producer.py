@@ -767,7 +767,8 @@ def test_out_of_order_sequence_fails_the_partition_then_recovers(broker: BrokerP
     topic = create_topic(broker.bootstrap, _topic("gap"))
     with Producer(broker.bootstrap, linger_ms=1) as producer:
         results([producer.send(topic, f"a{i}".encode()) for i in range(5)])
-        state = producer._engine._partitions[(topic, 0)]
+        assert producer._sender.idempotence is not None
+        state = producer._sender.idempotence.sequences[(topic, 0)]
         pid, epoch = state.producer_id, state.producer_epoch
         assert state.next_sequence == 5
 

@@ -23,8 +23,20 @@ processing a poll's records before polling again (at-least-once)::
             for record in consumer.poll(timeout_ms=1000):
                 process(record)  # done before the next poll(), which commits it
 
+Every client takes the bootstrap servers first (``bootstrap_servers``, positionally or by
+name). The producer's and the consumer's options are one type each, shared by the blocking
+and the asyncio face: keyword options (``ProducerOptions`` / ``ConsumerOptions``) are
+validated once into a frozen ``ProducerConfig`` / ``ConsumerConfig``, which either face
+also takes instead of the bootstrap servers.
+
 Errors are the typed ``wire.errors`` classes (re-exported here), each with a wire
 ``code``, a ``name`` and a message that says what to do.
+
+Modules, one job each: ``producer`` (the producer's faces) over ``_accumulator``,
+``_sender``, ``_idempotence`` and ``_delivery``; ``consumer`` (the consumer's faces, the
+poll loop and rebalance steps) over ``_subscription``, ``_fetcher``, ``_offsets`` and
+``_group``; ``admin``; ``sink``; and the shared ``_config``, ``_cluster``, ``_common`` and
+``_sync``.
 """
 
 from strata.client.admin import (
@@ -57,6 +69,8 @@ from strata.client.consumer import (
     CommitCallback,
     CommitFailedError,
     Consumer,
+    ConsumerConfig,
+    ConsumerOptions,
     ConsumerRecord,
     OffsetResetStrategy,
     PartitionsCallback,
@@ -69,6 +83,8 @@ from strata.client.producer import (
     DeliveryTimeoutError,
     Producer,
     ProducerClosedError,
+    ProducerConfig,
+    ProducerOptions,
     RecordMetadata,
 )
 from wire.errors import (
@@ -114,6 +130,8 @@ __all__ = [
     "DeliveryTimeoutError",
     "Producer",
     "ProducerClosedError",
+    "ProducerConfig",
+    "ProducerOptions",
     "RecordMetadata",
     "RecordTooLargeError",
     "RequestTimedOutError",
@@ -146,6 +164,8 @@ __all__ = [
     "UnsupportedAssignorError",
     "ConfigValue",
     "Consumer",
+    "ConsumerConfig",
+    "ConsumerOptions",
     "ConsumerRecord",
     "ElectionResult",
     "CorruptRecordError",

@@ -36,9 +36,11 @@ class PartitionInfo:
     isr: tuple[int, ...]
 
 
-def parse_bootstrap(bootstrap: str | list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
+def parse_bootstrap(bootstrap_servers: str | list[str] | tuple[str, ...]
+                    ) -> list[tuple[str, int]]:
     """``"host:port,host:port"`` (or a list) to addresses; a clear error when malformed."""
-    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    items = bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) \
+        else list(bootstrap_servers)
     out: list[tuple[str, int]] = []
     for item in (i.strip() for i in items):
         if not item:
@@ -56,9 +58,10 @@ def parse_bootstrap(bootstrap: str | list[str] | tuple[str, ...]) -> list[tuple[
 
 
 class Cluster:
-    def __init__(self, bootstrap: str | list[str], *, client_id: str = "strata-python",
-                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100) -> None:
-        self.bootstrap = parse_bootstrap(bootstrap)
+    def __init__(self, bootstrap_servers: str | list[str], *,
+                 client_id: str = "strata-python", request_timeout_ms: int = 30_000,
+                 retry_backoff_ms: int = 100) -> None:
+        self.bootstrap_addresses = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
@@ -102,7 +105,7 @@ class Cluster:
 
     def _candidates(self) -> list[tuple[str, int]]:
         seen: list[tuple[str, int]] = []
-        for address in [*self.brokers.values(), *self.bootstrap]:
+        for address in [*self.brokers.values(), *self.bootstrap_addresses]:
             if address not in seen:
                 seen.append(address)
         return seen

@@ -57,15 +57,10 @@ from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar
 
 from strata.client._cluster import Cluster
+from strata.client._common import TopicPartition, error_from_code, is_transient
 from strata.client._group import Coordinator, CoordinatorLink
+from strata.client._offsets import list_offsets, list_offsets_once
 from strata.client._sync import EventLoopThread
-from strata.client.consumer import (
-    TopicPartition,
-    error_from_code,
-    is_transient,
-    list_offsets,
-    list_offsets_once,
-)
 from wire.errors import (
     GroupIdNotFoundError,
     NetworkError,
@@ -465,14 +460,14 @@ class AsyncAdmin:
     """asyncio admin client. Requests that any broker can answer (topic admin, configs,
     metadata) go to the first broker that answers; offsets go to each partition's leader."""
 
-    def __init__(self, bootstrap: str | list[str], *, client_id: str = "strata-admin",
+    def __init__(self, bootstrap_servers: str | list[str], *, client_id: str = "strata-admin",
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100) -> None:
         if request_timeout_ms < 1000:
             raise ValueError(f"request_timeout_ms={request_timeout_ms} is too small; "
                              "use 1000 or more")
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
-        self._cluster = Cluster(bootstrap, client_id=client_id,
+        self._cluster = Cluster(bootstrap_servers, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms)
         self._links: dict[str, CoordinatorLink] = {}
@@ -1075,9 +1070,9 @@ class Admin:
     """Blocking admin client: an ``AsyncAdmin`` on a private event-loop thread. Same
     arguments and methods as ``AsyncAdmin``."""
 
-    def __init__(self, bootstrap: str | list[str], *, client_id: str = "strata-admin",
+    def __init__(self, bootstrap_servers: str | list[str], *, client_id: str = "strata-admin",
                  request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100) -> None:
-        self._admin = AsyncAdmin(bootstrap, client_id=client_id,
+        self._admin = AsyncAdmin(bootstrap_servers, client_id=client_id,
                                  request_timeout_ms=request_timeout_ms,
                                  retry_backoff_ms=retry_backoff_ms)
         self._thread = EventLoopThread("strata-admin")

@@ -29,8 +29,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from strata.client._cluster import Cluster
+from strata.client._common import TopicPartition, error_from_code, is_transient
 from strata.client._sync import EventLoopThread
-from strata.client.consumer import TopicPartition, error_from_code, is_transient
 from wire.errors import (
     NetworkError,
     StrataError,
@@ -123,7 +123,7 @@ class StagingWriter:
     fast producer of batches cannot run out of memory.
     """
 
-    def __init__(self, bootstrap: str | list[str], *, staging_id: str | None = None,
+    def __init__(self, bootstrap_servers: str | list[str], *, staging_id: str | None = None,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  max_pending: int = 32, client_id: str = "strata-sink",
                  direct: bool = False) -> None:
@@ -133,7 +133,7 @@ class StagingWriter:
         self.direct = direct
         self.delivery_timeout_ms = delivery_timeout_ms
         self._thread = EventLoopThread("strata-sink-writer")
-        self._cluster = Cluster(bootstrap, client_id=client_id,
+        self._cluster = Cluster(bootstrap_servers, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms)
         self._partitions: dict[TopicPartition, _PartitionStage] = {}
         self._pending: list[Future[None]] = []
@@ -345,10 +345,11 @@ async def abort_staged(cluster: Cluster, parts: Mapping[TopicPartition, Iterable
 class SinkCommitter:
     """Blocking facade for the coordinator side: ``commit`` and ``abort`` (own I/O thread)."""
 
-    def __init__(self, bootstrap: str | list[str], *, request_timeout_ms: int = 30_000,
+    def __init__(self, bootstrap_servers: str | list[str], *,
+                 request_timeout_ms: int = 30_000,
                  client_id: str = "strata-sink-committer") -> None:
         self._thread = EventLoopThread("strata-sink-committer")
-        self._cluster = Cluster(bootstrap, client_id=client_id,
+        self._cluster = Cluster(bootstrap_servers, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms)
 
     def commit(self, producer_id: int, batch_id: int,

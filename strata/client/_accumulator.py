@@ -1,0 +1,680 @@
+"""The producer's record accumulator: records waiting, per partition, to be sent.
+
+Job: take records from ``send`` / ``send_batch`` (type checks and the ``batch_size``
+estimate, partitioning: Kafka's murmur2 of the key, sticky partitioning for null keys),
+append them to their partition's *open batch* (plain Python lists; the sender encodes a
+batch once, when it first sends it), close batches at ``batch_size`` or after
+``linger_ms``, account ``buffer_memory`` and make callers wait (or raise
+``BufferFullError``) while it is full, and tell the sender which partitions can send now
+(``ready``). It never does I/O and never completes a delivery future.
+
+Invariants:
+
+- Per partition (``PartitionQueue``): at most one open batch, filling, and a FIFO
+  ``queue`` of closed ones; ``queue[0]`` is the next (or the in-flight) batch, and a batch
+  leaves the queue only through ``release``, once, when it is finished for good. Records
+  of a partition therefore go out in the order they were appended.
+- ``buffered`` is the size estimate of every appended record whose batch is not released
+  yet; an append that would pass ``buffer_memory`` waits instead (one ``send_batch``
+  chunk larger than the whole buffer is let into an empty buffer).
+- A closed batch is never appended to again; a batch holds at most
+  ``MAX_RECORDS_PER_BATCH`` records.
+
+Thread-safety: ``lock`` guards the open batches and queues, ``buffered`` and the sticky
+partitioner, because the blocking face appends from caller threads; the sender reads and
+releases on the event loop. ``partitions`` only ever grows (under the lock), so one
+lookup by key is safe without it. Waiting for space is a condition wait in caller
+threads and a future on the loop; the loop thread itself never blocks (``send`` from a
+delivery callback raises ``BufferFullError`` instead). ``Wakeup`` is how appends wake the
+sender from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeAlias
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from strata.client._config import ProducerConfig
+from strata.client._delivery import (
+    AnyFuture,
+    BufferFullError,
+    DeliveryFuture,
+    ProducerClosedError,
+    SendBatchGroup,
+    resolve,
+)
+from wire.errors import RecordTooLargeError, StrataError
+from wire.partitioner import (
+    StickyPartitioner,
+    key_partitions,
+    partition_for_key,
+    split_by_partition,
+)
+from wire.record_batch import (
+    MAX_RECORDS_PER_BATCH,
+    NO_SEQUENCE,
+    PAYLOAD_SCHEMA,
+    Compression,
+    build_batch,
+    encode_record_batch,
+)
+
+__all__ = [
+    "RECORD_OVERHEAD",
+    "Accumulator",
+    "Batch",
+    "Header",
+    "Headers",
+    "Key",
+    "PartitionQueue",
+    "Value",
+    "Wakeup",
+]
+
+#: Per-record bytes added to key/value/header lengths in the ``batch_size`` estimate.
+RECORD_OVERHEAD: Final = 16
+_HEADERS_TYPE: Final = PAYLOAD_SCHEMA.field("headers").type
+
+Key: TypeAlias = bytes | bytearray | memoryview | str | None
+Value: TypeAlias = bytes | bytearray | memoryview | str | None
+Headers: TypeAlias = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None
+Header: TypeAlias = tuple[str, bytes | None]
+#: ``send_batch`` input cut into ``(partition or None=sticky, payload, size)`` chunks.
+Chunks: TypeAlias = list[tuple[int | None, pa.RecordBatch, int]]
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _as_bytes(value: Key, what: str) -> bytes | None:
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"record {what} must be bytes, str or None, not {type(value).__name__}; "
+                    "serialize it first")
+
+
+def _normalize_headers(headers: Headers) -> tuple[list[Header] | None, int]:
+    if not headers:
+        return None, 0
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: list[Header] = []
+    size = 0
+    for item in items:
+        try:
+            name, raw = item
+        except (TypeError, ValueError):
+            raise TypeError("headers must be (str, bytes) pairs or a {str: bytes} mapping") \
+                from None
+        if not isinstance(name, str):
+            raise TypeError(f"header key {name!r} must be a str")
+        value = _as_bytes(raw, f"header {name!r} value")
+        out.append((name, value))
+        size += len(name) + (len(value) if value is not None else 0)
+    return out, size
+
+
+def _column(values: Any, name: str) -> pa.Array:
+    """A binary Arrow array from an Arrow array/chunked array or a list of bytes/str/None."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array):
+        try:
+            values = pa.array(values, pa.binary())
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
+            raise TypeError(f"{name} must be bytes/str/None values: {err}") from None
+    if values.type != pa.binary():
+        try:
+            values = values.cast(pa.binary())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            raise TypeError(f"{name} has Arrow type {values.type}; need binary or string") \
+                from err
+    return values
+
+
+# --------------------------------------------------------------------------- batches
+
+
+class Batch:
+    """Records of one partition that travel together; immutable once closed."""
+
+    __slots__ = ("arrow", "attempts", "base_sequence", "condition", "count", "created",
+                 "deadline",
+                 "done_waiters", "encoded", "finished", "futures", "group", "group_index",
+                 "has_keys", "headers", "keys", "last_error", "partition", "retry_at", "size",
+                 "timestamps", "topic", "values")
+
+    def __init__(self, topic: str, partition: int, now: float, delivery_timeout_s: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.created = now
+        self.deadline = now + delivery_timeout_s
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        self.headers: list[list[Header] | None] | None = None
+        self.futures: list[AnyFuture] = []
+        self.condition: threading.Condition | None = None  # shared by DeliveryFutures
+        self.has_keys = False
+        self.arrow: pa.RecordBatch | None = None
+        self.group: SendBatchGroup | None = None
+        self.group_index = -1
+        self.count = 0
+        self.size = 0
+        self.encoded: bytes | None = None
+        self.base_sequence = NO_SEQUENCE
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.last_error: StrataError | None = None
+        self.done_waiters: list[asyncio.Future[None]] = []
+        self.finished = False
+
+    def encode(self, compression: Compression, producer_id: int, producer_epoch: int,
+               base_sequence: int) -> bytes:
+        if self.arrow is not None:
+            return encode_record_batch(self.arrow, compression=compression,
+                                       producer_id=producer_id, producer_epoch=producer_epoch,
+                                       base_sequence=base_sequence)
+        return build_batch(self.values, keys=self.keys if self.has_keys else None,
+                           timestamps=self.timestamps, headers=self.headers,
+                           compression=compression, producer_id=producer_id,
+                           producer_epoch=producer_epoch, base_sequence=base_sequence)
+
+
+class PartitionQueue:
+    """Per-partition queue: ``open`` fills; ``queue[0]`` is the next (or in-flight) batch."""
+
+    __slots__ = ("in_flight", "key", "num_partitions", "open", "queue")
+
+    def __init__(self, topic: str, partition: int, num_partitions: int) -> None:
+        self.key = (topic, partition)
+        self.num_partitions = num_partitions
+        self.open: Batch | None = None
+        self.queue: deque[Batch] = deque()
+        self.in_flight = False  # set and cleared by the sender, on the loop
+
+    def batches(self) -> list[Batch]:
+        out = list(self.queue)
+        if self.open is not None:
+            out.append(self.open)
+        return out
+
+
+class Wakeup:
+    """Wakes the sender task: ``set`` on the loop, ``set_from_any_thread`` from anywhere
+    (one ``call_soon_threadsafe`` per burst of appends)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event: asyncio.Event | None = None
+        self._scheduled = False
+        self._loop_thread_id: int | None = None
+
+    def start(self) -> None:
+        """Bind to the loop thread (call on the loop)."""
+        self._loop_thread_id = threading.get_ident()
+        self.event = asyncio.Event()
+
+    def on_loop_thread(self) -> bool:
+        return threading.get_ident() == self._loop_thread_id
+
+    def set(self) -> None:
+        if self.event is not None:
+            self.event.set()
+
+    def _set_from_thread(self) -> None:
+        self._scheduled = False
+        self.set()
+
+    def set_from_any_thread(self) -> None:
+        if self.on_loop_thread():
+            self.set()
+        elif not self._scheduled:
+            self._scheduled = True
+            try:
+                self.loop.call_soon_threadsafe(self._set_from_thread)
+            except RuntimeError:  # loop closed: the producer is gone
+                self._scheduled = False
+
+
+# --------------------------------------------------------------------------- accumulator
+
+
+class Accumulator:
+    """The open batches and send queues of every partition, and the buffer they fill."""
+
+    def __init__(self, config: ProducerConfig, wakeup: Wakeup) -> None:
+        self.config = config
+        self.wakeup = wakeup
+        self.lock = threading.Lock()
+        self._space = threading.Condition(self.lock)
+        self._space_waiters: list[asyncio.Future[None]] = []
+        self.partitions: dict[tuple[str, int], PartitionQueue] = {}
+        self.buffered = 0
+        self._sticky = StickyPartitioner()
+        self.closing = False
+
+    # ------------------------------------------------------------------ records
+    def prepare(self, key: Key, value: Value, headers: Headers, timestamp_ms: int | None
+                ) -> tuple[bytes | None, bytes | None, list[Header] | None, int, int]:
+        """Type-check one record; return its parts and its size estimate."""
+        k = _as_bytes(key, "key")
+        v = _as_bytes(value, "value")
+        hs, header_bytes = _normalize_headers(headers)
+        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
+        if ts < 0:
+            raise ValueError(f"timestamp_ms={timestamp_ms} must be >= 0 (ms since the epoch)")
+        size = RECORD_OVERHEAD + header_bytes + (len(k) if k is not None else 0) + \
+            (len(v) if v is not None else 0)
+        if size > self.config.buffer_memory:
+            raise RecordTooLargeError(
+                f"a record of about {size} bytes does not fit in buffer_memory="
+                f"{self.config.buffer_memory}; raise buffer_memory or send smaller records")
+        return k, v, hs, ts, size
+
+    @staticmethod
+    def check_partition(topic: str, partition: int | None, num_partitions: int) -> None:
+        if partition is not None and not 0 <= partition < num_partitions:
+            raise ValueError(f"partition {partition} does not exist: topic {topic!r} has "
+                             f"{num_partitions} partition(s), 0..{num_partitions - 1}")
+
+    # ------------------------------------------------------------------ appending
+    def _append_locked(self, topic: str, num_partitions: int, partition: int | None,
+                       key: bytes | None, value: bytes | None, timestamp: int,
+                       headers: list[Header] | None, size: int, future: AnyFuture | None
+                       ) -> tuple[AnyFuture | None, bool]:
+        """Append one record; return ``(its future, wake_sender)``, ``None``: no space.
+
+        ``future`` ``None`` (the sync face) makes a ``DeliveryFuture`` on the batch.
+        """
+        if self.closing:
+            raise ProducerClosedError("send() after close(): create a new producer")
+        if self.buffered + size > self.config.buffer_memory:
+            return None, False
+        config = self.config
+        sticky = partition is None and key is None
+        if partition is None:
+            partition = partition_for_key(key, num_partitions) if key is not None \
+                else self._sticky.partition(topic, num_partitions)
+        st = self._queue(topic, partition, num_partitions)
+        batch = st.open
+        wake = False
+        if batch is not None and (batch.size + size > config.batch_size
+                                  or batch.count >= MAX_RECORDS_PER_BATCH):
+            self._close_open(st)
+            wake = True
+            if sticky:  # the sticky partition moved on: follow it (Kafka's onNewBatch)
+                partition = self._sticky.partition(topic, num_partitions)
+                st = self._queue(topic, partition, num_partitions)
+            batch = st.open
+        now = time.monotonic()
+        if batch is None:
+            batch = st.open = Batch(topic, partition, now, config.delivery_timeout_ms / 1000)
+            wake = True
+        batch.keys.append(key)
+        batch.values.append(value)
+        batch.timestamps.append(timestamp)
+        if key is not None:
+            batch.has_keys = True
+        if headers is not None:
+            if batch.headers is None:
+                batch.headers = [None] * batch.count
+            batch.headers.append(headers)
+        elif batch.headers is not None:
+            batch.headers.append(None)
+        if future is None:
+            if batch.condition is None:
+                batch.condition = threading.Condition()
+            future = DeliveryFuture(batch.condition)
+        batch.futures.append(future)
+        batch.count += 1
+        batch.size += size
+        self.buffered += size
+        if batch.size >= config.batch_size or batch.count >= MAX_RECORDS_PER_BATCH:
+            self._close_open(st)
+            wake = True
+        return future, wake
+
+    def _queue(self, topic: str, partition: int, num_partitions: int) -> PartitionQueue:
+        st = self.partitions.get((topic, partition))
+        if st is None:
+            st = self.partitions[(topic, partition)] = PartitionQueue(
+                topic, partition, num_partitions)
+        else:
+            st.num_partitions = num_partitions
+        return st
+
+    def _close_open(self, st: PartitionQueue) -> None:
+        """Move the open batch to the send queue (lock held); the sticky partition moves."""
+        batch = st.open
+        if batch is None:
+            return
+        st.open = None
+        st.queue.append(batch)
+        self._sticky.batch_closed(st.key[0], st.key[1], st.num_partitions)
+
+    def append_blocking(self, topic: str, num_partitions: int, partition: int | None,
+                        key: bytes | None, value: bytes | None, timestamp: int,
+                        headers: list[Header] | None, size: int) -> AnyFuture:
+        """Append from any thread (waiting on ``_space`` for buffer space); its future."""
+        deadline: float | None = None
+        with self.lock:
+            while True:
+                future, wake = self._append_locked(topic, num_partitions, partition, key,
+                                                   value, timestamp, headers, size, None)
+                if future is not None:
+                    break
+                deadline = self._wait_for_space_sync(deadline)
+        if wake:
+            self.wakeup.set_from_any_thread()
+        return future
+
+    def _wait_for_space_sync(self, deadline: float | None) -> float:
+        """Wait (lock held) for freed buffer space; raise ``BufferFullError`` when not allowed."""
+        if self.config.on_buffer_full == "raise":
+            raise self._buffer_full()
+        if self.wakeup.on_loop_thread():
+            # Blocking the loop thread would stop the very acknowledgements that free space.
+            raise self._buffer_full(" (send() from the producer's own loop thread, e.g. a "
+                                    "delivery callback, cannot block)")
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + self.config.max_block_ms / 1000
+        if now >= deadline or (not self._space.wait(deadline - now)
+                               and time.monotonic() >= deadline):
+            raise self._buffer_full(f" for max_block_ms={self.config.max_block_ms}")
+        return deadline
+
+    async def append_async(self, topic: str, num_partitions: int, partition: int | None,
+                           key: bytes | None, value: bytes | None, timestamp: int,
+                           headers: list[Header] | None, size: int, future: AnyFuture
+                           ) -> None:
+        """Append on the loop; with ``"block"``, await freed space up to ``max_block_ms``."""
+        deadline: float | None = None
+        while True:
+            with self.lock:
+                appended, wake = self._append_locked(topic, num_partitions, partition, key,
+                                                     value, timestamp, headers, size, future)
+            if appended is not None:
+                if wake:
+                    self.wakeup.set()
+                return
+            deadline = await self._wait_for_space_async(deadline)
+
+    async def _wait_for_space_async(self, deadline: float | None) -> float:
+        if self.config.on_buffer_full == "raise":
+            raise self._buffer_full()
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + self.config.max_block_ms / 1000
+        if now >= deadline:
+            raise self._buffer_full(f" for max_block_ms={self.config.max_block_ms}")
+        waiter: asyncio.Future[None] = self.wakeup.loop.create_future()
+        self._space_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, deadline - now)
+        except TimeoutError:
+            raise self._buffer_full(f" for max_block_ms={self.config.max_block_ms}") from None
+        return deadline
+
+    def _buffer_full(self, detail: str = "", **extra: Any) -> BufferFullError:
+        return BufferFullError(
+            f"producer buffer full: {self.buffered} of buffer_memory="
+            f"{self.config.buffer_memory} bytes await acknowledgement{detail}; slow down, "
+            "flush(), or raise buffer_memory", **extra)
+
+    # ------------------------------------------------------------------ columnar path
+    def plan_columns(self, topic: str, num_partitions: int, values: Any, keys: Any,
+                     partition: int | None, timestamp_ms: int | None) -> Chunks:
+        """Cut whole columns into ``(partition or None=sticky, payload, size)`` chunks.
+
+        All vectorized: sizes come from ``binary_length`` and a cumulative sum, chunk
+        edges from a run-end encoding of ``(cumsum - 1) // batch_size``. Only keyed
+        records without an explicit partition pay a Python murmur2 call each.
+        """
+        value_array = _column(values, "values")
+        n = len(value_array)
+        if n == 0:
+            return []
+        key_array = pa.nulls(n, pa.binary()) if keys is None else _column(keys, "keys")
+        if len(key_array) != n:
+            raise ValueError(f"keys has {len(key_array)} rows but values has {n}")
+        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
+        ts_array = pa.repeat(pa.scalar(ts, pa.int64()), n)
+        # The (all-null) headers column is added per chunk: Arrow's IPC writer does not
+        # trim a *sliced* list array, so a slice of a big one would carry all its offsets.
+        payload = pa.RecordBatch.from_arrays([key_array, value_array, ts_array],
+                                             names=["key", "value", "timestamp"])
+        groups: list[tuple[int | None, pa.RecordBatch]]
+        if partition is not None or key_array.null_count == n:
+            groups = [(partition, payload)]
+        else:
+            # Null keys in a keyed column follow the sticky partition, as with send().
+            targets = key_partitions(key_array, num_partitions, null_target=-1)
+            groups = [(None if p < 0 else p, rows)
+                      for p, rows in split_by_partition(payload, targets)]
+        out: Chunks = []
+        for target, rows in groups:
+            # Common case: the rows fit one batch. Their buffer size plus the per-record
+            # overhead bounds the estimate from above, so no per-row sizes are needed.
+            estimate = rows.nbytes + rows.num_rows * RECORD_OVERHEAD
+            if estimate <= self.config.batch_size and rows.num_rows <= MAX_RECORDS_PER_BATCH:
+                out.append((target, pa.RecordBatch.from_arrays(
+                    [*rows.columns, pa.nulls(rows.num_rows, _HEADERS_TYPE)],
+                    schema=PAYLOAD_SCHEMA), estimate))
+                continue
+            # Scalars are passed as Arrow scalars: given a Python int, pyarrow retries a
+            # failing optional import on every call (about 70 us each here).
+            zero = pa.scalar(0, pa.int32())
+            sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(rows.column(0)), zero),
+                                  pc.fill_null(pc.binary_length(rows.column(1)), zero)),
+                           pa.scalar(RECORD_OVERHEAD, pa.int32()))
+            sizes = pc.cast(sizes, pa.int64())
+            cumulative = pc.cumulative_sum(sizes)
+            windows = pc.divide(pc.subtract(cumulative, pa.scalar(1, pa.int64())),
+                                pa.scalar(self.config.batch_size, pa.int64()))
+            ends = pc.run_end_encode(windows).run_ends.to_pylist()
+            start = 0
+            for end in ends:
+                while start < end:
+                    stop = min(end, start + MAX_RECORDS_PER_BATCH)
+                    part = rows.slice(start, stop - start)
+                    chunk = pa.RecordBatch.from_arrays(
+                        [*part.columns, pa.nulls(stop - start, _HEADERS_TYPE)],
+                        schema=PAYLOAD_SCHEMA)
+                    before = cumulative[start - 1].as_py() if start else 0
+                    out.append((target, chunk, cumulative[stop - 1].as_py() - before))
+                    start = stop
+        return out
+
+    def _append_chunk_locked(self, topic: str, num_partitions: int, target: int | None,
+                             rows: pa.RecordBatch, size: int, group: SendBatchGroup) -> bool:
+        """Queue one pre-built chunk as its own batch (lock held); ``False``: no space."""
+        if self.closing:
+            raise ProducerClosedError("send_batch() after close(): create a new producer")
+        if self.buffered + size > self.config.buffer_memory and self.buffered > 0:
+            return False
+        partition = self._sticky.partition(topic, num_partitions) if target is None else target
+        st = self._queue(topic, partition, num_partitions)
+        self._close_open(st)  # records sent earlier to this partition go first
+        batch = Batch(topic, partition, time.monotonic(), self.config.delivery_timeout_ms / 1000)
+        batch.arrow = rows
+        batch.count = rows.num_rows
+        batch.size = size
+        batch.group = group
+        batch.group_index = len(group.parts)
+        group.parts.append(None)
+        group.expected += 1
+        st.queue.append(batch)
+        self.buffered += size
+        self._sticky.batch_closed(topic, partition, num_partitions)
+        return True
+
+    def append_chunks_blocking(self, topic: str, num_partitions: int, chunks: Chunks,
+                               group: SendBatchGroup) -> None:
+        accepted = 0
+        try:
+            for target, rows, size in chunks:
+                deadline: float | None = None
+                with self._space:
+                    while not self._append_chunk_locked(topic, num_partitions, target, rows,
+                                                        size, group):
+                        deadline = self._wait_for_space_sync(deadline)
+                accepted += rows.num_rows
+                self.wakeup.set_from_any_thread()
+        except BufferFullError as err:
+            raise self._partial(group, accepted, err) from None
+        finally:
+            self._seal(group)
+
+    async def append_chunks_async(self, topic: str, num_partitions: int, chunks: Chunks,
+                                  group: SendBatchGroup) -> None:
+        accepted = 0
+        try:
+            for target, rows, size in chunks:
+                deadline: float | None = None
+                while True:
+                    with self.lock:
+                        ok = self._append_chunk_locked(topic, num_partitions, target, rows,
+                                                       size, group)
+                    if ok:
+                        break
+                    deadline = await self._wait_for_space_async(deadline)
+                accepted += rows.num_rows
+                self.wakeup.set()
+        except BufferFullError as err:
+            raise self._partial(group, accepted, err) from None
+        finally:
+            self._seal(group)
+
+    @staticmethod
+    def _partial(group: SendBatchGroup, accepted: int, err: BufferFullError
+                 ) -> BufferFullError:
+        return BufferFullError(
+            f"{err.message}; the first {accepted} record(s) of this send_batch were queued "
+            "and will be delivered (see .accepted)", records_accepted=accepted,
+            accepted=group.future if accepted else None)
+
+    def _seal(self, group: SendBatchGroup) -> None:
+        def seal() -> None:
+            group.sealed = True
+            group.maybe_finish()
+        # Completions run on the loop; sealing there too avoids racing them.
+        if self.wakeup.on_loop_thread():
+            seal()
+        else:
+            self.wakeup.loop.call_soon_threadsafe(seal)
+
+    # ------------------------------------------------------------------ the sender's side
+    def ready(self, now: float, force: bool, has_id: Callable[[tuple[str, int]], bool] | None
+              ) -> tuple[list[PartitionQueue], float | None, list[tuple[PartitionQueue, Batch]]]:
+        """Close lingered batches (all of them with ``force``, or once closing); return the
+        partitions whose head batch can go now, the next time something is due, and the
+        batches past their delivery deadline. ``has_id`` (idempotence) says whether a
+        partition can number a new batch; a retry keeps its bytes and needs no id."""
+        linger = self.config.linger_ms / 1000
+        force = force or self.closing
+        ready: list[PartitionQueue] = []
+        expired: list[tuple[PartitionQueue, Batch]] = []
+        next_wake: float | None = None
+
+        def soon(t: float) -> None:
+            nonlocal next_wake
+            if next_wake is None or t < next_wake:
+                next_wake = t
+
+        with self.lock:
+            for st in self.partitions.values():
+                batch = st.open
+                if batch is not None:
+                    if force or now >= batch.created + linger:
+                        self._close_open(st)
+                    else:
+                        soon(batch.created + linger)
+                if not st.queue:
+                    continue
+                for i, queued in enumerate(st.queue):
+                    if i == 0 and st.in_flight:
+                        continue
+                    if now >= queued.deadline:
+                        expired.append((st, queued))
+                    else:
+                        soon(queued.deadline)
+                if st.in_flight:
+                    continue
+                head = st.queue[0]
+                if now >= head.deadline:
+                    continue
+                if head.retry_at > now:
+                    soon(head.retry_at)
+                    continue
+                if has_id is not None and head.encoded is None and not has_id(st.key):
+                    continue
+                ready.append(st)
+        return ready, next_wake, expired
+
+    def release(self, st: PartitionQueue | None, batch: Batch) -> bool:
+        """Drop ``batch`` from its queue and free its buffer space; ``False`` if done."""
+        if batch.finished:
+            return False
+        batch.finished = True
+        with self.lock:
+            if st is not None:
+                if st.queue and st.queue[0] is batch:
+                    st.queue.popleft()
+                elif batch in st.queue:
+                    st.queue.remove(batch)
+                elif st.open is batch:
+                    st.open = None
+            self.buffered -= batch.size
+            self._space.notify_all()
+        self._wake_space_waiters()
+        return True
+
+    def pending(self, st: PartitionQueue) -> list[Batch]:
+        """Every batch of ``st`` not released yet (queued, in flight or open)."""
+        with self.lock:
+            return st.batches()
+
+    def batches(self) -> list[Batch]:
+        """Every batch that exists now, of every partition."""
+        with self.lock:
+            return [b for st in self.partitions.values() for b in st.batches()]
+
+    def topics(self) -> list[str]:
+        """The topics records were appended to (sorted)."""
+        with self.lock:  # caller threads may add partitions concurrently
+            return sorted({topic for topic, _ in self.partitions})
+
+    def close(self) -> None:
+        """Refuse appends from now on; wake everybody waiting for space (they raise)."""
+        with self.lock:
+            self.closing = True
+            self._space.notify_all()
+        self._wake_space_waiters()
+
+    def take_all(self) -> list[Batch]:
+        """Empty every queue (at close): the batches that were still in them."""
+        leftovers: list[Batch] = []
+        with self.lock:
+            for st in self.partitions.values():
+                leftovers.extend(st.batches())
+                st.queue.clear()
+                st.open = None
+        return leftovers
+
+    def _wake_space_waiters(self) -> None:
+        waiters, self._space_waiters = self._space_waiters, []
+        for waiter in waiters:
+            resolve(waiter, None)
+

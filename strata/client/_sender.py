@@ -1,0 +1,471 @@
+"""The producer's sender: the event-loop task that sends batches and settles them.
+
+Job: drain the accumulator's ready partitions, encode each head batch once (numbered by
+``Idempotence`` when on), pack the batches of partitions led by the same broker into one
+``ProduceRequest``, and turn every answer into an outcome: acknowledged (the batch's
+futures get their ``RecordMetadata`` / ``BatchMetadata``), retried (retriable errors,
+after a metadata refresh and ``retry_backoff_ms`` doubling up to 1 s, while ``retries``
+and ``delivery_timeout_ms`` allow), or failed with the typed error. It also owns the
+producer's ``Cluster`` (partition counts for ``send``), ``flush`` and ``close``. Both faces
+run one ``Sender``; the blocking face runs it on a private event loop thread.
+
+Invariants:
+
+- At most ONE batch per partition is in flight; a failed batch stays at the head of its
+  partition's queue and is retried (same bytes) before anything behind it is sent, so
+  per-partition order holds under any pattern of retries, with or without idempotence.
+  ``max_in_flight`` bounds the produce requests outstanding per broker.
+- Every batch is settled exactly once (``Accumulator.release``): acknowledged, failed, or
+  failed with ``ProducerClosedError`` when ``close`` gives up on it.
+- ``OUT_OF_ORDER_SEQUENCE_NUMBER`` (the broker lost a batch it had acknowledged) fails
+  every pending batch of that partition, which then continues with a fresh producer id.
+
+Thread-safety: everything here runs on ``loop``. The accumulator's lock is taken only
+inside its own methods, and futures are completed outside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Final, cast
+
+import pyarrow as pa
+
+from strata.client._accumulator import Accumulator, Batch, PartitionQueue, Wakeup
+from strata.client._cluster import Cluster
+from strata.client._config import ProducerConfig
+from strata.client._delivery import (
+    BatchMetadata,
+    DeliveryFuture,
+    DeliveryTimeoutError,
+    ProducerClosedError,
+    RecordMetadata,
+    complete_sync,
+    reject,
+    resolve,
+)
+from strata.client._idempotence import Idempotence
+from wire.errors import (
+    BrokerNotAvailableError,
+    DuplicateSequenceError,
+    FencedLeaderEpochError,
+    InvalidRecordBatchError,
+    NetworkError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    OutOfOrderSequenceError,
+    RequestTimedOutError,
+    StrataError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from wire.protocol import ApiKey, ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic
+from wire.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, warm_up_encoder
+
+__all__ = ["Sender"]
+
+log = logging.getLogger("strata.client.producer")
+
+#: Upper bound on the batch bytes packed into one ProduceRequest (far below the broker's
+#: ``socket.request.max.bytes`` of 100 MiB; one batch always fits whatever its size).
+MAX_REQUEST_BYTES: Final = 8 * 1024 * 1024
+#: How long ``send`` keeps asking for metadata of a topic no broker knows.
+UNKNOWN_TOPIC_GRACE_MS: Final = 500
+
+
+class Sender:
+    """The shared engine of both faces: accumulator, idempotence and the sending task."""
+
+    def __init__(self, config: ProducerConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.loop = loop
+        self.cluster = Cluster(config.bootstrap_servers, client_id=config.client_id,
+                               request_timeout_ms=config.request_timeout_ms,
+                               retry_backoff_ms=config.retry_backoff_ms)
+        self.wakeup = Wakeup(loop)
+        self.accumulator = Accumulator(config, self.wakeup)
+        self.idempotence = Idempotence(self.cluster, config, self.wakeup) \
+            if config.idempotent else None
+        self._stopping = False
+        self._flushing = 0
+        self._task: asyncio.Task[None] | None = None
+        self._node_in_flight: dict[int, int] = {}
+        self._request_tasks: set[asyncio.Task[None]] = set()
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._last_refresh = 0.0
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the sender task; must run on ``loop``."""
+        if self._task is not None:
+            return
+        self.wakeup.start()
+        self._task = self.loop.create_task(self._run(), name="strata-producer-sender")
+        self.loop.run_in_executor(None, warm_up_encoder)
+        if self.idempotence is not None:
+            self.idempotence.start()
+
+    async def flush(self) -> None:
+        """Send every batch that exists now (ignoring ``linger_ms``) and wait for outcomes."""
+        self._flushing += 1
+        try:
+            waiters: list[asyncio.Future[None]] = []
+            for batch in self.accumulator.batches():
+                if not batch.finished:
+                    waiter = self.loop.create_future()
+                    batch.done_waiters.append(waiter)
+                    waiters.append(waiter)
+            self.wakeup.set()
+            if waiters:
+                await asyncio.gather(*waiters)
+        finally:
+            self._flushing -= 1
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Deliver what is buffered (within ``timeout`` seconds), then release everything."""
+        if self._closed:
+            return
+        self.accumulator.close()
+        try:
+            await asyncio.wait_for(self.flush(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._stopping = True
+            self.wakeup.set()
+            if self._task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+            id_tasks = self.idempotence.tasks() if self.idempotence is not None else []
+            tasks = [*self._request_tasks, self._refresh_task, *id_tasks]
+            for task in tasks:
+                if task is not None and not task.done():
+                    task.cancel()
+            for task in tasks:
+                if task is not None:
+                    with contextlib.suppress(BaseException):
+                        await task
+            for batch in self.accumulator.take_all():
+                self._finish_failed(None, batch, ProducerClosedError(
+                    f"the producer was closed before {batch.topic}-{batch.partition} "
+                    f"acknowledged {batch.count} record(s); they may not have been written"))
+            await self.cluster.close()
+            self._closed = True
+
+    # ------------------------------------------------------------------ metadata
+    def cached_partition_count(self, topic: str) -> int | None:
+        partitions = self.cluster.topics.get(topic)
+        return len(partitions) if partitions else None
+
+    async def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic``; fetches metadata (retrying up to ``max_block_ms``)."""
+        cached = self.cached_partition_count(topic)
+        if cached is not None:
+            return cached
+        start = time.monotonic()
+        deadline = start + self.config.max_block_ms / 1000
+        # Strata never auto-creates topics, so an unknown topic is reported quickly; the
+        # short grace covers a broker whose metadata lags a creation made elsewhere.
+        unknown_deadline = min(deadline, start + UNKNOWN_TOPIC_GRACE_MS / 1000)
+        attempt = 0
+        while True:
+            attempt += 1
+            backoff = self.config.backoff_s(attempt)
+            try:
+                partitions = await self.cluster.partitions_for(topic, refresh=True)
+                if partitions:
+                    return len(partitions)
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partitions")
+            except UnknownTopicOrPartitionError as err:
+                if time.monotonic() + backoff >= unknown_deadline:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {topic!r} does not exist; create it first (strata topic "
+                        f"create {topic})") from err
+            except (NetworkError, TimeoutError) as err:
+                if time.monotonic() + backoff >= deadline:
+                    raise NetworkError(f"no metadata for topic {topic!r} within max_block_ms="
+                                       f"{self.config.max_block_ms}: {err}") from err
+            await asyncio.sleep(backoff)
+
+    def _request_refresh(self) -> None:
+        """Refresh metadata of the topics in use, at most once per backoff interval."""
+        if self._refresh_task is not None and not self._refresh_task.done():
+            return
+        now = time.monotonic()
+        delay = max(0.0, self._last_refresh + self.config.retry_backoff_ms / 1000 - now)
+        self._refresh_task = self.loop.create_task(self._refresh(delay))
+
+    async def _refresh(self, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        self._last_refresh = time.monotonic()
+        topics = self.accumulator.topics()
+        try:
+            if topics:
+                await self.cluster.refresh(topics)
+        except (StrataError, OSError, TimeoutError) as err:
+            log.debug("metadata refresh failed: %s", err)
+        self.wakeup.set()
+
+    # ------------------------------------------------------------------ sending
+    async def _run(self) -> None:
+        event = self.wakeup.event
+        assert event is not None
+        while not self._stopping:
+            event.clear()
+            now = time.monotonic()
+            try:
+                next_wake = self._sender_pass(now)
+            except Exception:  # a bug here must not silently stop all delivery
+                log.exception("producer sender pass failed; continuing")
+                next_wake = now + self.config.retry_backoff_ms / 1000
+            if event.is_set():
+                continue
+            handle = None
+            if next_wake is not None:
+                handle = self.loop.call_later(max(next_wake - time.monotonic(), 0), event.set)
+            try:
+                await event.wait()
+            finally:
+                if handle is not None:
+                    handle.cancel()
+
+    def _sender_pass(self, now: float) -> float | None:
+        """One round: expire, close lingered batches, send; return the next deadline."""
+        ready, next_wake, expired = self.accumulator.ready(
+            now, self._flushing > 0,
+            self.idempotence.ready if self.idempotence is not None else None)
+        for st, batch in expired:
+            self._finish_failed(st, batch, DeliveryTimeoutError(
+                f"{batch.count} record(s) for {batch.topic}-{batch.partition} were not "
+                f"acknowledged within delivery_timeout_ms={self.config.delivery_timeout_ms}"
+                + (f"; last error: {batch.last_error}" if batch.last_error else ""),
+                batch.last_error))
+        if ready:
+            next_wake = self._dispatch(ready, now, next_wake)
+        return next_wake
+
+    def _dispatch(self, ready: list[PartitionQueue], now: float,
+                  next_wake: float | None) -> float | None:
+        """Encode head batches and send one ProduceRequest per leader (within limits)."""
+        by_node: dict[int, list[PartitionQueue]] = {}
+        need_refresh = False
+        for st in ready:
+            topic, partition = st.key
+            info = self.cluster.topics.get(topic, {}).get(partition)
+            if info is None or info.leader < 0 or info.leader not in self.cluster.brokers:
+                need_refresh = True  # the refresh wakes the sender when it lands
+                head = st.queue[0]
+                head.retry_at = now + self.config.retry_backoff_ms / 1000
+                if next_wake is None or head.retry_at < next_wake:
+                    next_wake = head.retry_at
+                continue
+            by_node.setdefault(info.leader, []).append(st)
+        if need_refresh:
+            self._request_refresh()
+        for node, states in by_node.items():
+            while states and self._node_in_flight.get(node, 0) < self.config.max_in_flight:
+                batches: list[Batch] = []
+                size = 0
+                while states and (not batches or size + states[0].queue[0].size
+                                  <= MAX_REQUEST_BYTES):
+                    st = states.pop(0)
+                    batch = st.queue[0]
+                    if not self._encode(st, batch):
+                        continue
+                    st.in_flight = True
+                    batches.append(batch)
+                    size += len(batch.encoded or b"")
+                if not batches:
+                    continue
+                self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
+                task = self.loop.create_task(self._send(node, batches))
+                self._request_tasks.add(task)
+                task.add_done_callback(self._request_tasks.discard)
+        return next_wake
+
+    def _encode(self, st: PartitionQueue, batch: Batch) -> bool:
+        """Encode ``batch`` once, numbering it when idempotent; ``False`` if it failed."""
+        if batch.encoded is not None:
+            return True
+        compression = self.config.compression
+        try:
+            if self.idempotence is not None:
+                stamp = self.idempotence.stamp(st.key, batch.count)
+                if stamp is None:
+                    return False
+                batch.encoded = batch.encode(compression, *stamp)
+                batch.base_sequence = stamp[2]
+                self.idempotence.advance(st.key, batch.count)
+            else:
+                batch.encoded = batch.encode(compression, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+                                             NO_SEQUENCE)
+        except (StrataError, pa.ArrowException, TypeError, ValueError) as err:
+            error = err if isinstance(err, StrataError) else InvalidRecordBatchError(
+                f"cannot encode {batch.count} record(s) for {batch.topic}-{batch.partition}: "
+                f"{err}")
+            self._finish_failed(st, batch, error)
+            return False
+        return True
+
+    async def _send(self, node: int, batches: list[Batch]) -> None:
+        config = self.config
+        topics: dict[str, list[ProducePartition]] = {}
+        for batch in batches:
+            batch.attempts += 1
+            topics.setdefault(batch.topic, []).append(
+                ProducePartition(batch.partition, batch.encoded))
+        request = ProduceRequest(config.acks, config.request_timeout_ms,
+                                 [ProduceTopic(name, parts) for name, parts in topics.items()])
+        try:
+            try:
+                connection = await self.cluster.connection(node)
+                if config.acks == 0:
+                    await connection.request(ApiKey.PRODUCE, request, expect_response=False)
+                    if not connection.is_open:
+                        raise NetworkError(f"lost the connection to broker {node} while "
+                                           "writing an acks=0 request")
+                    for batch in batches:
+                        self._finish_ok(batch, -1, -1)
+                    return
+                response = await asyncio.wait_for(
+                    connection.request(ApiKey.PRODUCE, request),
+                    config.request_timeout_ms / 1000 + 0.5)
+            except TimeoutError:
+                self._retry_all(batches, RequestTimedOutError(
+                    f"no produce response from broker {node} within request_timeout_ms="
+                    f"{config.request_timeout_ms}"))
+                return
+            except StrataError as err:
+                self._retry_all(batches, err)
+                return
+            except OSError as err:
+                self._retry_all(batches, NetworkError(f"broker {node}: {err}"))
+                return
+            assert isinstance(response, ProduceResponse)
+            answers = {(t.name, p.partition): p for t in response.topics for p in t.partitions}
+            for batch in batches:
+                answer = answers.get((batch.topic, batch.partition))
+                if answer is None:
+                    self._on_error(batch, NetworkError(
+                        f"broker {node} did not answer for {batch.topic}-{batch.partition}"))
+                elif answer.error_code == 0:
+                    self._finish_ok(batch, answer.base_offset, answer.log_append_time)
+                elif answer.error_code == DuplicateSequenceError.code:
+                    # Already written; the broker normally answers 0 with the offset.
+                    self._finish_ok(batch, answer.base_offset, answer.log_append_time)
+                else:
+                    cls = error_for_code(answer.error_code)
+                    self._on_error(batch, cls(answer.error_message or cls.__name__))
+        finally:
+            self._node_in_flight[node] -= 1
+            for batch in batches:
+                st = self.accumulator.partitions.get((batch.topic, batch.partition))
+                if st is not None:
+                    st.in_flight = False
+            self.wakeup.set()
+
+    # ------------------------------------------------------------------ outcomes
+    def _retry_all(self, batches: list[Batch], error: StrataError) -> None:
+        for batch in batches:
+            self._on_error(batch, error)
+
+    def _on_error(self, batch: Batch, error: StrataError) -> None:
+        """Retry ``batch`` (same bytes) if allowed, else fail it (loop thread)."""
+        st = self.accumulator.partitions[(batch.topic, batch.partition)]
+        now = time.monotonic()
+        batch.last_error = error
+        if isinstance(error, OutOfOrderSequenceError):
+            self._fail_partition(st, error)
+            return
+        if isinstance(error, NotLeaderError | UnknownTopicOrPartitionError | NetworkError
+                      | BrokerNotAvailableError | FencedLeaderEpochError
+                      | RequestTimedOutError | NotEnoughReplicasError
+                      | NotEnoughReplicasAfterAppendError):
+            # A timeout may be a paused or cut-off leader that has since been replaced,
+            # and a shrunken ISR often means a broker died: both are worth a fresh look.
+            self._request_refresh()
+        if error.retriable and batch.attempts <= self.config.retries:
+            # Past the delivery deadline, the sender's expiry check fails it (with
+            # DeliveryTimeoutError naming this error) instead of a retry.
+            batch.retry_at = min(now + self.config.backoff_s(batch.attempts), batch.deadline)
+            log.debug("%s-%d: retrying %d record(s) after %s", batch.topic, batch.partition,
+                      batch.count, error)
+            return
+        self._finish_failed(st, batch, error)
+
+    def _fail_partition(self, st: PartitionQueue, error: OutOfOrderSequenceError) -> None:
+        """OUT_OF_ORDER_SEQUENCE: every pending batch of ``st`` fails; fresh id after."""
+        pending = self.accumulator.pending(st)
+        log.error("%s-%d: %s; failing %d pending batch(es)", *st.key, error, len(pending))
+        for batch in pending:
+            self._finish_failed(st, batch, OutOfOrderSequenceError(
+                f"{batch.topic}-{batch.partition}: the broker reported a sequence gap "
+                f"({error.message}); an earlier acknowledged batch of this partition is "
+                f"missing, so these {batch.count} record(s) were not written; the producer "
+                "continues with a new producer id"))
+
+    def _finish_ok(self, batch: Batch, base_offset: int, log_append_time: int) -> None:
+        st = self.accumulator.partitions.get((batch.topic, batch.partition))
+        if not self.accumulator.release(st, batch):
+            return
+        topic, partition = batch.topic, batch.partition
+        if batch.group is not None:
+            group = batch.group
+            group.parts[batch.group_index] = BatchMetadata(
+                topic, partition, base_offset, batch.count, log_append_time)
+            group.completed += 1
+            group.maybe_finish()
+        else:
+            if base_offset < 0:
+                metas = [RecordMetadata(topic, partition, -1, ts) for ts in batch.timestamps]
+            elif log_append_time >= 0:
+                metas = [RecordMetadata(topic, partition, offset, log_append_time)
+                         for offset in range(base_offset, base_offset + batch.count)]
+            else:
+                metas = [RecordMetadata(topic, partition, offset, ts) for offset, ts in
+                         zip(range(base_offset, base_offset + batch.count), batch.timestamps,
+                             strict=True)]
+            if batch.condition is not None:
+                complete_sync(batch.condition, cast("list[DeliveryFuture]", batch.futures),
+                              metas, None)
+            else:
+                for future, meta in zip(batch.futures, metas, strict=True):
+                    resolve(future, meta)
+        self._done(batch)
+
+    def _finish_failed(self, st: PartitionQueue | None, batch: Batch,
+                       error: StrataError) -> None:
+        if not self.accumulator.release(st, batch):
+            return
+        if st is not None and batch.base_sequence != NO_SEQUENCE \
+                and self.idempotence is not None:
+            # Outcome unknown or sequence consumed: restart this partition's numbering.
+            self.idempotence.restart(st.key)
+        if batch.group is not None:
+            if not batch.group.failed:
+                batch.group.failed = True
+                reject(batch.group.future, error)
+                log.warning("%s-%d: send_batch failed: %s", batch.topic, batch.partition, error)
+        else:
+            log.warning("%s-%d: %d record(s) failed: %s", batch.topic, batch.partition,
+                        batch.count, error)
+            if batch.condition is not None:
+                complete_sync(batch.condition, cast("list[DeliveryFuture]", batch.futures),
+                              None, error)
+            else:
+                for future in batch.futures:
+                    reject(future, error)
+        self._done(batch)
+
+    @staticmethod
+    def _done(batch: Batch) -> None:
+        for waiter in batch.done_waiters:
+            resolve(waiter, None)
+        batch.done_waiters.clear()
+        batch.futures = []
