@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from brokers.group_assignors import COOPERATIVE_STICKY, RANGE, assign
 from brokers.group_coordinator import Group, GroupCoordinator, Member, coordinator_partition
+from brokers.services import MetadataCache
 
 TOPICS = {"a": 5, "b": 3, "c": 8}
 
@@ -101,11 +102,11 @@ def test_coordinator_partition_is_stable() -> None:
 
 
 def _coordinator(counts: dict[str, int]) -> GroupCoordinator:
-    """A coordinator whose broker is only a topic table: enough for the assignment rules
-    (``_refresh_target``/``_reconcile`` read nothing else)."""
+    """A coordinator whose metadata cache is only a topic table: enough for the
+    assignment rules (``_refresh_target``/``_reconcile`` read nothing else)."""
     coordinator = GroupCoordinator.__new__(GroupCoordinator)
     topics = {t: SimpleNamespace(partition_count=n) for t, n in counts.items()}
-    coordinator.broker = SimpleNamespace(topics=topics)  # type: ignore[assignment]
+    coordinator.cluster = MetadataCache(0, topics=topics)  # type: ignore[arg-type]
     return coordinator
 
 
