@@ -54,8 +54,10 @@ only the outermost call translates.
 Tiering: the brokers delete a tier-enabled topic's local segments only below the
 partition's ``tiered_up_to``, so that value must never move back (a stale job would
 otherwise let a broker think un-copied data was safe, or re-copy ranges); hence the
-monotonic compare-and-set in ``advance_tier_progress``. The lease is ephemeral so a
-job that dies frees its topics when its session expires, without an operator.
+monotonic compare-and-set in ``advance_tier_progress``. The job reaches ZooKeeper only
+through the brokers (TierLease, UpdateTier): its lease is a znode with an expiry it
+renews, so a job that dies frees its topics after its TTL, without an operator, and every
+progress write checks the lease in the same transaction.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ from wire.errors import (
     ConcurrentUpdateError,
     ControllerMovedError,
     TierJobBusyError,
+    TierLeaseLostError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -469,6 +472,7 @@ class Coordinator:
         # not inherit progress that would let brokers delete segments never copied. The
         # Delta table itself is left in place (it may be all that is left of the data).
         self._delete_tree(f"{_TIER_TOPICS}/{name}")
+        self._delete_tree(f"{_TIER_LOCKS}/{name}")  # a job still holding it loses it
 
     def _delete_tree(self, path: str) -> None:
         for _ in range(5):
@@ -884,14 +888,26 @@ class Coordinator:
         table = _load(data).get("table")
         return None if table is None else str(table)
 
-    def set_tier_table(self, topic: str, uri: str) -> None:
-        """Record the topic's Delta table (creating the parents)."""
+    def set_tier_table(self, topic: str, uri: str, *, lease_id: str | None = None) -> None:
+        """Record the topic's Delta table (creating the parents); ``lease_id``: only
+        while that tier lease holds (``TierLeaseLostError`` otherwise)."""
         path = f"{_TIER_TOPICS}/{topic}"
         data = _dump({"table": uri})
-        try:
-            self.zk.create(path, data, makepath=True)
-        except NodeExistsError:
-            self.zk.set(path, data)
+        while True:
+            try:
+                version = self.zk.get(path)[1].version
+            except NoNodeError:
+                version = -1
+            tx = self.zk.transaction()
+            if lease_id is not None:
+                self._check_lease(tx, topic, lease_id)
+            if version < 0:
+                self.zk.ensure_path(_TIER_TOPICS)
+                tx.create(path, data)
+            else:
+                tx.set_data(path, data, version=version)
+            if not any(isinstance(r, Exception) for r in tx.commit()):
+                return
 
     def tier_progress(self, topic: str) -> dict[int, TierProgress]:
         """Each partition's progress; partitions with none recorded are absent."""
@@ -909,7 +925,8 @@ class Coordinator:
         return out
 
     def advance_tier_progress(self, topic: str, partition: int, *, tiered_up_to: int,
-                              tier_start: int, topic_id: str | None = None) -> TierProgress:
+                              tier_start: int, topic_id: str | None = None,
+                              lease_id: str | None = None) -> TierProgress:
         """Move the partition's progress forward; returns what is stored afterwards.
 
         Neither offset ever decreases: a smaller value than the stored one keeps the
@@ -920,6 +937,9 @@ class Coordinator:
         given) when the topic of that name is another one than the job planned for: a
         job still running across a deletion and re-creation must not leave the old
         topic's progress on the new one, which brokers would delete segments against.
+        ``lease_id`` given: the same transaction checks the topic's tier lease is still
+        that one (``TierLeaseLostError`` otherwise), so a job whose lease lapsed and was
+        taken over can never move progress.
         """
         if not 0 <= tier_start <= tiered_up_to:
             raise ValueError(f"tier progress of {topic}-{partition} must satisfy 0 <= "
@@ -948,6 +968,8 @@ class Coordinator:
                     raise _no_topic_to_tier(topic)
                 topic_version = found[1]
             tx.check(f"{_TOPICS}/{topic}", topic_version)  # still exists (still this one)
+            if lease_id is not None:
+                self._check_lease(tx, topic, lease_id)
             if version < 0:
                 if self.zk.exists(f"{_TOPICS}/{topic}") is None:
                     raise _no_topic_to_tier(topic)
@@ -976,9 +998,11 @@ class Coordinator:
                 out[int(child)] = int(_load(self.zk.get(f"{base}/{child}")[0])["merged_up_to"])
         return dict(sorted(out.items()))
 
-    def advance_compaction_progress(self, topic: str, partition: int, merged_up_to: int) -> int:
+    def advance_compaction_progress(self, topic: str, partition: int, merged_up_to: int,
+                                    *, lease_id: str | None = None) -> int:
         """Record that offsets below ``merged_up_to`` are in the compacted table (never
-        moves back); returns the stored value."""
+        moves back); returns the stored value. ``lease_id``: fenced by the tier lease,
+        as in ``advance_tier_progress``."""
         path = f"{_TIER_TOPICS}/{topic}/compacted/{partition}"
         while True:
             try:
@@ -989,57 +1013,111 @@ class Coordinator:
             if stored >= merged_up_to:
                 return stored
             value = _dump({"merged_up_to": merged_up_to})
-            try:
-                if version < 0:
-                    if self.zk.exists(f"{_TOPICS}/{topic}") is None:
-                        raise _no_topic_to_tier(topic)
-                    self.zk.create(path, value, makepath=True)
-                else:
-                    self.zk.set(path, value, version=version)
+            if self.zk.exists(f"{_TOPICS}/{topic}") is None:
+                raise _no_topic_to_tier(topic)
+            tx = self.zk.transaction()
+            if lease_id is not None:
+                self._check_lease(tx, topic, lease_id)
+            if version < 0:
+                self.zk.ensure_path(f"{_TIER_TOPICS}/{topic}/compacted")
+                tx.create(path, value)
+            else:
+                tx.set_data(path, value, version=version)
+            if not any(isinstance(r, Exception) for r in tx.commit()):
                 return merged_up_to
-            except (NodeExistsError, BadVersionError):
-                continue  # another writer: read again
+            # Another writer, or a renewal of the lease, between the reads and the write.
 
-    def holds_tier_lease(self, topic: str) -> bool:
-        """Whether this session still holds ``topic``'s lease right now.
+    def acquire_tier_lease(self, topic: str, owner: str, ttl_ms: int
+                           ) -> tuple[str, str, dict[int, int]]:
+        """Take ``topic``'s tiering lease for ``ttl_ms``; returns ``(lease id, topic id,
+        compaction progress)``.
 
-        A session that expired (a long GC pause, a network partition) lost its ephemeral
-        lease, and another job may have taken it: a job checks this before every write.
+        The lease is a persistent znode ``{owner, lease_id, expires_ms}``: a job reaches
+        the cluster through the brokers only, so it cannot hold an ephemeral node of its
+        own session; its expiry takes that role. Free or expired (by this broker's
+        clock): taken with a conditional write, so two takers cannot both win. Held by
+        another: ``TierJobBusyError`` naming the holder.
         """
-        try:
-            _, stat = self.zk.get(f"{_TIER_LOCKS}/{topic}")
-        except KazooException:
-            return False
-        return bool(self.zk.connected and stat.ephemeralOwner == self.zk.client_id[0])
-
-    @contextlib.contextmanager
-    def tier_lease(self, topic: str, owner: str) -> Iterator[None]:
-        """Hold the topic's tiering lease (an ephemeral znode) for the ``with`` block.
-
-        Raises ``TierJobBusyError`` when another job holds it. Released on exit, and by
-        ZooKeeper when this session ends (a crashed job frees the topic by itself); see
-        ``holds_tier_lease`` for checking it is still held.
-        """
+        found = self.topic_with_version(topic)
+        if found is None:
+            raise _no_topic_to_tier(topic)
         path = f"{_TIER_LOCKS}/{topic}"
-        try:
-            self.zk.create(path, _dump({"owner": owner}), ephemeral=True, makepath=True)
-        except NodeExistsError:
+        lease_id = uuid.uuid4().hex
+        while True:
+            now_ms = time.time_ns() // 1_000_000
+            value = _dump({"owner": owner, "lease_id": lease_id, "expires_ms": now_ms + ttl_ms})
             try:
-                holder = str(_load(self.zk.get(path)[0]).get("owner"))
+                data, stat = self.zk.get(path)
             except NoNodeError:
-                holder = "a job that has just finished"
-            raise TierJobBusyError(
-                f"another tiering job ({holder}) holds topic {topic!r}; wait for it to finish "
-                "or stop it (a crashed job's lease expires with its ZooKeeper session)"
-            ) from None
+                try:
+                    self.zk.create(path, value, makepath=True)
+                    break
+                except NodeExistsError:
+                    continue  # another job took it first: look again
+            held = _load(data) if data else {}
+            expires_ms = int(held.get("expires_ms", 2**62))  # an old ephemeral lock: held
+            if expires_ms > now_ms:
+                raise TierJobBusyError(
+                    f"another tiering job ({held.get('owner', 'unknown')}) holds topic "
+                    f"{topic!r} for {max(expires_ms - now_ms, 0) / 1000:.1f} s more unless "
+                    "it renews; wait for it to finish or stop it (a stopped job's lease "
+                    "expires after its TTL)")
+            try:
+                self.zk.set(path, value, version=stat.version)
+                break
+            except (BadVersionError, NoNodeError):
+                continue
+        return lease_id, found[0].topic_id, self.compaction_progress(topic)
+
+    def renew_tier_lease(self, topic: str, lease_id: str, ttl_ms: int) -> None:
+        """Extend the lease by ``ttl_ms`` from now; ``TierLeaseLostError`` when it is not
+        ``lease_id`` any more (expired and taken over, or the topic was deleted). An
+        expired lease nobody took is renewed: nobody else can have written meanwhile."""
+        path = f"{_TIER_LOCKS}/{topic}"
+        while True:
+            held, version = self._lease(topic, lease_id)
+            held["expires_ms"] = time.time_ns() // 1_000_000 + ttl_ms
+            try:
+                self.zk.set(path, _dump(held), version=version)
+                return
+            except (BadVersionError, NoNodeError):
+                continue
+
+    def release_tier_lease(self, topic: str, lease_id: str) -> None:
+        """Give the lease up (nothing to do when it is no longer ``lease_id``)."""
+        while True:
+            try:
+                _, version = self._lease(topic, lease_id)
+            except TierLeaseLostError:
+                return
+            try:
+                self.zk.delete(f"{_TIER_LOCKS}/{topic}", version=version)
+                return
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                return
+
+    def _lease(self, topic: str, lease_id: str) -> tuple[dict[str, Any], int]:
+        """The lease record and its znode version, if the lease is still ``lease_id``."""
         try:
-            yield
-        finally:
-            # No node, or no session any more: the ephemeral lease is gone either way.
-            with contextlib.suppress(KazooException):
-                _, stat = self.zk.get(path)
-                if stat.ephemeralOwner == self.zk.client_id[0]:
-                    self.zk.delete(path, version=stat.version)
+            data, stat = self.zk.get(f"{_TIER_LOCKS}/{topic}")
+        except NoNodeError:
+            held: dict[str, Any] = {}
+        else:
+            held = _load(data) if data else {}
+        if held.get("lease_id") != lease_id:
+            raise TierLeaseLostError(
+                f"the tiering lease {lease_id} on topic {topic!r} is gone (it expired "
+                f"and {held.get('owner', 'nobody')} holds the topic now, or the topic was "
+                "deleted); nothing more is written under it: the next pass plans again "
+                "from what the table and the recorded progress hold")
+        return held, stat.version
+
+    def _check_lease(self, tx: Any, topic: str, lease_id: str) -> None:
+        """Make ``tx`` fail unless the lease is still ``lease_id`` when it commits."""
+        _, version = self._lease(topic, lease_id)
+        tx.check(f"{_TIER_LOCKS}/{topic}", version)
 
     # ------------------------------------------------------------------ producer ids
     def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> range:

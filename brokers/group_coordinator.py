@@ -155,6 +155,7 @@ from wire.protocol import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchTopicResponse,
+    group_by_topic,
     group_topic_partitions,
 )
 from wire.record_batch import batches_to_table, build_batch
@@ -1406,12 +1407,10 @@ class GroupCoordinator:
         offsets = self._current_offsets(group) if group is not None else {}
         wanted = sorted(offsets) if request.topics is None else \
             sorted(_from_wire(request.topics))
-        by_topic: dict[str, list[OffsetFetchPartitionResponse]] = {}
-        for topic, p in wanted:
-            found = offsets.get((topic, p))
-            by_topic.setdefault(topic, []).append(
-                OffsetFetchPartitionResponse(p, -1) if found is None else
-                OffsetFetchPartitionResponse(p, found.offset, found.metadata, found.timestamp))
+        by_topic = group_by_topic(
+            (topic, OffsetFetchPartitionResponse(p, -1) if found is None else
+             OffsetFetchPartitionResponse(p, found.offset, found.metadata, found.timestamp))
+            for topic, p in wanted for found in [offsets.get((topic, p))])
         return OffsetFetchResponse(0, None, [OffsetFetchTopicResponse(t, ps)
                                              for t, ps in by_topic.items()])
 
@@ -1531,9 +1530,7 @@ class GroupCoordinator:
         registration = self.cluster.live_brokers.get(node)
         if registration is None:
             return {}
-        by_topic: dict[str, list[int]] = {}
-        for t, p in tps:
-            by_topic.setdefault(t, []).append(p)
+        by_topic = group_by_topic(tps)
         connection = BrokerConnection(registration.host, registration.port,
                                       client_id=f"broker-{self.broker_id}-group-lag")
         try:

@@ -13,8 +13,8 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from brokers.controller import assign_replicas
 from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefinition
@@ -51,6 +51,7 @@ from wire.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     REQUEST_TYPES,
+    AbortPartition,
     AbortPartitionResponse,
     AbortStagedRequest,
     AbortStagedResponse,
@@ -64,10 +65,12 @@ from wire.protocol import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     BrokerInfo,
+    CommitPartition,
     CommitPartitionResponse,
     CommitStagedRequest,
     CommitStagedResponse,
     CommitTopicResponse,
+    CompactionProgress,
     ConsumerGroupHeartbeatRequest,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -102,6 +105,7 @@ from wire.protocol import (
     InitProducerIdResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListOffsetsPartition,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -115,26 +119,35 @@ from wire.protocol import (
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetForLeaderEpochPartition,
     OffsetForLeaderEpochPartitionResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     OffsetForLeaderEpochTopicResponse,
     OngoingReassignment,
     PartitionMetadata,
+    ProducePartition,
     ProducePartitionResponse,
     ProduceRequest,
     ProduceResponse,
     ProduceTopicResponse,
     Reader,
+    ReassignablePartition,
     RequestHeader,
+    StagePartition,
     StagePartitionResponse,
     StageRecordsRequest,
     StageRecordsResponse,
     StageTopicResponse,
+    TierLeaseRequest,
+    TierLeaseResponse,
+    TierProgressUpdate,
     TierSegment,
     TopicConfigs,
     TopicMetadata,
     TopicResult,
+    UpdateTierRequest,
+    UpdateTierResponse,
     decode,
 )
 
@@ -153,6 +166,10 @@ _ACKS_ALL = -1
 # Partitions of one topic: its metadata goes to ZooKeeper in one multi-op, and ZooKeeper
 # refuses requests above jute.maxbuffer (1 MiB); 4,096 partitions stay well below it.
 MAX_PARTITIONS = 4096
+# A tier lease's TTL: long enough to ride out a GC pause or a ZooKeeper election between
+# renewals, short enough that a dead job frees its topics soon.
+_MIN_TIER_LEASE_MS = 1_000
+_MAX_TIER_LEASE_MS = 600_000
 # Topics whose names start with this are the brokers' own (``__consumer_offsets``):
 # clients may read them but not create, write, delete or un-compact them.
 INTERNAL_PREFIX = "__"
@@ -160,6 +177,57 @@ INTERNAL_PREFIX = "__"
 
 def _error(err: StrataError | None) -> tuple[int, str | None]:
     return (0, None) if err is None else (err.code, err.message)
+
+
+def _check_replica_list(where: str, replicas: list[int], live: Iterable[int]) -> None:
+    """A replica list names each broker once, and only live ones (CreateTopics with
+    explicit assignments, AlterPartitionReassignments)."""
+    if len(set(replicas)) != len(replicas):
+        raise InvalidReplicationFactorError(f"{where}: a broker is listed twice in {replicas}")
+    live = sorted(live)
+    dead = [b for b in replicas if b not in live]
+    if dead:
+        raise InvalidReplicationFactorError(
+            f"{where}: brokers {dead} are not live (live: {live}); start them first")
+
+
+class _PartitionAnswer(Protocol):
+    error_code: int
+    error_message: str | None
+
+
+_Answer = TypeVar("_Answer", bound=_PartitionAnswer)
+
+
+def _answer_each(topics: Iterable[Any], make: Callable[[int], _Answer],
+                 act: Callable[[str, Any, _Answer], None], *,
+                 disk_failure: str | None = None) -> list[tuple[str, list[_Answer]]]:
+    """Answer every partition of every topic of a request on its own.
+
+    ``make(partition)`` builds the partition's answer, ``act(topic, part, answer)`` does
+    the work and fills it in. A ``StrataError`` from ``act`` becomes that answer's error
+    (the other partitions go on), as does an ``OSError`` when ``disk_failure`` says what
+    failed (a format string with ``{partition}`` and ``{err}``): a storage error.
+    Returns ``(topic name, answers)`` in request order.
+    """
+    out = []
+    for topic in topics:
+        answers = []
+        for part in topic.partitions:
+            answer = make(part.partition)
+            try:
+                act(topic.name, part, answer)
+            except StrataError as err:
+                answer.error_code, answer.error_message = _error(err)
+            except OSError as err:
+                if disk_failure is None:
+                    raise
+                failure = LogStorageError(disk_failure.format(
+                    partition=f"{topic.name}-{part.partition}", err=err))
+                answer.error_code, answer.error_message = _error(failure)
+            answers.append(answer)
+        out.append((topic.name, answers))
+    return out
 
 
 class _SessionPartition:
@@ -265,6 +333,8 @@ class RequestHandlers:
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
             ApiKey.DESCRIBE_TIER: self.describe_tier,
+            ApiKey.TIER_LEASE: self.tier_lease,
+            ApiKey.UPDATE_TIER: self.update_tier,
             ApiKey.FIND_COORDINATOR: self.find_coordinator,
             ApiKey.OFFSET_COMMIT: self.offset_commit,
             ApiKey.OFFSET_FETCH: self.offset_fetch,
@@ -310,6 +380,16 @@ class RequestHandlers:
                 "refresh metadata and send to the leader")
         hosted.check_leadership()
         return hosted
+
+    def _leader_for_write(self, topic: str, partition: int, records: object) -> Partition:
+        """The leader replica a client may write ``records`` to (Produce, StageRecords)."""
+        if records is None:
+            raise InvalidRequestError("records are null")
+        if topic.startswith(INTERNAL_PREFIX):
+            raise PolicyViolationError(
+                f"topic {topic!r} is internal: only the group coordinator writes to it "
+                "(commit offsets with OffsetCommit)")
+        return self._leader_partition(topic, partition)
 
     @staticmethod
     def _check_epoch(partition: Partition, asked: int) -> None:
@@ -450,14 +530,7 @@ class RequestHandlers:
             raise InvalidReplicationFactorError(
                 "every partition needs the same, non-zero number of replicas")
         for p, replicas in explicit.items():
-            if len(set(replicas)) != len(replicas):
-                raise InvalidReplicationFactorError(
-                    f"partition {p} lists a broker twice: {replicas}")
-            unknown = [b for b in replicas if b not in live]
-            if unknown:
-                raise InvalidReplicationFactorError(
-                    f"partition {p} is assigned to brokers {unknown} that are not live "
-                    f"(live: {live})")
+            _check_replica_list(f"partition {p}", replicas, live)
         return dict(sorted(explicit.items()))
 
     async def _await_topic(self, name: str, *, present: bool, timeout_ms: int) -> None:
@@ -557,45 +630,36 @@ class RequestHandlers:
             return ProduceResponse([ProduceTopicResponse(t.name, [
                 ProducePartitionResponse(p.partition, err.code, error_message=err.message)
                 for p in t.partitions]) for t in request.topics])
-        topics: list[ProduceTopicResponse] = []
         waits: list[Awaitable[None]] = []
-        for topic in request.topics:
-            answers: list[ProducePartitionResponse] = []
-            for part in topic.partitions:
-                answer = ProducePartitionResponse(part.partition, 0)
-                try:
-                    if part.records is None:
-                        raise InvalidRequestError("records are null")
-                    if topic.name.startswith(INTERNAL_PREFIX):
-                        raise PolicyViolationError(
-                            f"topic {topic.name!r} is internal: only the group coordinator "
-                            "writes to it (commit offsets with OffsetCommit)")
-                    partition = self._leader_partition(topic.name, part.partition)
-                    if request.acks == _ACKS_ALL and \
-                            len(partition.isr) < partition.config.min_insync_replicas:
-                        raise NotEnoughReplicasError(
-                            f"{partition.name} has {len(partition.isr)} in-sync replica(s) "
-                            f"{sorted(partition.isr)}, min.insync.replicas is "
-                            f"{partition.config.min_insync_replicas}: nothing was written. "
-                            "Retry once the other replicas are back in sync (strata topic "
-                            "describe shows the ISR); a topic whose replication factor is "
-                            "below min.insync.replicas never takes acks=all writes")
-                    result = partition.append_as_leader(part.records)
-                    answer.base_offset = result.first_offset
-                    answer.log_append_time = result.log_append_time
-                    answer.log_start_offset = partition.log.log_start_offset
-                    if request.acks != 0:
-                        waits.append(self._await_ack(partition, result.last_offset + 1,
-                                                     request.acks, request.timeout_ms, answer))
-                except StrataError as err:
-                    answer.error_code, answer.error_message = _error(err)
-                answers.append(answer)
-            topics.append(ProduceTopicResponse(topic.name, answers))
+
+        def append(topic: str, part: ProducePartition, answer: ProducePartitionResponse
+                   ) -> None:
+            partition = self._leader_for_write(topic, part.partition, part.records)
+            if request.acks == _ACKS_ALL and \
+                    len(partition.isr) < partition.config.min_insync_replicas:
+                raise NotEnoughReplicasError(
+                    f"{partition.name} has {len(partition.isr)} in-sync replica(s) "
+                    f"{sorted(partition.isr)}, min.insync.replicas is "
+                    f"{partition.config.min_insync_replicas}: nothing was written. Retry "
+                    "once the other replicas are back in sync (strata topic describe shows "
+                    "the ISR); a topic whose replication factor is below "
+                    "min.insync.replicas never takes acks=all writes")
+            assert part.records is not None  # checked by _leader_for_write
+            result = partition.append_as_leader(part.records)
+            answer.base_offset = result.first_offset
+            answer.log_append_time = result.log_append_time
+            answer.log_start_offset = partition.log.log_start_offset
+            if request.acks != 0:
+                waits.append(self._await_ack(partition, result.last_offset + 1, request.acks,
+                                             request.timeout_ms, answer))
+
+        answered = _answer_each(request.topics, lambda p: ProducePartitionResponse(p, 0),
+                                append)
         if request.acks == 0:
             return None
         if waits:
             await asyncio.gather(*waits)
-        return ProduceResponse(topics)
+        return ProduceResponse([ProduceTopicResponse(t, a) for t, a in answered])
 
     async def _await_ack(self, partition: Partition, end_offset: int, acks: int,
                          timeout_ms: int, answer: ProducePartitionResponse) -> None:
@@ -626,67 +690,43 @@ class RequestHandlers:
 
     # ------------------------------------------------------------------ sink commits
     async def stage_records(self, request: StageRecordsRequest) -> StageRecordsResponse:
-        topics = []
-        for topic in request.topics:
-            answers = []
-            for part in topic.partitions:
-                answer = StagePartitionResponse(part.partition, 0)
-                try:
-                    if part.records is None:
-                        raise InvalidRequestError("records are null")
-                    if topic.name.startswith(INTERNAL_PREFIX):
-                        raise PolicyViolationError(
-                            f"topic {topic.name!r} is internal: only the group coordinator "
-                            "writes to it (commit offsets with OffsetCommit)")
-                    partition = self._leader_partition(topic.name, part.partition)
-                    answer.duplicate = partition.stage(request.staging_id, part.chunk_sequence,
-                                                       part.records)
-                except StrataError as err:
-                    answer.error_code, answer.error_message = _error(err)
-                except OSError as err:
-                    failure = LogStorageError(
-                        f"staging on {topic.name}-{part.partition} failed: {err}; fix the "
-                        "disk, then re-run the task")
-                    answer.error_code, answer.error_message = _error(failure)
-                answers.append(answer)
-            topics.append(StageTopicResponse(topic.name, answers))
-        return StageRecordsResponse(topics)
+        def stage(topic: str, part: StagePartition, answer: StagePartitionResponse) -> None:
+            partition = self._leader_for_write(topic, part.partition, part.records)
+            assert part.records is not None  # checked by _leader_for_write
+            answer.duplicate = partition.stage(request.staging_id, part.chunk_sequence,
+                                               part.records)
+
+        answered = _answer_each(
+            request.topics, lambda p: StagePartitionResponse(p, 0), stage,
+            disk_failure="staging on {partition} failed: {err}; fix the disk, then re-run "
+            "the task")
+        return StageRecordsResponse([StageTopicResponse(t, a) for t, a in answered])
 
     async def commit_staged(self, request: CommitStagedRequest) -> CommitStagedResponse:
-        topics = []
         waits: list[Awaitable[None]] = []
-        for topic in request.topics:
-            answers = []
-            for part in topic.partitions:
-                answer = CommitPartitionResponse(part.partition, 0)
-                try:
-                    partition = self._leader_partition(topic.name, part.partition)
-                    result = partition.commit_staged(
-                        request.producer_id, request.batch_id,
-                        [StagedPart(p.staging_id, p.chunks, p.records) for p in part.parts])
-                    answer.duplicate = result.duplicate
-                    answer.base_offset = result.first_offset
-                    answer.last_offset = result.last_offset
-                    answer.last_committed_batch = result.last_committed_batch
-                    # A replay answers only once the first commit is durable too: its
-                    # answer may have been lost before the fsync finished. The log end
-                    # covers it (the first commit's end offset is not remembered).
-                    end = partition.log.log_end_offset if result.duplicate \
-                        else result.last_offset + 1
-                    waits.append(self._await_commit(partition, end, request.timeout_ms,
-                                                    answer))
-                except StrataError as err:
-                    answer.error_code, answer.error_message = _error(err)
-                except OSError as err:
-                    failure = LogStorageError(
-                        f"reading staged data of {topic.name}-{part.partition} failed: "
-                        f"{err}; fix the disk, then re-run the batch")
-                    answer.error_code, answer.error_message = _error(failure)
-                answers.append(answer)
-            topics.append(CommitTopicResponse(topic.name, answers))
+
+        def commit(topic: str, part: CommitPartition, answer: CommitPartitionResponse) -> None:
+            partition = self._leader_partition(topic, part.partition)
+            result = partition.commit_staged(
+                request.producer_id, request.batch_id,
+                [StagedPart(p.staging_id, p.chunks, p.records) for p in part.parts])
+            answer.duplicate = result.duplicate
+            answer.base_offset = result.first_offset
+            answer.last_offset = result.last_offset
+            answer.last_committed_batch = result.last_committed_batch
+            # A replay answers only once the first commit is durable too: its answer may
+            # have been lost before the fsync finished. The log end covers it (the first
+            # commit's end offset is not remembered).
+            end = partition.log.log_end_offset if result.duplicate else result.last_offset + 1
+            waits.append(self._await_commit(partition, end, request.timeout_ms, answer))
+
+        answered = _answer_each(
+            request.topics, lambda p: CommitPartitionResponse(p, 0), commit,
+            disk_failure="reading staged data of {partition} failed: {err}; fix the disk, "
+            "then re-run the batch")
         if waits:
             await asyncio.gather(*waits)
-        return CommitStagedResponse(topics)
+        return CommitStagedResponse([CommitTopicResponse(t, a) for t, a in answered])
 
     async def _await_commit(self, partition: Partition, end_offset: int, timeout_ms: int,
                             answer: CommitPartitionResponse) -> None:
@@ -697,19 +737,12 @@ class RequestHandlers:
             answer.error_code, answer.error_message = shim.error_code, shim.error_message
 
     async def abort_staged(self, request: AbortStagedRequest) -> AbortStagedResponse:
-        topics = []
-        for topic in request.topics:
-            answers = []
-            for part in topic.partitions:
-                answer = AbortPartitionResponse(part.partition, 0)
-                try:
-                    partition = self._leader_partition(topic.name, part.partition)
-                    answer.discarded = partition.abort_staged(list(part.staging_ids))
-                except StrataError as err:
-                    answer.error_code, answer.error_message = _error(err)
-                answers.append(answer)
-            topics.append(AbortTopicResponse(topic.name, answers))
-        return AbortStagedResponse(topics)
+        def abort(topic: str, part: AbortPartition, answer: AbortPartitionResponse) -> None:
+            partition = self._leader_partition(topic, part.partition)
+            answer.discarded = partition.abort_staged(list(part.staging_ids))
+
+        answered = _answer_each(request.topics, lambda p: AbortPartitionResponse(p, 0), abort)
+        return AbortStagedResponse([AbortTopicResponse(t, a) for t, a in answered])
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, request: FetchRequest) -> FetchResponse:
@@ -903,70 +936,62 @@ class RequestHandlers:
         budget = max(request.max_bytes, 1)
         total = 0
         waitable: list[Partition] = []
-        topics = []
-        for topic in request.topics:
-            answers = []
-            for part in topic.partitions:
-                answer = FetchPartitionResponse(part.partition, 0)
-                try:
-                    partition = self._leader_partition(topic.name, part.partition)
-                    self._check_epoch(partition, part.current_leader_epoch)
-                    if request.replica_id >= 0 and request.replica_id not in partition.replicas:
-                        raise NotLeaderError(
-                            f"broker {request.replica_id} is not a replica of "
-                            f"{partition.name} (replicas {partition.replicas})")
-                    waitable.append(partition)
-                    answer.high_watermark = partition.high_watermark
-                    answer.log_start_offset = partition.log.log_start_offset
-                    answer.log_end_offset = partition.log.log_end_offset
-                    # As in Kafka (KIP-74): the first non-empty partition returns at
-                    # least one whole batch, so a consumer always gets past a batch above
-                    # the limits; every later partition must fit both limits.
-                    limit = max(1, min(part.partition_max_bytes, budget))
-                    if budget > 0:
-                        found = partition.read(part.fetch_offset, limit,
-                                               for_follower=request.replica_id >= 0)
-                        if found is not None and (not total or found.length <= limit):
-                            answer.records = found
-                            total += found.length
-                            budget -= found.length
-                except OffsetOutOfRangeError as err:
-                    answer.error_code, answer.error_message = _error(err)
-                    answer.log_start_offset = err.log_start_offset
-                    answer.high_watermark = err.log_end_offset
-                except StrataError as err:
-                    answer.error_code, answer.error_message = _error(err)
-                answers.append(answer)
-            topics.append(FetchTopicResponse(topic.name, answers))
-        return FetchResponse(topics), total, waitable
+
+        def read(topic: str, part: FetchPartition, answer: FetchPartitionResponse) -> None:
+            nonlocal budget, total
+            partition = self._leader_partition(topic, part.partition)
+            self._check_epoch(partition, part.current_leader_epoch)
+            if request.replica_id >= 0 and request.replica_id not in partition.replicas:
+                raise NotLeaderError(
+                    f"broker {request.replica_id} is not a replica of {partition.name} "
+                    f"(replicas {partition.replicas})")
+            waitable.append(partition)
+            answer.high_watermark = partition.high_watermark
+            answer.log_start_offset = partition.log.log_start_offset
+            answer.log_end_offset = partition.log.log_end_offset
+            # As in Kafka (KIP-74): the first non-empty partition returns at least one
+            # whole batch, so a consumer always gets past a batch above the limits; every
+            # later partition must fit both limits.
+            limit = max(1, min(part.partition_max_bytes, budget))
+            if budget <= 0:
+                return
+            try:
+                found = partition.read(part.fetch_offset, limit,
+                                       for_follower=request.replica_id >= 0)
+            except OffsetOutOfRangeError as err:
+                answer.log_start_offset = err.log_start_offset
+                answer.high_watermark = err.log_end_offset
+                raise
+            if found is not None and (not total or found.length <= limit):
+                answer.records = found
+                total += found.length
+                budget -= found.length
+
+        answered = _answer_each(request.topics, lambda p: FetchPartitionResponse(p, 0), read)
+        return FetchResponse([FetchTopicResponse(t, a) for t, a in answered]), total, waitable
 
     # ------------------------------------------------------------------ ListOffsets
     async def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
-        topics = []
-        for topic in request.topics:
-            answers = []
-            for part in topic.partitions:
-                answer = ListOffsetsPartitionResponse(part.partition, 0)
-                try:
-                    partition = self._leader_partition(topic.name, part.partition)
-                    answer.leader_epoch = partition.leader_epoch
-                    if part.timestamp == EARLIEST_TIMESTAMP:
-                        answer.offset = partition.log.log_start_offset
-                    elif part.timestamp == LATEST_TIMESTAMP:
-                        answer.offset = partition.high_watermark
-                    elif part.timestamp < 0:
-                        raise InvalidRequestError(
-                            f"timestamp {part.timestamp} is not valid: use -2 (earliest), "
-                            "-1 (latest) or milliseconds since the epoch")
-                    else:
-                        found = partition.log.find_by_timestamp(part.timestamp)
-                        if found is not None and found[0] < partition.high_watermark:
-                            answer.offset, answer.timestamp = found
-                except StrataError as err:
-                    answer.error_code, answer.error_message = _error(err)
-                answers.append(answer)
-            topics.append(ListOffsetsTopicResponse(topic.name, answers))
-        return ListOffsetsResponse(topics)
+        def find(topic: str, part: ListOffsetsPartition,
+                 answer: ListOffsetsPartitionResponse) -> None:
+            partition = self._leader_partition(topic, part.partition)
+            answer.leader_epoch = partition.leader_epoch
+            if part.timestamp == EARLIEST_TIMESTAMP:
+                answer.offset = partition.log.log_start_offset
+            elif part.timestamp == LATEST_TIMESTAMP:
+                answer.offset = partition.high_watermark
+            elif part.timestamp < 0:
+                raise InvalidRequestError(
+                    f"timestamp {part.timestamp} is not valid: use -2 (earliest), -1 "
+                    "(latest) or milliseconds since the epoch")
+            else:
+                found = partition.log.find_by_timestamp(part.timestamp)
+                if found is not None and found[0] < partition.high_watermark:
+                    answer.offset, answer.timestamp = found
+
+        answered = _answer_each(request.topics, lambda p: ListOffsetsPartitionResponse(p, 0),
+                                find)
+        return ListOffsetsResponse([ListOffsetsTopicResponse(t, a) for t, a in answered])
 
     # ------------------------------------------------------------------ DescribeTier
     async def describe_tier(self, request: DescribeTierRequest) -> DescribeTierResponse:
@@ -1020,24 +1045,88 @@ class RequestHandlers:
             answer.error_code, answer.error_message = _error(err)
         return answer
 
+    # ------------------------------------------------------------------ tier lease, progress
+    async def tier_lease(self, request: TierLeaseRequest) -> TierLeaseResponse:
+        """Take, renew or give up a tiering job's lease (kept in ZooKeeper, any broker)."""
+        try:
+            if request.release:
+                if request.lease_id is None:
+                    raise InvalidRequestError("release needs the lease_id being given up")
+                await asyncio.to_thread(self.coordinator.release_tier_lease, request.topic,
+                                        request.lease_id)
+                return TierLeaseResponse(0)
+            if not _MIN_TIER_LEASE_MS <= request.ttl_ms <= _MAX_TIER_LEASE_MS:
+                raise InvalidRequestError(
+                    f"ttl_ms={request.ttl_ms} is out of range; use {_MIN_TIER_LEASE_MS}.."
+                    f"{_MAX_TIER_LEASE_MS} ms and renew well within it")
+            if request.lease_id is None:
+                lease_id, topic_id, compacted = await asyncio.to_thread(
+                    self.coordinator.acquire_tier_lease, request.topic, request.owner,
+                    request.ttl_ms)
+                return TierLeaseResponse(0, None, lease_id, topic_id, [
+                    CompactionProgress(p, merged) for p, merged in sorted(compacted.items())])
+            await asyncio.to_thread(self.coordinator.renew_tier_lease, request.topic,
+                                    request.lease_id, request.ttl_ms)
+            return TierLeaseResponse(0, None, request.lease_id)
+        except StrataError as err:
+            return TierLeaseResponse(*_error(err))
+
+    async def update_tier(self, request: UpdateTierRequest) -> UpdateTierResponse:
+        """Record a job's progress, every write fenced by its lease (see the request)."""
+        try:
+            definition = self.cluster.topics.get(request.topic)
+            for update in request.partitions:
+                if definition is not None and update.partition not in definition.assignment:
+                    raise InvalidRequestError(
+                        f"{request.topic} has no partition {update.partition}")
+                touched = update.tiered_up_to >= 0 or update.tier_start >= 0
+                if touched and not 0 <= update.tier_start <= update.tiered_up_to:
+                    raise InvalidRequestError(
+                        f"{request.topic}-{update.partition}: tier progress needs 0 <= "
+                        f"tier_start ({update.tier_start}) <= tiered_up_to "
+                        f"({update.tiered_up_to})")
+                if update.merged_up_to < -1:
+                    raise InvalidRequestError(
+                        f"{request.topic}-{update.partition}: merged_up_to "
+                        f"{update.merged_up_to} is negative (-1: leave it)")
+            stored = await asyncio.to_thread(self._write_tier, request)
+        except StrataError as err:
+            return UpdateTierResponse(*_error(err))
+        return UpdateTierResponse(0, None, stored)
+
+    def _write_tier(self, request: UpdateTierRequest) -> list[TierProgressUpdate]:
+        coordinator, topic, lease = self.coordinator, request.topic, request.lease_id
+        if request.table is not None:
+            coordinator.set_tier_table(topic, request.table, lease_id=lease)
+        out = []
+        for update in request.partitions:
+            answer = TierProgressUpdate(update.partition)
+            if update.tiered_up_to >= 0:
+                saved = coordinator.advance_tier_progress(
+                    topic, update.partition, tiered_up_to=update.tiered_up_to,
+                    tier_start=update.tier_start, topic_id=request.topic_id, lease_id=lease)
+                answer.tiered_up_to, answer.tier_start = saved.tiered_up_to, saved.tier_start
+            if update.merged_up_to >= 0:
+                answer.merged_up_to = coordinator.advance_compaction_progress(
+                    topic, update.partition, update.merged_up_to, lease_id=lease)
+            out.append(answer)
+        return out
+
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def offset_for_leader_epoch(
             self, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
-        topics = []
-        for topic in request.topics:
-            answers = []
-            for part in topic.partitions:
-                answer = OffsetForLeaderEpochPartitionResponse(part.partition, 0)
-                try:
-                    partition = self._leader_partition(topic.name, part.partition)
-                    self._check_epoch(partition, part.current_leader_epoch)
-                    answer.leader_epoch, answer.end_offset = \
-                        partition.log.end_offset_for_epoch(part.leader_epoch)
-                except StrataError as err:
-                    answer.error_code, answer.error_message = _error(err)
-                answers.append(answer)
-            topics.append(OffsetForLeaderEpochTopicResponse(topic.name, answers))
-        return OffsetForLeaderEpochResponse(topics)
+        def end_of_epoch(topic: str, part: OffsetForLeaderEpochPartition,
+                         answer: OffsetForLeaderEpochPartitionResponse) -> None:
+            partition = self._leader_partition(topic, part.partition)
+            self._check_epoch(partition, part.current_leader_epoch)
+            answer.leader_epoch, answer.end_offset = \
+                partition.log.end_offset_for_epoch(part.leader_epoch)
+
+        answered = _answer_each(request.topics,
+                                lambda p: OffsetForLeaderEpochPartitionResponse(p, 0),
+                                end_of_epoch)
+        return OffsetForLeaderEpochResponse(
+            [OffsetForLeaderEpochTopicResponse(t, a) for t, a in answered])
 
     # ------------------------------------------------------------------ cluster admin
     def _known_partitions(self, topics: list[ElectionTopic] | None
@@ -1105,34 +1194,25 @@ class RequestHandlers:
         if not named <= set(self.cluster.live_brokers):
             await self.host.refresh_brokers()  # the watched view may lag ZooKeeper
         live = set(self.cluster.live_brokers)
-        for topic in request.topics:
-            definition = self.cluster.topics.get(topic.name)
-            for part in topic.partitions:
-                answer = ElectionPartitionResult(part.partition, 0, -1)
-                try:
-                    if definition is None or part.partition not in definition.assignment:
-                        raise UnknownTopicOrPartitionError(
-                            f"{topic.name}-{part.partition} does not exist; check "
-                            "`strata topic describe`")
-                    replicas = list(part.replicas)
-                    if not replicas:
-                        raise InvalidReplicationFactorError(
-                            f"{topic.name}-{part.partition}: give at least one replica "
-                            "(cancelling a reassignment is not supported; reassign back "
-                            "to the old replicas instead)")
-                    if len(set(replicas)) != len(replicas):
-                        raise InvalidReplicationFactorError(
-                            f"{topic.name}-{part.partition}: broker listed twice in "
-                            f"{replicas}")
-                    dead = [b for b in replicas if b not in live]
-                    if dead:
-                        raise InvalidReplicationFactorError(
-                            f"{topic.name}-{part.partition}: brokers {dead} are not live "
-                            f"(live: {sorted(live)}); start them first")
-                    wanted[(topic.name, part.partition)] = replicas
-                except StrataError as err:
-                    answer.error_code, answer.error_message = _error(err)
-                answers.setdefault(topic.name, []).append(answer)
+
+        def check(topic: str, part: ReassignablePartition,
+                  answer: ElectionPartitionResult) -> None:
+            definition = self.cluster.topics.get(topic)
+            if definition is None or part.partition not in definition.assignment:
+                raise UnknownTopicOrPartitionError(
+                    f"{topic}-{part.partition} does not exist; check `strata topic describe`")
+            replicas = list(part.replicas)
+            if not replicas:
+                raise InvalidReplicationFactorError(
+                    f"{topic}-{part.partition}: give at least one replica (cancelling a "
+                    "reassignment is not supported; reassign back to the old replicas "
+                    "instead)")
+            _check_replica_list(f"{topic}-{part.partition}", replicas, live)
+            wanted[(topic, part.partition)] = replicas
+
+        for name, checked in _answer_each(
+                request.topics, lambda p: ElectionPartitionResult(p, 0, -1), check):
+            answers.setdefault(name, []).extend(checked)
         if wanted:
             coordinator = self.coordinator
             try:

@@ -53,6 +53,7 @@ from wire.protocol import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     OffsetForLeaderEpochTopic,
+    group_by_topic,
 )
 
 if TYPE_CHECKING:
@@ -223,13 +224,10 @@ class ReplicaFetcher:
         # or an answer asking for it): not a scan of every partition each round.
         pending = [key for key in self._dirty
                    if (f := self.partitions.get(key)) is not None and f.needs_truncation]
-        asks: dict[str, list[OffsetForLeaderEpochPartition]] = {}
-        for key in pending:
-            partition = self._partition(key)
-            if partition is None:
-                continue
-            asks.setdefault(key[0], []).append(OffsetForLeaderEpochPartition(
-                key[1], partition.leader_epoch, partition.log.latest_epoch))
+        asks = group_by_topic(
+            (key[0], OffsetForLeaderEpochPartition(key[1], partition.leader_epoch,
+                                                   partition.log.latest_epoch))
+            for key in pending if (partition := self._partition(key)) is not None)
         if not asks:
             return
         response = await asyncio.wait_for(connection.request(
@@ -259,7 +257,7 @@ class ReplicaFetcher:
         the thousands of idle partitions this broker may follow from one leader.
         """
         config = self.config
-        by_topic: dict[str, list[FetchPartition]] = {}
+        wanted: list[tuple[str, FetchPartition]] = []
         full = self._session_epoch == 0
         considered = list(self.partitions) if full else list(self._dirty)
         self._dirty = set()
@@ -267,13 +265,13 @@ class ReplicaFetcher:
         # most of a follower's CPU. Any failure below opens a new session (epoch 0),
         # which starts ``sent`` over, so a round that fails half-way leaves no trace.
         sent: dict[PartitionKey, tuple[int, int]] = {} if full else self._session_sent
-        forgotten: dict[str, list[int]] = {}
+        forgotten: list[PartitionKey] = []
         for key in considered:
             following = self.partitions.get(key)
             partition = self._partition(key)
             if partition is None or following is None or following.needs_truncation:
                 if sent.pop(key, None) is not None:
-                    forgotten.setdefault(key[0], []).append(key[1])
+                    forgotten.append(key)
                 if partition is not None and following is not None:
                     self._dirty.add(key)  # still to truncate: ``_truncate`` asks again
                 continue
@@ -282,20 +280,20 @@ class ReplicaFetcher:
             if full or sent.get(key) != position:
                 sent[key] = position
                 # In a session only what the leader does not know yet travels.
-                by_topic.setdefault(key[0], []).append(FetchPartition(
-                    key[1], offset, config.replica_fetch_max_bytes, following.leader_epoch))
+                wanted.append((key[0], FetchPartition(
+                    key[1], offset, config.replica_fetch_max_bytes, following.leader_epoch)))
         if not sent:
             self._session_sent = {}
             self._session_epoch = 0  # nothing left to follow here
             return False
-        request = FetchRequest([FetchTopic(t, ps) for t, ps in by_topic.items()],
+        request = FetchRequest([FetchTopic(t, ps) for t, ps in group_by_topic(wanted).items()],
                                max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=1,
                                max_bytes=max(config.replica_fetch_max_bytes, 1 << 20) * 4,
                                replica_id=self.broker_id,
                                session_id=0 if full else self._session_id,
                                session_epoch=self._session_epoch,
-                               forgotten_topics=[ForgottenTopic(t, ps)
-                                                 for t, ps in forgotten.items()])
+                               forgotten_topics=[ForgottenTopic(t, ps) for t, ps
+                                                 in group_by_topic(forgotten).items()])
         response = await asyncio.wait_for(
             connection.request(ApiKey.FETCH, request, version=1),
             config.replica_fetch_wait_max_ms / 1000 + _REQUEST_MARGIN_S)

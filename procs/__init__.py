@@ -6,7 +6,7 @@ without first checking that ``/proc/<pid>/cmdline`` still contains a marker the 
 recorded when it started the process (for the ZooKeeper launcher: the absolute path of
 its ``zoo.cfg``). Nothing here ever looks processes up by name.
 
-A top-level package of its own, below both the CLI (``strata``) and the ZooKeeper
+A top-level package of its own, below both the CLI (``strata_tools``) and the ZooKeeper
 launcher (``zookeeper``): each imports it, and neither imports the other for it.
 """
 

@@ -63,7 +63,7 @@ bench_tier() {
   STRATA_LOG_RETENTION_CHECK_INTERVAL_MS=1000 \
     "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
   echo "== Delta tiering (local[2]): 4,000,000 100-byte random records, 4 partitions"
-  "$STRATA" perf tier --bootstrap "127.0.0.1:$((base + 10))" --zookeeper "127.0.0.1:$base" \
+  "$STRATA" perf tier --bootstrap "127.0.0.1:$((base + 10))" \
     --num-records 4000000 --partitions 4
   "$STRATA" down --data-dir "$DATA" >/dev/null
 }

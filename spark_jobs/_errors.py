@@ -1,12 +1,14 @@
 """Errors of the tiering job, in the project's error convention (``wire/errors.py``).
 
 Codes 1400 and up belong to the Spark jobs. Like the client's 1000-range codes they are
-never sent on the wire; ``str(err)`` is ``"[NAME] message"`` and the message says what to do.
+never sent on the wire, except TIER_LEASE_LOST (1404), which the brokers answer to a job
+whose lease lapsed and so lives in ``wire.errors``; ``str(err)`` is ``"[NAME] message"``
+and the message says what to do.
 """
 
 from __future__ import annotations
 
-from wire.errors import StrataError
+from wire.errors import StrataError, TierLeaseLostError
 
 __all__ = ["TierConfigError", "TierGapError", "TierLeaseLostError", "TierNotEnabledError",
            "TierTableMismatchError"]
@@ -46,14 +48,3 @@ class TierGapError(StrataError):
 
     code = 1403
     name = "TIER_GAP"
-
-
-class TierLeaseLostError(StrataError):
-    """The job's lease on a topic lapsed mid-pass, or another writer got ahead of it.
-
-    Nothing more is written in the pass; the next one plans again from the table's
-    ``txnVersion`` and ZooKeeper, so no record is written twice.
-    """
-
-    code = 1404
-    name = "TIER_LEASE_LOST"

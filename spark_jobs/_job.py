@@ -2,17 +2,21 @@
 
 One pass (``TierJob.run_once``), per topic with ``tier.enable=true``:
 
-1. take the topic's lease in ZooKeeper (one job per topic at a time; a second job waits
-   up to ``lease_wait_s`` and then reports the topic busy);
+1. take the topic's tiering lease from the brokers (``Admin.acquire_tier_lease``; one job
+   per topic at a time; a second job waits up to ``lease_wait_s`` and then reports the
+   topic busy). A thread renews it every third of ``lease_ttl_s``; a job that dies frees
+   the topic when the lease expires;
 2. ask each partition's leader for its closed segments (``Admin.describe_tier``) and plan
    ranges (``_plan.plan_partition``);
 3. per range, a Spark batch read through the Strata source with explicit
    ``startingOffsets``/``endingOffsets`` (whole Arrow batches, never per-record Python),
    appended to the topic's Delta table with ``txnAppId=strata-tier/<topic>/<p>`` and
    ``txnVersion=<end offset>``;
-4. after the commit, advance the partition's progress in ZooKeeper (``tiered_up_to``);
+4. after the commit, advance the partition's recorded progress (``tiered_up_to``,
+   ``Admin.update_tier``: the brokers write it to ZooKeeper in one transaction that also
+   checks the lease, so a job whose lease lapsed cannot move it);
 5. total retention (``retention.ms``): ``DELETE`` rows older than it, then ``VACUUM``;
-   the first offset left per partition becomes ``tier_start`` in ZooKeeper;
+   the first offset left per partition becomes the recorded ``tier_start``;
 6. ``OPTIMIZE`` when the last one is older than ``optimize_interval_s``;
 7. for ``cleanup.policy=compact`` topics, ``MERGE`` the new range into the compacted table.
 
@@ -20,13 +24,18 @@ Why it cannot duplicate or skip, whenever it is killed:
 
 * a Delta commit is atomic: a write is either wholly in the table or not at all;
 * a write's ``txnVersion`` is its end offset, and the next plan starts at
-  ``max(ZooKeeper progress, the table's txnVersion, log start)``. Killed after the commit
-  but before the ZooKeeper write, the rerun reads the table's txnVersion (delta-rs, from
+  ``max(recorded progress, the table's txnVersion, log start)``. Killed after the commit
+  but before the progress write, the rerun reads the table's txnVersion (delta-rs, from
   the Delta log) and starts exactly there; killed before the commit, nothing was written
-  and ZooKeeper's progress is where the rerun starts;
-* brokers delete a tiered topic's segments only below ZooKeeper's progress, which never
+  and the recorded progress is where the rerun starts;
+* brokers delete a tiered topic's segments only below the recorded progress, which never
   runs ahead of the table, so the rerun still finds every record it must copy;
-* two jobs never write one topic at once (the lease), so no two writes race for one range.
+* two jobs never write one topic at once: the lease is exclusive, every progress write
+  is fenced by it, and a job that cannot renew it stops writing; should a job stalled
+  past its TTL still reach a Delta commit, that commit's ``txnAppId``/``txnVersion``
+  conflict with the new holder's, so a range is never in the table twice.
+
+The job needs only the bootstrap servers: it reaches ZooKeeper through the brokers.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import logging
 import math
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -45,7 +55,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from brokers.coordination import Coordinator, TierProgress
 from spark_jobs._compaction import compact_range, drop_tombstones
 from spark_jobs._errors import (
     TierConfigError,
@@ -66,8 +75,8 @@ from spark_jobs._tables import (
     table_path,
     table_topic_id,
 )
-from strata.client import Admin
-from wire.errors import TierJobBusyError, UnknownTopicOrPartitionError
+from strata.client import Admin, StoredTierProgress, TierLease
+from wire.errors import BrokerNotAvailableError, TierJobBusyError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -85,7 +94,6 @@ _OFFSETS_PER_TASK = 250_000
 @dataclass(frozen=True, slots=True)
 class TierSettings:
     bootstrap: str
-    zookeeper: str
     warehouse: Path
     #: Segment bytes copied by one Delta commit at most (a killed job redoes at most this).
     max_bytes_per_write: int = 256 * 1024 * 1024
@@ -95,19 +103,21 @@ class TierSettings:
     vacuum_retain_hours: float = 168.0
     optimize_interval_s: float = 3600.0
     lease_wait_s: float = 30.0
+    #: How long the topic's lease lasts without a renewal (renewed every third of it): a
+    #: job that dies frees its topics after this long.
+    lease_ttl_s: float = 30.0
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
             raise TierConfigError("no brokers given: pass --bootstrap HOST:PORT")
-        if not self.zookeeper:
-            raise TierConfigError(
-                "no ZooKeeper given: pass --zookeeper HOST:PORT (`strata status` shows it)")
         if self.max_bytes_per_write < 1:
             raise TierConfigError("max_bytes_per_write must be at least 1 byte")
         if self.vacuum_retain_hours < 0 or self.optimize_interval_s < 0 or self.lease_wait_s < 0:
             raise TierConfigError(
                 "vacuum_retain_hours, optimize_interval_s and lease_wait_s must be >= 0")
+        if not 1 <= self.lease_ttl_s <= 600:
+            raise TierConfigError(f"lease_ttl_s={self.lease_ttl_s} is out of range; use 1..600")
 
 
 @dataclass(slots=True)
@@ -168,8 +178,9 @@ class TierReport:
 class TierJob:
     """Tier every ``tier.enable=true`` topic (or the ones named) once per ``run_once``.
 
-    The job holds one ``Admin`` and one ZooKeeper session for its lifetime; close it (or use
-    it as a context manager) to release both. Not thread-safe: one pass at a time.
+    The job holds one ``Admin`` for its lifetime (the brokers are all it talks to); close
+    it (or use it as a context manager) to release it. Not thread-safe: one pass at a
+    time.
     """
 
     def __init__(self, spark: SparkSession | Callable[[], SparkSession],
@@ -178,14 +189,8 @@ class TierJob:
         (a job beside a stack whose topics are not tiered never starts a JVM)."""
         self._spark = spark
         self.settings = settings
-        self._topic_id: str | None = None  # of the topic being tiered (checked on writes)
+        self._lease_held: _LeaseKeeper | None = None  # of the topic being tiered
         self.admin = Admin(settings.bootstrap, client_id="strata-tier")
-        self.coordinator = Coordinator(settings.zookeeper, session_timeout_ms=6_000)
-        try:
-            self.coordinator.start()
-        except BaseException:
-            self.admin.close()
-            raise
 
     @property
     def spark(self) -> SparkSession:
@@ -198,10 +203,7 @@ class TierJob:
         return not callable(self._spark)
 
     def close(self) -> None:
-        try:
-            self.admin.close()
-        finally:
-            self.coordinator.stop()
+        self.admin.close()
 
     def __enter__(self) -> TierJob:
         return self
@@ -217,7 +219,7 @@ class TierJob:
         ``keep_going``: a topic whose pass fails is reported (``TopicReport.error``) and
         the others still run, as a long-running job must; otherwise the error is raised.
         Either way nothing half-done is left behind: a failed copy is retried from the
-        table's txnVersion and ZooKeeper's progress by the next pass.
+        table's txnVersion and the recorded progress by the next pass.
         """
         began = time.monotonic()
         names = self._topics(topics)
@@ -255,45 +257,52 @@ class TierJob:
         return sorted(t.name for t in described.values() if t.enabled)
 
     @contextmanager
-    def _lease(self, topic: str) -> Iterator[bool]:
+    def _lease(self, topic: str) -> Iterator[_LeaseKeeper | None]:
+        """The topic's lease, kept renewed for the block (None: another job holds it for
+        longer than ``lease_wait_s``); given up on exit."""
         deadline = time.monotonic() + self.settings.lease_wait_s
+        ttl_ms = int(self.settings.lease_ttl_s * 1000)
         while True:
             try:
-                with self.coordinator.tier_lease(topic, self.settings.owner):
-                    yield True
-                    return
-            except TierJobBusyError as err:
+                lease = self.admin.acquire_tier_lease(topic, self.settings.owner, ttl_ms)
+                break
+            except (TierJobBusyError, BrokerNotAvailableError) as err:
                 if time.monotonic() >= deadline:
-                    log.warning("%s", err)
-                    yield False
-                    return
+                    if isinstance(err, TierJobBusyError):
+                        log.warning("%s", err)
+                        yield None
+                        return
+                    raise
                 time.sleep(0.5)
+        keeper = _LeaseKeeper(self.admin, lease, ttl_ms)
+        self._lease_held = keeper
+        try:
+            yield keeper
+        finally:
+            self._lease_held = None
+            keeper.stop()
 
     def _tier_topic(self, topic: str) -> TopicReport:
         report = TopicReport(topic)
         with self._lease(topic) as held:
-            if not held:
+            if held is None:
                 report.busy = True
                 return report
-            definition = self.coordinator.get_topic(topic)
-            if definition is None:
-                raise UnknownTopicOrPartitionError(f"topic {topic!r} was deleted")
-            self._topic_id = definition.topic_id
+            lease = held.lease
             described = self.admin.describe_tier([topic])[topic]
             path = self._table_for(topic, described)
             report.table = str(path) if _is_table(path) else None
             configs = {k: v.value for k, v in self.admin.describe_configs([topic])[topic].items()}
             parts = sorted(described.partitions)
             committed = committed_offsets(path, topic, parts)
-            progress = self.coordinator.tier_progress(topic)
             now_ms = int(time.time() * 1000)
             for p in parts:
                 tier = described.partitions[p]
-                stored = progress.get(p)
-                tiered_up_to = stored.tiered_up_to if stored else 0
-                tier_start = stored.tier_start if stored else 0
+                # A recorded progress always has tiered_up_to > 0 (it follows a write).
+                stored = tier.tiered_up_to > 0
+                tiered_up_to, tier_start = tier.tiered_up_to, tier.tier_start_offset
                 if committed[p] > tiered_up_to:
-                    # Killed between the Delta commit and the ZooKeeper write: catch up.
+                    # Killed between the Delta commit and the progress write: catch up.
                     # Without any record, the first write began at the log start (nothing
                     # below it was deleted: deletion waits for this very progress).
                     saved = self._advance(
@@ -322,7 +331,7 @@ class TierJob:
                         break
                     if report.table is None:
                         ensure_table(self.spark, path, TIER_DDL, "partition, date",
-                                     {TOPIC_ID_PROPERTY: definition.topic_id})
+                                     {TOPIC_ID_PROPERTY: lease.topic_id})
                         report.table = str(path)
                     self._copy(path, rng, part, described)
                 _lag(part, tier, described.tier_after_ms, now_ms)
@@ -337,42 +346,44 @@ class TierJob:
         return report
 
     def _advance(self, topic: str, partition: int, *, tiered_up_to: int,
-                 tier_start: int) -> TierProgress:
-        """Write progress only while this job holds the lease, for the topic it planned."""
-        self._check_lease(topic)
-        return self.coordinator.advance_tier_progress(
-            topic, partition, tiered_up_to=tiered_up_to, tier_start=tier_start,
-            topic_id=self._topic_id)
+                 tier_start: int) -> StoredTierProgress:
+        """Write progress only under this job's lease, for the topic it planned (the
+        brokers check both in the write's own transaction)."""
+        lease = self._check_lease(topic)
+        return self.admin.update_tier(topic, lease.lease_id, lease.topic_id,
+                                      progress={partition: (tiered_up_to, tier_start)}
+                                      )[partition]
 
-    def _check_lease(self, topic: str) -> None:
-        if not self.coordinator.holds_tier_lease(topic):
-            raise TierLeaseLostError(
-                f"this job lost its lease on topic {topic!r} (its ZooKeeper session "
-                "expired or was cut off) and another job may be tiering it; nothing more is "
-                "written in this pass, and the next pass starts from what the table and "
-                "ZooKeeper hold")
+    def _check_lease(self, topic: str) -> TierLease:
+        """The lease, if the keeper still vouches for it (renewed within its TTL)."""
+        keeper = self._lease_held
+        if keeper is None or keeper.lease.topic != topic:
+            raise TierLeaseLostError(f"this job holds no lease on topic {topic!r}")
+        keeper.check()
+        return keeper.lease
 
     def _table_for(self, topic: str, described: TopicTier) -> Path:
         path = table_path(self.settings.warehouse.resolve(), topic)
-        recorded = described.table or self.coordinator.tier_table(topic)
+        recorded = described.table
         if recorded is not None and Path(recorded) != path:
             raise TierTableMismatchError(
                 f"topic {topic!r} is tiered into {recorded}, not {path}; run the job with "
                 f"the warehouse that holds that table (--warehouse {Path(recorded).parent.parent})")
         if recorded is None:
+            lease = self._check_lease(topic)
             owner = table_topic_id(path)
-            if owner is not None and owner != self._topic_id:
+            if owner is not None and owner != lease.topic_id:
                 raise TierTableMismatchError(
                     f"{path} holds the history of an earlier topic named {topic!r} (topic id "
-                    f"{owner}; this one is {self._topic_id}): the topic was deleted and "
+                    f"{owner}; this one is {lease.topic_id}): the topic was deleted and "
                     "re-created. Move that table away (or use another --warehouse) to tier "
                     "the new topic; it is never appended to the old history")
-            self.coordinator.set_tier_table(topic, str(path))
+            self.admin.update_tier(topic, lease.lease_id, lease.topic_id, table=str(path))
         return path
 
     def _copy(self, path: Path, rng: TierRange, part: PartitionReport,
               described: TopicTier) -> None:
-        """One Delta commit for ``rng``, then the progress write in ZooKeeper."""
+        """One Delta commit for ``rng``, then the progress write."""
         from deltalake import DeltaTable
         from pyspark.sql import functions as F
 
@@ -433,7 +444,7 @@ class TierJob:
         disagree (CreateTime need not grow with offsets), and readers could not tell such
         a hole from a control record. So the cut is an offset X per partition: every
         file wholly below it is old, and ``DELETE ... offset < X`` removes exactly those
-        rows. ``tier_start`` moves to X in ZooKeeper *before* the DELETE: a reader then
+        rows. ``tier_start`` moves to X (recorded) *before* the DELETE: a reader then
         treats offsets below X as gone even while they are still being deleted, and a
         job killed in between finds the same X on its next pass and finishes the DELETE.
         """
@@ -497,10 +508,11 @@ class TierJob:
     # ------------------------------------------------------------------ compaction
     def _compact(self, topic: str, path: Path, report: TopicReport,
                  configs: dict[str, str | None]) -> int:
-        """Merge every tiered range the compacted table lacks (its own progress in
-        ZooKeeper, written after each MERGE, so a MERGE that failed or was killed is
-        redone by the next pass; the MERGE itself ignores rows it already has)."""
-        merged = self.coordinator.compaction_progress(topic)
+        """Merge every tiered range the compacted table lacks (its own recorded progress,
+        written after each MERGE, so a MERGE that failed or was killed is redone by the
+        next pass; the MERGE itself ignores rows it already has). The progress read with
+        the lease stays current: only the lease holder writes it."""
+        merged = dict(self._check_lease(topic).compacted)
         keys = 0
         for part in report.partitions:
             start = max(merged.get(part.partition, 0), part.tier_start)
@@ -509,8 +521,10 @@ class TierJob:
             self._check_lease(topic)
             keys += compact_range(self.spark, self.settings.warehouse, topic, path,
                                   part.partition, start, part.tiered_up_to)
-            self.coordinator.advance_compaction_progress(topic, part.partition,
-                                                         part.tiered_up_to)
+            lease = self._check_lease(topic)
+            self.admin.update_tier(topic, lease.lease_id, lease.topic_id,
+                                   merged={part.partition: part.tiered_up_to})
+            merged[part.partition] = part.tiered_up_to
         drop_tombstones(self.spark, self.settings.warehouse, topic,
                         int(configs.get("delete.retention.ms") or 86_400_000))
         return keys
@@ -562,3 +576,55 @@ def _lag(part: PartitionReport, tier: PartitionTier, tier_after_ms: int, now_ms:
     part.lag_records = max(0, tier.high_watermark - part.tiered_up_to)
     pending = [s for s in tier.segments if s.next_offset > part.tiered_up_to]
     part.lag_ms = max(0, now_ms - pending[0].max_timestamp) if pending else 0
+
+
+class _LeaseKeeper:
+    """Renews a tier lease from a daemon thread every third of its TTL.
+
+    ``check`` raises ``TierLeaseLostError`` once a renewal was refused (another job took
+    the topic) or none succeeded within the TTL (the brokers or ZooKeeper unreachable:
+    the lease may have expired, and the job must not act as if it still held it).
+    """
+
+    def __init__(self, admin: Admin, lease: TierLease, ttl_ms: int) -> None:
+        self.lease = lease
+        self._admin = admin
+        self._ttl_s = ttl_ms / 1000
+        self._renewed = time.monotonic()
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"strata-tier-lease-{lease.topic}")
+        self._thread.start()
+
+    def check(self) -> None:
+        if self._lost is None and time.monotonic() - self._renewed > self._ttl_s:
+            self._lost = (f"no renewal of the lease on {self.lease.topic!r} succeeded for "
+                          f"{self._ttl_s:.0f} s (its TTL); it may have expired")
+        if self._lost is not None:
+            raise TierLeaseLostError(
+                f"{self._lost}; nothing more is written in this pass, and the next pass "
+                "starts from what the table and the recorded progress hold")
+
+    def _run(self) -> None:
+        ttl_ms = int(self._ttl_s * 1000)
+        while not self._stop.wait(self._ttl_s / 3):
+            try:
+                self._admin.renew_tier_lease(self.lease.topic, self.lease.lease_id, ttl_ms)
+                self._renewed = time.monotonic()
+            except TierLeaseLostError as err:
+                self._lost = err.message
+                return
+            except Exception as err:  # unreachable for now: the next renewal may work
+                log.warning("renewing the tier lease on %s failed: %s; retrying",
+                            self.lease.topic, err)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self._lost is None:
+            try:
+                self._admin.release_tier_lease(self.lease.topic, self.lease.lease_id)
+            except Exception as err:  # it expires after its TTL anyway
+                log.warning("giving up the tier lease on %s failed: %s; it expires after "
+                            "%.0f s", self.lease.topic, err, self._ttl_s)

@@ -16,7 +16,7 @@
     strata gateway [--bootstrap ...] [--host H] [--port P] [--workers N]
                    (--auth-config FILE | --no-auth) [--tls-cert FILE --tls-key FILE]
     strata tier run [--topic T ...] [--once | --every SECONDS] [--warehouse DIR]
-                    [--zookeeper HOST:PORT]
+                    [--lease-ttl-s S]
     strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier|group|scale
                 [...]
 

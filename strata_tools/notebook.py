@@ -350,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python -m strata_tools.notebook: error: {exc}", file=sys.stderr)
         return 1
     print(f"produced {sent} records to {args.topic}; tier them now with: strata tier run "
-          f"--once --bootstrap {stack.bootstrap} --zookeeper {stack.zookeeper} "
+          f"--once --bootstrap {stack.bootstrap} "
           f"--warehouse {stack.warehouse} --topic {args.topic}")
     return 0
 

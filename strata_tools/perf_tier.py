@@ -59,7 +59,6 @@ def _positive(text: str) -> int:
 def add_tier_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", default=None, metavar="HOST:PORT[,...]",
                         help="brokers (default: $STRATA_BOOTSTRAP)")
-    parser.add_argument("--zookeeper", required=True, metavar="HOST:PORT")
     parser.add_argument("--warehouse", default=None,
                         help="Delta warehouse directory (default: a temporary one)")
     parser.add_argument("--topic", default="bench-tier")
@@ -76,7 +75,7 @@ def run_tier(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="strata-perf-tier-") as scratch:
         warehouse = Path(args.warehouse or scratch)
-        result = bench_tier(bootstrap_of(args), args.zookeeper, warehouse, args.topic,
+        result = bench_tier(bootstrap_of(args), warehouse, args.topic,
                             args.num_records, args.record_size, args.partitions,
                             args.segment_bytes, args.runs)
     if args.format == "json":
@@ -139,7 +138,7 @@ def _replay(spark: Any, bootstrap: str, topic: str, ends: dict[int, int], runs: 
     return best
 
 
-def bench_tier(bootstrap: str, zookeeper: str, warehouse: Path, topic: str, num_records: int,
+def bench_tier(bootstrap: str, warehouse: Path, topic: str, num_records: int,
                record_size: int, partitions: int, segment_bytes: int,
                runs: int) -> TierBenchResult:
     from spark_jobs import TierJob, TierSettings, table_path
@@ -155,7 +154,7 @@ def bench_tier(bootstrap: str, zookeeper: str, warehouse: Path, topic: str, num_
     spark = spark_session("strata-perf-tier", {"spark.sql.shuffle.partitions": "2"})
     try:
         hot = _replay(spark, bootstrap, topic, ends, runs)
-        with TierJob(spark, TierSettings(bootstrap, zookeeper, warehouse)) as job:
+        with TierJob(spark, TierSettings(bootstrap, warehouse)) as job:
             began = time.perf_counter()
             report = job.run_once([topic])
             pass_seconds = time.perf_counter() - began

@@ -538,14 +538,14 @@ TIER_EVERY_S = 60
 
 
 def _start_tier(ctx: StackContext, port: int) -> Launched:
-    bootstrap, zookeeper = ctx.endpoints.get("bootstrap"), ctx.endpoints.get("zookeeper")
-    if not bootstrap or not zookeeper:
-        raise StackError("the tiering job needs ZooKeeper and the brokers, which are not running")
+    bootstrap = ctx.endpoints.get("bootstrap")
+    if not bootstrap:
+        raise StackError("the tiering job needs the brokers, which are not running")
     (ctx.data_dir / TIER_DIR).mkdir(parents=True, exist_ok=True)
     warehouse = ctx.data_dir / WAREHOUSE_DIR
     warehouse.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "strata_tools.cli", "tier", "run", "--bootstrap", bootstrap,
-            "--zookeeper", zookeeper, "--warehouse", str(warehouse), "--every",
+            "--warehouse", str(warehouse), "--every",
             str(TIER_EVERY_S), "--format", "json", "--metrics-port", str(port)]
     return _launch(args, ctx.data_dir / TIER_DIR / "tier.log", str(warehouse), "the tiering job",
                    port, f"http://{ctx.host}:{port}/metrics",

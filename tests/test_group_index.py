@@ -46,6 +46,7 @@ from wire.protocol import (
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitTopic,
+    group_by_topic,
     group_topic_partitions,
 )
 
@@ -363,3 +364,12 @@ def test_concurrent_requests_share_one_write_and_fail_together() -> None:
     group = coordinator._shards[0].groups["g"]
     assert len(group.members) == 20 and group.target_epoch == group.group_epoch
     assert sum(len(t) for t in group.target.values()) == 40
+
+
+def test_group_by_topic_keeps_first_seen_order_and_wire_groups_sort() -> None:
+    pairs = [("b", 2), ("a", 1), ("b", 0), ("a", 1)]
+    grouped = group_by_topic(pairs)
+    assert list(grouped.items()) == [("b", [2, 0]), ("a", [1, 1])]  # as given, duplicates too
+    assert group_by_topic(iter([("t", "x"), ("t", "y")])) == {"t": ["x", "y"]}  # any items
+    assert group_by_topic([]) == {}
+    assert wire(pairs) == [GroupTopicPartitions("a", [1, 1]), GroupTopicPartitions("b", [0, 2])]

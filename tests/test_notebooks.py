@@ -96,7 +96,7 @@ from strata_tools.notebook import find_stack as _find_stack, notebook_spark as _
 
 _stack = _find_stack()
 with _TierJob(_notebook_spark("test-notebooks-tier"),
-              _TierSettings(_stack.bootstrap, _stack.zookeeper, _stack.warehouse,
+              _TierSettings(_stack.bootstrap, _stack.warehouse,
                             lease_wait_s=240)) as _job:
     _report = _job.run_once([_os.environ["STRATA_TOPIC"]])
 _job.spark.stop()  # the notebooks start their own SparkContext (on this JVM)

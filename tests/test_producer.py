@@ -24,7 +24,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from strata.client._accumulator import Accumulator, Chunks, Wakeup
 from strata.client._cluster import Cluster
+from strata.client._delivery import SendBatchGroup
 from strata.client._sync import EventLoopThread
 from strata.client.producer import (
     AsyncProducer,
@@ -675,6 +677,87 @@ def test_back_pressure_block(broker: BrokerProcess) -> None:
             assert (await future).offset > 0
 
     asyncio.run(async_block())
+
+
+def _full_accumulator(**options: Any) -> tuple[asyncio.AbstractEventLoop, Accumulator, Chunks]:
+    """An accumulator bound to a fresh loop (this thread is its loop thread), with room
+    for two of the four 500-byte ``send_batch`` chunks returned; nothing drains it."""
+    loop = asyncio.new_event_loop()
+    wakeup = Wakeup(loop)
+    accumulator = Accumulator(ProducerConfig.from_options(
+        "h:1", {"buffer_memory": 1000, "batch_size": 500, **options}), wakeup)
+    loop.call_soon(wakeup.start)
+    loop.run_until_complete(asyncio.sleep(0))
+    chunks = accumulator.plan_columns("t", 1, pa.array([b"v" * 84] * 20), None, 0, 0)
+    assert [(rows.num_rows, size) for _, rows, size in chunks] == [(5, 500)] * 4
+    return loop, accumulator, chunks
+
+
+def test_send_batch_back_pressure_in_both_faces() -> None:
+    """One queueing for both faces: a full buffer raises, naming what was queued before
+    it (``raise``; ``block`` past ``max_block_ms`` or on the loop thread, e.g. from a
+    delivery callback), and freed space lets a waiting call go on."""
+    def release_two(accumulator: Accumulator) -> None:
+        queue = accumulator.partitions[("t", 0)]
+        for _ in range(2):
+            accumulator.release(queue, queue.queue[0])
+
+    def in_thread(accumulator: Accumulator, chunks: Chunks, group: SendBatchGroup,
+                  free: bool) -> None:
+        caller = concurrent.futures.ThreadPoolExecutor(1)
+        done = caller.submit(accumulator.append_chunks_blocking, "t", 1, chunks, group)
+        time.sleep(0.3)
+        assert done.done() != free  # still waiting for space when it will be freed
+        if free:
+            release_two(accumulator)
+        try:
+            done.result(10)
+        finally:
+            caller.shutdown()
+
+    async def on_loop(accumulator: Accumulator, chunks: Chunks, group: SendBatchGroup,
+                      free: bool) -> None:
+        task = asyncio.ensure_future(accumulator.append_chunks_async("t", 1, chunks, group))
+        await asyncio.sleep(0.3)
+        assert task.done() != free
+        if free:
+            release_two(accumulator)
+        await asyncio.wait_for(task, 10)
+
+    raise_now = {"on_buffer_full": "raise"}
+    cases: list[tuple[str, dict[str, Any], bool, str | None]] = [
+        ("thread", raise_now, False, "buffer full: 1000 of buffer_memory=1000"),
+        ("thread", {"max_block_ms": 100}, False, "for max_block_ms=100"),
+        ("thread", {"max_block_ms": 10_000}, True, None),
+        ("loop thread", raise_now, False, "buffer full: 1000 of buffer_memory=1000"),
+        ("loop thread", {}, False, "loop thread, e.g. a delivery callback, cannot block"),
+        ("async", raise_now, False, "buffer full: 1000 of buffer_memory=1000"),
+        ("async", {"max_block_ms": 100}, False, "for max_block_ms=100"),
+        ("async", {"max_block_ms": 10_000}, True, None),
+    ]
+    for face, options, free, message in cases:
+        loop, accumulator, chunks = _full_accumulator(**options)
+        group = SendBatchGroup(loop.create_future() if face == "async"
+                               else concurrent.futures.Future())
+        error: BufferFullError | None = None
+        try:
+            if face == "thread":
+                in_thread(accumulator, chunks, group, free)
+            elif face == "loop thread":
+                accumulator.append_chunks_blocking("t", 1, chunks, group)
+            else:
+                loop.run_until_complete(on_loop(accumulator, chunks, group, free))
+        except BufferFullError as err:
+            error = err
+        loop.run_until_complete(asyncio.sleep(0))  # the group is sealed on the loop
+        loop.close()
+        assert group.sealed and group.expected == (4 if free else 2), (face, options)
+        if message is None:
+            assert error is None, (face, options)
+        else:
+            assert error is not None and message in str(error), (face, options, error)
+            assert "the first 10 record(s) of this send_batch were queued" in str(error)
+            assert error.records_accepted == 10 and error.accepted is group.future
 
 
 # --------------------------------------------------------------------------- idempotence

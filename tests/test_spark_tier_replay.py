@@ -559,8 +559,8 @@ def test_a_table_written_by_the_tiering_job_replays_through_the_source(
 
     before = arrow(strata_rows(spark, bootstrap, topic))
     assert before.num_rows == 30
-    with TierJob(spark, TierSettings(bootstrap, zookeeper_server.connect_string,
-                                     tmp_path / "warehouse", lease_wait_s=30.0)) as job:
+    with TierJob(spark, TierSettings(bootstrap, tmp_path / "warehouse",
+                                     lease_wait_s=30.0)) as job:
         job.run_once([topic])
     tier = admin.describe_tier([topic])[topic]
     assert tier.table is not None and tier.partitions[0].tiered_up_to > 0

@@ -1,5 +1,6 @@
 """Delta tiering on the broker side: topic configs, tier-gated local retention, the
-ZooKeeper progress records and lease, DescribeTier and ``Admin.describe_tier``, metrics.
+ZooKeeper progress records and lease, DescribeTier and ``Admin.describe_tier``, the
+lease and progress through the brokers (TierLease, UpdateTier), metrics.
 
 The log-level tests use a fake clock; the rest run against a real ZooKeeper and real
 broker processes (one small cluster for the module, each test on its own topics).
@@ -27,8 +28,10 @@ from tests.test_partition_log import FakeClock, _batch, _log_files, _three_close
 from wire.connection import BrokerConnection
 from wire.errors import (
     InvalidConfigError,
+    InvalidRequestError,
     NotLeaderError,
     TierJobBusyError,
+    TierLeaseLostError,
     UnknownTopicOrPartitionError,
 )
 from wire.protocol import (
@@ -235,29 +238,43 @@ def test_deleting_a_topic_removes_its_tier_records(coordinator: Coordinator) -> 
     assert coordinator.zk.exists(f"/strata/tier/topics/{name}") is None
 
 
-def test_tier_lease_is_exclusive_and_dies_with_the_session(
-        zookeeper_server: ZooKeeperServer, coordinator: Coordinator) -> None:
+def test_tier_lease_is_exclusive_expires_and_fences_progress(
+        coordinator: Coordinator) -> None:
     name = _zk_topic(coordinator, 1)
-    other = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
-    other.start()
-    try:
-        with coordinator.tier_lease(name, "job-a@host1"):
-            with pytest.raises(TierJobBusyError, match="job-a@host1") as caught, \
-                    other.tier_lease(name, "job-b"):
-                pass
-            assert caught.value.code == 1108 and "wait for it" in caught.value.message
-        with other.tier_lease(name, "job-b"):  # released on exit
-            pass
-        holder = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
-        holder.start()
-        lease = holder.tier_lease(name, "job-c")
-        lease.__enter__()
-        holder.zk.stop()  # the session ends without releasing: ZooKeeper drops the node
-        holder.zk.close()
-        with other.tier_lease(name, "job-b"):
-            pass
-    finally:
-        other.stop()
+    lease_a, topic_id, compacted = coordinator.acquire_tier_lease(name, "job-a@host1", 60_000)
+    assert topic_id == coordinator.get_topic(name).topic_id and compacted == {}
+    with pytest.raises(TierJobBusyError, match="job-a@host1") as caught:
+        coordinator.acquire_tier_lease(name, "job-b", 60_000)
+    assert caught.value.code == 1108 and "wait for it" in caught.value.message
+    # Progress moves only under the lease that is current, in the write's transaction.
+    coordinator.advance_tier_progress(name, 0, tiered_up_to=5, tier_start=0,
+                                      topic_id=topic_id, lease_id=lease_a)
+    with pytest.raises(TierLeaseLostError):
+        coordinator.advance_tier_progress(name, 0, tiered_up_to=9, tier_start=0,
+                                          topic_id=topic_id, lease_id="not-the-lease")
+    with pytest.raises(TierLeaseLostError):
+        coordinator.advance_compaction_progress(name, 0, 5, lease_id="not-the-lease")
+    assert coordinator.tier_progress(name)[0].tiered_up_to == 5
+    # A lease nobody renews expires; another job takes it, and the old one is fenced.
+    coordinator.renew_tier_lease(name, lease_a, 200)
+    time.sleep(0.3)
+    lease_b, _, _ = coordinator.acquire_tier_lease(name, "job-b", 60_000)
+    with pytest.raises(TierLeaseLostError, match="job-b holds the topic now"):
+        coordinator.renew_tier_lease(name, lease_a, 60_000)
+    with pytest.raises(TierLeaseLostError):
+        coordinator.advance_tier_progress(name, 0, tiered_up_to=9, tier_start=0,
+                                          topic_id=topic_id, lease_id=lease_a)
+    coordinator.release_tier_lease(name, lease_a)  # not its lease any more: nothing happens
+    assert coordinator.advance_compaction_progress(name, 0, 5, lease_id=lease_b) == 5
+    coordinator.release_tier_lease(name, lease_b)
+    lease_c, _, compacted = coordinator.acquire_tier_lease(name, "job-c", 60_000)
+    assert compacted == {0: 5}
+    # Deleting the topic takes the lease with it.
+    coordinator.delete_topic(name)
+    with pytest.raises(TierLeaseLostError):
+        coordinator.renew_tier_lease(name, lease_c, 60_000)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        coordinator.acquire_tier_lease(name, "job-d", 60_000)
 
 
 def test_tier_progress_record_type() -> None:
@@ -468,3 +485,45 @@ def test_bad_tier_configs_are_refused_at_create_and_alter(
     admin.create_topics([NewTopic(topic, 1, 1, {"retention.ms": "60000"})])
     with pytest.raises(InvalidConfigError, match=words):
         admin.alter_configs(topic, configs)
+
+
+def test_tier_lease_and_progress_go_through_the_brokers(admin: Admin) -> None:
+    """What the tiering job does with only the bootstrap servers: take the lease, record
+    the table and progress under it, and lose it to nobody while it renews."""
+    topic = _name("leased")
+    _create(admin, topic, partitions=2, tier_enable="true")
+    lease = admin.acquire_tier_lease(topic, "job-a@host1", 30_000)
+    assert lease.topic == topic and lease.compacted == {}
+    with pytest.raises(TierJobBusyError, match="job-a@host1"):
+        admin.acquire_tier_lease(topic, "job-b", 30_000)
+    stored = admin.update_tier(topic, lease.lease_id, lease.topic_id, table="/w/t",
+                               progress={0: (10, 0), 1: (4, 0)}, merged={0: 10})
+    assert (stored[0].tiered_up_to, stored[0].tier_start, stored[0].merged_up_to) == (10, 0, 10)
+    assert (stored[1].tiered_up_to, stored[1].merged_up_to) == (4, -1)
+    # Never backwards: the stored value wins over a smaller one.
+    again = admin.update_tier(topic, lease.lease_id, lease.topic_id, progress={0: (3, 0)})
+    assert again[0].tiered_up_to == 10
+    described = admin.describe_tier([topic])[topic]
+    assert described.table == "/w/t"
+    assert described.partitions[0].tiered_up_to == 10
+    admin.renew_tier_lease(topic, lease.lease_id, 30_000)
+    # Bad input is refused before anything is written.
+    with pytest.raises(InvalidRequestError, match="tier_start"):
+        admin.update_tier(topic, lease.lease_id, lease.topic_id, progress={0: (20, 30)})
+    with pytest.raises(InvalidRequestError, match="no partition 7"):
+        admin.update_tier(topic, lease.lease_id, lease.topic_id, progress={7: (20, 0)})
+    with pytest.raises(InvalidRequestError, match="ttl_ms=10 is out of range"):
+        admin.acquire_tier_lease(topic, "job-b", 10)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.update_tier(topic, lease.lease_id, "another-topic-id", progress={0: (20, 0)})
+    assert admin.describe_tier([topic])[topic].partitions[0].tiered_up_to == 10
+    # Given up, the lease goes to the next job; the old one writes nothing more.
+    admin.release_tier_lease(topic, lease.lease_id)
+    taken = admin.acquire_tier_lease(topic, "job-b", 30_000)
+    assert taken.compacted == {0: 10} and taken.topic_id == lease.topic_id
+    with pytest.raises(TierLeaseLostError, match="job-b"):
+        admin.update_tier(topic, lease.lease_id, lease.topic_id, progress={0: (20, 0)})
+    with pytest.raises(TierLeaseLostError):
+        admin.renew_tier_lease(topic, lease.lease_id, 30_000)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.acquire_tier_lease(_name("missing"), "job-c", 30_000)

@@ -55,9 +55,8 @@ def coordinator(zookeeper_server: ZooKeeperServer) -> Iterator[Coordinator]:
         coord.stop()
 
 
-def settings(broker: BrokerProcess, zookeeper: ZooKeeperServer, warehouse: Path,
-             **kw: Any) -> TierSettings:
-    return TierSettings(broker.bootstrap, zookeeper.connect_string, warehouse,
+def settings(broker: BrokerProcess, warehouse: Path, **kw: Any) -> TierSettings:
+    return TierSettings(broker.bootstrap, warehouse,
                         lease_wait_s=kw.pop("lease_wait_s", 30.0), **kw)
 
 
@@ -164,7 +163,7 @@ def test_tiering_copies_closed_segments_exactly_and_a_rerun_adds_nothing(
     sent = produce(strata_broker, "tier-exact", 6_000)
     ends = closed_end(strata_broker, "tier-exact")
     assert all(end > 0 for end in ends.values()), "segments did not roll; raise the count"
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job:
         report = job.run_once(["tier-exact"])
         progress = coordinator.tier_progress("tier-exact")
         assert {p: progress[p].tiered_up_to for p in ends} == ends
@@ -186,7 +185,7 @@ def test_run_once_names_a_topic_without_tiering(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         tmp_path: Path) -> None:
     create_topic(strata_broker, "tier-off", **{"tier.enable": "false"})
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job, \
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job, \
             pytest.raises(TierNotEnabledError, match=r"tier\.enable=true"):
         job.run_once(["tier-off"])
 
@@ -196,33 +195,34 @@ def test_a_job_that_died_after_the_commit_is_caught_up_from_the_table(
         coordinator: Coordinator, tmp_path: Path) -> None:
     create_topic(strata_broker, "tier-gap", partitions=1)
     sent = produce(strata_broker, "tier-gap", 4_000, partitions=1)
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path,
+    with TierJob(spark, settings(strata_broker, tmp_path,
                                  max_bytes_per_write=1)) as job:
-        real = job.coordinator.advance_tier_progress
+        real = job.admin.update_tier
         calls = 0
 
-        def dies_after_first(topic: str, partition: int, **kw: int) -> Any:
+        def dies_after_first(topic: str, lease_id: str, topic_id: str, **kw: Any) -> Any:
             nonlocal calls
-            calls += 1
-            if calls == 1:  # the first commit is in Delta; "crash" before ZooKeeper hears
-                raise SimulatedCrash("after the Delta commit, before ZooKeeper's write")
-            return real(topic, partition, **kw)
+            if kw.get("progress"):
+                calls += 1
+                if calls == 1:  # the first commit is in Delta; "crash" before it is recorded
+                    raise SimulatedCrash("after the Delta commit, before the progress write")
+            return real(topic, lease_id, topic_id, **kw)
 
-        job.coordinator.advance_tier_progress = dies_after_first  # type: ignore[method-assign]
+        job.admin.update_tier = dies_after_first  # type: ignore[method-assign]
         with pytest.raises(SimulatedCrash):
             job.run_once(["tier-gap"])
     assert coordinator.tier_progress("tier-gap") == {}
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job:
         job.run_once(["tier-gap"])
     progress = coordinator.tier_progress("tier-gap")
     assert progress[0].tiered_up_to == closed_end(strata_broker, "tier-gap")[0]
     assert_exact(spark, table_path(tmp_path.resolve(), "tier-gap"), sent, progress)
 
 
-def _tier_process(broker: BrokerProcess, zookeeper: ZooKeeperServer, warehouse: Path,
+def _tier_process(broker: BrokerProcess, warehouse: Path,
                   topic: str, log: Path) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "strata_tools.cli", "tier", "run", "--once", "--topic", topic,
-            "--bootstrap", broker.bootstrap, "--zookeeper", zookeeper.connect_string,
+            "--bootstrap", broker.bootstrap, "--lease-ttl-s", "5",
             "--warehouse", str(warehouse), "--max-bytes-per-write", str(64 * SEGMENT_BYTES),
             "--format", "json"]
     with open(log, "ab") as out:
@@ -250,7 +250,7 @@ def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
         # Killed as soon as a task has written a data file of the first write, before its
         # commit can be in the log (the window between a commit and its ZooKeeper write
         # is test_a_job_that_died_after_the_commit_is_caught_up_from_the_table's).
-        process = _tier_process(strata_broker, zookeeper_server, tmp_path, topic, log)
+        process = _tier_process(strata_broker, tmp_path, topic, log)
         started.append(process)
         deadline = time.monotonic() + 120
         while not any(path.rglob("*.parquet")) and process.poll() is None \
@@ -266,8 +266,8 @@ def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
             if process.poll() is None:
                 _kill_group(process)
     # The rerun, in this process (one JVM start less): it waits for the killed job's
-    # lease to lapse with its ZooKeeper session, then finishes the work exactly.
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
+    # lease to expire (its 5 s TTL, never renewed again), then finishes the work exactly.
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job:
         report = job.run_once([topic])
     assert report.topics[0].error is None and not report.topics[0].busy
     progress = coordinator.tier_progress(topic)
@@ -289,7 +289,7 @@ def test_local_retention_deletes_only_tiered_segments_and_history_still_reads(
     before = _segment_files(strata_broker, topic, 0)
     assert len(before) > 2 and before[0].name.startswith("0000")
     bytes_before = sum(f.stat().st_size for f in before)
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job:
         job.run_once([topic])
     tiered = coordinator.tier_progress(topic)[0].tiered_up_to
     deadline = time.monotonic() + 20
@@ -326,7 +326,7 @@ def test_total_retention_deletes_the_oldest_prefix_from_delta_and_never_a_hole(
     old = produce(strata_broker, topic, 2_000, partitions=1, timestamp_ms=now - 3 * day)
     new = produce(strata_broker, topic, 3_000, partitions=1)
     late = produce(strata_broker, topic, 1_500, partitions=1, timestamp_ms=now - 3 * day)
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path,
+    with TierJob(spark, settings(strata_broker, tmp_path,
                                  vacuum_retain_hours=0.0)) as job:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         report = job.run_once([topic])
@@ -352,7 +352,7 @@ def test_a_recreated_topic_never_appends_to_the_old_history(
     topic = "tier-again"
     create_topic(strata_broker, topic, partitions=1)
     produce(strata_broker, topic, 1_500, partitions=1)
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job:
         job.run_once([topic])
         old_end = coordinator.tier_progress(topic)[0].tiered_up_to
         assert old_end > 0
@@ -380,7 +380,7 @@ def test_records_deleted_before_tiering_stop_the_topic_with_tier_gap(
     topic = "tier-gap-hole"
     create_topic(strata_broker, topic, partitions=1)
     produce(strata_broker, topic, 1_500, partitions=1)
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job:
         job.run_once([topic])
         with Admin(strata_broker.bootstrap) as admin:  # tiering off; plain retention deletes
             admin.alter_configs(topic, set={"tier.enable": "false", "retention.ms": "0"})
@@ -437,14 +437,14 @@ def test_compacted_table_matches_a_latest_per_key_model(
         return out
 
     produce_round(2_500, now - 3 * day)  # old: its tombstones are past delete.retention.ms
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path,
+    with TierJob(spark, settings(strata_broker, tmp_path,
                                  optimize_interval_s=0.0)) as job:
         first = job.run_once([topic])
         end = coordinator.tier_progress(topic)[0].tiered_up_to
         assert compacted() == model(end)
         assert first.topics[0].optimized
     produce_round(2_500, now)  # recent: updates, new keys, tombstones that stay
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job:
         job.run_once([topic])
         end = coordinator.tier_progress(topic)[0].tiered_up_to
         assert end > 2_500
@@ -462,7 +462,7 @@ def test_a_failing_topic_is_reported_and_the_others_still_tier(
     produce(strata_broker, "tier-fine", 1_500, partitions=1)
     coordinator.set_tier_table("tier-elsewhere", str(tmp_path / "other" / "tier-elsewhere"))
     topics = ["tier-elsewhere", "tier-fine"]
-    with TierJob(spark, settings(strata_broker, zookeeper_server, tmp_path)) as job:
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job:
         with pytest.raises(TierTableMismatchError, match="--warehouse"):
             job.run_once(topics)
         report = job.run_once(topics, keep_going=True)
@@ -474,13 +474,17 @@ def test_a_failing_topic_is_reported_and_the_others_still_tier(
 
 def test_cli_refuses_missing_settings_before_starting_anything(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
-           if k not in ("STRATA_ZOOKEEPER", "STRATA_WAREHOUSE")}
+           if k not in ("STRATA_WAREHOUSE",)}
     env["PYTHONPATH"] = str(REPO)
     base = [sys.executable, "-m", "strata_tools.cli", "tier", "run", "--bootstrap", "127.0.0.1:1"]
-    for extra, words in (([], "no ZooKeeper given"),
-                         (["--zookeeper", "127.0.0.1:1"], "no warehouse given"),
-                         (["--zookeeper", "z:1", "--warehouse", "w", "--every", "0"],
-                          "--every must be a positive")):
+    # The job needs the brokers only: --zookeeper is gone (argparse: usage, exit 2).
+    for extra, code, words in (([], 1, "no warehouse given"),
+                               (["--warehouse", "w", "--every", "0"], 1,
+                                "--every must be a positive"),
+                               (["--warehouse", "w", "--zookeeper", "127.0.0.1:2181"], 2,
+                                "unrecognized arguments: --zookeeper"),
+                               (["--warehouse", "w", "--lease-ttl-s", "0.5"], 1,
+                                "lease_ttl_s=0.5 is out of range")):
         done = subprocess.run(base + extra, cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=60)
-        assert done.returncode == 1 and words in done.stderr, done.stderr
+        assert done.returncode == code and words in done.stderr, done.stderr

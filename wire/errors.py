@@ -57,6 +57,7 @@ __all__ = [
     "StaleMemberEpochError",
     "StrataError",
     "TierJobBusyError",
+    "TierLeaseLostError",
     "TopicAlreadyExistsError",
     "UnknownLeaderEpochError",
     "UnknownMemberIdError",
@@ -395,15 +396,23 @@ class StagedDataMissingError(StrataError):
 
 
 class TierJobBusyError(StrataError):
-    """Another tiering job holds the topic's lease in ZooKeeper.
-
-    Raised to the tiering job itself (never sent on the wire): two jobs copying one topic
-    would race for the same offset ranges in its Delta table.
-    """
+    """Another tiering job holds the topic's lease (TierLease): two jobs copying one
+    topic would race for the same offset ranges in its Delta table."""
 
     code = 1108
     name = "TIER_JOB_BUSY"
     retriable = True
+
+
+class TierLeaseLostError(StrataError):
+    """The job's lease on a topic lapsed mid-pass, or another writer got ahead of it.
+
+    Nothing more is written in the pass; the next one plans again from the table's
+    ``txnVersion`` and the recorded progress, so no record is written twice.
+    """
+
+    code = 1404
+    name = "TIER_LEASE_LOST"
 
 
 class OffsetMetadataTooLargeError(StrataError):
@@ -582,6 +591,8 @@ _BY_CODE: dict[int, type[StrataError]] = {
         UnsupportedAssignorError,
         StaleMemberEpochError,
         UnreleasedInstanceIdError,
+        TierJobBusyError,
+        TierLeaseLostError,
     )
 }
 

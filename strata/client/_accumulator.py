@@ -26,7 +26,9 @@ releases on the event loop. ``partitions`` only ever grows (under the lock), so 
 lookup by key is safe without it. Waiting for space is a condition wait in caller
 threads and a future on the loop; the loop thread itself never blocks (``send`` from a
 delivery callback raises ``BufferFullError`` instead). ``Wakeup`` is how appends wake the
-sender from any thread.
+sender from any thread. ``send_batch``'s queueing is one coroutine for both faces
+(``_append_chunks``): the blocking face runs it in the caller's thread, where its waits
+block instead of suspending (``_run_blocking``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from functools import partial
 from typing import Any, Final, TypeAlias
 
 import pyarrow as pa
@@ -245,6 +248,17 @@ class Wakeup:
                 self.loop.call_soon_threadsafe(self._set_from_thread)
             except RuntimeError:  # loop closed: the producer is gone
                 self._scheduled = False
+
+
+def _run_blocking(coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run ``coroutine`` to its end in this thread, with no event loop: every await in it
+    must block or finish at once, never suspend (a suspension is a bug: RuntimeError)."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    coroutine.close()
+    raise RuntimeError("a coroutine run by _run_blocking suspended")
 
 
 # --------------------------------------------------------------------------- accumulator
@@ -522,14 +536,31 @@ class Accumulator:
 
     def append_chunks_blocking(self, topic: str, num_partitions: int, chunks: Chunks,
                                group: SendBatchGroup) -> None:
+        """``send_batch`` from any thread: ``_append_chunks``, waiting for space in the
+        caller's thread (on the loop thread a full buffer raises ``BufferFullError``)."""
+        _run_blocking(self._append_chunks(topic, num_partitions, chunks, group,
+                                          self._retry_blocking))
+
+    async def append_chunks_async(self, topic: str, num_partitions: int, chunks: Chunks,
+                                  group: SendBatchGroup) -> None:
+        """``send_batch`` on the loop: ``_append_chunks``, awaiting space."""
+        await self._append_chunks(topic, num_partitions, chunks, group, self._retry_on_loop)
+
+    async def _append_chunks(self, topic: str, num_partitions: int, chunks: Chunks,
+                             group: SendBatchGroup,
+                             retry: Callable[[Callable[[], bool]], Awaitable[None]]) -> None:
+        """Queue ``chunks`` in order, each as its own batch, waking the sender after each,
+        then seal ``group``. Both faces run this; they differ only in ``retry``, how they
+        wait for buffer space between attempts to queue a chunk.
+
+        A ``BufferFullError`` (no space, and no waiting allowed or ``max_block_ms`` passed
+        for one chunk) comes out naming the records queued before it (``_partial``).
+        """
         accepted = 0
         try:
             for target, rows, size in chunks:
-                deadline: float | None = None
-                with self._space:
-                    while not self._append_chunk_locked(topic, num_partitions, target, rows,
-                                                        size, group):
-                        deadline = self._wait_for_space_sync(deadline)
+                await retry(partial(self._append_chunk_locked, topic, num_partitions, target,
+                                    rows, size, group))
                 accepted += rows.num_rows
                 self.wakeup.set_from_any_thread()
         except BufferFullError as err:
@@ -537,25 +568,23 @@ class Accumulator:
         finally:
             self._seal(group)
 
-    async def append_chunks_async(self, topic: str, num_partitions: int, chunks: Chunks,
-                                  group: SendBatchGroup) -> None:
-        accepted = 0
-        try:
-            for target, rows, size in chunks:
-                deadline: float | None = None
-                while True:
-                    with self.lock:
-                        ok = self._append_chunk_locked(topic, num_partitions, target, rows,
-                                                       size, group)
-                    if ok:
-                        break
-                    deadline = await self._wait_for_space_async(deadline)
-                accepted += rows.num_rows
-                self.wakeup.set()
-        except BufferFullError as err:
-            raise self._partial(group, accepted, err) from None
-        finally:
-            self._seal(group)
+    async def _retry_blocking(self, attempt: Callable[[], bool]) -> None:
+        """Call ``attempt`` (lock held) until it succeeds, waiting on ``_space`` between
+        tries: blocks the calling thread, never suspends (``_run_blocking`` runs it)."""
+        deadline: float | None = None
+        with self._space:
+            while not attempt():
+                deadline = self._wait_for_space_sync(deadline)
+
+    async def _retry_on_loop(self, attempt: Callable[[], bool]) -> None:
+        """Call ``attempt`` (lock held) until it succeeds, awaiting freed space between
+        tries with the lock released."""
+        deadline: float | None = None
+        while True:
+            with self.lock:
+                if attempt():
+                    return
+            deadline = await self._wait_for_space_async(deadline)
 
     @staticmethod
     def _partial(group: SendBatchGroup, accepted: int, err: BufferFullError

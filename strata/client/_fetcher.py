@@ -39,7 +39,14 @@ from strata.client._common import TopicPartition, as_strata_error, error_from_co
 from strata.client._config import ConsumerConfig
 from strata.client._subscription import Chunk, PartitionState, Subscription
 from wire.errors import OffsetOutOfRangeError, StrataError
-from wire.protocol import ApiKey, FetchPartition, FetchRequest, FetchResponse, FetchTopic
+from wire.protocol import (
+    ApiKey,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    group_by_topic,
+)
 from wire.record_batch import batches_to_table
 
 __all__ = ["Fetcher", "InFlight"]
@@ -139,12 +146,14 @@ class Fetcher:
     async def _fetch(self, node: int, specs: dict[TopicPartition, tuple[int, int]]
                      ) -> FetchResponse:
         config = self._config
-        topics: dict[str, list[FetchPartition]] = {}
-        for tp, (offset, _) in specs.items():
+
+        def wanted(tp: TopicPartition, offset: int) -> FetchPartition:
             info = self._cluster.topics.get(tp.topic, {}).get(tp.partition)
-            topics.setdefault(tp.topic, []).append(FetchPartition(
-                tp.partition, offset, config.max_partition_fetch_bytes,
-                info.leader_epoch if info is not None else -1))
+            return FetchPartition(tp.partition, offset, config.max_partition_fetch_bytes,
+                                  info.leader_epoch if info is not None else -1)
+
+        topics = group_by_topic((tp.topic, wanted(tp, offset))
+                                for tp, (offset, _) in specs.items())
         request = FetchRequest([FetchTopic(name, parts) for name, parts in topics.items()],
                                max_wait_ms=config.fetch_max_wait_ms,
                                min_bytes=config.fetch_min_bytes,

@@ -63,6 +63,7 @@ from wire.protocol import (
     OffsetCommitTopic,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    group_by_topic,
     group_topic_partitions,
 )
 
@@ -412,10 +413,9 @@ class CoordinatorLink:
         failed: dict[TopicPartition, StrataError] = {}
         attempt = 0
         while pending:
-            by_topic: dict[str, list[OffsetCommitPartition]] = {}
-            for tp, offset in sorted(pending.items()):
-                by_topic.setdefault(tp.topic, []).append(
-                    OffsetCommitPartition(tp.partition, offset, metadata))
+            by_topic = group_by_topic(
+                (tp.topic, OffsetCommitPartition(tp.partition, offset, metadata))
+                for tp, offset in sorted(pending.items()))
             request = OffsetCommitRequest(
                 self.group_id, member_id, member_epoch,
                 [OffsetCommitTopic(t, ps) for t, ps in by_topic.items()])

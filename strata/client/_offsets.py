@@ -65,6 +65,7 @@ from wire.protocol import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListOffsetsTopic,
+    group_by_topic,
 )
 
 __all__ = ["CommitCallback", "Offsets", "OffsetsToCommit", "list_offsets", "list_offsets_once"]
@@ -100,9 +101,8 @@ async def list_offsets_once(
         by_leader.setdefault(leader, []).append(tp)
 
     async def ask(node: int, tps: list[TopicPartition]) -> None:
-        topics: dict[str, list[ListOffsetsPartition]] = {}
-        for tp in tps:
-            topics.setdefault(tp.topic, []).append(ListOffsetsPartition(tp.partition, specs[tp]))
+        topics = group_by_topic((tp.topic, ListOffsetsPartition(tp.partition, specs[tp]))
+                                for tp in tps)
         request = ListOffsetsRequest([ListOffsetsTopic(t, ps) for t, ps in topics.items()])
         try:
             connection = await cluster.connection(node)

@@ -63,7 +63,14 @@ from wire.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from wire.protocol import ApiKey, ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic
+from wire.protocol import (
+    ApiKey,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
+    group_by_topic,
+)
 from wire.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, warm_up_encoder
 
 __all__ = ["Sender"]
@@ -315,11 +322,10 @@ class Sender:
 
     async def _send(self, node: int, batches: list[Batch]) -> None:
         config = self.config
-        topics: dict[str, list[ProducePartition]] = {}
         for batch in batches:
             batch.attempts += 1
-            topics.setdefault(batch.topic, []).append(
-                ProducePartition(batch.partition, batch.encoded))
+        topics = group_by_topic((b.topic, ProducePartition(b.partition, b.encoded))
+                                for b in batches)
         request = ProduceRequest(config.acks, config.request_timeout_ms,
                                  [ProduceTopic(name, parts) for name, parts in topics.items()])
         try:

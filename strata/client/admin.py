@@ -112,7 +112,13 @@ from wire.protocol import (
     MetadataResponse,
     ReassignablePartition,
     ReassignableTopic,
+    TierLeaseRequest,
+    TierLeaseResponse,
+    TierProgressUpdate,
     TopicResult,
+    UpdateTierRequest,
+    UpdateTierResponse,
+    group_by_topic,
 )
 
 __all__ = [
@@ -137,6 +143,8 @@ __all__ = [
     "PartitionTier",
     "Reassignment",
     "SegmentInfo",
+    "StoredTierProgress",
+    "TierLease",
     "TopicDescription",
     "TopicTier",
 ]
@@ -288,6 +296,32 @@ class TopicTier:
     partitions: dict[int, PartitionTier]
 
 
+@dataclass(frozen=True, slots=True)
+class TierLease:
+    """A tiering job's lease on one topic (``Admin.acquire_tier_lease``).
+
+    ``topic_id``: the topic the lease is for (progress writes name it, so they never
+    land on a re-created topic of the same name); ``compacted``: the compacted table's
+    progress per partition as of the acquisition (only the holder writes it, so it
+    stays current while the lease is held).
+    """
+
+    topic: str
+    lease_id: str
+    topic_id: str
+    compacted: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTierProgress:
+    """A partition's recorded tier progress after an ``update_tier`` (-1: not asked)."""
+
+    partition: int
+    tiered_up_to: int
+    tier_start: int
+    merged_up_to: int
+
+
 # ----------------------------------------------------------------------------- groups
 
 #: Where ``reset_group_offsets`` moves a group: ``"earliest"`` (log start), ``"latest"``
@@ -423,16 +457,6 @@ def _raise_first(results: dict[TopicPartition, tuple[int, int, str | None]]) -> 
     for tp, (code, _, message) in results.items():
         if code:
             raise error_from_code(code, message or f"{tp} failed")
-
-
-def _by_topic(partitions: Iterable[TopicPartition | tuple[str, int]]) -> dict[str, list[int]]:
-    """Partitions grouped by topic, each listed once, in first-seen order."""
-    out: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        listed = out.setdefault(topic, [])
-        if partition not in listed:
-            listed.append(partition)
-    return out
 
 
 def _described_error(response: Message) -> StrataError | None:
@@ -572,9 +596,8 @@ class AsyncAdmin:
         out: dict[TopicPartition, tuple[int, int, int]] = {}
         if not hws:
             return out
-        topics: dict[str, list[FetchPartition]] = {}
-        for tp, hw in hws.items():
-            topics.setdefault(tp.topic, []).append(FetchPartition(tp.partition, hw, 1))
+        topics = group_by_topic((tp.topic, FetchPartition(tp.partition, hw, 1))
+                                for tp, hw in hws.items())
         request = FetchRequest([FetchTopic(t, ps) for t, ps in topics.items()],
                                max_wait_ms=0, min_bytes=1, max_bytes=1)
         with contextlib.suppress(StrataError, TimeoutError):
@@ -663,9 +686,7 @@ class AsyncAdmin:
                dict[TopicPartition, DescribeTierPartitionResponse | StrataError]]:
         """One ``DescribeTier`` to ``node``: topic answers and per-partition answers or
         errors (a failed request or topic error is every partition's error)."""
-        by_topic: dict[str, list[int]] = {}
-        for tp in tps:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        by_topic = group_by_topic(tps)
         request = DescribeTierRequest([DescribeTierTopic(t, ps) for t, ps in by_topic.items()])
         try:
             connection = await self._cluster.connection(node)
@@ -692,6 +713,68 @@ class AsyncAdmin:
         for tp in tps:
             out.setdefault(tp, NetworkError(f"{tp}: broker {node}'s answer left it out"))
         return topics, out
+
+    # ------------------------------------------------------------------ tier lease
+    async def acquire_tier_lease(self, topic: str, owner: str, ttl_ms: int) -> TierLease:
+        """Take ``topic``'s tiering lease for ``ttl_ms`` (renew it well within that).
+
+        Raises ``TierJobBusyError`` while another job holds an unexpired lease,
+        ``UnknownTopicOrPartitionError``, ``InvalidRequestError`` (``ttl_ms`` outside
+        1 s..10 min) or ``BrokerNotAvailableError`` (ZooKeeper unreachable: retry).
+        """
+        response = await self._cluster.send_any(
+            ApiKey.TIER_LEASE, TierLeaseRequest(topic, owner, None, ttl_ms))
+        assert isinstance(response, TierLeaseResponse)
+        if response.error_code:
+            raise error_from_code(response.error_code, response.error_message)
+        assert response.lease_id is not None and response.topic_id is not None
+        return TierLease(topic, response.lease_id, response.topic_id,
+                         {c.partition: c.merged_up_to for c in response.compacted})
+
+    async def renew_tier_lease(self, topic: str, lease_id: str, ttl_ms: int) -> None:
+        """Extend the lease by ``ttl_ms`` from now; ``TierLeaseLostError`` when it is
+        gone (expired and taken by another job, or the topic was deleted)."""
+        response = await self._cluster.send_any(
+            ApiKey.TIER_LEASE, TierLeaseRequest(topic, "", lease_id, ttl_ms))
+        assert isinstance(response, TierLeaseResponse)
+        if response.error_code:
+            raise error_from_code(response.error_code, response.error_message)
+
+    async def release_tier_lease(self, topic: str, lease_id: str) -> None:
+        """Give the lease up (nothing happens when it is no longer this one)."""
+        response = await self._cluster.send_any(
+            ApiKey.TIER_LEASE, TierLeaseRequest(topic, "", lease_id, 0, release=True))
+        assert isinstance(response, TierLeaseResponse)
+        if response.error_code:
+            raise error_from_code(response.error_code, response.error_message)
+
+    async def update_tier(self, topic: str, lease_id: str, topic_id: str, *,
+                          table: str | None = None,
+                          progress: Mapping[int, tuple[int, int]] | None = None,
+                          merged: Mapping[int, int] | None = None
+                          ) -> dict[int, StoredTierProgress]:
+        """Record a tiering job's progress under its lease, in one request.
+
+        ``table``: the topic's Delta table; ``progress``: ``{partition: (tiered_up_to,
+        tier_start)}``; ``merged``: ``{partition: merged_up_to}`` of the compacted
+        table. Offsets never move back (the stored value wins over a smaller one); the
+        brokers check the lease and ``topic_id`` in each write's own ZooKeeper
+        transaction. Returns what is stored afterwards per partition named. Raises
+        ``TierLeaseLostError``, ``UnknownTopicOrPartitionError`` (deleted or re-created),
+        ``InvalidRequestError`` (before anything is written) or
+        ``BrokerNotAvailableError``.
+        """
+        progress, merged = progress or {}, merged or {}
+        updates = [TierProgressUpdate(p, *progress.get(p, (-1, -1)), merged.get(p, -1))
+                   for p in sorted({*progress, *merged})]
+        response = await self._cluster.send_any(
+            ApiKey.UPDATE_TIER, UpdateTierRequest(topic, lease_id, topic_id, table, updates))
+        assert isinstance(response, UpdateTierResponse)
+        if response.error_code:
+            raise error_from_code(response.error_code, response.error_message)
+        return {u.partition: StoredTierProgress(u.partition, u.tiered_up_to, u.tier_start,
+                                                u.merged_up_to)
+                for u in response.partitions}
 
     # ------------------------------------------------------------------ configs
     async def describe_configs(self, names: Iterable[str]) -> dict[str, dict[str, ConfigValue]]:
@@ -740,7 +823,8 @@ class AsyncAdmin:
         """
         request: list[ElectionTopic] | None = None
         if partitions is not None:
-            request = [ElectionTopic(t, ps) for t, ps in _by_topic(partitions).items()]
+            request = [ElectionTopic(t, list(dict.fromkeys(ps)))  # each partition once
+                       for t, ps in group_by_topic(partitions).items()]
             if not request:
                 return {}
         response = await self._cluster.send_any(ApiKey.ELECT_LEADERS, ElectLeadersRequest(
@@ -767,11 +851,9 @@ class AsyncAdmin:
         listed twice, a broker that is not live). The broker recorded every partition
         that did not fail.
         """
-        topics: dict[str, list[ReassignablePartition]] = {}
-        for tp, replicas in targets.items():
-            topic, partition = tp
-            topics.setdefault(topic, []).append(
-                ReassignablePartition(partition, [int(b) for b in replicas]))
+        topics = group_by_topic(
+            (topic, ReassignablePartition(partition, [int(b) for b in replicas]))
+            for (topic, partition), replicas in targets.items())
         if not topics:
             return
         response = await self._cluster.send_any(
@@ -938,11 +1020,8 @@ class AsyncAdmin:
     async def _high_watermarks(self, partitions: Iterable[TopicPartition]
                                ) -> dict[TopicPartition, int]:
         """High watermark per partition; partitions of deleted topics are left out."""
-        by_topic: dict[str, list[TopicPartition]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp)
         out: dict[TopicPartition, int] = {}
-        for tps in by_topic.values():
+        for tps in group_by_topic((tp.topic, tp) for tp in partitions).values():
             try:
                 answers = await list_offsets(self._cluster, dict.fromkeys(tps, LATEST_TIMESTAMP),
                                              timeout_s=self.request_timeout_ms / 1000)
@@ -1101,6 +1180,22 @@ class Admin:
 
     def describe_tier(self, names: Iterable[str]) -> dict[str, TopicTier]:
         return self._run(self._admin.describe_tier(list(names)))
+
+    def acquire_tier_lease(self, topic: str, owner: str, ttl_ms: int) -> TierLease:
+        return self._run(self._admin.acquire_tier_lease(topic, owner, ttl_ms))
+
+    def renew_tier_lease(self, topic: str, lease_id: str, ttl_ms: int) -> None:
+        self._run(self._admin.renew_tier_lease(topic, lease_id, ttl_ms))
+
+    def release_tier_lease(self, topic: str, lease_id: str) -> None:
+        self._run(self._admin.release_tier_lease(topic, lease_id))
+
+    def update_tier(self, topic: str, lease_id: str, topic_id: str, *,
+                    table: str | None = None,
+                    progress: Mapping[int, tuple[int, int]] | None = None,
+                    merged: Mapping[int, int] | None = None) -> dict[int, StoredTierProgress]:
+        return self._run(self._admin.update_tier(topic, lease_id, topic_id, table=table,
+                                                 progress=progress, merged=merged))
 
     def describe_configs(self, names: Iterable[str]) -> dict[str, dict[str, ConfigValue]]:
         return self._run(self._admin.describe_configs(list(names)))

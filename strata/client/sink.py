@@ -55,6 +55,7 @@ from wire.protocol import (
     StageRecordsRequest,
     StageRecordsResponse,
     StageTopic,
+    group_by_topic,
 )
 from wire.record_batch import SINK_PRODUCER_ID_BASE, peek_header
 
@@ -293,10 +294,10 @@ async def _commit_on(cluster: Cluster, node: int, producer_id: int, batch_id: in
                      timeout_ms: int, parts: Mapping[TopicPartition, list[StagedPart]]
                      ) -> list[tuple[TopicPartition, SinkCommitResult | StrataError]]:
     """One CommitStaged request to broker ``node``; an outcome per partition."""
-    topics: dict[str, list[CommitPartition]] = {}
-    for tp, staged in parts.items():
-        topics.setdefault(tp.topic, []).append(CommitPartition(tp.partition, [
+    topics = group_by_topic(
+        (tp.topic, CommitPartition(tp.partition, [
             StagedPartEntry(p.staging_id, p.chunks, p.records) for p in staged]))
+        for tp, staged in parts.items())
     request = CommitStagedRequest(producer_id, batch_id, timeout_ms,
                                   [CommitTopic(t, ps) for t, ps in topics.items()])
     try:
@@ -324,20 +325,20 @@ async def _commit_on(cluster: Cluster, node: int, producer_id: int, batch_id: in
 async def abort_staged(cluster: Cluster, parts: Mapping[TopicPartition, Iterable[str]]
                        ) -> None:
     """Delete staged files by staging id (best effort per leader; unknown ids are fine)."""
-    by_leader: dict[int, dict[str, list[AbortPartition]]] = {}
+    by_leader: dict[int, list[tuple[str, AbortPartition]]] = {}
     for tp, ids in parts.items():
         try:
             leader = await cluster.leader_for(tp.topic, tp.partition)
         except StrataError:
             continue
-        by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(
-            AbortPartition(tp.partition, list(ids)))
-    for node, topics in by_leader.items():
+        by_leader.setdefault(leader, []).append(
+            (tp.topic, AbortPartition(tp.partition, list(ids))))
+    for node, aborts in by_leader.items():
         with contextlib.suppress(StrataError, TimeoutError):
             connection = await cluster.connection(node)
             response = await asyncio.wait_for(connection.request(
                 ApiKey.ABORT_STAGED, AbortStagedRequest(
-                    [AbortTopic(t, ps) for t, ps in topics.items()])),
+                    [AbortTopic(t, ps) for t, ps in group_by_topic(aborts).items()])),
                 cluster.request_timeout_ms / 1000)
             assert isinstance(response, AbortStagedResponse)
 

@@ -33,6 +33,7 @@ from strata_tools.commands.common import (
     emit_json,
     parse_non_negative_int,
 )
+from wire.protocol import group_by_topic
 
 __all__ = ["format_partitions", "parse_datetime", "parse_reset_target", "register"]
 
@@ -134,9 +135,7 @@ def _partitions(items: list[str]) -> list[int] | None:
 
 def format_partitions(partitions: tuple[TopicPartition, ...] | list[TopicPartition]) -> str:
     """``t:0,1 u:2``; ``-`` when empty."""
-    by_topic: dict[str, list[int]] = {}
-    for tp in sorted(partitions):
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    by_topic = group_by_topic(sorted(partitions))
     return " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in by_topic.items()) or "-"
 
 

@@ -1,12 +1,13 @@
 """``strata tier run``: copy aged segments into Delta (spark_jobs/README.md).
 
     strata tier run [--topic T ...] [--once | --every SECONDS] --warehouse DIR
-                    [--bootstrap ...] [--zookeeper HOST:PORT] [--metrics-port P]
+                    [--bootstrap ...] [--lease-ttl-s S] [--metrics-port P]
 
 Each pass prints one JSON line (``--format json``) or a short table: segments, records and
 bytes copied, seconds, and per partition the lag behind the hot log. With ``--every`` the
 job runs until SIGTERM/SIGINT, which it honours between passes (a pass in flight finishes,
-so no Delta commit is left without its ZooKeeper progress for long).
+so no Delta commit is left without its recorded progress for long). The job needs only
+the brokers (``--bootstrap``): its lease and progress go through them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["register", "tier_spark_session"]
 
-ZOOKEEPER_ENV = "STRATA_ZOOKEEPER"
 WAREHOUSE_ENV = "STRATA_WAREHOUSE"
 
 
@@ -43,8 +43,6 @@ def register(sub: Any) -> None:
     run = tier_sub.add_parser("run", help="run the tiering job once or every N seconds")
     add_bootstrap(run)
     add_format(run)
-    run.add_argument("--zookeeper", default=None, metavar="HOST:PORT",
-                     help=f"ZooKeeper holding tier progress (default: ${ZOOKEEPER_ENV})")
     run.add_argument("--warehouse", default=None, metavar="DIR",
                      help=f"directory of the Delta tables (default: ${WAREHOUSE_ENV})")
     run.add_argument("--topic", action="append", default=None, metavar="T",
@@ -63,6 +61,9 @@ def register(sub: Any) -> None:
                      help="OPTIMIZE a table when its last OPTIMIZE is older (default 3600)")
     run.add_argument("--lease-wait-s", type=float, default=30.0,
                      help="how long to wait for another job's lease on a topic")
+    run.add_argument("--lease-ttl-s", type=float, default=30.0,
+                     help="how long a topic's lease outlives this job if it dies without "
+                     "giving it up (renewed every third of it; 1..600, default 30)")
     run.add_argument("--metrics-port", type=int, default=None,
                      help="serve Prometheus metrics of the job on this port")
     run.add_argument("--log-level", default="info",
@@ -89,21 +90,16 @@ def _run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
     if args.every is not None and args.every <= 0:
         raise CommandError(f"--every must be a positive number of seconds, not {args.every}")
-    zookeeper = args.zookeeper or os.environ.get(ZOOKEEPER_ENV, "")
     warehouse = args.warehouse or os.environ.get(WAREHOUSE_ENV, "")
-    if not zookeeper:
-        raise CommandError(f"no ZooKeeper given: pass --zookeeper HOST:PORT or export "
-                           f"{ZOOKEEPER_ENV} (`strata status` shows it)")
     if not warehouse:
         raise CommandError(f"no warehouse given: pass --warehouse DIR or export {WAREHOUSE_ENV}")
-    settings = TierSettings(bootstrap_of(args), zookeeper, Path(warehouse),
+    settings = TierSettings(bootstrap_of(args), Path(warehouse),
                             max_bytes_per_write=args.max_bytes_per_write,
                             vacuum_retain_hours=args.vacuum_retain_hours,
                             optimize_interval_s=args.optimize_interval_s,
-                            lease_wait_s=args.lease_wait_s)
+                            lease_wait_s=args.lease_wait_s, lease_ttl_s=args.lease_ttl_s)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -121,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 try:
                     report = job.run_once(args.topic, keep_going=True)
-                except Exception:  # brokers or ZooKeeper unreachable: try the next pass
+                except Exception:  # brokers unreachable: try the next pass
                     logging.getLogger("strata.spark_jobs.tier").exception(
                         "tier pass failed; the next one starts in %s s", args.every)
                     if stop.wait(args.every):

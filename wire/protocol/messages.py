@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, TypeVar
 
 from wire.protocol.codec import (
     BOOL,
@@ -137,6 +137,7 @@ __all__ = [
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
     "GroupTopicPartitions",
+    "group_by_topic",
     "group_topic_partitions",
     "ConsumerGroupHeartbeatRequest",
     "ConsumerGroupHeartbeatResponse",
@@ -160,6 +161,12 @@ __all__ = [
     "DeleteGroupsRequest",
     "DeleteGroupResult",
     "DeleteGroupsResponse",
+    "CompactionProgress",
+    "TierLeaseRequest",
+    "TierLeaseResponse",
+    "TierProgressUpdate",
+    "UpdateTierRequest",
+    "UpdateTierResponse",
 ]
 
 # ListOffsets special timestamps (Kafka's values).
@@ -193,6 +200,8 @@ class ApiKey(IntEnum):
     LIST_GROUPS = 22
     DESCRIBE_GROUPS = 23
     DELETE_GROUPS = 24
+    TIER_LEASE = 25
+    UPDATE_TIER = 26
 
 
 # ----------------------------------------------------------------------------- headers
@@ -1531,6 +1540,132 @@ class DescribeTierResponse(Message):
     FIELDS: ClassVar = (Field("topics", Array(Struct(DescribeTierTopicResponse))),)
 
 
+# ----------------------------------------------------------------------------- tier lease
+
+
+@dataclass(slots=True)
+class TierLeaseRequest(Message):
+    """Take, renew or give up the tiering lease of one topic (one tiering job per topic).
+
+    ``lease_id`` null: take the lease (free, or expired: its holder did not renew it
+    within its ``ttl_ms``); otherwise renew it (``release`` false) or give it up
+    (``release`` true). ``ttl_ms``: how long the lease lasts without a renewal (1 s to
+    10 min); a job renews it well within that. ``owner``: who holds it, shown to a job
+    that finds the topic busy. Any broker answers: the lease is kept in ZooKeeper, and
+    its expiry is judged by the answering broker's clock (keep broker clocks within a
+    small part of the TTL, e.g. NTP).
+
+    Errors: TIER_JOB_BUSY (another job holds an unexpired lease; the message names it),
+    TIER_LEASE_LOST (renew or release of a lease that is no longer this one: it expired
+    and another job took it, or the topic was deleted), UNKNOWN_TOPIC_OR_PARTITION,
+    INVALID_REQUEST (bad ``ttl_ms``), BROKER_NOT_AVAILABLE (ZooKeeper unreachable: retry).
+    """
+
+    topic: str
+    owner: str
+    lease_id: str | None
+    ttl_ms: int
+    release: bool = False
+    FIELDS: ClassVar = (
+        Field("topic", STRING),
+        Field("owner", STRING),
+        Field("lease_id", NULLABLE_STRING),
+        Field("ttl_ms", INT32),
+        Field("release", BOOL),
+    )
+
+
+@dataclass(slots=True)
+class CompactionProgress(Message):
+    """How far the topic's compacted Delta table has merged one partition."""
+
+    partition: int
+    merged_up_to: int
+    FIELDS: ClassVar = (Field("partition", INT32), Field("merged_up_to", INT64))
+
+
+@dataclass(slots=True)
+class TierLeaseResponse(Message):
+    """``lease_id``: the lease held (null after a release or an error); ``topic_id``:
+    the topic the lease is for (writes under the lease name it, so a job never writes
+    the progress of a deleted topic onto a new one of the same name); ``compacted``:
+    the compacted table's progress per partition (stable while the lease is held: only
+    its holder writes it)."""
+
+    error_code: int
+    error_message: str | None = None
+    lease_id: str | None = None
+    topic_id: str | None = None
+    compacted: list[CompactionProgress] = field(default_factory=list)
+    FIELDS: ClassVar = (
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+        Field("lease_id", NULLABLE_STRING),
+        Field("topic_id", NULLABLE_STRING),
+        Field("compacted", Array(Struct(CompactionProgress))),
+    )
+
+
+@dataclass(slots=True)
+class TierProgressUpdate(Message):
+    """Progress of one partition to record: ``tiered_up_to`` / ``tier_start`` (both -1:
+    leave the tier progress alone) and ``merged_up_to`` (-1: leave the compaction
+    progress alone). Offsets never move back: a smaller value keeps the stored one."""
+
+    partition: int
+    tiered_up_to: int = -1
+    tier_start: int = -1
+    merged_up_to: int = -1
+    FIELDS: ClassVar = (
+        Field("partition", INT32),
+        Field("tiered_up_to", INT64),
+        Field("tier_start", INT64),
+        Field("merged_up_to", INT64),
+    )
+
+
+@dataclass(slots=True)
+class UpdateTierRequest(Message):
+    """Record a tiering job's progress, fenced by its lease: each write is one ZooKeeper
+    transaction that also checks the lease is still ``lease_id`` and the topic still
+    ``topic_id``, so a job whose lease lapsed can never move progress (brokers delete
+    local segments below ``tiered_up_to``). ``table`` (not null): record the topic's
+    Delta table first. Any broker answers.
+
+    Errors (topic level): TIER_LEASE_LOST, UNKNOWN_TOPIC_OR_PARTITION (deleted, or
+    re-created under another id), INVALID_REQUEST (``tier_start > tiered_up_to``, a
+    negative offset, or a partition the topic lacks), BROKER_NOT_AVAILABLE (retry).
+    """
+
+    topic: str
+    lease_id: str
+    topic_id: str
+    table: str | None = None
+    partitions: list[TierProgressUpdate] = field(default_factory=list)
+    FIELDS: ClassVar = (
+        Field("topic", STRING),
+        Field("lease_id", STRING),
+        Field("topic_id", STRING),
+        Field("table", NULLABLE_STRING),
+        Field("partitions", Array(Struct(TierProgressUpdate))),
+    )
+
+
+@dataclass(slots=True)
+class UpdateTierResponse(Message):
+    """What is stored afterwards, per partition of the request (``merged_up_to`` -1:
+    not asked), so a job continues from the stored values, never from its own."""
+
+    error_code: int
+    error_message: str | None = None
+    partitions: list[TierProgressUpdate] = field(default_factory=list)
+    FIELDS: ClassVar = (
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+        Field("partitions", Array(Struct(TierProgressUpdate))),
+    )
+
+
 # ----------------------------------------------------------------------------- consumer groups
 #
 # Groups follow Kafka's KIP-848 ("next generation" consumer rebalance protocol): the
@@ -1583,12 +1718,25 @@ class GroupTopicPartitions(Message):
     FIELDS: ClassVar = (Field("topic", STRING), Field("partitions", Array(INT32)))
 
 
+_T = TypeVar("_T")
+
+
+def group_by_topic(items: Iterable[tuple[str, _T]]) -> dict[str, list[_T]]:
+    """``(topic, item)`` pairs as ``{topic: [item, ...]}``, the per-topic lists of a
+    request or answer: ``[FetchTopic(t, ps) for t, ps in group_by_topic(...).items()]``.
+
+    Topics, and each topic's items, keep the order they are first seen in (sort the
+    pairs first for a sorted result); duplicates are kept and no topic is empty.
+    """
+    out: dict[str, list[_T]] = {}
+    for topic, item in items:
+        out.setdefault(topic, []).append(item)
+    return out
+
+
 def group_topic_partitions(pairs: Iterable[tuple[str, int]]) -> list[GroupTopicPartitions]:
     """``(topic, partition)`` pairs in the wire shape, topics and partitions sorted."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, p in pairs:
-        by_topic.setdefault(topic, []).append(p)
-    return [GroupTopicPartitions(t, sorted(ps)) for t, ps in sorted(by_topic.items())]
+    return [GroupTopicPartitions(t, sorted(ps)) for t, ps in sorted(group_by_topic(pairs).items())]
 
 
 @dataclass(slots=True)
@@ -1936,6 +2084,8 @@ REQUEST_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsRequest,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsRequest,
     ApiKey.DESCRIBE_TIER: DescribeTierRequest,
+    ApiKey.TIER_LEASE: TierLeaseRequest,
+    ApiKey.UPDATE_TIER: UpdateTierRequest,
     ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatRequest,
     ApiKey.OFFSET_COMMIT: OffsetCommitRequest,
@@ -1964,6 +2114,8 @@ RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsResponse,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsResponse,
     ApiKey.DESCRIBE_TIER: DescribeTierResponse,
+    ApiKey.TIER_LEASE: TierLeaseResponse,
+    ApiKey.UPDATE_TIER: UpdateTierResponse,
     ApiKey.FIND_COORDINATOR: FindCoordinatorResponse,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatResponse,
     ApiKey.OFFSET_COMMIT: OffsetCommitResponse,
