@@ -58,6 +58,14 @@ from brokers.metrics import BrokerMetrics, PartitionStats, TierStats
 from brokers.network import ConnectionHandler
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
 from brokers.replication import ReplicaManager
+from brokers.security import (
+    Authenticator,
+    CredentialCache,
+    Listener,
+    Session,
+    check_mechanisms,
+    server_ssl_context,
+)
 from brokers.services import MetadataCache, PartitionRegistry
 from wire.errors import (
     ClusterIdMismatchError,
@@ -122,7 +130,15 @@ class Broker:
         self.metrics = BrokerMetrics(self._partition_stats, self._tier_stats)
         self.heap = HeapKeeper(self.metrics)
         self.port = config.port
-        self._server: asyncio.Server | None = None
+        self.listeners = config.parsed_listeners()
+        #: Listener name -> (advertised host, port actually bound), once serving.
+        self.endpoints: dict[str, tuple[str, int]] = {}
+        self._servers: list[asyncio.Server] = []
+        self.credentials = CredentialCache()
+        self.authenticator = Authenticator(
+            self.credentials, check_mechanisms(config.sasl_enabled_mechanisms),
+            plain_over_plaintext=config.sasl_plain_allow_plaintext,
+            reauth_ms=config.connections_max_reauth_ms)
         self._connections: set[ConnectionHandler] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sync_lock = asyncio.Lock()
@@ -141,7 +157,8 @@ class Broker:
         self.groups = GroupCoordinator(*parts, host=self,
                                        metrics_registry=self.metrics.registry)
         self.handlers = RequestHandlers(*parts, controller=self.controller,
-                                        replicas=self.replicas, groups=self.groups, host=self)
+                                        replicas=self.replicas, groups=self.groups, host=self,
+                                        authenticator=self.authenticator)
 
     # ------------------------------------------------------------------ views
     # The broker's own code reads and writes these through the two shared structures.
@@ -183,17 +200,17 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
         try:
-            # Bind both ports first: a port in use fails before anything is registered.
-            self._server = await asyncio.start_server(
-                self._on_connection, self.config.host, self.config.port, limit=1 << 20,
-                start_serving=False)
+            # Bind every port first: a port in use fails before anything is registered.
+            for listener in self.listeners:
+                await self._listen(listener)
             self.metrics.serve(self.config.host, self.config.metrics_port)
         except OSError as err:
             raise PortInUseBrokerError(
-                f"cannot listen on {self.config.host} port {self.config.port} or metrics port "
-                f"{self.config.metrics_port}: {err.strerror}; stop the process using it or "
-                "choose other ports (port / metrics.port)") from None
-        self.port = self._server.sockets[0].getsockname()[1]
+                f"cannot listen on {', '.join(f'{x.host}:{x.port}' for x in self.listeners)} "
+                f"or metrics port {self.config.metrics_port}: {err.strerror}; stop the process "
+                "using it or choose other ports (listeners or port / metrics.port)") from None
+        inter = self.config.inter_broker_listener()
+        self.port = self.endpoints[inter.name][1]
         raise_open_file_limit()
         await asyncio.to_thread(self.coordinator.start)
         self.coordinator.add_state_listener(self._threadsafe_state)
@@ -210,7 +227,10 @@ class Broker:
         self.coordinator.watch_brokers(self.threadsafe(self._on_brokers_changed))
         self.coordinator.watch_shutting_down(self.threadsafe(self._on_shutting_down))
         await self.refresh_brokers()  # our own registration is in the list from now on
-        await self._server.start_serving()
+        await self._load_credentials()
+        self.coordinator.watch_users(self.threadsafe(self._on_users_changed))
+        for server in self._servers:
+            await server.start_serving()
         self.replicas.start()
         self.controller.start()
         self.groups.start()
@@ -221,8 +241,10 @@ class Broker:
         self.heap.start()
         self.started = True
         await self._await_returning_leaderships()
-        log.info("broker %d serving on %s:%d (metrics on %d)", self.broker_id,
-                 self.config.host, self.port, self.metrics.port)
+        log.info("broker %d serving %s (metrics on %d)", self.broker_id,
+                 ", ".join(f"{name}://{host}:{port}"
+                           for name, (host, port) in self.endpoints.items()),
+                 self.metrics.port)
 
     async def _await_returning_leaderships(self) -> None:
         """Partitions that waited for this broker (leaderless, and it in their last ISR:
@@ -244,8 +266,11 @@ class Broker:
             await asyncio.sleep(0.05)
 
     async def _register(self) -> None:
-        registration = BrokerRegistration(self.broker_id, self.config.advertised, self.port,
-                                          time.time_ns() // 1_000_000)
+        inter = self.config.inter_broker_listener()
+        host, port = self.endpoints[inter.name]
+        registration = BrokerRegistration(
+            self.broker_id, host, port, time.time_ns() // 1_000_000,
+            tuple((name, h, p) for name, (h, p) in self.endpoints.items()))
         await asyncio.to_thread(self.coordinator.register_broker, registration)
 
     def _check_cluster_id(self) -> None:
@@ -337,8 +362,8 @@ class Broker:
         except Exception as err:  # never let it keep the broker from stopping
             log.warning("controlled shutdown failed: %r; stopping without it", err)
         self._stopped.set()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in self._tasks:
             task.cancel()
         self.heap.stop()
@@ -473,13 +498,59 @@ class Broker:
         self._lock_fd = fd
 
     # ------------------------------------------------------------------ connections
-    async def _on_connection(self, reader: asyncio.StreamReader,
+    async def _listen(self, listener: Listener) -> None:
+        context = None
+        if listener.uses_tls:
+            context = server_ssl_context(self.config.ssl_certfile, self.config.ssl_keyfile,
+                                         self.config.ssl_cafile, self.config.ssl_client_auth)
+
+        async def on_connection(reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+            await self._on_connection(listener, reader, writer)
+
+        server = await asyncio.start_server(
+            on_connection, listener.host, listener.port, limit=1 << 20, ssl=context,
+            ssl_handshake_timeout=self.config.sasl_authentication_timeout_ms / 1000
+            if context is not None else None, start_serving=False)
+        self._servers.append(server)
+        bound = server.sockets[0].getsockname()[1]
+        self.endpoints[listener.name] = (listener.advertised_host,
+                                         listener.advertised_port or bound)
+
+    async def _on_connection(self, listener: Listener, reader: asyncio.StreamReader,
                              writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        session = Session.open(listener, f"{peer[0]}:{peer[1]}" if peer else "?",
+                               writer.get_extra_info("ssl_object"))
         handler = ConnectionHandler(reader, writer, self.handlers.dispatch,
                                     self.config.socket_request_max_bytes, self.metrics,
-                                    self._connections.discard)
+                                    self._connections.discard, session=session,
+                                    login_timeout_s=self.config.sasl_authentication_timeout_ms
+                                    / 1000)
         self._connections.add(handler)
         await handler.serve()
+
+    # ------------------------------------------------------------------ credentials
+    async def _load_credentials(self) -> set[str]:
+        users = await asyncio.to_thread(self.coordinator.scram_credentials)
+        return self.credentials.replace(users)
+
+    async def _on_users_changed(self, _: object) -> None:
+        """A user was created, changed or deleted: re-read, and end the sessions that
+        logged in with a credential that no longer stands."""
+        try:
+            changed = await self._load_credentials()
+        except StrataError as err:
+            log.warning("reading SCRAM credentials failed: %s; the next change retries", err)
+            return
+        if not changed:
+            return
+        for connection in list(self._connections):
+            session = connection.session
+            if session.login is not None and not self.authenticator.still_valid(session):
+                log.info("closing %s's connection from %s: the credential it logged in with "
+                         "was changed or deleted", session.principal, session.peer)
+                connection.close()
 
     # ------------------------------------------------------------------ ZooKeeper watches
     def threadsafe(self, callback: Any) -> Any:

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from brokers.log.config import TOPIC_CONFIG_KEYS, LogConfig
+from brokers.security import Listener, check_mechanisms, parse_listeners, server_ssl_context
 from wire.errors import InvalidConfigError
+from wire.security import ClientSecurity
 
 __all__ = ["BROKER_KEYS", "BrokerConfig", "load_broker_config"]
 
@@ -170,6 +172,61 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "group_lag_interval_ms", int, 10_000,
         "how often a coordinator refreshes the strata_group_lag_records gauge of its groups",
         lambda v: v >= 100, ">= 100"),
+    # ------------------------------------------------------------- security (docs/security.md)
+    "listeners": _BrokerKey(
+        "listeners", str, "",
+        "NAME://host:port,... the broker serves (NAME a security protocol: PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT, SASL_SSL, or mapped by listener.security.protocol.map); empty: "
+        "PLAINTEXT://host:port"),
+    "advertised.listeners": _BrokerKey(
+        "advertised_listeners", str, "",
+        "NAME://host:port clients are told to use per listener (default: the bound "
+        "address, advertised.host if set, and the port actually bound)"),
+    "listener.security.protocol.map": _BrokerKey(
+        "listener_security_protocol_map", str, "",
+        "NAME:PROTOCOL,... for listener names that are not a protocol (default: each "
+        "protocol maps to itself)"),
+    "inter.broker.listener.name": _BrokerKey(
+        "inter_broker_listener_name", str, "",
+        "the listener brokers use to reach each other (replication, group coordinator "
+        "writes); default: the first listener"),
+    "ssl.certfile": _BrokerKey("ssl_certfile", str, "",
+                               "the broker's TLS certificate chain (PEM) for SSL/SASL_SSL"),
+    "ssl.keyfile": _BrokerKey("ssl_keyfile", str, "", "the certificate's private key (PEM)"),
+    "ssl.cafile": _BrokerKey(
+        "ssl_cafile", str, "",
+        "CA bundle (PEM) that signs client certificates (mutual TLS) and, for the "
+        "inter-broker listener, the other brokers' certificates"),
+    "ssl.client.auth": _BrokerKey(
+        "ssl_client_auth", str, "none",
+        "client certificates on SSL/SASL_SSL listeners: none, requested or required (the "
+        "certificate's subject becomes the principal on SSL)",
+        lambda v: v in ("none", "requested", "required"), "none, requested, required"),
+    "sasl.enabled.mechanisms": _BrokerKey(
+        "sasl_enabled_mechanisms", str, "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+        "SASL mechanisms offered on SASL listeners (PLAIN only over TLS unless "
+        "sasl.plain.allow.plaintext)"),
+    "sasl.plain.allow.plaintext": _BrokerKey(
+        "sasl_plain_allow_plaintext", _flag, False,
+        "offer PLAIN on SASL_PLAINTEXT listeners too (it sends the password itself)",
+        accepted="true or false"),
+    "sasl.mechanism.inter.broker.protocol": _BrokerKey(
+        "sasl_mechanism_inter_broker_protocol", str, "SCRAM-SHA-256",
+        "mechanism brokers log in to each other with on a SASL inter-broker listener"),
+    "inter.broker.sasl.username": _BrokerKey(
+        "inter_broker_sasl_username", str, "",
+        "the user brokers log in as on a SASL inter-broker listener"),
+    "inter.broker.sasl.password": _BrokerKey(
+        "inter_broker_sasl_password", str, "", "that user's password"),
+    "sasl.authentication.timeout.ms": _BrokerKey(
+        "sasl_authentication_timeout_ms", int, 10_000,
+        "a connection to a SASL listener that has not logged in within this long is closed",
+        lambda v: 100 <= v <= 600_000, "100..600000"),
+    "connections.max.reauth.ms": _BrokerKey(
+        "connections_max_reauth_ms", int, 0,
+        "a SASL connection is closed this long after it logged in (0: no limit); the "
+        "client reconnects and logs in again. Sessions of a deleted or changed credential "
+        "are closed as soon as brokers see the change", lambda v: v >= 0, ">= 0"),
 }
 
 _LOG_DEFAULT_PREFIX: Final = "log."
@@ -213,6 +270,21 @@ class BrokerConfig:
     group_max_size: int = 1000
     offset_metadata_max_bytes: int = 4096
     group_lag_interval_ms: int = 10_000
+    listeners: str = ""
+    advertised_listeners: str = ""
+    listener_security_protocol_map: str = ""
+    inter_broker_listener_name: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    ssl_cafile: str = ""
+    ssl_client_auth: str = "none"
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN"
+    sasl_plain_allow_plaintext: bool = False
+    sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-256"
+    inter_broker_sasl_username: str = ""
+    inter_broker_sasl_password: str = field(default="", repr=False)
+    sasl_authentication_timeout_ms: int = 10_000
+    connections_max_reauth_ms: int = 0
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property
@@ -222,6 +294,55 @@ class BrokerConfig:
     @property
     def data_dir(self) -> Path:
         return Path(self.log_dir)
+
+    def parsed_listeners(self) -> list[Listener]:
+        return parse_listeners(self.listeners, self.advertised_listeners,
+                               self.listener_security_protocol_map, self.host, self.port,
+                               self.advertised_host)
+
+    def inter_broker_listener(self) -> Listener:
+        listeners = self.parsed_listeners()
+        if not self.inter_broker_listener_name:
+            return listeners[0]
+        for listener in listeners:
+            if listener.name == self.inter_broker_listener_name.upper():
+                return listener
+        raise InvalidConfigError(
+            f"inter.broker.listener.name={self.inter_broker_listener_name} is not among "
+            f"the listeners ({', '.join(x.name for x in listeners)})")
+
+    def inter_broker_security(self) -> ClientSecurity:
+        """How this broker connects to the others (their inter-broker listener)."""
+        listener = self.inter_broker_listener()
+        return ClientSecurity(
+            listener.protocol, self.sasl_mechanism_inter_broker_protocol,
+            self.inter_broker_sasl_username, self.inter_broker_sasl_password,
+            ssl_cafile=self.ssl_cafile or None,
+            ssl_certfile=(self.ssl_certfile or None) if self.ssl_client_auth != "none"
+            else None,
+            ssl_keyfile=(self.ssl_keyfile or None) if self.ssl_client_auth != "none"
+            else None)
+
+    def check_security(self) -> None:
+        """Refuse, before anything starts, settings that cannot serve a listener."""
+        listeners = self.parsed_listeners()
+        check_mechanisms(self.sasl_enabled_mechanisms)
+        if any(x.uses_tls for x in listeners):
+            server_ssl_context(self.ssl_certfile, self.ssl_keyfile, self.ssl_cafile,
+                               self.ssl_client_auth)
+        inter = self.inter_broker_listener()
+        if inter.uses_sasl:
+            if not self.inter_broker_sasl_username or not self.inter_broker_sasl_password:
+                raise InvalidConfigError(
+                    f"the inter-broker listener {inter.name} is {inter.protocol}: set "
+                    "inter.broker.sasl.username and inter.broker.sasl.password (a user "
+                    "created with `strata user create`)")
+            if self.sasl_mechanism_inter_broker_protocol not in \
+                    check_mechanisms(self.sasl_enabled_mechanisms):
+                raise InvalidConfigError(
+                    f"sasl.mechanism.inter.broker.protocol="
+                    f"{self.sasl_mechanism_inter_broker_protocol} is not among "
+                    f"sasl.enabled.mechanisms={self.sasl_enabled_mechanisms}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, str]) -> BrokerConfig:
@@ -250,7 +371,11 @@ class BrokerConfig:
             log_defaults = LogConfig.from_mapping(log_values)
         except InvalidConfigError as err:
             raise InvalidConfigError(f"broker default (log.*): {err.message}") from None
+        if "listeners" in values and ("port" in values or "host" in values):
+            raise InvalidConfigError(
+                "give either listeners (NAME://host:port,...) or host and port, not both")
         config = cls(**broker, log_defaults=log_defaults)
+        config.check_security()
         if not config.group_min_session_timeout_ms <= config.group_session_timeout_ms \
                 <= config.group_max_session_timeout_ms:
             raise InvalidConfigError(

@@ -62,6 +62,7 @@ progress write checks the lease in the same transaction.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import inspect
@@ -106,6 +107,7 @@ from wire.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from wire.sasl import ScramCredential
 
 __all__ = [
     "ZooKeeperUnavailableError",
@@ -139,6 +141,9 @@ _CONTROLLED_SHUTDOWN = f"{ROOT}/admin/controlled_shutdown"
 _STATE_CHANGES = f"{ROOT}/state_changes"
 _TIER_TOPICS = f"{ROOT}/tier/topics"
 _TIER_LOCKS = f"{ROOT}/tier/locks"
+_USERS = f"{ROOT}/config/users"
+# Bumped with every credential change: brokers watch this one znode, not every user.
+_USERS_CHANGED = f"{ROOT}/config/users_changed"
 
 #: ``(topic, partition)``.
 PartitionKey = tuple[str, int]
@@ -198,10 +203,21 @@ def _kazoo_errors_stay_inside(cls: type) -> type:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
+    """``host``/``port``: the inter-broker listener's advertised endpoint;
+    ``endpoints``: ``(listener name, host, port)`` of every listener (clients are told
+    the one of the listener they came in on)."""
+
     broker_id: int
     host: str
     port: int
     start_epoch: int  # ms since the epoch at registration: tells restarts apart
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +388,7 @@ class Coordinator:
             except NoNodeError:
                 continue
             value.pop("version", None)
+            value["endpoints"] = tuple(tuple(e) for e in value.get("endpoints", ()))
             out.append(BrokerRegistration(**value))
         return out
 
@@ -1118,6 +1135,85 @@ class Coordinator:
         """Make ``tx`` fail unless the lease is still ``lease_id`` when it commits."""
         _, version = self._lease(topic, lease_id)
         tx.check(f"{_TIER_LOCKS}/{topic}", version)
+
+    # ------------------------------------------------------------------ SCRAM users
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        """Every user's stored credentials, by user and mechanism."""
+        try:
+            names = self.zk.get_children(_USERS)
+        except NoNodeError:
+            return {}
+        found = read_znodes(self.zk, [f"{_USERS}/{n}" for n in names])
+        out: dict[str, dict[str, ScramCredential]] = {}
+        for name in names:
+            entry = found.get(f"{_USERS}/{name}")
+            if entry is None:
+                continue
+            out[name] = {mechanism: ScramCredential(
+                mechanism, base64.b64decode(c["salt"]), int(c["iterations"]),
+                base64.b64decode(c["stored_key"]), base64.b64decode(c["server_key"]))
+                for mechanism, c in _load(entry[0]).get("credentials", {}).items()}
+        return out
+
+    def put_scram_credential(self, user: str, credential: ScramCredential) -> None:
+        """Create or replace ``user``'s credential for its mechanism (others stay)."""
+        path = f"{_USERS}/{user}"
+        self.zk.ensure_path(_USERS)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+                stored, version = _load(data).get("credentials", {}), stat.version
+            except NoNodeError:
+                stored, version = {}, -1
+            stored[credential.mechanism] = {
+                "salt": base64.b64encode(credential.salt).decode(),
+                "iterations": credential.iterations,
+                "stored_key": base64.b64encode(credential.stored_key).decode(),
+                "server_key": base64.b64encode(credential.server_key).decode()}
+            try:
+                if version < 0:
+                    self.zk.create(path, _dump({"credentials": stored}))
+                else:
+                    self.zk.set(path, _dump({"credentials": stored}), version=version)
+                break
+            except (NodeExistsError, BadVersionError):
+                continue
+        self._users_changed()
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """Remove one mechanism's credential (the user goes with its last one); False
+        when there was none."""
+        path = f"{_USERS}/{user}"
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return False
+            stored = _load(data).get("credentials", {})
+            if stored.pop(mechanism, None) is None:
+                return False
+            try:
+                if stored:
+                    self.zk.set(path, _dump({"credentials": stored}), version=stat.version)
+                else:
+                    self.zk.delete(path, version=stat.version)
+                break
+            except (BadVersionError, NoNodeError):
+                continue
+        self._users_changed()
+        return True
+
+    def _users_changed(self) -> None:
+        try:
+            self.zk.set(_USERS_CHANGED, str(time.time_ns()).encode())
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                self.zk.create(_USERS_CHANGED, b"0", makepath=True)
+
+    def watch_users(self, callback: Callable[[object], None]) -> None:
+        """``callback(_)`` now and after every credential change (kazoo's thread)."""
+        self.zk.ensure_path(_USERS_CHANGED)
+        self.zk.DataWatch(_USERS_CHANGED)(lambda data, stat: callback(data))
 
     # ------------------------------------------------------------------ producer ids
     def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> range:

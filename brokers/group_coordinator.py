@@ -1532,7 +1532,8 @@ class GroupCoordinator:
             return {}
         by_topic = group_by_topic(tps)
         connection = BrokerConnection(registration.host, registration.port,
-                                      client_id=f"broker-{self.broker_id}-group-lag")
+                                      client_id=f"broker-{self.broker_id}-group-lag",
+                                      security=self.config.inter_broker_security())
         try:
             # A paused leader accepts the connection and never answers: bound both steps,
             # or the gauge would freeze for good.

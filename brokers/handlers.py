@@ -9,6 +9,8 @@ with the error in the response header.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 import random
 import re
 import time
@@ -21,10 +23,12 @@ from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefin
 from brokers.log import LogConfig
 from brokers.log.config import TOPIC_CONFIG_KEYS
 from brokers.partition import FetchSessionClock
+from brokers.security import Authenticator, CredentialCache, Listener, Session
 from brokers.staging import StagedPart
 from wire.errors import (
     FencedLeaderEpochError,
     FetchSessionIdNotFoundError,
+    IllegalSaslStateError,
     InvalidConfigError,
     InvalidFetchSessionEpochError,
     InvalidPartitionsError,
@@ -39,10 +43,12 @@ from wire.errors import (
     OffsetOutOfRangeError,
     PolicyViolationError,
     RequestTimedOutError,
+    ResourceNotFoundError,
     StrataError,
     TopicAlreadyExistsError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
+    UnsupportedSaslMechanismError,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -60,6 +66,9 @@ from wire.protocol import (
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult,
     ApiKey,
     ApiVersionRange,
     ApiVersionsRequest,
@@ -88,6 +97,8 @@ from wire.protocol import (
     DescribeTierRequest,
     DescribeTierResponse,
     DescribeTierTopicResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     ElectionPartitionResult,
     ElectionTopic,
     ElectionTopicResult,
@@ -134,6 +145,13 @@ from wire.protocol import (
     Reader,
     ReassignablePartition,
     RequestHeader,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+    ScramCredentialDeletion,
+    ScramCredentialInfo,
+    ScramCredentialUpsertion,
     StagePartition,
     StagePartitionResponse,
     StageRecordsRequest,
@@ -148,7 +166,15 @@ from wire.protocol import (
     TopicResult,
     UpdateTierRequest,
     UpdateTierResponse,
+    UserScramCredentials,
     decode,
+)
+from wire.sasl import (
+    MAX_ITERATIONS,
+    MECHANISMS,
+    MIN_ITERATIONS,
+    SCRAM_MECHANISMS,
+    credential_from_salted,
 )
 
 if TYPE_CHECKING:
@@ -160,12 +186,27 @@ if TYPE_CHECKING:
     from brokers.replication import ReplicaManager
     from brokers.services import HandlerHost, MetadataCache, PartitionRegistry
 
-__all__ = ["RequestHandlers"]
+__all__ = ["RequestHandlers", "current_session"]
+
+log = logging.getLogger("strata.brokers.handlers")
 
 _ACKS_ALL = -1
 # Partitions of one topic: its metadata goes to ZooKeeper in one multi-op, and ZooKeeper
 # refuses requests above jute.maxbuffer (1 MiB); 4,096 partitions stay well below it.
 MAX_PARTITIONS = 4096
+#: What a connection on a SASL listener may send before its login finished.
+_BEFORE_LOGIN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
+                           ApiKey.SASL_AUTHENTICATE})
+#: The session of the request being handled (each request runs as its own task).
+_SESSION: contextvars.ContextVar[Session] = contextvars.ContextVar("strata_session")
+#: Requests from inside the broker process (tests, tools): authenticated, every right.
+_INTERNAL = Session(Listener("INTERNAL", "PLAINTEXT", "", 0, "", 0), "in-process",
+                    principal="User:ANONYMOUS", authenticated=True)
+
+
+def current_session() -> Session:
+    """The session of the request being handled (``dispatch`` sets it)."""
+    return _SESSION.get(_INTERNAL)
 # A tier lease's TTL: long enough to ride out a GC pause or a ZooKeeper election between
 # renewals, short enough that a dead job frees its topics soon.
 _MIN_TIER_LEASE_MS = 1_000
@@ -303,7 +344,7 @@ class RequestHandlers:
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
                  registry: PartitionRegistry, coordinator: Coordinator, *,
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
-                 host: HandlerHost) -> None:
+                 host: HandlerHost, authenticator: Authenticator | None = None) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster
@@ -313,6 +354,8 @@ class RequestHandlers:
         self.replicas = replicas
         self.groups = groups
         self.host = host
+        self.authenticator = authenticator or Authenticator(
+            CredentialCache(), list(MECHANISMS), plain_over_plaintext=False, reauth_ms=0)
         self._fetch_sessions: dict[int, _FetchSession] = {}  # by follower broker id
         self._table: dict[ApiKey, Callable[[Any], Awaitable[Message | None]]] = {
             ApiKey.API_VERSIONS: self.api_versions,
@@ -341,15 +384,33 @@ class RequestHandlers:
             ApiKey.LIST_GROUPS: self.list_groups,
             ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.DELETE_GROUPS: self.delete_groups,
+            ApiKey.SASL_HANDSHAKE: self.sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: self.sasl_authenticate,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
         }
 
-    async def dispatch(self, header: RequestHeader, body: Reader) -> Message | None:
+    async def dispatch(self, header: RequestHeader, body: Reader,
+                       session: Session | None = None) -> Message | None:
+        """Decode and run one request; ``session`` (None: an in-process caller with
+        every right) is available to the handlers as ``current_session()``."""
+        session = session or _INTERNAL
+        _SESSION.set(session)
         try:
             api = ApiKey(header.api_key)
         except ValueError:
+            if not session.authenticated:
+                session.close_after_answer = True
             raise UnsupportedVersionError(
                 f"unknown api key {header.api_key}; this broker speaks "
                 f"{sorted(int(k) for k in ApiKey)}") from None
+        if not session.authenticated and api not in _BEFORE_LOGIN:
+            session.close_after_answer = True
+            raise IllegalSaslStateError(
+                f"{api.name} before the SASL login finished: listener "
+                f"{session.listener.name} is {session.listener.protocol}; send SaslHandshake "
+                "and SaslAuthenticate first (set security_protocol, sasl_mechanism and the "
+                "credentials in the client)")
         low, high = API_VERSIONS[api]
         if not low <= header.api_version <= high:
             raise UnsupportedVersionError(
@@ -360,6 +421,117 @@ class RequestHandlers:
             assert isinstance(request, ConsumerGroupHeartbeatRequest)
             return await self.groups.heartbeat(request, header.client_id or "")
         return await self._table[api](request)
+
+    # ------------------------------------------------------------------ SASL
+    async def sasl_handshake(self, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
+        session = current_session()
+        try:
+            self.authenticator.handshake(session, request.mechanism)
+        except StrataError as err:
+            session.close_after_answer = True
+            return SaslHandshakeResponse(err.code, self.authenticator.offered(session),
+                                         err.message)
+        return SaslHandshakeResponse(0, self.authenticator.offered(session))
+
+    async def sasl_authenticate(self, request: SaslAuthenticateRequest
+                                ) -> SaslAuthenticateResponse:
+        session = current_session()
+        try:
+            if session.mechanism == "PLAIN":  # a PBKDF2 hash: off the event loop
+                answer = await asyncio.to_thread(self.authenticator.authenticate, session,
+                                                 bytes(request.auth_bytes))
+            else:
+                answer = self.authenticator.authenticate(session, bytes(request.auth_bytes))
+        except StrataError as err:
+            session.close_after_answer = True
+            log.info("SASL login from %s on %s refused: %s", session.peer,
+                     session.listener.name, err.message)
+            return SaslAuthenticateResponse(err.code, err.message)
+        lifetime = int(max(session.expires_at - time.monotonic(), 0) * 1000) \
+            if session.expires_at else 0
+        return SaslAuthenticateResponse(0, None, answer, lifetime)
+
+    async def describe_user_scram_credentials(
+            self, request: DescribeUserScramCredentialsRequest
+    ) -> DescribeUserScramCredentialsResponse:
+        try:
+            stored = await asyncio.to_thread(self.coordinator.scram_credentials)
+        except StrataError as err:
+            return DescribeUserScramCredentialsResponse(
+                [UserScramCredentials(u, *_error(err)) for u in request.users or []])
+        names = sorted(stored) if request.users is None else request.users
+        out = []
+        for name in names:
+            credentials = stored.get(name)
+            if not credentials:
+                missing = ResourceNotFoundError(
+                    f"user {name!r} has no SCRAM credential; create one with `strata user "
+                    "create`")
+                out.append(UserScramCredentials(name, *_error(missing)))
+                continue
+            out.append(UserScramCredentials(name, 0, None, [
+                ScramCredentialInfo(m, c.iterations) for m, c in sorted(credentials.items())]))
+        return DescribeUserScramCredentialsResponse(out)
+
+    async def alter_user_scram_credentials(
+            self, request: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
+        """Validate everything first; then write each user's changes. A user named twice
+        for one mechanism is refused (as in Kafka)."""
+        errors: dict[str, StrataError] = {}
+        seen: set[tuple[str, str]] = set()
+        order: list[str] = []
+        items: list[ScramCredentialDeletion | ScramCredentialUpsertion] = [
+            *request.deletions, *request.upsertions]
+        for item in items:
+            if item.user not in order:
+                order.append(item.user)
+            try:
+                if not item.user or len(item.user) > 255 or any(c in item.user for c in "/\0"):
+                    raise InvalidRequestError(
+                        f"user name {item.user!r} is not valid: 1-255 characters, no '/'")
+                if item.mechanism not in SCRAM_MECHANISMS:
+                    raise UnsupportedSaslMechanismError(
+                        f"{item.mechanism!r} is not a SCRAM mechanism; use "
+                        f"{' or '.join(SCRAM_MECHANISMS)}")
+                if (item.user, item.mechanism) in seen:
+                    raise InvalidRequestError(
+                        f"user {item.user!r} and {item.mechanism} are named twice in one "
+                        "request")
+                seen.add((item.user, item.mechanism))
+                if isinstance(item, ScramCredentialUpsertion) and not (
+                        MIN_ITERATIONS <= item.iterations <= MAX_ITERATIONS
+                        and item.salt and item.salted_password):
+                    raise InvalidRequestError(
+                        f"{item.mechanism} credential of {item.user!r}: iterations must be "
+                        f"{MIN_ITERATIONS}..{MAX_ITERATIONS}, with a salt and a salted "
+                        "password")
+            except StrataError as err:
+                errors.setdefault(item.user, err)
+
+        def write(user: str) -> None:
+            for deletion in request.deletions:
+                if deletion.user == user and not self.coordinator.delete_scram_credential(
+                        user, deletion.mechanism):
+                    raise ResourceNotFoundError(
+                        f"user {user!r} has no {deletion.mechanism} credential to delete")
+            for upsert in request.upsertions:
+                if upsert.user == user:
+                    self.coordinator.put_scram_credential(user, credential_from_salted(
+                        upsert.mechanism, bytes(upsert.salt), upsert.iterations,
+                        bytes(upsert.salted_password)))
+
+        results = []
+        for user in order:
+            if user in errors:
+                results.append(AlterUserScramCredentialsResult(user, *_error(errors[user])))
+                continue
+            try:
+                await asyncio.to_thread(write, user)
+                results.append(AlterUserScramCredentialsResult(user, 0))
+            except StrataError as err:
+                results.append(AlterUserScramCredentialsResult(user, *_error(err)))
+        return AlterUserScramCredentialsResponse(results)
 
     # ------------------------------------------------------------------ helpers
     def _leader_partition(self, topic: str, partition: int) -> Partition:
@@ -412,7 +584,8 @@ class RequestHandlers:
     # ------------------------------------------------------------------ Metadata
     async def metadata(self, request: MetadataRequest) -> MetadataResponse:
         b = self.cluster
-        brokers = [BrokerInfo(r.broker_id, r.host, r.port)
+        listener = current_session().listener.name
+        brokers = [BrokerInfo(r.broker_id, *r.endpoint(listener))
                    for r in sorted(b.live_brokers.values(), key=lambda r: r.broker_id)]
         names = sorted(b.topics) if request.topics is None else request.topics
         topics: list[TopicMetadata] = []

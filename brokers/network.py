@@ -11,6 +11,15 @@ a per-connection lock, whole frame by whole frame; record data goes out with
 A frame whose header cannot be decoded closes the connection (there is no correlation
 id to answer to). An unknown API or version, or a body that does not decode, gets a
 response whose header carries the error code, then the connection goes on.
+
+Security (brokers/security.py): each connection carries a ``Session`` the dispatcher
+sees. On TLS listeners record data cannot go through ``sendfile`` (the kernel would send
+it unencrypted), so it is read with ``os.pread`` and written through the TLS transport in
+``_TLS_COPY_BYTES`` pieces. Until the session has authenticated, a frame may be at most
+``UNAUTHENTICATED_FRAME_BYTES`` and the connection is closed if no login succeeds within
+the login timeout; a session the dispatcher marks ``close_after_answer`` (a failed
+login, a request out of SASL order) is closed once that answer is written, and an
+authenticated session with an expiry is closed when it expires.
 """
 
 from __future__ import annotations
@@ -18,11 +27,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import IO, Any, cast
 
-from wire.errors import InvalidRequestError, StrataError, UnsupportedVersionError
+from brokers.security import UNAUTHENTICATED_FRAME_BYTES, Session
+from wire.errors import (
+    IllegalSaslStateError,
+    InvalidRequestError,
+    StrataError,
+    UnsupportedVersionError,
+)
 from wire.protocol import (
     FRAME_PREFIX,
     ApiKey,
@@ -44,8 +60,10 @@ log = logging.getLogger("strata.brokers.network")
 _API_NAMES = {int(k): k.name for k in ApiKey}
 MAX_IN_FLIGHT = 32  # requests being handled per connection
 
-# dispatcher(header, body reader) -> response message, or None for no response (acks=0)
-Dispatcher = Callable[[RequestHeader, Reader], Awaitable[Message | None]]
+# dispatcher(header, body reader, session) -> response message, or None (acks=0)
+Dispatcher = Callable[[RequestHeader, Reader, Session], Awaitable[Message | None]]
+#: Piece size of the copying path for record data on TLS connections.
+_TLS_COPY_BYTES = 256 * 1024
 
 
 class _RegionFile:
@@ -68,9 +86,13 @@ class ConnectionHandler:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  dispatch: Dispatcher, max_frame_bytes: int, metrics: Any,
-                 on_close: Callable[[ConnectionHandler], None]) -> None:
+                 on_close: Callable[[ConnectionHandler], None], *, session: Session,
+                 login_timeout_s: float = 10.0) -> None:
         self.reader = reader
         self.writer = writer
+        self.session = session
+        self._tls = writer.get_extra_info("ssl_object") is not None
+        self._login_timeout_s = login_timeout_s
         self.dispatch = dispatch
         self.max_frame_bytes = max_frame_bytes
         self.metrics = metrics
@@ -86,6 +108,7 @@ class ConnectionHandler:
 
     async def serve(self) -> None:
         self.metrics.connections.inc()
+        watchdog = asyncio.create_task(self._watch_session())
         try:
             while not self.closing:
                 await self._slots.acquire()
@@ -93,16 +116,19 @@ class ConnectionHandler:
                     return
                 try:
                     prefix = await self.reader.readexactly(FRAME_PREFIX.size)
-                except (asyncio.IncompleteReadError, ConnectionError):
+                except (asyncio.IncompleteReadError, ConnectionError, OSError):
                     return
                 (size,) = FRAME_PREFIX.unpack(prefix)
-                if not MIN_REQUEST_FRAME <= size <= self.max_frame_bytes:
-                    log.warning("closing %s: frame size %d outside %d..%d", self.peer, size,
-                                MIN_REQUEST_FRAME, self.max_frame_bytes)
+                limit = self.max_frame_bytes if self.session.authenticated else \
+                    min(self.max_frame_bytes, UNAUTHENTICATED_FRAME_BYTES)
+                if not MIN_REQUEST_FRAME <= size <= limit:
+                    log.warning("closing %s: frame size %d outside %d..%d%s", self.peer, size,
+                                MIN_REQUEST_FRAME, limit, "" if self.session.authenticated
+                                else " (not logged in yet)")
                     return
                 try:
                     frame = await self.reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
+                except (asyncio.IncompleteReadError, ConnectionError, OSError):
                     return
                 self.metrics.bytes_in.inc(size + FRAME_PREFIX.size)
                 try:
@@ -114,12 +140,33 @@ class ConnectionHandler:
                 self.in_flight.add(task)
                 task.add_done_callback(self._done)
         finally:
+            watchdog.cancel()
             self.metrics.connections.dec()
             await self._drain_in_flight()
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
             self.on_close(self)
+
+    async def _watch_session(self) -> None:
+        """Close a connection that does not log in in time, or whose session expires."""
+        session = self.session
+        deadline = session.opened_at + self._login_timeout_s
+        while not session.authenticated:
+            if time.monotonic() >= deadline:
+                log.info("closing %s: no SASL login within %.1f s", self.peer,
+                         self._login_timeout_s)
+                self.close()
+                return
+            await asyncio.sleep(min(0.2, max(deadline - time.monotonic(), 0.01)))
+        while session.expires_at:
+            remaining = session.expires_at - time.monotonic()
+            if remaining <= 0:
+                log.info("closing %s's connection from %s: its session expired "
+                         "(connections.max.reauth.ms)", session.principal, self.peer)
+                self.close()
+                return
+            await asyncio.sleep(remaining)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self.in_flight.discard(task)
@@ -133,13 +180,13 @@ class ConnectionHandler:
         api = _API_NAMES.get(header.api_key, "UNKNOWN")
         error_name = "NONE"
         try:
-            response = await self.dispatch(header, body)
+            response = await self.dispatch(header, body, self.session)
             if response is None:  # acks=0: no answer, but still counted
                 self.metrics.requests.labels(api, error_name).inc()
                 self.metrics.latency.labels(api).observe(time.perf_counter() - started)
                 return
             chunks = encode_response(header.correlation_id, response, header.api_version)
-        except (UnsupportedVersionError, InvalidRequestError) as err:
+        except (UnsupportedVersionError, InvalidRequestError, IllegalSaslStateError) as err:
             error_name = err.name
             chunks = encode_response(header.correlation_id, ErrorResponse(err.message), 0,
                                      error_code=err.code)
@@ -159,6 +206,8 @@ class ConnectionHandler:
         finally:
             self.metrics.requests.labels(api, error_name).inc()
             self.metrics.latency.labels(api).observe(time.perf_counter() - started)
+            if self.session.close_after_answer:
+                self.close()
 
     async def _write(self, chunks: list[Chunk]) -> None:
         loop = asyncio.get_running_loop()
@@ -168,6 +217,9 @@ class ConnectionHandler:
                 if isinstance(chunk, bytes | bytearray | memoryview):  # not a Protocol check
                     self.writer.write(chunk)
                     total += len(chunk)
+                elif self._tls:
+                    await self._copy_region(chunk)
+                    total += chunk.length
                 else:
                     await self.writer.drain()
                     # _RegionFile is duck-typed: sendfile only calls fileno() and seek().
@@ -179,6 +231,18 @@ class ConnectionHandler:
                     total += chunk.length
             await self.writer.drain()
             self.metrics.bytes_out.inc(total)
+
+    async def _copy_region(self, region: SendableRegion) -> None:
+        """Record data through TLS: read and write in pieces (``sendfile`` cannot encrypt)."""
+        position, end = region.position, region.position + region.length
+        while position < end:
+            piece = os.pread(region.fileno(), min(_TLS_COPY_BYTES, end - position), position)
+            if not piece:  # the file shrank under us (truncation)
+                raise OSError(f"read {position - region.position} of {region.length} bytes "
+                              f"of {region}")
+            self.writer.write(piece)
+            position += len(piece)
+            await self.writer.drain()
 
     def stop_reading(self) -> None:
         """Shutdown: take no new requests; the ones in flight still get their answers."""

@@ -213,7 +213,8 @@ class ReplicaFetcher:
         from wire.connection import BrokerConnection
 
         connection = BrokerConnection(registration.host, registration.port,
-                                      client_id=f"strata-replica-{self.broker_id}")
+                                      client_id=f"strata-replica-{self.broker_id}",
+                                      security=self.config.inter_broker_security())
         await connection.connect(timeout=5.0)
         self._connection = connection
         return connection

@@ -4,6 +4,13 @@ It knows nothing of what requests mean: ``request(api, body)`` sends a frame and
 the decoded response; several requests may be in flight at once. When the connection
 breaks, every pending request fails with ``NetworkError`` and the connection is marked
 closed; the cluster layer opens a new one.
+
+Security (``wire/security.py``): on SSL and SASL_SSL the socket is wrapped in TLS; on
+SASL_PLAINTEXT and SASL_SSL ``connect`` runs SaslHandshake and SaslAuthenticate (PLAIN,
+or SCRAM with the broker's signature checked) before it returns, so no other request is
+sent unauthenticated. A refused login raises ``SaslAuthenticationFailedError`` (not
+retriable: the credentials are wrong); a broker that expires the session closes the
+connection after ``session_lifetime_ms`` and the cluster layer reconnects.
 """
 
 from __future__ import annotations
@@ -12,9 +19,15 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 from typing import Any
 
-from wire.errors import NetworkError, StrataError, error_for_code
+from wire.errors import (
+    InvalidConfigError,
+    NetworkError,
+    StrataError,
+    error_for_code,
+)
 from wire.protocol import (
     FRAME_PREFIX,
     RESPONSE_TYPES,
@@ -22,10 +35,16 @@ from wire.protocol import (
     ErrorResponse,
     Message,
     RequestHeader,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
     decode,
     encode_request,
     read_response_header,
 )
+from wire.sasl import ScramClient, plain_message
+from wire.security import PLAINTEXT, ClientSecurity
 
 __all__ = ["BrokerConnection"]
 
@@ -34,9 +53,11 @@ log = logging.getLogger("strata.client.connection")
 
 class BrokerConnection:
     def __init__(self, host: str, port: int, *, client_id: str = "strata-python",
-                 max_frame_bytes: int = 256 * 1024 * 1024) -> None:
+                 max_frame_bytes: int = 256 * 1024 * 1024,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.host = host
         self.port = port
+        self.security = security
         self.client_id = client_id
         self.max_frame_bytes = max_frame_bytes
         self._reader: asyncio.StreamReader | None = None
@@ -55,13 +76,57 @@ class BrokerConnection:
 
     async def connect(self, timeout: float = 10.0) -> None:
         try:
+            context = self.security.ssl_context()
+        except (OSError, ssl.SSLError) as err:
+            raise InvalidConfigError(
+                f"cannot load the TLS files (ssl_cafile / ssl_certfile / ssl_keyfile): "
+                f"{err}; check the paths and that they are PEM files") from None
+        try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 20), timeout)
+                asyncio.open_connection(
+                    self.host, self.port, limit=1 << 20, ssl=context,
+                    server_hostname=self.host if context is not None else None), timeout)
+        except ssl.SSLCertVerificationError as err:
+            raise NetworkError(
+                f"TLS to broker {self.host}:{self.port} failed: {err.verify_message}; give "
+                "the CA that signed the broker's certificate (ssl_cafile) or connect by a "
+                "name the certificate lists") from err
         except (OSError, TimeoutError) as err:
             raise NetworkError(
                 f"cannot connect to broker {self.host}:{self.port} ({err}); check that it "
-                "runs (strata status) and the address is right") from err
+                "runs (strata status), the address is right and the listener's security "
+                f"protocol is {self.security.protocol}") from err
         self._read_task = asyncio.create_task(self._read_loop())
+        if self.security.uses_sasl:
+            try:
+                await asyncio.wait_for(self._authenticate(), timeout)
+            except BaseException:
+                await self.close()
+                raise
+
+    async def _authenticate(self) -> None:
+        mechanism = self.security.sasl_mechanism
+        shake = await self.request(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest(mechanism))
+        assert isinstance(shake, SaslHandshakeResponse)
+        if shake.error_code:
+            raise error_for_code(shake.error_code)(
+                shake.error_message or f"{self} does not offer SASL {mechanism}; it offers "
+                f"{', '.join(shake.mechanisms) or 'none'}")
+        user, password = self.security.username, self.security.password
+        if mechanism == "PLAIN":
+            await self._sasl_step(plain_message(user, password))
+            return
+        scram = ScramClient(mechanism, user, password)
+        server_first = await self._sasl_step(scram.first())
+        scram.verify(await self._sasl_step(scram.final(server_first)))
+
+    async def _sasl_step(self, message: bytes) -> bytes:
+        answer = await self.request(ApiKey.SASL_AUTHENTICATE, SaslAuthenticateRequest(message))
+        assert isinstance(answer, SaslAuthenticateResponse)
+        if answer.error_code:
+            raise error_for_code(answer.error_code)(
+                answer.error_message or "SASL authentication failed")
+        return bytes(answer.auth_bytes)  # decoded as a view into the frame
 
     async def request(self, api: ApiKey, body: Message, *, version: int = 0,
                       expect_response: bool = True) -> Message:

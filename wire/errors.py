@@ -13,6 +13,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "ResourceNotFoundError",
+    "UnsupportedSaslMechanismError",
+    "TopicAuthorizationFailedError",
+    "SaslAuthenticationFailedError",
+    "IllegalSaslStateError",
+    "GroupAuthorizationFailedError",
+    "ClusterAuthorizationFailedError",
     "BrokerIdInUseError",
     "BrokerNotAvailableError",
     "ClusterIdMismatchError",
@@ -395,6 +402,55 @@ class StagedDataMissingError(StrataError):
     name = "STAGED_DATA_MISSING"
 
 
+class TopicAuthorizationFailedError(StrataError):
+    """The principal may not do this to the topic (an ACL is missing or denies it)."""
+
+    code = 29
+    name = "TOPIC_AUTHORIZATION_FAILED"
+
+
+class GroupAuthorizationFailedError(StrataError):
+    """The principal may not do this to the consumer group (ACLs)."""
+
+    code = 30
+    name = "GROUP_AUTHORIZATION_FAILED"
+
+
+class ClusterAuthorizationFailedError(StrataError):
+    """The principal may not do this to the cluster (ACLs on CLUSTER)."""
+
+    code = 31
+    name = "CLUSTER_AUTHORIZATION_FAILED"
+
+
+class UnsupportedSaslMechanismError(StrataError):
+    """The broker's listener does not offer the SASL mechanism the client asked for."""
+
+    code = 33
+    name = "UNSUPPORTED_SASL_MECHANISM"
+
+
+class IllegalSaslStateError(StrataError):
+    """A request arrived out of order in the SASL exchange (or before it finished)."""
+
+    code = 34
+    name = "ILLEGAL_SASL_STATE"
+
+
+class SaslAuthenticationFailedError(StrataError):
+    """Wrong user name or password (or a malformed SASL message): not authenticated."""
+
+    code = 58
+    name = "SASL_AUTHENTICATION_FAILED"
+
+
+class ResourceNotFoundError(StrataError):
+    """The named resource (a user's SCRAM credential, an ACL, a quota) does not exist."""
+
+    code = 91
+    name = "RESOURCE_NOT_FOUND"
+
+
 class TierJobBusyError(StrataError):
     """Another tiering job holds the topic's lease (TierLease): two jobs copying one
     topic would race for the same offset ranges in its Delta table."""
@@ -593,6 +649,13 @@ _BY_CODE: dict[int, type[StrataError]] = {
         UnreleasedInstanceIdError,
         TierJobBusyError,
         TierLeaseLostError,
+        TopicAuthorizationFailedError,
+        GroupAuthorizationFailedError,
+        ClusterAuthorizationFailedError,
+        UnsupportedSaslMechanismError,
+        IllegalSaslStateError,
+        SaslAuthenticationFailedError,
+        ResourceNotFoundError,
     )
 }
 

@@ -20,6 +20,7 @@ from wire.errors import (
     raise_for_code,
 )
 from wire.protocol import ApiKey, Message, MetadataRequest, MetadataResponse
+from wire.security import PLAINTEXT, ClientSecurity
 
 __all__ = ["Cluster", "PartitionInfo", "parse_bootstrap"]
 
@@ -60,9 +61,10 @@ def parse_bootstrap(bootstrap_servers: str | list[str] | tuple[str, ...]
 class Cluster:
     def __init__(self, bootstrap_servers: str | list[str], *,
                  client_id: str = "strata-python", request_timeout_ms: int = 30_000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, security: ClientSecurity = PLAINTEXT) -> None:
         self.bootstrap_addresses = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
+        self.security = security
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -89,7 +91,8 @@ class Cluster:
             connection = self._connections.get(address)
             if connection is not None and connection.is_open:
                 return connection
-            connection = BrokerConnection(*address, client_id=self.client_id)
+            connection = BrokerConnection(*address, client_id=self.client_id,
+                                          security=self.security)
             await connection.connect(timeout=self.request_timeout_ms / 1000)
             self._connections[address] = connection
             return connection

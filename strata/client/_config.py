@@ -27,6 +27,7 @@ from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar
 from strata.client._group import ASSIGNORS
 from wire.errors import InvalidRecordBatchError
 from wire.record_batch import Compression
+from wire.security import PLAINTEXT, SECURITY_OPTIONS, ClientSecurity
 
 __all__ = [
     "ConsumerConfig",
@@ -34,7 +35,9 @@ __all__ = [
     "OffsetResetStrategy",
     "ProducerConfig",
     "ProducerOptions",
+    "SecurityOptions",
     "config_of",
+    "security_of",
 ]
 
 #: Ceiling of the producer's exponential retry backoff (Kafka's ``retry.backoff.max.ms``).
@@ -46,10 +49,43 @@ OffsetResetStrategy: TypeAlias = Literal["earliest", "latest", "none"]
 _RESET_STRATEGIES: Final = ("earliest", "latest", "none")
 
 
+# --------------------------------------------------------------------------- security
+
+
+class SecurityOptions(TypedDict, total=False):
+    """How every client secures its connections (``wire.security.ClientSecurity``):
+    either ``security`` (a ``ClientSecurity``) or kafka-python's option names."""
+
+    security: ClientSecurity
+    security_protocol: str
+    sasl_mechanism: str
+    sasl_plain_username: str
+    sasl_plain_password: str
+    ssl_cafile: str
+    ssl_certfile: str
+    ssl_keyfile: str
+    ssl_check_hostname: bool
+
+
+def security_of(options: Mapping[str, Any]) -> tuple[ClientSecurity, dict[str, Any]]:
+    """The ``ClientSecurity`` the options describe, and the other options."""
+    rest = {k: v for k, v in options.items()
+            if k not in SECURITY_OPTIONS and k != "security"}
+    named = {k: v for k, v in options.items() if k in SECURITY_OPTIONS}
+    given = options.get("security")
+    if given is not None:
+        if named:
+            raise ValueError(f"pass either security= or {sorted(named)}, not both")
+        if not isinstance(given, ClientSecurity):
+            raise ValueError(f"security={given!r} is not a wire.security.ClientSecurity")
+        return given, rest
+    return ClientSecurity.from_options(named), rest
+
+
 # --------------------------------------------------------------------------- producer
 
 
-class ProducerOptions(TypedDict, total=False):
+class ProducerOptions(SecurityOptions, total=False):
     """Keyword options shared by ``Producer`` and ``AsyncProducer`` (see ``ProducerConfig``)."""
 
     acks: int | str
@@ -112,6 +148,7 @@ class ProducerConfig:
     retries: int = _INT32_MAX
     retry_backoff_ms: int = 100
     client_id: str = "strata-producer"
+    security: ClientSecurity = PLAINTEXT
 
     def __post_init__(self) -> None:
         if isinstance(self.acks, bool) or self.acks not in (_ACKS_ALL, 0, 1):
@@ -137,11 +174,12 @@ class ProducerConfig:
     def from_options(cls, bootstrap_servers: str | list[str],
                      options: ProducerOptions) -> ProducerConfig:
         """Check every option and resolve idempotence; a ``ValueError`` says what is wrong."""
-        known = set(ProducerOptions.__annotations__)
+        known = set(ProducerOptions.__annotations__) | set(SecurityOptions.__annotations__)
         unknown = set(options) - known
         if unknown:
             raise ValueError(f"unknown producer option(s) {sorted(unknown)}; "
                              f"known: {sorted(known)}")
+        security, options = security_of(options)  # type: ignore[assignment]
         acks = _parse_acks(options.get("acks", "all"))
         retries = options.get("retries", _INT32_MAX)
         explicit = options.get("enable_idempotence")
@@ -158,7 +196,7 @@ class ProducerConfig:
             name: value for name, value in options.items()
             if name not in ("acks", "compression", "enable_idempotence", "retries")}
         return cls(bootstrap_servers=bootstrap_servers, acks=acks, compression=compression,
-                   idempotent=idempotent, retries=retries, **plain)
+                   idempotent=idempotent, retries=retries, security=security, **plain)
 
     def backoff_s(self, attempt: int) -> float:
         """Seconds to wait before retry ``attempt`` (1, 2, ...): ``retry_backoff_ms``
@@ -192,7 +230,7 @@ def _check_idempotence(acks: int, retries: int) -> None:
 # --------------------------------------------------------------------------- consumer
 
 
-class ConsumerOptions(TypedDict, total=False):
+class ConsumerOptions(SecurityOptions, total=False):
     """Keyword options shared by ``Consumer`` and ``AsyncConsumer`` (see ``ConsumerConfig``)."""
 
     client_id: str
@@ -260,6 +298,7 @@ class ConsumerConfig:
     assignor: str = "cooperative-sticky"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = 5_000
+    security: ClientSecurity = PLAINTEXT
 
     def __post_init__(self) -> None:
         """``ValueError`` naming the option, before anything is sent."""
@@ -280,7 +319,8 @@ class ConsumerConfig:
                      options: ConsumerOptions) -> ConsumerConfig:
         """The config of ``Consumer(bootstrap_servers, **options)`` (an unknown option is
         a ``TypeError``, as an unknown keyword argument is)."""
-        return cls(bootstrap_servers, **options)
+        security, rest = security_of(options)
+        return cls(bootstrap_servers, security=security, **rest)
 
     @property
     def auto_commit(self) -> bool:

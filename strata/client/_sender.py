@@ -92,7 +92,8 @@ class Sender:
         self.loop = loop
         self.cluster = Cluster(config.bootstrap_servers, client_id=config.client_id,
                                request_timeout_ms=config.request_timeout_ms,
-                               retry_backoff_ms=config.retry_backoff_ms)
+                               retry_backoff_ms=config.retry_backoff_ms,
+                               security=config.security)
         self.wakeup = Wakeup(loop)
         self.accumulator = Accumulator(config, self.wakeup)
         self.idempotence = Idempotence(self.cluster, config, self.wakeup) \

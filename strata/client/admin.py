@@ -50,14 +50,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar
+from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, Unpack
 
 from strata.client._cluster import Cluster
 from strata.client._common import TopicPartition, error_from_code, is_transient
+from strata.client._config import SecurityOptions, security_of
 from strata.client._group import Coordinator, CoordinatorLink
 from strata.client._offsets import list_offsets, list_offsets_once
 from strata.client._sync import EventLoopThread
@@ -77,6 +79,8 @@ from wire.protocol import (
     AlterConfigsTopic,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     ApiKey,
     ConfigEntry,
     CreatableTopic,
@@ -96,6 +100,8 @@ from wire.protocol import (
     DescribeTierResponse,
     DescribeTierTopic,
     DescribeTierTopicResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     ElectionTopic,
     ElectionTopicResult,
     ElectLeadersRequest,
@@ -112,6 +118,8 @@ from wire.protocol import (
     MetadataResponse,
     ReassignablePartition,
     ReassignableTopic,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
     TierLeaseRequest,
     TierLeaseResponse,
     TierProgressUpdate,
@@ -120,6 +128,7 @@ from wire.protocol import (
     UpdateTierResponse,
     group_by_topic,
 )
+from wire.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISMS, salted_password
 
 __all__ = [
     "Admin",
@@ -485,7 +494,15 @@ class AsyncAdmin:
     metadata) go to the first broker that answers; offsets go to each partition's leader."""
 
     def __init__(self, bootstrap_servers: str | list[str], *, client_id: str = "strata-admin",
-                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100) -> None:
+                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
+                 **security: Unpack[SecurityOptions]) -> None:
+        """``security`` (or kafka-python's ``security_protocol``, ``sasl_mechanism``,
+        ``sasl_plain_username``, ``sasl_plain_password``, ``ssl_*``): how to reach the
+        brokers' listener (``wire.security.ClientSecurity``)."""
+        unknown = set(security) - set(SecurityOptions.__annotations__)
+        if unknown:
+            raise TypeError(f"unknown admin option(s) {sorted(unknown)}")
+        client_security, _ = security_of(security)
         if request_timeout_ms < 1000:
             raise ValueError(f"request_timeout_ms={request_timeout_ms} is too small; "
                              "use 1000 or more")
@@ -493,7 +510,7 @@ class AsyncAdmin:
         self.retry_backoff_ms = retry_backoff_ms
         self._cluster = Cluster(bootstrap_servers, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms,
-                                retry_backoff_ms=retry_backoff_ms)
+                                retry_backoff_ms=retry_backoff_ms, security=client_security)
         self._links: dict[str, CoordinatorLink] = {}
 
     @property
@@ -713,6 +730,56 @@ class AsyncAdmin:
         for tp in tps:
             out.setdefault(tp, NetworkError(f"{tp}: broker {node}'s answer left it out"))
         return topics, out
+
+    # ------------------------------------------------------------------ SCRAM users
+    async def upsert_scram_credential(self, user: str, password: str, *,
+                                      mechanism: str = "SCRAM-SHA-256",
+                                      iterations: int = MIN_ITERATIONS) -> None:
+        """Create ``user`` (or change its password) for ``mechanism``. Only a salted
+        hash leaves this process (Kafka's AlterUserScramCredentials): the password is
+        never sent, and never stored."""
+        if mechanism not in SCRAM_MECHANISMS:
+            raise ValueError(f"mechanism={mechanism!r} is not valid; use "
+                             f"{' or '.join(SCRAM_MECHANISMS)}")
+        if not password:
+            raise ValueError("the password is empty")
+        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise ValueError(f"iterations={iterations} is not valid; use "
+                             f"{MIN_ITERATIONS}..{MAX_ITERATIONS}")
+        salt = secrets.token_bytes(32)
+        upsert = ScramCredentialUpsertion(user, mechanism, iterations, salt,
+                                          salted_password(mechanism, password, salt,
+                                                          iterations))
+        await self._alter_scram(AlterUserScramCredentialsRequest([], [upsert]))
+
+    async def delete_scram_credential(self, user: str, mechanism: str = "SCRAM-SHA-256"
+                                      ) -> None:
+        """Remove ``user``'s credential for ``mechanism`` (the user goes with its last
+        one); brokers close the connections that logged in with it."""
+        await self._alter_scram(AlterUserScramCredentialsRequest(
+            [ScramCredentialDeletion(user, mechanism)], []))
+
+    async def _alter_scram(self, request: AlterUserScramCredentialsRequest) -> None:
+        response = await self._cluster.send_any(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request)
+        assert isinstance(response, AlterUserScramCredentialsResponse)
+        for result in response.results:
+            if result.error_code:
+                raise error_from_code(result.error_code, result.error_message)
+
+    async def describe_scram_credentials(self, users: Iterable[str] | None = None
+                                         ) -> dict[str, dict[str, int]]:
+        """``{user: {mechanism: iterations}}`` (never a key or salt); ``users`` None:
+        every user. A named user without a credential raises ``ResourceNotFoundError``."""
+        response = await self._cluster.send_any(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+            DescribeUserScramCredentialsRequest(None if users is None else list(users)))
+        assert isinstance(response, DescribeUserScramCredentialsResponse)
+        out: dict[str, dict[str, int]] = {}
+        for user in response.users:
+            if user.error_code:
+                raise error_from_code(user.error_code, user.error_message)
+            out[user.user] = {c.mechanism: c.iterations for c in user.credentials}
+        return out
 
     # ------------------------------------------------------------------ tier lease
     async def acquire_tier_lease(self, topic: str, owner: str, ttl_ms: int) -> TierLease:
@@ -1150,10 +1217,11 @@ class Admin:
     arguments and methods as ``AsyncAdmin``."""
 
     def __init__(self, bootstrap_servers: str | list[str], *, client_id: str = "strata-admin",
-                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100) -> None:
+                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100,
+                 **security: Unpack[SecurityOptions]) -> None:
         self._admin = AsyncAdmin(bootstrap_servers, client_id=client_id,
                                  request_timeout_ms=request_timeout_ms,
-                                 retry_backoff_ms=retry_backoff_ms)
+                                 retry_backoff_ms=retry_backoff_ms, **security)
         self._thread = EventLoopThread("strata-admin")
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -1183,6 +1251,20 @@ class Admin:
 
     def acquire_tier_lease(self, topic: str, owner: str, ttl_ms: int) -> TierLease:
         return self._run(self._admin.acquire_tier_lease(topic, owner, ttl_ms))
+
+    def upsert_scram_credential(self, user: str, password: str, *,
+                                mechanism: str = "SCRAM-SHA-256",
+                                iterations: int = MIN_ITERATIONS) -> None:
+        self._run(self._admin.upsert_scram_credential(user, password, mechanism=mechanism,
+                                                      iterations=iterations))
+
+    def delete_scram_credential(self, user: str, mechanism: str = "SCRAM-SHA-256") -> None:
+        self._run(self._admin.delete_scram_credential(user, mechanism))
+
+    def describe_scram_credentials(self, users: Iterable[str] | None = None
+                                   ) -> dict[str, dict[str, int]]:
+        return self._run(self._admin.describe_scram_credentials(
+            None if users is None else list(users)))
 
     def renew_tier_lease(self, topic: str, lease_id: str, ttl_ms: int) -> None:
         self._run(self._admin.renew_tier_lease(topic, lease_id, ttl_ms))

@@ -208,7 +208,8 @@ class AsyncConsumer:
         config = self.config = config_of(ConsumerConfig, bootstrap_servers, options)
         self._cluster = Cluster(config.bootstrap_servers, client_id=config.client_id,
                                 request_timeout_ms=config.request_timeout_ms,
-                                retry_backoff_ms=config.retry_backoff_ms)
+                                retry_backoff_ms=config.retry_backoff_ms,
+                                security=config.security)
         self._closed = False
         self._wakeup = asyncio.Event()
         self._group: GroupMember | None = None

@@ -58,6 +58,7 @@ from wire.protocol import (
     group_by_topic,
 )
 from wire.record_batch import SINK_PRODUCER_ID_BASE, peek_header
+from wire.security import PLAINTEXT, ClientSecurity
 
 __all__ = [
     "SinkCommitResult",
@@ -127,7 +128,7 @@ class StagingWriter:
     def __init__(self, bootstrap_servers: str | list[str], *, staging_id: str | None = None,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  max_pending: int = 32, client_id: str = "strata-sink",
-                 direct: bool = False) -> None:
+                 direct: bool = False, security: ClientSecurity = PLAINTEXT) -> None:
         self.staging_id = staging_id or uuid.uuid4().hex
         # direct: produce (acks=all) instead of staging, for at-least-once sinks. Records
         # are visible at once; a retry after a lost answer may write a batch twice.
@@ -135,7 +136,7 @@ class StagingWriter:
         self.delivery_timeout_ms = delivery_timeout_ms
         self._thread = EventLoopThread("strata-sink-writer")
         self._cluster = Cluster(bootstrap_servers, client_id=client_id,
-                                request_timeout_ms=request_timeout_ms)
+                                request_timeout_ms=request_timeout_ms, security=security)
         self._partitions: dict[TopicPartition, _PartitionStage] = {}
         self._pending: list[Future[None]] = []
         self._max_pending = max_pending
@@ -348,10 +349,11 @@ class SinkCommitter:
 
     def __init__(self, bootstrap_servers: str | list[str], *,
                  request_timeout_ms: int = 30_000,
-                 client_id: str = "strata-sink-committer") -> None:
+                 client_id: str = "strata-sink-committer",
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self._thread = EventLoopThread("strata-sink-committer")
         self._cluster = Cluster(bootstrap_servers, client_id=client_id,
-                                request_timeout_ms=request_timeout_ms)
+                                request_timeout_ms=request_timeout_ms, security=security)
 
     def commit(self, producer_id: int, batch_id: int,
                parts: Mapping[TopicPartition, Iterable[StagedPart]], *,

@@ -24,16 +24,25 @@ REPO = Path(__file__).resolve().parents[2]
 
 class BrokerProcess:
     def __init__(self, zookeeper: str, data_dir: Path, broker_id: int = 0,
-                 port: int | None = None, overrides: dict[str, str] | None = None) -> None:
+                 port: int | None = None, overrides: dict[str, str] | None = None,
+                 listeners: tuple[str, ...] = ()) -> None:
+        """``listeners``: names (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) to serve, each
+        on a free port (``ports[name]``); the first is the inter-broker one unless
+        ``inter.broker.listener.name`` says otherwise. Empty: PLAINTEXT on ``port``."""
         self.zookeeper = zookeeper
         self.data_dir = data_dir
         self.broker_id = broker_id
-        self.port = port or free_port()
+        self.ports = {name: free_port() for name in listeners}
+        self.port = port or (self.ports[listeners[0]] if listeners else free_port())
         # A port picked here may be taken by someone else's outgoing connection before the
         # broker binds it (free_port hands out ephemeral ports): the first start may then
         # move to another one. A port the caller chose, or a restart, never moves.
         self._may_move_port = port is None
         self.overrides = dict(overrides or {})
+        if listeners:
+            self._may_move_port = False
+            self.overrides["listeners"] = ",".join(
+                f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
         self.overrides.setdefault("zookeeper.session.timeout.ms", "6000")
         # Most tests run one broker; a Cluster passes its own factor.
         self.overrides.setdefault("offsets.topic.replication.factor", "1")
@@ -44,6 +53,9 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def address(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
 
     @property
     def pid(self) -> int:
@@ -69,8 +81,10 @@ class BrokerProcess:
 
     def _start_once(self, timeout: float) -> BrokerProcess:
         args = [sys.executable, "-m", "brokers", "--broker-id", str(self.broker_id),
-                "--port", str(self.port), "--data-dir", str(self.data_dir),
-                "--zookeeper", self.zookeeper, "--metrics-port", "0"]
+                "--data-dir", str(self.data_dir), "--zookeeper", self.zookeeper,
+                "--metrics-port", "0"]
+        if not self.ports:
+            args += ["--port", str(self.port)]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Final, TypeVar
 
 from wire.protocol.codec import (
     BOOL,
+    BYTES,
     INT8,
     INT16,
     INT32,
@@ -167,6 +168,19 @@ __all__ = [
     "TierProgressUpdate",
     "UpdateTierRequest",
     "UpdateTierResponse",
+    "SaslHandshakeRequest",
+    "SaslHandshakeResponse",
+    "SaslAuthenticateRequest",
+    "SaslAuthenticateResponse",
+    "ScramCredentialInfo",
+    "DescribeUserScramCredentialsRequest",
+    "UserScramCredentials",
+    "DescribeUserScramCredentialsResponse",
+    "ScramCredentialDeletion",
+    "ScramCredentialUpsertion",
+    "AlterUserScramCredentialsRequest",
+    "AlterUserScramCredentialsResult",
+    "AlterUserScramCredentialsResponse",
 ]
 
 # ListOffsets special timestamps (Kafka's values).
@@ -202,6 +216,10 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 24
     TIER_LEASE = 25
     UPDATE_TIER = 26
+    SASL_HANDSHAKE = 27
+    SASL_AUTHENTICATE = 28
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 29
+    ALTER_USER_SCRAM_CREDENTIALS = 30
 
 
 # ----------------------------------------------------------------------------- headers
@@ -1666,6 +1684,160 @@ class UpdateTierResponse(Message):
     )
 
 
+# ----------------------------------------------------------------------------- SASL
+#
+# Kafka's flow: on a SASL_PLAINTEXT or SASL_SSL listener a connection may send only
+# ApiVersions, SaslHandshake and SaslAuthenticate until it is authenticated; anything
+# else, or a handshake after authentication, is ILLEGAL_SASL_STATE and the broker closes
+# the connection. SaslHandshake picks the mechanism; SaslAuthenticate carries the
+# mechanism's messages (one for PLAIN, two for SCRAM).
+
+
+@dataclass(slots=True)
+class SaslHandshakeRequest(Message):
+    """``mechanism``: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."""
+
+    mechanism: str
+    FIELDS: ClassVar = (Field("mechanism", STRING),)
+
+
+@dataclass(slots=True)
+class SaslHandshakeResponse(Message):
+    """``mechanisms``: what this listener offers (also on UNSUPPORTED_SASL_MECHANISM)."""
+
+    error_code: int
+    mechanisms: list[str] = field(default_factory=list)
+    error_message: str | None = None
+    FIELDS: ClassVar = (
+        Field("error_code", INT16),
+        Field("mechanisms", Array(STRING)),
+        Field("error_message", NULLABLE_STRING),
+    )
+
+
+@dataclass(slots=True)
+class SaslAuthenticateRequest(Message):
+    """One message of the mechanism chosen by SaslHandshake."""
+
+    auth_bytes: bytes
+    FIELDS: ClassVar = (Field("auth_bytes", BYTES),)
+
+
+@dataclass(slots=True)
+class SaslAuthenticateResponse(Message):
+    """The mechanism's answer. ``session_lifetime_ms`` (once authenticated, 0: none):
+    the broker closes the connection after that long (``connections.max.reauth.ms``),
+    so a deleted user or changed password takes effect on open connections too.
+    Errors: SASL_AUTHENTICATION_FAILED (the connection is closed after the answer),
+    ILLEGAL_SASL_STATE."""
+
+    error_code: int
+    error_message: str | None = None
+    auth_bytes: bytes = b""
+    session_lifetime_ms: int = 0
+    FIELDS: ClassVar = (
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+        Field("auth_bytes", BYTES),
+        Field("session_lifetime_ms", INT64),
+    )
+
+
+@dataclass(slots=True)
+class ScramCredentialInfo(Message):
+    mechanism: str
+    iterations: int
+    FIELDS: ClassVar = (Field("mechanism", STRING), Field("iterations", INT32))
+
+
+@dataclass(slots=True)
+class DescribeUserScramCredentialsRequest(Message):
+    """``users`` null: every user with a SCRAM credential."""
+
+    users: list[str] | None
+    FIELDS: ClassVar = (Field("users", Array(STRING, nullable=True)),)
+
+
+@dataclass(slots=True)
+class UserScramCredentials(Message):
+    """One user's credentials (mechanism and iterations only: never a key or salt).
+    RESOURCE_NOT_FOUND (91) when the user has none."""
+
+    user: str
+    error_code: int
+    error_message: str | None = None
+    credentials: list[ScramCredentialInfo] = field(default_factory=list)
+    FIELDS: ClassVar = (
+        Field("user", STRING),
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+        Field("credentials", Array(Struct(ScramCredentialInfo))),
+    )
+
+
+@dataclass(slots=True)
+class DescribeUserScramCredentialsResponse(Message):
+    users: list[UserScramCredentials]
+    FIELDS: ClassVar = (Field("users", Array(Struct(UserScramCredentials))),)
+
+
+@dataclass(slots=True)
+class ScramCredentialDeletion(Message):
+    user: str
+    mechanism: str
+    FIELDS: ClassVar = (Field("user", STRING), Field("mechanism", STRING))
+
+
+@dataclass(slots=True)
+class ScramCredentialUpsertion(Message):
+    """As Kafka's AlterUserScramCredentials: the client sends the salt and the salted
+    password (PBKDF2 of the password), never the password; the broker derives and
+    stores StoredKey and ServerKey from it."""
+
+    user: str
+    mechanism: str
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+    FIELDS: ClassVar = (
+        Field("user", STRING),
+        Field("mechanism", STRING),
+        Field("iterations", INT32),
+        Field("salt", BYTES),
+        Field("salted_password", BYTES),
+    )
+
+
+@dataclass(slots=True)
+class AlterUserScramCredentialsRequest(Message):
+    deletions: list[ScramCredentialDeletion] = field(default_factory=list)
+    upsertions: list[ScramCredentialUpsertion] = field(default_factory=list)
+    FIELDS: ClassVar = (
+        Field("deletions", Array(Struct(ScramCredentialDeletion))),
+        Field("upsertions", Array(Struct(ScramCredentialUpsertion))),
+    )
+
+
+@dataclass(slots=True)
+class AlterUserScramCredentialsResult(Message):
+    user: str
+    error_code: int
+    error_message: str | None = None
+    FIELDS: ClassVar = (
+        Field("user", STRING),
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+    )
+
+
+@dataclass(slots=True)
+class AlterUserScramCredentialsResponse(Message):
+    """One result per user named (deletions and upsertions of one user share it)."""
+
+    results: list[AlterUserScramCredentialsResult]
+    FIELDS: ClassVar = (Field("results", Array(Struct(AlterUserScramCredentialsResult))),)
+
+
 # ----------------------------------------------------------------------------- consumer groups
 #
 # Groups follow Kafka's KIP-848 ("next generation" consumer rebalance protocol): the
@@ -2086,6 +2258,10 @@ REQUEST_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.DESCRIBE_TIER: DescribeTierRequest,
     ApiKey.TIER_LEASE: TierLeaseRequest,
     ApiKey.UPDATE_TIER: UpdateTierRequest,
+    ApiKey.SASL_HANDSHAKE: SaslHandshakeRequest,
+    ApiKey.SASL_AUTHENTICATE: SaslAuthenticateRequest,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DescribeUserScramCredentialsRequest,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: AlterUserScramCredentialsRequest,
     ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatRequest,
     ApiKey.OFFSET_COMMIT: OffsetCommitRequest,
@@ -2116,6 +2292,10 @@ RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.DESCRIBE_TIER: DescribeTierResponse,
     ApiKey.TIER_LEASE: TierLeaseResponse,
     ApiKey.UPDATE_TIER: UpdateTierResponse,
+    ApiKey.SASL_HANDSHAKE: SaslHandshakeResponse,
+    ApiKey.SASL_AUTHENTICATE: SaslAuthenticateResponse,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DescribeUserScramCredentialsResponse,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: AlterUserScramCredentialsResponse,
     ApiKey.FIND_COORDINATOR: FindCoordinatorResponse,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatResponse,
     ApiKey.OFFSET_COMMIT: OffsetCommitResponse,

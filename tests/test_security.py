@@ -1,0 +1,357 @@
+"""Broker security over real TCP: TLS listeners, SASL PLAIN and SCRAM logins, SCRAM users
+kept in ZooKeeper, and hostile handshakes (docs/security.md).
+
+Two real brokers share one ZooKeeper. Each serves four listeners: SASL_SSL (the
+inter-broker one: the brokers log in to each other as user ``broker``), PLAINTEXT, SSL
+(client certificates requested) and SASL_PLAINTEXT. The certificates come from a private
+CA made for the module (strata_tools/certs.py); a second CA, and a certificate that
+expired yesterday, stand for what must be refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import socket
+import ssl
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brokers.coordination import Coordinator
+from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from strata_tools.certs import CertificateAuthority
+from tests.support.broker_process import BrokerProcess
+from wire.connection import BrokerConnection
+from wire.errors import (
+    IllegalSaslStateError,
+    NetworkError,
+    ResourceNotFoundError,
+    SaslAuthenticationFailedError,
+    StrataError,
+    UnsupportedSaslMechanismError,
+)
+from wire.protocol import ApiKey, MetadataRequest, MetadataResponse
+from wire.sasl import scram_credential
+from wire.security import ClientSecurity
+from zookeeper.launcher import ZooKeeperServer
+
+pytestmark = pytest.mark.timeout(180)
+
+LISTENERS = ("SASL_SSL", "PLAINTEXT", "SSL", "SASL_PLAINTEXT")
+ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
+
+
+class Pki:
+    def __init__(self, root: Path) -> None:
+        self.ca = CertificateAuthority.create(root / "ca")
+        self.broker = self.ca.issue(root / "certs", "broker")
+        self.client = self.ca.issue(root / "certs", "alice-client", hosts=())
+        self.expired = self.ca.issue(
+            root / "certs", "expired-client", hosts=(),
+            validity=(datetime.timedelta(days=-10), datetime.timedelta(days=-1)))
+        self.rogue_ca = CertificateAuthority.create(root / "rogue", "rogue CA")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def brokers(zookeeper_server: ZooKeeperServer, pki: Pki,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    coordinator = Coordinator(zookeeper_server.connect_string)
+    coordinator.start()
+    try:  # the first users go straight to ZooKeeper, as Kafka's bootstrap credentials do
+        for user, password in ((ADMIN, ADMIN_PASSWORD), ("broker", "broker-secret")):
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                coordinator.put_scram_credential(user, scram_credential(mechanism, password))
+    finally:
+        coordinator.stop()
+    started: list[BrokerProcess] = []
+    try:
+        for broker_id in (1, 2):
+            started.append(BrokerProcess(
+                zookeeper_server.connect_string, tmp_path_factory.mktemp(f"sec{broker_id}"),
+                broker_id, listeners=LISTENERS, overrides={
+                    "ssl.certfile": str(pki.broker.certfile),
+                    "ssl.keyfile": str(pki.broker.keyfile),
+                    "ssl.cafile": str(pki.ca.certfile),
+                    "ssl.client.auth": "requested",
+                    "inter.broker.sasl.username": "broker",
+                    "inter.broker.sasl.password": "broker-secret",
+                    "sasl.authentication.timeout.ms": "1500",
+                }).start())
+        yield started
+    finally:
+        for broker in started:
+            broker.kill()
+
+
+def sasl(protocol: str, pki: Pki, user: str = ADMIN, password: str = ADMIN_PASSWORD,
+         mechanism: str = "SCRAM-SHA-256") -> ClientSecurity:
+    return ClientSecurity(protocol, mechanism, user, password,
+                          ssl_cafile=str(pki.ca.certfile) if "SSL" in protocol else None)
+
+
+def bootstrap(brokers: list[BrokerProcess], listener: str) -> str:
+    return ",".join(b.address(listener) for b in brokers)
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def metadata(broker: BrokerProcess, listener: str, security: ClientSecurity
+             ) -> MetadataResponse:
+    async def ask() -> MetadataResponse:
+        async with BrokerConnection("127.0.0.1", broker.ports[listener],
+                                    security=security) as connection:
+            answer = await connection.request(ApiKey.METADATA, MetadataRequest(None))
+            assert isinstance(answer, MetadataResponse)
+            return answer
+
+    return asyncio.run(asyncio.wait_for(ask(), 30))
+
+
+def login_eventually(broker: BrokerProcess, security: ClientSecurity) -> None:
+    """Log in on the SASL_PLAINTEXT listener, waiting for a new user to reach the broker."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            metadata(broker, "SASL_PLAINTEXT", security)
+            return
+        except SaslAuthenticationFailedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+# ----------------------------------------------------------------------------- happy paths
+
+
+def test_records_travel_over_sasl_ssl_and_replicate_between_secured_brokers(
+        brokers: list[BrokerProcess], pki: Pki) -> None:
+    """Two replicas, acks=all: the follower fetches over the SASL_SSL inter-broker
+    listener, so an acknowledged write proves broker-to-broker TLS and SCRAM work; the
+    consumer's fetches go through the TLS copying path (no sendfile)."""
+    security = sasl("SASL_SSL", pki)
+    topic = _name("secure")
+    with Admin(bootstrap(brokers, "SASL_SSL"), security=security) as admin:
+        # min.insync.replicas=2: no write is acknowledged unless the follower, fetching
+        # over the SASL_SSL inter-broker listener, has it too.
+        admin.create_topics([NewTopic(topic, 2, 2, {"min.insync.replicas": "2"})])
+    values = [f"v{i}".encode() * 50 for i in range(2_000)]
+    with Producer(bootstrap(brokers, "SASL_SSL"), acks="all", security=security) as producer:
+        futures = [producer.send(topic, value) for value in values]
+        producer.flush()
+    assert all(f.result(timeout=0).offset >= 0 for f in futures)
+    with Admin(bootstrap(brokers, "SASL_SSL"), security=security) as admin:
+        described = admin.describe_topics([topic])[topic]
+        assert [len(p.isr) for p in described.partitions] == [2, 2]
+    got: list[bytes] = []
+    with Consumer(bootstrap(brokers, "SASL_SSL"), security=security,
+                  auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        deadline = time.monotonic() + 30
+        while len(got) < len(values) and time.monotonic() < deadline:
+            got.extend(r.value for r in consumer.poll(timeout_ms=500))
+    assert sorted(got) == sorted(values)
+
+
+def test_metadata_names_the_listener_the_client_came_in_on(
+        brokers: list[BrokerProcess], pki: Pki) -> None:
+    for listener, security in (("PLAINTEXT", ClientSecurity()),
+                               ("SASL_PLAINTEXT", sasl("SASL_PLAINTEXT", pki)),
+                               ("SSL", ClientSecurity("SSL", ssl_cafile=str(pki.ca.certfile)))):
+        answer = metadata(brokers[0], listener, security)
+        ports = {b.node_id: b.port for b in answer.brokers}
+        assert ports == {b.broker_id: b.ports[listener] for b in brokers}, listener
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
+def test_each_mechanism_logs_in_over_tls(brokers: list[BrokerProcess], pki: Pki,
+                                         mechanism: str) -> None:
+    answer = metadata(brokers[0], "SASL_SSL", sasl("SASL_SSL", pki, mechanism=mechanism))
+    assert {b.node_id for b in answer.brokers} == {1, 2}
+
+
+def test_mutual_tls_with_a_client_certificate(brokers: list[BrokerProcess], pki: Pki) -> None:
+    security = ClientSecurity("SSL", ssl_cafile=str(pki.ca.certfile),
+                              ssl_certfile=str(pki.client.certfile),
+                              ssl_keyfile=str(pki.client.keyfile))
+    assert metadata(brokers[0], "SSL", security).brokers
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_wrong_password_and_unknown_user_are_refused_alike(
+        brokers: list[BrokerProcess], pki: Pki) -> None:
+    messages = []
+    for user, password in ((ADMIN, "not-the-password"), ("nobody", "whatever")):
+        with pytest.raises(SaslAuthenticationFailedError) as caught:
+            metadata(brokers[0], "SASL_PLAINTEXT",
+                     sasl("SASL_PLAINTEXT", pki, user=user, password=password))
+        assert caught.value.code == 58
+        assert "strata user create" in caught.value.message
+        messages.append(caught.value.message)
+    # The answer does not tell which users exist.
+    assert messages[0] == messages[1]
+
+
+def test_plain_is_not_offered_without_tls(brokers: list[BrokerProcess], pki: Pki) -> None:
+    with pytest.raises(UnsupportedSaslMechanismError, match="only over TLS") as caught:
+        metadata(brokers[0], "SASL_PLAINTEXT", sasl("SASL_PLAINTEXT", pki, mechanism="PLAIN"))
+    assert caught.value.code == 33
+
+
+def test_requests_before_the_login_are_refused_and_the_connection_closed(
+        brokers: list[BrokerProcess]) -> None:
+    async def attempt() -> None:
+        async with BrokerConnection("127.0.0.1", brokers[0].ports["SASL_PLAINTEXT"]) as conn:
+            with pytest.raises(IllegalSaslStateError, match="SaslHandshake") as caught:
+                await conn.request(ApiKey.METADATA, MetadataRequest(None))
+            assert caught.value.code == 34
+            await asyncio.sleep(0.3)
+            assert not conn.is_open, "the broker must close the connection"
+
+    asyncio.run(asyncio.wait_for(attempt(), 30))
+
+
+def test_plaintext_client_on_a_tls_listener_gets_nothing(brokers: list[BrokerProcess]) -> None:
+    with pytest.raises(NetworkError):
+        metadata(brokers[0], "SSL", ClientSecurity())
+
+
+def test_untrusted_and_expired_certificates_are_refused(brokers: list[BrokerProcess],
+                                                        pki: Pki) -> None:
+    # The client does not trust a broker signed by another CA ...
+    with pytest.raises(NetworkError, match="TLS to broker"):
+        metadata(brokers[0], "SSL", ClientSecurity("SSL", ssl_cafile=str(pki.rogue_ca.certfile)))
+    # ... and the broker refuses a client certificate that has expired.
+    expired = ClientSecurity("SSL", ssl_cafile=str(pki.ca.certfile),
+                             ssl_certfile=str(pki.expired.certfile),
+                             ssl_keyfile=str(pki.expired.keyfile))
+    with pytest.raises(NetworkError):
+        metadata(brokers[0], "SSL", expired)
+    rogue_client = pki.rogue_ca.issue(pki.rogue_ca.certfile.parent, "rogue-client", hosts=())
+    with pytest.raises(NetworkError):
+        metadata(brokers[0], "SSL", ClientSecurity(
+            "SSL", ssl_cafile=str(pki.ca.certfile), ssl_certfile=str(rogue_client.certfile),
+            ssl_keyfile=str(rogue_client.keyfile)))
+
+
+# ----------------------------------------------------------------------------- users
+
+
+def test_users_are_created_described_and_deleted_through_the_brokers(
+        brokers: list[BrokerProcess], pki: Pki) -> None:
+    user = _name("carol")
+    with Admin(bootstrap(brokers, "SASL_SSL"), security=sasl("SASL_SSL", pki)) as admin:
+        admin.upsert_scram_credential(user, "carol-pw")
+        admin.upsert_scram_credential(user, "carol-pw-512", mechanism="SCRAM-SHA-512",
+                                      iterations=8192)
+        assert admin.describe_scram_credentials([user]) == {
+            user: {"SCRAM-SHA-256": 4096, "SCRAM-SHA-512": 8192}}
+        login_eventually(brokers[1], sasl("SASL_PLAINTEXT", pki, user, "carol-pw"))
+        admin.delete_scram_credential(user, "SCRAM-SHA-512")
+        admin.delete_scram_credential(user, "SCRAM-SHA-256")
+        with pytest.raises(ResourceNotFoundError, match="strata user create"):
+            admin.describe_scram_credentials([user])
+        with pytest.raises(ResourceNotFoundError):
+            admin.delete_scram_credential(user)
+        with pytest.raises(ValueError, match="iterations"):
+            admin.upsert_scram_credential(user, "pw", iterations=10)
+        with pytest.raises(StrataError, match="not a SCRAM mechanism"):
+            admin.delete_scram_credential(user, "PLAIN")
+
+
+def test_a_deleted_users_open_connections_stop_working(brokers: list[BrokerProcess],
+                                                       pki: Pki) -> None:
+    user = _name("dave")
+    with Admin(bootstrap(brokers, "SASL_SSL"), security=sasl("SASL_SSL", pki)) as admin:
+        admin.upsert_scram_credential(user, "dave-pw")
+
+        async def logged_in_then_deleted() -> float:
+            # A new credential reaches each broker through its ZooKeeper watch, a moment
+            # after the broker that wrote it (as in Kafka).
+            deadline = time.monotonic() + 10
+            while True:
+                conn = BrokerConnection("127.0.0.1", brokers[0].ports["SASL_PLAINTEXT"],
+                                        security=sasl("SASL_PLAINTEXT", pki, user, "dave-pw"))
+                try:
+                    await conn.connect()
+                    break
+                except SaslAuthenticationFailedError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
+            await conn.request(ApiKey.METADATA, MetadataRequest(None))
+            await asyncio.to_thread(admin.delete_scram_credential, user)
+            began = time.monotonic()
+            while conn.is_open and time.monotonic() - began < 10:
+                await asyncio.sleep(0.05)
+            assert not conn.is_open, "the deleted user's connection is still open"
+            await conn.close()
+            return time.monotonic() - began
+
+        assert asyncio.run(logged_in_then_deleted()) < 2.0
+    with pytest.raises(SaslAuthenticationFailedError):
+        metadata(brokers[0], "SASL_PLAINTEXT", sasl("SASL_PLAINTEXT", pki, user, "dave-pw"))
+
+
+# ----------------------------------------------------------------------------- hostile peers
+
+
+def _raw(port: int, payload: bytes, *, tls: ssl.SSLContext | None = None,
+         wait_s: float = 5.0) -> bytes:
+    """Send ``payload`` and read until the broker closes (or ``wait_s`` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as raw:
+        sock: Any = tls.wrap_socket(raw, server_hostname="127.0.0.1") if tls else raw
+        sock.sendall(payload)
+        received = b""
+        deadline = time.monotonic() + wait_s
+        try:
+            while time.monotonic() < deadline:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return received
+                received += chunk
+        except (TimeoutError, ConnectionError, ssl.SSLError, OSError):
+            return received
+        raise AssertionError(f"port {port} kept the connection open for {wait_s} s")
+
+
+def test_hostile_handshakes_never_crash_or_hang_a_broker(brokers: list[BrokerProcess],
+                                                         pki: Pki) -> None:
+    broker = brokers[0]
+    tls = ssl.create_default_context(cafile=str(pki.ca.certfile))
+    garbage = bytes(range(256)) * 4
+    # Random bytes where a TLS ClientHello belongs, and a truncated ClientHello.
+    _raw(broker.ports["SSL"], garbage)
+    _raw(broker.ports["SASL_SSL"], b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+    # SASL listeners: a huge frame before logging in; a handshake cut off mid-frame; a
+    # SaslAuthenticate before any SaslHandshake; random bytes.
+    _raw(broker.ports["SASL_PLAINTEXT"], struct.pack(">i", 50 << 20) + b"x" * 100)
+    _raw(broker.ports["SASL_PLAINTEXT"], struct.pack(">i", 60) + b"\x00\x1b\x00")
+    auth_first = struct.pack(">hhi", int(ApiKey.SASL_AUTHENTICATE), 0, 7) + \
+        struct.pack(">h", 4) + b"evil" + struct.pack(">i", 3) + b"abc"
+    answer = _raw(broker.ports["SASL_PLAINTEXT"],
+                  struct.pack(">i", len(auth_first)) + auth_first)
+    assert answer, "an out-of-order SaslAuthenticate gets an answer before the close"
+    _raw(broker.ports["SASL_SSL"], garbage, tls=tls)
+    # A peer that connects and says nothing is dropped after the login timeout (1.5 s).
+    began = time.monotonic()
+    _raw(broker.ports["SASL_PLAINTEXT"], b"", wait_s=10)
+    assert time.monotonic() - began < 5
+    # The broker still serves every listener.
+    assert metadata(broker, "SASL_SSL", sasl("SASL_SSL", pki)).brokers
+    assert metadata(broker, "PLAINTEXT", ClientSecurity()).brokers
+    assert broker.process is not None and broker.process.poll() is None
