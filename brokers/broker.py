@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
+from brokers.acl import AclCache
 from brokers.config import BrokerConfig
 from brokers.controller import Controller
 from brokers.coordination import (
@@ -135,6 +136,10 @@ class Broker:
         self.endpoints: dict[str, tuple[str, int]] = {}
         self._servers: list[asyncio.Server] = []
         self.credentials = CredentialCache()
+        self.acls = AclCache(
+            super_users=[u.strip() for u in config.super_users.split(";") if u.strip()],
+            allow_if_no_acl=config.allow_everyone_if_no_acl_found) \
+            if config.authorizer_enable else None
         self.authenticator = Authenticator(
             self.credentials, check_mechanisms(config.sasl_enabled_mechanisms),
             plain_over_plaintext=config.sasl_plain_allow_plaintext,
@@ -158,7 +163,7 @@ class Broker:
                                        metrics_registry=self.metrics.registry)
         self.handlers = RequestHandlers(*parts, controller=self.controller,
                                         replicas=self.replicas, groups=self.groups, host=self,
-                                        authenticator=self.authenticator)
+                                        authenticator=self.authenticator, acls=self.acls)
 
     # ------------------------------------------------------------------ views
     # The broker's own code reads and writes these through the two shared structures.
@@ -229,6 +234,9 @@ class Broker:
         await self.refresh_brokers()  # our own registration is in the list from now on
         await self._load_credentials()
         self.coordinator.watch_users(self.threadsafe(self._on_users_changed))
+        if self.acls is not None:
+            await self._on_acls_changed(None)
+            self.coordinator.watch_acls(self.threadsafe(self._on_acls_changed))
         for server in self._servers:
             await server.start_serving()
         self.replicas.start()
@@ -534,6 +542,13 @@ class Broker:
     async def _load_credentials(self) -> set[str]:
         users = await asyncio.to_thread(self.coordinator.scram_credentials)
         return self.credentials.replace(users)
+
+    async def _on_acls_changed(self, _: object) -> None:
+        assert self.acls is not None
+        try:
+            self.acls.replace(await asyncio.to_thread(self.coordinator.acl_bindings))
+        except StrataError as err:
+            log.warning("reading the ACLs failed: %s; the next change retries", err)
 
     async def _on_users_changed(self, _: object) -> None:
         """A user was created, changed or deleted: re-read, and end the sessions that

@@ -222,6 +222,18 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "sasl_authentication_timeout_ms", int, 10_000,
         "a connection to a SASL listener that has not logged in within this long is closed",
         lambda v: 100 <= v <= 600_000, "100..600000"),
+    "authorizer.enable": _BrokerKey(
+        "authorizer_enable", _flag, False,
+        "check every request against the ACLs (strata acl); off: any client that reaches "
+        "a listener may do everything", accepted="true or false"),
+    "super.users": _BrokerKey(
+        "super_users", str, "",
+        "principals allowed everything, separated by ';' (e.g. User:admin;User:broker); "
+        "the brokers' own user belongs here"),
+    "allow.everyone.if.no.acl.found": _BrokerKey(
+        "allow_everyone_if_no_acl_found", _flag, False,
+        "with the authorizer on, allow a request on a resource no ACL names at all",
+        accepted="true or false"),
     "connections.max.reauth.ms": _BrokerKey(
         "connections_max_reauth_ms", int, 0,
         "a SASL connection is closed this long after it logged in (0: no limit); the "
@@ -285,6 +297,9 @@ class BrokerConfig:
     inter_broker_sasl_password: str = field(default="", repr=False)
     sasl_authentication_timeout_ms: int = 10_000
     connections_max_reauth_ms: int = 0
+    authorizer_enable: bool = False
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
     log_defaults: LogConfig = field(default_factory=LogConfig)
 
     @property

@@ -97,6 +97,7 @@ from kazoo.protocol.serialization import (
 )
 from kazoo.protocol.states import ZnodeStat
 
+from brokers.acl import AclBinding
 from wire.errors import (
     BrokerIdInUseError,
     BrokerNotAvailableError,
@@ -142,6 +143,8 @@ _STATE_CHANGES = f"{ROOT}/state_changes"
 _TIER_TOPICS = f"{ROOT}/tier/topics"
 _TIER_LOCKS = f"{ROOT}/tier/locks"
 _USERS = f"{ROOT}/config/users"
+_ACLS = f"{ROOT}/acls"
+_ACLS_CHANGED = f"{ROOT}/acls_changed"
 # Bumped with every credential change: brokers watch this one znode, not every user.
 _USERS_CHANGED = f"{ROOT}/config/users_changed"
 
@@ -1204,16 +1207,99 @@ class Coordinator:
         return True
 
     def _users_changed(self) -> None:
-        try:
-            self.zk.set(_USERS_CHANGED, str(time.time_ns()).encode())
-        except NoNodeError:
-            with contextlib.suppress(NodeExistsError):
-                self.zk.create(_USERS_CHANGED, b"0", makepath=True)
+        self._bump(_USERS_CHANGED)
 
     def watch_users(self, callback: Callable[[object], None]) -> None:
         """``callback(_)`` now and after every credential change (kazoo's thread)."""
         self.zk.ensure_path(_USERS_CHANGED)
         self.zk.DataWatch(_USERS_CHANGED)(lambda data, stat: callback(data))
+
+    # ------------------------------------------------------------------ ACLs
+    def acl_bindings(self) -> list[AclBinding]:
+        """Every ACL binding: one znode per resource pattern, read together."""
+        try:
+            names = self.zk.get_children(_ACLS)
+        except NoNodeError:
+            return []
+        found = read_znodes(self.zk, [f"{_ACLS}/{n}" for n in names])
+        out: list[AclBinding] = []
+        for name in sorted(names):
+            entry = found.get(f"{_ACLS}/{name}")
+            if entry is not None:
+                out.extend(_acl_entries(name, entry[0]))
+        return out
+
+    def add_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Add bindings (one already there stays once), per resource pattern with a
+        compare-and-set on its znode."""
+        by_pattern: dict[tuple[str, str, str], list[AclBinding]] = {}
+        for binding in bindings:
+            by_pattern.setdefault(binding.pattern_key, []).append(binding)
+        self.zk.ensure_path(_ACLS)
+        for key, new in by_pattern.items():
+            path = f"{_ACLS}/{_acl_node(*key)}"
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                    have, version = _acl_entries(_acl_node(*key), data), stat.version
+                except NoNodeError:
+                    have, version = [], -1
+                merged = have + [b for b in dict.fromkeys(new) if b not in have]
+                value = _dump({"acls": [_acl_entry(b) for b in merged]})
+                try:
+                    if version < 0:
+                        self.zk.create(path, value)
+                    else:
+                        self.zk.set(path, value, version=version)
+                    break
+                except (NodeExistsError, BadVersionError):
+                    continue
+        self._bump(_ACLS_CHANGED)
+
+    def remove_acls(self, matches: Callable[[AclBinding], bool]) -> list[AclBinding]:
+        """Remove every binding ``matches`` accepts; returns the ones removed."""
+        removed: list[AclBinding] = []
+        try:
+            names = self.zk.get_children(_ACLS)
+        except NoNodeError:
+            return removed
+        for name in names:
+            path = f"{_ACLS}/{name}"
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    break
+                have = _acl_entries(name, data)
+                gone = [b for b in have if matches(b)]
+                if not gone:
+                    break
+                keep = [b for b in have if b not in gone]
+                try:
+                    if keep:
+                        self.zk.set(path, _dump({"acls": [_acl_entry(b) for b in keep]}),
+                                    version=stat.version)
+                    else:
+                        self.zk.delete(path, version=stat.version)
+                    removed.extend(gone)
+                    break
+                except (BadVersionError, NoNodeError):
+                    continue
+        if removed:
+            self._bump(_ACLS_CHANGED)
+        return removed
+
+    def watch_acls(self, callback: Callable[[object], None]) -> None:
+        """``callback(_)`` now and after every ACL change (kazoo's thread)."""
+        self.zk.ensure_path(_ACLS_CHANGED)
+        self.zk.DataWatch(_ACLS_CHANGED)(lambda data, stat: callback(data))
+
+    def _bump(self, path: str) -> None:
+        try:
+            self.zk.set(path, str(time.time_ns()).encode())
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                self.zk.create(path, b"0", makepath=True)
 
     # ------------------------------------------------------------------ producer ids
     def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> range:
@@ -1419,6 +1505,25 @@ class _MultiRead(namedtuple("_MultiRead", "paths")):
                 raise ValueError(f"unexpected multiRead answer type {header.type}")
             header, offset = MultiHeader.deserialize(data, offset)
         return results
+
+
+def _acl_node(resource_type: str, pattern_type: str, name: str) -> str:
+    """A znode name for a resource pattern (group ids may hold any character)."""
+    encoded = base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+    return f"{resource_type}.{pattern_type}.{encoded}"
+
+
+def _acl_entries(node: str, data: bytes) -> list[AclBinding]:
+    resource_type, pattern_type, encoded = node.split(".", 2)
+    name = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    return [AclBinding(resource_type, pattern_type, name, e["principal"], e["host"],
+                       e["operation"], e["permission"])
+            for e in _load(data).get("acls", [])]
+
+
+def _acl_entry(binding: AclBinding) -> dict[str, str]:
+    return {"principal": binding.principal, "host": binding.host,
+            "operation": binding.operation, "permission": binding.permission}
 
 
 def _sequence(name: str) -> int:

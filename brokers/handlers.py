@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 import random
 import re
@@ -18,6 +19,17 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from brokers.acl import (
+    CLUSTER_NAME,
+    OPERATIONS,
+    PATTERN_TYPES,
+    PERMISSIONS,
+    RESOURCE_TYPES,
+    AclBinding,
+    AclCache,
+    AclFilter,
+    RefusalLog,
+)
 from brokers.controller import assign_replicas
 from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefinition
 from brokers.log import LogConfig
@@ -26,8 +38,10 @@ from brokers.partition import FetchSessionClock
 from brokers.security import Authenticator, CredentialCache, Listener, Session
 from brokers.staging import StagedPart
 from wire.errors import (
+    ClusterAuthorizationFailedError,
     FencedLeaderEpochError,
     FetchSessionIdNotFoundError,
+    GroupAuthorizationFailedError,
     IllegalSaslStateError,
     InvalidConfigError,
     InvalidFetchSessionEpochError,
@@ -46,6 +60,7 @@ from wire.errors import (
     ResourceNotFoundError,
     StrataError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
     UnsupportedSaslMechanismError,
@@ -62,6 +77,9 @@ from wire.protocol import (
     AbortStagedRequest,
     AbortStagedResponse,
     AbortTopicResponse,
+    AclEntry,
+    AclFilterEntry,
+    AclResult,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
@@ -81,16 +99,25 @@ from wire.protocol import (
     CommitTopicResponse,
     CompactionProgress,
     ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DeleteAclsResult,
     DeleteGroupResult,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribedConfig,
+    DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     DescribeTierPartitionResponse,
@@ -126,8 +153,10 @@ from wire.protocol import (
     Message,
     MetadataRequest,
     MetadataResponse,
+    OffsetCommitPartitionResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetCommitTopicResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetForLeaderEpochPartition,
@@ -218,6 +247,35 @@ INTERNAL_PREFIX = "__"
 
 def _error(err: StrataError | None) -> tuple[int, str | None]:
     return (0, None) if err is None else (err.code, err.message)
+
+
+def _binding(entry: AclEntry) -> AclBinding:
+    """A wire ACL entry as a checked binding (``InvalidRequestError`` says what is bad)."""
+    return AclBinding(entry.resource_type.upper(), entry.pattern_type.upper(),
+                      entry.resource_name, entry.principal, entry.host,
+                      entry.operation.upper(), entry.permission.upper())
+
+
+def _acl_entry(binding: AclBinding) -> AclEntry:
+    return AclEntry(binding.resource_type, binding.pattern_type, binding.resource_name,
+                    binding.principal, binding.host, binding.operation, binding.permission)
+
+
+def _acl_filter(entry: AclFilterEntry) -> AclFilter:
+    def upper(value: str | None) -> str | None:
+        return None if value is None else value.upper()
+
+    checks = (("resource type", upper(entry.resource_type), RESOURCE_TYPES),
+              ("pattern type", upper(entry.pattern_type), (*PATTERN_TYPES, "MATCH")),
+              ("operation", upper(entry.operation), OPERATIONS),
+              ("permission", upper(entry.permission), PERMISSIONS))
+    for what, value, allowed in checks:
+        if value is not None and value not in allowed:
+            raise InvalidRequestError(f"ACL filter: {what} {value!r} is not one of "
+                                      f"{', '.join(allowed)}")
+    return AclFilter(upper(entry.resource_type), upper(entry.pattern_type),
+                     entry.resource_name, entry.principal, entry.host,
+                     upper(entry.operation), upper(entry.permission))
 
 
 def _check_replica_list(where: str, replicas: list[int], live: Iterable[int]) -> None:
@@ -344,7 +402,9 @@ class RequestHandlers:
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
                  registry: PartitionRegistry, coordinator: Coordinator, *,
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
-                 host: HandlerHost, authenticator: Authenticator | None = None) -> None:
+                 host: HandlerHost, authenticator: Authenticator | None = None,
+                 acls: AclCache | None = None) -> None:
+        """``acls`` None: no authorization (every principal may do everything)."""
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster
@@ -354,6 +414,8 @@ class RequestHandlers:
         self.replicas = replicas
         self.groups = groups
         self.host = host
+        self.acls = acls
+        self._refusals = RefusalLog(logging.getLogger("strata.brokers.audit"))
         self.authenticator = authenticator or Authenticator(
             CredentialCache(), list(MECHANISMS), plain_over_plaintext=False, reauth_ms=0)
         self._fetch_sessions: dict[int, _FetchSession] = {}  # by follower broker id
@@ -388,6 +450,9 @@ class RequestHandlers:
             ApiKey.SASL_AUTHENTICATE: self.sasl_authenticate,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
+            ApiKey.CREATE_ACLS: self.create_acls,
+            ApiKey.DESCRIBE_ACLS: self.describe_acls,
+            ApiKey.DELETE_ACLS: self.delete_acls,
         }
 
     async def dispatch(self, header: RequestHeader, body: Reader,
@@ -419,8 +484,88 @@ class RequestHandlers:
         request = decode(REQUEST_TYPES[api], body, header.api_version)
         if api is ApiKey.CONSUMER_GROUP_HEARTBEAT:  # the only handler that needs the header
             assert isinstance(request, ConsumerGroupHeartbeatRequest)
+            refused = self._refusal("READ", "GROUP", request.group_id)
+            if refused is not None:
+                return ConsumerGroupHeartbeatResponse(*_error(refused))
             return await self.groups.heartbeat(request, header.client_id or "")
         return await self._table[api](request)
+
+    # ------------------------------------------------------------------ authorization
+    def _allowed(self, operation: str, resource_type: str, name: str, *,
+                 audit: bool = True) -> bool:
+        """Whether the current session's principal may do ``operation`` on the resource
+        (always, without an authorizer or for in-process callers); a refusal is logged
+        to the audit log unless ``audit`` is false."""
+        session = current_session()
+        if self.acls is None or session is _INTERNAL:
+            return True
+        if self.acls.authorize(session.principal, session.host, operation, resource_type,
+                               name):
+            return True
+        if audit:
+            self._refusals.refused(session.principal, session.peer, operation, resource_type,
+                                   name)
+        return False
+
+    def _require(self, operation: str, resource_type: str, name: str = CLUSTER_NAME) -> None:
+        """Raise TOPIC/GROUP/CLUSTER_AUTHORIZATION_FAILED unless ``_allowed``."""
+        if self._allowed(operation, resource_type, name):
+            return
+        principal = current_session().principal
+        error = {"TOPIC": TopicAuthorizationFailedError, "GROUP": GroupAuthorizationFailedError,
+                 "CLUSTER": ClusterAuthorizationFailedError}[resource_type]
+        where = "the cluster" if resource_type == "CLUSTER" else \
+            f"{resource_type.lower()} {name!r}"
+        flag = "--cluster" if resource_type == "CLUSTER" else \
+            f"--{resource_type.lower()} {name}"
+        raise error(f"{principal} may not {operation} {where}; an administrator can allow it "
+                    f"with `strata acl add --allow-principal {principal} --operation "
+                    f"{operation} {flag}`")
+
+    # ------------------------------------------------------------------ ACL admin
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
+        refused = self._refusal("ALTER", "CLUSTER", CLUSTER_NAME)
+        if refused is not None:
+            return CreateAclsResponse([AclResult(*_error(refused)) for _ in request.creations])
+        results: list[AclResult] = []
+        good: list[AclBinding] = []
+        for entry in request.creations:
+            try:
+                good.append(_binding(entry))
+                results.append(AclResult(0))
+            except StrataError as err:
+                results.append(AclResult(*_error(err)))
+        if good:
+            try:
+                await asyncio.to_thread(self.coordinator.add_acls, good)
+            except StrataError as err:
+                results = [r if r.error_code else AclResult(*_error(err)) for r in results]
+        return CreateAclsResponse(results)
+
+    async def describe_acls(self, request: DescribeAclsRequest) -> DescribeAclsResponse:
+        try:
+            self._require("DESCRIBE", "CLUSTER")
+            wanted = _acl_filter(request.filter)
+            bindings = await asyncio.to_thread(self.coordinator.acl_bindings)
+        except StrataError as err:
+            return DescribeAclsResponse(*_error(err))
+        return DescribeAclsResponse(0, None, [_acl_entry(b) for b in bindings
+                                              if wanted.matches(b)])
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
+        refused = self._refusal("ALTER", "CLUSTER", CLUSTER_NAME)
+        if refused is not None:
+            return DeleteAclsResponse([DeleteAclsResult(*_error(refused))
+                                       for _ in request.filters])
+        results = []
+        for entry in request.filters:
+            try:
+                wanted = _acl_filter(entry)
+                removed = await asyncio.to_thread(self.coordinator.remove_acls, wanted.matches)
+                results.append(DeleteAclsResult(0, None, [_acl_entry(b) for b in removed]))
+            except StrataError as err:
+                results.append(DeleteAclsResult(*_error(err)))
+        return DeleteAclsResponse(results)
 
     # ------------------------------------------------------------------ SASL
     async def sasl_handshake(self, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
@@ -455,6 +600,7 @@ class RequestHandlers:
             self, request: DescribeUserScramCredentialsRequest
     ) -> DescribeUserScramCredentialsResponse:
         try:
+            self._require("DESCRIBE", "CLUSTER")
             stored = await asyncio.to_thread(self.coordinator.scram_credentials)
         except StrataError as err:
             return DescribeUserScramCredentialsResponse(
@@ -477,7 +623,13 @@ class RequestHandlers:
             self, request: AlterUserScramCredentialsRequest
     ) -> AlterUserScramCredentialsResponse:
         """Validate everything first; then write each user's changes. A user named twice
-        for one mechanism is refused (as in Kafka)."""
+        for one mechanism is refused (as in Kafka). Needs ALTER on the cluster."""
+        refused = self._refusal("ALTER", "CLUSTER", CLUSTER_NAME)
+        if refused is not None:
+            users = dict.fromkeys([*(d.user for d in request.deletions),
+                                   *(u.user for u in request.upsertions)])
+            return AlterUserScramCredentialsResponse(
+                [AlterUserScramCredentialsResult(u, *_error(refused)) for u in users])
         errors: dict[str, StrataError] = {}
         seen: set[tuple[str, str]] = set()
         order: list[str] = []
@@ -587,9 +739,19 @@ class RequestHandlers:
         listener = current_session().listener.name
         brokers = [BrokerInfo(r.broker_id, *r.endpoint(listener))
                    for r in sorted(b.live_brokers.values(), key=lambda r: r.broker_id)]
-        names = sorted(b.topics) if request.topics is None else request.topics
+        if request.topics is None:  # only what the principal may describe, unannounced
+            names = [t for t in sorted(b.topics) if self._allowed("DESCRIBE", "TOPIC", t,
+                                                                   audit=False)]
+        else:
+            names = request.topics
         topics: list[TopicMetadata] = []
         for name in names:
+            if request.topics is not None and not self._allowed("DESCRIBE", "TOPIC", name):
+                # Refused whether or not it exists: the answer must not reveal that.
+                denied = TopicAuthorizationFailedError(
+                    f"{current_session().principal} may not describe topic {name!r}")
+                topics.append(TopicMetadata(denied.code, name, []))
+                continue
             definition = b.topics.get(name)
             if definition is None:
                 err = UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -613,8 +775,11 @@ class RequestHandlers:
         results: list[TopicResult] = []
         created: list[int] = []  # indexes into results, awaited together at the end
         writes: list[tuple[int, TopicDefinition, dict[str, str]]] = []
+        may_create_any = self._allowed("CREATE", "CLUSTER", CLUSTER_NAME, audit=False)
         for topic in request.topics:
             try:
+                if not may_create_any:
+                    self._require("CREATE", "TOPIC", topic.name)
                 named = {b for a in topic.assignments for b in a.broker_ids}
                 live_now = set(self.cluster.live_brokers)
                 if not named <= live_now or topic.replication_factor > len(live_now):
@@ -727,6 +892,7 @@ class RequestHandlers:
         results = []
         for name in request.topics:
             try:
+                self._require("DELETE", "TOPIC", name)
                 if name.startswith(INTERNAL_PREFIX):
                     raise PolicyViolationError(
                         f"topic {name!r} is internal (the consumer groups' offsets and "
@@ -743,9 +909,11 @@ class RequestHandlers:
         out = []
         defaults = self.config.log_defaults.to_mapping()
         for name in request.topics:
-            if name not in self.cluster.topics:
-                err = UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-                out.append(TopicConfigs(name, err.code, err.message, []))
+            refused = self._refusal("DESCRIBE_CONFIGS", "TOPIC", name)
+            if refused is None and name not in self.cluster.topics:
+                refused = UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if refused is not None:
+                out.append(TopicConfigs(name, refused.code, refused.message, []))
                 continue
             overrides = self.cluster.topic_overrides.get(name, {})
             effective = self.host.log_config_for(name).to_mapping()
@@ -759,6 +927,7 @@ class RequestHandlers:
         results = []
         for topic in request.topics:
             try:
+                self._require("ALTER_CONFIGS", "TOPIC", topic.name)
                 if topic.name not in self.cluster.topics:
                     raise UnknownTopicOrPartitionError(f"topic {topic.name!r} does not exist")
                 for _ in range(5):
@@ -807,6 +976,7 @@ class RequestHandlers:
 
         def append(topic: str, part: ProducePartition, answer: ProducePartitionResponse
                    ) -> None:
+            self._require("WRITE", "TOPIC", topic)
             partition = self._leader_for_write(topic, part.partition, part.records)
             if request.acks == _ACKS_ALL and \
                     len(partition.isr) < partition.config.min_insync_replicas:
@@ -864,6 +1034,7 @@ class RequestHandlers:
     # ------------------------------------------------------------------ sink commits
     async def stage_records(self, request: StageRecordsRequest) -> StageRecordsResponse:
         def stage(topic: str, part: StagePartition, answer: StagePartitionResponse) -> None:
+            self._require("WRITE", "TOPIC", topic)
             partition = self._leader_for_write(topic, part.partition, part.records)
             assert part.records is not None  # checked by _leader_for_write
             answer.duplicate = partition.stage(request.staging_id, part.chunk_sequence,
@@ -879,6 +1050,7 @@ class RequestHandlers:
         waits: list[Awaitable[None]] = []
 
         def commit(topic: str, part: CommitPartition, answer: CommitPartitionResponse) -> None:
+            self._require("WRITE", "TOPIC", topic)
             partition = self._leader_partition(topic, part.partition)
             result = partition.commit_staged(
                 request.producer_id, request.batch_id,
@@ -911,6 +1083,7 @@ class RequestHandlers:
 
     async def abort_staged(self, request: AbortStagedRequest) -> AbortStagedResponse:
         def abort(topic: str, part: AbortPartition, answer: AbortPartitionResponse) -> None:
+            self._require("WRITE", "TOPIC", topic)
             partition = self._leader_partition(topic, part.partition)
             answer.discarded = partition.abort_staged(list(part.staging_ids))
 
@@ -919,6 +1092,8 @@ class RequestHandlers:
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, request: FetchRequest) -> FetchResponse:
+        if request.replica_id >= 0:  # only brokers replicate
+            self._require("CLUSTER_ACTION", "CLUSTER")
         if request.session_epoch >= 0:
             return await self._session_fetch(request)
         max_wait = min(max(request.max_wait_ms, 0), self.config.fetch_max_wait_ms) / 1000
@@ -1112,6 +1287,8 @@ class RequestHandlers:
 
         def read(topic: str, part: FetchPartition, answer: FetchPartitionResponse) -> None:
             nonlocal budget, total
+            if request.replica_id < 0:  # a follower's right was checked for the request
+                self._require("READ", "TOPIC", topic)
             partition = self._leader_partition(topic, part.partition)
             self._check_epoch(partition, part.current_leader_epoch)
             if request.replica_id >= 0 and request.replica_id not in partition.replicas:
@@ -1147,6 +1324,7 @@ class RequestHandlers:
     async def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
         def find(topic: str, part: ListOffsetsPartition,
                  answer: ListOffsetsPartitionResponse) -> None:
+            self._require("DESCRIBE", "TOPIC", topic)
             partition = self._leader_partition(topic, part.partition)
             answer.leader_epoch = partition.leader_epoch
             if part.timestamp == EARLIEST_TIMESTAMP:
@@ -1177,6 +1355,7 @@ class RequestHandlers:
         for topic in request.topics:
             definition = self.cluster.topics.get(topic.name)
             try:
+                self._require("DESCRIBE", "TOPIC", topic.name)
                 if definition is None:
                     raise UnknownTopicOrPartitionError(
                         f"topic {topic.name!r} does not exist; check the name (strata topic "
@@ -1222,6 +1401,7 @@ class RequestHandlers:
     async def tier_lease(self, request: TierLeaseRequest) -> TierLeaseResponse:
         """Take, renew or give up a tiering job's lease (kept in ZooKeeper, any broker)."""
         try:
+            self._require("ALTER", "TOPIC", request.topic)
             if request.release:
                 if request.lease_id is None:
                     raise InvalidRequestError("release needs the lease_id being given up")
@@ -1247,6 +1427,7 @@ class RequestHandlers:
     async def update_tier(self, request: UpdateTierRequest) -> UpdateTierResponse:
         """Record a job's progress, every write fenced by its lease (see the request)."""
         try:
+            self._require("ALTER", "TOPIC", request.topic)
             definition = self.cluster.topics.get(request.topic)
             for update in request.partitions:
                 if definition is not None and update.partition not in definition.assignment:
@@ -1288,8 +1469,13 @@ class RequestHandlers:
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def offset_for_leader_epoch(
             self, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+        if request.replica_id >= 0:
+            self._require("CLUSTER_ACTION", "CLUSTER")
+
         def end_of_epoch(topic: str, part: OffsetForLeaderEpochPartition,
                          answer: OffsetForLeaderEpochPartitionResponse) -> None:
+            if request.replica_id < 0:
+                self._require("DESCRIBE", "TOPIC", topic)
             partition = self._leader_partition(topic, part.partition)
             self._check_epoch(partition, part.current_leader_epoch)
             answer.leader_epoch, answer.end_offset = \
@@ -1325,6 +1511,7 @@ class RequestHandlers:
         return known, errors
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+        self._require("ALTER", "CLUSTER")
         known, results = self._known_partitions(request.topics)
         coordinator = self.coordinator
         by_topic: dict[str, list[ElectionPartitionResult]] = {}
@@ -1361,6 +1548,7 @@ class RequestHandlers:
 
     async def alter_partition_reassignments(self, request: AlterPartitionReassignmentsRequest
                                             ) -> AlterPartitionReassignmentsResponse:
+        self._require("ALTER", "CLUSTER")
         wanted: dict[tuple[str, int], list[int]] = {}
         answers: dict[str, list[ElectionPartitionResult]] = {}
         named = {b for t in request.topics for part in t.partitions for b in part.replicas}
@@ -1412,6 +1600,7 @@ class RequestHandlers:
 
     async def list_partition_reassignments(self, request: ListPartitionReassignmentsRequest
                                            ) -> ListPartitionReassignmentsResponse:
+        self._require("DESCRIBE", "CLUSTER")
         coordinator = self.coordinator
         pending, _ = await asyncio.to_thread(coordinator.reassignments)
         out = []
@@ -1430,6 +1619,14 @@ class RequestHandlers:
 
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:
+        session = current_session()
+        if self.acls is not None and session is not _INTERNAL and not (
+                self._allowed("IDEMPOTENT_WRITE", "CLUSTER", CLUSTER_NAME, audit=False)
+                or self.acls.allows_any(session.principal, session.host, "WRITE", "TOPIC")):
+            # Kafka's rule: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+            refused = self._refusal("IDEMPOTENT_WRITE", "CLUSTER", CLUSTER_NAME)
+            if refused is not None:
+                return InitProducerIdResponse(refused.code, error_message=refused.message)
         if request.transactional_id is not None:
             err = InvalidRequestError("transactions are not supported yet; use "
                                       "transactional_id = null for an idempotent producer")
@@ -1449,28 +1646,79 @@ class RequestHandlers:
     # ------------------------------------------------------------------ consumer groups
     async def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
         try:
+            self._require("DESCRIBE", "GROUP", request.key)
             node, host, port = await self.groups.find(request.key)
         except StrataError as err:
             return FindCoordinatorResponse(*_error(err))
         return FindCoordinatorResponse(0, None, node, host, port)
 
     async def offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
-        return await self.groups.commit(request)
+        # A member commits with READ on the group; a commit outside any membership
+        # (`strata group reset-offsets`) moves the group's position: ALTER.
+        operation = "ALTER" if request.member_id is None else "READ"
+        try:
+            self._require(operation, "GROUP", request.group_id)
+        except StrataError as err:
+            return OffsetCommitResponse([OffsetCommitTopicResponse(t.name, [
+                OffsetCommitPartitionResponse(p.partition, *_error(err))
+                for p in t.partitions]) for t in request.topics])
+        refused: dict[str, StrataError] = {}
+        for topic in request.topics:
+            topic_refusal = self._refusal("READ", "TOPIC", topic.name)
+            if topic_refusal is not None:
+                refused[topic.name] = topic_refusal
+        if not refused:
+            return await self.groups.commit(request)
+        allowed = [t for t in request.topics if t.name not in refused]
+        answered = await self.groups.commit(dataclasses.replace(request, topics=allowed)) \
+            if allowed else OffsetCommitResponse([])
+        return OffsetCommitResponse([*answered.topics, *(
+            OffsetCommitTopicResponse(t.name, [
+                OffsetCommitPartitionResponse(p.partition, *_error(refused[t.name]))
+                for p in t.partitions]) for t in request.topics if t.name in refused)])
+
+    def _refusal(self, operation: str, resource_type: str, name: str) -> StrataError | None:
+        try:
+            self._require(operation, resource_type, name)
+        except StrataError as err:
+            return err
+        return None
 
     async def offset_fetch(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
-        return await self.groups.fetch_offsets(request)
+        try:
+            self._require("DESCRIBE", "GROUP", request.group_id)
+        except StrataError as err:
+            return OffsetFetchResponse(*_error(err))
+        answer = await self.groups.fetch_offsets(request)
+        if self.acls is None:
+            return answer
+        # Only the topics the principal may describe: the others are left out (a named
+        # one is also written to the audit log), so their offsets do not leak.
+        audit = request.topics is not None
+        answer.topics = [t for t in answer.topics
+                         if self._allowed("DESCRIBE", "TOPIC", t.name, audit=audit)]
+        return answer
 
     async def list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
-        return ListGroupsResponse(0, self.groups.list_groups())
+        # DESCRIBE on the cluster lists every group; otherwise the describable ones.
+        everything = self._allowed("DESCRIBE", "CLUSTER", CLUSTER_NAME, audit=False)
+        return ListGroupsResponse(0, [
+            g for g in self.groups.list_groups()
+            if everything or self._allowed("DESCRIBE", "GROUP", g.group_id, audit=False)])
 
     async def describe_groups(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
-        return DescribeGroupsResponse([await self.groups.describe(g)
-                                       for g in request.group_ids])
+        out = []
+        for group_id in request.group_ids:
+            group_refusal = self._refusal("DESCRIBE", "GROUP", group_id)
+            out.append(DescribedGroup(group_id, *_error(group_refusal))
+                       if group_refusal is not None else await self.groups.describe(group_id))
+        return DescribeGroupsResponse(out)
 
     async def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
         results = []
         for group_id in request.group_ids:
             try:
+                self._require("DELETE", "GROUP", group_id)
                 await self.groups.delete(group_id)
                 results.append(DeleteGroupResult(group_id, 0))
             except StrataError as err:

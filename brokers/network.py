@@ -34,9 +34,12 @@ from typing import IO, Any, cast
 
 from brokers.security import UNAUTHENTICATED_FRAME_BYTES, Session
 from wire.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
     IllegalSaslStateError,
     InvalidRequestError,
     StrataError,
+    TopicAuthorizationFailedError,
     UnsupportedVersionError,
 )
 from wire.protocol import (
@@ -62,6 +65,11 @@ MAX_IN_FLIGHT = 32  # requests being handled per connection
 
 # dispatcher(header, body reader, session) -> response message, or None (acks=0)
 Dispatcher = Callable[[RequestHeader, Reader, Session], Awaitable[Message | None]]
+#: Errors a handler may raise for the whole request: answered with the code in the
+#: response header (the client raises the matching error), the connection goes on.
+_REQUEST_LEVEL = (UnsupportedVersionError, InvalidRequestError, IllegalSaslStateError,
+                  ClusterAuthorizationFailedError, TopicAuthorizationFailedError,
+                  GroupAuthorizationFailedError)
 #: Piece size of the copying path for record data on TLS connections.
 _TLS_COPY_BYTES = 256 * 1024
 
@@ -186,7 +194,7 @@ class ConnectionHandler:
                 self.metrics.latency.labels(api).observe(time.perf_counter() - started)
                 return
             chunks = encode_response(header.correlation_id, response, header.api_version)
-        except (UnsupportedVersionError, InvalidRequestError, IllegalSaslStateError) as err:
+        except _REQUEST_LEVEL as err:
             error_name = err.name
             chunks = encode_response(header.correlation_id, ErrorResponse(err.message), 0,
                                      error_code=err.code)

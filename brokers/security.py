@@ -183,6 +183,11 @@ class Session:
     opened_at: float = field(default_factory=time.monotonic)
     scram: ScramServer | None = None
 
+    @property
+    def host(self) -> str:
+        """The client's address without the port (what ACL hosts are matched against)."""
+        return self.peer.rsplit(":", 1)[0]
+
     @classmethod
     def open(cls, listener: Listener, peer: str, ssl_object: ssl.SSLObject | None
              ) -> Session:

@@ -123,9 +123,14 @@ from wire.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedAssignorError,
 )
+from wire.protocol import AclEntry, AclFilterEntry
 from wire.record_batch import CONSUMER_SCHEMA, TimestampType
+from wire.security import ClientSecurity
 
 __all__ = [
+    "AclEntry",
+    "AclFilterEntry",
+    "ClientSecurity",
     "CONSUMER_SCHEMA",
     "AsyncProducer",
     "BatchMetadata",

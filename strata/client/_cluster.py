@@ -16,6 +16,7 @@ from wire.connection import BrokerConnection
 from wire.errors import (
     NetworkError,
     StrataError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
     raise_for_code,
 )
@@ -180,6 +181,12 @@ class Cluster:
         if refresh or topic not in self.topics:
             response = await self._refresh_together(topic)
             for t in response.topics:
+                if t.name == topic and t.error_code == TopicAuthorizationFailedError.code:
+                    raise TopicAuthorizationFailedError(
+                        f"this client's principal may not describe topic {topic!r}; an "
+                        "administrator can allow it with `strata acl add --allow-principal "
+                        f"User:<name> --operation DESCRIBE --topic {topic}` (WRITE or READ "
+                        "imply DESCRIBE)")
                 if t.name == topic and t.error_code:
                     raise_for_code(t.error_code, f"topic {topic!r} does not exist; create it "
                                    f"with `strata topic create {topic}`")

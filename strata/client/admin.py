@@ -74,6 +74,8 @@ from wire.errors import (
 from wire.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    AclEntry,
+    AclFilterEntry,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterConfigsTopic,
@@ -84,12 +86,18 @@ from wire.protocol import (
     ApiKey,
     ConfigEntry,
     CreatableTopic,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribedGroup,
@@ -731,6 +739,40 @@ class AsyncAdmin:
             out.setdefault(tp, NetworkError(f"{tp}: broker {node}'s answer left it out"))
         return topics, out
 
+    # ------------------------------------------------------------------ ACLs
+    async def create_acls(self, acls: Iterable[AclEntry]) -> None:
+        """Add ACL bindings (Kafka's CreateAcls); needs ALTER on the cluster. A bad
+        binding raises ``InvalidRequestError`` naming what is wrong (the good ones in the
+        same call are added)."""
+        entries = list(acls)
+        response = await self._cluster.send_any(ApiKey.CREATE_ACLS, CreateAclsRequest(entries))
+        assert isinstance(response, CreateAclsResponse)
+        for result in response.results:
+            if result.error_code:
+                raise error_from_code(result.error_code, result.error_message)
+
+    async def describe_acls(self, acl_filter: AclFilterEntry | None = None) -> list[AclEntry]:
+        """The bindings ``acl_filter`` matches (default: all); needs DESCRIBE on the
+        cluster."""
+        response = await self._cluster.send_any(
+            ApiKey.DESCRIBE_ACLS, DescribeAclsRequest(acl_filter or AclFilterEntry()))
+        assert isinstance(response, DescribeAclsResponse)
+        if response.error_code:
+            raise error_from_code(response.error_code, response.error_message)
+        return list(response.acls)
+
+    async def delete_acls(self, filters: Iterable[AclFilterEntry]) -> list[AclEntry]:
+        """Remove every binding each filter matches; returns the removed ones."""
+        response = await self._cluster.send_any(ApiKey.DELETE_ACLS,
+                                                DeleteAclsRequest(list(filters)))
+        assert isinstance(response, DeleteAclsResponse)
+        removed: list[AclEntry] = []
+        for result in response.results:
+            if result.error_code:
+                raise error_from_code(result.error_code, result.error_message)
+            removed.extend(result.deleted)
+        return removed
+
     # ------------------------------------------------------------------ SCRAM users
     async def upsert_scram_credential(self, user: str, password: str, *,
                                       mechanism: str = "SCRAM-SHA-256",
@@ -1251,6 +1293,15 @@ class Admin:
 
     def acquire_tier_lease(self, topic: str, owner: str, ttl_ms: int) -> TierLease:
         return self._run(self._admin.acquire_tier_lease(topic, owner, ttl_ms))
+
+    def create_acls(self, acls: Iterable[AclEntry]) -> None:
+        self._run(self._admin.create_acls(list(acls)))
+
+    def describe_acls(self, acl_filter: AclFilterEntry | None = None) -> list[AclEntry]:
+        return self._run(self._admin.describe_acls(acl_filter))
+
+    def delete_acls(self, filters: Iterable[AclFilterEntry]) -> list[AclEntry]:
+        return self._run(self._admin.delete_acls(list(filters)))
 
     def upsert_scram_credential(self, user: str, password: str, *,
                                 mechanism: str = "SCRAM-SHA-256",

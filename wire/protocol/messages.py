@@ -181,6 +181,16 @@ __all__ = [
     "AlterUserScramCredentialsRequest",
     "AlterUserScramCredentialsResult",
     "AlterUserScramCredentialsResponse",
+    "AclEntry",
+    "AclFilterEntry",
+    "AclResult",
+    "CreateAclsRequest",
+    "CreateAclsResponse",
+    "DescribeAclsRequest",
+    "DescribeAclsResponse",
+    "DeleteAclsRequest",
+    "DeleteAclsResult",
+    "DeleteAclsResponse",
 ]
 
 # ListOffsets special timestamps (Kafka's values).
@@ -220,6 +230,9 @@ class ApiKey(IntEnum):
     SASL_AUTHENTICATE = 28
     DESCRIBE_USER_SCRAM_CREDENTIALS = 29
     ALTER_USER_SCRAM_CREDENTIALS = 30
+    CREATE_ACLS = 31
+    DESCRIBE_ACLS = 32
+    DELETE_ACLS = 33
 
 
 # ----------------------------------------------------------------------------- headers
@@ -1838,6 +1851,128 @@ class AlterUserScramCredentialsResponse(Message):
     FIELDS: ClassVar = (Field("results", Array(Struct(AlterUserScramCredentialsResult))),)
 
 
+# ----------------------------------------------------------------------------- ACLs
+
+
+@dataclass(slots=True)
+class AclEntry(Message):
+    """One ACL binding (Kafka's names): ``resource_type`` TOPIC, GROUP or CLUSTER;
+    ``pattern_type`` LITERAL or PREFIXED; ``principal`` ``User:<name>`` or ``User:*``;
+    ``host`` an address or ``*``; ``operation`` ALL, READ, WRITE, CREATE, DELETE, ALTER,
+    DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS or IDEMPOTENT_WRITE;
+    ``permission`` ALLOW or DENY."""
+
+    resource_type: str
+    pattern_type: str
+    resource_name: str
+    principal: str
+    host: str
+    operation: str
+    permission: str
+    FIELDS: ClassVar = (
+        Field("resource_type", STRING),
+        Field("pattern_type", STRING),
+        Field("resource_name", STRING),
+        Field("principal", STRING),
+        Field("host", STRING),
+        Field("operation", STRING),
+        Field("permission", STRING),
+    )
+
+
+@dataclass(slots=True)
+class AclFilterEntry(Message):
+    """Which bindings: a null field matches any value; ``pattern_type`` MATCH takes every
+    pattern that applies to ``resource_name`` (LITERAL, ``*`` and PREFIXED)."""
+
+    resource_type: str | None = None
+    pattern_type: str | None = None
+    resource_name: str | None = None
+    principal: str | None = None
+    host: str | None = None
+    operation: str | None = None
+    permission: str | None = None
+    FIELDS: ClassVar = (
+        Field("resource_type", NULLABLE_STRING),
+        Field("pattern_type", NULLABLE_STRING),
+        Field("resource_name", NULLABLE_STRING),
+        Field("principal", NULLABLE_STRING),
+        Field("host", NULLABLE_STRING),
+        Field("operation", NULLABLE_STRING),
+        Field("permission", NULLABLE_STRING),
+    )
+
+
+@dataclass(slots=True)
+class CreateAclsRequest(Message):
+    """Needs ALTER on the CLUSTER. Every binding is checked first; a bad one is refused
+    (INVALID_REQUEST) and only the good ones are added."""
+
+    creations: list[AclEntry]
+    FIELDS: ClassVar = (Field("creations", Array(Struct(AclEntry))),)
+
+
+@dataclass(slots=True)
+class AclResult(Message):
+    error_code: int
+    error_message: str | None = None
+    FIELDS: ClassVar = (Field("error_code", INT16), Field("error_message", NULLABLE_STRING))
+
+
+@dataclass(slots=True)
+class CreateAclsResponse(Message):
+    """One result per creation, in order."""
+
+    results: list[AclResult]
+    FIELDS: ClassVar = (Field("results", Array(Struct(AclResult))),)
+
+
+@dataclass(slots=True)
+class DescribeAclsRequest(Message):
+    """Needs DESCRIBE on the CLUSTER."""
+
+    filter: AclFilterEntry
+    FIELDS: ClassVar = (Field("filter", Struct(AclFilterEntry)),)
+
+
+@dataclass(slots=True)
+class DescribeAclsResponse(Message):
+    error_code: int
+    error_message: str | None = None
+    acls: list[AclEntry] = field(default_factory=list)
+    FIELDS: ClassVar = (
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+        Field("acls", Array(Struct(AclEntry))),
+    )
+
+
+@dataclass(slots=True)
+class DeleteAclsRequest(Message):
+    """Needs ALTER on the CLUSTER; each filter removes every binding it matches."""
+
+    filters: list[AclFilterEntry]
+    FIELDS: ClassVar = (Field("filters", Array(Struct(AclFilterEntry))),)
+
+
+@dataclass(slots=True)
+class DeleteAclsResult(Message):
+    error_code: int
+    error_message: str | None = None
+    deleted: list[AclEntry] = field(default_factory=list)
+    FIELDS: ClassVar = (
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+        Field("deleted", Array(Struct(AclEntry))),
+    )
+
+
+@dataclass(slots=True)
+class DeleteAclsResponse(Message):
+    results: list[DeleteAclsResult]
+    FIELDS: ClassVar = (Field("results", Array(Struct(DeleteAclsResult))),)
+
+
 # ----------------------------------------------------------------------------- consumer groups
 #
 # Groups follow Kafka's KIP-848 ("next generation" consumer rebalance protocol): the
@@ -2262,6 +2397,9 @@ REQUEST_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.SASL_AUTHENTICATE: SaslAuthenticateRequest,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DescribeUserScramCredentialsRequest,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: AlterUserScramCredentialsRequest,
+    ApiKey.CREATE_ACLS: CreateAclsRequest,
+    ApiKey.DESCRIBE_ACLS: DescribeAclsRequest,
+    ApiKey.DELETE_ACLS: DeleteAclsRequest,
     ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatRequest,
     ApiKey.OFFSET_COMMIT: OffsetCommitRequest,
@@ -2296,6 +2434,9 @@ RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.SASL_AUTHENTICATE: SaslAuthenticateResponse,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DescribeUserScramCredentialsResponse,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: AlterUserScramCredentialsResponse,
+    ApiKey.CREATE_ACLS: CreateAclsResponse,
+    ApiKey.DESCRIBE_ACLS: DescribeAclsResponse,
+    ApiKey.DELETE_ACLS: DeleteAclsResponse,
     ApiKey.FIND_COORDINATOR: FindCoordinatorResponse,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatResponse,
     ApiKey.OFFSET_COMMIT: OffsetCommitResponse,
