@@ -132,9 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down.set_defaults(handler=_cmd_down)
 
-    from strata_tools.commands import broker, cluster, consume, gateway, group, produce, tier, topic
+    from strata_tools.commands import (
+        acl,
+        broker,
+        cluster,
+        consume,
+        gateway,
+        group,
+        produce,
+        tier,
+        topic,
+        user,
+    )
 
-    for module in (broker, topic, cluster, produce, consume, group, gateway, tier):
+    for module in (broker, topic, cluster, produce, consume, group, gateway, tier, user, acl):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")

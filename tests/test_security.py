@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
+import os
 import socket
 import ssl
 import struct
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,7 +39,7 @@ from strata.client import (
     TopicPartition,
 )
 from strata_tools.certs import CertificateAuthority
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_process import REPO, BrokerProcess
 from wire.connection import BrokerConnection
 from wire.errors import (
     ClusterAuthorizationFailedError,
@@ -483,3 +487,54 @@ def test_acls_decide_what_a_principal_may_do(brokers: list[BrokerProcess], pki: 
                 if "refused: principal=" + principal in line]
     assert any(f"resource=TOPIC:{topic}" in line and "operation=WRITE" in line
                and "client=127.0.0.1:" in line for line in refusals), refusals[-5:]
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+def _strata(*args: str, stdin: str | None = None, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "strata_tools.cli", *args], input=stdin,
+                          capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def test_users_and_acls_from_the_command_line(brokers: list[BrokerProcess], pki: Pki,
+                                              tmp_path: Path) -> None:
+    config = tmp_path / "admin.properties"
+    config.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+        f'username="{ADMIN}" password="{ADMIN_PASSWORD}";\n'
+        f"ssl.ca.location={pki.ca.certfile}\n")
+    common = ["--bootstrap", bootstrap(brokers, "SASL_SSL"), "--command-config", str(config)]
+    user = _name("frank")
+    made = _strata("user", "create", user, *common, stdin="frank-pw\n")
+    assert made.returncode == 0, made.stderr
+    listed = _strata("user", "list", *common, "--format", "json")
+    assert {"user": user, "mechanisms": {"SCRAM-SHA-256": 4096, "SCRAM-SHA-512": 4096}} in \
+        json.loads(listed.stdout)
+    added = _strata("acl", "add", *common, "--allow-principal", f"User:{user}",
+                    "--operation", "read", "--operation", "describe", "--topic", "orders-",
+                    "--resource-pattern-type", "prefixed")
+    assert added.returncode == 0 and "2 binding(s) added" in added.stdout, added.stderr
+    shown = _strata("acl", "list", *common, "--topic", "orders-eu", "--format", "json")
+    assert {(a["operation"], a["pattern_type"]) for a in json.loads(shown.stdout)} >= {
+        ("READ", "PREFIXED"), ("DESCRIBE", "PREFIXED")}
+    refused = _strata("acl", "remove", *common)
+    assert refused.returncode == 1 and "--force" in refused.stderr
+    removed = _strata("acl", "remove", *common, "--allow-principal", f"User:{user}")
+    assert removed.returncode == 0 and "2 binding(s) removed" in removed.stdout
+    deleted = _strata("user", "delete", user, *common)
+    assert deleted.returncode == 0, deleted.stderr
+    # The same file through $STRATA_COMMAND_CONFIG; a plaintext client is refused there.
+    via_env = _strata("topic", "list", "--bootstrap", bootstrap(brokers, "SASL_SSL"),
+                      env={"STRATA_COMMAND_CONFIG": str(config)})
+    assert via_env.returncode == 0, via_env.stderr
+    bad = tmp_path / "bad.properties"
+    bad.write_text("security.protocol=SASL_SSL\nsasl.kerberos=yes\n")
+    wrong = _strata("topic", "list", "--bootstrap", bootstrap(brokers, "SASL_SSL"),
+                    "--command-config", str(bad))
+    assert wrong.returncode == 1 and "unknown key 'sasl.kerberos'" in wrong.stderr
+    no_password = _strata("user", "create", _name("x"), *common, stdin="")
+    assert no_password.returncode == 1 and "no password given" in no_password.stderr

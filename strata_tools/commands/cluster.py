@@ -19,6 +19,7 @@ from strata_tools.commands.common import (
     bootstrap_of,
     emit_json,
     parse_non_negative_int,
+    security_of_args,
 )
 
 __all__ = ["register"]
@@ -48,7 +49,7 @@ def register(sub: Any) -> None:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         cluster = admin.describe_cluster()
     brokers = [{"id": node, "host": host, "port": port}
                for node, (host, port) in sorted(cluster.brokers.items())]
@@ -84,7 +85,7 @@ def _elect(args: argparse.Namespace) -> int:
     if partitions and args.topic is None:
         raise CommandError("--partition needs --topic: name the topic the partitions "
                            "belong to")
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         before = admin.describe_topics(None if args.topic is None else [args.topic])
         wanted: list[TopicPartition] | None = None
         if args.topic is not None:

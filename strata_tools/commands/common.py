@@ -6,13 +6,32 @@ import argparse
 import base64
 import json
 import os
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
+from wire.security import PLAINTEXT, ClientSecurity
+
 __all__ = ["CommandError", "add_bootstrap", "add_format", "bootstrap_of", "emit_json",
-           "render_bytes", "parse_key_values", "parse_non_negative_int", "parse_seconds"]
+           "load_command_config", "render_bytes", "parse_key_values", "parse_non_negative_int",
+           "parse_seconds", "security_of_args"]
 
 BOOTSTRAP_ENV = "STRATA_BOOTSTRAP"
+COMMAND_CONFIG_ENV = "STRATA_COMMAND_CONFIG"
+#: ``--command-config`` keys (librdkafka's and Kafka's client property names) and the
+#: ``ClientSecurity`` field each sets.
+_COMMAND_CONFIG_KEYS = {
+    "security.protocol": "protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.username": "username",
+    "sasl.password": "password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
+}
+_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 class CommandError(Exception):
@@ -23,6 +42,49 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap", default=None, metavar="HOST:PORT[,...]",
         help=f"brokers to contact first (default: ${BOOTSTRAP_ENV})")
+    parser.add_argument(
+        "--command-config", default=None, metavar="FILE",
+        help="client security settings, key=value lines: security.protocol, sasl.mechanism, "
+        "sasl.username, sasl.password (or sasl.jaas.config), ssl.ca.location, "
+        "ssl.certificate.location, ssl.key.location (default: $" + COMMAND_CONFIG_ENV + ")")
+
+
+def load_command_config(path: str) -> ClientSecurity:
+    """The ``ClientSecurity`` a ``--command-config`` file describes (docs/security.md)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise CommandError(f"cannot read --command-config {path}: {err.strerror}") from None
+    values: dict[str, Any] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", "!")):
+            continue
+        key, sep, value = stripped.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            raise CommandError(f"{path}:{number}: expected key=value, got {line!r}")
+        if key == "sasl.jaas.config":  # Kafka's form: ... username="u" password="p";
+            for name, quoted in _JAAS_FIELD.findall(value):
+                values[name] = quoted.replace('\\"', '"')
+            continue
+        field = _COMMAND_CONFIG_KEYS.get(key)
+        if field is None:
+            raise CommandError(f"{path}:{number}: unknown key {key!r}; use "
+                               f"{', '.join([*_COMMAND_CONFIG_KEYS, 'sasl.jaas.config'])}")
+        values[field] = value.lower() not in ("", "none") if field == "ssl_check_hostname" \
+            else (value.upper() if field in ("protocol", "sasl_mechanism") else value)
+    try:
+        return ClientSecurity(**values)
+    except ValueError as err:
+        raise CommandError(f"--command-config {path}: {err}") from None
+
+
+def security_of_args(args: argparse.Namespace) -> ClientSecurity:
+    """How the command reaches the brokers: ``--command-config``, else the file named by
+    ``$STRATA_COMMAND_CONFIG``, else PLAINTEXT."""
+    path = getattr(args, "command_config", None) or os.environ.get(COMMAND_CONFIG_ENV, "")
+    return load_command_config(path) if path else PLAINTEXT
 
 
 def add_format(parser: argparse.ArgumentParser) -> None:

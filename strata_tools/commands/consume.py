@@ -44,6 +44,7 @@ from strata_tools.commands.common import (
     bootstrap_of,
     emit_json,
     render_bytes,
+    security_of_args,
 )
 
 __all__ = ["register"]
@@ -88,7 +89,7 @@ def _consume(args: argparse.Namespace) -> int:
     if args.offset is not None and args.partition is None:
         raise CommandError("--offset needs --partition: offsets are per partition")
     bootstrap = bootstrap_of(args)
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, security=security_of_args(args)) as admin:
         description = admin.describe_topics([args.topic])[args.topic]
     partitions = [p.partition for p in description.partitions]
     if args.partition is not None:
@@ -100,7 +101,7 @@ def _consume(args: argparse.Namespace) -> int:
     printed = 0
     # An explicit --offset outside the log is an error to report, not to paper over.
     reset: OffsetResetStrategy = "none" if args.offset is not None else "earliest"
-    with Consumer(bootstrap, auto_offset_reset=reset) as consumer:
+    with Consumer(bootstrap, auto_offset_reset=reset, security=security_of_args(args)) as consumer:
         consumer.assign(tps)
         if args.from_beginning:
             consumer.seek_to_beginning(tps)
@@ -172,12 +173,13 @@ def _consume_group(args: argparse.Namespace) -> int:
     if not args.group.strip():
         raise CommandError("--group is empty; give the group's name")
     bootstrap = bootstrap_of(args)
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, security=security_of_args(args)) as admin:
         admin.describe_topics([args.topic])  # a clear error for a missing topic, now
     reset: OffsetResetStrategy = "earliest" if args.from_beginning else "latest"
     count = 0
     uncommitted = False  # records printed since the last commit
     consumer = Consumer(bootstrap, group_id=args.group, auto_offset_reset=reset,
+                        security=security_of_args(args),
                         enable_auto_commit=False, client_id="strata-console-consumer")
 
     def commit() -> None:

@@ -32,6 +32,7 @@ from strata_tools.commands.common import (
     bootstrap_of,
     emit_json,
     parse_non_negative_int,
+    security_of_args,
 )
 from wire.protocol import group_by_topic
 
@@ -149,7 +150,7 @@ def _dash(value: object) -> str:
 
 # ---------------------------------------------------------------------- commands
 def _list(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         groups = admin.list_groups()
     if args.format == "json":
         emit_json([{"group_id": g.group_id, "state": g.state, "assignor": g.assignor,
@@ -168,7 +169,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _describe(args: argparse.Namespace) -> int:
     group_id = _group_id(args.group)
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         try:
             description = admin.describe_group(group_id)
         except GroupIdNotFoundError:
@@ -242,7 +243,7 @@ def _reset(args: argparse.Namespace) -> int:
     target = parse_reset_target(args)
     partitions = _partitions(args.partition)
     bootstrap = bootstrap_of(args)
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, security=security_of_args(args)) as admin:
         plan = admin.reset_group_offsets(group_id, args.topic, target, partitions=partitions,
                                          execute=args.execute)
         members = 0
@@ -285,7 +286,7 @@ def _print_plan(plan: ResetPlan, members: int) -> None:
 
 def _delete(args: argparse.Namespace) -> int:
     groups = [_group_id(g) for g in dict.fromkeys(args.group)]
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         results = admin.delete_groups(groups, raise_errors=False)
     deleted = [g for g, error in results.items() if error is None]
     failed = {g: error for g, error in results.items() if error is not None}

@@ -19,6 +19,7 @@ from strata_tools.commands.common import (
     add_format,
     bootstrap_of,
     emit_json,
+    security_of_args,
 )
 from wire.errors import StrataError
 
@@ -44,8 +45,8 @@ def _produce(args: argparse.Namespace) -> int:
     acks: int | str = "all" if args.acks == "all" else int(args.acks)
     futures: list[Future[Any]] = []
     send_errors: list[BaseException] = []
-    with Producer(bootstrap_of(args), acks=acks, linger_ms=args.linger_ms,
-                  compression=args.compression,
+    with Producer(bootstrap_of(args), security=security_of_args(args), acks=acks,
+                  linger_ms=args.linger_ms, compression=args.compression,
                   enable_idempotence=None if args.acks == "all" else False) as producer:
         for line in sys.stdin.buffer:
             record = line[:-1] if line.endswith(b"\n") else line

@@ -34,6 +34,7 @@ from strata_tools.commands.common import (
     parse_key_values,
     parse_non_negative_int,
     parse_seconds,
+    security_of_args,
 )
 
 __all__ = ["acks_all_problem", "parse_replica_targets", "register"]
@@ -140,7 +141,7 @@ def acks_all_problem(admin: Admin, name: str, wait_s: float = 10.0) -> str | Non
 
 def _create(args: argparse.Namespace) -> int:
     configs = parse_key_values(args.config, "--config")
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         admin.create_topics([NewTopic(args.name, args.partitions, args.replicas, configs)])
         description = admin.describe_topics([args.name])[args.name]
         problem = acks_all_problem(admin, args.name)
@@ -154,7 +155,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         names = admin.list_topics()
     if args.format == "json":
         emit_json(names)
@@ -165,7 +166,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         description = admin.describe_topics([args.name])[args.name]
         configs = admin.describe_configs([args.name])[args.name]
     partitions: list[dict[str, Any]] = [{
@@ -197,7 +198,7 @@ def _ids(values: list[int]) -> str:
 
 def _alter(args: argparse.Namespace) -> int:
     updates = parse_key_values(args.set, "--set")
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         admin.alter_configs(args.name, set=updates, delete=args.delete)
     if args.format == "json":
         emit_json({"altered": args.name, "set": updates, "deleted": args.delete})
@@ -207,7 +208,7 @@ def _alter(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         admin.delete_topics([args.name])
     if args.format == "json":
         emit_json({"deleted": args.name})
@@ -268,7 +269,7 @@ def _reassign(args: argparse.Namespace) -> int:
                                                                         "--timeout")
     name = args.name
     text = args.format == "text"
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         before = _check_targets(admin, name, targets)
         moving = admin.list_partition_reassignments()
         admin.alter_partition_reassignments(
@@ -364,7 +365,7 @@ def _wait_for_reassignment(admin: Admin, name: str, targets: dict[int, list[int]
 
 
 def _reassignments(args: argparse.Namespace) -> int:
-    with Admin(bootstrap_of(args)) as admin:
+    with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         pending = admin.list_partition_reassignments()
         described: dict[str, dict[int, PartitionDescription]] = {}
         for topic in sorted({tp.topic for tp in pending}):
