@@ -93,7 +93,8 @@ class GatewayState:
             # the producing worker renews its claim while it runs (a dead one's claim lapses)
             shared_path=config.idempotency_db)
         self.admin = AsyncAdmin(config.bootstrap, client_id="strata-gateway-admin",
-                                request_timeout_ms=max(1000, config.request_timeout_ms))
+                                request_timeout_ms=max(1000, config.request_timeout_ms),
+                                security=config.security)
         self.producers: dict[str, AsyncProducer] = {}
         self._producer_lock = asyncio.Lock()
         self._cluster_id: tuple[str, float] | None = None
@@ -119,7 +120,7 @@ class GatewayState:
                     buffer_memory=c.buffer_memory, delivery_timeout_ms=c.delivery_timeout_ms,
                     request_timeout_ms=c.request_timeout_ms, max_block_ms=c.max_block_ms,
                     enable_idempotence=None if acks == "all" else False,
-                    client_id=f"strata-gateway-acks-{acks}")
+                    client_id=f"strata-gateway-acks-{acks}", security=c.security)
                 await producer.start()
                 self.producers[acks] = producer
                 log.info("started the shared producer for acks=%s", acks)
@@ -626,7 +627,7 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
                                  f"{topic_name!r} (partitions 0..{len(partitions) - 1})")
         tp = TopicPartition(topic_name, partition_id)
         consumer = AsyncConsumer(state.config.bootstrap, client_id="strata-gateway-read",
-                                 auto_offset_reset="none")
+                                 auto_offset_reset="none", security=state.config.security)
         out: list[dict[str, Any]] = []
         try:
             consumer.assign([tp])
@@ -674,7 +675,8 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
         tps = [TopicPartition(topic_name, p.partition) for p in description.partitions]
 
         async def events() -> AsyncIterator[bytes]:
-            consumer = AsyncConsumer(state.config.bootstrap, client_id="strata-gateway-tail")
+            consumer = AsyncConsumer(state.config.bootstrap, client_id="strata-gateway-tail",
+                                     security=state.config.security)
             try:
                 consumer.assign(tps)
                 if start == "end":

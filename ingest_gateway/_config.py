@@ -7,6 +7,8 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from wire.security import PLAINTEXT, ClientSecurity
+
 __all__ = ["CONFIG_ENV", "GatewayConfig"]
 
 #: Environment variable carrying the JSON config to uvicorn worker processes.
@@ -23,6 +25,8 @@ class GatewayConfig:
     """
 
     bootstrap: str
+    #: How the gateway reaches the brokers: its own principal (docs/security.md).
+    security: ClientSecurity = PLAINTEXT
     host: str = "127.0.0.1"
     port: int = 8082
     workers: int = 1
@@ -97,6 +101,8 @@ class GatewayConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown gateway settings: {', '.join(unknown)}")
+        if isinstance(data.get("security"), dict):  # to_json writes it as a mapping
+            data["security"] = ClientSecurity(**data["security"])
         return cls(**data)
 
     @classmethod

@@ -77,6 +77,7 @@ from spark_jobs._tables import (
 )
 from strata.client import Admin, StoredTierProgress, TierLease
 from wire.errors import BrokerNotAvailableError, TierJobBusyError, UnknownTopicOrPartitionError
+from wire.security import PLAINTEXT, ClientSecurity
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -106,6 +107,8 @@ class TierSettings:
     #: How long the topic's lease lasts without a renewal (renewed every third of it): a
     #: job that dies frees its topics after this long.
     lease_ttl_s: float = 30.0
+    #: How to reach the brokers (their listener's protocol, SASL user, TLS files).
+    security: ClientSecurity = PLAINTEXT
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
     def __post_init__(self) -> None:
@@ -190,7 +193,8 @@ class TierJob:
         self._spark = spark
         self.settings = settings
         self._lease_held: _LeaseKeeper | None = None  # of the topic being tiered
-        self.admin = Admin(settings.bootstrap, client_id="strata-tier")
+        self.admin = Admin(settings.bootstrap, client_id="strata-tier",
+                           security=settings.security)
 
     @property
     def spark(self) -> SparkSession:
@@ -397,6 +401,7 @@ class TierJob:
         tasks = max(1, math.ceil(rng.offsets / _OFFSETS_PER_TASK))
         frame = (self.spark.read.format("strata")
                  .option("bootstrap.servers", self.settings.bootstrap)
+                 .options(**_spark_security(self.settings.security))
                  .option("subscribe", rng.topic)
                  .option("startingOffsets", json.dumps({rng.topic: start}))
                  .option("endingOffsets", json.dumps({rng.topic: end}))
@@ -557,6 +562,25 @@ def _retention_cuts(table: Any, cutoff_ms: int) -> dict[int, int]:
         if cut > spans[0][0] >= 0:
             cuts[p] = cut
     return cuts
+
+
+def _spark_security(security: ClientSecurity) -> dict[str, str]:
+    """The source options that carry ``security`` to the Spark read."""
+    if not security.uses_tls and not security.uses_sasl:
+        return {}
+    options = {"security.protocol": security.protocol,
+               "ssl.endpoint.identification.algorithm":
+                   "https" if security.ssl_check_hostname else ""}
+    if security.uses_sasl:
+        options.update({"sasl.mechanism": security.sasl_mechanism,
+                        "sasl.username": security.username,
+                        "sasl.password": security.password})
+    for key, value in (("ssl.ca.location", security.ssl_cafile),
+                       ("ssl.certificate.location", security.ssl_certfile),
+                       ("ssl.key.location", security.ssl_keyfile)):
+        if value:
+            options[key] = value
+    return options
 
 
 def _is_table(path: Path) -> bool:

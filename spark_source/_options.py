@@ -30,6 +30,7 @@ from typing import Final, Literal, TypeAlias
 
 from spark_source._errors import StrataSparkOptionError
 from strata.client import TopicPartition
+from wire.security import PLAINTEXT, SECURITY_PROPERTIES, ClientSecurity
 
 __all__ = [
     "EARLIEST",
@@ -74,6 +75,17 @@ OPTION_NAMES: Final[dict[str, str]] = {
         "path",
     )
 }
+
+#: Security options (source and sink): Kafka's client property names with the ``kafka.``
+#: prefix, as the Kafka source takes them, and the same names without it (Strata's);
+#: docs/spark.md lists them. Passwords are options like any other: keep them out of code
+#: (e.g. read them from a secret store into the option).
+SECURITY_OPTION_NAMES: Final[dict[str, str]] = {
+    name.lower(): name
+    for base in (*SECURITY_PROPERTIES, "sasl.jaas.config")
+    for name in (base, "kafka." + base)
+}
+OPTION_NAMES.update(SECURITY_OPTION_NAMES)
 
 #: Kafka source options a user may bring along that this source does not implement, with
 #: what to do instead. Unknown options fail too; these just get a better message.
@@ -127,6 +139,7 @@ class SourceOptions:
     min_partitions: int | None
     fail_on_data_loss: bool
     streaming: bool
+    security: ClientSecurity = PLAINTEXT
 
     def subscribes_to(self, topic: str) -> bool:
         """Whether ``topic`` belongs to the subscription (pattern: a whole-name match;
@@ -227,7 +240,19 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool,
         starting_offsets=starting, starting_timestamp=starting_timestamp,
         ending_offsets=ending, max_offsets_per_trigger=max_offsets,
         min_partitions=min_partitions, fail_on_data_loss=fail_on_data_loss,
-        streaming=streaming)
+        streaming=streaming, security=security_of(opts))
+
+
+def security_of(opts: Mapping[str, str]) -> ClientSecurity:
+    """The connection security the (lower-cased) options describe; PLAINTEXT if none."""
+    given = {k: v for k, v in opts.items() if k in SECURITY_OPTION_NAMES}
+    try:
+        return ClientSecurity.from_properties(given)
+    except ValueError as err:
+        name = next((SECURITY_OPTION_NAMES[k] for k in sorted(given)
+                     if k.endswith(("security.protocol", "sasl.mechanism"))),
+                    "security.protocol")
+        raise StrataSparkOptionError(name, f"{err}; see docs/spark.md (security)") from None
 
 
 def _reject_unknown(opts: Mapping[str, str]) -> None:
@@ -241,8 +266,8 @@ def _reject_unknown(opts: Mapping[str, str]) -> None:
         if key.startswith("kafka."):
             raise StrataSparkOptionError(
                 key, "the strata source passes no kafka.* settings to a Kafka client "
-                "(it has none); only kafka.bootstrap.servers is accepted, as an alias of "
-                "bootstrap.servers")
+                "(it has none); kafka.bootstrap.servers and the security options "
+                "(kafka.security.protocol, kafka.sasl.*, ssl.*: docs/spark.md) are accepted")
         known = ", ".join(sorted(OPTION_NAMES.values()))
         raise StrataSparkOptionError(
             key, f"is not a strata source option; remove it or fix its spelling "

@@ -428,7 +428,8 @@ class ClusterView:
     @property
     def admin(self) -> Admin:
         if self._admin is None:
-            self._admin = Admin(self.options.bootstrap, client_id="strata-spark-source")
+            self._admin = Admin(self.options.bootstrap, client_id="strata-spark-source",
+                                security=self.options.security)
         return self._admin
 
     def close(self) -> None:
@@ -588,7 +589,7 @@ def _data_loss(options: SourceOptions, message: str) -> None:
 
 def _consumer(options: SourceOptions, records: int) -> Consumer:
     fetch_bytes = fetch_bytes_for(records)
-    return Consumer(options.bootstrap, client_id="strata-spark-source",
+    return Consumer(options.bootstrap, client_id="strata-spark-source", security=options.security,
                     auto_offset_reset="none", max_partition_fetch_bytes=fetch_bytes,
                     fetch_max_bytes=fetch_bytes)
 
@@ -705,7 +706,8 @@ def _read_below_log(options: SourceOptions, rng: OffsetRange, start: int, end: i
 def _current_tier(options: SourceOptions, rng: OffsetRange) -> TierInfo | None:
     """``rng``'s partition's Delta tier as the cluster describes it now (the planned one
     if the cluster cannot say: an executor has only the range and the options)."""
-    admin = Admin(options.bootstrap, client_id="strata-spark-source")
+    admin = Admin(options.bootstrap, client_id="strata-spark-source",
+                  security=options.security)
     try:
         return describe_tiers(admin, [rng.topic]).get(rng.topic_partition, rng.tier)
     except UnknownTopicOrPartitionError:

@@ -53,7 +53,8 @@ from pyspark.sql.types import (
 )
 
 from spark_source._errors import StrataSparkOptionError
-from spark_source._options import _bootstrap
+from spark_source._options import SECURITY_OPTION_NAMES, _bootstrap, security_of
+from wire.security import PLAINTEXT, ClientSecurity
 
 __all__ = ["SinkOptions", "StrataCommitMessage", "batch_writer", "checkpoint_identity",
            "parse_sink_options", "stream_writer"]
@@ -69,6 +70,7 @@ SINK_OPTION_NAMES: Final[dict[str, str]] = {
                            "checkpointLocation", "sinkId", "deliveryGuarantee",
                            "compression", "maxRecordsPerBatch", "path")
 }
+SINK_OPTION_NAMES.update(SECURITY_OPTION_NAMES)
 _COLUMNS: Final = ("key", "value", "topic", "partition", "headers", "timestamp")
 #: Encoded chunks stay below this (the broker's default max.message.bytes is 1 MiB).
 _TARGET_CHUNK_BYTES: Final = 768 * 1024
@@ -84,6 +86,7 @@ class SinkOptions:
     compression: str
     max_records_per_batch: int
     columns: tuple[str, ...]
+    security: ClientSecurity = PLAINTEXT
 
 
 def parse_sink_options(options: Mapping[str, str], schema: StructType, *, streaming: bool,
@@ -129,7 +132,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType, *, stream
             "re-run batch after a restart; set .option('checkpointLocation', path) on "
             "writeStream (or option sinkId to a name that stays the same across restarts)")
     return SinkOptions(bootstrap, topic.strip() if topic else None, sink_id, delivery,
-                       compression, int(raw_max), columns)
+                       compression, int(raw_max), columns, security_of(opts))
 
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(.*)$")
@@ -217,7 +220,8 @@ def _write_task(options: SinkOptions, batches: Iterator[Any]) -> StrataCommitMes
 
     context = TaskContext.get()
     task_partition = context.partitionId() if context is not None else 0
-    writer = StagingWriter(options.bootstrap, direct=options.delivery == AT_LEAST_ONCE,
+    writer = StagingWriter(options.bootstrap, security=options.security,
+                           direct=options.delivery == AT_LEAST_ONCE,
                            client_id="strata-spark-sink")
     counts: dict[str, int] = {}
     chunk_number = 0
@@ -366,7 +370,7 @@ def _commit(options: SinkOptions, sink_id: str, batch_id: int,
     parts = _merge(messages)
     if not parts:
         return
-    with SinkCommitter(options.bootstrap) as committer:
+    with SinkCommitter(options.bootstrap, security=options.security) as committer:
         results = committer.commit(sink_producer_id(sink_id), batch_id, parts)
     replays = sorted(str(tp) for tp, r in results.items() if r.duplicate)
     if replays:
@@ -381,7 +385,7 @@ def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None]) -> 
         return
     parts = _merge(messages)
     if parts:
-        with SinkCommitter(options.bootstrap) as committer:
+        with SinkCommitter(options.bootstrap, security=options.security) as committer:
             committer.abort({tp: [p.staging_id for p in ps] for tp, ps in parts.items()})
 
 
@@ -428,7 +432,8 @@ def _check_topic(options: SinkOptions) -> None:
 
     if options.topic is None:
         return
-    with StagingWriter(options.bootstrap, client_id="strata-spark-sink-check") as probe:
+    with StagingWriter(options.bootstrap, client_id="strata-spark-sink-check",
+                       security=options.security) as probe:
         try:
             probe.partition_count(options.topic)
         except UnknownTopicOrPartitionError:

@@ -527,7 +527,7 @@ GOOD = {"bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
 @pytest.mark.parametrize(("streaming", "options", "option", "text"), [
     (True, {"foo": "1"}, "foo", "not a strata source option"),
     (True, {"assign": '{"t":[0]}'}, "assign", "Kafka source option"),
-    (True, {"kafka.group.id": "g"}, "kafka.group.id", "only kafka.bootstrap.servers"),
+    (True, {"kafka.group.id": "g"}, "kafka.group.id", "the security options"),
     (True, {"subscribePattern": "t.*"}, "subscribe", "exactly one.*both are set"),
     (True, {"subscribe": None}, "subscribe", "exactly one.*neither is set"),
     (True, {"subscribe": "a,b c"}, "subscribe", "'b c' in 'a,b c' is not a topic name"),

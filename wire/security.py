@@ -16,6 +16,7 @@ Thread-safety: frozen; ``ssl.SSLContext`` objects may be shared between threads.
 from __future__ import annotations
 
 import functools
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,8 @@ from typing import Any, Final
 
 from wire.sasl import MECHANISMS
 
-__all__ = ["PLAINTEXT", "SECURITY_OPTIONS", "SECURITY_PROTOCOLS", "ClientSecurity"]
+__all__ = ["PLAINTEXT", "SECURITY_OPTIONS", "SECURITY_PROPERTIES", "SECURITY_PROTOCOLS",
+           "ClientSecurity"]
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -39,6 +41,22 @@ SECURITY_OPTIONS: Final = {
     "ssl_keyfile": "ssl_keyfile",
     "ssl_check_hostname": "ssl_check_hostname",
 }
+
+
+#: Client property names (Kafka's and librdkafka's, as in a ``--command-config`` file or
+#: a Spark option, with or without a ``kafka.`` prefix) and the field each sets.
+#: ``sasl.jaas.config`` (Kafka's ``... username="u" password="p";``) sets both credentials.
+SECURITY_PROPERTIES: Final = {
+    "security.protocol": "protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.username": "username",
+    "sasl.password": "password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
+}
+_JAAS_FIELD: Final = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +111,31 @@ class ClientSecurity:
         """Build from the clients' keyword options (``SECURITY_OPTIONS``); other keys
         are ignored."""
         values = {SECURITY_OPTIONS[k]: v for k, v in options.items() if k in SECURITY_OPTIONS}
+        return cls(**values) if values else PLAINTEXT
+
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> ClientSecurity:
+        """Build from client properties (``SECURITY_PROPERTIES`` plus
+        ``sasl.jaas.config``, each optionally prefixed ``kafka.``); a key that is not one
+        of them raises ``KeyError`` naming it, a bad value ``ValueError``."""
+        values: dict[str, Any] = {}
+        for raw_key, value in properties.items():
+            key = raw_key.lower().removeprefix("kafka.")
+            value = value.strip()
+            if key == "sasl.jaas.config":
+                for name, quoted in _JAAS_FIELD.findall(value):
+                    values[name] = quoted.replace('\\"', '"')
+                continue
+            field_name = SECURITY_PROPERTIES.get(key)
+            if field_name is None:
+                raise KeyError(raw_key)
+            if field_name == "ssl_check_hostname":
+                values[field_name] = value.lower() not in ("", "none")
+            elif field_name in ("protocol", "sasl_mechanism"):
+                values[field_name] = value.upper()
+            else:
+                values[field_name] = value
         return cls(**values) if values else PLAINTEXT
 
 

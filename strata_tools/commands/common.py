@@ -6,12 +6,11 @@ import argparse
 import base64
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from wire.security import PLAINTEXT, ClientSecurity
+from wire.security import PLAINTEXT, SECURITY_PROPERTIES, ClientSecurity
 
 __all__ = ["CommandError", "add_bootstrap", "add_format", "bootstrap_of", "emit_json",
            "load_command_config", "render_bytes", "parse_key_values", "parse_non_negative_int",
@@ -19,19 +18,6 @@ __all__ = ["CommandError", "add_bootstrap", "add_format", "bootstrap_of", "emit_
 
 BOOTSTRAP_ENV = "STRATA_BOOTSTRAP"
 COMMAND_CONFIG_ENV = "STRATA_COMMAND_CONFIG"
-#: ``--command-config`` keys (librdkafka's and Kafka's client property names) and the
-#: ``ClientSecurity`` field each sets.
-_COMMAND_CONFIG_KEYS = {
-    "security.protocol": "protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.username": "username",
-    "sasl.password": "password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
-}
-_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 class CommandError(Exception):
@@ -55,27 +41,21 @@ def load_command_config(path: str) -> ClientSecurity:
         text = Path(path).read_text()
     except OSError as err:
         raise CommandError(f"cannot read --command-config {path}: {err.strerror}") from None
-    values: dict[str, Any] = {}
+    properties: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped or stripped.startswith(("#", "!")):
             continue
         key, sep, value = stripped.partition("=")
-        key, value = key.strip(), value.strip()
         if not sep:
             raise CommandError(f"{path}:{number}: expected key=value, got {line!r}")
-        if key == "sasl.jaas.config":  # Kafka's form: ... username="u" password="p";
-            for name, quoted in _JAAS_FIELD.findall(value):
-                values[name] = quoted.replace('\\"', '"')
-            continue
-        field = _COMMAND_CONFIG_KEYS.get(key)
-        if field is None:
-            raise CommandError(f"{path}:{number}: unknown key {key!r}; use "
-                               f"{', '.join([*_COMMAND_CONFIG_KEYS, 'sasl.jaas.config'])}")
-        values[field] = value.lower() not in ("", "none") if field == "ssl_check_hostname" \
-            else (value.upper() if field in ("protocol", "sasl_mechanism") else value)
+        properties[key.strip()] = value
     try:
-        return ClientSecurity(**values)
+        return ClientSecurity.from_properties(properties)
+    except KeyError as err:
+        raise CommandError(
+            f"--command-config {path}: unknown key {err.args[0]!r}; use "
+            f"{', '.join([*SECURITY_PROPERTIES, 'sasl.jaas.config'])}") from None
     except ValueError as err:
         raise CommandError(f"--command-config {path}: {err}") from None
 

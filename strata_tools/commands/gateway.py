@@ -6,7 +6,12 @@ import argparse
 import logging
 from typing import Any
 
-from strata_tools.commands.common import CommandError, add_bootstrap, bootstrap_of
+from strata_tools.commands.common import (
+    CommandError,
+    add_bootstrap,
+    bootstrap_of,
+    security_of_args,
+)
 
 __all__ = ["register"]
 
@@ -55,7 +60,8 @@ def _gateway(args: argparse.Namespace) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise CommandError("--tls-cert and --tls-key go together: pass both to serve HTTPS")
     config = GatewayConfig(
-        bootstrap=bootstrap_of(args), host=args.host, port=args.port, workers=args.workers,
+        bootstrap=bootstrap_of(args), security=security_of_args(args), host=args.host,
+        port=args.port, workers=args.workers,
         auth_config=None if args.no_auth else args.auth_config, no_auth=args.no_auth,
         linger_ms=args.linger_ms,
         max_request_bytes=args.max_request_bytes,

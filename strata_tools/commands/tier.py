@@ -27,6 +27,7 @@ from strata_tools.commands.common import (
     add_format,
     bootstrap_of,
     emit_json,
+    security_of_args,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,6 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     if not warehouse:
         raise CommandError(f"no warehouse given: pass --warehouse DIR or export {WAREHOUSE_ENV}")
     settings = TierSettings(bootstrap_of(args), Path(warehouse),
+                            security=security_of_args(args),
                             max_bytes_per_write=args.max_bytes_per_write,
                             vacuum_retain_hours=args.vacuum_retain_hours,
                             optimize_interval_s=args.optimize_interval_s,
