@@ -119,7 +119,8 @@ class Broker:
         self.broker_id = config.broker_id
         self.data_dir = config.data_dir
         self.coordinator = Coordinator(config.zookeeper_connect,
-                                       session_timeout_ms=config.zookeeper_session_timeout_ms)
+                                       session_timeout_ms=config.zookeeper_session_timeout_ms,
+                                       digest=config.zookeeper_digest())
         # The cluster as this broker last read it, and the replicas it hosts: the parts
         # below get these (brokers/services.py), never the broker itself.
         self.metadata = MetadataCache(config.broker_id)

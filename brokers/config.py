@@ -222,6 +222,15 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "sasl_authentication_timeout_ms", int, 10_000,
         "a connection to a SASL listener that has not logged in within this long is closed",
         lambda v: 100 <= v <= 600_000, "100..600000"),
+    "zookeeper.set.acl": _BrokerKey(
+        "zookeeper_set_acl", _flag, False,
+        "log in to ZooKeeper with zookeeper.digest.username/password and create every "
+        "znode writable by that identity only (SCRAM credentials readable by it only)",
+        accepted="true or false"),
+    "zookeeper.digest.username": _BrokerKey(
+        "zookeeper_digest_username", str, "", "the brokers' ZooKeeper digest identity"),
+    "zookeeper.digest.password": _BrokerKey(
+        "zookeeper_digest_password", str, "", "its password"),
     "authorizer.enable": _BrokerKey(
         "authorizer_enable", _flag, False,
         "check every request against the ACLs (strata acl); off: any client that reaches "
@@ -297,6 +306,9 @@ class BrokerConfig:
     inter_broker_sasl_password: str = field(default="", repr=False)
     sasl_authentication_timeout_ms: int = 10_000
     connections_max_reauth_ms: int = 0
+    zookeeper_set_acl: bool = False
+    zookeeper_digest_username: str = ""
+    zookeeper_digest_password: str = field(default="", repr=False)
     authorizer_enable: bool = False
     super_users: str = ""
     allow_everyone_if_no_acl_found: bool = False
@@ -326,6 +338,11 @@ class BrokerConfig:
             f"inter.broker.listener.name={self.inter_broker_listener_name} is not among "
             f"the listeners ({', '.join(x.name for x in listeners)})")
 
+    def zookeeper_digest(self) -> tuple[str, str] | None:
+        if not self.zookeeper_set_acl:
+            return None
+        return self.zookeeper_digest_username, self.zookeeper_digest_password
+
     def inter_broker_security(self) -> ClientSecurity:
         """How this broker connects to the others (their inter-broker listener)."""
         listener = self.inter_broker_listener()
@@ -345,6 +362,12 @@ class BrokerConfig:
         if any(x.uses_tls for x in listeners):
             server_ssl_context(self.ssl_certfile, self.ssl_keyfile, self.ssl_cafile,
                                self.ssl_client_auth)
+        if self.zookeeper_set_acl and not (self.zookeeper_digest_username
+                                           and self.zookeeper_digest_password):
+            raise InvalidConfigError(
+                "zookeeper.set.acl=true needs zookeeper.digest.username and "
+                "zookeeper.digest.password (the identity every broker logs in to ZooKeeper "
+                "as)")
         inter = self.inter_broker_listener()
         if inter.uses_sasl:
             if not self.inter_broker_sasl_username or not self.inter_broker_sasl_password:

@@ -96,6 +96,7 @@ from kazoo.protocol.serialization import (
     write_string,
 )
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
 from brokers.acl import AclBinding
 from wire.errors import (
@@ -303,14 +304,28 @@ class Coordinator:
     """A broker's (or an admin tool's) session with ZooKeeper."""
 
     def __init__(self, hosts: str, *, session_timeout_ms: int = 4_000,
-                 connect_timeout_s: float = 15.0) -> None:
+                 connect_timeout_s: float = 15.0,
+                 digest: tuple[str, str] | None = None) -> None:
+        """``digest``: ``(user, password)`` for ZooKeeper's digest scheme. With it, every
+        znode this session creates is writable only by that identity (others may read),
+        and SCRAM credentials are not even readable by others: a ZooKeeper client
+        without the brokers' credentials cannot change the cluster's state."""
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
         self._connect_timeout_s = connect_timeout_s
+        self._private_acl: list[Any] | None = None
+        default_acl = None
+        auth_data = None
+        if digest is not None:
+            owner = make_digest_acl(digest[0], digest[1], all=True)
+            default_acl = [owner, READ_ACL_UNSAFE[0]]
+            self._private_acl = [owner]
+            auth_data = [("digest", f"{digest[0]}:{digest[1]}")]
         # Reconnect quickly and forever: kazoo's default backoff doubles up to 60 s, which
         # can outlast the session during a ZooKeeper leader election and lose it.
         self.zk = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000,
-                              connection_retry={"max_tries": -1, "max_delay": 1.0})
+                              connection_retry={"max_tries": -1, "max_delay": 1.0},
+                              default_acl=default_acl, auth_data=auth_data)
         self._state_listeners: list[Callable[[str], None]] = []
         self.zk.add_listener(self._on_state)
         self._parsed_topics: dict[str, tuple[bytes, TopicDefinition]] = {}
@@ -1175,7 +1190,8 @@ class Coordinator:
                 "server_key": base64.b64encode(credential.server_key).decode()}
             try:
                 if version < 0:
-                    self.zk.create(path, _dump({"credentials": stored}))
+                    self.zk.create(path, _dump({"credentials": stored}),
+                                   acl=self._private_acl)
                 else:
                     self.zk.set(path, _dump({"credentials": stored}), version=version)
                 break

@@ -28,7 +28,9 @@ from typing import Any
 
 import pytest
 
+from brokers.config import BrokerConfig
 from brokers.coordination import Coordinator
+from procs import free_port
 from strata.client import (
     AclEntry,
     AclFilterEntry,
@@ -45,6 +47,7 @@ from wire.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     IllegalSaslStateError,
+    InvalidConfigError,
     NetworkError,
     ResourceNotFoundError,
     SaslAuthenticationFailedError,
@@ -538,3 +541,43 @@ def test_users_and_acls_from_the_command_line(brokers: list[BrokerProcess], pki:
     assert wrong.returncode == 1 and "unknown key 'sasl.kerberos'" in wrong.stderr
     no_password = _strata("user", "create", _name("x"), *common, stdin="")
     assert no_password.returncode == 1 and "no password given" in no_password.stderr
+
+
+# ----------------------------------------------------------------------------- ZooKeeper
+
+
+def test_zookeeper_acls_keep_other_clients_from_changing_cluster_state(
+        tmp_path: Path, kazoo_factory: Any) -> None:
+    """With zookeeper.set.acl the broker logs in to ZooKeeper (digest) and what it
+    creates is writable by it only; the SCRAM credentials are not even readable."""
+    from kazoo.exceptions import NoAuthError
+
+    server = ZooKeeperServer(tmp_path / "zk", free_port(), start_timeout=60)
+    server.start()
+    broker = BrokerProcess(server.connect_string, tmp_path / "b", 3, overrides={
+        "zookeeper.set.acl": "true", "zookeeper.digest.username": "strata-brokers",
+        "zookeeper.digest.password": "zk-secret"})
+    try:
+        broker.start()
+        with Admin(broker.bootstrap) as admin:
+            admin.create_topics([NewTopic("guarded", 1, 1)])
+            admin.upsert_scram_credential("gina", "gina-pw")
+        intruder = kazoo_factory(server.connect_string)
+        path = "/strata/brokers/topics/guarded"
+        assert intruder.get(path)[0]  # readable ...
+        with pytest.raises(NoAuthError):  # ... but not writable
+            intruder.set(path, b"{}")
+        with pytest.raises(NoAuthError):
+            intruder.delete(path + "/partitions/0/state")
+        with pytest.raises(NoAuthError):
+            intruder.create("/strata/brokers/topics/planted", b"{}")
+        with pytest.raises(NoAuthError):
+            intruder.get("/strata/config/users/gina")
+        # The broker itself still works with everything it created.
+        with Producer(broker.bootstrap) as producer:
+            assert producer.send("guarded", b"ok").result(timeout=30).offset == 0
+    finally:
+        broker.kill()
+        server.stop(grace=5.0)
+    with pytest.raises(InvalidConfigError, match=r"zookeeper\.digest\.username"):
+        BrokerConfig.from_mapping({"zookeeper.set.acl": "true"})
