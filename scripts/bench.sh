@@ -112,6 +112,11 @@ if [[ "${1:-}" == "scale" ]]; then
   exit 0
 fi
 
+if [[ "${1:-}" == "security" ]]; then
+  echo "== PLAINTEXT vs SASL_SSL (SCRAM-SHA-256, TLS), one broker, 8 partitions, 100-byte records"
+  "$STRATA" perf security
+  exit 0
+fi
 if [[ "${1:-}" == "gateway" ]]; then
   bash scripts/bench_gateway.sh
   exit 0

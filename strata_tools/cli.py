@@ -189,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
         "tier", help="tiering into Delta: records/s, bytes/record, replay hot vs tiered")
     perf_tier.add_tier_arguments(tier_bench)
     tier_bench.set_defaults(handler=perf_tier.run_tier)
+    from strata_tools import perf_security
+
+    security_bench = perf_sub.add_parser(
+        "security", help="PLAINTEXT vs SASL_SSL produce and consume, one broker of its own")
+    perf_security.add_security_arguments(security_bench)
+    security_bench.set_defaults(handler=perf_security.run_security)
     from strata_tools import perf_groups
 
     group_bench = perf_sub.add_parser(

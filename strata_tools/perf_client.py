@@ -29,6 +29,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wire.security import ClientSecurity
+
 __all__ = ["add_consume_arguments", "add_produce_arguments", "run_consume", "run_produce",
            "summarize"]
 
@@ -43,6 +45,9 @@ def _positive(text: str) -> int:
 def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", default=None, metavar="HOST:PORT[,...]",
                         help="brokers (default: $STRATA_BOOTSTRAP)")
+    parser.add_argument("--command-config", default=None, metavar="FILE",
+                        help="client security settings (as for every client command; "
+                        "docs/security.md)")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--num-records", type=_positive, required=True)
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -106,6 +111,12 @@ def _print(result: dict[str, Any], fmt: str, what: str) -> None:
     print(line)
 
 
+def _security(args: argparse.Namespace) -> ClientSecurity:
+    from strata_tools.commands.common import security_of_args
+
+    return security_of_args(args)
+
+
 def _bootstrap(args: argparse.Namespace) -> str:
     from strata_tools.commands.common import bootstrap_of
 
@@ -134,8 +145,9 @@ async def _produce(args: argparse.Namespace) -> int:
                 latencies.extend([elapsed] * count)
         return done
 
-    async with AsyncProducer(_bootstrap(args), acks=acks, batch_size=args.batch_size,
-                             linger_ms=args.linger_ms, compression=args.compression,
+    async with AsyncProducer(_bootstrap(args), security=_security(args), acks=acks,
+                             batch_size=args.batch_size, linger_ms=args.linger_ms,
+                             compression=args.compression,
                              enable_idempotence=None if args.acks == "all" else False
                              ) as producer:
         await producer.partitions_for(args.topic)  # metadata before the clock starts
@@ -183,7 +195,7 @@ async def _consume(args: argparse.Namespace) -> int:
     from strata.client import AsyncAdmin, AsyncConsumer, TopicPartition
 
     bootstrap = _bootstrap(args)
-    admin = AsyncAdmin(bootstrap)
+    admin = AsyncAdmin(bootstrap, security=_security(args))
     try:
         description = (await admin.describe_topics([args.topic]))[args.topic]
     finally:
@@ -192,7 +204,7 @@ async def _consume(args: argparse.Namespace) -> int:
     latencies: list[float] = []
     records = 0
     value_bytes = 0
-    async with AsyncConsumer(bootstrap, auto_offset_reset="earliest",
+    async with AsyncConsumer(bootstrap, security=_security(args), auto_offset_reset="earliest",
                              max_partition_fetch_bytes=4 << 20) as consumer:
         consumer.assign(partitions)
         await consumer.seek_to_beginning(partitions)
