@@ -58,6 +58,7 @@ from brokers.log import FlushPolicy, LogConfig
 from brokers.metrics import BrokerMetrics, PartitionStats, TierStats
 from brokers.network import ConnectionHandler
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
+from brokers.quotas import QuotaManager
 from brokers.replication import ReplicaManager
 from brokers.security import (
     Authenticator,
@@ -137,6 +138,7 @@ class Broker:
         self.endpoints: dict[str, tuple[str, int]] = {}
         self._servers: list[asyncio.Server] = []
         self.credentials = CredentialCache()
+        self.quotas = QuotaManager()
         self.acls = AclCache(
             super_users=[u.strip() for u in config.super_users.split(";") if u.strip()],
             allow_if_no_acl=config.allow_everyone_if_no_acl_found) \
@@ -164,7 +166,8 @@ class Broker:
                                        metrics_registry=self.metrics.registry)
         self.handlers = RequestHandlers(*parts, controller=self.controller,
                                         replicas=self.replicas, groups=self.groups, host=self,
-                                        authenticator=self.authenticator, acls=self.acls)
+                                        authenticator=self.authenticator, acls=self.acls,
+                                        quotas=self.quotas)
 
     # ------------------------------------------------------------------ views
     # The broker's own code reads and writes these through the two shared structures.
@@ -235,6 +238,8 @@ class Broker:
         await self.refresh_brokers()  # our own registration is in the list from now on
         await self._load_credentials()
         self.coordinator.watch_users(self.threadsafe(self._on_users_changed))
+        await self._on_quotas_changed(None)
+        self.coordinator.watch_client_quotas(self.threadsafe(self._on_quotas_changed))
         if self.acls is not None:
             await self._on_acls_changed(None)
             self.coordinator.watch_acls(self.threadsafe(self._on_acls_changed))
@@ -543,6 +548,12 @@ class Broker:
     async def _load_credentials(self) -> set[str]:
         users = await asyncio.to_thread(self.coordinator.scram_credentials)
         return self.credentials.replace(users)
+
+    async def _on_quotas_changed(self, _: object) -> None:
+        try:
+            self.quotas.replace(await asyncio.to_thread(self.coordinator.client_quotas))
+        except StrataError as err:
+            log.warning("reading the client quotas failed: %s; the next change retries", err)
 
     async def _on_acls_changed(self, _: object) -> None:
         assert self.acls is not None

@@ -146,6 +146,8 @@ _TIER_LOCKS = f"{ROOT}/tier/locks"
 _USERS = f"{ROOT}/config/users"
 _ACLS = f"{ROOT}/acls"
 _ACLS_CHANGED = f"{ROOT}/acls_changed"
+_QUOTAS = f"{ROOT}/config/quotas"
+_QUOTAS_CHANGED = f"{ROOT}/config/quotas_changed"
 # Bumped with every credential change: brokers watch this one znode, not every user.
 _USERS_CHANGED = f"{ROOT}/config/users_changed"
 
@@ -1317,6 +1319,61 @@ class Coordinator:
             with contextlib.suppress(NodeExistsError):
                 self.zk.create(path, b"0", makepath=True)
 
+    # ------------------------------------------------------------------ client quotas
+    def client_quotas(self) -> dict[tuple[str | None, str | None], dict[str, float]]:
+        """Every quota: ``(user, None)`` or ``(None, client_id)`` -> {key: limit}."""
+        try:
+            names = self.zk.get_children(_QUOTAS)
+        except NoNodeError:
+            return {}
+        found = read_znodes(self.zk, [f"{_QUOTAS}/{n}" for n in names])
+        out: dict[tuple[str | None, str | None], dict[str, float]] = {}
+        for name in names:
+            entry = found.get(f"{_QUOTAS}/{name}")
+            if entry is not None:
+                kind, _, encoded = name.partition(".")
+                entity = _b64_name(encoded)
+                values = {k: float(v) for k, v in _load(entry[0]).get("quotas", {}).items()}
+                out[(entity, None) if kind == "user" else (None, entity)] = values
+        return out
+
+    def alter_client_quota(self, user: str | None, client_id: str | None,
+                           changes: Mapping[str, float | None]) -> None:
+        """Set (or, with None, remove) quota keys of one entity."""
+        kind, entity = ("user", user) if user is not None else ("client", client_id)
+        assert entity is not None
+        encoded = base64.urlsafe_b64encode(entity.encode()).decode().rstrip("=")
+        path = f"{_QUOTAS}/{kind}.{encoded}"
+        self.zk.ensure_path(_QUOTAS)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+                quotas, version = _load(data).get("quotas", {}), stat.version
+            except NoNodeError:
+                quotas, version = {}, -1
+            for key, value in changes.items():
+                if value is None:
+                    quotas.pop(key, None)
+                else:
+                    quotas[key] = value
+            try:
+                if version < 0:
+                    if quotas:
+                        self.zk.create(path, _dump({"quotas": quotas}))
+                elif quotas:
+                    self.zk.set(path, _dump({"quotas": quotas}), version=version)
+                else:
+                    self.zk.delete(path, version=version)
+                break
+            except (NodeExistsError, BadVersionError, NoNodeError):
+                continue
+        self._bump(_QUOTAS_CHANGED)
+
+    def watch_client_quotas(self, callback: Callable[[object], None]) -> None:
+        """``callback(_)`` now and after every quota change (kazoo's thread)."""
+        self.zk.ensure_path(_QUOTAS_CHANGED)
+        self.zk.DataWatch(_QUOTAS_CHANGED)(lambda data, stat: callback(data))
+
     # ------------------------------------------------------------------ producer ids
     def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> range:
         """Claim the next block of producer ids with a compare-and-set loop."""
@@ -1529,9 +1586,13 @@ def _acl_node(resource_type: str, pattern_type: str, name: str) -> str:
     return f"{resource_type}.{pattern_type}.{encoded}"
 
 
+def _b64_name(encoded: str) -> str:
+    return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+
+
 def _acl_entries(node: str, data: bytes) -> list[AclBinding]:
     resource_type, pattern_type, encoded = node.split(".", 2)
-    name = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    name = _b64_name(encoded)
     return [AclBinding(resource_type, pattern_type, name, e["principal"], e["host"],
                        e["operation"], e["permission"])
             for e in _load(data).get("acls", [])]

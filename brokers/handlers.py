@@ -35,6 +35,7 @@ from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefin
 from brokers.log import LogConfig
 from brokers.log.config import TOPIC_CONFIG_KEYS
 from brokers.partition import FetchSessionClock
+from brokers.quotas import QUOTA_KEYS, QuotaManager
 from brokers.security import Authenticator, CredentialCache, Listener, Session
 from brokers.staging import StagedPart
 from wire.errors import (
@@ -80,6 +81,8 @@ from wire.protocol import (
     AclEntry,
     AclFilterEntry,
     AclResult,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
@@ -114,6 +117,8 @@ from wire.protocol import (
     DeleteTopicsResponse,
     DescribeAclsRequest,
     DescribeAclsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribedConfig,
@@ -171,6 +176,8 @@ from wire.protocol import (
     ProduceRequest,
     ProduceResponse,
     ProduceTopicResponse,
+    QuotaEntry,
+    QuotaValue,
     Reader,
     ReassignablePartition,
     RequestHeader,
@@ -403,7 +410,7 @@ class RequestHandlers:
                  registry: PartitionRegistry, coordinator: Coordinator, *,
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
                  host: HandlerHost, authenticator: Authenticator | None = None,
-                 acls: AclCache | None = None) -> None:
+                 acls: AclCache | None = None, quotas: QuotaManager | None = None) -> None:
         """``acls`` None: no authorization (every principal may do everything)."""
         self.config = config
         self.broker_id = config.broker_id
@@ -415,6 +422,7 @@ class RequestHandlers:
         self.groups = groups
         self.host = host
         self.acls = acls
+        self.quotas = quotas or QuotaManager()
         self._refusals = RefusalLog(logging.getLogger("strata.brokers.audit"))
         self.authenticator = authenticator or Authenticator(
             CredentialCache(), list(MECHANISMS), plain_over_plaintext=False, reauth_ms=0)
@@ -453,6 +461,8 @@ class RequestHandlers:
             ApiKey.CREATE_ACLS: self.create_acls,
             ApiKey.DESCRIBE_ACLS: self.describe_acls,
             ApiKey.DELETE_ACLS: self.delete_acls,
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
+            ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
         }
 
     async def dispatch(self, header: RequestHeader, body: Reader,
@@ -461,6 +471,7 @@ class RequestHandlers:
         every right) is available to the handlers as ``current_session()``."""
         session = session or _INTERNAL
         _SESSION.set(session)
+        session.client_id = header.client_id or ""
         try:
             api = ApiKey(header.api_key)
         except ValueError:
@@ -482,6 +493,9 @@ class RequestHandlers:
                 f"{api.name} version {header.api_version} is not supported (supported: "
                 f"{low}..{high}); upgrade the broker or downgrade the client")
         request = decode(REQUEST_TYPES[api], body, header.api_version)
+        # Replication is never throttled: a quota must not slow the brokers' own copies.
+        if api not in _BEFORE_LOGIN and getattr(request, "replica_id", -1) < 0:
+            self._throttle("request_rate", 1)
         if api is ApiKey.CONSUMER_GROUP_HEARTBEAT:  # the only handler that needs the header
             assert isinstance(request, ConsumerGroupHeartbeatRequest)
             refused = self._refusal("READ", "GROUP", request.group_id)
@@ -521,6 +535,55 @@ class RequestHandlers:
         raise error(f"{principal} may not {operation} {where}; an administrator can allow it "
                     f"with `strata acl add --allow-principal {principal} --operation "
                     f"{operation} {flag}`")
+
+    # ------------------------------------------------------------------ quotas
+    def _throttle(self, key: str, amount: float) -> int:
+        """Count ``amount`` against the session's quota; when over it, mute the
+        connection for the throttle and return it (ms; 0: within the quota)."""
+        session = current_session()
+        if session is _INTERNAL:
+            return 0
+        throttle = self.quotas.record(key, session.principal, session.client_id, amount)
+        if throttle:
+            session.mute_until = max(session.mute_until, time.monotonic() + throttle / 1000)
+        return throttle
+
+    async def describe_client_quotas(self, request: DescribeClientQuotasRequest
+                                     ) -> DescribeClientQuotasResponse:
+        try:
+            self._require("DESCRIBE", "CLUSTER")
+            stored = await asyncio.to_thread(self.coordinator.client_quotas)
+        except StrataError as err:
+            return DescribeClientQuotasResponse(*_error(err))
+        return DescribeClientQuotasResponse(0, None, [
+            QuotaEntry(user, client_id, [QuotaValue(k, int(v)) for k, v in sorted(q.items())])
+            for (user, client_id), q in sorted(stored.items(), key=str)])
+
+    async def alter_client_quotas(self, request: AlterClientQuotasRequest
+                                  ) -> AlterClientQuotasResponse:
+        try:
+            self._require("ALTER", "CLUSTER")
+            changes: dict[tuple[str | None, str | None], dict[str, float | None]] = {}
+            for change in request.alterations:
+                if (change.user is None) == (change.client_id is None) or \
+                        not (change.user or change.client_id):
+                    raise InvalidRequestError(
+                        "a quota names exactly one of a user or a client id (or <default>)")
+                if change.key not in QUOTA_KEYS:
+                    raise InvalidRequestError(
+                        f"quota key {change.key!r} is not one of {', '.join(QUOTA_KEYS)}")
+                if not change.remove and change.value <= 0:
+                    raise InvalidRequestError(
+                        f"{change.key}={change.value} is not valid: use a number above 0 "
+                        "(remove the quota for no limit)")
+                changes.setdefault((change.user, change.client_id), {})[change.key] = \
+                    None if change.remove else float(change.value)
+            for (user, client_id), values in changes.items():
+                await asyncio.to_thread(self.coordinator.alter_client_quota, user, client_id,
+                                        values)
+        except StrataError as err:
+            return AlterClientQuotasResponse(*_error(err))
+        return AlterClientQuotasResponse(0)
 
     # ------------------------------------------------------------------ ACL admin
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
@@ -998,11 +1061,14 @@ class RequestHandlers:
 
         answered = _answer_each(request.topics, lambda p: ProducePartitionResponse(p, 0),
                                 append)
+        throttle = self._throttle("producer_byte_rate", sum(
+            len(p.records) for t in request.topics for p in t.partitions
+            if p.records is not None))
         if request.acks == 0:
             return None
         if waits:
             await asyncio.gather(*waits)
-        return ProduceResponse([ProduceTopicResponse(t, a) for t, a in answered])
+        return ProduceResponse([ProduceTopicResponse(t, a) for t, a in answered], throttle)
 
     async def _await_ack(self, partition: Partition, end_offset: int, acks: int,
                          timeout_ms: int, answer: ProducePartitionResponse) -> None:
@@ -1105,10 +1171,14 @@ class RequestHandlers:
             remaining = deadline - time.monotonic()
             if size >= max(request.min_bytes, 1) or remaining <= 0 or not partitions \
                     or self.host.stopping:
+                if request.replica_id < 0:
+                    response.throttle_time_ms = self._throttle("consumer_byte_rate", size)
                 return response
             # As in Kafka: a partition error (out of range, not leader, ...) is answered at
             # once; waiting for data could not fix it and would delay the client's reset.
             if any(p.error_code for t in response.topics for p in t.partitions):
+                if request.replica_id < 0:
+                    response.throttle_time_ms = self._throttle("consumer_byte_rate", size)
                 return response
             # One future for every partition, registered in the same loop turn as the read
             # above: an append in between cannot be missed.

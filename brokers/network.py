@@ -122,6 +122,9 @@ class ConnectionHandler:
                 await self._slots.acquire()
                 if self.closing:
                     return
+                muted = self.session.mute_until - time.monotonic()
+                if muted > 0:  # a quota was exceeded: this connection waits it out
+                    await asyncio.sleep(muted)
                 try:
                     prefix = await self.reader.readexactly(FRAME_PREFIX.size)
                 except (asyncio.IncompleteReadError, ConnectionError, OSError):

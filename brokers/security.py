@@ -180,6 +180,10 @@ class Session:
     #: (user, mechanism, stored key) the session logged in with: a change ends it.
     login: tuple[str, str, bytes] | None = None
     expires_at: float = 0.0  # monotonic; 0: never
+    #: The client id of the latest request (quotas may be set per client id).
+    client_id: str = ""
+    #: Quota throttling (brokers/quotas.py): read no further request before this.
+    mute_until: float = 0.0
     opened_at: float = field(default_factory=time.monotonic)
     scram: ScramServer | None = None
 

@@ -140,12 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
         gateway,
         group,
         produce,
+        quota,
         tier,
         topic,
         user,
     )
 
-    for module in (broker, topic, cluster, produce, consume, group, gateway, tier, user, acl):
+    for module in (broker, topic, cluster, produce, consume, group, gateway, tier, user, acl,
+                   quota):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")

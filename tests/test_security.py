@@ -581,3 +581,103 @@ def test_zookeeper_acls_keep_other_clients_from_changing_cluster_state(
         server.stop(grace=5.0)
     with pytest.raises(InvalidConfigError, match=r"zookeeper\.digest\.username"):
         BrokerConfig.from_mapping({"zookeeper.set.acl": "true"})
+
+
+# ----------------------------------------------------------------------------- quotas
+
+
+def test_quotas_throttle_produce_fetch_and_requests(brokers: list[BrokerProcess], pki: Pki,
+                                                    tmp_path: Path) -> None:
+    """Over its byte-rate quota a principal's Produce and Fetch answers carry
+    throttle_time_ms, and its next request waits that long (the broker stops reading the
+    connection and the client holds back); a request-rate quota per client id throttles
+    too. Only lower bounds on time are asserted: a slow machine cannot make them fail."""
+    from wire.protocol import (
+        FetchPartition,
+        FetchRequest,
+        FetchResponse,
+        FetchTopic,
+        ProducePartition,
+        ProduceRequest,
+        ProduceResponse,
+        ProduceTopic,
+    )
+    from wire.record_batch import build_batch
+
+    user, topic = _name("quinn"), _name("quota")
+    servers = bootstrap(brokers, "SASL_SSL")
+    with Admin(servers, security=sasl("SASL_SSL", pki)) as admin:
+        admin.upsert_scram_credential(user, "quinn-pw")
+        admin.create_topics([NewTopic(topic, 1, 1)])
+        admin.create_acls([_allow(f"User:{user}", op, "TOPIC", topic)
+                           for op in ("WRITE", "READ")])
+        admin.alter_client_quotas(user=user, set={"producer_byte_rate": 100_000,
+                                                  "consumer_byte_rate": 100_000})
+        admin.alter_client_quotas(client_id="chatty", set={"request_rate": 5})
+        assert admin.describe_client_quotas()[(user, None)] == {
+            "producer_byte_rate": 100_000, "consumer_byte_rate": 100_000}
+        leader = admin.describe_topics([topic])[topic].partitions[0].leader
+    broker = next(b for b in brokers if b.broker_id == leader)
+    batch = build_batch([bytes(1000)] * 300)  # 300 KB: three seconds' worth of quota
+
+    async def exercise() -> tuple[int, float, int]:
+        deadline = time.monotonic() + 10
+        while True:  # the quota and the new user reach the broker by watch
+            try:
+                conn = BrokerConnection("127.0.0.1", broker.ports["SASL_PLAINTEXT"],
+                                        security=sasl("SASL_PLAINTEXT", pki, user, "quinn-pw"))
+                await conn.connect()
+            except SaslAuthenticationFailedError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+                continue
+            produced = await conn.request(ApiKey.PRODUCE, ProduceRequest(
+                1, 10_000, [ProduceTopic(topic, [ProducePartition(0, batch)])]))
+            assert isinstance(produced, ProduceResponse)
+            assert produced.topics[0].partitions[0].error_code == 0
+            if produced.throttle_time_ms > 0 or time.monotonic() > deadline:
+                break
+            await conn.close()
+        began = time.monotonic()
+        fetched = await conn.request(ApiKey.FETCH, FetchRequest(
+            [FetchTopic(topic, [FetchPartition(0, 0, 1 << 20)])], max_wait_ms=0,
+            min_bytes=1, max_bytes=1 << 20))
+        waited = time.monotonic() - began
+        assert isinstance(fetched, FetchResponse)
+        assert fetched.topics[0].partitions[0].error_code == 0
+        await conn.close()
+        return produced.throttle_time_ms, waited, fetched.throttle_time_ms
+
+    produce_throttle, waited, fetch_throttle = asyncio.run(asyncio.wait_for(exercise(), 60))
+    assert produce_throttle >= 1000, produce_throttle  # ~2 s over a 1 s window
+    assert waited >= produce_throttle / 1000 * 0.9  # the next request waited it out
+    assert fetch_throttle >= 1000, fetch_throttle
+
+    async def chatter() -> float:
+        async with BrokerConnection("127.0.0.1", broker.ports["PLAINTEXT"],
+                                    client_id="chatty") as conn:
+            began = time.monotonic()
+            for _ in range(20):
+                await conn.request(ApiKey.METADATA, MetadataRequest([]))
+            return time.monotonic() - began
+
+    # 20 requests at 5 a second: at least two seconds however fast the machine is.
+    assert asyncio.run(asyncio.wait_for(chatter(), 60)) >= 2.0
+    with Admin(servers, security=sasl("SASL_SSL", pki)) as admin:
+        admin.alter_client_quotas(client_id="chatty", remove=["request_rate"])
+        with pytest.raises(StrataError, match="is not one of"):
+            admin.alter_client_quotas(user=user, set={"bytes_per_fortnight": 1})
+    config = tmp_path / "admin.properties"
+    config.write_text(f"security.protocol=SASL_SSL\nsasl.username={ADMIN}\n"
+                      f"sasl.password={ADMIN_PASSWORD}\nssl.ca.location={pki.ca.certfile}\n")
+    common = ["--bootstrap", servers, "--command-config", str(config)]
+    assert _strata("quota", "set", "--user", "<default>", "--request-rate", "1000",
+                   *common).returncode == 0
+    listed = _strata("quota", "list", *common, "--format", "json")
+    assert {"user": "<default>", "client_id": None, "request_rate": 1000} in \
+        json.loads(listed.stdout), listed.stderr
+    assert _strata("quota", "remove", "--user", "<default>", "request_rate",
+                   *common).returncode == 0
+    bad = _strata("quota", "set", "--user", user, "--producer-byte-rate", "0", *common)
+    assert bad.returncode == 1 and "above 0" in bad.stderr

@@ -66,6 +66,8 @@ class BrokerConnection:
         self._ids = itertools.count(1)
         self._read_task: asyncio.Task[None] | None = None
         self._closed_error: StrataError | None = None
+        # A broker's quota throttle (a response's throttle_time_ms): no request before.
+        self._throttled_until = 0.0
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port})"
@@ -133,6 +135,9 @@ class BrokerConnection:
         """Send one request; return its response (``None``-like empty message if none)."""
         if not self.is_open or self._writer is None:
             raise self._closed_error or NetworkError(f"{self} is not connected")
+        wait = self._throttled_until - asyncio.get_running_loop().time()
+        if wait > 0:  # honour the broker's throttle (it would not read us before anyway)
+            await asyncio.sleep(wait)
         correlation_id = next(self._ids) & 0x7FFFFFFF
         frame = encode_request(RequestHeader(int(api), version, correlation_id, self.client_id),
                                body)
@@ -173,7 +178,12 @@ class BrokerConnection:
                         cls = error_for_code(header.error_code)
                         future.set_exception(cls(body.error_message or cls.__name__))
                     else:
-                        future.set_result(decode(response_type, reader, version))
+                        response = decode(response_type, reader, version)
+                        throttle = getattr(response, "throttle_time_ms", 0)
+                        if throttle > 0:
+                            self._throttled_until = asyncio.get_running_loop().time() + \
+                                throttle / 1000
+                        future.set_result(response)
                 except StrataError as err:
                     future.set_exception(err)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as err:

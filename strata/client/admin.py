@@ -76,6 +76,8 @@ from wire.protocol import (
     LATEST_TIMESTAMP,
     AclEntry,
     AclFilterEntry,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterConfigsTopic,
@@ -98,6 +100,8 @@ from wire.protocol import (
     DeleteTopicsResponse,
     DescribeAclsRequest,
     DescribeAclsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribedGroup,
@@ -124,6 +128,7 @@ from wire.protocol import (
     ListPartitionReassignmentsResponse,
     Message,
     MetadataResponse,
+    QuotaAlteration,
     ReassignablePartition,
     ReassignableTopic,
     ScramCredentialDeletion,
@@ -739,6 +744,35 @@ class AsyncAdmin:
             out.setdefault(tp, NetworkError(f"{tp}: broker {node}'s answer left it out"))
         return topics, out
 
+    # ------------------------------------------------------------------ client quotas
+    async def describe_client_quotas(self) -> dict[tuple[str | None, str | None],
+                                                   dict[str, int]]:
+        """Every quota: ``(user, None)`` or ``(None, client_id)`` (``"<default>"``: the
+        default) -> ``{key: limit}``; needs DESCRIBE on the cluster."""
+        response = await self._cluster.send_any(ApiKey.DESCRIBE_CLIENT_QUOTAS,
+                                                DescribeClientQuotasRequest())
+        assert isinstance(response, DescribeClientQuotasResponse)
+        if response.error_code:
+            raise error_from_code(response.error_code, response.error_message)
+        return {(e.user, e.client_id): {v.key: v.value for v in e.values}
+                for e in response.entries}
+
+    async def alter_client_quotas(self, *, user: str | None = None,
+                                  client_id: str | None = None,
+                                  set: Mapping[str, int] | None = None,
+                                  remove: Iterable[str] = ()) -> None:
+        """Set and/or remove quota keys (``producer_byte_rate``, ``consumer_byte_rate``,
+        ``request_rate``) of one user or one client id (``"<default>"`` for the
+        default); needs ALTER on the cluster."""
+        alterations = [QuotaAlteration(user, client_id, k, int(v))
+                       for k, v in (set or {}).items()]
+        alterations += [QuotaAlteration(user, client_id, k, 0, True) for k in remove]
+        response = await self._cluster.send_any(ApiKey.ALTER_CLIENT_QUOTAS,
+                                                AlterClientQuotasRequest(alterations))
+        assert isinstance(response, AlterClientQuotasResponse)
+        if response.error_code:
+            raise error_from_code(response.error_code, response.error_message)
+
     # ------------------------------------------------------------------ ACLs
     async def create_acls(self, acls: Iterable[AclEntry]) -> None:
         """Add ACL bindings (Kafka's CreateAcls); needs ALTER on the cluster. A bad
@@ -1296,6 +1330,15 @@ class Admin:
 
     def create_acls(self, acls: Iterable[AclEntry]) -> None:
         self._run(self._admin.create_acls(list(acls)))
+
+    def describe_client_quotas(self) -> dict[tuple[str | None, str | None], dict[str, int]]:
+        return self._run(self._admin.describe_client_quotas())
+
+    def alter_client_quotas(self, *, user: str | None = None, client_id: str | None = None,
+                            set: Mapping[str, int] | None = None,
+                            remove: Iterable[str] = ()) -> None:
+        self._run(self._admin.alter_client_quotas(user=user, client_id=client_id, set=set,
+                                                  remove=list(remove)))
 
     def describe_acls(self, acl_filter: AclFilterEntry | None = None) -> list[AclEntry]:
         return self._run(self._admin.describe_acls(acl_filter))

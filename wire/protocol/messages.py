@@ -191,6 +191,13 @@ __all__ = [
     "DeleteAclsRequest",
     "DeleteAclsResult",
     "DeleteAclsResponse",
+    "QuotaValue",
+    "QuotaEntry",
+    "DescribeClientQuotasRequest",
+    "DescribeClientQuotasResponse",
+    "QuotaAlteration",
+    "AlterClientQuotasRequest",
+    "AlterClientQuotasResponse",
 ]
 
 # ListOffsets special timestamps (Kafka's values).
@@ -233,6 +240,8 @@ class ApiKey(IntEnum):
     CREATE_ACLS = 31
     DESCRIBE_ACLS = 32
     DELETE_ACLS = 33
+    DESCRIBE_CLIENT_QUOTAS = 34
+    ALTER_CLIENT_QUOTAS = 35
 
 
 # ----------------------------------------------------------------------------- headers
@@ -698,7 +707,8 @@ class ProduceTopicResponse(Message):
 
 @dataclass(slots=True)
 class ProduceResponse(Message):
-    """One answer per requested partition. ``throttle_time_ms`` is always 0 (no quotas)."""
+    """One answer per requested partition. ``throttle_time_ms``: how long the client must
+    wait before its next request to this broker (a quota was exceeded; 0: none)."""
 
     topics: list[ProduceTopicResponse]
     throttle_time_ms: int = 0
@@ -859,7 +869,8 @@ class FetchTopicResponse(Message):
 
 @dataclass(slots=True)
 class FetchResponse(Message):
-    """``throttle_time_ms`` is always 0. ``error_code`` is 0 (errors are per partition)
+    """``throttle_time_ms``: how long the client must wait before its next request to
+    this broker (a quota was exceeded; 0: none). ``error_code`` is 0 (errors are per partition)
     except for a fetch session that cannot go on (FETCH_SESSION_ID_NOT_FOUND,
     INVALID_FETCH_SESSION_EPOCH), which lists no partitions. ``session_id`` (version 1):
     the session the request opened or continued (0: none)."""
@@ -1973,6 +1984,86 @@ class DeleteAclsResponse(Message):
     FIELDS: ClassVar = (Field("results", Array(Struct(DeleteAclsResult))),)
 
 
+# ----------------------------------------------------------------------------- client quotas
+
+
+@dataclass(slots=True)
+class QuotaValue(Message):
+    """``key``: producer_byte_rate, consumer_byte_rate (bytes/s) or request_rate
+    (requests/s)."""
+
+    key: str
+    value: int
+    FIELDS: ClassVar = (Field("key", STRING), Field("value", INT64))
+
+
+@dataclass(slots=True)
+class QuotaEntry(Message):
+    """The quotas of one entity: ``user`` or ``client_id`` (the other null);
+    ``<default>`` is the default for every user or client id."""
+
+    user: str | None
+    client_id: str | None
+    values: list[QuotaValue]
+    FIELDS: ClassVar = (
+        Field("user", NULLABLE_STRING),
+        Field("client_id", NULLABLE_STRING),
+        Field("values", Array(Struct(QuotaValue))),
+    )
+
+
+@dataclass(slots=True)
+class DescribeClientQuotasRequest(Message):
+    """Every quota set; needs DESCRIBE on the cluster."""
+
+    FIELDS: ClassVar = ()
+
+
+@dataclass(slots=True)
+class DescribeClientQuotasResponse(Message):
+    error_code: int
+    error_message: str | None = None
+    entries: list[QuotaEntry] = field(default_factory=list)
+    FIELDS: ClassVar = (
+        Field("error_code", INT16),
+        Field("error_message", NULLABLE_STRING),
+        Field("entries", Array(Struct(QuotaEntry))),
+    )
+
+
+@dataclass(slots=True)
+class QuotaAlteration(Message):
+    """Set ``key`` of the entity to ``value`` (``remove``: drop it)."""
+
+    user: str | None
+    client_id: str | None
+    key: str
+    value: int = 0
+    remove: bool = False
+    FIELDS: ClassVar = (
+        Field("user", NULLABLE_STRING),
+        Field("client_id", NULLABLE_STRING),
+        Field("key", STRING),
+        Field("value", INT64),
+        Field("remove", BOOL),
+    )
+
+
+@dataclass(slots=True)
+class AlterClientQuotasRequest(Message):
+    """Needs ALTER on the cluster; every alteration is checked before any is stored."""
+
+    alterations: list[QuotaAlteration]
+    FIELDS: ClassVar = (Field("alterations", Array(Struct(QuotaAlteration))),)
+
+
+@dataclass(slots=True)
+class AlterClientQuotasResponse(Message):
+    error_code: int
+    error_message: str | None = None
+    FIELDS: ClassVar = (Field("error_code", INT16), Field("error_message", NULLABLE_STRING))
+
+
 # ----------------------------------------------------------------------------- consumer groups
 #
 # Groups follow Kafka's KIP-848 ("next generation" consumer rebalance protocol): the
@@ -2400,6 +2491,8 @@ REQUEST_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.CREATE_ACLS: CreateAclsRequest,
     ApiKey.DESCRIBE_ACLS: DescribeAclsRequest,
     ApiKey.DELETE_ACLS: DeleteAclsRequest,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: DescribeClientQuotasRequest,
+    ApiKey.ALTER_CLIENT_QUOTAS: AlterClientQuotasRequest,
     ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatRequest,
     ApiKey.OFFSET_COMMIT: OffsetCommitRequest,
@@ -2437,6 +2530,8 @@ RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.CREATE_ACLS: CreateAclsResponse,
     ApiKey.DESCRIBE_ACLS: DescribeAclsResponse,
     ApiKey.DELETE_ACLS: DeleteAclsResponse,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: DescribeClientQuotasResponse,
+    ApiKey.ALTER_CLIENT_QUOTAS: AlterClientQuotasResponse,
     ApiKey.FIND_COORDINATOR: FindCoordinatorResponse,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatResponse,
     ApiKey.OFFSET_COMMIT: OffsetCommitResponse,
