@@ -37,6 +37,7 @@ from collections.abc import Sequence
 
 from procs import PortInUseError
 from strata_tools.commands.common import CommandError
+from strata_tools.secure import SecureStack
 from strata_tools.stack import (
     DEFAULT_DATA_DIR,
     ZOOKEEPER_NODE_CHOICES,
@@ -110,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
         "survives the loss of one node, in DIR/zookeeper-0..2) (default: as many as the "
         "data dir already has, else 1; it cannot be changed on an existing data dir)",
     )
+    up.add_argument(
+        "--secure", action="store_true",
+        help="secure the stack (docs/security.md): a private CA and certificates, SASL_SSL "
+        "listeners, SCRAM users admin/broker/gateway/tier, ACLs, ZooKeeper ACLs; prints "
+        "the client config to use. A data dir secured once stays secured")
     up.add_argument(
         "--no-tier", dest="tier", action="store_false",
         help="do not start the tiering job (a running one is left running); e.g. for a "
@@ -214,8 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
+    secure = SecureStack(status.data_dir)
     if fmt == "json":
-        print(json.dumps(status.to_json(), indent=2))
+        described = status.to_json()
+        if secure.enabled:
+            described["security"] = secure.describe()
+        print(json.dumps(described, indent=2))
         return
     print(headline)
     for p in status.processes:
@@ -234,11 +244,16 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
               "`Authorization: Bearer <key>`)")
     if endpoints["bootstrap"]:
         print(f"Use it:    export STRATA_BOOTSTRAP={endpoints['bootstrap']}")
+    if secure.enabled:
+        print(f"Secured:   SASL_SSL, CA {secure.ca_file}; as admin: export "
+              f"STRATA_COMMAND_CONFIG={secure.config_file('admin')}  (user admin, password "
+              "in that file; Python clients: security_protocol='SASL_SSL', "
+              "ssl_cafile=<CA>, sasl_plain_username/sasl_plain_password)")
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
     stack = Stack(args.data_dir, brokers=args.brokers, zookeeper_nodes=args.zookeeper_nodes,
-                  tier=args.tier)
+                  tier=args.tier, secure=args.secure)
     status = stack.up(base_port=args.base_port)
     _print_status(status, args.format, f"Strata stack is up (data dir {stack.data_dir})")
     if args.format == "text":

@@ -56,6 +56,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from procs import PortInUseError, check_port_free, cmdline, kill_pid, pid_alive
+from strata_tools.secure import SecureStack
+from wire.security import ClientSecurity
 
 if TYPE_CHECKING:
     from zookeeper.launcher import ZooKeeperEnsemble, ZooKeeperServer
@@ -342,10 +344,14 @@ def _start_broker(broker_id: int, brokers: int) -> Callable[[StackContext, int],
         log_path = data / "broker.log"
         metrics_port = port - BROKER_PORT_OFFSET + BROKER_METRICS_OFFSET
         check_port_free(ctx.host, metrics_port, f"broker-{broker_id} metrics")
-        args = [sys.executable, "-m", "brokers", "--broker-id", str(broker_id), "--host",
-                ctx.host, "--port", str(port), "--data-dir", str(data / "logs"),
-                "--zookeeper", zookeeper, "--metrics-port", str(metrics_port),
-                *replication_defaults(brokers)]
+        secure = SecureStack(ctx.data_dir)
+        where = ["--host", ctx.host, "--port", str(port)]
+        if secure.enabled:
+            secure.ensure_users(zookeeper)
+            where = secure.broker_overrides(ctx.host, port)
+        args = [sys.executable, "-m", "brokers", "--broker-id", str(broker_id), *where,
+                "--data-dir", str(data / "logs"), "--zookeeper", zookeeper,
+                "--metrics-port", str(metrics_port), *replication_defaults(brokers)]
         return _launch(args, log_path, str(data / "logs"), f"broker-{broker_id}", port,
                        f"{ctx.host}:{port}", lambda: _broker_healthy(ctx.host, port))
 
@@ -382,8 +388,14 @@ def _launch(args: list[str], log_path: Path, marker: str, what: str, port: int,
                     log=str(log_path))
 
 
+#: How this process reaches the brokers of a secured stack (``Stack`` sets it).
+_SECURE_CLIENT: list[ClientSecurity] = []
+
+
 def _broker_healthy(host: str, port: int) -> bool:
     """The broker answers an ApiVersions request and is registered (Metadata lists it)."""
+    if _SECURE_CLIENT:
+        return _secure_broker_healthy(host, port, _SECURE_CLIENT[0])
     from wire.protocol import (
         FRAME_PREFIX,
         ApiKey,
@@ -405,6 +417,26 @@ def _broker_healthy(host: str, port: int) -> bool:
     except (OSError, ValueError, RuntimeError):
         return False
     return header.error_code == 0 and any(b.port == port for b in response.brokers)
+
+
+def _secure_broker_healthy(host: str, port: int, security: ClientSecurity) -> bool:
+    """The same check over TLS, logged in as the stack's admin."""
+    import asyncio
+
+    from wire.connection import BrokerConnection
+    from wire.protocol import ApiKey, MetadataRequest, MetadataResponse
+
+    async def ask() -> bool:
+        async with BrokerConnection(host, port, security=security,
+                                    client_id="strata-up") as connection:
+            answer = await connection.request(ApiKey.METADATA, MetadataRequest([]))
+            return isinstance(answer, MetadataResponse) and \
+                any(b.port == port for b in answer.brokers)
+
+    try:
+        return asyncio.run(asyncio.wait_for(ask(), 3))
+    except Exception:
+        return False
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -498,9 +530,16 @@ def _start_gateway(ctx: StackContext, port: int) -> Launched:
     log_path = ctx.data_dir / GATEWAY_DIR / "gateway.log"
     args = [sys.executable, "-m", "strata_tools.cli", "gateway", "--bootstrap", bootstrap,
             "--host", ctx.host, "--port", str(port), "--auth-config", str(auth),
-            "--shutdown-grace-s", str(GATEWAY_SHUTDOWN_GRACE_S)]
+            "--shutdown-grace-s", str(GATEWAY_SHUTDOWN_GRACE_S),
+            *_command_config(ctx, "gateway")]
     return _launch(args, log_path, str(auth), "the gateway", port, f"http://{ctx.host}:{port}",
                    lambda: _gateway_healthy(ctx.host, port))
+
+
+def _command_config(ctx: StackContext, user: str) -> list[str]:
+    """On a secured stack, the ``--command-config`` of ``user``'s own principal."""
+    secure = SecureStack(ctx.data_dir)
+    return ["--command-config", str(secure.config_file(user))] if secure.enabled else []
 
 
 def _http_ok(url: str) -> bool:
@@ -546,7 +585,8 @@ def _start_tier(ctx: StackContext, port: int) -> Launched:
     warehouse.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "strata_tools.cli", "tier", "run", "--bootstrap", bootstrap,
             "--warehouse", str(warehouse), "--every",
-            str(TIER_EVERY_S), "--format", "json", "--metrics-port", str(port)]
+            str(TIER_EVERY_S), "--format", "json", "--metrics-port", str(port),
+            *_command_config(ctx, "tier")]
     return _launch(args, ctx.data_dir / TIER_DIR / "tier.log", str(warehouse), "the tiering job",
                    port, f"http://{ctx.host}:{port}/metrics",
                    lambda: _metrics_healthy(ctx.host, port))
@@ -608,6 +648,7 @@ class Stack:
         zookeeper_nodes: int | None = None,
         health_wait: float = 30.0,
         tier: bool = True,
+        secure: bool = False,
     ) -> None:
         """``brokers`` None: as many as the data dir has broker directories
         (``DEFAULT_BROKERS`` if none).
@@ -619,6 +660,10 @@ class Stack:
         self.zookeeper_nodes = zookeeper_nodes
         self.health_wait = health_wait
         self.tier = tier
+        self.security = SecureStack(self.data_dir)
+        if secure:
+            self.security.ensure()
+        _SECURE_CLIENT[:] = [self.security.client()] if self.security.enabled else []
         self._not_reached: list[ProcessRecord] = []
 
     @property

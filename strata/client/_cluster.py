@@ -127,8 +127,11 @@ class Cluster:
                 return await asyncio.wait_for(connection.request(api, body), timeout)
             except (NetworkError, TimeoutError) as err:
                 errors.append(f"{address[0]}:{address[1]}: {err}")
+        hint = "" if self.security.protocol != "PLAINTEXT" else (
+            "; a connection closed at once may be a secured listener: set the client's "
+            "security_protocol (or --command-config)")
         raise NetworkError("no broker answered: " + "; ".join(errors) +
-                           " — is the cluster up (strata status)?")
+                           " — is the cluster up (strata status)?" + hint)
 
     # ------------------------------------------------------------------ metadata
     async def refresh(self, topics: list[str] | None = None) -> MetadataResponse:
