@@ -681,3 +681,44 @@ def test_quotas_throttle_produce_fetch_and_requests(brokers: list[BrokerProcess]
                    *common).returncode == 0
     bad = _strata("quota", "set", "--user", user, "--producer-byte-rate", "0", *common)
     assert bad.returncode == 1 and "above 0" in bad.stderr
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+def test_a_secured_cluster_fails_over_and_the_killed_broker_catches_up(
+        brokers: list[BrokerProcess], pki: Pki) -> None:
+    """SIGKILL the leader of a two-replica topic: the other broker takes over, writes go
+    on over SASL_SSL, and the restarted broker copies what it missed over the SASL_SSL
+    inter-broker listener until it is back in the ISR. Runs last in the module: it
+    restarts a shared broker."""
+    security = sasl("SASL_SSL", pki)
+    servers = bootstrap(brokers, "SASL_SSL")
+    topic = _name("failover")
+    with Admin(servers, security=security) as admin:
+        admin.create_topics([NewTopic(topic, 1, 2)])
+        leader_id = admin.describe_topics([topic])[topic].partitions[0].leader
+    victim = next(b for b in brokers if b.broker_id == leader_id)
+    with Producer(servers, security=security, acks="all") as producer:
+        before = [producer.send(topic, f"a{i}".encode()) for i in range(200)]
+        producer.flush()
+        assert all(f.result(timeout=0).offset >= 0 for f in before)
+        victim.kill()
+        after = [producer.send(topic, f"b{i}".encode()) for i in range(200)]
+        producer.flush()
+        assert all(f.result(timeout=0).offset >= 0 for f in after)
+    victim.restart()
+
+    def back_in_sync() -> None:
+        with Admin(servers, security=security) as admin:
+            partition = admin.describe_topics([topic])[topic].partitions[0]
+            assert sorted(partition.isr) == sorted(b.broker_id for b in brokers)
+
+    _eventually(back_in_sync, timeout=60)
+    with Consumer(servers, security=security, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 400 and time.monotonic() < deadline:
+            got.extend(r.value for r in consumer.poll(timeout_ms=500))
+    assert got == [f"a{i}".encode() for i in range(200)] + [f"b{i}".encode() for i in range(200)]
