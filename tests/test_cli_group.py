@@ -82,7 +82,7 @@ def test_consume_group_exits_cleanly_on_a_signal_during_the_final_commit(
     calls: list[str] = []
 
     class FakeAdmin:
-        def __init__(self, bootstrap: str) -> None:
+        def __init__(self, bootstrap: str, **options: Any) -> None:
             pass
 
         def __enter__(self) -> FakeAdmin:

@@ -221,7 +221,12 @@ def test_handlers_were_reached(no_auth: Explored) -> None:
     for label in OPERATIONS:
         answered = {status for (lab, status) in statuses if lab == label}
         assert answered - {404, 415}, f"{label}: only {answered}"
-    assert statuses[f"POST {PREFIX}/{{topic_name}}/records", 200] > 0, statuses
+    # 200 (acknowledged) or 202 (acks=0: sent): a generated case went all the way through
+    # the produce path. Which of the fixed, derandomized cases gets its acknowledgement
+    # in time depends on the machine's load (a loaded CI run once saw only the 202).
+    produced = statuses[f"POST {PREFIX}/{{topic_name}}/records", 200] + \
+        statuses[f"POST {PREFIX}/{{topic_name}}/records", 202]
+    assert produced > 0, sorted(statuses.items())
     assert statuses[f"POST {PREFIX}/{{topic_name}}/records:batch", 207] > 0, statuses
     assert statuses[f"POST {PREFIX}", 201] > 0, statuses
 

@@ -38,6 +38,7 @@ from wire.protocol import (
     ElectionTopic,
     ElectLeadersRequest,
     ListPartitionReassignmentsRequest,
+    MetadataRequest,
     ReassignablePartition,
     ReassignableTopic,
     ReplicaAssignment,
@@ -132,6 +133,12 @@ def test_min_insync_replicas_refuses_acks_all_when_too_few_replicas_are_in_sync(
     cluster.wait_for("ISR [0]", lambda: cluster.isr_of("guarded", 0),
                      lambda isr: tuple(isr) == (0,), 30)
     leader = cluster.brokers[0]
+    # ZooKeeper has the shrunk ISR a moment before the leader has applied it (the state
+    # comes back to it by watch): wait until the leader's own metadata says [0], or an
+    # acks=all write in that moment is appended and refused only after the append.
+    cluster.wait_for("the leader's ISR [0]", lambda: run(call(
+        leader, ApiKey.METADATA, MetadataRequest(["guarded"]))).topics[0].partitions[0].isr,
+        lambda isr: list(isr) == [0], 30)
     refused = produce(leader, "guarded", 0, build_batch([b"x"]), acks=-1)
     assert refused.error_code == NotEnoughReplicasError.code, refused
     assert "min.insync.replicas is 2" in refused.error_message
