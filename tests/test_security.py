@@ -683,6 +683,79 @@ def test_quotas_throttle_produce_fetch_and_requests(brokers: list[BrokerProcess]
     assert bad.returncode == 1 and "above 0" in bad.stderr
 
 
+def test_a_client_certificate_is_the_principal_acls_see(brokers: list[BrokerProcess],
+                                                        pki: Pki) -> None:
+    topic = _name("mtls")
+    with Admin(bootstrap(brokers, "SASL_SSL"), security=sasl("SASL_SSL", pki)) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+        admin.create_acls([_allow("User:CN=alice-client", "DESCRIBE", "TOPIC", topic)])
+    with_cert = ClientSecurity("SSL", ssl_cafile=str(pki.ca.certfile),
+                               ssl_certfile=str(pki.client.certfile),
+                               ssl_keyfile=str(pki.client.keyfile))
+    without = ClientSecurity("SSL", ssl_cafile=str(pki.ca.certfile))
+
+    def visible(security: ClientSecurity) -> set[str]:
+        return {t.name for t in metadata(brokers[0], "SSL", security).topics}
+
+    _eventually(lambda: _assert(topic in visible(with_cert)))
+    assert topic not in visible(without)  # User:ANONYMOUS may not describe it
+
+
+def _assert(condition: bool) -> None:
+    assert condition
+
+
+def test_sessions_end_after_connections_max_reauth_ms_and_plain_can_be_allowed(
+        tmp_path: Path) -> None:
+    """A ZooKeeper and broker of their own: SASL sessions last one second, and PLAIN is
+    allowed on the SASL_PLAINTEXT listener because the broker says so."""
+    server = ZooKeeperServer(tmp_path / "zk", free_port(), start_timeout=60)
+    server.start()
+    broker = BrokerProcess(server.connect_string, tmp_path / "reauth", 9,
+                           listeners=("SASL_PLAINTEXT",), overrides={
+                               "inter.broker.sasl.username": ADMIN,
+                               "inter.broker.sasl.password": ADMIN_PASSWORD,
+                               "connections.max.reauth.ms": "1000",
+                               "sasl.plain.allow.plaintext": "true"})
+    try:
+        coordinator = Coordinator(server.connect_string)
+        coordinator.start()
+        try:
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                coordinator.put_scram_credential(
+                    ADMIN, scram_credential(mechanism, ADMIN_PASSWORD))
+        finally:
+            coordinator.stop()
+        broker.start()
+
+        async def session() -> tuple[float, bool]:
+            conn = BrokerConnection("127.0.0.1", broker.port, security=ClientSecurity(
+                "SASL_PLAINTEXT", "PLAIN", ADMIN, ADMIN_PASSWORD))
+            began = time.monotonic()
+            await conn.connect()
+            await conn.request(ApiKey.METADATA, MetadataRequest(None))
+            while conn.is_open and time.monotonic() - began < 10:
+                await asyncio.sleep(0.05)
+            open_after = conn.is_open
+            await conn.close()
+            return time.monotonic() - began, open_after
+
+        lasted, still_open = asyncio.run(asyncio.wait_for(session(), 30))
+        assert not still_open and lasted >= 1.0
+        # A new connection logs in again and works.
+        async def again() -> int:
+            async with BrokerConnection("127.0.0.1", broker.port, security=ClientSecurity(
+                    "SASL_PLAINTEXT", "SCRAM-SHA-512", ADMIN, ADMIN_PASSWORD)) as conn:
+                answer = await conn.request(ApiKey.METADATA, MetadataRequest(None))
+                assert isinstance(answer, MetadataResponse)
+                return len(answer.brokers)
+
+        assert asyncio.run(asyncio.wait_for(again(), 30)) >= 1
+    finally:
+        broker.kill()
+        server.stop(grace=5.0)
+
+
 # ----------------------------------------------------------------------------- faults
 
 
