@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wire.security import ClientSecurity
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
@@ -76,6 +78,30 @@ class Stack:
     warehouse: Path
     tier_metrics: str | None
     processes: list[dict[str, Any]] = field(default_factory=list)
+    #: ``strata status``'s ``security`` object on a ``strata up --secure`` stack.
+    security: dict[str, Any] | None = None
+
+    @property
+    def client_security(self) -> ClientSecurity:
+        """How a notebook's clients reach the brokers (as the stack's admin if secured)."""
+        if not self.security:
+            return ClientSecurity()
+        return ClientSecurity(self.security["security_protocol"], "SCRAM-SHA-256",
+                              self.security["admin_user"], self.security["admin_password"],
+                              ssl_cafile=self.security["ca"])
+
+    @property
+    def source_options(self) -> dict[str, str]:
+        """The ``format("strata")`` options that reach this stack's brokers."""
+        options = {"bootstrap.servers": self.bootstrap}
+        if self.security:
+            options.update({
+                "kafka.security.protocol": self.security["security_protocol"],
+                "kafka.sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": self.security["admin_user"],
+                "sasl.password": self.security["admin_password"],
+                "ssl.ca.location": self.security["ca"]})
+        return options
 
     @property
     def tier_log(self) -> Path:
@@ -132,7 +158,8 @@ def find_stack(directory: Path | str | None = None) -> Stack:
                  zookeeper=info.get("zookeeper"), gateway=info.get("gateway"),
                  warehouse=Path(info.get("warehouse") or where / "warehouse"),
                  tier_metrics=info.get("tier_metrics"),
-                 processes=list(info.get("processes") or []))
+                 processes=list(info.get("processes") or []),
+                 security=info.get("security"))
 
 
 def pick_topic(stack: Stack, default: str | None = None) -> str:
@@ -282,8 +309,8 @@ def _records(count: int, hours: float, keys: int, now_ms: int, seed: int
 
 def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: int = 2,
                hours: float = 6.0, keys: int = 50, now_ms: int | None = None,
-               segment_bytes: int = 65536, seed: int = 7, replication_factor: int = -1
-               ) -> int:
+               segment_bytes: int = 65536, seed: int = 7, replication_factor: int = -1,
+               security: ClientSecurity | None = None) -> int:
     """Create ``topic`` (if missing) with ``tier.enable=true``, ``tier.after.ms=0`` and
     small segments, then produce ``records`` keyed JSON records whose timestamps are
     spread over the last ``hours``. Returns the number of records acknowledged.
@@ -307,7 +334,8 @@ def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: i
     )
     from strata_tools.commands.topic import acks_all_problem
 
-    with Admin(bootstrap) as admin:
+    security = security or ClientSecurity()
+    with Admin(bootstrap, security=security) as admin:
         with contextlib.suppress(TopicAlreadyExistsError):
             admin.create_topics([NewTopic(topic, partitions, replication_factor, {
                 "tier.enable": "true", "tier.after.ms": "0",
@@ -316,7 +344,7 @@ def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: i
     if problem is not None:
         raise NotEnoughReplicasError(problem)
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    with Producer(bootstrap, batch_size=16384, linger_ms=5) as producer:
+    with Producer(bootstrap, batch_size=16384, linger_ms=5, security=security) as producer:
         futures = [producer.send(topic, value, key=key, timestamp_ms=ts)
                    for key, value, ts in _records(records, hours, keys, now, seed)]
         producer.flush()
@@ -344,13 +372,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack = find_stack(args.data_dir)
         sent = seed_topic(stack.bootstrap, args.topic, records=args.records,
                           partitions=args.partitions, hours=args.hours,
-                          replication_factor=args.replicas)
+                          replication_factor=args.replicas, security=stack.client_security)
     except (StackNotRunningError, StrataError) as exc:
         # Both say what to do; a traceback would only bury that.
         print(f"python -m strata_tools.notebook: error: {exc}", file=sys.stderr)
         return 1
+    secured = f"--command-config {stack.security['client_config']} " if stack.security else ""
     print(f"produced {sent} records to {args.topic}; tier them now with: strata tier run "
-          f"--once --bootstrap {stack.bootstrap} "
+          f"--once --bootstrap {stack.bootstrap} {secured}"
           f"--warehouse {stack.warehouse} --topic {args.topic}")
     return 0
 

@@ -124,3 +124,20 @@ def test_security_options_are_checked_before_anything_connects() -> None:
     with pytest.raises(StrataSparkOptionError, match="security options"):
         parse_source_options({**base, "kafka.sasl.kerberos.service.name": "x"},
                              streaming=False)
+
+
+def test_the_notebooks_read_a_secured_stack_with_its_admin_credentials(tmp_path: Path) -> None:
+    """``find_stack`` keeps ``strata status``'s security object; the options the notebooks
+    pass to ``format("strata")`` then carry SASL_SSL and the admin login."""
+    from strata_tools.notebook import Stack
+
+    stack = Stack(tmp_path, "127.0.0.1:1", None, None, tmp_path / "w", None, security={
+        "security_protocol": "SASL_SSL", "ca": "/ca.crt", "admin_user": "admin",
+        "admin_password": "pw", "client_config": "/admin.properties"})
+    parsed = parse_source_options({**stack.source_options, "subscribe": "t"},
+                                  streaming=True)
+    assert parsed.security == stack.client_security
+    assert (parsed.security.protocol, parsed.security.username,
+            parsed.security.ssl_cafile) == ("SASL_SSL", "admin", "/ca.crt")
+    plain = Stack(tmp_path, "127.0.0.1:1", None, None, tmp_path / "w", None)
+    assert plain.source_options == {"bootstrap.servers": "127.0.0.1:1"}
