@@ -1229,8 +1229,7 @@ class Coordinator:
 
     def watch_users(self, callback: Callable[[object], None]) -> None:
         """``callback(_)`` now and after every credential change (kazoo's thread)."""
-        self.zk.ensure_path(_USERS_CHANGED)
-        self.zk.DataWatch(_USERS_CHANGED)(lambda data, stat: callback(data))
+        self._watch_bumps(_USERS_CHANGED, callback)
 
     # ------------------------------------------------------------------ ACLs
     def acl_bindings(self) -> list[AclBinding]:
@@ -1309,8 +1308,13 @@ class Coordinator:
 
     def watch_acls(self, callback: Callable[[object], None]) -> None:
         """``callback(_)`` now and after every ACL change (kazoo's thread)."""
-        self.zk.ensure_path(_ACLS_CHANGED)
-        self.zk.DataWatch(_ACLS_CHANGED)(lambda data, stat: callback(data))
+        self._watch_bumps(_ACLS_CHANGED, callback)
+
+    def _watch_bumps(self, path: str, callback: Callable[[object], None]) -> None:
+        """Call ``callback`` now and after every ``_bump`` of ``path`` (kazoo's thread):
+        one watch per kind of change, not per user, binding or quota."""
+        self.zk.ensure_path(path)
+        self.zk.DataWatch(path)(lambda data, stat: callback(data))
 
     def _bump(self, path: str) -> None:
         try:
@@ -1342,8 +1346,7 @@ class Coordinator:
         """Set (or, with None, remove) quota keys of one entity."""
         kind, entity = ("user", user) if user is not None else ("client", client_id)
         assert entity is not None
-        encoded = base64.urlsafe_b64encode(entity.encode()).decode().rstrip("=")
-        path = f"{_QUOTAS}/{kind}.{encoded}"
+        path = f"{_QUOTAS}/{kind}.{_b64_node(entity)}"
         self.zk.ensure_path(_QUOTAS)
         while True:
             try:
@@ -1371,8 +1374,7 @@ class Coordinator:
 
     def watch_client_quotas(self, callback: Callable[[object], None]) -> None:
         """``callback(_)`` now and after every quota change (kazoo's thread)."""
-        self.zk.ensure_path(_QUOTAS_CHANGED)
-        self.zk.DataWatch(_QUOTAS_CHANGED)(lambda data, stat: callback(data))
+        self._watch_bumps(_QUOTAS_CHANGED, callback)
 
     # ------------------------------------------------------------------ producer ids
     def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> range:
@@ -1582,8 +1584,12 @@ class _MultiRead(namedtuple("_MultiRead", "paths")):
 
 def _acl_node(resource_type: str, pattern_type: str, name: str) -> str:
     """A znode name for a resource pattern (group ids may hold any character)."""
-    encoded = base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
-    return f"{resource_type}.{pattern_type}.{encoded}"
+    return f"{resource_type}.{pattern_type}.{_b64_node(name)}"
+
+
+def _b64_node(name: str) -> str:
+    """``name`` as a znode name: any character (group ids, user names) made safe."""
+    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
 
 
 def _b64_name(encoded: str) -> str:

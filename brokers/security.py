@@ -41,7 +41,7 @@ from wire.errors import (
     UnsupportedSaslMechanismError,
 )
 from wire.sasl import MECHANISMS, ScramCredential, ScramServer, check_plain, parse_plain
-from wire.security import SECURITY_PROTOCOLS
+from wire.security import SECURITY_PROTOCOLS, protocol_uses_sasl, protocol_uses_tls
 
 __all__ = ["ANONYMOUS", "Authenticator", "CredentialCache", "Listener", "Session",
            "check_mechanisms", "parse_listeners", "server_ssl_context"]
@@ -68,11 +68,11 @@ class Listener:
 
     @property
     def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return protocol_uses_tls(self.protocol)
 
     @property
     def uses_sasl(self) -> bool:
-        return self.protocol.startswith("SASL_")
+        return protocol_uses_sasl(self.protocol)
 
 
 def _endpoints(text: str, key: str) -> list[tuple[str, str, int]]:

@@ -401,7 +401,7 @@ class TierJob:
         tasks = max(1, math.ceil(rng.offsets / _OFFSETS_PER_TASK))
         frame = (self.spark.read.format("strata")
                  .option("bootstrap.servers", self.settings.bootstrap)
-                 .options(**_spark_security(self.settings.security))
+                 .options(**self.settings.security.to_properties())
                  .option("subscribe", rng.topic)
                  .option("startingOffsets", json.dumps({rng.topic: start}))
                  .option("endingOffsets", json.dumps({rng.topic: end}))
@@ -562,25 +562,6 @@ def _retention_cuts(table: Any, cutoff_ms: int) -> dict[int, int]:
         if cut > spans[0][0] >= 0:
             cuts[p] = cut
     return cuts
-
-
-def _spark_security(security: ClientSecurity) -> dict[str, str]:
-    """The source options that carry ``security`` to the Spark read."""
-    if not security.uses_tls and not security.uses_sasl:
-        return {}
-    options = {"security.protocol": security.protocol,
-               "ssl.endpoint.identification.algorithm":
-                   "https" if security.ssl_check_hostname else ""}
-    if security.uses_sasl:
-        options.update({"sasl.mechanism": security.sasl_mechanism,
-                        "sasl.username": security.username,
-                        "sasl.password": security.password})
-    for key, value in (("ssl.ca.location", security.ssl_cafile),
-                       ("ssl.certificate.location", security.ssl_certfile),
-                       ("ssl.key.location", security.ssl_keyfile)):
-        if value:
-            options[key] = value
-    return options
 
 
 def _is_table(path: Path) -> bool:

@@ -93,15 +93,7 @@ class Stack:
     @property
     def source_options(self) -> dict[str, str]:
         """The ``format("strata")`` options that reach this stack's brokers."""
-        options = {"bootstrap.servers": self.bootstrap}
-        if self.security:
-            options.update({
-                "kafka.security.protocol": self.security["security_protocol"],
-                "kafka.sasl.mechanism": "SCRAM-SHA-256",
-                "sasl.username": self.security["admin_user"],
-                "sasl.password": self.security["admin_password"],
-                "ssl.ca.location": self.security["ca"]})
-        return options
+        return {"bootstrap.servers": self.bootstrap, **self.client_security.to_properties()}
 
     @property
     def tier_log(self) -> Path:

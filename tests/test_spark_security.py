@@ -141,3 +141,8 @@ def test_the_notebooks_read_a_secured_stack_with_its_admin_credentials(tmp_path:
             parsed.security.ssl_cafile) == ("SASL_SSL", "admin", "/ca.crt")
     plain = Stack(tmp_path, "127.0.0.1:1", None, None, tmp_path / "w", None)
     assert plain.source_options == {"bootstrap.servers": "127.0.0.1:1"}
+    # What the tiering job hands its Spark reads: every configuration survives the trip.
+    for security in (ClientSecurity("SSL", ssl_cafile="/ca", ssl_certfile="/c",
+                                    ssl_keyfile="/k", ssl_check_hostname=False),
+                     ClientSecurity("SASL_PLAINTEXT", "SCRAM-SHA-512", "u", "p")):
+        assert ClientSecurity.from_properties(security.to_properties()) == security

@@ -25,7 +25,7 @@ from typing import Any, Final
 from wire.sasl import MECHANISMS
 
 __all__ = ["PLAINTEXT", "SECURITY_OPTIONS", "SECURITY_PROPERTIES", "SECURITY_PROTOCOLS",
-           "ClientSecurity"]
+           "ClientSecurity", "protocol_uses_sasl", "protocol_uses_tls"]
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -57,6 +57,16 @@ SECURITY_PROPERTIES: Final = {
     "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
 }
 _JAAS_FIELD: Final = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def protocol_uses_tls(protocol: str) -> bool:
+    """SSL and SASL_SSL wrap the connection in TLS."""
+    return protocol in ("SSL", "SASL_SSL")
+
+
+def protocol_uses_sasl(protocol: str) -> bool:
+    """SASL_PLAINTEXT and SASL_SSL log in before any other request."""
+    return protocol.startswith("SASL_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +103,11 @@ class ClientSecurity:
 
     @property
     def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return protocol_uses_tls(self.protocol)
 
     @property
     def uses_sasl(self) -> bool:
-        return self.protocol.startswith("SASL_")
+        return protocol_uses_sasl(self.protocol)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for this configuration (None on plaintext protocols)."""
@@ -113,6 +123,24 @@ class ClientSecurity:
         values = {SECURITY_OPTIONS[k]: v for k, v in options.items() if k in SECURITY_OPTIONS}
         return cls(**values) if values else PLAINTEXT
 
+
+    def to_properties(self) -> dict[str, str]:
+        """The client properties (``SECURITY_PROPERTIES`` names) that ``from_properties``
+        turns back into this configuration: what a Spark read or write is given."""
+        if self.protocol == "PLAINTEXT":
+            return {}
+        out = {"security.protocol": self.protocol,
+               "ssl.endpoint.identification.algorithm":
+                   "https" if self.ssl_check_hostname else ""}
+        if self.uses_sasl:
+            out.update({"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.username,
+                        "sasl.password": self.password})
+        for key, value in (("ssl.ca.location", self.ssl_cafile),
+                           ("ssl.certificate.location", self.ssl_certfile),
+                           ("ssl.key.location", self.ssl_keyfile)):
+            if value:
+                out[key] = value
+        return out
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> ClientSecurity:
@@ -140,6 +168,7 @@ class ClientSecurity:
 
 
 PLAINTEXT: Final = ClientSecurity()
+
 
 
 @functools.lru_cache(maxsize=16)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from brokers.acl import CLUSTER_NAME, OPERATIONS
 from strata.client import AclEntry, AclFilterEntry, Admin
 from strata_tools.commands.common import (
     CommandError,
@@ -24,9 +25,6 @@ from strata_tools.commands.common import (
 
 __all__ = ["register"]
 
-OPERATIONS = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE",
-              "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")
-CLUSTER_NAME = "strata-cluster"
 
 
 def register(sub: Any) -> None:
