@@ -13,6 +13,11 @@ idempotent ``acks=all`` producers writing numbered records to every partition
 (d) one node of a 3-node ZooKeeper ensemble is SIGKILLed and restarted;
 (e) every broker is restarted: one by one (SIGTERM), then all at once (SIGKILL).
 
+Scenario (a) also runs on a fully secured cluster (``Cluster(secure=True)``): SASL_SSL
+the only listener, replication over it, ACLs checked on every request (the producers
+and the checker log in as a user who may only write and read the topic), znodes
+protected by ZooKeeper ACLs.
+
 After healing, the producers stop, the checker reads every partition from offset 0 to
 its high watermark and byte-compares every replica's segment files up to it, and the
 test prints ``acknowledged / read / lost / duplicated / unexpected``. Writes must have
@@ -29,8 +34,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.exceptions import NoAuthError
 
 from procs import pid_alive
+from strata.client import Admin, NewTopic
 from tests.support.cluster import Cluster
 from tests.support.nemesis import (
     CheckResult,
@@ -46,6 +53,7 @@ from tests.support.nemesis import (
     soak_seconds,
     verify,
 )
+from wire.errors import NetworkError, TopicAuthorizationFailedError
 
 BROKERS = 3
 PARTITIONS = 4
@@ -67,9 +75,9 @@ def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     checked dead, whatever the test did."""
     started: list[Cluster] = []
 
-    def start(zookeeper_nodes: int = 1) -> Cluster:
+    def start(zookeeper_nodes: int = 1, secure: bool = False) -> Cluster:
         cluster = Cluster(tmp_path / f"cluster{len(started)}", BROKERS,
-                          zookeeper_nodes=zookeeper_nodes)
+                          zookeeper_nodes=zookeeper_nodes, secure=secure)
         started.append(cluster)
         return cluster.start()
 
@@ -86,10 +94,24 @@ def _start_workload(cluster: Cluster) -> tuple[str, Workload]:
     topic = f"faults-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, PARTITIONS, REPLICATION_FACTOR, TOPIC_CONFIGS)
     cluster.wait_until_healthy(topic, timeout=60)
-    workload = Workload(cluster.bootstrap, topic, PARTITIONS, producers=PRODUCERS).start()
+    workload = Workload(cluster.bootstrap, topic, PARTITIONS, producers=PRODUCERS,
+                        options=cluster.client_options()).start()
     workload.wait_for_acks(20, since=0.0, partitions=range(PARTITIONS), timeout=30)
     cluster.log(f"workload running: {workload.acked()} acknowledged")
     return topic, workload
+
+
+def _assert_secured(cluster: Cluster, topic: str) -> None:
+    """The secured cluster really is: no plaintext client, no anonymous znode write, and
+    the workload's user may write its topic but not create one."""
+    with pytest.raises(NetworkError, match="secured listener"), Admin(
+            cluster.bootstrap, request_timeout_ms=3000) as anonymous:
+        anonymous.describe_topics([topic])
+    with pytest.raises(NoAuthError):
+        cluster.zk.set(f"/strata/brokers/topics/{topic}", b"{}")
+    with pytest.raises(TopicAuthorizationFailedError), Admin(
+            cluster.bootstrap, **cluster.client_options("app")) as app:
+        app.create_topics([NewTopic(f"faults-{uuid.uuid4().hex[:8]}", 1, 1)])
 
 
 def _finish(name: str, cluster: Cluster, workload: Workload, topic: str,
@@ -114,11 +136,16 @@ def _finish(name: str, cluster: Cluster, workload: Workload, topic: str,
     return result
 
 
-def test_a_leader_killed_repeatedly(cluster_factory: Callable[..., Cluster]) -> None:
-    cluster = cluster_factory()
+@pytest.mark.parametrize("secure", [False, True], ids=["plaintext", "sasl_ssl"])
+def test_a_leader_killed_repeatedly(cluster_factory: Callable[..., Cluster],
+                                    secure: bool) -> None:
+    cluster = cluster_factory(secure=secure)
     topic, workload = _start_workload(cluster)
+    if secure:
+        _assert_secured(cluster, topic)
     phases = kill_leaders(cluster, workload, topic, rounds=2)  # 20-minute suite budget
-    _finish("(a) leader SIGKILL", cluster, workload, topic, phases)
+    _finish(f"(a) leader SIGKILL{' secured' if secure else ''}", cluster, workload, topic,
+            phases)
 
 
 def test_b_controller_killed(cluster_factory: Callable[..., Cluster]) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
@@ -41,9 +41,11 @@ from procs import free_port
 from strata.client import Admin, NewTopic, TopicPartition
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
+from wire.security import PLAINTEXT, ClientSecurity
 from zookeeper.launcher import EnsembleMember, ZooKeeperEnsemble, ZooKeeperServer, server_mode
 
-__all__ = ["DEFAULT_BROKER_OVERRIDES", "Cluster", "ClusterBroker", "PartitionStateView"]
+__all__ = ["DEFAULT_BROKER_OVERRIDES", "Cluster", "ClusterBroker", "ClusterSecurity",
+           "PartitionStateView"]
 
 ROOT = "/strata"
 
@@ -79,8 +81,9 @@ class ClusterBroker(BrokerProcess):
     """A ``BrokerProcess`` that keeps more output and knows whether it is paused."""
 
     def __init__(self, zookeeper: str, data_dir: Path, broker_id: int,
-                 overrides: dict[str, str]) -> None:
-        super().__init__(zookeeper, data_dir, broker_id, overrides=overrides)
+                 overrides: dict[str, str], listeners: tuple[str, ...] = ()) -> None:
+        super().__init__(zookeeper, data_dir, broker_id, overrides=overrides,
+                         listeners=listeners)
         self.output = deque(maxlen=_LOG_LINES)
         self.paused = False
         self.starts = 0
@@ -108,6 +111,71 @@ class ClusterBroker(BrokerProcess):
         self.output.append(f"--- harness {time.strftime('%H:%M:%S')}: {text}\n")
 
 
+class ClusterSecurity:
+    """What makes a ``Cluster(secure=True)`` fully secured, as ``strata up --secure`` does:
+
+    - one SASL_SSL listener per broker, also the inter-broker one (brokers log in to each
+      other as ``broker``), with certificates from a CA made for the cluster;
+    - SCRAM users ``admin`` and ``broker`` (super users) and ``app``, who may only
+      write and read topics named ``faults-*`` (PREFIXED ACLs) and write idempotently;
+      ``authorizer.enable`` with ``allow.everyone.if.no.acl.found`` left false;
+    - znodes owned by a digest identity (``zookeeper.set.acl``).
+
+    Users and ACLs are written to ZooKeeper before the first broker starts (as Kafka's
+    bootstrap credentials are), so every broker, restarted or not, knows them from its
+    first request on.
+    """
+
+    USERS: ClassVar = {"admin": "admin-secret", "broker": "broker-secret", "app": "app-secret"}
+    DIGEST = ("strata-zk", "zk-secret")
+    TOPIC_PREFIX = "faults-"
+
+    def __init__(self, directory: Path) -> None:
+        from strata_tools.certs import CertificateAuthority
+
+        self.ca = CertificateAuthority.create(directory / "ca")
+        self.broker_certificate = self.ca.issue(directory / "certs", "broker")
+
+    def broker_overrides(self) -> dict[str, str]:
+        return {
+            "ssl.certfile": str(self.broker_certificate.certfile),
+            "ssl.keyfile": str(self.broker_certificate.keyfile),
+            "ssl.cafile": str(self.ca.certfile),
+            "inter.broker.sasl.username": "broker",
+            "inter.broker.sasl.password": self.USERS["broker"],
+            "authorizer.enable": "true",
+            "super.users": "User:admin;User:broker",
+            "zookeeper.set.acl": "true",
+            "zookeeper.digest.username": self.DIGEST[0],
+            "zookeeper.digest.password": self.DIGEST[1],
+        }
+
+    def client_security(self, user: str) -> ClientSecurity:
+        """How a client logs in as ``user``."""
+        return ClientSecurity("SASL_SSL", "SCRAM-SHA-512", user, self.USERS[user],
+                              ssl_cafile=str(self.ca.certfile))
+
+    def bootstrap_zookeeper(self, connect: str) -> None:
+        """Users and the ``app`` ACLs, straight into ZooKeeper under the digest identity."""
+        from brokers.acl import CLUSTER_NAME, AclBinding
+        from brokers.coordination import Coordinator
+        from wire.sasl import scram_credential
+
+        coordinator = Coordinator(connect, digest=self.DIGEST)
+        coordinator.start()
+        try:
+            for user, password in self.USERS.items():
+                for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                    coordinator.put_scram_credential(user, scram_credential(mechanism, password))
+            coordinator.add_acls([
+                *(AclBinding("TOPIC", "PREFIXED", self.TOPIC_PREFIX, "User:app", "*",
+                             operation, "ALLOW") for operation in ("WRITE", "READ")),
+                AclBinding("CLUSTER", "LITERAL", CLUSTER_NAME, "User:app", "*",
+                           "IDEMPOTENT_WRITE", "ALLOW")])
+        finally:
+            coordinator.stop()
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionStateView:
     """One partition's state znode, as the harness reads it."""
@@ -126,11 +194,15 @@ class Cluster:
     ``ZooKeeperEnsemble``). ``overrides`` are added to ``DEFAULT_BROKER_OVERRIDES`` for
     every broker. Use as a context manager: ``with Cluster(tmp_path) as cluster: ...``.
     ``expect_controller=False`` is for brokers that elect no controller (before [4/7]).
+    ``secure=True`` secures everything (``ClusterSecurity``); the harness's own clients
+    then log in as ``admin`` (``admin_options``), a workload as ``app``
+    (``client_options``).
     """
 
     def __init__(self, base_dir: Path, brokers: int = 3, *, zookeeper_nodes: int = 1,
                  overrides: Mapping[str, str] | None = None,
-                 start_timeout: float = 60.0, expect_controller: bool = True) -> None:
+                 start_timeout: float = 60.0, expect_controller: bool = True,
+                 secure: bool = False) -> None:
         if zookeeper_nodes not in (1, 3):
             raise ValueError("zookeeper_nodes must be 1 or 3")
         self.base_dir = base_dir
@@ -146,6 +218,9 @@ class Cluster:
         self.dropped_overrides = sorted(set(DEFAULT_BROKER_OVERRIDES) - set(merged))
         # Group offsets replicated like a production cluster's (up to 3 copies).
         merged["offsets.topic.replication.factor"] = str(min(brokers, 3))
+        self.security = ClusterSecurity(base_dir / "pki") if secure else None
+        if self.security is not None:
+            merged.update(self.security.broker_overrides())
         merged.update(overrides or {})
         self.overrides = merged
         self.zk_server: ZooKeeperServer | None = None
@@ -160,8 +235,10 @@ class Cluster:
             self.zk_ensemble = ZooKeeperEnsemble(
                 [base_dir / f"zookeeper{k + 1}" for k in range(3)], members,
                 heap="128m", start_timeout=start_timeout)
+        listeners = ("SASL_SSL",) if secure else ()
         self.brokers: dict[int, ClusterBroker] = {
-            b: ClusterBroker(self.zk_connect, base_dir / f"broker{b}", b, dict(self.overrides))
+            b: ClusterBroker(self.zk_connect, base_dir / f"broker{b}", b, dict(self.overrides),
+                             listeners)
             for b in range(brokers)}
         self._zk: KazooClient | None = None
         self._retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0, deadline=20)
@@ -188,6 +265,18 @@ class Cluster:
         """Every broker's address: clients find a live one whichever are down."""
         return ",".join(b.bootstrap for b in self.brokers.values())
 
+    def client_security(self, user: str = "app") -> ClientSecurity:
+        """How a client logs in as ``user`` (PLAINTEXT when the cluster is not secure)."""
+        return PLAINTEXT if self.security is None else self.security.client_security(user)
+
+    def client_options(self, user: str = "app") -> dict[str, Any]:
+        """Keyword options of ``Producer``/``Consumer``/``Admin`` logging in as ``user``."""
+        return {} if self.security is None else {"security": self.client_security(user)}
+
+    @property
+    def admin_options(self) -> dict[str, Any]:
+        return self.client_options("admin")
+
     @property
     def zk(self) -> KazooClient:
         if self._zk is None:
@@ -212,6 +301,8 @@ class Cluster:
                                    connection_retry={"max_tries": -1, "delay": 0.1,
                                                      "max_delay": 1.0})
             self._zk.start(timeout=15)
+            if self.security is not None:
+                self.security.bootstrap_zookeeper(self.zk_connect)
             for broker in self.brokers.values():
                 broker.start(self.start_timeout)
             self.wait_for("every broker registered", lambda: self.live_brokers(),
@@ -414,7 +505,7 @@ class Cluster:
     # ------------------------------------------------------------------ topics
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: Mapping[str, str] | None = None) -> None:
-        with Admin(self.bootstrap) as admin:
+        with Admin(self.bootstrap, **self.admin_options) as admin:
             admin.create_topics([NewTopic(name, partitions, replication_factor,
                                           dict(configs or {}))])
         self.log(f"created topic {name}: {partitions} partitions, RF {replication_factor}, "
@@ -441,7 +532,8 @@ class Cluster:
         and agrees with ZooKeeper, and (no writes assumed) no replica lags the leader."""
         replicas = self.replicas(topic)
         try:
-            with Admin(self.bootstrap, request_timeout_ms=5000) as admin:
+            with Admin(self.bootstrap, request_timeout_ms=5000,
+                       **self.admin_options) as admin:
                 described = admin.describe_topics([topic])[topic]
         except Exception as err:  # any broker error means "not yet"
             return [f"describe_topics failed: {err!r}"]
@@ -482,7 +574,8 @@ class Cluster:
 
         def probe() -> dict[int, tuple[int, int]] | str:
             try:
-                with Admin(self.bootstrap, request_timeout_ms=5000) as admin:
+                with Admin(self.bootstrap, request_timeout_ms=5000,
+                           **self.admin_options) as admin:
                     described = admin.describe_topics([topic])[topic]
             except Exception as err:
                 return repr(err)

@@ -57,6 +57,7 @@ from wire.protocol import (
     ProduceTopic,
 )
 from wire.record_batch import HEADER_SIZE, build_batch, peek_header
+from wire.security import PLAINTEXT, ClientSecurity
 
 __all__ = [
     "CheckResult",
@@ -446,7 +447,8 @@ def _send_probe(cluster: Cluster, topic: str, probe: ZombieProbe, value: bytes,
     broker = cluster.brokers[probe.broker]
 
     async def go() -> None:
-        async with BrokerConnection("127.0.0.1", broker.port) as connection:
+        async with BrokerConnection("127.0.0.1", broker.port,
+                                    security=cluster.client_security()) as connection:
             response = await connection.request(ApiKey.PRODUCE, ProduceRequest(-1, 5000, [
                 ProduceTopic(topic, [ProducePartition(probe.partition, build_batch([value]))])]))
         assert isinstance(response, ProduceResponse)
@@ -579,12 +581,14 @@ def restart_every_broker(cluster: Cluster, workload: Workload, topic: str, *,
 
 
 def read_partitions(bootstrap: str, topic: str, high_watermarks: dict[int, int],
-                    timeout: float = 60.0) -> dict[int, list[tuple[int, bytes | None]]]:
+                    timeout: float = 60.0, security: ClientSecurity = PLAINTEXT,
+                    ) -> dict[int, list[tuple[int, bytes | None]]]:
     """Every record of every partition from offset 0 to its high watermark, as
     ``(offset, value)`` in the order the consumer returned them."""
     out: dict[int, list[tuple[int, bytes | None]]] = {p: [] for p in high_watermarks}
     with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                  request_timeout_ms=10_000, max_poll_records=5000) as consumer:
+                  request_timeout_ms=10_000, max_poll_records=5000,
+                  security=security) as consumer:
         tps = [TopicPartition(topic, p) for p in sorted(high_watermarks)]
         consumer.assign(tps)
         for tp in tps:
@@ -798,7 +802,8 @@ def verify(name: str, cluster: Cluster, workload: Workload, topic: str, *,
     workload.stop(drain_timeout)
     cluster.wait_until_healthy(topic, timeout=60)
     hws = cluster.high_watermarks(topic)
-    records = read_partitions(cluster.bootstrap, topic, hws)
+    records = read_partitions(cluster.bootstrap, topic, hws,
+                              security=cluster.client_security())
     cluster.stop_all()
     result = check(workload, records, hws, probes)
     divergences = compare_replicas(cluster, topic, hws)
