@@ -9,16 +9,18 @@
 # which `make bench` runs last; `scripts/bench.sh tier`, `scripts/bench.sh groups` and
 # `scripts/bench.sh scale` run only the tiering, the consumer group or the many-partitions
 # section (`strata perf scale`: a three-broker stack of its own; SCALE_PARTITIONS,
-# SCALE_TOPICS and SCALE_GROUP_MEMBERS change its size).
+# SCALE_TOPICS and SCALE_GROUP_MEMBERS change its size); `scripts/bench.sh security` the
+# TLS/SASL cost and the ACL/user propagation delay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=.venv/bin/strata
 PYTHON=.venv/bin/python
 DATA=$(mktemp -d /tmp/strata-bench.XXXXXX)
 DATA3=$(mktemp -d /tmp/strata-bench-rf3.XXXXXX)
+DATA_SECURE=$(mktemp -d /tmp/strata-bench-secure.XXXXXX)
 . scripts/free_base.sh
 cleanup() {
-  for dir in "$DATA" "$DATA3"; do
+  for dir in "$DATA" "$DATA3" "$DATA_SECURE"; do
     "$STRATA" down --data-dir "$dir" >/dev/null 2>&1 || true
     rm -rf "$dir"
   done
@@ -112,9 +114,24 @@ if [[ "${1:-}" == "scale" ]]; then
   exit 0
 fi
 
-if [[ "${1:-}" == "security" ]]; then
+# `scripts/bench.sh security`: what TLS and SASL cost (one broker of its own), then how
+# fast an ACL or user change reaches every broker of a secured three-broker stack.
+bench_security() {
+  local base
   echo "== PLAINTEXT vs SASL_SSL (SCRAM-SHA-256, TLS), one broker, 8 partitions, 100-byte records"
   "$STRATA" perf security
+  base=$(free_base 0 9 10 11 12 40 41 42 70)
+  "$STRATA" up --secure --data-dir "$DATA_SECURE" --base-port "$base" --brokers 3 \
+    --no-tier >/dev/null
+  echo "== ACL and SCRAM-user changes reaching each of three secured brokers (strata up --secure), 20 rounds"
+  "$STRATA" perf propagation \
+    --bootstrap "127.0.0.1:$((base + 10)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 12))" \
+    --command-config "$DATA_SECURE/security/admin.properties" --rounds 20
+  "$STRATA" down --data-dir "$DATA_SECURE" >/dev/null
+}
+
+if [[ "${1:-}" == "security" ]]; then
+  bench_security
   exit 0
 fi
 if [[ "${1:-}" == "gateway" ]]; then
@@ -160,12 +177,13 @@ echo "== Spark (local[2]): produce -> Spark (processingTime=0) -> sink topic -> 
 "$STRATA" perf spark-e2e --rate 5000 --seconds 30
 "$STRATA" perf spark-e2e --rate 5000 --seconds 30 --at-least-once
 echo "== Delta tiering (local[2]): 4,000,000 100-byte random records, 4 partitions"
-"$STRATA" perf tier --zookeeper "127.0.0.1:$BASE" --num-records 4000000 --partitions 4
+"$STRATA" perf tier --num-records 4000000 --partitions 4
 "$STRATA" down --data-dir "$DATA" >/dev/null
 
 bench_replication
 bench_groups
 bench_scale
+bench_security
 
 echo "== HTTP ingest gateway (scripts/bench_gateway.sh: its own stack)"
 bash scripts/bench_gateway.sh

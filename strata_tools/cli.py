@@ -17,7 +17,11 @@
                    (--auth-config FILE | --no-auth) [--tls-cert FILE --tls-key FILE]
     strata tier run [--topic T ...] [--once | --every SECONDS] [--warehouse DIR]
                     [--lease-ttl-s S]
-    strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier|group|scale
+    strata user create|delete|list ...      strata acl add|remove|list ...
+    strata quota set|list ...
+    strata zookeeper-acls secure|unsecure --zookeeper HOST:PORT --digest-username U
+    strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier|group|scale|
+                security|propagation
                 [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
@@ -150,10 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
         tier,
         topic,
         user,
+        zookeeper_acls,
     )
 
     for module in (broker, topic, cluster, produce, consume, group, gateway, tier, user, acl,
-                   quota):
+                   quota, zookeeper_acls):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")
@@ -203,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
         "security", help="PLAINTEXT vs SASL_SSL produce and consume, one broker of its own")
     perf_security.add_security_arguments(security_bench)
     security_bench.set_defaults(handler=perf_security.run_security)
+    from strata_tools import perf_propagation
+
+    propagation_bench = perf_sub.add_parser(
+        "propagation", help="how long an ACL or SCRAM-user change takes to reach every "
+        "broker (a secured cluster)")
+    perf_propagation.add_propagation_arguments(propagation_bench)
+    propagation_bench.set_defaults(handler=perf_propagation.run_propagation)
     from strata_tools import perf_groups
 
     group_bench = perf_sub.add_parser(

@@ -590,6 +590,23 @@ def test_up_secure_serves_only_authenticated_clients(tmp_path: Path, reaper: Any
             zk.close()
         status = strata("status", "--data-dir", str(data_dir), cwd=tmp_path)
         assert status.returncode == 0 and "Secured:   SASL_SSL" in status.stdout
+        # The propagation benchmark runs on it (its figures: docs/benchmarks.md), and
+        # leaves no user, ACL or topic behind.
+        bench = strata("perf", "propagation", "--rounds", "2", "--format", "json",
+                       cwd=tmp_path, bootstrap=info["bootstrap"], env=env)
+        assert bench.returncode == 0, bench.stderr
+        figures = json.loads(bench.stdout)
+        brokers = figures["brokers"]
+        assert brokers >= 1 and all(figures[kind]["samples"] == 2 * brokers for kind in (
+            "credential_create", "acl_grant", "acl_revoke", "credential_delete")), figures
+        users = strata("user", "list", "--format", "json", cwd=tmp_path,
+                       bootstrap=info["bootstrap"], env=env)
+        assert "perf-propagation" not in users.stdout and users.returncode == 0, users.stderr
+        acls = strata("acl", "list", "--format", "json", cwd=tmp_path,
+                      bootstrap=info["bootstrap"], env=env)
+        assert "perf-propagation" not in acls.stdout and acls.returncode == 0, acls.stderr
+        topics = strata("topic", "list", cwd=tmp_path, bootstrap=info["bootstrap"], env=env)
+        assert "perf-propagation" not in topics.stdout and topics.returncode == 0, topics.stderr
     finally:
         if (data_dir / "stack.json").exists():
             strata("down", "--data-dir", str(data_dir), cwd=tmp_path)
