@@ -96,7 +96,7 @@ from kazoo.protocol.serialization import (
     write_string,
 )
 from kazoo.protocol.states import ZnodeStat
-from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
+from kazoo.security import OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, make_digest_acl
 
 from brokers.acl import AclBinding
 from wire.errors import (
@@ -1200,6 +1200,33 @@ class Coordinator:
             except (NodeExistsError, BadVersionError):
                 continue
         self._users_changed()
+
+    def migrate_znode_acls(self, *, secure: bool) -> int:
+        """Kafka's ``zookeeper-security-migration``: give every existing znode under
+        ``/strata`` the ACL a cluster with ``zookeeper.set.acl`` creates it with
+        (``secure``: writable only by this session's digest identity, readable by all,
+        SCRAM credentials readable by it alone) or, with ``secure=False``, open it to
+        everyone again (before turning ``zookeeper.set.acl`` off). Returns how many
+        znodes were changed. Nodes created or deleted while it runs are fine: new ones
+        already get the brokers' ACL, vanished ones are skipped."""
+        if secure and self._private_acl is None:
+            raise ValueError("securing znodes needs the digest identity the brokers use "
+                             "(zookeeper.digest.username/password)")
+        shared = self.zk.default_acl if secure else OPEN_ACL_UNSAFE
+        changed, todo = 0, [ROOT]
+        while todo:
+            path = todo.pop()
+            private = secure and path.startswith(f"{_USERS}/")
+            wanted = list(self._private_acl or ()) if private else list(shared)
+            try:
+                current, _ = self.zk.get_acls(path)
+                if sorted(map(repr, current)) != sorted(map(repr, wanted)):
+                    self.zk.set_acls(path, wanted)
+                    changed += 1
+                todo.extend(f"{path}/{child}" for child in self.zk.get_children(path))
+            except NoNodeError:
+                continue
+        return changed
 
     def delete_scram_credential(self, user: str, mechanism: str) -> bool:
         """Remove one mechanism's credential (the user goes with its last one); False
