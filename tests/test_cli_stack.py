@@ -420,6 +420,21 @@ def test_up_defaults_to_three_brokers_that_replicate(tmp_path: Path, reaper: Any
             assert configs["min.insync.replicas"].value == "2"
         report = _produce(info["bootstrap"], "replicated", ["k:v"], tmp_path)
         assert report, report
+        # The notebooks' helpers on a plaintext stack (tests/test_notebooks.py runs the
+        # notebooks on a secured one): no security options, and `seed` works as the
+        # notebooks' README says.
+        from strata_tools.notebook import find_stack
+
+        found = find_stack(data_dir)
+        assert found.security is None and found.client_security.protocol == "PLAINTEXT"
+        assert found.source_options == {"bootstrap.servers": info["bootstrap"]}
+        seeded = subprocess.run(
+            [sys.executable, "-m", "strata_tools.notebook", "seed", "--data-dir", str(data_dir),
+             "--topic", "seeded", "--records", "50", "--partitions", "1"],
+            capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+        assert seeded.returncode == 0 and seeded.stdout.startswith(
+            "produced 50 records to seeded;") and "--command-config" not in seeded.stdout, \
+            seeded.stderr
         ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
         assert not any(pid_alive(p["pid"]) for p in info["processes"])
     finally:

@@ -3,7 +3,11 @@
 One stack per module, of the shape `make up` gives (`strata up` without `--brokers`:
 ZooKeeper, 3 brokers with default replication factor 3 and min.insync.replicas 2, the
 gateway and the tiering job; on free ports in a temp data dir, killed by PID at
-teardown even when a test fails). The topic is seeded with the command
+teardown even when a test fails), secured (`--secure`: SASL_SSL only, ACLs, ZooKeeper
+ACLs), which the notebooks must read unchanged: they find the stack's admin credentials
+through `strata status` (``find_stack``). A secured stack is the stricter case; the
+plaintext one differs only in those options being empty (tests/test_cli_stack.py seeds
+a plaintext stack the same way). The topic is seeded with the command
 notebooks/README.md gives (`python -m strata_tools.notebook seed`, run in this process: the
 stack's replication factor, acks=all), a few thousand keyed records whose timestamps
 span several hours. Then one kernel (nbclient, kernel ``python3``) runs one pass of the
@@ -39,6 +43,7 @@ import nbformat
 import pytest
 
 from strata.client import Admin
+from strata_tools.notebook import find_stack
 from strata_tools.notebook import main as notebook_main
 from tests.conftest import ProcessReaper
 from tests.test_cli_stack import ok, strata, up_on_free_ports
@@ -96,8 +101,8 @@ from strata_tools.notebook import find_stack as _find_stack, notebook_spark as _
 
 _stack = _find_stack()
 with _TierJob(_notebook_spark("test-notebooks-tier"),
-              _TierSettings(_stack.bootstrap, _stack.warehouse,
-                            lease_wait_s=240)) as _job:
+              _TierSettings(_stack.bootstrap, _stack.warehouse, lease_wait_s=240,
+                            security=_stack.client_security)) as _job:
     _report = _job.run_once([_os.environ["STRATA_TOPIC"]])
 _job.spark.stop()  # the notebooks start their own SparkContext (on this JVM)
 assert not any(t.error for t in _report.topics), _report.to_json()
@@ -125,8 +130,8 @@ def _seed_refuses_one_replica(data_dir: Path, bootstrap: str) -> None:
         "replication factor 1 but min.insync.replicas 2 (the brokers' "
         "log.min.insync.replicas)"), err
     assert "strata topic delete one-replica" in err, err
-    with Admin(bootstrap) as admin:  # it is tier-enabled: keep it from the tier job
-        admin.delete_topics(["one-replica"])
+    with Admin(bootstrap, security=find_stack(data_dir).client_security) as admin:
+        admin.delete_topics(["one-replica"])  # it is tier-enabled: keep it from the tier job
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +141,9 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
     reaper = ProcessReaper()
     try:
         # No --brokers: the CLI's default, as `make up` runs it (3 brokers, RF 3, min ISR 2).
-        _, info = up_on_free_ports(data_dir, tmp, reaper, brokers=3, size_flag=False)
+        _, info = up_on_free_ports(data_dir, tmp, reaper, "--secure", brokers=3,
+                                   size_flag=False)
+        assert info["security"]["security_protocol"] == "SASL_SSL"
         assert [p["name"] for p in info["processes"] if p["name"].startswith("broker-")] \
             == ["broker-0", "broker-1", "broker-2"]
         # Seeded as notebooks/README.md says, with the stack's replication factor (its
@@ -144,9 +151,10 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
         code, out, err = _seed(["seed", "--data-dir", str(data_dir), "--topic", TOPIC,
                                 "--records", str(RECORDS), "--partitions", "2",
                                 "--hours", str(HOURS)])
-        assert code == 0 and out.startswith(f"produced {RECORDS} records to {TOPIC};"), \
+        assert code == 0 and out.startswith(f"produced {RECORDS} records to {TOPIC};") \
+            and "--command-config" in out, \
             (code, out, err)
-        with Admin(info["bootstrap"]) as admin:
+        with Admin(info["bootstrap"], security=find_stack(data_dir).client_security) as admin:
             replicas = {len(p.replicas) for p in admin.describe_topics([TOPIC])[TOPIC].partitions}
             min_isr = admin.describe_configs([TOPIC])[TOPIC]["min.insync.replicas"]
         assert (replicas, min_isr.value, min_isr.is_default) == ({3}, "2", True)
