@@ -169,10 +169,15 @@ def test_records_travel_over_sasl_ssl_and_replicate_between_secured_brokers(
         # over the SASL_SSL inter-broker listener, has it too.
         admin.create_topics([NewTopic(topic, 2, 2, {"min.insync.replicas": "2"})])
     values = [f"v{i}".encode() * 50 for i in range(2_000)]
+    # Requests of several MiB too: the client hands them to TLS in 64 KiB pieces.
+    bulk = [os.urandom(100) + i.to_bytes(4, "big") for i in range(60_000)]
     with Producer(bootstrap(brokers, "SASL_SSL"), acks="all", security=security) as producer:
         futures = [producer.send(topic, value) for value in values]
+        bulk_sent = producer.send_batch(topic, bulk, partition=0)
         producer.flush()
     assert all(f.result(timeout=0).offset >= 0 for f in futures)
+    assert sum(b.record_count for b in bulk_sent.result(timeout=0)) == len(bulk)
+    values += bulk
     with Admin(bootstrap(brokers, "SASL_SSL"), security=security) as admin:
         described = admin.describe_topics([topic])[topic]
         assert [len(p.isr) for p in described.partitions] == [2, 2]

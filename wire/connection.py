@@ -50,6 +50,11 @@ __all__ = ["BrokerConnection"]
 
 log = logging.getLogger("strata.client.connection")
 
+#: TLS writes go to asyncio's TLS transport in pieces of this size: it encrypts each
+#: write into an OpenSSL memory buffer in one go, and a multi-megabyte request would grow
+#: (and copy) that buffer many times over.
+_TLS_WRITE_BYTES = 64 * 1024
+
 
 class BrokerConnection:
     def __init__(self, host: str, port: int, *, client_id: str = "strata-python",
@@ -68,6 +73,7 @@ class BrokerConnection:
         self._closed_error: StrataError | None = None
         # A broker's quota throttle (a response's throttle_time_ms): no request before.
         self._throttled_until = 0.0
+        self._tls = security.uses_tls
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port})"
@@ -146,7 +152,12 @@ class BrokerConnection:
             future = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = (future, RESPONSE_TYPES[api], version)
         try:
-            self._writer.write(frame)
+            if self._tls and len(frame) > _TLS_WRITE_BYTES:
+                view = memoryview(frame)
+                for start in range(0, len(frame), _TLS_WRITE_BYTES):
+                    self._writer.write(view[start:start + _TLS_WRITE_BYTES])
+            else:
+                self._writer.write(frame)
             await self._writer.drain()
         except (ConnectionError, RuntimeError) as err:
             self._fail(NetworkError(f"lost connection to {self.host}:{self.port}: {err}"))
