@@ -8,10 +8,6 @@ import logging
 import sys
 from pathlib import Path
 
-from brokers.broker import run_broker
-from brokers.config import load_broker_config
-from wire.errors import StrataError
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strata broker start",
@@ -34,6 +30,12 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    # Imported here: `strata --help` and every client command build this parser, and the
+    # broker's modules would add a quarter of a second to each of them.
+    from brokers.broker import run_broker
+    from brokers.config import load_broker_config
+    from wire.errors import StrataError
+
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides: dict[str, str] = {}
