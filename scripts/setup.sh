@@ -49,7 +49,7 @@ echo "setup: installing strata (editable) and its pinned dependencies"
 # editable_mode=compat: a .pth path entry instead of setuptools' import hook, so
 # pkgutil.iter_modules sees pyspark_strata.py and Spark registers format("strata") by
 # itself (spark_source/README.md, "Registration").
-"$VENV/bin/python" -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
+"$VENV/bin/python" -m pip install -q -e ".[all,dev]" --config-settings editable_mode=compat
 
 if [ ! -f "$DELTA_JAR" ] || [ ! -f "$DELTA_STORAGE_JAR" ]; then
   echo "setup: fetching $DELTA_ARTIFACT and its dependencies from Maven Central into ~/.m2"

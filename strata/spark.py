@@ -48,8 +48,9 @@ if TYPE_CHECKING:  # pragma: no cover - import only for the annotation
 __all__ = ["BIND_CONF_KEYS", "BIND_ENV_VARS", "IVY_SETTINGS", "LOOPBACK", "REPO_CONF_DIR",
            "is_startup_noise", "loopback_defaults", "spark_session"]
 
-#: ``conf/`` at the repository root (this file is ``<repo>/strata/spark.py``).
-REPO_CONF_DIR: Path = Path(__file__).resolve().parent.parent / "conf"
+#: The Spark configuration shipped with the package (``strata/conf/``; the checkout's
+#: ``conf/`` is a link to it), so an installed wheel configures Spark as a checkout does.
+REPO_CONF_DIR: Path = Path(__file__).resolve().parent / "conf"
 
 #: Ivy settings that resolve ``spark.jars.packages`` only from ``~/.m2`` and the local Ivy
 #: cache, so a session starts with no network (see docs/dependencies.md, "Offline").

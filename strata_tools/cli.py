@@ -41,6 +41,7 @@ from collections.abc import Sequence
 
 from procs import PortInUseError
 from strata_tools.commands.common import CommandError
+from strata_tools.extras import MissingExtraError, extra_for_missing_module, require
 from strata_tools.secure import SecureStack
 from strata_tools.stack import (
     DEFAULT_DATA_DIR,
@@ -264,6 +265,10 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    # ZooKeeper's jars ship inside the pyspark wheel; the gateway is always part of it.
+    require("spark", "`strata up` (its ZooKeeper comes with pyspark, its tiering job "
+            "runs Spark)")
+    require("gateway", "`strata up` (it runs the HTTP ingest gateway)")
     stack = Stack(args.data_dir, brokers=args.brokers, zookeeper_nodes=args.zookeeper_nodes,
                   tier=args.tier, secure=args.secure)
     status = stack.up(base_port=args.base_port)
@@ -306,10 +311,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
         return code
     except (StackError, PortInUseError, ZooKeeperError, _UserError, CommandError,
-            StrataError, ValueError) as exc:
+            StrataError, ValueError, MissingExtraError) as exc:
         # Expected operational failures (port taken, no java, ZooKeeper did not start...):
         # their messages say what to do. Anything else is a bug and keeps its traceback.
         print(f"strata: error: {exc}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as exc:
+        advice = extra_for_missing_module(exc)
+        if advice is None:  # not an optional part: a bug, keep the traceback
+            raise
+        print(f"strata: error: {advice}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("strata: interrupted", file=sys.stderr)

@@ -57,14 +57,24 @@ class StackNotRunningError(RuntimeError):
 
 
 def repo_root() -> Path:
-    """The repository root (this file is ``<repo>/strata_tools/notebook.py``)."""
+    """The checkout this module runs from (``<repo>/strata_tools/notebook.py``); for an
+    installed package, the site-packages directory."""
     return Path(__file__).resolve().parent.parent
 
 
 def data_dir() -> Path:
-    """``$STRATA_DATA_DIR``, else ``.strata`` at the repository root (``make up``'s)."""
+    """``$STRATA_DATA_DIR``; else the nearest ``.strata`` stack directory in the current
+    directory or above it (a notebook runs in ``<repo>/notebooks``, ``make up`` keeps the
+    stack in ``<repo>/.strata``); else ``.strata`` at the checkout's root, or in the
+    current directory when running from an installed package (``strata up``'s default)."""
     configured = os.environ.get(DATA_DIR_ENV)
-    return Path(configured).expanduser().resolve() if configured else repo_root() / ".strata"
+    if configured:
+        return Path(configured).expanduser().resolve()
+    for directory in (Path.cwd(), *Path.cwd().parents):
+        if (directory / ".strata" / "stack.json").is_file():
+            return directory / ".strata"
+    root = repo_root()
+    return (root if (root / "pyproject.toml").is_file() else Path.cwd()) / ".strata"
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,17 @@ REPO = Path(__file__).resolve().parents[2]
 class BrokerProcess:
     def __init__(self, zookeeper: str, data_dir: Path, broker_id: int = 0,
                  port: int | None = None, overrides: dict[str, str] | None = None,
-                 listeners: tuple[str, ...] = ()) -> None:
+                 listeners: tuple[str, ...] = (), python: str = sys.executable,
+                 environment: dict[str, str] | None = None) -> None:
         """``listeners``: names (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) to serve, each
         on a free port (``ports[name]``); the first is the inter-broker one unless
-        ``inter.broker.listener.name`` says otherwise. Empty: PLAINTEXT on ``port``."""
+        ``inter.broker.listener.name`` says otherwise. Empty: PLAINTEXT on ``port``.
+        ``python`` / ``environment``: the interpreter and the whole environment to run it
+        with (default: this one, with the checkout on ``PYTHONPATH``), e.g. an installed
+        package's virtual environment; it then runs in ``data_dir``, outside the checkout
+        (``python -m`` would import the checkout's modules from the working directory)."""
+        self.python = python
+        self.environment = environment
         self.zookeeper = zookeeper
         self.data_dir = data_dir
         self.broker_id = broker_id
@@ -80,16 +87,20 @@ class BrokerProcess:
         raise AssertionError("unreachable")
 
     def _start_once(self, timeout: float) -> BrokerProcess:
-        args = [sys.executable, "-m", "brokers", "--broker-id", str(self.broker_id),
+        args = [self.python, "-m", "brokers", "--broker-id", str(self.broker_id),
                 "--data-dir", str(self.data_dir), "--zookeeper", self.zookeeper,
                 "--metrics-port", "0"]
         if not self.ports:
             args += ["--port", str(self.port)]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True, env=env, start_new_session=True)
+        env = self.environment if self.environment is not None else \
+            dict(os.environ, PYTHONPATH=str(REPO))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            start_new_session=True,
+            cwd=self.data_dir if self.environment is not None else None)
         ready = threading.Event()
 
         def pump() -> None:
