@@ -158,6 +158,12 @@ class Broker:
         # While the ZooKeeper connection is suspended this broker cannot know whether its
         # session (and so its leaderships and lease) still stands: it decides nothing.
         self.zookeeper_suspended = False
+        # Suspended long enough that ZooKeeper has expired the session by now (a network
+        # partition keeps kazoo in SUSPENDED, never LOST, until it reaches ZooKeeper
+        # again): the cluster has moved on, so this broker leads nothing and answers no
+        # Metadata (its view is stale: clients ask another broker).
+        self.cut_off_from_zookeeper = False
+        self._presumed_expiry: asyncio.Task[None] | None = None
         self.started = False
         parts = (config, self.metadata, self.registry, self.coordinator)
         self.replicas = ReplicaManager(*parts, host=self)
@@ -319,12 +325,15 @@ class Broker:
     async def _on_session_state(self, state: str) -> None:
         if state == "SUSPENDED":
             self.zookeeper_suspended = True
+            if self._presumed_expiry is None or self._presumed_expiry.done():
+                self._presumed_expiry = asyncio.create_task(self._presume_expiry())
         elif state == "LOST":
             # Our ephemeral registration is gone; ZooKeeper no longer vouches for us. The
             # controller has (or will have) moved our leaderships: stop acting as leader
             # until the state is read again, so nothing more is acknowledged here.
             self._session_lost = True
             self.zookeeper_suspended = True
+            self.cut_off_from_zookeeper = True
             self.controller.resign()
             for partition in self.partitions.values():
                 partition.fenced = True
@@ -333,11 +342,40 @@ class Broker:
                       "until it reconnects", self.broker_id)
         elif state == "CONNECTED":
             self.zookeeper_suspended = False
+            if self._presumed_expiry is not None:
+                self._presumed_expiry.cancel()
+                self._presumed_expiry = None
             if not self._session_lost:
+                if self.cut_off_from_zookeeper:
+                    # The session outlived the silence after all: nothing changed behind
+                    # this broker's back (ZooKeeper delivers the watches it missed).
+                    self.cut_off_from_zookeeper = False
+                    for partition in self.partitions.values():
+                        partition.fenced = False
+                    log.warning("broker %d reached ZooKeeper again within its session; "
+                                "leading again", self.broker_id)
                 await self.controller.session_restored()  # decisions skipped meanwhile
                 return
             self._session_lost = False
             await self._rejoin()
+
+    async def _presume_expiry(self) -> None:
+        """Fence every leadership once ZooKeeper has been out of reach for as long as it
+        takes it to expire the session: kazoo suspends after two thirds of the session
+        timeout without an answer, ZooKeeper expires the session at the full timeout, so
+        a third of it after the suspension the controller may already have moved this
+        broker's leaderships. A zombie leader that its clients can still reach must not
+        keep them writing (and asking for metadata) here."""
+        await asyncio.sleep(self.config.zookeeper_session_timeout_ms / 3000)
+        if not self.zookeeper_suspended or self._stopped.is_set():
+            return
+        self.cut_off_from_zookeeper = True
+        for partition in self.partitions.values():
+            partition.fenced = True
+            partition.wake_waiters()
+        log.error("broker %d has not reached ZooKeeper for as long as its session lasts: "
+                  "presumed expired, it leads nothing and answers no Metadata until it "
+                  "reaches ZooKeeper again", self.broker_id)
 
     async def _rejoin(self) -> None:
         """Register again after a lost session, re-read everything; retried until it
@@ -350,6 +388,7 @@ class Broker:
                 await self.refresh_brokers()
                 await self._reload_partition_states()
                 await self.controller.session_restored()
+                self.cut_off_from_zookeeper = False
                 log.info("broker %d registered again after a lost session", self.broker_id)
                 return
             except Exception as err:

@@ -39,6 +39,7 @@ from brokers.quotas import QUOTA_KEYS, QuotaManager
 from brokers.security import Authenticator, CredentialCache, Listener, Session
 from brokers.staging import StagedPart
 from wire.errors import (
+    BrokerNotAvailableError,
     ClusterAuthorizationFailedError,
     FencedLeaderEpochError,
     FetchSessionIdNotFoundError,
@@ -798,6 +799,13 @@ class RequestHandlers:
 
     # ------------------------------------------------------------------ Metadata
     async def metadata(self, request: MetadataRequest) -> MetadataResponse:
+        if self.host.cut_off_from_zookeeper:
+            # Its cache stops at the moment it lost ZooKeeper (and still names it leader
+            # of what the controller has moved since): clients must ask another broker.
+            raise BrokerNotAvailableError(
+                f"broker {self.config.broker_id} is cut off from ZooKeeper and its view of "
+                "the cluster may be stale; ask another broker (the client does so by "
+                "itself)")
         b = self.cluster
         listener = current_session().listener.name
         brokers = [BrokerInfo(r.broker_id, *r.endpoint(listener))

@@ -34,6 +34,7 @@ from typing import IO, Any, cast
 
 from brokers.security import UNAUTHENTICATED_FRAME_BYTES, Session
 from wire.errors import (
+    BrokerNotAvailableError,
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     IllegalSaslStateError,
@@ -69,7 +70,7 @@ Dispatcher = Callable[[RequestHeader, Reader, Session], Awaitable[Message | None
 #: response header (the client raises the matching error), the connection goes on.
 _REQUEST_LEVEL = (UnsupportedVersionError, InvalidRequestError, IllegalSaslStateError,
                   ClusterAuthorizationFailedError, TopicAuthorizationFailedError,
-                  GroupAuthorizationFailedError)
+                  GroupAuthorizationFailedError, BrokerNotAvailableError)
 #: Piece size of the copying path for record data on TLS connections.
 _TLS_COPY_BYTES = 256 * 1024
 

@@ -383,9 +383,9 @@ class Partition:
                 f"{self.leader_id}); refresh metadata")
         if self.fenced:
             raise NotLeaderError(
-                f"broker {self.broker_id} lost its ZooKeeper session and cannot vouch for "
-                f"its leadership of {self.name} until it re-reads the state; refresh "
-                "metadata and retry")
+                f"broker {self.broker_id} is cut off from ZooKeeper (its session lost or "
+                f"presumed expired) and cannot vouch for its leadership of {self.name} until "
+                "it reaches ZooKeeper again; refresh metadata and retry")
 
     # ------------------------------------------------------------------ replication
     def append_as_follower(self, records: bytes | bytearray | memoryview, leader_high_watermark: int

@@ -112,6 +112,11 @@ class GroupHost(Protocol):
 class HandlerHost(GroupHost, _Lifecycle, Protocol):
     """What the request handlers ask of the broker process."""
 
+    @property
+    def cut_off_from_zookeeper(self) -> bool:
+        """ZooKeeper has (or must by now have) expired this broker's session."""
+        ...
+
     def log_config_for(self, topic: str) -> LogConfig: ...
 
     async def next_producer_id(self) -> int: ...

@@ -80,6 +80,7 @@ class FakeHost:
     def __init__(self, zk: FakeCoordinator, cluster: MetadataCache) -> None:
         self.zk, self.cluster = zk, cluster
         self.stopping = False
+        self.cut_off_from_zookeeper = False
         self.next_id = 1000
         self.synced = 0
 

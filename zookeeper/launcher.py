@@ -269,9 +269,15 @@ class ZooKeeperServer:
         zookeeper_home: str | None = None,
         start_timeout: float = 60.0,
         log_level: str = "INFO",
+        command_prefix: Sequence[str] = (),
     ) -> None:
+        """``command_prefix`` runs the JVM through another command that execs it (so the
+        PID stays the server's), e.g. ``ip netns exec NS`` for a server in a network
+        namespace of its own, where ``host`` is an address of that namespace; the ports
+        are then not checked from here (they are the namespace's, not this one's)."""
         self.directory = Path(directory).resolve()
         self.host = host
+        self.command_prefix = tuple(command_prefix)
         self.client_port = client_port
         self.tick_time_ms = tick_time_ms
         self.init_limit = init_limit
@@ -438,9 +444,11 @@ class ZooKeeperServer:
                 f"a ZooKeeper for {self.directory} is already running (pid {running}); "
                 "stop it first or use another directory"
             )
-        check_port_free(self.host, self.client_port, f"ZooKeeper client port ({self.directory})")
         member = self.member
-        if member is not None:
+        if not self.command_prefix:
+            check_port_free(self.host, self.client_port,
+                            f"ZooKeeper client port ({self.directory})")
+        if member is not None and not self.command_prefix:
             # A taken quorum or election port does not stop the JVM at once: it retries,
             # then leaves the ensemble. Refuse up front instead, like the client port.
             check_port_free(member.host, member.peer_port,
@@ -449,7 +457,7 @@ class ZooKeeperServer:
                             f"ZooKeeper election port of server {member.server_id}")
         self.directory.mkdir(parents=True, exist_ok=True)
         self._write_files()
-        cmd = self.command()
+        cmd = [*self.command_prefix, *self.command()]
         with self.log_path.open("ab") as log:
             self._log_offset = log.tell()
             header = f"--- strata: starting ZooKeeper at {time.strftime('%Y-%m-%dT%H:%M:%S')}: "
@@ -580,7 +588,9 @@ class ZooKeeperEnsemble:
         zookeeper_home: str | None = None,
         start_timeout: float = 60.0,
         log_level: str = "INFO",
+        command_prefixes: Sequence[Sequence[str]] | None = None,
     ) -> None:
+        """``command_prefixes``: one per member (see ``ZooKeeperServer``)."""
         if len(directories) != len(members) or not members:
             raise ValueError("an ensemble needs one directory per member, and some members")
         self.members = tuple(members)
@@ -599,8 +609,11 @@ class ZooKeeperEnsemble:
                 zookeeper_home=zookeeper_home,
                 start_timeout=start_timeout,
                 log_level=log_level,
+                command_prefix=prefix,
             )
-            for directory, member in zip(directories, self.members, strict=True)
+            for directory, member, prefix in zip(
+                directories, self.members, command_prefixes or [()] * len(self.members),
+                strict=True)
         )
 
     @property

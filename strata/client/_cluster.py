@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from wire.connection import BrokerConnection
 from wire.errors import (
+    BrokerNotAvailableError,
     NetworkError,
     StrataError,
     TopicAuthorizationFailedError,
@@ -125,7 +126,9 @@ class Cluster:
             try:
                 connection = await self.connection_to(address)
                 return await asyncio.wait_for(connection.request(api, body), timeout)
-            except (NetworkError, TimeoutError) as err:
+            except (NetworkError, TimeoutError, BrokerNotAvailableError) as err:
+                # BROKER_NOT_AVAILABLE: this broker is cut off from ZooKeeper (its view of
+                # the cluster is stale); the next one may know better.
                 errors.append(f"{address[0]}:{address[1]}: {err}")
         hint = "" if self.security.protocol != "PLAINTEXT" else (
             "; a connection closed at once may be a secured listener: set the client's "

@@ -26,14 +26,19 @@ class BrokerProcess:
     def __init__(self, zookeeper: str, data_dir: Path, broker_id: int = 0,
                  port: int | None = None, overrides: dict[str, str] | None = None,
                  listeners: tuple[str, ...] = (), python: str = sys.executable,
-                 environment: dict[str, str] | None = None) -> None:
+                 environment: dict[str, str] | None = None, host: str = "127.0.0.1",
+                 command_prefix: tuple[str, ...] = ()) -> None:
         """``listeners``: names (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) to serve, each
         on a free port (``ports[name]``); the first is the inter-broker one unless
         ``inter.broker.listener.name`` says otherwise. Empty: PLAINTEXT on ``port``.
         ``python`` / ``environment``: the interpreter and the whole environment to run it
         with (default: this one, with the checkout on ``PYTHONPATH``), e.g. an installed
         package's virtual environment; it then runs in ``data_dir``, outside the checkout
-        (``python -m`` would import the checkout's modules from the working directory)."""
+        (``python -m`` would import the checkout's modules from the working directory).
+        ``host``: the address it listens on and advertises; ``command_prefix``: what runs
+        it, e.g. ``ip netns exec NS`` (which execs it, so its PID is the broker's)."""
+        self.host = host
+        self.command_prefix = command_prefix
         self.python = python
         self.environment = environment
         self.zookeeper = zookeeper
@@ -49,7 +54,7 @@ class BrokerProcess:
         if listeners:
             self._may_move_port = False
             self.overrides["listeners"] = ",".join(
-                f"{name}://127.0.0.1:{port}" for name, port in self.ports.items())
+                f"{name}://{host}:{port}" for name, port in self.ports.items())
         self.overrides.setdefault("zookeeper.session.timeout.ms", "6000")
         # Most tests run one broker; a Cluster passes its own factor.
         self.overrides.setdefault("offsets.topic.replication.factor", "1")
@@ -59,10 +64,10 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def address(self, listener: str) -> str:
-        return f"127.0.0.1:{self.ports[listener]}"
+        return f"{self.host}:{self.ports[listener]}"
 
     @property
     def pid(self) -> int:
@@ -87,11 +92,12 @@ class BrokerProcess:
         raise AssertionError("unreachable")
 
     def _start_once(self, timeout: float) -> BrokerProcess:
-        args = [self.python, "-m", "brokers", "--broker-id", str(self.broker_id),
+        args = [*self.command_prefix, self.python, "-m", "brokers",
+                "--broker-id", str(self.broker_id),
                 "--data-dir", str(self.data_dir), "--zookeeper", self.zookeeper,
                 "--metrics-port", "0"]
         if not self.ports:
-            args += ["--port", str(self.port)]
+            args += ["--host", self.host, "--port", str(self.port)]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         env = self.environment if self.environment is not None else \

@@ -40,6 +40,7 @@ from kazoo.retry import KazooRetry
 from procs import free_port
 from strata.client import Admin, NewTopic, TopicPartition
 from tests.support.broker_process import BrokerProcess
+from tests.support.netns import Network, NetworkNode
 from tests.support.waiting import wait_for
 from wire.security import PLAINTEXT, ClientSecurity
 from zookeeper.launcher import EnsembleMember, ZooKeeperEnsemble, ZooKeeperServer, server_mode
@@ -56,6 +57,10 @@ DEFAULT_BROKER_OVERRIDES: Mapping[str, str] = {
     "zookeeper.session.timeout.ms": "6000",
     "replica.lag.time.max.ms": "3000",
 }
+
+#: Ports inside a network namespace (``network=True``): each node has its own address.
+_ZK_CLIENT_PORT = 2181
+_BROKER_PORT = 9092
 
 #: Lines of broker output kept per broker (BrokerProcess keeps 400; a fault test wants
 #: the whole story of a broker that was killed and restarted several times).
@@ -81,9 +86,12 @@ class ClusterBroker(BrokerProcess):
     """A ``BrokerProcess`` that keeps more output and knows whether it is paused."""
 
     def __init__(self, zookeeper: str, data_dir: Path, broker_id: int,
-                 overrides: dict[str, str], listeners: tuple[str, ...] = ()) -> None:
+                 overrides: dict[str, str], listeners: tuple[str, ...] = (), *,
+                 host: str = "127.0.0.1", port: int | None = None,
+                 command_prefix: tuple[str, ...] = ()) -> None:
         super().__init__(zookeeper, data_dir, broker_id, overrides=overrides,
-                         listeners=listeners)
+                         listeners=listeners, host=host, port=port,
+                         command_prefix=command_prefix)
         self.output = deque(maxlen=_LOG_LINES)
         self.paused = False
         self.starts = 0
@@ -196,13 +204,16 @@ class Cluster:
     ``expect_controller=False`` is for brokers that elect no controller (before [4/7]).
     ``secure=True`` secures everything (``ClusterSecurity``); the harness's own clients
     then log in as ``admin`` (``admin_options``), a workload as ``app``
-    (``client_options``).
+    (``client_options``). ``network=True`` puts every broker and ZooKeeper node in a
+    network namespace of its own (tests/support/netns.py: ``self.network``), each on its
+    own address with the usual ports, reached from here through a bridge; brokers
+    advertise their namespace's address.
     """
 
     def __init__(self, base_dir: Path, brokers: int = 3, *, zookeeper_nodes: int = 1,
                  overrides: Mapping[str, str] | None = None,
                  start_timeout: float = 60.0, expect_controller: bool = True,
-                 secure: bool = False) -> None:
+                 secure: bool = False, network: bool = False) -> None:
         if zookeeper_nodes not in (1, 3):
             raise ValueError("zookeeper_nodes must be 1 or 3")
         self.base_dir = base_dir
@@ -225,25 +236,63 @@ class Cluster:
         self.overrides = merged
         self.zk_server: ZooKeeperServer | None = None
         self.zk_ensemble: ZooKeeperEnsemble | None = None
-        if zookeeper_nodes == 1:
-            self.zk_server = ZooKeeperServer(base_dir / "zookeeper", free_port(),
-                                             start_timeout=start_timeout)
-        else:
-            ports = _distinct_free_ports(9)
-            members = [EnsembleMember(k + 1, "127.0.0.1", ports[k], ports[3 + k], ports[6 + k])
-                       for k in range(3)]
-            self.zk_ensemble = ZooKeeperEnsemble(
-                [base_dir / f"zookeeper{k + 1}" for k in range(3)], members,
-                heap="128m", start_timeout=start_timeout)
-        listeners = ("SASL_SSL",) if secure else ()
-        self.brokers: dict[int, ClusterBroker] = {
-            b: ClusterBroker(self.zk_connect, base_dir / f"broker{b}", b, dict(self.overrides),
-                             listeners)
-            for b in range(brokers)}
+        self.network = Network() if network else None
+        self.brokers: dict[int, ClusterBroker] = {}
+        try:
+            self._make_nodes(base_dir, brokers, zookeeper_nodes, start_timeout, secure)
+        except BaseException:
+            if self.network is not None:
+                self.network.close()
+            raise
         self._zk: KazooClient | None = None
         self._retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0, deadline=20)
         self.events: list[str] = []
         self._t0 = time.monotonic()
+
+    def _make_nodes(self, base_dir: Path, brokers: int, zookeeper_nodes: int,
+                    start_timeout: float, secure: bool) -> None:
+        zk_hosts: list[NetworkNode | None] = [None] * zookeeper_nodes
+        broker_hosts: list[NetworkNode | None] = [None] * brokers
+        if self.network is not None:
+            zk_hosts = [self.network.add(f"z{k}") for k in range(zookeeper_nodes)]
+            broker_hosts = [self.network.add(f"b{b}") for b in range(brokers)]
+        if zookeeper_nodes == 1:
+            node = zk_hosts[0]
+            self.zk_server = ZooKeeperServer(
+                base_dir / "zookeeper", free_port() if node is None else _ZK_CLIENT_PORT,
+                host="127.0.0.1" if node is None else node.address,
+                command_prefix=() if node is None else Network.prefix(node),
+                start_timeout=start_timeout)
+        else:
+            if self.network is None:
+                ports = _distinct_free_ports(9)
+                members = [EnsembleMember(k + 1, "127.0.0.1", ports[k], ports[3 + k],
+                                          ports[6 + k]) for k in range(3)]
+                prefixes: list[tuple[str, ...]] = [()] * 3
+            else:
+                members = [EnsembleMember(k + 1, node.address, _ZK_CLIENT_PORT, 2888, 3888)
+                           for k, node in enumerate(n for n in zk_hosts if n is not None)]
+                prefixes = [Network.prefix(n) for n in zk_hosts if n is not None]
+            self.zk_ensemble = ZooKeeperEnsemble(
+                [base_dir / f"zookeeper{k + 1}" for k in range(3)], members,
+                heap="128m", start_timeout=start_timeout, command_prefixes=prefixes)
+        listeners = ("SASL_SSL",) if secure else ()
+        for b in range(brokers):
+            node = broker_hosts[b]
+            where: dict[str, Any] = {} if node is None else {
+                "host": node.address, "port": _BROKER_PORT,
+                "command_prefix": Network.prefix(node)}
+            self.brokers[b] = ClusterBroker(self.zk_connect, base_dir / f"broker{b}", b,
+                                            dict(self.overrides), listeners, **where)
+
+    def node_of_broker(self, broker_id: int) -> NetworkNode:
+        """The network namespace of a broker (``network=True`` only)."""
+        assert self.network is not None, "this cluster has no network of its own"
+        return self.network.nodes[f"b{broker_id}"]
+
+    def node_of_zookeeper(self, index: int) -> NetworkNode:
+        assert self.network is not None, "this cluster has no network of its own"
+        return self.network.nodes[f"z{index}"]
 
     # ------------------------------------------------------------------ addresses
     @property
@@ -336,6 +385,8 @@ class Cluster:
             self.zk_ensemble.stop(grace=2.0)
         if self.zk_server is not None:
             self.zk_server.stop(grace=2.0)
+        if self.network is not None:  # its namespaces are empty now
+            self.network.close()
 
     def __enter__(self) -> Self:
         return self.start()

@@ -447,7 +447,7 @@ def _send_probe(cluster: Cluster, topic: str, probe: ZombieProbe, value: bytes,
     broker = cluster.brokers[probe.broker]
 
     async def go() -> None:
-        async with BrokerConnection("127.0.0.1", broker.port,
+        async with BrokerConnection(broker.host, broker.port,
                                     security=cluster.client_security()) as connection:
             response = await connection.request(ApiKey.PRODUCE, ProduceRequest(-1, 5000, [
                 ProduceTopic(topic, [ProducePartition(probe.partition, build_batch([value]))])]))
