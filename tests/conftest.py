@@ -26,7 +26,7 @@ KAZOO_CONNECT_TIMEOUT = 15.0
 #: workers (pytest-xdist, ``--dist loadfile``) in collection order, and a long module
 #: started last would leave the other worker idle until it ends.
 LONGEST_MODULES_FIRST = (
-    "test_notebooks", "test_tiering", "test_faults", "test_cli_stack",
+    "test_notebooks", "test_spark_cluster", "test_tiering", "test_faults", "test_cli_stack",
     "test_network_partitions",
     "test_spark_exactly_once", "test_spark_tier_replay", "test_perf_spark",
     "test_group_faults", "test_perf_scale", "test_spark_sink", "test_spark_source",
@@ -54,7 +54,7 @@ SYSTEM_MODULES = frozenset({
     "test_spark_sink", "test_spark_source", "test_spark_tier_replay", "test_notebooks",
     "test_tiering", "test_cli_stack", "test_perf_failover", "test_perf_scale",
     "test_perf_spark", "test_load_smoke", "test_spark_security", "test_package",
-    "test_network_partitions",
+    "test_network_partitions", "test_spark_cluster",
 })
 
 
