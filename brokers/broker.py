@@ -55,7 +55,7 @@ from brokers.group_coordinator import GroupCoordinator
 from brokers.handlers import RequestHandlers
 from brokers.heap import HeapKeeper
 from brokers.log import FlushPolicy, LogConfig
-from brokers.metrics import BrokerMetrics, PartitionStats, TierStats
+from brokers.metrics import BrokerMetrics, HealthStats, PartitionStats, TierStats
 from brokers.network import ConnectionHandler
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
 from brokers.quotas import QuotaManager
@@ -130,7 +130,8 @@ class Broker:
         self._shutting_down = False
         # Tier gauges as of the last retention pass: {(topic, p): (tiered_up_to, lag)}.
         self.tier_stats: dict[tuple[str, int], tuple[int, int]] = {}
-        self.metrics = BrokerMetrics(self._partition_stats, self._tier_stats)
+        self.metrics = BrokerMetrics(self._partition_stats, self._tier_stats,
+                                     self._health_stats)
         self.heap = HeapKeeper(self.metrics)
         self.port = config.port
         self.listeners = config.parsed_listeners()
@@ -888,6 +889,13 @@ class Broker:
                 or (state.zk_version == current.zk_version and state == current)):
             return False
         self.partition_states[(name, p)] = state
+        if current is not None and state.leader == self.broker_id \
+                and current.leader == self.broker_id \
+                and state.leader_epoch == current.leader_epoch:
+            if set(state.isr) < set(current.isr):
+                self.metrics.isr_shrinks.inc()
+            elif set(state.isr) > set(current.isr):
+                self.metrics.isr_expands.inc()
         partition = self.partitions.get((name, p))
         if partition is not None:
             try:
@@ -1100,6 +1108,14 @@ class Broker:
             lg = partition.log
             yield topic, p, lg.log_start_offset, lg.log_end_offset, partition.high_watermark, \
                 lg.size_bytes
+
+    def _health_stats(self) -> HealthStats:
+        led = [(topic, p, len(partition.isr) < len(partition.replicas))
+               for (topic, p), partition in list(self.partitions.items())
+               if partition.is_leader]
+        offline = len(self.registry.offline) + sum(
+            1 for partition in list(self.partitions.values()) if partition.log.is_offline)
+        return led, offline
 
     def _tier_stats(self) -> Iterator[TierStats]:
         for (topic, p), (tiered_up_to, lag) in list(self.tier_stats.items()):

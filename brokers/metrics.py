@@ -10,6 +10,14 @@ Names (all prefixed ``strata_``):
     partition_log_start_offset{topic,partition}  gauge
     partition_high_watermark{topic,partition}    gauge
     partition_size_bytes{topic,partition}        gauge
+    partition_under_replicated{topic,partition}  gauge 1 while the ISR of a partition this
+                                                      broker leads is smaller than its
+                                                      replica set, else 0
+    offline_partitions                      gauge     hosted partitions whose log could not
+                                                      be opened or failed (STORAGE_ERROR)
+    isr_shrinks_total / isr_expands_total   counter   ISR changes of partitions this broker
+                                                      leads (each change counted once, by
+                                                      its leader)
     tier_tiered_offset{topic,partition}          gauge (tier.enable topics this broker leads)
     tier_lag_records{topic,partition}            gauge high watermark - tiered offset
     cleaner_records_removed_total           counter   records the log cleaner dropped
@@ -40,12 +48,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["BrokerMetrics", "PartitionStats", "TierStats"]
+__all__ = ["BrokerMetrics", "HealthStats", "PartitionStats", "TierStats"]
 
 # (topic, partition, log_start, log_end, high_watermark, size_bytes)
 PartitionStats = tuple[str, int, int, int, int, int]
 # (topic, partition, tiered_up_to, lag in records)
 TierStats = tuple[str, int, int, int]
+# ([(topic, partition, under-replicated) for every partition led here], offline count)
+HealthStats = tuple[list[tuple[str, int, bool]], int]
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -103,9 +113,33 @@ class _TierCollector(Collector):
         yield lag
 
 
+class _HealthCollector(Collector):
+    def __init__(self, source: Callable[[], HealthStats]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Any]:
+        under = GaugeMetricFamily(
+            "strata_partition_under_replicated",
+            "1 while the partition's ISR is smaller than its replica set (its leader reports)",
+            labels=["topic", "partition"])
+        offline = GaugeMetricFamily(
+            "strata_offline_partitions", "hosted partitions whose log is offline")
+        led, offline_count = self._source()
+        for topic, partition, is_under in led:
+            under.add_metric([topic, str(partition)], 1 if is_under else 0)
+        offline.add_metric([], offline_count)
+        yield under
+        yield offline
+
+
+def _no_health() -> HealthStats:
+    return [], 0
+
+
 class BrokerMetrics:
     def __init__(self, partitions: Callable[[], Iterable[PartitionStats]],
-                 tier: Callable[[], Iterable[TierStats]] = tuple) -> None:
+                 tier: Callable[[], Iterable[TierStats]] = tuple,
+                 health: Callable[[], HealthStats] = _no_health) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("strata_requests_total", "requests handled",
                                 ["api", "error"], registry=self.registry)
@@ -139,8 +173,15 @@ class BrokerMetrics:
         self.gc_pause = Histogram(
             "strata_gc_pause_seconds", "cyclic garbage-collector pauses of the process",
             ["generation"], buckets=_LAG_BUCKETS, registry=self.registry)
+        self.isr_shrinks = Counter(
+            "strata_isr_shrinks_total", "ISR shrinks of partitions this broker leads",
+            registry=self.registry)
+        self.isr_expands = Counter(
+            "strata_isr_expands_total", "ISR expansions of partitions this broker leads",
+            registry=self.registry)
         self.registry.register(_PartitionCollector(partitions))
         self.registry.register(_TierCollector(tier))
+        self.registry.register(_HealthCollector(health))
         self._server: Any = None
         self.port = -1
 

@@ -16,12 +16,14 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from strata.client import Consumer, Producer, TopicPartition
+from tests.support.broker_process import BrokerProcess
 from tests.support.cluster import Cluster
 from tests.test_broker_api import call, produce, run
 from wire.errors import (
@@ -122,6 +124,30 @@ def test_a_killed_leader_is_replaced_by_an_in_sync_replica(cluster: Cluster) -> 
     assert offsets == list(range(200, 300))
     expected = [f"a{i}".encode() for i in range(200)] + [f"b{i}".encode() for i in range(100)]
     assert read_all(cluster, "failover", 0, 300) == expected
+    # What an operator's dashboard sees on the new leader: the partition is under-
+    # replicated while the old leader is down, and nothing is offline.
+    leader = cluster.brokers[after.leader]
+    shown = cluster.wait_for(
+        "the under-replicated gauge", lambda: scrape(leader),
+        lambda m: m.get('strata_partition_under_replicated{partition="0",topic="failover"}')
+        == 1.0, 30)
+    assert shown["strata_offline_partitions"] == 0.0
+    cluster.restart(before.leader)
+    cluster.wait_until_healthy("failover")
+    healed = cluster.wait_for(
+        "the gauge back at 0", lambda: scrape(leader),
+        lambda m: m.get('strata_partition_under_replicated{partition="0",topic="failover"}')
+        == 0.0, 30)
+    assert healed["strata_isr_expands_total"] >= 1.0, healed
+
+
+def scrape(broker: BrokerProcess) -> dict[str, float]:
+    """The broker's /metrics as ``{"name{labels}": value}``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics",
+                                timeout=10) as response:
+        text = response.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
 
 
 def test_min_insync_replicas_refuses_acks_all_when_too_few_replicas_are_in_sync(
