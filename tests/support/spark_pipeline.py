@@ -12,8 +12,37 @@ up (``Trigger.AvailableNow``). Prints ``pipeline started`` once the query runs a
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from strata.spark import spark_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def run_pipeline(spark: SparkSession, bootstrap: str, source: str, sink: str,
+                 checkpoint: str, max_offsets: str = "2000") -> int:
+    """Run the query until caught up; return the last batch id."""
+    query = (spark.readStream.format("strata")
+             .option("bootstrap.servers", bootstrap)
+             .option("subscribe", source)
+             .option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", max_offsets)
+             .load()
+             .selectExpr("key", "concat(CAST('T:' AS BINARY), value) AS value", "headers")
+             .writeStream.format("strata")
+             .option("bootstrap.servers", bootstrap)
+             .option("topic", sink)
+             .option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True)
+             .start())
+    print("pipeline started", flush=True)
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise SystemExit(f"pipeline failed: {query.exception()}")
+    batch = int(query.lastProgress["batchId"]) if query.lastProgress else -1
+    print(f"pipeline done {batch}", flush=True)
+    return batch
 
 
 def main() -> None:
@@ -27,25 +56,8 @@ def main() -> None:
     spark = spark_session("strata-exactly-once-pipeline",
                           {"spark.sql.shuffle.partitions": "2"})
     spark.sparkContext.setLogLevel("ERROR")
-    query = (spark.readStream.format("strata")
-             .option("bootstrap.servers", args.bootstrap)
-             .option("subscribe", args.source)
-             .option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", args.max_offsets)
-             .load()
-             .selectExpr("key", "concat(CAST('T:' AS BINARY), value) AS value", "headers")
-             .writeStream.format("strata")
-             .option("bootstrap.servers", args.bootstrap)
-             .option("topic", args.sink)
-             .option("checkpointLocation", args.checkpoint)
-             .trigger(availableNow=True)
-             .start())
-    print("pipeline started", flush=True)
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise SystemExit(f"pipeline failed: {query.exception()}")
-    print(f"pipeline done {query.lastProgress['batchId'] if query.lastProgress else -1}",
-          flush=True)
+    run_pipeline(spark, args.bootstrap, args.source, args.sink, args.checkpoint,
+                 args.max_offsets)
     spark.stop()
 
 

@@ -104,9 +104,11 @@ class SparkStandalone:
 
     def driver_env(self, **extra: str) -> dict[str, str]:
         """The environment of a driver process that runs its jobs on this cluster."""
+        # One executor with every core: a JVM of its own, and only one to start.
         submit = (f"--master {self.url} --conf spark.driver.host=127.0.0.1 "
-                  "--conf spark.driver.bindAddress=127.0.0.1 --conf spark.executor.cores=1 "
-                  f"--conf spark.cores.max={self.cores} --conf spark.executor.memory=768m "
+                  "--conf spark.driver.bindAddress=127.0.0.1 "
+                  f"--conf spark.executor.cores={self.cores} "
+                  f"--conf spark.cores.max={self.cores} --conf spark.executor.memory=1g "
                   "pyspark-shell")
         return dict(os.environ, PYSPARK_SUBMIT_ARGS=submit, **extra)
 
