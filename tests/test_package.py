@@ -18,6 +18,7 @@ them), and the commands that need an extra say which one to install.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -207,20 +208,31 @@ def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
         server.stop(grace=5.0)
 
 
+@contextlib.contextmanager
+def installed_broker(installed: Installed, zookeeper: ZooKeeperServer, data_dir: Path,
+                     env: dict[str, str], topic: str) -> Iterator[BrokerProcess]:
+    """A broker run by the installed package, with ``topic`` made by its `strata`
+    command; ``env`` gets ``STRATA_BOOTSTRAP``. Killed by PID at the end."""
+    broker = BrokerProcess(zookeeper.connect_string, data_dir,
+                           python=str(installed.python), environment=env)
+    try:
+        broker.start()
+        env["STRATA_BOOTSTRAP"] = broker.bootstrap
+        made = run([installed.strata, "topic", "create", topic, "-p", "2", "-r", "1"],
+                   env=env, cwd=installed.home)
+        assert made.returncode == 0, made.stderr
+        yield broker
+    finally:
+        broker.kill()
+
+
 def test_a_broker_host_runs_on_the_core_alone(installed: Installed,
                                               zookeeper: ZooKeeperServer,
                                               tmp_path: Path) -> None:
     env = installed.env(core_only=True)
     refused = run([installed.python, "-c", "import pyspark"], env=env, cwd=installed.home)
     assert refused.returncode == 1 and "No module named 'pyspark'" in refused.stderr
-    broker = BrokerProcess(zookeeper.connect_string, tmp_path / "broker",
-                           python=str(installed.python), environment=env)
-    try:
-        broker.start()
-        env["STRATA_BOOTSTRAP"] = broker.bootstrap
-        made = run([installed.strata, "topic", "create", "installed", "-p", "2", "-r", "1"],
-                   env=env, cwd=installed.home)
-        assert made.returncode == 0, made.stderr
+    with installed_broker(installed, zookeeper, tmp_path / "broker", env, "installed"):
         lines = [f"k{i}:value-{i}" for i in range(100)]
         produced = subprocess.run(
             [str(installed.strata), "produce", "installed", "--key-separator", ":",
@@ -239,8 +251,6 @@ def test_a_broker_host_runs_on_the_core_alone(installed: Installed,
             assert answer.returncode == 1, (command, answer.stdout, answer.stderr)
             assert f"pip install 'strata[{extra}]'" in answer.stderr, answer.stderr
             assert "Traceback" not in answer.stderr, answer.stderr
-    finally:
-        broker.kill()
 
 
 SPARK_READ = """
@@ -260,14 +270,8 @@ def test_spark_reads_through_the_installed_package(installed: Installed,
                                                    zookeeper: ZooKeeperServer,
                                                    tmp_path: Path) -> None:
     env = installed.env()
-    broker = BrokerProcess(zookeeper.connect_string, tmp_path / "broker",
-                           python=str(installed.python), environment=env)
-    try:
-        broker.start()
-        env["STRATA_BOOTSTRAP"] = broker.bootstrap
-        made = run([installed.strata, "topic", "create", "spark-read", "-p", "2", "-r", "1"],
-                   env=env, cwd=installed.home)
-        assert made.returncode == 0, made.stderr
+    with installed_broker(installed, zookeeper, tmp_path / "broker", env,
+                          "spark-read") as broker:
         produced = subprocess.run(
             [str(installed.strata), "produce", "spark-read"],
             input="".join(f"row-{i}\n" for i in range(50)), capture_output=True, text=True,
@@ -281,5 +285,3 @@ def test_spark_reads_through_the_installed_package(installed: Installed,
         # The package's own conf/spark-defaults.conf configured the session.
         assert result["master"] == "local[2]"
         assert "DeltaSparkSessionExtension" in result["extensions"]
-    finally:
-        broker.kill()

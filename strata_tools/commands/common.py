@@ -118,3 +118,22 @@ def parse_seconds(text: str, option: str) -> float:
     if not value > 0 or value == float("inf"):
         raise CommandError(f"{option} expects a number of seconds above 0, got {text!r}")
     return value
+
+
+def read_password(password_file: str | None, what: str = "password") -> str:
+    """The first line of ``password_file``, else of standard input: never the command
+    line, where other users could read it in ``ps``."""
+    if password_file:
+        try:
+            with open(password_file, encoding="utf-8") as source:
+                text = source.readline()
+        except OSError as err:
+            raise CommandError(f"cannot read --password-file {password_file}: "
+                               f"{err.strerror}") from None
+    else:
+        text = sys.stdin.readline()
+    password = text.rstrip("\r\n")
+    if not password:
+        raise CommandError(f"no {what} given: write it to --password-file or pipe one line "
+                           "to standard input")
+    return password

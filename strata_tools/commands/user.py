@@ -9,7 +9,6 @@ salted hash is sent to the broker (docs/security.md).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from strata.client import Admin
@@ -19,6 +18,7 @@ from strata_tools.commands.common import (
     add_format,
     bootstrap_of,
     emit_json,
+    read_password,
     security_of_args,
 )
 from wire.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISMS
@@ -50,28 +50,11 @@ def register(sub: Any) -> None:
         add_format(parser)
 
 
-def _password(args: argparse.Namespace) -> str:
-    if args.password_file:
-        try:
-            with open(args.password_file, encoding="utf-8") as source:
-                text = source.readline()
-        except OSError as err:
-            raise CommandError(f"cannot read --password-file {args.password_file}: "
-                               f"{err.strerror}") from None
-    else:
-        text = sys.stdin.readline()
-    password = text.rstrip("\r\n")
-    if not password:
-        raise CommandError("no password given: write it to --password-file or pipe one line "
-                           "to standard input")
-    return password
-
-
 def _create(args: argparse.Namespace) -> int:
     if not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
         raise CommandError(f"--iterations {args.iterations} is out of range; use "
                            f"{MIN_ITERATIONS}..{MAX_ITERATIONS}")
-    password = _password(args)
+    password = read_password(args.password_file)
     mechanisms = args.mechanism or list(SCRAM_MECHANISMS)
     with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         for mechanism in mechanisms:

@@ -18,10 +18,9 @@ read from ``--password-file`` or one line of standard input, never the command l
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from strata_tools.commands.common import CommandError, add_format, emit_json
+from strata_tools.commands.common import CommandError, add_format, emit_json, read_password
 
 __all__ = ["register"]
 
@@ -47,27 +46,10 @@ def register(sub: Any) -> None:
         action.set_defaults(handler=_run, secure=name == "secure")
 
 
-def _password(args: argparse.Namespace) -> str:
-    try:
-        if args.password_file:
-            with open(args.password_file, encoding="utf-8") as source:
-                text = source.readline()
-        else:
-            text = sys.stdin.readline()
-    except OSError as err:
-        raise CommandError(f"cannot read --password-file {args.password_file}: "
-                           f"{err.strerror}") from None
-    password = text.rstrip("\r\n")
-    if not password:
-        raise CommandError("the digest password is empty: give the brokers' "
-                           "zookeeper.digest.password in --password-file or on stdin")
-    return password
-
-
 def _run(args: argparse.Namespace) -> int:
     from brokers.coordination import Coordinator, ZooKeeperUnavailableError
 
-    password = _password(args)
+    password = read_password(args.password_file, "digest password")
     coordinator = Coordinator(args.zookeeper, digest=(args.digest_username, password))
     try:
         coordinator.start()

@@ -73,6 +73,7 @@ __all__ = [
     "kill_zookeeper_node",
     "log_prefix",
     "pause_leader",
+    "probe_leader",
     "read_partitions",
     "restart_every_broker",
     "soak_seconds",
@@ -467,6 +468,23 @@ def _send_probe(cluster: Cluster, topic: str, probe: ZombieProbe, value: bytes,
         probe.outcome.error = repr(err)
 
 
+def probe_leader(cluster: Cluster, workload: Workload, topic: str, victim: int,
+                 partitions: list[int], probes: list[ZombieProbe], timeout: float
+                 ) -> list[threading.Thread]:
+    """A raw ``acks=-1`` probe to broker ``victim`` for each of ``partitions``, each on a
+    thread of its own (appended to ``probes``; the checker knows their records)."""
+    threads = []
+    for partition in partitions:
+        outcome, value = workload.register_probe(partition)
+        probe = ZombieProbe(victim, partition, outcome)
+        probes.append(probe)
+        thread = threading.Thread(target=_send_probe,
+                                  args=(cluster, topic, probe, value, timeout), daemon=True)
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
 def pause_leader(cluster: Cluster, workload: Workload, topic: str, *, pause_s: float = 12.0,
                  rounds: int = 1) -> tuple[list[Phase], list[ZombieProbe]]:
     """(c) SIGSTOP the leader of p0 for ``pause_s`` (longer than its ZooKeeper session);
@@ -486,16 +504,7 @@ def pause_leader(cluster: Cluster, workload: Workload, topic: str, *, pause_s: f
         phase = Phase(f"SIGSTOP broker {victim} (leader of {names}) for {pause_s:.0f}s",
                       time.monotonic())
         cluster.pause(victim)
-        threads = []
-        for p in led:
-            outcome, value = workload.register_probe(p)
-            probe = ZombieProbe(victim, p, outcome)
-            probes.append(probe)
-            thread = threading.Thread(target=_send_probe,
-                                      args=(cluster, topic, probe, value, pause_s + 40),
-                                      daemon=True)
-            threads.append(thread)
-            thread.start()
+        threads = probe_leader(cluster, workload, topic, victim, led, probes, pause_s + 40)
         try:
             state = cluster.wait_for_new_leader(topic, partition, victim,
                                                 timeout=pause_s + 20)

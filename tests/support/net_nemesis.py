@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tests.support.cluster import Cluster
-from tests.support.nemesis import Phase, Workload, ZombieProbe, _heal, _send_probe
+from tests.support.nemesis import Phase, Workload, ZombieProbe, _heal, probe_leader
 from tests.support.netns import NetworkNode
 
 __all__ = ["GroupOffsets", "flap", "isolate_controller", "isolate_leader",
@@ -50,19 +50,11 @@ def _everyone_but(cluster: Cluster, *, brokers: Iterable[int] = (),
             + [cluster.node_of_broker(b) for b in cluster.brokers if b not in skip_b])
 
 
-def _probe_leader(cluster: Cluster, workload: Workload, topic: str, victim: int,
-                  partitions: list[int], probes: list[ZombieProbe], timeout: float
-                  ) -> list[threading.Thread]:
-    threads = []
-    for partition in partitions:
-        outcome, value = workload.register_probe(partition)
-        probe = ZombieProbe(victim, partition, outcome)
-        probes.append(probe)
-        thread = threading.Thread(target=_send_probe,
-                                  args=(cluster, topic, probe, value, timeout), daemon=True)
-        thread.start()
-        threads.append(thread)
-    return threads
+def _hold(phase: Phase, seconds: float) -> None:
+    """Keep the fault until ``seconds`` after the phase started."""
+    remaining = phase.started + seconds - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
 
 
 def _cut_off_leader(cluster: Cluster, workload: Workload, topic: str, name: str,
@@ -91,11 +83,9 @@ def _cut_off_leader(cluster: Cluster, workload: Workload, topic: str, name: str,
         wait = phase.started + session_timeout_s + 1.0 - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        threads = _probe_leader(cluster, workload, topic, victim, led, probes, hold_s + 40)
+        threads = probe_leader(cluster, workload, topic, victim, led, probes, hold_s + 40)
         phase.expect_progress(cluster, workload, topic, partitions, timeout=20)
-        remaining = phase.started + hold_s - time.monotonic()
-        if remaining > 0:
-            time.sleep(remaining)
+        _hold(phase, hold_s)
     finally:
         _heal(phase, phases, cluster, workload, topic, net.heal)
     for thread in threads:
@@ -145,9 +135,7 @@ def isolate_controller(cluster: Cluster, workload: Workload, topic: str, *,
             if cluster.leader_of(topic, partition) == victim:
                 cluster.wait_for_new_leader(topic, partition, victim, timeout=40)
         phase.expect_progress(cluster, workload, topic, partitions, timeout=20)
-        remaining = phase.started + hold_s - time.monotonic()
-        if remaining > 0:
-            time.sleep(remaining)
+        _hold(phase, hold_s)
     finally:
         _heal(phase, phases, cluster, workload, topic, net.heal)
     after = cluster.controller()
@@ -174,9 +162,7 @@ def isolate_zookeeper_node(cluster: Cluster, workload: Workload, topic: str, *,
         phase.notes.append(f"ZooKeeper leader {cluster.zk_leader_index()} after "
                            f"{time.monotonic() - phase.started:.1f}s")
         phase.expect_progress(cluster, workload, topic, partitions, timeout=30)
-        remaining = phase.started + hold_s - time.monotonic()
-        if remaining > 0:
-            time.sleep(remaining)
+        _hold(phase, hold_s)
     finally:
         _heal(phase, phases, cluster, workload, topic, net.heal)
     return phase
