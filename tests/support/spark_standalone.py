@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyspark
 
-from procs import free_port, pid_alive
+from procs import free_port
 
 __all__ = ["SparkStandalone"]
 
@@ -30,6 +30,8 @@ SPARK_HOME = Path(pyspark.__file__).resolve().parent
 
 
 def _children(pid: int) -> list[int]:
+    """Running children of ``pid``; an exited child its parent has not reaped yet (state
+    Z, an empty command line) is not running."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -37,9 +39,17 @@ def _children(pid: int) -> list[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:
+            if int(fields[1]) == pid and fields[0] != "Z":
                 out.append(int(entry.name))
     return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 class SparkStandalone:
@@ -128,10 +138,10 @@ class SparkStandalone:
                     self.worker.kill()
                     self.worker.wait(10)
             for pid in executors:  # the worker's own children: ours to end
-                if pid_alive(pid):
+                if _running(pid):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
-            survivors += [pid for pid in executors if pid_alive(pid)]
+            survivors += [pid for pid in executors if _running(pid)]
         if self.master is not None and self.master.poll() is None:
             self.master.send_signal(signal.SIGTERM)
             try:
