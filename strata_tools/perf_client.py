@@ -74,6 +74,10 @@ def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("--timeout-ms", type=_positive, default=60_000,
                         help="give up when no record arrived for this long")
+    parser.add_argument("--api", choices=("arrow", "records"), default="arrow",
+                        help="arrow: AsyncConsumer.poll_arrow, columns (default); records: "
+                        "the blocking Consumer.poll, one record object at a time, as a "
+                        "per-record Python loop reads")
 
 
 def summarize(records: int, value_bytes: int, seconds: float,
@@ -188,7 +192,47 @@ async def _pace(throughput: float, sent: int, start: float) -> None:
 
 
 def run_consume(args: argparse.Namespace) -> int:
+    if args.api == "records":
+        return _consume_records(args)
     return asyncio.run(_consume(args))
+
+
+def _consume_records(args: argparse.Namespace) -> int:
+    """The per-record path: ``for record in consumer.poll(...)``, touching each value."""
+    from strata.client import Admin, Consumer, TopicPartition
+
+    bootstrap = _bootstrap(args)
+    with Admin(bootstrap, security=_security(args)) as admin:
+        description = admin.describe_topics([args.topic])[args.topic]
+    partitions = [TopicPartition(args.topic, p.partition) for p in description.partitions]
+    records = value_bytes = 0
+    latencies: list[float] = []
+    with Consumer(bootstrap, security=_security(args), auto_offset_reset="earliest",
+                  max_partition_fetch_bytes=4 << 20) as consumer:
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(partitions)
+        start = last = time.perf_counter()
+        while records < args.num_records:
+            batch = consumer.poll(timeout_ms=200)
+            now = time.perf_counter()
+            if not batch:
+                if (now - last) * 1000 > args.timeout_ms:
+                    break
+                continue
+            last = now
+            for record in batch[:args.num_records - records]:
+                records += 1
+                value_bytes += len(record.value or b"")
+            latencies.append(time.time() * 1000 - batch[-1].timestamp)
+        seconds = last - start
+    if records < args.num_records:
+        print(f"strata perf consume: only {records} of {args.num_records} records arrived "
+              f"within --timeout-ms {args.timeout_ms}")
+        return 1
+    result = summarize(records, value_bytes, seconds, latencies)
+    result["api"] = "records"
+    _print(result, args.format, "consume")
+    return 0
 
 
 async def _consume(args: argparse.Namespace) -> int:

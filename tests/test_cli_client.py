@@ -138,6 +138,12 @@ def test_perf_produce_and_consume_print_the_figures(broker: BrokerProcess) -> No
     consumed = json.loads(ok(strata(broker, "perf", "consume", "--topic", "cli-perf",
                                     "--num-records", "20000", "--format", "json")))
     assert consumed["records"] == 20000 and consumed["mb_per_sec"] > 0
+    one_by_one = json.loads(ok(strata(
+        broker, "perf", "consume", "--topic", "cli-perf", "--num-records", "20000",
+        "--api", "records", "--format", "json")))
+    assert one_by_one["records"] == 20000 and one_by_one["api"] == "records"
+    # Every record's 100-byte value was touched: 2.0 MB in all.
+    assert abs(one_by_one["mb_per_sec"] * one_by_one["seconds"] - 2.0) < 0.05, one_by_one
     per_record = json.loads(ok(strata(
         broker, "perf", "produce", "--topic", "cli-perf", "--num-records", "2000",
         "--api", "send", "--acks", "all", "--format", "json")))
