@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 
 from wire.security import ClientSecurity
 
-__all__ = ["add_consume_arguments", "add_produce_arguments", "run_consume", "run_produce",
-           "summarize"]
+__all__ = ["add_consume_arguments", "add_produce_arguments", "percentile", "run_consume",
+           "run_produce", "summarize"]
 
 
 def _positive(text: str) -> int:
@@ -80,6 +80,11 @@ def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
                         "per-record Python loop reads")
 
 
+def percentile(ordered: list[float], q: float, digits: int) -> float:
+    """The ``q`` quantile (nearest rank) of ascending ``ordered``, rounded."""
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], digits)
+
+
 def summarize(records: int, value_bytes: int, seconds: float,
               latencies_ms: list[float] | None) -> dict[str, Any]:
     out: dict[str, Any] = {
@@ -92,7 +97,7 @@ def summarize(records: int, value_bytes: int, seconds: float,
         ordered = sorted(latencies_ms)
 
         def pct(q: float) -> float:
-            return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+            return percentile(ordered, q, 3)
 
         out["latency_ms"] = {
             "avg": round(sum(ordered) / len(ordered), 3), "p50": pct(0.50), "p95": pct(0.95),

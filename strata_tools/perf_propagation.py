@@ -93,13 +93,11 @@ def run_propagation(args: argparse.Namespace) -> int:
 
 
 def _stats(samples: list[float]) -> dict[str, Any]:
+    from strata_tools.perf_client import percentile
+
     ordered = sorted(samples)
-
-    def pct(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
-
-    return {"samples": len(ordered), "p50_ms": pct(0.5), "p95_ms": pct(0.95),
-            "max_ms": round(ordered[-1], 1)}
+    return {"samples": len(ordered), "p50_ms": percentile(ordered, 0.5, 1),
+            "p95_ms": percentile(ordered, 0.95, 1), "max_ms": round(ordered[-1], 1)}
 
 
 async def _measure(bootstrap: str, admin_security: ClientSecurity,
@@ -140,8 +138,8 @@ async def _round(admin: Any, addresses: list[tuple[str, int]], topic: str, user:
     await admin.upsert_scram_credential(user, password, mechanism=_MECHANISM)
     changed = time.perf_counter()
 
-    async def logged_in(host: str, port: int) -> BrokerConnection | None:
-        connection = BrokerConnection(host, port, security=security)
+    async def logged_in(address: tuple[str, int]) -> BrokerConnection | None:
+        connection = BrokerConnection(*address, security=security)
         try:
             await connection.connect(timeout=_PROBE_TIMEOUT_S)
         except Exception:  # not known there yet: SASL_AUTHENTICATION_FAILED
@@ -204,7 +202,7 @@ async def _everywhere(targets: list[Any], probe: Callable[..., Awaitable[Any]],
     target's delay since ``changed`` in milliseconds; return what the probes returned."""
     async def until_seen(target: Any) -> Any:
         while True:
-            outcome = await (probe(*target) if isinstance(target, tuple) else probe(target))
+            outcome = await probe(target)
             now = time.perf_counter()
             if outcome is not None:
                 samples.append((now - changed) * 1000)

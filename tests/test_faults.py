@@ -124,9 +124,7 @@ def _finish(name: str, cluster: Cluster, workload: Workload, topic: str,
     for phase in [*phases, after]:
         print(f"  phase {phase.describe()}", flush=True)
     message = explain(cluster, result, [*phases, after])
-    anomalies = {name: getattr(result, name) for name in (
-        "lost", "duplicated", "unexpected", "order_violations", "offset_gaps",
-        "offset_mismatches", "replica_divergences", "zombie_acks")}
+    anomalies = result.anomalies()
     assert anomalies == dict.fromkeys(anomalies, 0), message
     assert result.acknowledged >= MIN_ACKED, message
     quiet = [phase.name for phase in phases if phase.acked_during == 0]

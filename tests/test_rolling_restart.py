@@ -503,9 +503,7 @@ def test_rolling_restart_loses_nothing(rolling_restart: RollingRestart) -> None:
     assert not failures, (f"{len(failures)} sends failed after the client's retries "
                           f"(delivery timeout {PRODUCER_OPTIONS['delivery_timeout_ms']} ms):\n"
                           + "\n".join(failures) + context)
-    anomalies = {name: getattr(result, name) for name in (
-        "lost", "duplicated", "unexpected", "order_violations", "offset_gaps",
-        "offset_mismatches")}
+    anomalies = result.anomalies()
     assert anomalies == dict.fromkeys(anomalies, 0), f"the log is wrong: {anomalies}{context}"
     assert result.acknowledged >= 20 * PARTITIONS, f"too little was written{context}"
     assert not run.member_errors, f"a member failed: {run.member_errors}{context}"

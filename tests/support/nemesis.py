@@ -637,11 +637,17 @@ class CheckResult:
     high_watermarks: dict[int, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
+    #: The counts that must all be 0 for a run to be correct.
+    ANOMALIES = ("lost", "duplicated", "unexpected", "order_violations", "offset_gaps",
+                 "offset_mismatches", "replica_divergences", "zombie_acks")
+
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.unexpected or self.order_violations
-                    or self.offset_gaps or self.offset_mismatches or self.zombie_acks
-                    or self.replica_divergences)
+        return not any(self.anomalies().values())
+
+    def anomalies(self) -> dict[str, int]:
+        """Every count of ``ANOMALIES``, so an assertion shows them all at once."""
+        return {name: getattr(self, name) for name in self.ANOMALIES}
 
     def summary(self, name: str) -> str:
         return (f"{name}: acknowledged={self.acknowledged} read={self.read} lost={self.lost} "

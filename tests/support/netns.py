@@ -100,6 +100,16 @@ def _free_subnet() -> ipaddress.IPv4Network:
     raise RuntimeError("no free 10.x.y.0/24 subnet for the test network")
 
 
+def _qdisc(node: NetworkNode, action: str, *netem: str, check: bool = True) -> None:
+    """``tc qdisc <action>`` on both ends of the node's link (both directions)."""
+    for prefix, device in (((), node.veth),
+                           (("ip", "netns", "exec", node.namespace), node.inner)):
+        done = subprocess.run([*prefix, "tc", "qdisc", action, "dev", device, "root", *netem],
+                              capture_output=True, text=True, timeout=30, check=False)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"tc qdisc {action} on {device} failed: {done.stderr.strip()}")
+
+
 @dataclass(frozen=True, slots=True)
 class NetworkNode:
     name: str
@@ -169,23 +179,13 @@ class Network:
     def degrade(self, node: NetworkNode, *, delay_ms: int, loss_percent: float) -> None:
         """Both directions of the node's link get ``delay_ms`` of latency (with a tenth of
         it as jitter) and lose ``loss_percent`` of their packets (``tc netem``)."""
-        netem = ["netem", "delay", f"{delay_ms}ms", f"{max(1, delay_ms // 10)}ms",
-                 "loss", f"{loss_percent}%"]
-        for prefix, device in (((), node.veth),
-                               (("ip", "netns", "exec", node.namespace), node.inner)):
-            done = subprocess.run([*prefix, "tc", "qdisc", "add", "dev", device, "root",
-                                   *netem], capture_output=True, text=True, timeout=30,
-                                  check=False)
-            if done.returncode != 0:
-                raise RuntimeError(f"tc netem on {device} failed: {done.stderr.strip()}")
         self._degraded.append(node)
+        _qdisc(node, "add", "netem", "delay", f"{delay_ms}ms",
+               f"{max(1, delay_ms // 10)}ms", "loss", f"{loss_percent}%")
 
     def heal(self) -> None:
         for node in self._degraded:
-            for prefix, device in (((), node.veth),
-                                   (("ip", "netns", "exec", node.namespace), node.inner)):
-                subprocess.run([*prefix, "tc", "qdisc", "del", "dev", device, "root"],
-                               capture_output=True, timeout=30, check=False)
+            _qdisc(node, "del", check=False)
         self._degraded.clear()
         for namespace, address in self._routes:
             _ip("-n", namespace, "route", "del", "blackhole", f"{address}/32", check=False)

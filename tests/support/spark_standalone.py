@@ -130,24 +130,24 @@ class SparkStandalone:
         survivors = []
         if self.worker is not None:
             executors = self.executors()
-            if self.worker.poll() is None:
-                self.worker.send_signal(signal.SIGTERM)
-                try:
-                    self.worker.wait(20)
-                except subprocess.TimeoutExpired:
-                    self.worker.kill()
-                    self.worker.wait(10)
+            _terminate(self.worker)  # a worker that stops kills its executors
             for pid in executors:  # the worker's own children: ours to end
                 if _running(pid):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
             survivors += [pid for pid in executors if _running(pid)]
-        if self.master is not None and self.master.poll() is None:
-            self.master.send_signal(signal.SIGTERM)
-            try:
-                self.master.wait(20)
-            except subprocess.TimeoutExpired:
-                self.master.kill()
-                self.master.wait(10)
+        if self.master is not None:
+            _terminate(self.master)
         if survivors:
             raise AssertionError(f"executor processes survived the worker: {survivors}")
+
+
+def _terminate(process: subprocess.Popen[str]) -> None:
+    """SIGTERM our own child, SIGKILL it after 20 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
