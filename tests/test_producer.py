@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pytest
@@ -31,6 +31,7 @@ from strata.client._sync import EventLoopThread
 from strata.client.producer import (
     AsyncProducer,
     BufferFullError,
+    DeliveryFailedError,
     DeliveryTimeoutError,
     Producer,
     ProducerClosedError,
@@ -619,6 +620,193 @@ def test_send_batch_columnar_fast_path(broker: BrokerProcess) -> None:
     assert sum(p.record_count for p in keyed) == 500
 
 
+# --------------------------------------------------------------------------- produce()
+
+Call: TypeAlias = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def _produce(face: str, bootstrap: str, calls: list[Call], **options: Any
+             ) -> DeliveryFailedError | None:
+    """``produce`` every call on the blocking or the asyncio face, then flush; what the
+    flush raised (a delivery report), if anything. The same body for both faces."""
+    if face == "sync":
+        with Producer(bootstrap, **options) as producer:
+            for args, kwargs in calls:
+                producer.produce(*args, **kwargs)
+            try:
+                producer.flush()
+            except DeliveryFailedError as err:
+                return err
+            return None
+
+    async def on_loop() -> DeliveryFailedError | None:
+        async with AsyncProducer(bootstrap, **options) as producer:
+            for args, kwargs in calls:
+                await producer.produce(*args, **kwargs)
+            try:
+                await producer.flush()
+            except DeliveryFailedError as err:
+                return err
+            return None
+
+    return asyncio.run(on_loop())
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_produce_mixes_plain_and_rich_records(broker: BrokerProcess, face: str) -> None:
+    """``produce`` (no future per record): bare values take the fast path, records with
+    a key, headers, timestamp, partition or callback the full one, and all of them land
+    in one order with every column aligned (keys and headers are kept sparse)."""
+    topic = create_topic(broker.bootstrap, _topic(f"produce-{face}"), partitions=2)
+    heard: list[tuple[RecordMetadata | None, BaseException | None]] = []
+    before = int(time.time() * 1000)
+    calls: list[Call] = [
+        ((topic, b"p0"), {"partition": 1}),  # pins nothing: explicit partition
+        ((topic, b"k1"), {"key": b"key1", "partition": 1}),
+        ((topic, b"p2"), {"partition": 1}),
+        ((topic, "s3"), {"headers": {"h": b"v"}, "partition": 1}),
+        ((topic, b"p4"), {"timestamp_ms": 1234, "partition": 1}),
+        ((topic, None), {"partition": 1,
+                         "on_delivery": lambda meta, err: heard.append((meta, err))}),
+        ((topic, b"p6"), {"partition": 1}),
+    ]
+    calls += [((topic, f"bulk-{i}".encode()), {}) for i in range(3000)]  # sticky
+    assert _produce(face, broker.bootstrap, calls, linger_ms=20) is None
+    after = int(time.time() * 1000)
+    table, _ = read_partition(broker.bootstrap, topic, 1)
+    rich = table.slice(0, 7)
+    assert rich.column("value").to_pylist() == [b"p0", b"k1", b"p2", b"s3", b"p4", None,
+                                                b"p6"]
+    assert rich.column("key").to_pylist() == [None, b"key1", None, None, None, None, None]
+    assert rich.column("headers").to_pylist() == [None, None, None,
+                                                  [{"key": "h", "value": b"v"}],
+                                                  None, None, None]
+    stamps = rich.column("timestamp").to_pylist()
+    assert stamps[4] == 1234
+    assert all(before <= t <= after for i, t in enumerate(stamps) if i != 4)
+    assert len(heard) == 1 and heard[0][1] is None
+    assert heard[0][0] == RecordMetadata(topic, 1, 5, stamps[5])
+    bulk = [v for p in (0, 1)
+            for v in read_partition(broker.bootstrap, topic, p)[0].column("value").to_pylist()
+            if v is not None and v.startswith(b"bulk-")]
+    assert sorted(bulk) == sorted(f"bulk-{i}".encode() for i in range(3000))
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_produce_failures_are_heard(broker: BrokerProcess, face: str) -> None:
+    """A failed ``produce`` record reaches its callback, or, without one, the next
+    ``flush`` as ``DeliveryFailedError`` (once), or ``close``; a block's own exception
+    is not replaced by the report."""
+    topic = create_topic(broker.bootstrap, _topic(f"fail-{face}"), partitions=2,
+                         configs={"max.message.bytes": "4000"})
+    heard: list[tuple[RecordMetadata | None, BaseException | None]] = []
+    calls: list[Call] = [
+        ((topic, b"fine"), {"partition": 0}),
+        ((topic, b"L" * 10_000), {"partition": 1}),  # too large for the broker
+        ((topic, b"L" * 10_000), {"partition": 1,
+                                  "on_delivery": lambda meta, err: heard.append((meta, err))}),
+    ]
+    report = _produce(face, broker.bootstrap, calls, linger_ms=50)
+    assert isinstance(report, DeliveryFailedError)
+    assert report.code == 1003 and report.name == "DELIVERY_FAILED"
+    assert report.records == 1 and "1 record(s)" in str(report)
+    assert [(f.topic, f.partition, f.records) for f in report.failures] == [(topic, 1, 1)]
+    assert isinstance(report.failures[0].error, RecordTooLargeError)
+    assert len(heard) == 1 and heard[0][0] is None
+    assert isinstance(heard[0][1], RecordTooLargeError)
+    assert read_partition(broker.bootstrap, topic, 0)[0].column("value").to_pylist() == [
+        b"fine"]
+
+    with Producer(broker.bootstrap, linger_ms=50) as producer:
+        producer.produce(topic, b"L" * 10_000, partition=1)
+        with pytest.raises(DeliveryFailedError):
+            producer.flush()
+        producer.flush()  # reported once: nothing new
+        producer.produce(topic, b"L" * 10_000, partition=1)
+        with pytest.raises(DeliveryFailedError, match="1 record"):
+            producer.close()  # close reports what flush did not
+    with pytest.raises(KeyError), Producer(broker.bootstrap) as producer:
+        producer.produce(topic, b"L" * 10_000, partition=1)
+        raise KeyError("the block's own error wins")
+
+
+def test_produce_from_many_threads_keeps_each_threads_order(broker: BrokerProcess) -> None:
+    """The blocking face's fast path under contention: four threads, one partition,
+    idempotent acks=all: every record once, each thread's records in its order."""
+    topic = create_topic(broker.bootstrap, _topic("threads"))
+    per_thread = 20_000
+    with Producer(broker.bootstrap, linger_ms=2, batch_size=64 * 1024) as producer:
+        def work(thread: int) -> None:
+            for i in range(per_thread):
+                producer.produce(topic, struct.pack(">II", thread, i))
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        producer.flush()
+    values = read_partition(broker.bootstrap, topic, 0)[0].column("value").to_pylist()
+    assert len(values) == 4 * per_thread
+    seen: dict[int, list[int]] = {t: [] for t in range(4)}
+    for value in values:
+        thread, i = struct.unpack(">II", value)
+        seen[thread].append(i)
+    assert all(seen[t] == list(range(per_thread)) for t in range(4))
+
+
+def test_accumulator_reservations_and_sparse_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Buffer accounting under reservations: an open batch holds a reservation its
+    records count down; closing it gives the rest back, so once every batch is closed
+    ``buffered`` is exactly the records' size estimate. Sparse keys/headers are padded
+    to the batch on close, and no batch passes ``batch_size`` or the record limit."""
+    import strata.client._accumulator as accumulator_module
+
+    monkeypatch.setattr(accumulator_module, "MAX_RECORDS_PER_BATCH", 50)
+    loop = asyncio.new_event_loop()
+    try:
+        wakeup = Wakeup(loop)
+        accumulator = Accumulator(ProducerConfig.from_options(
+            "h:1", {"batch_size": 4000, "buffer_memory": 1 << 20}), wakeup,
+            {"t": {0: None, 1: None}})
+        loop.call_soon(wakeup.start)
+        loop.run_until_complete(asyncio.sleep(0))
+        expected = 0
+        for i in range(400):
+            key = f"k{i}".encode() if i % 7 == 3 else None
+            headers = {"n": b"x"} if i % 11 == 5 else None
+            value = b"v" * (i % 90)
+            assert accumulator.add("t", value, key, headers, None, None, None, True)
+            expected += 16 + len(value) + (len(key) if key else 0) + (2 if headers else 0)
+        assert accumulator.buffered >= expected  # open batches hold reservations
+        accumulator.ready(time.monotonic(), True, None)  # force: close every batch
+        batches = accumulator.batches()
+        assert accumulator.buffered == expected == sum(b.size for b in batches)
+        assert sum(b.count for b in batches) == 400
+        for batch in batches:
+            assert batch.size <= 4000 and batch.count <= 50
+            for column in (batch.keys, batch.headers):
+                assert column is None or len(column) == batch.count
+    finally:
+        loop.close()
+
+
+def test_produce_rejects_bad_records_before_queueing(broker: BrokerProcess) -> None:
+    topic = create_topic(broker.bootstrap, _topic("reject"))
+    with Producer(broker.bootstrap) as producer:
+        for bad, error in ((-1, "must be in 0.."), (1 << 62, "must be in 0..")):
+            with pytest.raises(ValueError, match=error):
+                producer.produce(topic, b"x", timestamp_ms=bad)
+        with pytest.raises(TypeError, match="must be bytes"):
+            producer.produce(topic, 5)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="partition 3 does not exist"):
+            producer.produce(topic, b"x", partition=3)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            producer.produce(_topic("missing"), b"x")
+        assert producer._accumulator.buffered == 0
+    with pytest.raises(ProducerClosedError):
+        producer.produce(topic, b"x")
+
+
 # --------------------------------------------------------------------------- back-pressure
 
 
@@ -639,42 +827,61 @@ def test_back_pressure_raise(broker: BrokerProcess) -> None:
 
 
 def test_back_pressure_block(broker: BrokerProcess) -> None:
+    """A full buffer blocks ``send`` (both faces) until acknowledgements free it, and
+    for no longer than ``max_block_ms``. The broker is paused (SIGSTOP) while the
+    buffer is full so nothing is acknowledged meanwhile: a full buffer sends its
+    batches at once, whatever ``linger_ms`` says (as Kafka's does)."""
     topic = create_topic(broker.bootstrap, _topic("block"))
-    with Producer(broker.bootstrap, buffer_memory=2000, linger_ms=60_000,
-                  batch_size=1 << 20, max_block_ms=10_000) as producer:
-        for _ in range(17):
-            producer.send(topic, b"b" * 100)
-        blocked: list[concurrent.futures.Future[RecordMetadata]] = []
-        sender = threading.Thread(target=lambda: blocked.append(producer.send(topic, b"l" * 100)))
-        sender.start()
-        time.sleep(0.3)
-        assert sender.is_alive() and not blocked  # waiting for buffer space
-        producer.flush()  # acknowledgements free the buffer
-        sender.join(10)
+    options: dict[str, Any] = {"buffer_memory": 2000, "linger_ms": 60_000,
+                               "batch_size": 1 << 20}
+    with Producer(broker.bootstrap, max_block_ms=10_000, **options) as producer:
+        producer.send(topic, b"first")
+        producer.flush()  # metadata and producer id are in
+        broker.pause()
+        try:
+            for _ in range(17):  # 17 * 116 bytes of the 2,000
+                producer.send(topic, b"b" * 100)
+            blocked: list[concurrent.futures.Future[RecordMetadata]] = []
+            sender = threading.Thread(
+                target=lambda: blocked.append(producer.send(topic, b"l" * 100)))
+            sender.start()
+            time.sleep(0.3)
+            assert sender.is_alive() and not blocked  # waiting for buffer space
+        finally:
+            broker.resume()
+        sender.join(10)  # acknowledgements free the buffer
         assert not sender.is_alive()
         producer.flush()
-        assert blocked[0].result(10).offset == 17
-    with Producer(broker.bootstrap, buffer_memory=2000, linger_ms=60_000,
-                  batch_size=1 << 20, max_block_ms=200) as producer:
-        for _ in range(17):
-            producer.send(topic, b"b" * 100)
-        started = time.monotonic()
-        with pytest.raises(BufferFullError, match="max_block_ms=200"):
-            producer.send(topic, b"b" * 100)
-        assert time.monotonic() - started >= 0.19
+        assert blocked[0].result(10).offset == 18
+    with Producer(broker.bootstrap, max_block_ms=200, **options) as producer:
+        producer.send(topic, b"first")
+        producer.flush()
+        broker.pause()
+        try:
+            for _ in range(17):
+                producer.send(topic, b"b" * 100)
+            started = time.monotonic()
+            with pytest.raises(BufferFullError, match="max_block_ms=200"):
+                producer.send(topic, b"b" * 100)
+            assert time.monotonic() - started >= 0.19
+        finally:
+            broker.resume()
 
     async def async_block() -> None:
-        async with AsyncProducer(broker.bootstrap, buffer_memory=2000, linger_ms=60_000,
-                                 batch_size=1 << 20) as producer:
-            for _ in range(17):
-                await producer.send(topic, b"a" * 100)
-            late = asyncio.create_task(producer.send(topic, b"l" * 100))
-            await asyncio.sleep(0.2)
-            assert not late.done()
+        async with AsyncProducer(broker.bootstrap, **options) as producer:
+            await producer.produce(topic, b"first")
             await producer.flush()
-            future = await asyncio.wait_for(late, 10)
-            await producer.flush()
-            assert (await future).offset > 0
+            broker.pause()
+            try:
+                for _ in range(17):
+                    await producer.produce(topic, b"a" * 100)
+                late = asyncio.create_task(producer.produce(topic, b"l" * 100))
+                await asyncio.sleep(0.2)
+                assert not late.done()
+            finally:
+                broker.resume()
+            await asyncio.wait_for(late, 10)
+            await producer.flush()  # nothing failed: flush raises no DeliveryFailedError
 
     asyncio.run(async_block())
 
@@ -685,7 +892,7 @@ def _full_accumulator(**options: Any) -> tuple[asyncio.AbstractEventLoop, Accumu
     loop = asyncio.new_event_loop()
     wakeup = Wakeup(loop)
     accumulator = Accumulator(ProducerConfig.from_options(
-        "h:1", {"buffer_memory": 1000, "batch_size": 500, **options}), wakeup)
+        "h:1", {"buffer_memory": 1000, "batch_size": 500, **options}), wakeup, {"t": {0: None}})
     loop.call_soon(wakeup.start)
     loop.run_until_complete(asyncio.sleep(0))
     chunks = accumulator.plan_columns("t", 1, pa.array([b"v" * 84] * 20), None, 0, 0)

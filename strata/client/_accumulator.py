@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from functools import partial
+from time import time_ns
 from typing import Any, Final, TypeAlias
 
 import pyarrow as pa
@@ -48,6 +49,7 @@ from strata.client._config import ProducerConfig
 from strata.client._delivery import (
     AnyFuture,
     BufferFullError,
+    DeliveryCallback,
     DeliveryFuture,
     ProducerClosedError,
     SendBatchGroup,
@@ -83,6 +85,12 @@ __all__ = [
 
 #: Per-record bytes added to key/value/header lengths in the ``batch_size`` estimate.
 RECORD_OVERHEAD: Final = 16
+#: An open batch reserves ``buffer_memory`` in steps of this many bytes (at most
+#: ``batch_size``), so a record's append checks only the batch's own ``room``.
+RESERVATION_STEP: Final = 16 * 1024
+#: Largest ``timestamp_ms`` a record may carry: its nanoseconds must fit an int64.
+MAX_TIMESTAMP_MS: Final = (1 << 63) // 1_000_000 - 1
+_NS_PER_MS: Final = pa.scalar(1_000_000, pa.int64())
 _HEADERS_TYPE: Final = PAYLOAD_SCHEMA.field("headers").type
 
 Key: TypeAlias = bytes | bytearray | memoryview | str | None
@@ -91,6 +99,8 @@ Headers: TypeAlias = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | N
 Header: TypeAlias = tuple[str, bytes | None]
 #: ``send_batch`` input cut into ``(partition or None=sticky, payload, size)`` chunks.
 Chunks: TypeAlias = list[tuple[int | None, pa.RecordBatch, int]]
+#: Who hears a record's outcome: a future (``send``) or an ``on_delivery`` callback.
+Watcher: TypeAlias = "AnyFuture | DeliveryCallback"
 
 
 # --------------------------------------------------------------------------- records
@@ -149,31 +159,42 @@ def _column(values: Any, name: str) -> pa.Array:
 
 
 class Batch:
-    """Records of one partition that travel together; immutable once closed."""
+    """Records of one partition that travel together; immutable once closed.
 
-    __slots__ = ("arrow", "attempts", "base_sequence", "condition", "count", "created",
-                 "deadline",
-                 "done_waiters", "encoded", "finished", "futures", "group", "group_index",
-                 "has_keys", "headers", "keys", "last_error", "partition", "retry_at", "size",
-                 "timestamps", "topic", "values")
+    A per-record batch keeps plain lists: ``values`` and ``timestamps`` (nanoseconds
+    since the epoch: the clock's own unit, divided into milliseconds once per batch by
+    Arrow) for every record; ``keys`` and ``headers`` only once a record has one, and
+    only as far as the last such record (``seal`` pads them with ``None``). ``watchers``
+    holds ``(record index, future or on_delivery callback)`` for the records whose
+    outcome someone asked for; a ``produce`` record without a callback has none, and its
+    failure goes to the producer's failure ledger instead.
+
+    ``size`` is what the batch holds of ``buffer_memory``: while it is open, a
+    reservation that ``room`` counts down per record (so the common append is one
+    subtraction, not a buffer check); once sealed, the size estimate of its records.
+    """
+
+    __slots__ = ("arrow", "attempts", "base_sequence", "condition", "created", "deadline",
+                 "done_waiters", "encoded", "finished", "group", "group_index", "headers",
+                 "keys", "last_error", "partition", "retry_at", "room", "size", "timestamps",
+                 "topic", "values", "watchers")
 
     def __init__(self, topic: str, partition: int, now: float, delivery_timeout_s: float) -> None:
         self.topic = topic
         self.partition = partition
         self.created = now
         self.deadline = now + delivery_timeout_s
-        self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.timestamps: list[int] = []
+        self.keys: list[bytes | None] | None = None
         self.headers: list[list[Header] | None] | None = None
-        self.futures: list[AnyFuture] = []
+        self.watchers: list[tuple[int, Watcher]] | None = None
         self.condition: threading.Condition | None = None  # shared by DeliveryFutures
-        self.has_keys = False
         self.arrow: pa.RecordBatch | None = None
         self.group: SendBatchGroup | None = None
         self.group_index = -1
-        self.count = 0
         self.size = 0
+        self.room = 0
         self.encoded: bytes | None = None
         self.base_sequence = NO_SEQUENCE
         self.attempts = 0
@@ -182,16 +203,41 @@ class Batch:
         self.done_waiters: list[asyncio.Future[None]] = []
         self.finished = False
 
+    @property
+    def count(self) -> int:
+        """Records in the batch."""
+        return len(self.values) if self.arrow is None else self.arrow.num_rows
+
+    def timestamp_ms(self, index: int) -> int:
+        """The create time of record ``index``, in ms since the epoch."""
+        return self.timestamps[index] // 1_000_000
+
+    def seal(self) -> int:
+        """Close the batch to appends: pad the sparse columns, hand back the unused
+        reservation (returned: the bytes to free from the buffer)."""
+        count = len(self.values)
+        for column in (self.keys, self.headers):
+            if column is not None and len(column) < count:
+                column.extend([None] * (count - len(column)))
+        unused, self.room = self.room, 0
+        self.size -= unused
+        return unused
+
     def encode(self, compression: Compression, producer_id: int, producer_epoch: int,
                base_sequence: int) -> bytes:
         if self.arrow is not None:
             return encode_record_batch(self.arrow, compression=compression,
                                        producer_id=producer_id, producer_epoch=producer_epoch,
                                        base_sequence=base_sequence)
-        return build_batch(self.values, keys=self.keys if self.has_keys else None,
-                           timestamps=self.timestamps, headers=self.headers,
-                           compression=compression, producer_id=producer_id,
-                           producer_epoch=producer_epoch, base_sequence=base_sequence)
+        timestamps = pc.divide(pa.array(self.timestamps, pa.int64()), _NS_PER_MS)
+        return build_batch(self.values, keys=self.keys, timestamps=timestamps,
+                           headers=self.headers, compression=compression,
+                           producer_id=producer_id, producer_epoch=producer_epoch,
+                           base_sequence=base_sequence)
+
+    def unwatched(self) -> int:
+        """Records nobody holds a future or callback for (``produce`` without one)."""
+        return self.count - (len(self.watchers) if self.watchers else 0)
 
 
 class PartitionQueue:
@@ -267,8 +313,12 @@ def _run_blocking(coroutine: Coroutine[Any, Any, None]) -> None:
 class Accumulator:
     """The open batches and send queues of every partition, and the buffer they fill."""
 
-    def __init__(self, config: ProducerConfig, wakeup: Wakeup) -> None:
+    def __init__(self, config: ProducerConfig, wakeup: Wakeup,
+                 topics: dict[str, dict[int, Any]]) -> None:
         self.config = config
+        #: The producer's metadata, topic -> partitions (``Cluster.topics``, updated in
+        #: place), read without a lock on every ``add``.
+        self._topics = topics
         self.wakeup = wakeup
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)
@@ -276,21 +326,41 @@ class Accumulator:
         self.partitions: dict[tuple[str, int], PartitionQueue] = {}
         self.buffered = 0
         self._sticky = StickyPartitioner()
+        #: topic -> the queue of its sticky partition (dropped whenever that moves).
+        self._sticky_queues: dict[str, PartitionQueue] = {}
         self.closing = False
+        # Read on every append: plain attributes are cheaper than config lookups.
+        self._batch_size = config.batch_size
+        self._buffer_memory = config.buffer_memory
+        self._delivery_timeout_s = config.delivery_timeout_ms / 1000
 
     # ------------------------------------------------------------------ records
     def prepare(self, key: Key, value: Value, headers: Headers, timestamp_ms: int | None
                 ) -> tuple[bytes | None, bytes | None, list[Header] | None, int, int]:
-        """Type-check one record; return its parts and its size estimate."""
-        k = _as_bytes(key, "key")
-        v = _as_bytes(value, "value")
-        hs, header_bytes = _normalize_headers(headers)
-        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
-        if ts < 0:
-            raise ValueError(f"timestamp_ms={timestamp_ms} must be >= 0 (ms since the epoch)")
-        size = RECORD_OVERHEAD + header_bytes + (len(k) if k is not None else 0) + \
-            (len(v) if v is not None else 0)
-        if size > self.config.buffer_memory:
+        """Type-check one record; return key, value, headers, timestamp (in ns) and its
+        size estimate.
+
+        This runs once per ``send``/``produce``: the common types take the short way.
+        """
+        v = value if type(value) is bytes or value is None else _as_bytes(value, "value")
+        size = RECORD_OVERHEAD if v is None else RECORD_OVERHEAD + len(v)
+        k: bytes | None = None
+        if key is not None:
+            k = key if type(key) is bytes else _as_bytes(key, "key")
+            size += len(k)  # type: ignore[arg-type]  # not None: key was not
+        hs: list[Header] | None = None
+        if headers:
+            hs, header_bytes = _normalize_headers(headers)
+            size += header_bytes
+        if timestamp_ms is None:
+            ts = time_ns()
+        else:
+            ts = int(timestamp_ms)
+            if not 0 <= ts <= MAX_TIMESTAMP_MS:
+                raise ValueError(f"timestamp_ms={timestamp_ms} must be in 0..{MAX_TIMESTAMP_MS} "
+                                 "(ms since the epoch)")
+            ts *= 1_000_000
+        if size > self._buffer_memory:
             raise RecordTooLargeError(
                 f"a record of about {size} bytes does not fit in buffer_memory="
                 f"{self.config.buffer_memory}; raise buffer_memory or send smaller records")
@@ -303,61 +373,157 @@ class Accumulator:
                              f"{num_partitions} partition(s), 0..{num_partitions - 1}")
 
     # ------------------------------------------------------------------ appending
-    def _append_locked(self, topic: str, num_partitions: int, partition: int | None,
-                       key: bytes | None, value: bytes | None, timestamp: int,
-                       headers: list[Header] | None, size: int, future: AnyFuture | None
-                       ) -> tuple[AnyFuture | None, bool]:
-        """Append one record; return ``(its future, wake_sender)``, ``None``: no space.
+    def add(self, topic: str, value: Value, key: Key, headers: Headers,
+            partition: int | None, timestamp_ms: int | None, watcher: Watcher | None,
+            blocking: bool) -> bool | None:
+        """Append one record to its partition's open batch: the per-record hot path.
 
-        ``future`` ``None`` (the sync face) makes a ``DeliveryFuture`` on the batch.
+        ``True``: appended. ``False`` (only when not ``blocking``): no buffer space,
+        nothing appended (await ``wait_for_space``, then call again). ``None``: the
+        topic's partitions are not known yet, nothing appended (fetch its metadata, then
+        call again). ``blocking`` waits in this thread for space, up to ``max_block_ms``
+        (``BufferFullError`` after it, at once with ``on_buffer_full="raise"``, and on
+        the loop thread). Raises for a bad record or partition, and
+        ``ProducerClosedError`` once closing.
+
+        The common record (a bytes value and nothing else) that fits the room of its
+        topic's sticky batch costs one lock, one subtraction and two list appends;
+        everything else takes ``_add``. Safe from any thread: the lock covers the append
+        (uncontended on the asyncio face, where only the loop appends).
         """
-        if self.closing:
-            raise ProducerClosedError("send() after close(): create a new producer")
-        if self.buffered + size > self.config.buffer_memory:
-            return None, False
-        config = self.config
-        sticky = partition is None and key is None
-        if partition is None:
-            partition = partition_for_key(key, num_partitions) if key is not None \
-                else self._sticky.partition(topic, num_partitions)
-        st = self._queue(topic, partition, num_partitions)
-        batch = st.open
-        wake = False
-        if batch is not None and (batch.size + size > config.batch_size
-                                  or batch.count >= MAX_RECORDS_PER_BATCH):
-            self._close_open(st)
-            wake = True
-            if sticky:  # the sticky partition moved on: follow it (Kafka's onNewBatch)
-                partition = self._sticky.partition(topic, num_partitions)
+        if type(value) is bytes and key is None and headers is None and partition is None \
+                and timestamp_ms is None and watcher is None:
+            size = RECORD_OVERHEAD + len(value)
+            lock = self.lock
+            lock.acquire()
+            try:
+                st = self._sticky_queues.get(topic)
+                if st is not None:
+                    batch = st.open
+                    room = batch.room - size  # type: ignore[union-attr]  # registered: open
+                    if room >= 0:
+                        batch.room = room  # type: ignore[union-attr]
+                        batch.values.append(value)  # type: ignore[union-attr]
+                        batch.timestamps.append(time_ns())  # type: ignore[union-attr]
+                        return True
+            finally:
+                lock.release()
+        return self._add(topic, value, key, headers, partition, timestamp_ms, watcher,
+                         blocking)
+
+    def _add(self, topic: str, value: Value, key: Key, headers: Headers,
+             partition: int | None, timestamp_ms: int | None, watcher: Watcher | None,
+             blocking: bool) -> bool | None:
+        """``add`` for every record: checks, partitioning, a batch with room, sparse
+        columns, watchers."""
+        partitions = self._topics.get(topic)
+        if not partitions:
+            return None
+        num_partitions = len(partitions)
+        k, v, hs, ts, size = self.prepare(key, value, headers, timestamp_ms)
+        if partition is not None:
+            self.check_partition(topic, partition, num_partitions)
+        sticky = partition is None and k is None
+        with self.lock:
+            if self.closing:
+                raise ProducerClosedError("send() after close(): create a new producer")
+            if partition is not None:
                 st = self._queue(topic, partition, num_partitions)
+            elif k is not None:
+                st = self._queue(topic, partition_for_key(k, num_partitions), num_partitions)
+            else:
+                st = self._sticky_queues.get(topic) or self._queue(
+                    topic, self._sticky.partition(topic, num_partitions), num_partitions)
             batch = st.open
-        now = time.monotonic()
-        if batch is None:
-            batch = st.open = Batch(topic, partition, now, config.delivery_timeout_ms / 1000)
-            wake = True
-        batch.keys.append(key)
-        batch.values.append(value)
-        batch.timestamps.append(timestamp)
-        if key is not None:
-            batch.has_keys = True
-        if headers is not None:
-            if batch.headers is None:
-                batch.headers = [None] * batch.count
-            batch.headers.append(headers)
-        elif batch.headers is not None:
-            batch.headers.append(None)
-        if future is None:
-            if batch.condition is None:
-                batch.condition = threading.Condition()
-            future = DeliveryFuture(batch.condition)
-        batch.futures.append(future)
-        batch.count += 1
-        batch.size += size
-        self.buffered += size
-        if batch.size >= config.batch_size or batch.count >= MAX_RECORDS_PER_BATCH:
-            self._close_open(st)
-            wake = True
-        return future, wake
+            if batch is None or batch.room < size:
+                room = self._make_room(st, size, sticky, blocking)
+                if room is None:
+                    return False
+                st = room
+                batch = st.open
+                assert batch is not None
+            if sticky:
+                self._sticky_queues[topic] = st  # has an open batch: the fast path may use it
+            index = len(batch.values)
+            batch.room -= size
+            batch.values.append(v)
+            batch.timestamps.append(ts)
+            if k is not None:
+                keys = batch.keys
+                if keys is None:
+                    keys = batch.keys = []
+                if len(keys) < index:
+                    keys.extend([None] * (index - len(keys)))
+                keys.append(k)
+            if hs is not None:
+                headers_column = batch.headers
+                if headers_column is None:
+                    headers_column = batch.headers = []
+                if len(headers_column) < index:
+                    headers_column.extend([None] * (index - len(headers_column)))
+                headers_column.append(hs)
+            if watcher is not None:
+                if type(watcher) is DeliveryFuture:
+                    if batch.condition is None:
+                        batch.condition = threading.Condition()
+                    watcher._condition = batch.condition
+                if batch.watchers is None:
+                    batch.watchers = []
+                batch.watchers.append((index, watcher))
+            return True
+
+    def _make_room(self, st: PartitionQueue, size: int, sticky: bool, blocking: bool
+                   ) -> PartitionQueue | None:
+        """Give a ``size``-byte record room (lock held): grow the open batch's
+        reservation, or close it when full (a sticky record then moves to the next
+        sticky partition, Kafka's onNewBatch) and open a new one. Waits for buffer space
+        when ``blocking``, else ``None`` when there is none. The queue with room."""
+        topic = st.key[0]
+        deadline: float | None = None
+        while True:
+            if self.closing:
+                raise ProducerClosedError("send() after close(): create a new producer")
+            batch = st.open
+            if batch is not None:
+                if batch.room >= size:
+                    return st  # another thread made room while this one waited
+                grow = self._growth(batch, size)
+                if grow:
+                    batch.room += grow
+                    batch.size += grow
+                    self.buffered += grow
+                    return st
+                self._close_open(st)
+                self.wakeup.set_from_any_thread()
+                if sticky:
+                    st = self._queue(topic, self._sticky.partition(topic, st.num_partitions),
+                                     st.num_partitions)
+                continue
+            free = self._buffer_memory - self.buffered
+            if size <= free:
+                reserve = min(max(size, min(RESERVATION_STEP, self._batch_size)), free,
+                              max(size, MAX_RECORDS_PER_BATCH * RECORD_OVERHEAD))
+                batch = st.open = Batch(topic, st.key[1], time.monotonic(),
+                                        self._delivery_timeout_s)
+                batch.room = batch.size = reserve
+                self.buffered += reserve
+                self.wakeup.set_from_any_thread()
+                return st
+            if not blocking:
+                return None
+            deadline = self._wait_for_space_sync(deadline)
+
+    def _growth(self, batch: Batch, size: int) -> int:
+        """Bytes to add to ``batch``'s reservation for a ``size``-byte record (lock held);
+        0 when the record cannot join it: ``batch_size``, ``MAX_RECORDS_PER_BATCH`` (each
+        record takes at least ``RECORD_OVERHEAD`` of room) or the buffer is reached."""
+        need = size - batch.room
+        most = min(self._batch_size - batch.size,
+                   (MAX_RECORDS_PER_BATCH - len(batch.values)) * RECORD_OVERHEAD - batch.room,
+                   self._buffer_memory - self.buffered)
+        if need > most:
+            return 0
+        return min(max(need, RESERVATION_STEP), most)
 
     def _queue(self, topic: str, partition: int, num_partitions: int) -> PartitionQueue:
         st = self.partitions.get((topic, partition))
@@ -370,28 +536,28 @@ class Accumulator:
 
     def _close_open(self, st: PartitionQueue) -> None:
         """Move the open batch to the send queue (lock held); the sticky partition moves."""
-        batch = st.open
+        batch = self._detach_open(st)
         if batch is None:
             return
-        st.open = None
         st.queue.append(batch)
         self._sticky.batch_closed(st.key[0], st.key[1], st.num_partitions)
 
-    def append_blocking(self, topic: str, num_partitions: int, partition: int | None,
-                        key: bytes | None, value: bytes | None, timestamp: int,
-                        headers: list[Header] | None, size: int) -> AnyFuture:
-        """Append from any thread (waiting on ``_space`` for buffer space); its future."""
-        deadline: float | None = None
-        with self.lock:
-            while True:
-                future, wake = self._append_locked(topic, num_partitions, partition, key,
-                                                   value, timestamp, headers, size, None)
-                if future is not None:
-                    break
-                deadline = self._wait_for_space_sync(deadline)
-        if wake:
-            self.wakeup.set_from_any_thread()
-        return future
+    def _detach_open(self, st: PartitionQueue) -> Batch | None:
+        """Take ``st``'s open batch away from appends (lock held): sealed, its unused
+        reservation back in the buffer, no longer the fast path's."""
+        batch = st.open
+        if batch is None:
+            return None
+        st.open = None
+        topic = st.key[0]
+        if self._sticky_queues.get(topic) is st:
+            del self._sticky_queues[topic]
+        unused = batch.seal()
+        if unused:
+            self.buffered -= unused
+            self._space.notify_all()
+            self._wake_space_waiters()  # (only the loop has any: the asyncio face's)
+        return batch
 
     def _wait_for_space_sync(self, deadline: float | None) -> float:
         """Wait (lock held) for freed buffer space; raise ``BufferFullError`` when not allowed."""
@@ -409,23 +575,9 @@ class Accumulator:
             raise self._buffer_full(f" for max_block_ms={self.config.max_block_ms}")
         return deadline
 
-    async def append_async(self, topic: str, num_partitions: int, partition: int | None,
-                           key: bytes | None, value: bytes | None, timestamp: int,
-                           headers: list[Header] | None, size: int, future: AnyFuture
-                           ) -> None:
-        """Append on the loop; with ``"block"``, await freed space up to ``max_block_ms``."""
-        deadline: float | None = None
-        while True:
-            with self.lock:
-                appended, wake = self._append_locked(topic, num_partitions, partition, key,
-                                                     value, timestamp, headers, size, future)
-            if appended is not None:
-                if wake:
-                    self.wakeup.set()
-                return
-            deadline = await self._wait_for_space_async(deadline)
-
-    async def _wait_for_space_async(self, deadline: float | None) -> float:
+    async def wait_for_space(self, deadline: float | None) -> float:
+        """Await freed buffer space on the loop (``add`` said ``False``); the deadline to
+        pass on to the next wait. ``BufferFullError`` as for ``add(blocking=True)``."""
         if self.config.on_buffer_full == "raise":
             raise self._buffer_full()
         now = time.monotonic()
@@ -523,7 +675,6 @@ class Accumulator:
         self._close_open(st)  # records sent earlier to this partition go first
         batch = Batch(topic, partition, time.monotonic(), self.config.delivery_timeout_ms / 1000)
         batch.arrow = rows
-        batch.count = rows.num_rows
         batch.size = size
         batch.group = group
         batch.group_index = len(group.parts)
@@ -532,6 +683,7 @@ class Accumulator:
         st.queue.append(batch)
         self.buffered += size
         self._sticky.batch_closed(topic, partition, num_partitions)
+        self._sticky_queues.pop(topic, None)
         return True
 
     def append_chunks_blocking(self, topic: str, num_partitions: int, chunks: Chunks,
@@ -584,7 +736,7 @@ class Accumulator:
             with self.lock:
                 if attempt():
                     return
-            deadline = await self._wait_for_space_async(deadline)
+            deadline = await self.wait_for_space(deadline)
 
     @staticmethod
     def _partial(group: SendBatchGroup, accepted: int, err: BufferFullError
@@ -664,7 +816,7 @@ class Accumulator:
                 elif batch in st.queue:
                     st.queue.remove(batch)
                 elif st.open is batch:
-                    st.open = None
+                    self._detach_open(st)
             self.buffered -= batch.size
             self._space.notify_all()
         self._wake_space_waiters()
@@ -689,6 +841,7 @@ class Accumulator:
         """Refuse appends from now on; wake everybody waiting for space (they raise)."""
         with self.lock:
             self.closing = True
+            self._sticky_queues.clear()  # every append now takes _add, which refuses it
             self._space.notify_all()
         self._wake_space_waiters()
 
@@ -697,9 +850,9 @@ class Accumulator:
         leftovers: list[Batch] = []
         with self.lock:
             for st in self.partitions.values():
-                leftovers.extend(st.batches())
+                self._close_open(st)
+                leftovers.extend(st.queue)
                 st.queue.clear()
-                st.open = None
         return leftovers
 
     def _wake_space_waiters(self) -> None:

@@ -145,7 +145,11 @@ class Cluster:
             self.cluster_id = response.cluster_id
             self.controller_id = response.controller_id
             if topics is None:
-                self.topics = {}
+                # In place, key by key: producer threads read ``topics`` without a lock
+                # (``Accumulator.add``), and must never see it empty meanwhile.
+                listed = {t.name for t in response.topics if not t.error_code}
+                for name in [name for name in self.topics if name not in listed]:
+                    self.topics.pop(name, None)
             for topic in response.topics:
                 if topic.error_code:
                     self.topics.pop(topic.name, None)

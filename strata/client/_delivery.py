@@ -41,11 +41,15 @@ __all__ = [
     "AnyFuture",
     "BatchMetadata",
     "BufferFullError",
+    "DeliveryCallback",
+    "DeliveryFailedError",
+    "DeliveryFailure",
     "DeliveryFuture",
     "DeliveryTimeoutError",
     "ProducerClosedError",
     "RecordMetadata",
     "SendBatchGroup",
+    "call_back",
     "complete_sync",
     "reject",
     "resolve",
@@ -75,6 +79,30 @@ class BufferFullError(StrataError):
         super().__init__(message)
         self.records_accepted = records_accepted
         self.accepted = accepted
+
+
+class DeliveryFailedError(StrataError):
+    """Records handed to ``produce`` without an ``on_delivery`` callback were not delivered.
+
+    ``produce`` returns no future, so its failures are kept until someone can hear them:
+    the next ``flush`` or ``close`` raises this once for every failure since the last
+    report. ``failures`` lists them per batch (``DeliveryFailure``: topic, partition,
+    record count, the error); ``records`` is their total. The records are not retried
+    further; send them again if they must arrive.
+    """
+
+    code: ClassVar[int] = 1003
+    name: ClassVar[str] = "DELIVERY_FAILED"
+
+    def __init__(self, failures: Sequence[DeliveryFailure]) -> None:
+        self.failures = list(failures)
+        self.records = sum(f.records for f in self.failures)
+        first = self.failures[0] if self.failures else None
+        detail = f"; first: {first.topic}-{first.partition}: {first.error}" if first else ""
+        super().__init__(
+            f"{self.records} record(s) given to produce() in {len(self.failures)} batch(es) "
+            f"were not delivered{detail}; .failures has each batch's error; send them "
+            "again, or pass on_delivery= to handle failures record by record")
 
 
 class ProducerClosedError(StrataError):
@@ -113,6 +141,15 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
+class DeliveryFailure(NamedTuple):
+    """One failed batch of ``produce`` records that had no ``on_delivery`` callback."""
+
+    topic: str
+    partition: int
+    records: int
+    error: StrataError
+
+
 class BatchMetadata(NamedTuple):
     """One wire batch written by ``send_batch``: offsets ``base_offset ..
     base_offset + record_count - 1`` (``base_offset`` -1 with ``acks=0``).
@@ -132,6 +169,8 @@ class BatchMetadata(NamedTuple):
 # --------------------------------------------------------------------------- futures
 
 AnyFuture: TypeAlias = "asyncio.Future[Any] | concurrent.futures.Future[Any]"
+#: ``produce``'s ``on_delivery(metadata, error)``: exactly one of the two is ``None``.
+DeliveryCallback: TypeAlias = Callable[["RecordMetadata | None", "StrataError | None"], object]
 _STATE_ERRORS: Final = (asyncio.InvalidStateError, concurrent.futures.InvalidStateError)
 
 
@@ -156,6 +195,11 @@ _PENDING: Final = "PENDING"
 _FINISHED: Final = "FINISHED"
 
 
+#: A ``DeliveryFuture``'s condition until its record joins a batch (never waited on: the
+#: future is returned only after the append bound it).
+_UNBOUND: Final = threading.Condition()
+
+
 class DeliveryFuture(concurrent.futures.Future[Any]):
     """A ``concurrent.futures.Future`` that shares one condition with its whole batch.
 
@@ -165,9 +209,10 @@ class DeliveryFuture(concurrent.futures.Future[Any]):
     ``complete_sync`` sets every state under the shared condition and notifies once.
     """
 
-    def __init__(self, condition: threading.Condition) -> None:
-        # Deliberately not Future.__init__: the same fields, but a shared condition.
-        self._condition = condition
+    def __init__(self) -> None:
+        # Deliberately not Future.__init__: the same fields, but the condition is the
+        # batch's, bound when the record is appended (``Accumulator.append``).
+        self._condition: threading.Condition = _UNBOUND
         self._state = _PENDING
         self._result = None
         self._exception = None
@@ -204,6 +249,16 @@ def complete_sync(condition: threading.Condition, futures: Sequence[DeliveryFutu
                 callback(future)
             except Exception:
                 log.exception("exception calling callback for %r", future)
+
+
+def call_back(callback: DeliveryCallback, metadata: RecordMetadata | None,
+              error: StrataError | None) -> None:
+    """Run one ``on_delivery`` callback; its exceptions are logged, never propagated (the
+    producer's loop must go on settling the other records)."""
+    try:
+        callback(metadata, error)
+    except Exception:
+        log.exception("exception in on_delivery callback %r", callback)
 
 
 class SendBatchGroup:

@@ -27,6 +27,7 @@ inside its own methods, and futures are completed outside it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import time
@@ -39,10 +40,13 @@ from strata.client._cluster import Cluster
 from strata.client._config import ProducerConfig
 from strata.client._delivery import (
     BatchMetadata,
+    DeliveryFailedError,
+    DeliveryFailure,
     DeliveryFuture,
     DeliveryTimeoutError,
     ProducerClosedError,
     RecordMetadata,
+    call_back,
     complete_sync,
     reject,
     resolve,
@@ -95,7 +99,7 @@ class Sender:
                                retry_backoff_ms=config.retry_backoff_ms,
                                security=config.security)
         self.wakeup = Wakeup(loop)
-        self.accumulator = Accumulator(config, self.wakeup)
+        self.accumulator = Accumulator(config, self.wakeup, self.cluster.topics)
         self.idempotence = Idempotence(self.cluster, config, self.wakeup) \
             if config.idempotent else None
         self._stopping = False
@@ -106,6 +110,8 @@ class Sender:
         self._refresh_task: asyncio.Task[None] | None = None
         self._last_refresh = 0.0
         self._closed = False
+        #: Failed batches of ``produce`` records without a callback, not yet reported.
+        self.failures: list[DeliveryFailure] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -118,8 +124,12 @@ class Sender:
         if self.idempotence is not None:
             self.idempotence.start()
 
-    async def flush(self) -> None:
-        """Send every batch that exists now (ignoring ``linger_ms``) and wait for outcomes."""
+    async def flush(self, report: bool = True) -> None:
+        """Send every batch that exists now (ignoring ``linger_ms``) and wait for outcomes.
+
+        With ``report``, then raise ``DeliveryFailedError`` for the ``produce`` records
+        without a callback that failed since the last report (``take_failures``).
+        """
         self._flushing += 1
         try:
             waiters: list[asyncio.Future[None]] = []
@@ -133,14 +143,24 @@ class Sender:
                 await asyncio.gather(*waiters)
         finally:
             self._flushing -= 1
+        if report:
+            self.report_failures()
+
+    def report_failures(self) -> None:
+        """Raise ``DeliveryFailedError`` for the unreported failures of ``produce`` records
+        that had no callback, and forget them (each failure is reported once)."""
+        if self.failures:
+            failures, self.failures = self.failures, []
+            raise DeliveryFailedError(failures)
 
     async def close(self, timeout: float | None = None) -> None:
-        """Deliver what is buffered (within ``timeout`` seconds), then release everything."""
+        """Deliver what is buffered (within ``timeout`` seconds), then release everything;
+        ``DeliveryFailedError`` at the end if ``produce`` records failed unheard."""
         if self._closed:
             return
         self.accumulator.close()
         try:
-            await asyncio.wait_for(self.flush(), timeout)
+            await asyncio.wait_for(self.flush(report=False), timeout)
         except TimeoutError:
             pass
         finally:
@@ -164,6 +184,7 @@ class Sender:
                     f"acknowledged {batch.count} record(s); they may not have been written"))
             await self.cluster.close()
             self._closed = True
+        self.report_failures()
 
     # ------------------------------------------------------------------ metadata
     def cached_partition_count(self, topic: str) -> int | None:
@@ -428,22 +449,25 @@ class Sender:
                 topic, partition, base_offset, batch.count, log_append_time)
             group.completed += 1
             group.maybe_finish()
-        else:
-            if base_offset < 0:
-                metas = [RecordMetadata(topic, partition, -1, ts) for ts in batch.timestamps]
-            elif log_append_time >= 0:
-                metas = [RecordMetadata(topic, partition, offset, log_append_time)
-                         for offset in range(base_offset, base_offset + batch.count)]
-            else:
-                metas = [RecordMetadata(topic, partition, offset, ts) for offset, ts in
-                         zip(range(base_offset, base_offset + batch.count), batch.timestamps,
-                             strict=True)]
-            if batch.condition is not None:
-                complete_sync(batch.condition, cast("list[DeliveryFuture]", batch.futures),
-                              metas, None)
-            else:
-                for future, meta in zip(batch.futures, metas, strict=True):
-                    resolve(future, meta)
+        elif batch.watchers:
+            sync_futures: list[DeliveryFuture] = []
+            sync_results: list[RecordMetadata] = []
+            for index, watcher in batch.watchers:
+                if base_offset < 0:  # acks=0: no offsets come back
+                    meta = RecordMetadata(topic, partition, -1, batch.timestamp_ms(index))
+                else:
+                    meta = RecordMetadata(topic, partition, base_offset + index,
+                                          log_append_time if log_append_time >= 0
+                                          else batch.timestamp_ms(index))
+                if isinstance(watcher, asyncio.Future):
+                    resolve(watcher, meta)
+                elif isinstance(watcher, concurrent.futures.Future):
+                    sync_futures.append(cast(DeliveryFuture, watcher))  # only kind made
+                    sync_results.append(meta)
+                else:
+                    call_back(watcher, meta, None)
+            if sync_futures and batch.condition is not None:
+                complete_sync(batch.condition, sync_futures, sync_results, None)
         self._done(batch)
 
     def _finish_failed(self, st: PartitionQueue | None, batch: Batch,
@@ -462,12 +486,20 @@ class Sender:
         else:
             log.warning("%s-%d: %d record(s) failed: %s", batch.topic, batch.partition,
                         batch.count, error)
-            if batch.condition is not None:
-                complete_sync(batch.condition, cast("list[DeliveryFuture]", batch.futures),
-                              None, error)
-            else:
-                for future in batch.futures:
-                    reject(future, error)
+            sync_futures: list[DeliveryFuture] = []
+            for _, watcher in batch.watchers or ():
+                if isinstance(watcher, asyncio.Future):
+                    reject(watcher, error)
+                elif isinstance(watcher, concurrent.futures.Future):
+                    sync_futures.append(cast(DeliveryFuture, watcher))
+                else:
+                    call_back(watcher, None, error)
+            if sync_futures and batch.condition is not None:
+                complete_sync(batch.condition, sync_futures, None, error)
+            unheard = batch.unwatched()
+            if unheard:
+                self.failures.append(
+                    DeliveryFailure(batch.topic, batch.partition, unheard, error))
         self._done(batch)
 
     @staticmethod
@@ -475,4 +507,4 @@ class Sender:
         for waiter in batch.done_waiters:
             resolve(waiter, None)
         batch.done_waiters.clear()
-        batch.futures = []
+        batch.watchers = None

@@ -87,13 +87,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from typing import Any, Unpack, cast
 
-from strata.client._accumulator import Headers, Key, Value
+from strata.client._accumulator import Headers, Key, Value, Watcher
 from strata.client._config import ProducerConfig, ProducerOptions, config_of
 from strata.client._delivery import (
     BatchMetadata,
     BufferFullError,
+    DeliveryCallback,
+    DeliveryFailedError,
+    DeliveryFailure,
+    DeliveryFuture,
     DeliveryTimeoutError,
     ProducerClosedError,
     RecordMetadata,
@@ -106,6 +111,9 @@ __all__ = [
     "AsyncProducer",
     "BatchMetadata",
     "BufferFullError",
+    "DeliveryCallback",
+    "DeliveryFailedError",
+    "DeliveryFailure",
     "DeliveryTimeoutError",
     "Producer",
     "ProducerClosedError",
@@ -113,6 +121,8 @@ __all__ = [
     "ProducerOptions",
     "RecordMetadata",
 ]
+
+log = logging.getLogger("strata.client.producer")
 
 
 # --------------------------------------------------------------------------- faces
@@ -160,16 +170,53 @@ class AsyncProducer:
         """Queue one record; return the future of its ``RecordMetadata``.
 
         Awaiting ``send`` waits only for metadata and buffer space (back-pressure);
-        await the returned future for the broker's acknowledgement.
+        await the returned future for the broker's acknowledgement. A future per record
+        costs about as much as the rest of ``send``: ``produce`` is the cheaper way when
+        the outcome need not be awaited record by record.
         """
-        num_partitions = await self._partition_count(topic, partition)
-        sender = self._running()
-        accumulator = sender.accumulator
-        k, v, hs, ts, size = accumulator.prepare(key, value, headers, timestamp_ms)
-        future: asyncio.Future[RecordMetadata] = sender.loop.create_future()
-        await accumulator.append_async(topic, num_partitions, partition, k, v, ts, hs, size,
-                                       future)
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        sender = self._sender
+        if sender is None or sender.accumulator.add(topic, value, key, headers, partition,
+                                                    timestamp_ms, future, False) is not True:
+            await self._add_slowly(topic, value, key, headers, partition, timestamp_ms, future)
         return future
+
+    async def produce(self, topic: str, value: Value, key: Key = None,
+                      headers: Headers = None, partition: int | None = None,
+                      timestamp_ms: int | None = None,
+                      on_delivery: DeliveryCallback | None = None) -> None:
+        """Queue one record with no future: the per-record fast path.
+
+        ``on_delivery(metadata, error)`` (optional) runs on the loop once the record's
+        batch is settled; exactly one of its arguments is ``None``. A record without a
+        callback that fails is still heard: the next ``flush()`` or ``close()`` raises
+        ``DeliveryFailedError`` naming it. Awaiting ``produce`` waits only for metadata
+        and buffer space, as ``send`` does.
+        """
+        sender = self._sender
+        if sender is None or sender.accumulator.add(topic, value, key, headers, partition,
+                                                    timestamp_ms, on_delivery,
+                                                    False) is not True:
+            await self._add_slowly(topic, value, key, headers, partition, timestamp_ms,
+                                   on_delivery)
+
+    async def _add_slowly(self, topic: str, value: Value, key: Key, headers: Headers,
+                          partition: int | None, timestamp_ms: int | None,
+                          watcher: Watcher | None) -> None:
+        """``add`` once the producer runs, the topic's metadata is in and there is space."""
+        if self._sender is None:
+            await self.start()
+        sender = self._running()
+        deadline: float | None = None
+        while True:
+            added = sender.accumulator.add(topic, value, key, headers, partition, timestamp_ms,
+                                           watcher, False)
+            if added:
+                return
+            if added is None:
+                await sender.partition_count(topic)  # raises for a topic that does not exist
+            else:
+                deadline = await sender.accumulator.wait_for_space(deadline)
 
     async def send_and_wait(self, topic: str, value: Value, key: Key = None,
                             headers: Headers = None, partition: int | None = None,
@@ -202,7 +249,11 @@ class AsyncProducer:
         return future
 
     async def flush(self) -> None:
-        """Send everything buffered now, ignoring ``linger_ms``; wait for every outcome."""
+        """Send everything buffered now, ignoring ``linger_ms``; wait for every outcome.
+
+        Raises ``DeliveryFailedError`` if ``produce`` records without a callback failed
+        since the last report (every failure is reported once).
+        """
         if self._sender is not None:
             await self._sender.flush()
 
@@ -216,7 +267,8 @@ class AsyncProducer:
         """Deliver buffered records (up to ``timeout`` seconds), then close connections.
 
         Records still unacknowledged when the timeout expires fail with
-        ``ProducerClosedError``.
+        ``ProducerClosedError``. Raises ``DeliveryFailedError`` after closing if
+        ``produce`` records without a callback failed unreported.
         """
         if self._sender is not None:
             await self._sender.close(timeout)
@@ -224,8 +276,13 @@ class AsyncProducer:
     async def __aenter__(self) -> AsyncProducer:
         return await self.start()
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            await self.close()
+        except DeliveryFailedError as err:
+            if exc_type is None:
+                raise
+            log.error("while the block raised: %s", err)  # do not hide the block's error
 
 
 class Producer:
@@ -244,6 +301,7 @@ class Producer:
         except BaseException:
             self._thread.close()
             raise
+        self._accumulator = self._sender.accumulator
         self._closed = False
 
     async def _make_sender(self) -> Sender:
@@ -266,17 +324,40 @@ class Producer:
         """Queue one record; return the future of its ``RecordMetadata``.
 
         Blocks only for metadata of a new topic or for buffer space (``on_buffer_full``).
+        ``produce`` is the cheaper way when the outcome need not be awaited per record.
         """
-        if self._closed:
-            raise ProducerClosedError("send() after close(): create a new producer")
-        accumulator = self._sender.accumulator
-        num_partitions = self._partition_count(topic)
-        if partition is not None:
-            accumulator.check_partition(topic, partition, num_partitions)
-        k, v, hs, ts, size = accumulator.prepare(key, value, headers, timestamp_ms)
-        future = accumulator.append_blocking(topic, num_partitions, partition, k, v, ts, hs,
-                                             size)
+        future = DeliveryFuture()
+        if self._accumulator.add(topic, value, key, headers, partition, timestamp_ms, future,
+                                 True) is not True:
+            self._add_slowly(topic, value, key, headers, partition, timestamp_ms, future)
         return cast("concurrent.futures.Future[RecordMetadata]", future)
+
+    def produce(self, topic: str, value: Value, key: Key = None, headers: Headers = None,
+                partition: int | None = None, timestamp_ms: int | None = None,
+                on_delivery: DeliveryCallback | None = None) -> None:
+        """Queue one record with no future: the per-record fast path.
+
+        ``on_delivery(metadata, error)`` (optional) runs on the producer's I/O thread
+        once the record's batch is settled; exactly one argument is ``None``; keep it
+        short and do not block in it. A record without a callback that fails is still
+        heard: the next ``flush()`` or ``close()`` raises ``DeliveryFailedError`` for
+        it. Blocks only as ``send`` does.
+        """
+        if self._accumulator.add(topic, value, key, headers, partition, timestamp_ms,
+                                 on_delivery, True) is not True:
+            self._add_slowly(topic, value, key, headers, partition, timestamp_ms, on_delivery)
+
+    def _add_slowly(self, topic: str, value: Value, key: Key, headers: Headers,
+                    partition: int | None, timestamp_ms: int | None, watcher: Watcher | None
+                    ) -> None:
+        """``add`` once the topic's metadata is in (fetched on the loop thread)."""
+        while True:
+            if self._closed:
+                raise ProducerClosedError("send() after close(): create a new producer")
+            self._thread.run(self._sender.partition_count(topic), timeout=self._block_s())
+            if self._accumulator.add(topic, value, key, headers, partition, timestamp_ms,
+                                     watcher, True):
+                return
 
     def send_batch(self, topic: str, values: Any, keys: Any = None,
                    partition: int | None = None, timestamp_ms: int | None = None
@@ -296,7 +377,7 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now and wait for every outcome (``TimeoutError`` if not
-        done within ``timeout`` seconds)."""
+        done within ``timeout`` seconds); ``DeliveryFailedError`` as ``AsyncProducer.flush``."""
         if not self._closed:
             self._thread.run(self._sender.flush(), timeout=timeout)
 
@@ -304,7 +385,8 @@ class Producer:
         return self._partition_count(topic)
 
     def close(self, timeout: float | None = None) -> None:
-        """Deliver buffered records (up to ``timeout`` s), close connections, stop the thread."""
+        """Deliver buffered records (up to ``timeout`` s), close connections, stop the thread;
+        ``DeliveryFailedError`` as ``AsyncProducer.close``."""
         if self._closed:
             return
         if self._thread.is_loop_thread():
@@ -320,5 +402,10 @@ class Producer:
     def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            self.close()
+        except DeliveryFailedError as err:
+            if exc_type is None:
+                raise
+            log.error("while the block raised: %s", err)  # do not hide the block's error
