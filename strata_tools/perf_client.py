@@ -5,11 +5,15 @@ Modelled on Kafka's ``kafka-producer-perf-test`` / ``kafka-consumer-perf-test``.
 produce: sends ``--num-records`` records of ``--record-size`` random bytes (null keys, so
 the sticky partitioner spreads batches over the partitions). ``--api batch`` (default)
 hands the producer whole Arrow columns of ``--chunk-records`` records (``send_batch``,
-no per-record Python); ``--api send`` calls ``send`` once per record as an application
-would. Latency is measured from the moment a record is handed to the producer to its
-acknowledgement (per chunk for ``--api batch``). ``--throughput`` caps records/s.
-Both tools use the asyncio clients: one thread, so no GIL hand-off between the caller
-and the client's I/O loop sits inside the measured latency.
+no per-record Python); ``--api send`` awaits the asyncio ``send`` once per record (a
+future per record); ``--api produce`` is the loop a Python application writes,
+``for ...: producer.produce(topic, value)`` on the blocking ``Producer`` (no future per
+record; every failure would still be raised by the final ``flush``, which fails the
+run). Latency is measured from the moment a record is handed to the producer to its
+acknowledgement (per chunk for ``--api batch``, every 64th record through its
+``on_delivery`` callback for ``--api produce``). ``--throughput`` caps records/s.
+``batch`` and ``send`` use the asyncio client: one thread, so no GIL hand-off between
+the caller and the client's I/O loop sits inside the measured latency.
 
 consume: reads ``--num-records`` records from the start of every partition with
 ``poll_arrow`` (columns, no per-record Python) and reports throughput. Its latency is
@@ -65,7 +69,7 @@ def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
                         "below the default max.message.bytes of 1 MiB)")
     parser.add_argument("--linger-ms", type=float, default=5.0)
     parser.add_argument("--compression", choices=("none", "lz4", "zstd"), default="none")
-    parser.add_argument("--api", choices=("batch", "send"), default="batch")
+    parser.add_argument("--api", choices=("batch", "send", "produce"), default="batch")
     parser.add_argument("--chunk-records", type=_positive, default=1000,
                         help="records per send_batch call with --api batch")
 
@@ -133,7 +137,62 @@ def _bootstrap(args: argparse.Namespace) -> str:
 
 
 def run_produce(args: argparse.Namespace) -> int:
+    if args.api == "produce":
+        return _produce_records(args)
     return asyncio.run(_produce(args))
+
+
+#: ``--api produce`` times every LATENCY_SAMPLE-th record (a callback per record would
+#: measure the callbacks).
+LATENCY_SAMPLE = 64
+
+
+def _produce_records(args: argparse.Namespace) -> int:
+    """The per-record loop on the blocking producer: ``produce`` without a future."""
+    from strata.client import DeliveryFailedError, Producer
+
+    acks: int | str = "all" if args.acks == "all" else int(args.acks)
+    payload = os.urandom(args.record_size)
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+
+    def timed(started: float) -> Any:
+        def done(_meta: Any, error: BaseException | None) -> None:
+            if error is not None:
+                errors.append(error)
+            else:
+                latencies.append((time.perf_counter() - started) * 1000)
+        return done
+
+    topic, n, throughput = args.topic, args.num_records, args.throughput
+    with Producer(_bootstrap(args), security=_security(args), acks=acks,
+                  batch_size=args.batch_size, linger_ms=args.linger_ms,
+                  compression=args.compression,
+                  enable_idempotence=None if args.acks == "all" else False) as producer:
+        producer.partitions_for(topic)  # metadata before the clock starts
+        produce = producer.produce
+        start = time.perf_counter()
+        try:
+            for i in range(n):
+                if i % LATENCY_SAMPLE == 0:
+                    if throughput > 0:
+                        ahead = i / throughput - (time.perf_counter() - start)
+                        if ahead > 0:
+                            time.sleep(ahead)
+                    produce(topic, payload, on_delivery=timed(time.perf_counter()))
+                else:
+                    produce(topic, payload)
+            producer.flush()
+        except DeliveryFailedError as err:
+            errors.append(err)
+        seconds = time.perf_counter() - start
+    if errors:
+        print(f"strata perf produce: {len(errors)} delivery failure(s), first: {errors[0]}")
+        return 1
+    result = summarize(n, n * args.record_size, seconds, latencies)
+    result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})
+    _print(result, args.format, "produce")
+    return 0
 
 
 async def _produce(args: argparse.Namespace) -> int:

@@ -386,13 +386,14 @@ class Accumulator:
         the loop thread). Raises for a bad record or partition, and
         ``ProducerClosedError`` once closing.
 
-        The common record (a bytes value and nothing else) that fits the room of its
-        topic's sticky batch costs one lock, one subtraction and two list appends;
-        everything else takes ``_add``. Safe from any thread: the lock covers the append
-        (uncontended on the asyncio face, where only the loop appends).
+        The common record (a bytes value and nothing else, with or without a watcher)
+        that fits the room of its topic's sticky batch costs one lock, one subtraction
+        and two list appends; everything else takes ``_add``. Safe from any thread: the
+        lock covers the append (uncontended on the asyncio face, where only the loop
+        appends).
         """
         if type(value) is bytes and key is None and headers is None and partition is None \
-                and timestamp_ms is None and watcher is None:
+                and timestamp_ms is None:
             size = RECORD_OVERHEAD + len(value)
             lock = self.lock
             lock.acquire()
@@ -403,6 +404,8 @@ class Accumulator:
                     room = batch.room - size  # type: ignore[union-attr]  # registered: open
                     if room >= 0:
                         batch.room = room  # type: ignore[union-attr]
+                        if watcher is not None:
+                            self._watch(batch, watcher)  # type: ignore[arg-type]
                         batch.values.append(value)  # type: ignore[union-attr]
                         batch.timestamps.append(time_ns())  # type: ignore[union-attr]
                         return True
@@ -463,14 +466,22 @@ class Accumulator:
                     headers_column.extend([None] * (index - len(headers_column)))
                 headers_column.append(hs)
             if watcher is not None:
-                if type(watcher) is DeliveryFuture:
-                    if batch.condition is None:
-                        batch.condition = threading.Condition()
-                    watcher._condition = batch.condition
-                if batch.watchers is None:
-                    batch.watchers = []
-                batch.watchers.append((index, watcher))
+                self._watch(batch, watcher, index)
             return True
+
+    @staticmethod
+    def _watch(batch: Batch, watcher: Watcher, index: int = -1) -> None:
+        """Register ``watcher`` for record ``index`` of ``batch`` (default: the record
+        about to be appended); a ``DeliveryFuture`` gets the batch's shared condition."""
+        if index < 0:
+            index = len(batch.values)
+        if type(watcher) is DeliveryFuture:
+            if batch.condition is None:
+                batch.condition = threading.Condition()
+            watcher._condition = batch.condition
+        if batch.watchers is None:
+            batch.watchers = []
+        batch.watchers.append((index, watcher))
 
     def _make_room(self, st: PartitionQueue, size: int, sticky: bool, blocking: bool
                    ) -> PartitionQueue | None:

@@ -84,6 +84,7 @@ log = logging.getLogger("strata.client.producer")
 #: Upper bound on the batch bytes packed into one ProduceRequest (far below the broker's
 #: ``socket.request.max.bytes`` of 100 MiB; one batch always fits whatever its size).
 MAX_REQUEST_BYTES: Final = 8 * 1024 * 1024
+_new_tuple: Final = tuple.__new__
 #: How long ``send`` keeps asking for metadata of a topic no broker knows.
 UNKNOWN_TOPIC_GRACE_MS: Final = 500
 
@@ -452,13 +453,14 @@ class Sender:
         elif batch.watchers:
             sync_futures: list[DeliveryFuture] = []
             sync_results: list[RecordMetadata] = []
+            timestamps = batch.timestamps
             for index, watcher in batch.watchers:
-                if base_offset < 0:  # acks=0: no offsets come back
-                    meta = RecordMetadata(topic, partition, -1, batch.timestamp_ms(index))
-                else:
-                    meta = RecordMetadata(topic, partition, base_offset + index,
-                                          log_append_time if log_append_time >= 0
-                                          else batch.timestamp_ms(index))
+                # tuple.__new__: a NamedTuple's own __new__ costs three times as much,
+                # and this runs once per record that has a future.
+                meta = _new_tuple(RecordMetadata, (
+                    topic, partition, -1 if base_offset < 0 else base_offset + index,
+                    log_append_time if log_append_time >= 0 and base_offset >= 0
+                    else timestamps[index] // 1_000_000))
                 if isinstance(watcher, asyncio.Future):
                     resolve(watcher, meta)
                 elif isinstance(watcher, concurrent.futures.Future):
