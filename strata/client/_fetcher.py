@@ -1,9 +1,14 @@
 """The consumer's fetcher: pipelined fetches, decoded into per-partition buffers.
 
 Job: keep records flowing into the assigned partitions' buffers. Partitions are grouped
-by leader and each broker gets **one** ``FetchRequest`` covering all its eligible
-partitions, at most one in flight per broker; ``send`` is called before ``poll`` returns
-records, so the next answer arrives while the caller works (pipelining). Answers are
+by leader into two *lanes* per broker: partitions behind their last known high
+watermark (catching up: the broker answers at once) and partitions at it (tailing: the
+broker holds the fetch up to ``fetch_max_wait_ms`` for new records). Each lane of each
+broker gets **one** ``FetchRequest`` covering its eligible partitions, at most one in
+flight, so a partition that has read everything never holds back, behind its long
+poll, the partitions that still have records to fetch. ``send`` is called before
+``poll`` returns records, so the next answer arrives while the caller works
+(pipelining). Answers are
 decoded once (``batches_to_table``, records below the fetch offset sliced away) into
 ``Chunk``s; ``drain`` hands them out with partitions taking turns. Transient errors back
 the partition off for ``retry_backoff_ms`` and schedule a metadata refresh; an offset out
@@ -12,7 +17,7 @@ resolve) or is raised with ``"none"``; anything else is raised from ``collect``.
 
 Invariants:
 
-- At most one fetch in flight per broker, and a partition is in at most one of them.
+- At most one fetch in flight per broker and lane, and a partition is in at most one.
 - A partition is left out of a fetch while it buffers ``max_partition_fetch_bytes`` or
   more, which bounds memory to about two fetches per partition.
 - An answer is used only if the partition's generation and fetch offset are still the
@@ -53,10 +58,14 @@ __all__ = ["Fetcher", "InFlight"]
 
 log = logging.getLogger("strata.client.consumer")
 
+#: A broker's fetch lane: ``(node id, tailing)``.
+_Lane = tuple[int, bool]
+
 
 @dataclass(slots=True, eq=False)
 class InFlight:
     node: int
+    tailing: bool  # the lane: partitions at their high watermark (long poll)
     task: asyncio.Task[FetchResponse]
     specs: dict[TopicPartition, tuple[int, int]]  # tp -> (fetch offset, generation)
 
@@ -69,8 +78,8 @@ class Fetcher:
         self._config = config
         self._cluster = cluster
         self._subscription = subscription
-        self.inflight: dict[int, InFlight] = {}
-        self._inflight_tps: dict[TopicPartition, int] = {}
+        self.inflight: dict[_Lane, InFlight] = {}
+        self._inflight_tps: dict[TopicPartition, _Lane] = {}
         self._errors: list[StrataError] = []
         self._metadata_due = True
         self._metadata_next_at = 0.0
@@ -121,9 +130,10 @@ class Fetcher:
 
     # ------------------------------------------------------------------ fetching
     def send(self) -> None:
-        """Send a fetch to every leader with none in flight, for its eligible partitions."""
+        """Send a fetch to every broker lane with none in flight, for its eligible
+        partitions."""
         now = time.monotonic()
-        by_node: dict[int, dict[TopicPartition, tuple[int, int]]] = {}
+        by_lane: dict[_Lane, dict[TopicPartition, tuple[int, int]]] = {}
         for tp, state in self._subscription.states.items():
             offset = state.fetch_offset()
             if offset is None or tp in self._inflight_tps or state.retry_at > now:
@@ -134,14 +144,16 @@ class Fetcher:
             if info is None or info.leader < 0:
                 self._metadata_due = True
                 continue
-            if info.leader in self.inflight:
+            lane = (info.leader, 0 <= state.high_watermark <= offset)
+            if lane in self.inflight:
                 continue
-            by_node.setdefault(info.leader, {})[tp] = (offset, state.generation)
-        for node, specs in by_node.items():
+            by_lane.setdefault(lane, {})[tp] = (offset, state.generation)
+        for lane, specs in by_lane.items():
+            node, tailing = lane
             task = asyncio.create_task(self._fetch(node, specs), name=f"strata-fetch-{node}")
-            self.inflight[node] = InFlight(node, task, specs)
+            self.inflight[lane] = InFlight(node, tailing, task, specs)
             for tp in specs:
-                self._inflight_tps[tp] = node
+                self._inflight_tps[tp] = lane
 
     async def _fetch(self, node: int, specs: dict[TopicPartition, tuple[int, int]]
                      ) -> FetchResponse:
@@ -172,24 +184,24 @@ class Fetcher:
         """Cancel unanswered fetches that include ``partitions`` (``None``: all), so a new
         position is fetched now instead of after the broker's long poll. Answered ones are
         kept: their other partitions' data is still good, the rest is discarded later."""
-        for node, inflight in list(self.inflight.items()):
+        for lane, inflight in list(self.inflight.items()):
             if inflight.task.done():
                 continue
             if partitions is not None and partitions.isdisjoint(inflight.specs):
                 continue
             inflight.task.cancel()
-            del self.inflight[node]
+            del self.inflight[lane]
             for tp in inflight.specs:
-                if self._inflight_tps.get(tp) == node:
+                if self._inflight_tps.get(tp) == lane:
                     del self._inflight_tps[tp]
 
     def collect(self) -> None:
         """Take in every answered fetch; raise the first error ``poll`` must not absorb."""
-        for node, inflight in list(self.inflight.items()):
+        for lane, inflight in list(self.inflight.items()):
             if inflight.task.done():
-                del self.inflight[node]
+                del self.inflight[lane]
                 for tp in inflight.specs:
-                    if self._inflight_tps.get(tp) == node:
+                    if self._inflight_tps.get(tp) == lane:
                         del self._inflight_tps[tp]
                 self._handle_answer(inflight)
         if self._errors:
