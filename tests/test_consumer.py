@@ -203,6 +203,82 @@ def test_poll_arrow_matches_poll(bootstrap: str, topic: Callable[[int], str],
     assert by_arrow.poll_arrow(timeout_ms=100).num_rows == 0
 
 
+def _eager(table: pa.Table) -> list[ConsumerRecord]:
+    """The records of a table the plain way, one ``as_py`` per cell: the reference."""
+    out = []
+    for row in table.to_pylist():
+        out.append(ConsumerRecord(
+            row["topic"], row["partition"], row["offset"], row["timestamp"],
+            TimestampType(row["timestampType"]), row["key"], row["value"],
+            [(h["key"], h["value"]) for h in row["headers"]] if row["headers"] else []))
+    return out
+
+
+def test_records_view_matches_the_table() -> None:
+    """``poll``'s ``Records`` is a lazy view: whatever the shape of the table (several
+    partitions and topics in one batch or across batches, gaps in offsets, sparse keys
+    and headers, mixed timestamp types), reading it gives exactly the rows."""
+    headers_type = CONSUMER_SCHEMA.field("headers").type
+
+    def batch(topics: list[str], partitions: list[int], offsets: list[int],
+              keys: list[bytes | None], headers: list[Any], types: list[int]) -> pa.RecordBatch:
+        n = len(offsets)
+        return pa.RecordBatch.from_arrays([
+            pa.array(keys, pa.binary()), pa.array([f"v{o}".encode() for o in offsets],
+                                                  pa.binary()),
+            pa.array(topics, pa.string()), pa.array(partitions, pa.int32()),
+            pa.array(offsets, pa.int64()), pa.array([1000 + o for o in offsets], pa.int64()),
+            pa.array(types, pa.int32()), pa.array(headers, headers_type)],
+            schema=CONSUMER_SCHEMA) if n else CONSUMER_SCHEMA.empty_table().to_batches()[0]
+
+    plain = batch(["a"] * 4, [0] * 4, [5, 6, 7, 8], [None] * 4, [None] * 4, [0] * 4)
+    gaps = batch(["a"] * 3, [1] * 3, [2, 9, 10], [b"k", None, b"k3"],
+                 [None, [{"key": "h", "value": b"x"}], []], [1, 1, 1])
+    mixed = batch(["a", "b", "b"], [0, 0, 3], [1, 1, 2], [None] * 3, [None] * 3, [0, 1, 0])
+    for batches in ([plain], [gaps], [mixed], [plain, gaps, mixed]):
+        table = pa.Table.from_batches(batches, schema=CONSUMER_SCHEMA)
+        expected = _eager(table)
+        records = records_from_table(table)
+        assert len(records) == len(expected) and bool(records)
+        assert list(records) == expected and records == expected
+        assert [records[i] for i in range(len(expected))] == expected
+        assert records[-1] == expected[-1]
+        assert list(records[1:]) == expected[1:] and records[::2] == expected[::2]
+        assert list(reversed(records)) == expected[::-1]
+        assert all(type(r) is ConsumerRecord for r in records)
+        assert all(isinstance(r.headers, list) for r in records)
+        with pytest.raises(IndexError):
+            records[len(expected)]
+    first = list(records_from_table(pa.Table.from_batches([plain])))[0]
+    assert first.headers == [] and first.timestamp_type is TimestampType.CREATE_TIME
+    a, b = list(records_from_table(pa.Table.from_batches([plain])))[:2]
+    assert a.headers is not b.headers  # each record gets its own list
+    empty = records_from_table(CONSUMER_SCHEMA.empty_table())
+    assert len(empty) == 0 and not empty and list(empty) == [] and empty == []
+    assert "Records([" in repr(records_from_table(pa.Table.from_batches([plain])))
+
+
+def test_a_partition_at_its_end_does_not_hold_back_the_others(
+        bootstrap: str, topic: Callable[[int], str], consumers: Callable[..., Consumer]) -> None:
+    """Partition 0 is read to its end early, so its fetches long-poll for
+    ``fetch_max_wait_ms`` (here 20 s); partition 1 still has records to fetch, in many
+    small fetches. Its fetches go in their own lane, never behind that long poll, so all
+    of it arrives well within one long poll."""
+    name = topic(2)
+    produce(bootstrap, name, 0, [b"few"] * 3)
+    for chunk in range(6):
+        produce(bootstrap, name, 1, [f"{chunk}-{i}".encode() * 50 for i in range(400)])
+    consumer = consumers(auto_offset_reset="earliest", fetch_max_wait_ms=20_000,
+                         max_partition_fetch_bytes=64 * 1024)
+    consumer.assign([TopicPartition(name, 0), TopicPartition(name, 1)])
+    started = time.monotonic()
+    records = poll_until(consumer, 3 + 2400, timeout=15, max_records=100)
+    elapsed = time.monotonic() - started
+    assert len(records) == 2403, f"only {len(records)} of 2403 records in {elapsed:.1f} s"
+    assert [r.offset for r in by_partition(records)[1]] == list(range(2400))
+    assert elapsed < 15  # one 20 s long poll in the way would have ended the loop first
+
+
 def test_seek_variants(bootstrap: str, topic: Callable[[int], str],
                        consumers: Callable[..., Consumer]) -> None:
     name = topic(1)

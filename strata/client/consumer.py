@@ -78,11 +78,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
+import itertools
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, Final, Generic, Literal, NamedTuple, ParamSpec, TypeVar, Unpack, overload
+from typing import (
+    Any,
+    Final,
+    Generic,
+    Literal,
+    NamedTuple,
+    ParamSpec,
+    TypeAlias,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 import pyarrow as pa
 
@@ -111,6 +124,7 @@ __all__ = [
     "ConsumerOptions",
     "ConsumerRecord",
     "OffsetResetStrategy",
+    "Records",
     "PartitionsCallback",
     "TopicPartition",
 ]
@@ -139,18 +153,158 @@ class ConsumerRecord(NamedTuple):
     headers: list[tuple[str, bytes | None]]
 
 
-def records_from_table(table: pa.Table) -> list[ConsumerRecord]:
-    """Rows of a ``CONSUMER_SCHEMA`` table as ``ConsumerRecord`` tuples."""
+_new_record: Final = functools.partial(tuple.__new__, ConsumerRecord)
+#: ``Records`` column: a Python list (a ``range`` for gapless offsets), or
+#: ``(value, count)`` for a value every row shares.
+_Column: TypeAlias = "list[Any] | range | tuple[Any, int]"
+
+
+class Records(Sequence[ConsumerRecord]):
+    """What ``poll`` returns: its records as a read-only sequence of ``ConsumerRecord``.
+
+    A lazy view over the polled columns: each column is turned into one Python list
+    (``to_pylist``, in C) or, when every row shares it (topic, partition, timestamp
+    type, absent keys and headers), kept as one value; a ``ConsumerRecord`` is made
+    only when it is read, by iteration or index. Why: a list of a million records is
+    a million tuples alive at once, and CPython's cyclic collector, which counts live
+    container allocations, then runs its full collections over them; a loop that reads
+    records one by one and lets each go keeps that count flat. Holding on to the
+    records (``list(records)``) costs what it costs.
+
+    Supports ``len``, truth, iteration, ``reversed``, indexing and slicing (a slice is
+    a ``Records`` too), ``==`` with any sequence of records, and ``index``/``count``.
+    """
+
+    __slots__ = ("_columns", "_length")
+
+    def __init__(self, columns: list[_Column], length: int) -> None:
+        self._columns = columns  # in ConsumerRecord's field order
+        self._length = length
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> Records:
+        """The records of a ``CONSUMER_SCHEMA`` table."""
+        parts = [cls._from_batch(batch) for batch in table.to_batches() if batch.num_rows]
+        if len(parts) == 1:
+            return parts[0]
+        columns: list[_Column] = [[] for _ in ConsumerRecord._fields]
+        for part in parts:
+            for i, column in enumerate(part._columns):
+                target = columns[i]
+                assert isinstance(target, list)
+                if i == 7 and isinstance(column, tuple):  # no headers: a list each
+                    target.extend([] for _ in range(column[1]))
+                else:
+                    target.extend(_expand(column))
+        return cls(columns, sum(len(p) for p in parts))
+
+    @classmethod
+    def _from_batch(cls, batch: pa.RecordBatch) -> Records:
+        n = batch.num_rows
+        topic = batch.column(2)
+        partition = batch.column(3)
+        ts_type = batch.column(6)
+        key = batch.column(0)
+        headers = batch.column(7)
+        ts_types = _column_of(ts_type, n)
+        columns: list[_Column] = [
+            _column_of(topic, n),
+            _column_of(partition, n),
+            _offsets_of(batch.column(4), n),
+            batch.column(5).to_pylist(),
+            ((_TIMESTAMP_TYPES[ts_types[0]], n) if isinstance(ts_types, tuple)
+             else [_TIMESTAMP_TYPES[t] for t in ts_types]),
+            (None, n) if key.null_count == n else key.to_pylist(),
+            batch.column(1).to_pylist(),
+            (None, n) if headers.null_count == n else [
+                [(h["key"], h["value"]) for h in hs] if hs else [] for hs in headers.to_pylist()],
+        ]
+        return cls(columns, n)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        iterators: list[Iterator[Any]] = [
+            itertools.repeat(c[0], self._length) if isinstance(c, tuple) else iter(c)
+            for c in self._columns]
+        if isinstance(self._columns[7], tuple):  # no headers: each record gets its own []
+            iterators[7] = iter(list, None)  # (endless: zip stops at the others' end)
+        return map(_new_record, zip(*iterators, strict=False))
+
+    @overload
+    def __getitem__(self, index: int) -> ConsumerRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Records: ...
+
+    def __getitem__(self, index: int | slice) -> ConsumerRecord | Records:
+        if isinstance(index, slice):
+            rows = range(self._length)[index]
+            columns: list[_Column] = [
+                (c[0], len(rows)) if isinstance(c, tuple) else c[index] for c in self._columns]
+            return Records(columns, len(rows))
+        if not -self._length <= index < self._length:
+            raise IndexError(f"record index {index} out of range (0..{self._length - 1})")
+        index %= self._length
+        fields = [c[0] if isinstance(c, tuple) else c[index] for c in self._columns]
+        if fields[7] is None:
+            fields[7] = []
+        return _new_record(fields)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(self) == len(other) and all(
+            a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking, like list
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(r) for r in self[:3])
+        more = f", ... {self._length - 3} more" if self._length > 3 else ""
+        return f"Records([{shown}{more}])"
+
+
+def _column_of(column: pa.Array, n: int) -> _Column:
+    """``column`` as a Python list, or ``(value, n)`` when all ``n`` rows hold one value.
+
+    Deliberately no Arrow compute call here: kernels release the GIL, and on the
+    blocking face the consumer's I/O thread then takes it for up to a switch interval
+    per poll. ``to_pylist`` and ``list.count`` keep it.
+    """
+    values: list[Any] = column.to_pylist()
+    first = values[0]
+    if values.count(first) == n:
+        return first, n
+    return values
+
+
+def _offsets_of(column: pa.Array, n: int) -> list[int] | range:
+    """The offset column; a ``range`` (as cheap to iterate, nothing to build) when the
+    offsets run without gaps, as they do unless compaction removed records."""
+    first = column[0].as_py()
+    last = column[n - 1].as_py()
+    if last - first == n - 1:
+        return range(first, last + 1)
+    return column.to_pylist()  # type: ignore[no-any-return]
+
+
+def _expand(column: _Column) -> list[Any] | range:
+    if not isinstance(column, tuple):
+        return column
+    value, n = column
+    return [value] * n
+
+
+def records_from_table(table: pa.Table) -> Records:
+    """Rows of a ``CONSUMER_SCHEMA`` table as ``ConsumerRecord``s (a lazy ``Records``)."""
     if table.num_rows == 0:
-        return []
-    cols = table.to_pydict()
-    return [
-        ConsumerRecord(topic, partition, offset, ts, _TIMESTAMP_TYPES[ts_type], key, value,
-                       [(h["key"], h["value"]) for h in headers] if headers else [])
-        for key, value, topic, partition, offset, ts, ts_type, headers in zip(
-            cols["key"], cols["value"], cols["topic"], cols["partition"], cols["offset"],
-            cols["timestamp"], cols["timestampType"], cols["headers"], strict=True)
-    ]
+        return _NO_RECORDS
+    return Records.from_table(table)
+
+
+_NO_RECORDS: Final = Records([(None, 0)] * len(ConsumerRecord._fields), 0)
 
 
 class _Setting(Generic[T]):
@@ -370,7 +524,7 @@ class AsyncConsumer:
 
     # ------------------------------------------------------------------ poll
     async def poll(self, timeout_ms: int = 0, max_records: int | None = None
-                   ) -> list[ConsumerRecord]:
+                   ) -> Records:
         """Return buffered records, waiting up to ``timeout_ms`` for some to arrive.
 
         At most ``max_records`` (default ``max_poll_records``), in offset order within
@@ -762,7 +916,7 @@ class Consumer:
         return self._call(self._consumer.highwater, partition)
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None
-             ) -> list[ConsumerRecord]:
+             ) -> Records:
         """Records in offset order per partition, waiting up to ``timeout_ms``."""
         limit = self.config.max_poll_records if max_records is None else max_records
         return records_from_table(self._poll_table(timeout_ms, limit))
