@@ -78,10 +78,12 @@ def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("--timeout-ms", type=_positive, default=60_000,
                         help="give up when no record arrived for this long")
-    parser.add_argument("--api", choices=("arrow", "records"), default="arrow",
+    parser.add_argument("--api", choices=("arrow", "records", "async-records"),
+                        default="arrow",
                         help="arrow: AsyncConsumer.poll_arrow, columns (default); records: "
                         "the blocking Consumer.poll, one record object at a time, as a "
-                        "per-record Python loop reads")
+                        "per-record Python loop reads; async-records: the same loop over "
+                        "AsyncConsumer.poll")
 
 
 def percentile(ordered: list[float], q: float, digits: int) -> float:
@@ -319,6 +321,19 @@ async def _consume(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         last = start
         while records < args.num_records:
+            if args.api == "async-records":
+                batch = await consumer.poll(timeout_ms=200)
+                now = time.perf_counter()
+                if not batch:
+                    if (now - last) * 1000 > args.timeout_ms:
+                        break
+                    continue
+                last = now
+                for record in batch[:args.num_records - records]:
+                    records += 1
+                    value_bytes += len(record.value or b"")
+                latencies.append(time.time() * 1000 - batch[-1].timestamp)
+                continue
             table = await consumer.poll_arrow(timeout_ms=200)
             now = time.perf_counter()
             if table.num_rows == 0:
@@ -340,5 +355,7 @@ async def _consume(args: argparse.Namespace) -> int:
         print(f"strata perf consume: only {records} of {args.num_records} records arrived "
               f"within --timeout-ms {args.timeout_ms}")
         return 1
-    _print(summarize(records, value_bytes, seconds, latencies), args.format, "consume")
+    result = summarize(records, value_bytes, seconds, latencies)
+    result["api"] = args.api
+    _print(result, args.format, "consume")
     return 0

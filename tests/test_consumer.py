@@ -249,7 +249,7 @@ def test_records_view_matches_the_table() -> None:
         assert all(isinstance(r.headers, list) for r in records)
         with pytest.raises(IndexError):
             records[len(expected)]
-    first = list(records_from_table(pa.Table.from_batches([plain])))[0]
+    first = next(iter(records_from_table(pa.Table.from_batches([plain]))))
     assert first.headers == [] and first.timestamp_type is TimestampType.CREATE_TIME
     a, b = list(records_from_table(pa.Table.from_batches([plain])))[:2]
     assert a.headers is not b.headers  # each record gets its own list

@@ -24,7 +24,7 @@ import argparse
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -204,7 +204,7 @@ def _consume_group(args: argparse.Namespace) -> int:
     def lost(partitions: set[TopicPartition]) -> None:
         pass  # already another member's: nothing may be committed for them
 
-    def print_all(records: list[ConsumerRecord]) -> None:
+    def print_all(records: Sequence[ConsumerRecord]) -> None:
         nonlocal count, uncommitted
         done = 0
         try:
@@ -250,7 +250,7 @@ def _consume_group(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seek_to_first(consumer: Consumer, unprinted: list[ConsumerRecord]) -> None:
+def _seek_to_first(consumer: Consumer, unprinted: Sequence[ConsumerRecord]) -> None:
     """Move each partition back to its first record in ``unprinted``."""
     first: dict[TopicPartition, int] = {}
     for record in unprinted:
