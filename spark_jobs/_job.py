@@ -40,9 +40,7 @@ The job needs only the bootstrap servers: it reaches ZooKeeper through the broke
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import socket
 import threading
@@ -56,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_jobs._compaction import compact_range, drop_tombstones
+from spark_jobs._copy import commit_files, copy_ranges
 from spark_jobs._errors import (
     TierConfigError,
     TierGapError,
@@ -66,8 +65,8 @@ from spark_jobs._errors import (
 from spark_jobs._plan import TierRange, plan_partition
 from spark_jobs._tables import (
     TIER_DDL,
+    TIER_PROPERTIES,
     TOPIC_ID_PROPERTY,
-    app_id,
     committed_offsets,
     compacted_path,
     ensure_table,
@@ -88,16 +87,13 @@ __all__ = ["PartitionReport", "TierJob", "TierReport", "TierSettings", "TopicRep
 
 log = logging.getLogger("strata.spark_jobs.tier")
 
-#: Offsets per Spark read task: one task per core on this machine for a 500k-offset range.
-_OFFSETS_PER_TASK = 250_000
-
-
 @dataclass(frozen=True, slots=True)
 class TierSettings:
     bootstrap: str
     warehouse: Path
-    #: Segment bytes copied by one Delta commit at most (a killed job redoes at most this).
-    max_bytes_per_write: int = 256 * 1024 * 1024
+    #: Segment bytes copied by one Delta commit at most, over all of a topic's partitions
+    #: (each gets an equal share, at least one segment): a killed job redoes at most this.
+    max_bytes_per_write: int = 1024 * 1024 * 1024
     #: ``VACUUM ... RETAIN`` hours. Below Delta's 168-hour safety check only with
     #: ``spark.databricks.delta.retentionDurationCheck.enabled=false`` (readers of older
     #: table versions may then miss files).
@@ -322,23 +318,29 @@ class TierJob:
                         f"topic stops. To start a new history, move {path} away, then "
                         "delete and re-create the topic (deleting a topic removes its tier "
                         "progress); the old table stays readable by path")
-                part = PartitionReport(topic, p, tiered_up_to=tiered_up_to,
-                                       tier_start=tier_start)
-                report.partitions.append(part)
-                while True:
-                    rng = plan_partition(
-                        topic, p, tier.segments, log_start=tier.log_start_offset,
-                        tiered_up_to=part.tiered_up_to, committed=part.tiered_up_to,
-                        tier_after_ms=described.tier_after_ms, now_ms=now_ms,
-                        max_bytes=self.settings.max_bytes_per_write)
-                    if rng is None:
-                        break
-                    if report.table is None:
-                        ensure_table(self.spark, path, TIER_DDL, "partition, date",
-                                     {TOPIC_ID_PROPERTY: lease.topic_id})
-                        report.table = str(path)
-                    self._copy(path, rng, part, described)
-                _lag(part, tier, described.tier_after_ms, now_ms)
+                report.partitions.append(PartitionReport(
+                    topic, p, tiered_up_to=tiered_up_to, tier_start=tier_start))
+            # Each round copies the next range of every partition that has one, in one
+            # Spark job and one Delta commit; a range is at most this partition's share
+            # of max_bytes_per_write (at least one segment).
+            share = max(1, self.settings.max_bytes_per_write // max(1, len(parts)))
+            while True:
+                ranges = [rng for part in report.partitions if (rng := plan_partition(
+                    topic, part.partition, described.partitions[part.partition].segments,
+                    log_start=described.partitions[part.partition].log_start_offset,
+                    tiered_up_to=part.tiered_up_to, committed=part.tiered_up_to,
+                    tier_after_ms=described.tier_after_ms, now_ms=now_ms,
+                    max_bytes=share)) is not None]
+                if not ranges:
+                    break
+                if report.table is None:
+                    ensure_table(self.spark, path, TIER_DDL, "partition, date",
+                                 {TOPIC_ID_PROPERTY: lease.topic_id, **TIER_PROPERTIES})
+                    report.table = str(path)
+                self._copy(topic, path, ranges, report)
+            for part in report.partitions:
+                _lag(part, described.partitions[part.partition], described.tier_after_ms,
+                     now_ms)
             if report.table is not None:
                 self._retention(topic, path, configs, report)
                 if configs.get("cleanup.policy") == "compact":
@@ -385,59 +387,39 @@ class TierJob:
             self.admin.update_tier(topic, lease.lease_id, lease.topic_id, table=str(path))
         return path
 
-    def _copy(self, path: Path, rng: TierRange, part: PartitionReport,
-              described: TopicTier) -> None:
-        """One Delta commit for ``rng``, then the progress write."""
-        from deltalake import DeltaTable
-        from pyspark.sql import functions as F
-
+    def _copy(self, topic: str, path: Path, ranges: list[TierRange],
+              report: TopicReport) -> None:
+        """One Delta commit for ``ranges`` (``_copy.py``), then one progress write for
+        all of their partitions."""
         began = time.monotonic()
-        # The source wants every partition of the topic; the others read nothing (their
-        # log start is a valid start and end; endingOffsets has no "earliest").
-        start = {str(p): t.log_start_offset for p, t in described.partitions.items()}
-        end = dict(start)
-        start[str(rng.partition)] = rng.start
-        end[str(rng.partition)] = rng.end
-        tasks = max(1, math.ceil(rng.offsets / _OFFSETS_PER_TASK))
-        frame = (self.spark.read.format("strata")
-                 .option("bootstrap.servers", self.settings.bootstrap)
-                 .options(**self.settings.security.to_properties())
-                 .option("subscribe", rng.topic)
-                 .option("startingOffsets", json.dumps({rng.topic: start}))
-                 .option("endingOffsets", json.dumps({rng.topic: end}))
-                 .option("minPartitions", str(tasks))
-                 .option("failOnDataLoss", "true")
-                 .load()
-                 .withColumn("date", F.to_date("timestamp")))
-        self._check_lease(rng.topic)
-        current = DeltaTable(str(path))
-        done = current.transaction_version(app_id(rng.topic, rng.partition)) or 0
-        if done > rng.start:
-            raise TierLeaseLostError(
-                f"{rng.topic}-{rng.partition}: the table already holds offsets up to {done}, "
-                f"past this write's start {rng.start}: another job wrote meanwhile; this "
-                "pass stops, and the next one starts from what the table holds")
-        before = current.version()
-        (frame.write.format("delta").mode("append")
-         .option("txnAppId", app_id(rng.topic, rng.partition))
-         .option("txnVersion", str(rng.end))
-         .save(str(path)))
-        table = DeltaTable(str(path))
-        written = 0
-        if table.version() > before:
-            metrics = table.history(1)[0].get("operationMetrics") or {}
-            written = int(metrics.get("numOutputRows", 0))
-        first_write = part.tier_start >= part.tiered_up_to
-        saved = self._advance(rng.topic, rng.partition, tiered_up_to=rng.end,
-                              tier_start=rng.start if first_write else part.tier_start)
-        part.tiered_up_to, part.tier_start = saved.tiered_up_to, saved.tier_start
-        part.segments += rng.segments
-        part.bytes += rng.bytes
-        part.records += written
-        part.seconds = round(part.seconds + time.monotonic() - began, 3)
-        log.info("tiered %s-%d [%d, %d): %d records, %d segments, %d bytes in %.2f s",
-                 rng.topic, rng.partition, rng.start, rng.end, written, rng.segments,
-                 rng.bytes, time.monotonic() - began)
+        self._check_lease(topic)
+        files = copy_ranges(self.spark, path, ranges, bootstrap=self.settings.bootstrap,
+                            security=self.settings.security)
+        self._check_lease(topic)
+        written = commit_files(path, ranges, files)
+        parts = {part.partition: part for part in report.partitions}
+        progress = {}
+        for rng in ranges:
+            part = parts[rng.partition]
+            first_write = part.tier_start >= part.tiered_up_to
+            progress[rng.partition] = (rng.end, rng.start if first_write else part.tier_start)
+        lease = self._check_lease(topic)
+        saved = self.admin.update_tier(topic, lease.lease_id, lease.topic_id,
+                                       progress=progress)
+        elapsed = time.monotonic() - began
+        offsets = sum(rng.offsets for rng in ranges) or 1
+        for rng in ranges:
+            part = parts[rng.partition]
+            part.tiered_up_to = saved[rng.partition].tiered_up_to
+            part.tier_start = saved[rng.partition].tier_start
+            part.segments += rng.segments
+            part.bytes += rng.bytes
+            part.records += written.get(rng.partition, 0)
+            # The commit's time, shared by its partitions in proportion to their offsets.
+            part.seconds = round(part.seconds + elapsed * rng.offsets / offsets, 3)
+        log.info("tiered %s in one commit: %s; %d records, %d files in %.2f s", topic,
+                 ", ".join(f"{r.partition}:[{r.start}, {r.end})" for r in ranges),
+                 sum(written.values()), len(files), elapsed)
 
     # ------------------------------------------------------------------ retention
     def _retention(self, topic: str, path: Path, configs: dict[str, str | None],

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "TOPIC_ID_PROPERTY", "app_id",
+__all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "TIER_PROPERTIES", "TOPIC_ID_PROPERTY",
+           "app_id",
            "catalog_name", "table_topic_id",
            "committed_offsets",
            "compacted_path", "ensure_table", "register_tables", "table_path"]
@@ -47,6 +48,11 @@ TIER_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGIN
             "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, date DATE")
 
 _TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+#: The tier table's own properties: Delta statistics only for the columns readers filter
+#: on (tier reads prune by offset, retention cuts by timestamp; the partition columns
+#: are in the log anyway). Statistics of the binary and nested columns cost more to
+#: collect than the whole rest of a write (docs/benchmarks.md, issue [2.6]).
+TIER_PROPERTIES = {"delta.dataSkippingStatsColumns": "offset,timestamp"}
 #: Table property naming the topic id whose history the table holds: a topic deleted and
 #: re-created under the same name is another topic, and must not append to the old table.
 TOPIC_ID_PROPERTY = "strata.topicId"

@@ -30,6 +30,7 @@ from brokers.coordination import Coordinator
 from spark_jobs import (
     TierGapError,
     TierJob,
+    TierLeaseLostError,
     TierNotEnabledError,
     TierSettings,
     TierTableMismatchError,
@@ -179,6 +180,87 @@ def test_tiering_copies_closed_segments_exactly_and_a_rerun_adds_nothing(
         assert spark.read.format("delta").load(str(path)).count() == sum(ends.values())
         lag = {p.partition: p.lag_records for p in again.topics[0].partitions}
         assert lag == {p: len(sent[p]) - ends[p] for p in ends}
+
+
+def test_one_commit_per_round_covers_every_partition_with_its_own_txn(
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    """The copy writes Arrow Parquet files and commits every partition's range at once:
+    one Delta commit per round, one ``txn`` per partition (so reruns read each end back),
+    statistics only for offset and timestamp, and ``date`` as Spark's ``to_date`` in the
+    session's time zone (here not UTC, with records either side of its midnight)."""
+    from deltalake import DeltaTable
+
+    topic = "tier-one-commit"
+    create_topic(strata_broker, topic, partitions=3, **{"retention.ms": "-1"})
+    # 03:30 UTC on 2026-01-02 is 22:30 on 2026-01-01 in New York; 06:00 UTC is 01:00.
+    late, early = 1_767_324_600_000, 1_767_333_600_000
+    sent = {p: [] for p in range(3)}  # type: dict[int, list[tuple[bytes, bytes]]]
+    with Producer(strata_broker.bootstrap, acks="all", linger_ms=5,
+                  enable_idempotence=False) as producer:
+        for i in range(3_000):
+            p, key = i % 3, f"k{i % 13}".encode()
+            value = f"v{i:06d}{'y' * 60}".encode()
+            sent[p].append((key, value))
+            producer.send(topic, value, key=key, partition=p,
+                          timestamp_ms=late if i < 1_500 else early)
+        producer.flush()
+    ends = closed_end(strata_broker, topic)
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        with TierJob(spark, settings(strata_broker, tmp_path)) as job:
+            report = job.run_once([topic])
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    path = table_path(tmp_path.resolve(), topic)
+    progress = coordinator.tier_progress(topic)
+    assert_exact(spark, path, sent, progress)
+    assert report.records == sum(ends.values())
+    table = DeltaTable(str(path))
+    writes = [h for h in table.history() if h.get("operation") == "WRITE"]
+    assert len(writes) == 1, writes  # one commit for the three partitions
+    assert {p: table.transaction_version(f"strata-tier/{topic}/{p}") for p in ends} == ends
+    assert table.metadata().configuration["delta.dataSkippingStatsColumns"] == \
+        "offset,timestamp"
+    adds = table.get_add_actions(flatten=True)
+    columns = set(adds.schema.names)
+    assert {"min.offset", "max.offset", "min.timestamp", "max.timestamp"} <= columns
+    assert not any(c.startswith(("min.value", "min.key", "max.value")) for c in columns)
+    frame = spark.read.format("delta").load(str(path))
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        mismatched = frame.selectExpr("date", "to_date(timestamp) AS local") \
+            .where("date != local").count()
+        dates = sorted(r["date"].isoformat() for r in frame.select("date").distinct().collect())
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    assert mismatched == 0 and dates == ["2026-01-01", "2026-01-02"]
+
+
+def test_a_refused_commit_leaves_no_files_behind(
+        spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
+        tmp_path: Path) -> None:
+    """A commit refused because the table already holds the range (another job wrote
+    it) deletes the files this copy wrote: no commit will ever name them."""
+    from spark_jobs._copy import commit_files, copy_ranges
+    from spark_jobs._plan import TierRange
+
+    topic = "tier-refused"
+    create_topic(strata_broker, topic, partitions=1)
+    produce(strata_broker, topic, 2_000, partitions=1)
+    with TierJob(spark, settings(strata_broker, tmp_path)) as job:
+        job.run_once([topic])
+    path = table_path(tmp_path.resolve(), topic)
+    before = sorted(path.rglob("*.parquet"))
+    end = closed_end(strata_broker, topic)[0]
+    again = [TierRange(topic, 0, 0, end, 1, 1, 0)]
+    files = copy_ranges(spark, path, again, bootstrap=strata_broker.bootstrap,
+                        security=settings(strata_broker, tmp_path).security)
+    assert files and sorted(path.rglob("*.parquet")) != before
+    with pytest.raises(TierLeaseLostError, match="another job wrote meanwhile"):
+        commit_files(path, again, files)
+    assert sorted(path.rglob("*.parquet")) == before
 
 
 def test_run_once_names_a_topic_without_tiering(

@@ -1,0 +1,281 @@
+"""The tier copy: ranges of several partitions into one Delta commit, Arrow end to end.
+
+Why not ``spark.read.format("strata") ... .write.format("delta")``: that path turns every
+record's Arrow columns into JVM rows and back into Parquet, and it cost one Spark job
+and one commit per partition range. Measured on the 2-core machine (docs/benchmarks.md,
+issue [2.6]): 186,000 records/s copied. Here each Spark task reads its piece of a range
+with the Strata client (Arrow), writes it with Arrow's Parquet writer straight into the
+table's directory, and hands back what Delta needs to know of the files; the driver
+then commits every file of every range in **one** Delta commit (delta-rs), so Spark
+schedules the work and no record goes through the JVM.
+
+Exactly once, as before (spark_jobs/README.md): the commit carries one
+``txnAppId=strata-tier/<topic>/<partition>``, ``txnVersion=<end offset>`` per range
+(Delta's ``txn`` actions, as many as the commit covers), so a rerun reads each
+partition's copied end back from the table (``committed_offsets``). Files written by a
+job that dies before the commit are in no commit: no reader sees them, and ``VACUUM``
+removes them once they are older than its retention. A failed commit deletes them at
+once.
+
+Files: ``partition=<p>/date=<yyyy-mm-dd>/part-<piece>-<uuid>.c000.snappy.parquet``,
+the table's columns without the partition columns (Delta keeps those in the log);
+dictionary encoding only where values repeat (topic, key, timestamp type); Parquet and
+Delta statistics only for ``offset`` and ``timestamp``, the columns readers filter on
+(tier reads prune by offset, retention cuts by timestamp). ``date`` is the record's
+date in the Spark session's time zone, as ``to_date(timestamp)`` gives it.
+
+Thread-safety: the driver functions run in the job's thread; ``write_pieces`` runs in
+Spark's Python workers, one call per task, and shares nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_jobs._errors import TierGapError, TierLeaseLostError
+from spark_jobs._plan import TierRange
+from spark_jobs._tables import app_id
+from wire.security import ClientSecurity
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+__all__ = ["OFFSETS_PER_PIECE", "CopyPiece", "WrittenFile", "commit_files", "copy_ranges",
+           "write_pieces"]
+
+#: Offsets per Spark task: small enough to spread a range over every core, big enough
+#: (about 30 MB of 100-byte records) that a task's fixed cost does not show.
+OFFSETS_PER_PIECE: Final = 250_000
+#: A piece whose reads make no progress this long fails its task (the leader is gone).
+STALL_TIMEOUT_S: Final = 120.0
+#: The columns with Parquet and Delta statistics (``delta.dataSkippingStatsColumns``).
+STATS_COLUMNS: Final = ("offset", "timestamp")
+#: The columns dictionary-encoded (values repeat); random values and headers are not.
+DICTIONARY_COLUMNS: Final = ["topic", "key", "timestampType"]
+#: The data file's columns, in the table's order (``partition`` and ``date`` live in
+#: the Delta log as partition values).
+_FILE_SCHEMA: Final = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+    pa.field("headers", pa.list_(pa.struct([pa.field("key", pa.string()),
+                                            pa.field("value", pa.binary())]))),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class CopyPiece:
+    """Offsets ``[start, end)`` of one partition: one Spark task's share of a range."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    index: int  # unique within the copy: part of the file names
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    """One Parquet file a task wrote into the table's directory, as Delta records it."""
+
+    path: str  # relative to the table root
+    size: int
+    partition: int
+    date: str
+    records: int
+    stats: str  # Delta's per-file statistics JSON
+
+
+def pieces_of(ranges: Sequence[TierRange]) -> list[CopyPiece]:
+    """Cut every range into pieces of at most ``OFFSETS_PER_PIECE`` offsets."""
+    pieces: list[CopyPiece] = []
+    for rng in ranges:
+        count = max(1, math.ceil(rng.offsets / OFFSETS_PER_PIECE))
+        step = math.ceil(rng.offsets / count)
+        for start in range(rng.start, rng.end, step):
+            pieces.append(CopyPiece(rng.topic, rng.partition, start,
+                                    min(rng.end, start + step), len(pieces)))
+    return pieces
+
+
+def copy_ranges(spark: SparkSession, path: Path, ranges: Sequence[TierRange], *,
+                bootstrap: str, security: ClientSecurity) -> list[WrittenFile]:
+    """Write the records of ``ranges`` as Parquet files under ``path`` (one Spark job, a
+    task per piece); the files, not yet in any commit."""
+    pieces = pieces_of(ranges)
+    if not pieces:
+        return []
+    writer = partial(write_pieces, root=str(path), bootstrap=bootstrap, security=security,
+                     time_zone=spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    context = spark.sparkContext
+    topics = sorted({r.topic for r in ranges})
+    context.setJobDescription(f"strata tier copy: {', '.join(topics)} "
+                              f"({sum(r.offsets for r in ranges):,} offsets)")
+    try:
+        return context.parallelize(pieces, len(pieces)).mapPartitions(writer).collect()
+    finally:
+        context.setJobDescription(None)  # type: ignore[arg-type]
+
+
+def commit_files(path: Path, ranges: Sequence[TierRange], files: Sequence[WrittenFile]
+                 ) -> dict[int, int]:
+    """Commit ``files`` in one Delta commit carrying every range's ``txnAppId`` and
+    ``txnVersion``; records written per partition.
+
+    Refuses (``TierLeaseLostError``) if the table already holds any range's offsets
+    (another job wrote meanwhile); the files are then deleted, as after a failed
+    commit, since no commit will ever name them.
+    """
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+    try:
+        table = DeltaTable(str(path))
+        for rng in ranges:
+            done = table.transaction_version(app_id(rng.topic, rng.partition)) or 0
+            if done > rng.start:
+                raise TierLeaseLostError(
+                    f"{rng.topic}-{rng.partition}: the table already holds offsets up to "
+                    f"{done}, past this write's start {rng.start}: another job wrote "
+                    "meanwhile; this pass stops, and the next one starts from what the "
+                    "table holds")
+        now_ms = int(time.time() * 1000)
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(f.path, f.size, {"partition": str(f.partition), "date": f.date},
+                      now_ms, True, f.stats) for f in files]
+        table.create_write_transaction(
+            actions, "append", table.schema(),
+            partition_by=list(table.metadata().partition_columns),
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id(r.topic, r.partition), r.end, now_ms)
+                                  for r in ranges],
+                custom_metadata={"strata.tier": json.dumps(
+                    {f"{r.topic}-{r.partition}": [r.start, r.end] for r in ranges})}))
+    except BaseException:
+        for written in files:
+            with contextlib.suppress(OSError):  # gone: VACUUM removes whatever is left
+                os.unlink(path / written.path)
+        raise
+    records: dict[int, int] = {}
+    for written in files:
+        records[written.partition] = records.get(written.partition, 0) + written.records
+    return records
+
+
+# --------------------------------------------------------------------------- in the tasks
+
+
+def write_pieces(pieces: Iterable[CopyPiece], *, root: str, bootstrap: str,
+                 security: ClientSecurity, time_zone: str) -> Iterator[WrittenFile]:
+    """A Spark task: read each piece with the client and write it as Parquet under
+    ``root``, one file per date the piece spans."""
+    for piece in pieces:
+        table = _read_piece(piece, bootstrap, security)
+        if table.num_rows:
+            yield from _write_by_date(piece, table, root, time_zone)
+
+
+def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity) -> pa.Table:
+    """Offsets ``[start, end)`` of the piece's partition, in the file's columns."""
+    from strata.client import Consumer, TopicPartition
+    from wire.errors import OffsetOutOfRangeError
+
+    tp = TopicPartition(piece.topic, piece.partition)
+    fetch_bytes = max(1 << 20, min(64 << 20, (piece.end - piece.start) * 256))
+    tables: list[pa.Table] = []
+    with Consumer(bootstrap, client_id="strata-tier", security=security,
+                  auto_offset_reset="none", max_partition_fetch_bytes=fetch_bytes,
+                  fetch_max_bytes=fetch_bytes) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, piece.start)
+        position = piece.start
+        progress_at = time.monotonic()
+        while position < piece.end:
+            try:
+                polled = consumer.poll_arrow(timeout_ms=500)
+            except OffsetOutOfRangeError as err:
+                raise TierGapError(
+                    f"{tp.topic}-{tp.partition}: offsets from {position} left the brokers "
+                    f"while they were being tiered ({err.message}); the next pass stops "
+                    "at the gap") from None
+            if polled.num_rows == 0:
+                if time.monotonic() - progress_at > STALL_TIMEOUT_S:
+                    raise TimeoutError(
+                        f"no records of {tp.topic}-{tp.partition} arrived for "
+                        f"{STALL_TIMEOUT_S:.0f} s while offsets [{position}, {piece.end}) "
+                        "were still to be tiered; check the partition has a live leader")
+                continue
+            progress_at = time.monotonic()
+            offsets = polled.column("offset")
+            last = offsets[-1].as_py()
+            if last >= piece.end:
+                polled = polled.slice(0, pc.sum(pc.less(offsets, piece.end)).as_py() or 0)
+            position = min(last + 1, piece.end)
+            tables.append(polled)
+    if not tables:
+        return _FILE_SCHEMA.empty_table()
+    whole = pa.concat_tables(tables)
+    timestamps = whole.column("timestamp").cast(pa.timestamp("ms", tz="UTC")) \
+        .cast(pa.timestamp("us", tz="UTC"))
+    return pa.Table.from_arrays(
+        [whole.column("key"), whole.column("value"), whole.column("topic"),
+         whole.column("offset"), timestamps, whole.column("timestampType"),
+         whole.column("headers").cast(_FILE_SCHEMA.field("headers").type)],
+        schema=_FILE_SCHEMA)
+
+
+def _write_by_date(piece: CopyPiece, table: pa.Table, root: str, time_zone: str
+                   ) -> Iterator[WrittenFile]:
+    import pyarrow.parquet as pq
+
+    local = table.column("timestamp").cast(pa.timestamp("us", tz=time_zone))
+    dates = pc.local_timestamp(local).cast(pa.date32())
+    days = pc.unique(dates).to_pylist()
+    for day in days:
+        rows = table if len(days) == 1 else \
+            table.filter(pc.equal(dates, pa.scalar(day, pa.date32())))
+        relative = (f"partition={piece.partition}/date={day.isoformat()}/"
+                    f"part-{piece.index:05d}-{uuid.uuid4()}.c000.snappy.parquet")
+        full = os.path.join(root, relative)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        pq.write_table(rows, full, compression="snappy", use_dictionary=DICTIONARY_COLUMNS,
+                       write_statistics=list(STATS_COLUMNS))
+        yield WrittenFile(relative, os.path.getsize(full), piece.partition, day.isoformat(),
+                          rows.num_rows, _stats(rows))
+
+
+def _stats(rows: pa.Table) -> str:
+    """Delta's statistics JSON for the ``STATS_COLUMNS`` (timestamps as Delta writes
+    them: ISO 8601 UTC with milliseconds)."""
+    offsets = pc.min_max(rows.column("offset"))
+    stamps = pc.min_max(rows.column("timestamp"))
+    return json.dumps({
+        "numRecords": rows.num_rows,
+        "minValues": {"offset": offsets["min"].as_py(),
+                      "timestamp": _delta_timestamp(stamps["min"].as_py())},
+        "maxValues": {"offset": offsets["max"].as_py(),
+                      "timestamp": _delta_timestamp(stamps["max"].as_py())},
+        "nullCount": {"offset": 0, "timestamp": 0},
+    })
+
+
+def _delta_timestamp(value: Any) -> str:
+    moment: datetime = value.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
