@@ -25,7 +25,8 @@ Delta statistics only for ``offset`` and ``timestamp``, the columns readers filt
 date in the Spark session's time zone, as ``to_date(timestamp)`` gives it.
 
 Thread-safety: the driver functions run in the job's thread; ``write_pieces`` runs in
-Spark's Python workers, one call per task, and shares nothing.
+Spark's Python workers, one call per task, and shares nothing. A task that fails
+deletes the files it had open; one killed outright leaves them to ``VACUUM``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ OFFSETS_PER_PIECE: Final = 250_000
 STALL_TIMEOUT_S: Final = 120.0
 #: The columns with Parquet and Delta statistics (``delta.dataSkippingStatsColumns``).
 STATS_COLUMNS: Final = ("offset", "timestamp")
+#: Rows per Parquet row group (about 30 MB of 100-byte records): what a task holds of a
+#: file in memory before writing it out.
+ROW_GROUP_ROWS: Final = 262_144
 #: The columns dictionary-encoded (values repeat); random values and headers are not.
 DICTIONARY_COLUMNS: Final = ["topic", "key", "timestampType"]
 #: The data file's columns, in the table's order (``partition`` and ``date`` live in
@@ -103,11 +107,15 @@ class WrittenFile:
     stats: str  # Delta's per-file statistics JSON
 
 
-def pieces_of(ranges: Sequence[TierRange]) -> list[CopyPiece]:
-    """Cut every range into pieces of at most ``OFFSETS_PER_PIECE`` offsets."""
+def pieces_of(ranges: Sequence[TierRange], parallelism: int) -> list[CopyPiece]:
+    """Cut the ranges into about ``parallelism`` pieces (a Spark task each costs tens of
+    ms: fewer, bigger ones win), but none above ``max(OFFSETS_PER_PIECE, total /
+    parallelism)`` offsets, so every core gets work."""
+    total = sum(rng.offsets for rng in ranges)
+    target = max(OFFSETS_PER_PIECE, math.ceil(total / max(1, parallelism)))
     pieces: list[CopyPiece] = []
     for rng in ranges:
-        count = max(1, math.ceil(rng.offsets / OFFSETS_PER_PIECE))
+        count = max(1, math.ceil(rng.offsets / target))
         step = math.ceil(rng.offsets / count)
         for start in range(rng.start, rng.end, step):
             pieces.append(CopyPiece(rng.topic, rng.partition, start,
@@ -119,12 +127,12 @@ def copy_ranges(spark: SparkSession, path: Path, ranges: Sequence[TierRange], *,
                 bootstrap: str, security: ClientSecurity) -> list[WrittenFile]:
     """Write the records of ``ranges`` as Parquet files under ``path`` (one Spark job, a
     task per piece); the files, not yet in any commit."""
-    pieces = pieces_of(ranges)
+    context = spark.sparkContext
+    pieces = pieces_of(ranges, context.defaultParallelism)
     if not pieces:
         return []
     writer = partial(write_pieces, root=str(path), bootstrap=bootstrap, security=security,
                      time_zone=spark.conf.get("spark.sql.session.timeZone") or "UTC")
-    context = spark.sparkContext
     topics = sorted({r.topic for r in ranges})
     context.setJobDescription(f"strata tier copy: {', '.join(topics)} "
                               f"({sum(r.offsets for r in ranges):,} offsets)")
@@ -184,22 +192,38 @@ def commit_files(path: Path, ranges: Sequence[TierRange], files: Sequence[Writte
 
 def write_pieces(pieces: Iterable[CopyPiece], *, root: str, bootstrap: str,
                  security: ClientSecurity, time_zone: str) -> Iterator[WrittenFile]:
-    """A Spark task: read each piece with the client and write it as Parquet under
-    ``root``, one file per date the piece spans."""
+    """A Spark task: read each piece with the client and stream it into Parquet under
+    ``root``, one file per date the piece spans (memory: about one row group a date)."""
     for piece in pieces:
-        table = _read_piece(piece, bootstrap, security)
-        if table.num_rows:
-            yield from _write_by_date(piece, table, root, time_zone)
+        files: dict[str, _FileWriter] = {}
+        try:
+            for table in _read_piece(piece, bootstrap, security):
+                local = table.column("timestamp").cast(pa.timestamp("us", tz=time_zone))
+                dates = pc.local_timestamp(local).cast(pa.date32())
+                days = pc.unique(dates).to_pylist()
+                for day in days:
+                    rows = table if len(days) == 1 else \
+                        table.filter(pc.equal(dates, pa.scalar(day, pa.date32())))
+                    name = day.isoformat()
+                    if name not in files:
+                        files[name] = _FileWriter(root, piece, name)
+                    files[name].add(rows)
+            for writer in files.values():
+                yield writer.close()
+        finally:
+            for writer in files.values():
+                writer.abandon()
 
 
-def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity) -> pa.Table:
-    """Offsets ``[start, end)`` of the piece's partition, in the file's columns."""
+def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity
+                ) -> Iterator[pa.Table]:
+    """Offsets ``[start, end)`` of the piece's partition, as they arrive, in the file's
+    columns."""
     from strata.client import Consumer, TopicPartition
     from wire.errors import OffsetOutOfRangeError
 
     tp = TopicPartition(piece.topic, piece.partition)
     fetch_bytes = max(1 << 20, min(64 << 20, (piece.end - piece.start) * 256))
-    tables: list[pa.Table] = []
     with Consumer(bootstrap, client_id="strata-tier", security=security,
                   auto_offset_reset="none", max_partition_fetch_bytes=fetch_bytes,
                   fetch_max_bytes=fetch_bytes) as consumer:
@@ -228,54 +252,87 @@ def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity) -> p
             if last >= piece.end:
                 polled = polled.slice(0, pc.sum(pc.less(offsets, piece.end)).as_py() or 0)
             position = min(last + 1, piece.end)
-            tables.append(polled)
-    if not tables:
-        return _FILE_SCHEMA.empty_table()
-    whole = pa.concat_tables(tables)
-    timestamps = whole.column("timestamp").cast(pa.timestamp("ms", tz="UTC")) \
+            if polled.num_rows:
+                yield _file_columns(polled)
+
+
+def _file_columns(polled: pa.Table) -> pa.Table:
+    """A ``CONSUMER_SCHEMA`` table in the data file's columns (whole-column casts)."""
+    timestamps = polled.column("timestamp").cast(pa.timestamp("ms", tz="UTC")) \
         .cast(pa.timestamp("us", tz="UTC"))
     return pa.Table.from_arrays(
-        [whole.column("key"), whole.column("value"), whole.column("topic"),
-         whole.column("offset"), timestamps, whole.column("timestampType"),
-         whole.column("headers").cast(_FILE_SCHEMA.field("headers").type)],
+        [polled.column("key"), polled.column("value"), polled.column("topic"),
+         polled.column("offset"), timestamps, polled.column("timestampType"),
+         polled.column("headers").cast(_FILE_SCHEMA.field("headers").type)],
         schema=_FILE_SCHEMA)
 
 
-def _write_by_date(piece: CopyPiece, table: pa.Table, root: str, time_zone: str
-                   ) -> Iterator[WrittenFile]:
-    import pyarrow.parquet as pq
+class _FileWriter:
+    """One data file of a piece: rows gathered into row groups of ``ROW_GROUP_ROWS``,
+    statistics kept as they pass; ``abandon`` deletes a file never closed."""
 
-    local = table.column("timestamp").cast(pa.timestamp("us", tz=time_zone))
-    dates = pc.local_timestamp(local).cast(pa.date32())
-    days = pc.unique(dates).to_pylist()
-    for day in days:
-        rows = table if len(days) == 1 else \
-            table.filter(pc.equal(dates, pa.scalar(day, pa.date32())))
-        relative = (f"partition={piece.partition}/date={day.isoformat()}/"
-                    f"part-{piece.index:05d}-{uuid.uuid4()}.c000.snappy.parquet")
-        full = os.path.join(root, relative)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        pq.write_table(rows, full, compression="snappy", use_dictionary=DICTIONARY_COLUMNS,
-                       write_statistics=list(STATS_COLUMNS))
-        yield WrittenFile(relative, os.path.getsize(full), piece.partition, day.isoformat(),
-                          rows.num_rows, _stats(rows))
+    def __init__(self, root: str, piece: CopyPiece, day: str) -> None:
+        import pyarrow.parquet as pq
 
+        self.piece = piece
+        self.day = day
+        self.relative = (f"partition={piece.partition}/date={day}/"
+                         f"part-{piece.index:05d}-{uuid.uuid4()}.c000.snappy.parquet")
+        self.full = os.path.join(root, self.relative)
+        os.makedirs(os.path.dirname(self.full), exist_ok=True)
+        self._writer: Any = pq.ParquetWriter(
+            self.full, _FILE_SCHEMA, compression="snappy", use_dictionary=DICTIONARY_COLUMNS,
+            write_statistics=list(STATS_COLUMNS))
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self.records = 0
+        self._bounds: list[tuple[int, int, Any, Any]] = []
+        self._closed = False
 
-def _stats(rows: pa.Table) -> str:
-    """Delta's statistics JSON for the ``STATS_COLUMNS`` (timestamps as Delta writes
-    them: ISO 8601 UTC with milliseconds)."""
-    offsets = pc.min_max(rows.column("offset"))
-    stamps = pc.min_max(rows.column("timestamp"))
-    return json.dumps({
-        "numRecords": rows.num_rows,
-        "minValues": {"offset": offsets["min"].as_py(),
-                      "timestamp": _delta_timestamp(stamps["min"].as_py())},
-        "maxValues": {"offset": offsets["max"].as_py(),
-                      "timestamp": _delta_timestamp(stamps["max"].as_py())},
-        "nullCount": {"offset": 0, "timestamp": 0},
-    })
+    def add(self, rows: pa.Table) -> None:
+        offsets = pc.min_max(rows.column("offset"))
+        stamps = pc.min_max(rows.column("timestamp"))
+        self._bounds.append((offsets["min"].as_py(), offsets["max"].as_py(),
+                             stamps["min"].as_py(), stamps["max"].as_py()))
+        self.records += rows.num_rows
+        self._pending.append(rows)
+        self._pending_rows += rows.num_rows
+        if self._pending_rows >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._writer.write_table(pa.concat_tables(self._pending),
+                                     row_group_size=ROW_GROUP_ROWS)
+            self._pending, self._pending_rows = [], 0
+
+    def close(self) -> WrittenFile:
+        self._flush()
+        self._writer.close()
+        self._closed = True
+        low = min(b[0] for b in self._bounds)
+        high = max(b[1] for b in self._bounds)
+        first = min(b[2] for b in self._bounds)
+        last = max(b[3] for b in self._bounds)
+        stats = json.dumps({
+            "numRecords": self.records,
+            "minValues": {"offset": low, "timestamp": _delta_timestamp(first)},
+            "maxValues": {"offset": high, "timestamp": _delta_timestamp(last)},
+            "nullCount": {"offset": 0, "timestamp": 0},
+        })
+        return WrittenFile(self.relative, os.path.getsize(self.full), self.piece.partition,
+                           self.day, self.records, stats)
+
+    def abandon(self) -> None:
+        """Delete the file unless it was closed (a failed task leaves nothing behind)."""
+        if not self._closed:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.full)
 
 
 def _delta_timestamp(value: Any) -> str:
+    """A timestamp as Delta's statistics write it: ISO 8601 UTC with milliseconds."""
     moment: datetime = value.astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

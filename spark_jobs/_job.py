@@ -8,11 +8,12 @@ One pass (``TierJob.run_once``), per topic with ``tier.enable=true``:
    the topic when the lease expires;
 2. ask each partition's leader for its closed segments (``Admin.describe_tier``) and plan
    ranges (``_plan.plan_partition``);
-3. per range, a Spark batch read through the Strata source with explicit
-   ``startingOffsets``/``endingOffsets`` (whole Arrow batches, never per-record Python),
-   appended to the topic's Delta table with ``txnAppId=strata-tier/<topic>/<p>`` and
-   ``txnVersion=<end offset>``;
-4. after the commit, advance the partition's recorded progress (``tiered_up_to``,
+3. in rounds: the next range of every partition that has one (each at most its share
+   of ``max_bytes_per_write``) is copied by one Spark job whose tasks read with the
+   client and write Arrow Parquet files, and committed to the topic's Delta table in
+   one commit carrying ``txnAppId=strata-tier/<topic>/<p>``, ``txnVersion=<end offset>``
+   for each of those partitions (``_copy.py``);
+4. after the commit, advance those partitions' recorded progress (``tiered_up_to``,
    ``Admin.update_tier``: the brokers write it to ZooKeeper in one transaction that also
    checks the lease, so a job whose lease lapsed cannot move it);
 5. total retention (``retention.ms``): ``DELETE`` rows older than it, then ``VACUUM``;

@@ -154,6 +154,25 @@ def test_plan_bounds_a_write_by_bytes_but_takes_at_least_one_segment() -> None:
     assert plan is not None and plan.end == 20
 
 
+def test_copy_pieces_cover_each_range_once_and_feed_every_core() -> None:
+    from spark_jobs._copy import OFFSETS_PER_PIECE, pieces_of
+    from spark_jobs._plan import TierRange
+
+    ranges = [TierRange("t", 0, 0, 3_000_000, 1, 1, 0), TierRange("t", 1, 500, 900, 1, 1, 0),
+              TierRange("t", 2, 10, 1_000_010, 1, 1, 0)]
+    pieces = pieces_of(ranges, 4)
+    assert [p.index for p in pieces] == list(range(len(pieces)))
+    for rng in ranges:
+        mine = [p for p in pieces if p.partition == rng.partition]
+        assert mine[0].start == rng.start and mine[-1].end == rng.end
+        assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False))
+    biggest = max(p.end - p.start for p in pieces)
+    assert biggest <= max(OFFSETS_PER_PIECE, -(-4_000_400 // 4))
+    assert len(pieces) >= 4  # every core has a piece
+    small = pieces_of([TierRange("t", 0, 0, 1000, 1, 1, 0)], 4)
+    assert [(p.start, p.end) for p in small] == [(0, 1000)]  # never below the minimum
+
+
 # ----------------------------------------------------------------------------- the job
 
 
@@ -202,8 +221,8 @@ def test_one_commit_per_round_covers_every_partition_with_its_own_txn(
             p, key = i % 3, f"k{i % 13}".encode()
             value = f"v{i:06d}{'y' * 60}".encode()
             sent[p].append((key, value))
-            producer.send(topic, value, key=key, partition=p,
-                          timestamp_ms=late if i < 1_500 else early)
+            producer.send(topic, value, key=key, partition=p,  # alternately, per partition
+                          timestamp_ms=late if (i // 3) % 2 == 0 else early)
         producer.flush()
     ends = closed_end(strata_broker, topic)
     zone = spark.conf.get("spark.sql.session.timeZone")

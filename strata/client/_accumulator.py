@@ -90,7 +90,6 @@ RECORD_OVERHEAD: Final = 16
 RESERVATION_STEP: Final = 16 * 1024
 #: Largest ``timestamp_ms`` a record may carry: its nanoseconds must fit an int64.
 MAX_TIMESTAMP_MS: Final = (1 << 63) // 1_000_000 - 1
-_NS_PER_MS: Final = pa.scalar(1_000_000, pa.int64())
 _HEADERS_TYPE: Final = PAYLOAD_SCHEMA.field("headers").type
 
 Key: TypeAlias = bytes | bytearray | memoryview | str | None
@@ -229,7 +228,10 @@ class Batch:
             return encode_record_batch(self.arrow, compression=compression,
                                        producer_id=producer_id, producer_epoch=producer_epoch,
                                        base_sequence=base_sequence)
-        timestamps = pc.divide(pa.array(self.timestamps, pa.int64()), _NS_PER_MS)
+        # ns to ms as a unit cast (truncating), not a division: pyarrow imports pandas
+        # the first time it is handed a Python scalar.
+        timestamps = pa.array(self.timestamps, pa.timestamp("ns")).cast(
+            pa.timestamp("ms"), safe=False).view(pa.int64())
         return build_batch(self.values, keys=self.keys, timestamps=timestamps,
                            headers=self.headers, compression=compression,
                            producer_id=producer_id, producer_epoch=producer_epoch,

@@ -53,8 +53,9 @@ def register(sub: Any) -> None:
     when.add_argument("--once", action="store_true", help="one pass, then exit (default)")
     when.add_argument("--every", type=float, default=None, metavar="SECONDS",
                       help="a pass every SECONDS until stopped")
-    run.add_argument("--max-bytes-per-write", type=int, default=256 * 1024 * 1024,
-                     help="segment bytes per Delta commit at most (default 256 MiB)")
+    run.add_argument("--max-bytes-per-write", type=int, default=1024 * 1024 * 1024,
+                     help="segment bytes per Delta commit at most, over all partitions of "
+                     "a topic (default 1 GiB; a killed job redoes at most this)")
     run.add_argument("--vacuum-retain-hours", type=float, default=168.0,
                      help="VACUUM RETAIN hours after retention deletes (default 168; lower "
                      "values turn off Delta's safety check for this job)")
