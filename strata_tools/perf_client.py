@@ -9,9 +9,10 @@ no per-record Python); ``--api send`` awaits the asyncio ``send`` once per recor
 future per record); ``--api produce`` is the loop a Python application writes,
 ``for ...: producer.produce(topic, value)`` on the blocking ``Producer`` (no future per
 record; every failure would still be raised by the final ``flush``, which fails the
-run). Latency is measured from the moment a record is handed to the producer to its
-acknowledgement (per chunk for ``--api batch``, every 64th record through its
-``on_delivery`` callback for ``--api produce``). ``--throughput`` caps records/s.
+run); ``--api blocking-send`` the same loop with the blocking ``send``, keeping every
+future and checking each at the end. Latency is measured from the moment a record is
+handed to the producer to its acknowledgement (per chunk for ``--api batch``, every
+64th record for ``produce`` and ``blocking-send``). ``--throughput`` caps records/s.
 ``batch`` and ``send`` use the asyncio client: one thread, so no GIL hand-off between
 the caller and the client's I/O loop sits inside the measured latency.
 
@@ -69,7 +70,8 @@ def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
                         "below the default max.message.bytes of 1 MiB)")
     parser.add_argument("--linger-ms", type=float, default=5.0)
     parser.add_argument("--compression", choices=("none", "lz4", "zstd"), default="none")
-    parser.add_argument("--api", choices=("batch", "send", "produce"), default="batch")
+    parser.add_argument("--api", choices=("batch", "send", "produce", "blocking-send"),
+                        default="batch")
     parser.add_argument("--chunk-records", type=_positive, default=1000,
                         help="records per send_batch call with --api batch")
 
@@ -139,7 +141,7 @@ def _bootstrap(args: argparse.Namespace) -> str:
 
 
 def run_produce(args: argparse.Namespace) -> int:
-    if args.api == "produce":
+    if args.api in ("produce", "blocking-send"):
         return _produce_records(args)
     return asyncio.run(_produce(args))
 
@@ -150,7 +152,9 @@ LATENCY_SAMPLE = 64
 
 
 def _produce_records(args: argparse.Namespace) -> int:
-    """The per-record loop on the blocking producer: ``produce`` without a future."""
+    """The per-record loop on the blocking producer: ``produce`` without a future, or
+    (``blocking-send``) ``send`` keeping every record's future, all checked at the end.
+    Latency: every ``LATENCY_SAMPLE``-th record's acknowledgement."""
     from strata.client import DeliveryFailedError, Producer
 
     acks: int | str = "all" if args.acks == "all" else int(args.acks)
@@ -167,26 +171,44 @@ def _produce_records(args: argparse.Namespace) -> int:
         return done
 
     topic, n, throughput = args.topic, args.num_records, args.throughput
+
+    def pace(i: int, start: float) -> None:
+        if throughput > 0:
+            ahead = i / throughput - (time.perf_counter() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+
     with Producer(_bootstrap(args), security=_security(args), acks=acks,
                   batch_size=args.batch_size, linger_ms=args.linger_ms,
                   compression=args.compression,
                   enable_idempotence=None if args.acks == "all" else False) as producer:
         producer.partitions_for(topic)  # metadata before the clock starts
-        produce = producer.produce
         start = time.perf_counter()
-        try:
+        if args.api == "produce":
+            produce = producer.produce
+            try:
+                for i in range(n):
+                    if i % LATENCY_SAMPLE == 0:
+                        pace(i, start)
+                        produce(topic, payload, on_delivery=timed(time.perf_counter()))
+                    else:
+                        produce(topic, payload)
+                producer.flush()
+            except DeliveryFailedError as err:
+                errors.append(err)
+        else:
+            send = producer.send
+            futures = []
             for i in range(n):
                 if i % LATENCY_SAMPLE == 0:
-                    if throughput > 0:
-                        ahead = i / throughput - (time.perf_counter() - start)
-                        if ahead > 0:
-                            time.sleep(ahead)
-                    produce(topic, payload, on_delivery=timed(time.perf_counter()))
+                    pace(i, start)
+                    future = send(topic, payload)
+                    future.add_done_callback(_sampled(timed(time.perf_counter())))
+                    futures.append(future)
                 else:
-                    produce(topic, payload)
+                    futures.append(send(topic, payload))
             producer.flush()
-        except DeliveryFailedError as err:
-            errors.append(err)
+            errors.extend(e for f in futures if (e := f.exception()) is not None)
         seconds = time.perf_counter() - start
     if errors:
         print(f"strata perf produce: {len(errors)} delivery failure(s), first: {errors[0]}")
@@ -195,6 +217,13 @@ def _produce_records(args: argparse.Namespace) -> int:
     result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})
     _print(result, args.format, "produce")
     return 0
+
+
+def _sampled(done: Any) -> Any:
+    """A future's done-callback reporting to ``done(metadata, error)``."""
+    def callback(future: Any) -> None:
+        done(None, future.exception())
+    return callback
 
 
 async def _produce(args: argparse.Namespace) -> int:

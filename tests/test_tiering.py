@@ -14,6 +14,7 @@ deletes the oldest rows from Delta and moves ``tier_start``; planning rules.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import signal
@@ -165,7 +166,7 @@ def test_copy_pieces_cover_each_range_once_and_feed_every_core() -> None:
     for rng in ranges:
         mine = [p for p in pieces if p.partition == rng.partition]
         assert mine[0].start == rng.start and mine[-1].end == rng.end
-        assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False))
+        assert all(a.end == b.start for a, b in itertools.pairwise(mine))
     biggest = max(p.end - p.start for p in pieces)
     assert biggest <= max(OFFSETS_PER_PIECE, -(-4_000_400 // 4))
     assert len(pieces) >= 4  # every core has a piece
