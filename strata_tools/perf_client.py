@@ -155,7 +155,7 @@ def _produce_records(args: argparse.Namespace) -> int:
     """The per-record loop on the blocking producer: ``produce`` without a future, or
     (``blocking-send``) ``send`` keeping every record's future, all checked at the end.
     Latency: every ``LATENCY_SAMPLE``-th record's acknowledgement."""
-    from strata.client import DeliveryFailedError, Producer
+    from strata.client import Producer
 
     acks: int | str = "all" if args.acks == "all" else int(args.acks)
     payload = os.urandom(args.record_size)
@@ -185,6 +185,8 @@ def _produce_records(args: argparse.Namespace) -> int:
         producer.partitions_for(topic)  # metadata before the clock starts
         start = time.perf_counter()
         if args.api == "produce":
+            from strata.client import DeliveryFailedError
+
             produce = producer.produce
             try:
                 for i in range(n):

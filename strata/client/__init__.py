@@ -76,6 +76,7 @@ from strata.client.consumer import (
     ConsumerRecord,
     OffsetResetStrategy,
     PartitionsCallback,
+    Records,
     TopicPartition,
 )
 from strata.client.producer import (
@@ -181,6 +182,7 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerOptions",
     "ConsumerRecord",
+    "Records",
     "ElectionResult",
     "CorruptRecordError",
     "InvalidConfigError",

@@ -328,8 +328,10 @@ class Accumulator:
         self.partitions: dict[tuple[str, int], PartitionQueue] = {}
         self.buffered = 0
         self._sticky = StickyPartitioner()
-        #: topic -> the queue of its sticky partition (dropped whenever that moves).
+        #: topic -> the queue of its sticky partition and that queue's open batch, while
+        #: it has one (both dropped whenever the batch closes or the partition moves).
         self._sticky_queues: dict[str, PartitionQueue] = {}
+        self._sticky_batches: dict[str, Batch] = {}
         self.closing = False
         # Read on every append: plain attributes are cheaper than config lookups.
         self._batch_size = config.batch_size
@@ -396,20 +398,19 @@ class Accumulator:
         """
         if type(value) is bytes and key is None and headers is None and partition is None \
                 and timestamp_ms is None:
-            size = RECORD_OVERHEAD + len(value)
+            size = len(value) + 16  # RECORD_OVERHEAD, spelled out: no global lookup
             lock = self.lock
             lock.acquire()
             try:
-                st = self._sticky_queues.get(topic)
-                if st is not None:
-                    batch = st.open
-                    room = batch.room - size  # type: ignore[union-attr]  # registered: open
+                batch = self._sticky_batches.get(topic)
+                if batch is not None:
+                    room = batch.room - size
                     if room >= 0:
-                        batch.room = room  # type: ignore[union-attr]
+                        batch.room = room
                         if watcher is not None:
-                            self._watch(batch, watcher)  # type: ignore[arg-type]
-                        batch.values.append(value)  # type: ignore[union-attr]
-                        batch.timestamps.append(time_ns())  # type: ignore[union-attr]
+                            self._watch(batch, watcher)
+                        batch.values.append(value)  # (list.append: a specialised call)
+                        batch.timestamps.append(time_ns())
                         return True
             finally:
                 lock.release()
@@ -447,8 +448,9 @@ class Accumulator:
                 st = room
                 batch = st.open
                 assert batch is not None
-            if sticky:
-                self._sticky_queues[topic] = st  # has an open batch: the fast path may use it
+            if sticky:  # st has an open batch: the fast path may append to it
+                self._sticky_queues[topic] = st
+                self._sticky_batches[topic] = batch
             index = len(batch.values)
             batch.room -= size
             batch.values.append(v)
@@ -565,6 +567,7 @@ class Accumulator:
         topic = st.key[0]
         if self._sticky_queues.get(topic) is st:
             del self._sticky_queues[topic]
+            self._sticky_batches.pop(topic, None)
         unused = batch.seal()
         if unused:
             self.buffered -= unused
@@ -697,6 +700,7 @@ class Accumulator:
         self.buffered += size
         self._sticky.batch_closed(topic, partition, num_partitions)
         self._sticky_queues.pop(topic, None)
+        self._sticky_batches.pop(topic, None)
         return True
 
     def append_chunks_blocking(self, topic: str, num_partitions: int, chunks: Chunks,
@@ -855,6 +859,7 @@ class Accumulator:
         with self.lock:
             self.closing = True
             self._sticky_queues.clear()  # every append now takes _add, which refuses it
+            self._sticky_batches.clear()
             self._space.notify_all()
         self._wake_space_waiters()
 
