@@ -10,7 +10,8 @@
 # `scripts/bench.sh scale` run only the tiering, the consumer group or the many-partitions
 # section (`strata perf scale`: a three-broker stack of its own; SCALE_PARTITIONS,
 # SCALE_TOPICS and SCALE_GROUP_MEMBERS change its size); `scripts/bench.sh security` the
-# TLS/SASL cost and the ACL/user propagation delay.
+# TLS/SASL cost and the ACL/user propagation delay; `scripts/bench.sh records` the
+# per-record Python API next to the columnar one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=.venv/bin/strata
@@ -58,6 +59,28 @@ bench_replication() {
   "$STRATA" down --data-dir "$DATA3" >/dev/null
 }
 
+# `scripts/bench.sh records`: the per-record Python API (issue [2.6] section 1) on its
+# own one-broker stack: one million 100-byte records one call at a time each way, next
+# to the columnar calls on the same topic.
+bench_records() {
+  local base
+  base=$(free_base 0 10 40 70)
+  "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
+  local bootstrap="127.0.0.1:$((base + 10))"
+  "$STRATA" topic create bench-records -p 8 --bootstrap "$bootstrap" >/dev/null
+  echo "== per-record produce, 100-byte records, acks=1, 8 partitions: produce() (no future), blocking send(), asyncio send(), then send_batch columns"
+  for api in produce blocking-send send batch; do
+    "$STRATA" perf produce --bootstrap "$bootstrap" --topic bench-records \
+      --num-records 1000000 --record-size 100 --acks 1 --api "$api"
+  done
+  echo "== per-record consume of the same records: blocking poll(), asyncio poll(), then poll_arrow columns"
+  for api in records async-records arrow; do
+    "$STRATA" perf consume --bootstrap "$bootstrap" --topic bench-records \
+      --num-records 2000000 --api "$api"
+  done
+  "$STRATA" down --data-dir "$DATA" >/dev/null
+}
+
 # `scripts/bench.sh tier`: only the tiering benchmark, on its own one-broker stack.
 bench_tier() {
   local base
@@ -99,6 +122,10 @@ echo "== machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(una
 echo "== code: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- brokers strata || echo ' + uncommitted changes'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 if [[ "${1:-}" == "replication" ]]; then
   bench_replication
+  exit 0
+fi
+if [[ "${1:-}" == "records" ]]; then
+  bench_records
   exit 0
 fi
 if [[ "${1:-}" == "tier" ]]; then
@@ -155,8 +182,6 @@ export STRATA_BOOTSTRAP="127.0.0.1:$((BASE + 10))"
 echo "== one broker, 8 partitions, acks=1, 100-byte records"
 "$STRATA" perf produce --topic bench-100 --num-records 5000000 --record-size 100 --acks 1
 "$STRATA" perf consume --topic bench-100 --num-records 5000000
-echo "== per-record send() API, 100-byte records, acks=1"
-"$STRATA" perf produce --topic bench-100 --num-records 300000 --record-size 100 --acks 1 --api send
 echo "== one broker, 8 partitions, acks=1, 1 KiB records"
 "$STRATA" perf produce --topic bench-1k --num-records 1000000 --record-size 1024 --acks 1
 "$STRATA" perf consume --topic bench-1k --num-records 1000000
@@ -180,6 +205,7 @@ echo "== Delta tiering (local[2]): 4,000,000 100-byte random records, 4 partitio
 "$STRATA" perf tier --num-records 4000000 --partitions 4
 "$STRATA" down --data-dir "$DATA" >/dev/null
 
+bench_records
 bench_replication
 bench_groups
 bench_scale
