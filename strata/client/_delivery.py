@@ -1,11 +1,13 @@
 """What the producer hands back: delivery results, its own errors, and their futures.
 
-Job: the outcome side of ``send`` / ``send_batch``: ``RecordMetadata`` and
-``BatchMetadata``, the client-side errors (``BufferFullError`` 1000,
-``ProducerClosedError`` 1001, ``DeliveryTimeoutError`` 1002; never sent on the wire, so
-they sit above every broker code), and the plumbing that completes the futures carrying
-them (``resolve`` / ``reject``, ``DeliveryFuture`` with ``complete_sync``, and
-``SendBatchGroup``, the one future of a ``send_batch`` call).
+Job: the outcome side of ``send`` / ``produce`` / ``send_batch``: ``RecordMetadata``
+and ``BatchMetadata``, the client-side errors (``BufferFullError`` 1000,
+``ProducerClosedError`` 1001, ``DeliveryTimeoutError`` 1002, ``DeliveryFailedError``
+1003 with its ``DeliveryFailure`` entries; never sent on the wire, so they sit above
+every broker code), and the plumbing that completes the futures and callbacks carrying
+them (``resolve`` / ``reject``, ``DeliveryFuture`` with ``complete_sync``,
+``call_back`` for ``on_delivery``, and ``SendBatchGroup``, the one future of a
+``send_batch`` call).
 
 Invariants:
 
