@@ -7,10 +7,11 @@ Steps (one fresh topic, ``tier.enable=true``, ``tier.after.ms=0``, ``local.reten
 2. **replay from the brokers**: a Spark batch read of the whole topic into ``noop``
    (best of ``--runs``);
 3. **tier**: one ``TierJob.run_once`` pass of a new job (its first Spark job starts the
-   Python workers the copy runs in), then a second topic of the same size filled and
-   tiered by the same job, as a long-running job's later passes run; records/s =
-   records copied / the seconds of the copy (Spark job + Delta commit + progress write)
-   and over the whole pass (plus lease, table creation, retention and OPTIMIZE checks);
+   Python workers the copy runs in), and, after step 5, a second topic of the same size
+   filled and tiered by the same job, as a long-running job's later passes run;
+   records/s = records copied / the seconds of the copy (Spark job + Delta commit +
+   progress write) and over the whole pass (plus lease, table creation, retention and
+   OPTIMIZE checks);
 4. Delta bytes per record (Parquet files of the table) against the raw log's;
 5. wait until the broker has deleted the tiered segments, then **replay from Delta**:
    the same read, now served below the log start from the table (best of ``--runs``).
@@ -166,19 +167,21 @@ def bench_tier(bootstrap: str, warehouse: Path, topic: str, num_records: int,
         hot = _replay(spark, bootstrap, topic, ends, runs)
         with TierJob(spark, TierSettings(bootstrap, warehouse)) as job:
             first = _timed_pass(job, topic)
+            path = table_path(warehouse.resolve(), topic)
+            delta_bytes = sum(f.stat().st_size for f in path.rglob("*.parquet"))
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with Admin(bootstrap) as admin:
+                    now = admin.describe_tier([topic])[topic]
+                if all(now.partitions[p].log_start_offset >= e for p, e in ends.items()):
+                    break
+                time.sleep(0.5)
+            cold = _replay(spark, bootstrap, topic, ends, runs)
+            # The later pass comes last, so that filling its topic (and the broker then
+            # deleting what it tiered) does not run beside the replays.
             later_topic = f"{topic}-later"
             _fill(bootstrap, later_topic, num_records, record_size, partitions, segment_bytes)
             later = _timed_pass(job, later_topic)
-        path = table_path(warehouse.resolve(), topic)
-        delta_bytes = sum(f.stat().st_size for f in path.rglob("*.parquet"))
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with Admin(bootstrap) as admin:
-                now = admin.describe_tier([topic])[topic]
-            if all(now.partitions[p].log_start_offset >= e for p, e in ends.items()):
-                break
-            time.sleep(0.5)
-        cold = _replay(spark, bootstrap, topic, ends, runs)
     finally:
         spark.stop()
     copied = first.records
