@@ -179,8 +179,15 @@ def commit_files(path: Path, ranges: Sequence[TierRange], files: Sequence[Writte
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id(r.topic, r.partition), r.end, now_ms)
                                   for r in ranges],
-                custom_metadata={"strata.tier": json.dumps(
-                    {f"{r.topic}-{r.partition}": [r.start, r.end] for r in ranges})}))
+                custom_metadata={
+                    "strata.tier": json.dumps(
+                        {f"{r.topic}-{r.partition}": [r.start, r.end] for r in ranges}),
+                    # What Spark's Delta writer records for a WRITE (strings, as there),
+                    # so DESCRIBE HISTORY and time-travel arithmetic read the same.
+                    "operationMetrics": {
+                        "numFiles": str(len(files)),
+                        "numOutputRows": str(sum(f.records for f in files)),
+                        "numOutputBytes": str(sum(f.size for f in files))}}))
     except BaseException:
         for written in files:
             with contextlib.suppress(OSError):  # gone: VACUUM removes whatever is left

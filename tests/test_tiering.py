@@ -224,6 +224,8 @@ def test_one_commit_per_round_covers_every_partition_with_its_own_txn(
             sent[p].append((key, value))
             producer.send(topic, value, key=key, partition=p,  # alternately, per partition
                           timestamp_ms=late if (i // 3) % 2 == 0 else early)
+            if i % 300 == 299:  # several batches a partition, so that segments roll
+                producer.flush()
         producer.flush()
     ends = closed_end(strata_broker, topic)
     zone = spark.conf.get("spark.sql.session.timeZone")
@@ -240,6 +242,9 @@ def test_one_commit_per_round_covers_every_partition_with_its_own_txn(
     table = DeltaTable(str(path))
     writes = [h for h in table.history() if h.get("operation") == "WRITE"]
     assert len(writes) == 1, writes  # one commit for the three partitions
+    metrics = writes[0]["operationMetrics"]  # as Spark's writer records them
+    assert int(metrics["numOutputRows"]) == report.records
+    assert int(metrics["numFiles"]) == len(table.file_uris())
     assert {p: table.transaction_version(f"strata-tier/{topic}/{p}") for p in ends} == ends
     assert table.metadata().configuration["delta.dataSkippingStatsColumns"] == \
         "offset,timestamp"
