@@ -1,12 +1,18 @@
 """The producer's record accumulator: records waiting, per partition, to be sent.
 
-Job: take records from ``send`` / ``send_batch`` (type checks and the ``batch_size``
-estimate, partitioning: Kafka's murmur2 of the key, sticky partitioning for null keys),
-append them to their partition's *open batch* (plain Python lists; the sender encodes a
-batch once, when it first sends it), close batches at ``batch_size`` or after
-``linger_ms``, account ``buffer_memory`` and make callers wait (or raise
+Job: take records from ``send`` / ``produce`` / ``send_batch`` (type checks and the
+``batch_size`` estimate, partitioning: Kafka's murmur2 of the key, sticky partitioning
+for null keys), append them to their partition's *open batch* (plain Python lists; the
+sender encodes a batch once, when it first sends it), close batches at ``batch_size`` or
+after ``linger_ms``, account ``buffer_memory`` and make callers wait (or raise
 ``BufferFullError``) while it is full, and tell the sender which partitions can send now
 (``ready``). It never does I/O and never completes a delivery future.
+
+The per-record hot path (``add``): a bare value for a topic whose sticky batch has room
+is one lock, one subtraction and two list appends. Open batches reserve
+``buffer_memory`` in ``RESERVATION_STEP`` steps (Kafka's buffer pool hands out whole
+batch buffers the same way), so that common append checks only its batch's ``room``;
+everything else (keys, headers, a partition, a timestamp, a full batch) takes ``_add``.
 
 Invariants:
 
@@ -14,11 +20,16 @@ Invariants:
   ``queue`` of closed ones; ``queue[0]`` is the next (or the in-flight) batch, and a batch
   leaves the queue only through ``release``, once, when it is finished for good. Records
   of a partition therefore go out in the order they were appended.
-- ``buffered`` is the size estimate of every appended record whose batch is not released
-  yet; an append that would pass ``buffer_memory`` waits instead (one ``send_batch``
-  chunk larger than the whole buffer is let into an empty buffer).
+- ``buffered`` is the reservations of the open batches plus the size estimate of every
+  closed batch not released yet; an append that would pass ``buffer_memory`` first
+  closes the batch it would join (so it goes out now) and then waits (one ``send_batch``
+  chunk larger than the whole buffer is let into an empty buffer). Closing a batch
+  (``seal``) gives its unused reservation back.
 - A closed batch is never appended to again; a batch holds at most
-  ``MAX_RECORDS_PER_BATCH`` records.
+  ``MAX_RECORDS_PER_BATCH`` records (a reservation never exceeds what that many records
+  of ``RECORD_OVERHEAD`` bytes could use, so the room check also bounds the count).
+- ``_sticky_queues`` / ``_sticky_batches`` name a topic's sticky queue and its open batch
+  only while that batch is open: whatever detaches an open batch drops them.
 
 Thread-safety: ``lock`` guards the open batches and queues, ``buffered`` and the sticky
 partitioner, because the blocking face appends from caller threads; the sender reads and

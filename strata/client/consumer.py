@@ -68,7 +68,8 @@ How a poll works, and why:
 Arrow: ``poll_arrow`` returns a ``pyarrow.Table`` in ``CONSUMER_SCHEMA`` (Spark's Kafka
 source columns) built column-wise: topic/partition/offset columns come from Arrow's
 ``repeat``/``arange``, never from a per-record Python loop. ``poll`` is the same table
-turned into ``ConsumerRecord`` tuples, so the two are equivalent by construction.
+read record by record through ``Records`` (a lazy view that makes each
+``ConsumerRecord`` when it is read), so the two are equivalent by construction.
 
 Layering (DESIGN-NOTES §9): this module imports only the record-batch codec, the
 protocol definitions, the error table and the client core.
