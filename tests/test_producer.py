@@ -793,7 +793,7 @@ def test_accumulator_reservations_and_sparse_columns(monkeypatch: pytest.MonkeyP
 def test_produce_rejects_bad_records_before_queueing(broker: BrokerProcess) -> None:
     topic = create_topic(broker.bootstrap, _topic("reject"))
     with Producer(broker.bootstrap) as producer:
-        for bad, error in ((-1, "must be in 0.."), (1 << 62, "must be in 0..")):
+        for bad, error in ((-1, "must be in 0.."), (1 << 63, "must be in 0..")):
             with pytest.raises(ValueError, match=error):
                 producer.produce(topic, b"x", timestamp_ms=bad)
         with pytest.raises(TypeError, match="must be bytes"):
@@ -802,7 +802,17 @@ def test_produce_rejects_bad_records_before_queueing(broker: BrokerProcess) -> N
             producer.produce(topic, b"x", partition=3)
         with pytest.raises(UnknownTopicOrPartitionError):
             producer.produce(_topic("missing"), b"x")
-        assert producer._accumulator.buffered == 0
+        assert producer._accumulator.buffered == 0  # nothing of them was queued
+        # Any int64 of ms is a timestamp, as in Kafka: far past what the clock's
+        # nanoseconds (kept for the records that take "now") could hold.
+        far = (1 << 63) - 1
+        year_9999 = 253_402_300_799_999
+        metas = [producer.send(topic, b"late", timestamp_ms=ts) for ts in (year_9999, far)]
+        producer.produce(topic, b"now")
+        producer.flush()
+        assert [m.result(30).timestamp for m in metas] == [year_9999, far]
+    stamps = read_partition(broker.bootstrap, topic, 0)[0].column("timestamp").to_pylist()
+    assert stamps[:2] == [year_9999, far] and 0 < stamps[2] < year_9999
     with pytest.raises(ProducerClosedError):
         producer.produce(topic, b"x")
 

@@ -99,8 +99,8 @@ RECORD_OVERHEAD: Final = 16
 #: An open batch reserves ``buffer_memory`` in steps of this many bytes (at most
 #: ``batch_size``), so a record's append checks only the batch's own ``room``.
 RESERVATION_STEP: Final = 16 * 1024
-#: Largest ``timestamp_ms`` a record may carry: its nanoseconds must fit an int64.
-MAX_TIMESTAMP_MS: Final = (1 << 63) // 1_000_000 - 1
+#: Largest ``timestamp_ms`` a record may carry (the wire's int64, as in Kafka).
+MAX_TIMESTAMP_MS: Final = (1 << 63) - 1
 _HEADERS_TYPE: Final = PAYLOAD_SCHEMA.field("headers").type
 
 Key: TypeAlias = bytes | bytearray | memoryview | str | None
@@ -185,9 +185,9 @@ class Batch:
     """
 
     __slots__ = ("arrow", "attempts", "base_sequence", "condition", "created", "deadline",
-                 "done_waiters", "encoded", "finished", "group", "group_index", "headers",
-                 "keys", "last_error", "partition", "retry_at", "room", "size", "timestamps",
-                 "topic", "values", "watchers")
+                 "done_waiters", "encoded", "explicit_ms", "finished", "group", "group_index",
+                 "headers", "keys", "last_error", "partition", "retry_at", "room", "size",
+                 "timestamps", "topic", "values", "watchers")
 
     def __init__(self, topic: str, partition: int, now: float, delivery_timeout_s: float) -> None:
         self.topic = topic
@@ -196,6 +196,9 @@ class Batch:
         self.deadline = now + delivery_timeout_s
         self.values: list[bytes | None] = []
         self.timestamps: list[int] = []
+        # Timestamps given by the caller, in ms (sparse, like keys): any int64 ms fits
+        # here, where the clock's nanoseconds would overflow past the year 2262.
+        self.explicit_ms: list[int | None] | None = None
         self.keys: list[bytes | None] | None = None
         self.headers: list[list[Header] | None] | None = None
         self.watchers: list[tuple[int, Watcher]] | None = None
@@ -220,13 +223,18 @@ class Batch:
 
     def timestamp_ms(self, index: int) -> int:
         """The create time of record ``index``, in ms since the epoch."""
+        explicit = self.explicit_ms
+        if explicit is not None and index < len(explicit):
+            given = explicit[index]
+            if given is not None:
+                return given
         return self.timestamps[index] // 1_000_000
 
     def seal(self) -> int:
         """Close the batch to appends: pad the sparse columns, hand back the unused
         reservation (returned: the bytes to free from the buffer)."""
         count = len(self.values)
-        for column in (self.keys, self.headers):
+        for column in (self.keys, self.headers, self.explicit_ms):
             if column is not None and len(column) < count:
                 column.extend([None] * (count - len(column)))
         unused, self.room = self.room, 0
@@ -239,10 +247,15 @@ class Batch:
             return encode_record_batch(self.arrow, compression=compression,
                                        producer_id=producer_id, producer_epoch=producer_epoch,
                                        base_sequence=base_sequence)
-        # ns to ms as a unit cast (truncating), not a division: pyarrow imports pandas
-        # the first time it is handed a Python scalar.
-        timestamps = pa.array(self.timestamps, pa.timestamp("ns")).cast(
-            pa.timestamp("ms"), safe=False).view(pa.int64())
+        timestamps: pa.Array | list[int]
+        if self.explicit_ms is None:
+            # ns to ms as a unit cast (truncating), not a division: pyarrow imports pandas
+            # the first time it is handed a Python scalar.
+            timestamps = pa.array(self.timestamps, pa.timestamp("ns")).cast(
+                pa.timestamp("ms"), safe=False).view(pa.int64())
+        else:
+            timestamps = [ns // 1_000_000 if given is None else given
+                          for ns, given in zip(self.timestamps, self.explicit_ms, strict=True)]
         return build_batch(self.values, keys=self.keys, timestamps=timestamps,
                            headers=self.headers, compression=compression,
                            producer_id=producer_id, producer_epoch=producer_epoch,
@@ -351,9 +364,9 @@ class Accumulator:
 
     # ------------------------------------------------------------------ records
     def prepare(self, key: Key, value: Value, headers: Headers, timestamp_ms: int | None
-                ) -> tuple[bytes | None, bytes | None, list[Header] | None, int, int]:
-        """Type-check one record; return key, value, headers, timestamp (in ns) and its
-        size estimate.
+                ) -> tuple[bytes | None, bytes | None, list[Header] | None, int | None, int]:
+        """Type-check one record; return key, value, headers, its timestamp (``None``:
+        now) and its size estimate.
 
         This runs once per ``send``/``produce``: the common types take the short way.
         """
@@ -367,14 +380,12 @@ class Accumulator:
         if headers:
             hs, header_bytes = _normalize_headers(headers)
             size += header_bytes
-        if timestamp_ms is None:
-            ts = time_ns()
-        else:
+        ts: int | None = None
+        if timestamp_ms is not None:
             ts = int(timestamp_ms)
             if not 0 <= ts <= MAX_TIMESTAMP_MS:
                 raise ValueError(f"timestamp_ms={timestamp_ms} must be in 0..{MAX_TIMESTAMP_MS} "
                                  "(ms since the epoch)")
-            ts *= 1_000_000
         if size > self._buffer_memory:
             raise RecordTooLargeError(
                 f"a record of about {size} bytes does not fit in buffer_memory="
@@ -465,7 +476,16 @@ class Accumulator:
             index = len(batch.values)
             batch.room -= size
             batch.values.append(v)
-            batch.timestamps.append(ts)
+            if ts is None:
+                batch.timestamps.append(time_ns())
+            else:
+                batch.timestamps.append(0)  # a placeholder: explicit_ms holds it
+                explicit = batch.explicit_ms
+                if explicit is None:
+                    explicit = batch.explicit_ms = []
+                if len(explicit) < index:
+                    explicit.extend([None] * (index - len(explicit)))
+                explicit.append(ts)
             if k is not None:
                 keys = batch.keys
                 if keys is None:

@@ -453,14 +453,13 @@ class Sender:
         elif batch.watchers:
             sync_futures: list[DeliveryFuture] = []
             sync_results: list[RecordMetadata] = []
-            timestamps = batch.timestamps
             for index, watcher in batch.watchers:
                 # tuple.__new__: a NamedTuple's own __new__ costs three times as much,
                 # and this runs once per record that has a future.
                 meta = _new_tuple(RecordMetadata, (
                     topic, partition, -1 if base_offset < 0 else base_offset + index,
                     log_append_time if log_append_time >= 0 and base_offset >= 0
-                    else timestamps[index] // 1_000_000))
+                    else batch.timestamp_ms(index)))
                 if isinstance(watcher, asyncio.Future):
                     resolve(watcher, meta)
                 elif isinstance(watcher, concurrent.futures.Future):
