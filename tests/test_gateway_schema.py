@@ -226,7 +226,7 @@ def test_handlers_were_reached(no_auth: Explored) -> None:
     # in time depends on the machine's load (a loaded CI run once saw only the 202).
     produced = statuses[f"POST {PREFIX}/{{topic_name}}/records", 200] + \
         statuses[f"POST {PREFIX}/{{topic_name}}/records", 202]
-    assert produced > 0, sorted(statuses.items())
+    assert produced > 0, sorted((k, v) for k, v in statuses.items() if "records" in k[0])
     assert statuses[f"POST {PREFIX}/{{topic_name}}/records:batch", 207] > 0, statuses
     assert statuses[f"POST {PREFIX}", 201] > 0, statuses
 
