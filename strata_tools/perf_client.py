@@ -294,6 +294,17 @@ def run_consume(args: argparse.Namespace) -> int:
     return asyncio.run(_consume(args))
 
 
+def _read_each(batch: Any, wanted: int, latencies: list[float]) -> tuple[int, int]:
+    """The per-record loop of both faces: touch each of (at most ``wanted``) records'
+    value, note the newest record's age; the records and value bytes read."""
+    records = value_bytes = 0
+    for record in batch[:wanted]:
+        records += 1
+        value_bytes += len(record.value or b"")
+    latencies.append(time.time() * 1000 - batch[-1].timestamp)
+    return records, value_bytes
+
+
 def _consume_records(args: argparse.Namespace) -> int:
     """The per-record path: ``for record in consumer.poll(...)``, touching each value."""
     from strata.client import Admin, Consumer, TopicPartition
@@ -317,10 +328,9 @@ def _consume_records(args: argparse.Namespace) -> int:
                     break
                 continue
             last = now
-            for record in batch[:args.num_records - records]:
-                records += 1
-                value_bytes += len(record.value or b"")
-            latencies.append(time.time() * 1000 - batch[-1].timestamp)
+            count, size = _read_each(batch, args.num_records - records, latencies)
+            records += count
+            value_bytes += size
         seconds = last - start
     if records < args.num_records:
         print(f"strata perf consume: only {records} of {args.num_records} records arrived "
@@ -360,10 +370,9 @@ async def _consume(args: argparse.Namespace) -> int:
                         break
                     continue
                 last = now
-                for record in batch[:args.num_records - records]:
-                    records += 1
-                    value_bytes += len(record.value or b"")
-                latencies.append(time.time() * 1000 - batch[-1].timestamp)
+                count, size = _read_each(batch, args.num_records - records, latencies)
+                records += count
+                value_bytes += size
                 continue
             table = await consumer.poll_arrow(timeout_ms=200)
             now = time.perf_counter()

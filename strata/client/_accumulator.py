@@ -322,6 +322,17 @@ class Wakeup:
                 self._scheduled = False
 
 
+def _sparse_append(column: list[Any] | None, index: int, value: Any) -> list[Any]:
+    """``column`` (a new one for ``None``) with ``value`` at ``index``: the rows before it
+    that had none are padded with ``None`` first."""
+    if column is None:
+        column = []
+    if len(column) < index:
+        column.extend([None] * (index - len(column)))
+    column.append(value)
+    return column
+
+
 def _run_blocking(coroutine: Coroutine[Any, Any, None]) -> None:
     """Run ``coroutine`` to its end in this thread, with no event loop: every await in it
     must block or finish at once, never suspend (a suspension is a bug: RuntimeError)."""
@@ -480,26 +491,11 @@ class Accumulator:
                 batch.timestamps.append(time_ns())
             else:
                 batch.timestamps.append(0)  # a placeholder: explicit_ms holds it
-                explicit = batch.explicit_ms
-                if explicit is None:
-                    explicit = batch.explicit_ms = []
-                if len(explicit) < index:
-                    explicit.extend([None] * (index - len(explicit)))
-                explicit.append(ts)
+                batch.explicit_ms = _sparse_append(batch.explicit_ms, index, ts)
             if k is not None:
-                keys = batch.keys
-                if keys is None:
-                    keys = batch.keys = []
-                if len(keys) < index:
-                    keys.extend([None] * (index - len(keys)))
-                keys.append(k)
+                batch.keys = _sparse_append(batch.keys, index, k)
             if hs is not None:
-                headers_column = batch.headers
-                if headers_column is None:
-                    headers_column = batch.headers = []
-                if len(headers_column) < index:
-                    headers_column.extend([None] * (index - len(headers_column)))
-                headers_column.append(hs)
+                batch.headers = _sparse_append(batch.headers, index, hs)
             if watcher is not None:
                 self._watch(batch, watcher, index)
             return True
