@@ -354,12 +354,17 @@ class TierJob:
 
     def _advance(self, topic: str, partition: int, *, tiered_up_to: int,
                  tier_start: int) -> StoredTierProgress:
-        """Write progress only under this job's lease, for the topic it planned (the
-        brokers check both in the write's own transaction)."""
+        """``_advance_all`` for one partition."""
+        return self._advance_all(topic, {partition: (tiered_up_to, tier_start)})[partition]
+
+    def _advance_all(self, topic: str, progress: dict[int, tuple[int, int]]
+                     ) -> dict[int, StoredTierProgress]:
+        """Write ``{partition: (tiered_up_to, tier_start)}`` in one request, only under
+        this job's lease, for the topic it planned (the brokers check both in the write's
+        own transaction)."""
         lease = self._check_lease(topic)
         return self.admin.update_tier(topic, lease.lease_id, lease.topic_id,
-                                      progress={partition: (tiered_up_to, tier_start)}
-                                      )[partition]
+                                      progress=progress)
 
     def _check_lease(self, topic: str) -> TierLease:
         """The lease, if the keeper still vouches for it (renewed within its TTL)."""
@@ -404,9 +409,7 @@ class TierJob:
             part = parts[rng.partition]
             first_write = part.tier_start >= part.tiered_up_to
             progress[rng.partition] = (rng.end, rng.start if first_write else part.tier_start)
-        lease = self._check_lease(topic)
-        saved = self.admin.update_tier(topic, lease.lease_id, lease.topic_id,
-                                       progress=progress)
+        saved = self._advance_all(topic, progress)
         elapsed = time.monotonic() - began
         offsets = sum(rng.offsets for rng in ranges) or 1
         for rng in ranges:

@@ -235,8 +235,8 @@ class Batch:
         reservation (returned: the bytes to free from the buffer)."""
         count = len(self.values)
         for column in (self.keys, self.headers, self.explicit_ms):
-            if column is not None and len(column) < count:
-                column.extend([None] * (count - len(column)))
+            if column is not None:
+                _pad(column, count)
         unused, self.room = self.room, 0
         self.size -= unused
         return unused
@@ -247,15 +247,12 @@ class Batch:
             return encode_record_batch(self.arrow, compression=compression,
                                        producer_id=producer_id, producer_epoch=producer_epoch,
                                        base_sequence=base_sequence)
-        timestamps: pa.Array | list[int]
-        if self.explicit_ms is None:
-            # ns to ms as a unit cast (truncating), not a division: pyarrow imports pandas
-            # the first time it is handed a Python scalar.
-            timestamps = pa.array(self.timestamps, pa.timestamp("ns")).cast(
-                pa.timestamp("ms"), safe=False).view(pa.int64())
-        else:
-            timestamps = [ns // 1_000_000 if given is None else given
-                          for ns, given in zip(self.timestamps, self.explicit_ms, strict=True)]
+        # ns to ms as a unit cast (truncating), not a division: pyarrow imports pandas
+        # the first time it is handed a Python scalar.
+        timestamps = pa.array(self.timestamps, pa.timestamp("ns")).cast(
+            pa.timestamp("ms"), safe=False).view(pa.int64())
+        if self.explicit_ms is not None:  # the caller's own, where given
+            timestamps = pc.coalesce(pa.array(self.explicit_ms, pa.int64()), timestamps)
         return build_batch(self.values, keys=self.keys, timestamps=timestamps,
                            headers=self.headers, compression=compression,
                            producer_id=producer_id, producer_epoch=producer_epoch,
@@ -322,13 +319,17 @@ class Wakeup:
                 self._scheduled = False
 
 
+def _pad(column: list[Any], rows: int) -> None:
+    """Give a sparse column ``rows`` entries: ``None`` for the rows that had no value."""
+    if len(column) < rows:
+        column.extend([None] * (rows - len(column)))
+
+
 def _sparse_append(column: list[Any] | None, index: int, value: Any) -> list[Any]:
-    """``column`` (a new one for ``None``) with ``value`` at ``index``: the rows before it
-    that had none are padded with ``None`` first."""
+    """``column`` (a new one for ``None``) with ``value`` at ``index``."""
     if column is None:
         column = []
-    if len(column) < index:
-        column.extend([None] * (index - len(column)))
+    _pad(column, index)
     column.append(value)
     return column
 

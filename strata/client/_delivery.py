@@ -213,7 +213,7 @@ class DeliveryFuture(concurrent.futures.Future[Any]):
 
     def __init__(self) -> None:
         # Deliberately not Future.__init__: the same fields, but the condition is the
-        # batch's, bound when the record is appended (``Accumulator.append``).
+        # batch's, bound when the record is appended (``Accumulator._watch``).
         self._condition: threading.Condition = _UNBOUND
         self._state = _PENDING
         self._result = None

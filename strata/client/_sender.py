@@ -85,6 +85,32 @@ log = logging.getLogger("strata.client.producer")
 #: ``socket.request.max.bytes`` of 100 MiB; one batch always fits whatever its size).
 MAX_REQUEST_BYTES: Final = 8 * 1024 * 1024
 _new_tuple: Final = tuple.__new__
+
+
+def _settle(batch: Batch, results: list[RecordMetadata] | None,
+            error: StrataError | None) -> None:
+    """Tell each of ``batch``'s watchers its record's outcome: ``results[i]`` for the
+    i-th watcher, or ``error`` for all. Asyncio futures and callbacks one by one; the
+    batch's ``DeliveryFuture``s together, under their shared condition."""
+    assert batch.watchers is not None
+    sync_futures: list[DeliveryFuture] = []
+    sync_results: list[RecordMetadata] = []
+    for i, (_, watcher) in enumerate(batch.watchers):
+        meta = results[i] if results is not None else None
+        if isinstance(watcher, asyncio.Future):
+            if meta is not None:
+                resolve(watcher, meta)
+            else:
+                reject(watcher, error)  # type: ignore[arg-type]  # error when no results
+        elif isinstance(watcher, concurrent.futures.Future):
+            sync_futures.append(cast(DeliveryFuture, watcher))  # the only kind made
+            if meta is not None:
+                sync_results.append(meta)
+        else:
+            call_back(watcher, meta, error)
+    if sync_futures and batch.condition is not None:
+        complete_sync(batch.condition, sync_futures,
+                      sync_results if results is not None else None, error)
 #: How long ``send`` keeps asking for metadata of a topic no broker knows.
 UNKNOWN_TOPIC_GRACE_MS: Final = 500
 
@@ -129,7 +155,7 @@ class Sender:
         """Send every batch that exists now (ignoring ``linger_ms``) and wait for outcomes.
 
         With ``report``, then raise ``DeliveryFailedError`` for the ``produce`` records
-        without a callback that failed since the last report (``take_failures``).
+        without a callback that failed since the last report (``report_failures``).
         """
         self._flushing += 1
         try:
@@ -451,24 +477,12 @@ class Sender:
             group.completed += 1
             group.maybe_finish()
         elif batch.watchers:
-            sync_futures: list[DeliveryFuture] = []
-            sync_results: list[RecordMetadata] = []
-            for index, watcher in batch.watchers:
-                # tuple.__new__: a NamedTuple's own __new__ costs three times as much,
-                # and this runs once per record that has a future.
-                meta = _new_tuple(RecordMetadata, (
-                    topic, partition, -1 if base_offset < 0 else base_offset + index,
-                    log_append_time if log_append_time >= 0 and base_offset >= 0
-                    else batch.timestamp_ms(index)))
-                if isinstance(watcher, asyncio.Future):
-                    resolve(watcher, meta)
-                elif isinstance(watcher, concurrent.futures.Future):
-                    sync_futures.append(cast(DeliveryFuture, watcher))  # only kind made
-                    sync_results.append(meta)
-                else:
-                    call_back(watcher, meta, None)
-            if sync_futures and batch.condition is not None:
-                complete_sync(batch.condition, sync_futures, sync_results, None)
+            # tuple.__new__: a NamedTuple's own __new__ costs three times as much, and
+            # this runs once per record that has a future.
+            _settle(batch, [_new_tuple(RecordMetadata, (
+                topic, partition, -1 if base_offset < 0 else base_offset + index,
+                log_append_time if log_append_time >= 0 and base_offset >= 0
+                else batch.timestamp_ms(index))) for index, _ in batch.watchers], None)
         self._done(batch)
 
     def _finish_failed(self, st: PartitionQueue | None, batch: Batch,
@@ -487,16 +501,8 @@ class Sender:
         else:
             log.warning("%s-%d: %d record(s) failed: %s", batch.topic, batch.partition,
                         batch.count, error)
-            sync_futures: list[DeliveryFuture] = []
-            for _, watcher in batch.watchers or ():
-                if isinstance(watcher, asyncio.Future):
-                    reject(watcher, error)
-                elif isinstance(watcher, concurrent.futures.Future):
-                    sync_futures.append(cast(DeliveryFuture, watcher))
-                else:
-                    call_back(watcher, None, error)
-            if sync_futures and batch.condition is not None:
-                complete_sync(batch.condition, sync_futures, None, error)
+            if batch.watchers:
+                _settle(batch, None, error)
             unheard = batch.unwatched()
             if unheard:
                 self.failures.append(
