@@ -8,7 +8,8 @@ import contracts in ``pyproject.toml``, ``make lint``). Its modules:
 - ``wire.protocol``: request and response messages, their codec and the frame layout;
 - ``wire.errors``: the error hierarchy with the protocol's error codes;
 - ``wire.connection``: one client connection (framing and correlation ids);
-- ``wire.partitioner``: the default partitioner (murmur2 of the key, as Kafka's).
+- ``wire.partitioner``: the default partitioner (murmur2 of the key, as Kafka's);
+- ``wire.schema``: typed topics' schemas (Avro, JSON Schema) mapped to Arrow.
 
-Dependencies: the standard library, pyarrow and crc32c. See wire/README.md.
+Dependencies: the standard library, pyarrow, crc32c and fastavro. See wire/README.md.
 """

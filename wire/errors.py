@@ -78,6 +78,10 @@ __all__ = [
     "raise_for_code",
     "FetchSessionIdNotFoundError",
     "InvalidFetchSessionEpochError",
+    "InvalidSchemaError",
+    "IncompatibleSchemaError",
+    "SchemaNotFoundError",
+    "SchemaMismatchError",
 ]
 
 
@@ -471,6 +475,44 @@ class TierLeaseLostError(StrataError):
     name = "TIER_LEASE_LOST"
 
 
+class InvalidSchemaError(StrataError):
+    """A schema text the registry cannot accept: not valid Avro or JSON Schema, a type
+    with no Arrow mapping (docs/typed-topics.md), or over a limit (nesting depth, size,
+    a recursive type). Nothing was registered. Confluent's 42201."""
+
+    code = 1500
+    name = "INVALID_SCHEMA"
+
+
+class IncompatibleSchemaError(StrataError):
+    """A new version breaks the subject's compatibility setting; the message gives each
+    reason. Nothing was registered. Confluent's 409."""
+
+    code = 1501
+    name = "INCOMPATIBLE_SCHEMA"
+
+
+class SchemaNotFoundError(StrataError):
+    """No such subject, version or schema id (or it was deleted). Confluent's 40401,
+    40402 and 40403: the message says which."""
+
+    code = 1502
+    name = "SCHEMA_NOT_FOUND"
+
+
+class SchemaMismatchError(InvalidRecordBatchError):
+    """Records offered to a typed topic do not match a registered version of its value
+    subject; the message names the field. Nothing of the batch was written."""
+
+    code = 1503
+    name = "SCHEMA_MISMATCH"
+
+    #: Which record (its index in what was converted; None: not one record's fault) and
+    #: which field (dotted path) did not match, when the error is about data.
+    record: int | None = None
+    field: str | None = None
+
+
 class OffsetMetadataTooLargeError(StrataError):
     """An OffsetCommit carried metadata longer than ``offset.metadata.max.bytes``."""
 
@@ -656,6 +698,10 @@ _BY_CODE: dict[int, type[StrataError]] = {
         IllegalSaslStateError,
         SaslAuthenticationFailedError,
         ResourceNotFoundError,
+        InvalidSchemaError,
+        IncompatibleSchemaError,
+        SchemaNotFoundError,
+        SchemaMismatchError,
     )
 }
 

@@ -1,0 +1,74 @@
+"""The Arrow types Spark's Arrow interchange takes, and Spark DDL for a struct. Only builds
+types and text (no Spark import: ``wire`` must not import pyspark). Pure functions:
+thread-safe."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from wire.errors import InvalidSchemaError
+
+
+def spark_arrow_type(t: pa.DataType) -> pa.DataType:
+    types = pa.types
+    if types.is_timestamp(t):
+        return pa.timestamp("us", t.tz)
+    if types.is_time32(t):
+        return pa.int32()  # Spark has no time type: ms (or s) after midnight, as mapped
+    if types.is_time64(t):
+        return pa.int64()
+    if types.is_dictionary(t):
+        return spark_arrow_type(t.value_type)
+    if types.is_struct(t):
+        return pa.struct([f.with_type(spark_arrow_type(f.type)) for f in t])
+    if types.is_map(t):
+        return pa.map_(t.key_field.with_type(spark_arrow_type(t.key_type)),
+                       t.item_field.with_type(spark_arrow_type(t.item_type)))
+    if types.is_list(t):
+        return pa.list_(t.value_field.with_type(spark_arrow_type(t.value_type)))
+    if types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(spark_arrow_type(t.value_type)))
+    return t
+
+
+_SIMPLE: dict[pa.DataType, str] = {
+    pa.bool_(): "BOOLEAN", pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT",
+    pa.int64(): "BIGINT", pa.float32(): "FLOAT", pa.float64(): "DOUBLE",
+    pa.string(): "STRING", pa.large_string(): "STRING", pa.binary(): "BINARY",
+    pa.large_binary(): "BINARY", pa.date32(): "DATE",
+}
+
+
+def spark_ddl(t: pa.StructType) -> str:
+    """``\\`name\\` TYPE [NOT NULL], ...``. Spark DDL cannot say that array items or map
+    values are not null, so that is left out (Spark then takes them as nullable)."""
+    return ", ".join(_column(f, " ") for f in t)
+
+
+def _column(field: pa.Field, separator: str) -> str:
+    name = "`" + field.name.replace("`", "``") + "`"
+    return f"{name}{separator}{_sql(field.type)}{'' if field.nullable else ' NOT NULL'}"
+
+
+def _sql(t: pa.DataType) -> str:
+    types = pa.types
+    if t in _SIMPLE:
+        return _SIMPLE[t]
+    if types.is_dictionary(t):
+        return _sql(t.value_type)
+    if types.is_fixed_size_binary(t):
+        return "BINARY"
+    if types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if types.is_timestamp(t):
+        return "TIMESTAMP" if t.tz is not None else "TIMESTAMP_NTZ"
+    if types.is_time32(t) or types.is_time64(t):
+        return _sql(spark_arrow_type(t))
+    if types.is_list(t) or types.is_large_list(t):
+        return f"ARRAY<{_sql(t.value_type)}>"
+    if types.is_map(t):
+        return f"MAP<{_sql(t.key_type)}, {_sql(t.item_type)}>"
+    if types.is_struct(t):
+        return "STRUCT<" + ", ".join(_column(f, ": ") for f in t) + ">"
+    raise InvalidSchemaError(f"Arrow type {t} has no Spark type; map it to one of the "
+                             "schema mapping's types first")
