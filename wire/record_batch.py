@@ -48,7 +48,7 @@ batch is still a self-describing Arrow stream and the broker still never opens i
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final, TypeAlias
@@ -77,6 +77,11 @@ __all__ = [
     "TimestampType",
     "batches_to_table",
     "build_batch",
+    "payload_schema_of",
+    "schema_message",
+    "typed_payload_schema",
+    "value_schema_id",
+    "VALUE_SCHEMA_ID_KEY",
     "crc_of",
     "decode_batch",
     "encode_record_batch",
@@ -386,6 +391,84 @@ def iter_batches(
         position += header.size
 
 
+# --------------------------------------------------------------------------- typed payloads
+#
+# A typed topic (docs/typed-topics.md) keeps the payload's four columns, but ``value`` is
+# a struct of the registered schema's fields instead of bytes, and the payload schema's
+# metadata carries the registry id of that schema under VALUE_SCHEMA_ID_KEY. The id
+# travels inside the Arrow schema message, so the broker's check (one dictionary look-up
+# keyed by the schema message's bytes) and every reader see the same thing.
+
+VALUE_SCHEMA_ID_KEY: Final = b"strata.value.schema_id"
+_IPC_CONTINUATION: Final = 0xFFFFFFFF
+_IPC_PREFIX = struct.Struct("<Ii")  # continuation marker, metadata length (little-endian)
+# A schema message is small; a claimed length past this is hostile, not a big schema.
+_MAX_SCHEMA_MESSAGE: Final = 16 << 20
+
+
+def typed_payload_schema(value_type: pa.StructType, schema_id: int) -> pa.Schema:
+    """The payload schema of a typed topic's batches: ``value`` is ``value_type``
+    (nullable: a null value is a tombstone) and the metadata names ``schema_id``."""
+    return pa.schema(
+        [PAYLOAD_SCHEMA.field("key"), pa.field("value", value_type, nullable=True),
+         PAYLOAD_SCHEMA.field("timestamp"), PAYLOAD_SCHEMA.field("headers")],
+        metadata={VALUE_SCHEMA_ID_KEY: str(schema_id).encode()})
+
+
+def value_schema_id(schema: pa.Schema) -> int | None:
+    """The registry id a typed payload schema names (None: a bytes payload)."""
+    raw = (schema.metadata or {}).get(VALUE_SCHEMA_ID_KEY)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidRecordBatchError(
+            f"payload metadata {VALUE_SCHEMA_ID_KEY.decode()}={raw[:20]!r} is not a schema "
+            "id") from None
+
+
+def _check_payload_schema(schema: pa.Schema) -> None:
+    if schema.equals(PAYLOAD_SCHEMA):
+        return
+    typed = value_schema_id(schema)
+    value_type = schema.field("value").type if schema.get_field_index("value") == 1 else None
+    if typed is None or not isinstance(value_type, pa.StructType) or not schema.equals(
+            typed_payload_schema(value_type, typed), check_metadata=False):
+        raise InvalidRecordBatchError(
+            f"payload schema {schema} is neither {PAYLOAD_SCHEMA} nor a typed payload "
+            "(the same columns with a struct value and a schema id)")
+
+
+def schema_message(batch: bytes | bytearray | memoryview) -> bytes:
+    """The bytes of the Arrow schema message at the start of a batch's payload.
+
+    Equal bytes mean an equal payload schema (ids included), so a reader of many batches
+    parses each distinct schema once. Raises ``InvalidRecordBatchError`` when the
+    payload does not start with one.
+    """
+    view = memoryview(batch)
+    if len(view) < HEADER_SIZE + _IPC_PREFIX.size:
+        raise InvalidRecordBatchError("batch too short to hold an Arrow schema message")
+    marker, length = _IPC_PREFIX.unpack_from(view, HEADER_SIZE)
+    end = HEADER_SIZE + _IPC_PREFIX.size + length
+    if marker != _IPC_CONTINUATION or not 0 < length <= _MAX_SCHEMA_MESSAGE or end > len(view):
+        raise InvalidRecordBatchError(
+            "the payload does not start with an Arrow IPC schema message; encode batches "
+            "with the Strata client (build_batch)")
+    return bytes(view[HEADER_SIZE:end])
+
+
+def payload_schema_of(message: bytes) -> pa.Schema:
+    """Parse a ``schema_message``'s bytes (``InvalidRecordBatchError`` when they are not
+    an Arrow schema)."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(message))
+    except (pa.ArrowException, OSError) as err:
+        raise InvalidRecordBatchError(f"the payload's Arrow schema message is invalid: {err}") \
+            from err
+
+
 # --------------------------------------------------------------------------- encoding
 
 _BinaryInput: TypeAlias = Sequence[bytes | None] | pa.Array
@@ -431,8 +514,12 @@ def build_batch(
     base_sequence: int = NO_SEQUENCE,
     now_ms: int | None = None,
     base_offset: int = 0,
+    value_schema_id: int | None = None,
 ) -> bytes:
     """Encode whole columns into one batch (header + Arrow IPC stream).
+
+    ``value_schema_id`` set: a typed topic's batch; ``values`` is then a StructArray of
+    that registered schema's Arrow type (``typed_payload_schema``).
 
     ``values`` (and optional ``keys``) are bytes/None sequences or Arrow binary arrays;
     ``timestamps`` default to ``now_ms`` (or the wall clock) for every record;
@@ -440,7 +527,18 @@ def build_batch(
     ``list<struct<key: string, value: binary>>``. The base offset is a placeholder
     until the leader assigns one.
     """
-    value_array = _as_array(values, pa.binary(), "value")
+    if value_schema_id is None:
+        value_array = _as_array(values, pa.binary(), "value")
+        payload_schema = PAYLOAD_SCHEMA
+    else:
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if not isinstance(values, pa.StructArray):
+            raise InvalidRecordBatchError(
+                "a typed batch's values are a pyarrow StructArray of the schema's fields "
+                "(convert records with wire.schema.records_to_arrow)")
+        value_array = values
+        payload_schema = typed_payload_schema(values.type, value_schema_id)
     n = len(value_array)
     if not 1 <= n <= MAX_RECORDS_PER_BATCH:
         raise InvalidRecordBatchError(
@@ -471,7 +569,7 @@ def build_batch(
         if len(column) != n:
             raise InvalidRecordBatchError(f"column {name!r} has {len(column)} rows, value has {n}")
     record_batch = pa.RecordBatch.from_arrays(
-        [key_array, value_array, ts_array, header_array], schema=PAYLOAD_SCHEMA
+        [key_array, value_array, ts_array, header_array], schema=payload_schema
     )
     return encode_record_batch(
         record_batch,
@@ -492,11 +590,9 @@ def encode_record_batch(
     base_sequence: int = NO_SEQUENCE,
     base_offset: int = 0,
 ) -> bytes:
-    """Encode an Arrow record batch already in ``PAYLOAD_SCHEMA`` into a Strata batch."""
-    if not record_batch.schema.equals(PAYLOAD_SCHEMA):
-        raise InvalidRecordBatchError(
-            f"payload schema must be {PAYLOAD_SCHEMA}, got {record_batch.schema}"
-        )
+    """Encode an Arrow record batch already in ``PAYLOAD_SCHEMA`` (or a typed payload
+    schema, ``typed_payload_schema``) into a Strata batch."""
+    _check_payload_schema(record_batch.schema)
     codec = compression if isinstance(compression, Compression) else Compression.parse(compression)
     n = record_batch.num_rows
     if not 1 <= n <= MAX_RECORDS_PER_BATCH:
@@ -507,7 +603,7 @@ def encode_record_batch(
     max_ts = bounds["max"].as_py()
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=codec.arrow_codec)
-    with pa.ipc.new_stream(sink, PAYLOAD_SCHEMA, options=options) as writer:
+    with pa.ipc.new_stream(sink, record_batch.schema, options=options) as writer:
         writer.write_batch(record_batch)
     payload = sink.getvalue()
     out = bytearray(HEADER_SIZE + payload.size)
@@ -547,8 +643,7 @@ def decode_batch(
     payload = pa.py_buffer(memoryview(batch)[HEADER_SIZE:header.size])
     try:
         reader = pa.ipc.open_stream(payload)
-        if not reader.schema.equals(PAYLOAD_SCHEMA):
-            raise InvalidRecordBatchError(f"payload schema {reader.schema} is not {PAYLOAD_SCHEMA}")
+        _check_payload_schema(reader.schema)
         record_batch = reader.read_next_batch()
         # Arrow's IPC reader checks buffer sizes, not contents: offsets that run
         # backwards or past their data would make later reads go out of bounds.
@@ -584,8 +679,14 @@ def batches_to_table(
     partition: int,
     start_offset: int = 0,
     end_offset: int | None = None,
+    resolve_value: Callable[[int, pa.StructArray], pa.Array] | None = None,
 ) -> pa.Table:
     """Decode every whole batch in ``buf`` into one table in ``CONSUMER_SCHEMA``.
+
+    A typed topic's batches give a table whose ``value`` is a struct: each batch's values
+    go through ``resolve_value(schema_id, values)`` (the client's: read them under the
+    reader's schema version), so batches written with several versions stitch into one
+    column. Without it, typed batches must all share one value type.
 
     Records below ``start_offset`` or at/after ``end_offset`` are sliced away (a fetch
     starts at the batch containing the wanted offset). The payloads are stitched into
@@ -608,7 +709,12 @@ def batches_to_table(
     contiguous = headers[-1].next_offset - first == total
     offsets: pa.Array = pa.arange(first, first + total) if contiguous else pa.concat_arrays(
         [pa.arange(h.base_offset, h.next_offset) for h in headers])
-    payload = pa.Table.from_batches(payloads, schema=PAYLOAD_SCHEMA)
+    consumer_schema = CONSUMER_SCHEMA
+    if all(p.schema is PAYLOAD_SCHEMA or p.schema.equals(PAYLOAD_SCHEMA) for p in payloads):
+        payload = pa.Table.from_batches(payloads, schema=PAYLOAD_SCHEMA)
+    else:
+        payload, value_type = _typed_payload(payloads, resolve_value)
+        consumer_schema = CONSUMER_SCHEMA.set(1, pa.field("value", value_type))
     append_time = [h.timestamp_type is TimestampType.LOG_APPEND_TIME for h in headers]
     if not any(append_time):
         timestamps: pa.ChunkedArray | pa.Array = payload.column(2)
@@ -632,7 +738,7 @@ def batches_to_table(
             types,
             payload.column(3),
         ],
-        schema=CONSUMER_SCHEMA,
+        schema=consumer_schema,
     )
     if not contiguous:  # offsets with gaps (a compacted log): select by value
         keep = pc.greater_equal(offsets, pa.scalar(start_offset, pa.int64()))
@@ -644,3 +750,28 @@ def batches_to_table(
     if lo or hi < total:
         table = table.slice(lo, hi - lo)
     return table
+
+
+def _typed_payload(payloads: list[pa.RecordBatch],
+                   resolve_value: Callable[[int, pa.StructArray], pa.Array] | None
+                   ) -> tuple[pa.Table, pa.DataType]:
+    """The payloads of a typed topic's batches as one table, values resolved per batch."""
+    values: list[pa.Array] = []
+    for p in payloads:
+        schema_id = value_schema_id(p.schema)
+        if schema_id is None:
+            raise InvalidRecordBatchError(
+                "a fetch mixes bytes and typed batches; a topic is typed from its creation, "
+                "so this is not one partition's data")
+        column = p.column(1)
+        values.append(column if resolve_value is None else resolve_value(schema_id, column))
+    value_type = values[0].type
+    if any(v.type != value_type for v in values):
+        raise InvalidRecordBatchError(
+            "typed batches of several schema versions need a resolver to be read as one "
+            "table (pass resolve_value; the Strata consumer does)")
+    columns = [pa.chunked_array([p.column(i) for p in payloads], PAYLOAD_SCHEMA.field(i).type)
+               if i != 1 else pa.chunked_array(values, value_type) for i in range(4)]
+    schema = PAYLOAD_SCHEMA.set(1, pa.field("value", value_type))
+    return pa.Table.from_arrays(columns, schema=schema), value_type
+

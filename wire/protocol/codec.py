@@ -44,6 +44,7 @@ __all__ = [
     "INT32",
     "INT64",
     "NULLABLE_BYTES",
+    "NULLABLE_LONG_STRING",
     "NULLABLE_STRING",
     "RECORDS",
     "STRING",
@@ -240,6 +241,35 @@ class _String:
 
 
 @dataclass(frozen=True, slots=True)
+class _LongString:
+    """UTF-8 text with an int32 length (a schema text or a registry answer can pass
+    STRING's 32,767 bytes); the reader bounds it by the frame it was given."""
+
+    nullable: bool
+
+    def write(self, w: Writer, value: Any, version: int) -> None:
+        if value is None:
+            if not self.nullable:
+                raise InvalidRequestError("a non-nullable string field is null")
+            w.pack(_I32, -1)
+            return
+        data = value.encode("utf-8")
+        w.pack(_I32, len(data))
+        w.write(data)
+
+    def read(self, r: Reader, version: int) -> Any:
+        n = r.unpack(_I32)
+        if n == -1 and self.nullable:
+            return None
+        if n < 0:
+            raise InvalidRequestError(f"invalid string length {n}")
+        try:
+            return bytes(r.take(n)).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InvalidRequestError(f"string is not valid UTF-8: {err}") from err
+
+
+@dataclass(frozen=True, slots=True)
 class _Bytes:
     nullable: bool
     records: bool = False
@@ -299,6 +329,7 @@ INT64: WireType = _Int(_I64, "int64")
 BOOL: WireType = _Bool()
 STRING: WireType = _String(nullable=False)
 NULLABLE_STRING: WireType = _String(nullable=True)
+NULLABLE_LONG_STRING: WireType = _LongString(nullable=True)
 BYTES: WireType = _Bytes(nullable=False)
 NULLABLE_BYTES: WireType = _Bytes(nullable=True)
 RECORDS: WireType = _Bytes(nullable=True, records=True)
