@@ -60,6 +60,7 @@ from brokers.network import ConnectionHandler
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
 from brokers.quotas import QuotaManager
 from brokers.replication import ReplicaManager
+from brokers.schema_registry import SchemaRegistry
 from brokers.security import (
     Authenticator,
     CredentialCache,
@@ -171,10 +172,11 @@ class Broker:
         self.controller = Controller(config, self.metadata, self.coordinator, host=self)
         self.groups = GroupCoordinator(*parts, host=self,
                                        metrics_registry=self.metrics.registry)
+        self.schemas = SchemaRegistry(*parts, host=self)
         self.handlers = RequestHandlers(*parts, controller=self.controller,
                                         replicas=self.replicas, groups=self.groups, host=self,
                                         authenticator=self.authenticator, acls=self.acls,
-                                        quotas=self.quotas)
+                                        quotas=self.quotas, schemas=self.schemas)
 
     # ------------------------------------------------------------------ views
     # The broker's own code reads and writes these through the two shared structures.

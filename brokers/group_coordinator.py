@@ -100,8 +100,6 @@ from typing import TYPE_CHECKING, Any, Final
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from brokers.controller import assign_replicas
-from brokers.coordination import TopicDefinition
 from brokers.group_assignors import (
     ASSIGNORS,
     COOPERATIVE_STICKY,
@@ -109,6 +107,7 @@ from brokers.group_assignors import (
     TopicPartition,
     assign,
 )
+from brokers.internal_topics import append_replicated, create_internal_topic
 from wire.errors import (
     CoordinatorNotAvailableError,
     FencedMemberEpochError,
@@ -119,12 +118,9 @@ from wire.errors import (
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
     NotCoordinatorError,
-    NotEnoughReplicasError,
     OffsetMetadataTooLargeError,
-    RequestTimedOutError,
     StaleMemberEpochError,
     StrataError,
-    TopicAlreadyExistsError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     UnreleasedInstanceIdError,
@@ -706,39 +702,12 @@ class GroupCoordinator:
         return leader.broker_id, leader.host, leader.port
 
     async def _create_offsets_topic(self) -> None:
-        if not self.cluster.live_brokers:
-            await self.host.refresh_brokers()
-        live = sorted(self.cluster.live_brokers)
-        replication = self.config.offsets_topic_replication_factor
-        if len(live) < replication:
-            # Created once, with this factor for good: a single copy of every group's
-            # offsets would quietly undo the cluster's replication. Kafka waits too.
-            await self.host.refresh_brokers()
-            live = sorted(self.cluster.live_brokers)
-            if len(live) < replication:
-                raise CoordinatorNotAvailableError(
-                    f"{OFFSETS_TOPIC} is created with offsets.topic.replication.factor="
-                    f"{replication} replicas and only {len(live)} broker(s) are live: start "
-                    "more brokers, or lower offsets.topic.replication.factor on every broker "
-                    "(a single-broker cluster needs 1)")
-        definition = TopicDefinition(
-            OFFSETS_TOPIC, uuid.uuid4().hex,
-            assign_replicas(live, self.config.offsets_topic_num_partitions, replication))
-        try:
-            # 100 MiB segments (Kafka's choice for this topic): compaction only ever
-            # cleans closed segments, and 1 GiB ones would rarely close.
-            await asyncio.to_thread(self.coordinator.create_topic, definition,
-                                    {"cleanup.policy": "compact",
-                                     "segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
-            log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
-                     definition.partition_count, replication)
-        except TopicAlreadyExistsError:
-            pass  # another broker created it first
-        except StrataError as err:  # ZooKeeper trouble (ZooKeeperUnavailableError) and such
-            log.warning("creating %s failed (%r); the next FindCoordinator retries",
-                        OFFSETS_TOPIC, err)
-        with contextlib.suppress(StrataError):
-            await self.host.sync_topics()
+        # 100 MiB segments (Kafka's choice for this topic): compaction only ever cleans
+        # closed segments, and 1 GiB ones would rarely close.
+        await create_internal_topic(
+            OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, config=self.config,
+            cluster=self.cluster, coordinator=self.coordinator, host=self.host,
+            topic_config={"segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
 
     # ------------------------------------------------------------------ shards
     def _check_group_id(self, group_id: str) -> None:
@@ -859,25 +828,9 @@ class GroupCoordinator:
             raise NotCoordinatorError(
                 f"{OFFSETS_TOPIC}-{shard.partition} changed leader epoch; find the "
                 "coordinator again")
-        if len(partition.isr) < partition.config.min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"{partition.name} has {len(partition.isr)} in-sync replicas, "
-                f"min.insync.replicas is {partition.config.min_insync_replicas}; the group "
-                "state was not stored: retry")
         batch = build_batch([v for _, v in records], keys=[k for k, _ in records])
-        result = partition.append_as_leader(batch)
-        end = result.last_offset + 1
-        try:
-            await asyncio.wait_for(partition.wait_durable(end), _WRITE_TIMEOUT_S)
-            if not await partition.wait_replicated(end, _WRITE_TIMEOUT_S):
-                raise NotCoordinatorError(
-                    f"broker {self.broker_id} stopped leading {partition.name} "
-                    "before the group state was replicated; find the coordinator again "
-                    "and retry")
-        except TimeoutError:
-            raise RequestTimedOutError(
-                f"{partition.name}: the in-sync replicas did not confirm the group state "
-                f"within {_WRITE_TIMEOUT_S:.0f} s; retry") from None
+        await append_replicated(partition, batch, what="the group state",
+                                timeout_s=_WRITE_TIMEOUT_S)
 
     # ------------------------------------------------------------------ operations
     async def _run(self, shard: _Shard, group: Group, run: _Work) -> Any:

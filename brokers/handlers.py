@@ -36,6 +36,7 @@ from brokers.log import LogConfig
 from brokers.log.config import TOPIC_CONFIG_KEYS
 from brokers.partition import FetchSessionClock
 from brokers.quotas import QUOTA_KEYS, QuotaManager
+from brokers.schema_registry import SchemaCheck, SchemaRegistry, subject_topic
 from brokers.security import Authenticator, CredentialCache, Listener, Session
 from brokers.staging import StagedPart
 from wire.errors import (
@@ -60,6 +61,7 @@ from wire.errors import (
     PolicyViolationError,
     RequestTimedOutError,
     ResourceNotFoundError,
+    SchemaMismatchError,
     StrataError,
     TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
@@ -176,6 +178,7 @@ from wire.protocol import (
     ProducePartitionResponse,
     ProduceRequest,
     ProduceResponse,
+    ProduceTopic,
     ProduceTopicResponse,
     QuotaEntry,
     QuotaValue,
@@ -186,6 +189,8 @@ from wire.protocol import (
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
     SaslHandshakeResponse,
+    SchemaRegistryRequest,
+    SchemaRegistryResponse,
     ScramCredentialDeletion,
     ScramCredentialInfo,
     ScramCredentialUpsertion,
@@ -193,6 +198,7 @@ from wire.protocol import (
     StagePartitionResponse,
     StageRecordsRequest,
     StageRecordsResponse,
+    StageTopic,
     StageTopicResponse,
     TierLeaseRequest,
     TierLeaseResponse,
@@ -411,8 +417,10 @@ class RequestHandlers:
                  registry: PartitionRegistry, coordinator: Coordinator, *,
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
                  host: HandlerHost, authenticator: Authenticator | None = None,
-                 acls: AclCache | None = None, quotas: QuotaManager | None = None) -> None:
-        """``acls`` None: no authorization (every principal may do everything)."""
+                 acls: AclCache | None = None, quotas: QuotaManager | None = None,
+                 schemas: SchemaRegistry | None = None) -> None:
+        """``acls`` None: no authorization (every principal may do everything).
+        ``schemas`` None: no schema registry (typed topics refuse every write)."""
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster
@@ -424,6 +432,8 @@ class RequestHandlers:
         self.host = host
         self.acls = acls
         self.quotas = quotas or QuotaManager()
+        self.schemas = schemas
+        self.schema_check = SchemaCheck(schemas) if schemas is not None else None
         self._refusals = RefusalLog(logging.getLogger("strata.brokers.audit"))
         self.authenticator = authenticator or Authenticator(
             CredentialCache(), list(MECHANISMS), plain_over_plaintext=False, reauth_ms=0)
@@ -464,6 +474,7 @@ class RequestHandlers:
             ApiKey.DELETE_ACLS: self.delete_acls,
             ApiKey.DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
             ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
+            ApiKey.SCHEMA_REGISTRY: self.schema_registry,
         }
 
     async def dispatch(self, header: RequestHeader, body: Reader,
@@ -1012,6 +1023,13 @@ class RequestHandlers:
                     for entry in topic.set:
                         updated[entry.name] = entry.value or ""
                     LogConfig.from_mapping(updated, base=self.config.log_defaults)
+                    if updated.get("value.schema.subject", "") != \
+                            current.get("value.schema.subject", ""):
+                        raise PolicyViolationError(
+                            f"value.schema.subject of topic {topic.name!r} is set when the "
+                            "topic is created and never changes (its batches are all bytes "
+                            "or all typed); create a new topic, or evolve the subject's "
+                            "schema instead (strata schema register)")
                     if topic.name.startswith(INTERNAL_PREFIX) and \
                             updated.get("cleanup.policy", "compact") != "compact":
                         raise PolicyViolationError(
@@ -1044,11 +1062,14 @@ class RequestHandlers:
                 ProducePartitionResponse(p.partition, err.code, error_message=err.message)
                 for p in t.partitions]) for t in request.topics])
         waits: list[Awaitable[None]] = []
+        refused = await self._schema_refusals(request.topics)
 
         def append(topic: str, part: ProducePartition, answer: ProducePartitionResponse
                    ) -> None:
             self._require("WRITE", "TOPIC", topic)
             partition = self._leader_for_write(topic, part.partition, part.records)
+            if refused and (topic, part.partition) in refused:
+                raise refused[(topic, part.partition)]
             if request.acks == _ACKS_ALL and \
                     len(partition.isr) < partition.config.min_insync_replicas:
                 raise NotEnoughReplicasError(
@@ -1077,6 +1098,35 @@ class RequestHandlers:
         if waits:
             await asyncio.gather(*waits)
         return ProduceResponse([ProduceTopicResponse(t, a) for t, a in answered], throttle)
+
+    async def _schema_refusals(self, topics: Iterable[ProduceTopic | StageTopic]
+                               ) -> dict[tuple[str, int], StrataError]:
+        """Typed topics' batches that do not match their value subject, checked before
+        anything of the request is written (docs/typed-topics.md)."""
+        refused: dict[tuple[str, int], StrataError] = {}
+        for topic in topics:
+            for part in topic.partitions:
+                hosted = self.registry.hosted.get((topic.name, part.partition))
+                if hosted is None or part.records is None:
+                    continue  # the append answers why
+                subject = hosted.config.value_schema_subject
+                if not subject:
+                    continue
+                if self.schema_check is None:
+                    refused[(topic.name, part.partition)] = SchemaMismatchError(
+                        f"topic {topic.name!r} is typed and this broker has no schema "
+                        "registry; upgrade it")
+                    continue
+                try:
+                    verdict = await self.schema_check.verdict(topic.name, subject,
+                                                              part.records)
+                except StrataError as err:  # the registry is unreachable: retriable
+                    refused[(topic.name, part.partition)] = err
+                    continue
+                if verdict is not None:
+                    refused[(topic.name, part.partition)] = SchemaMismatchError(
+                        f"{verdict}; nothing of the batch was written")
+        return refused
 
     async def _await_ack(self, partition: Partition, end_offset: int, acks: int,
                          timeout_ms: int, answer: ProducePartitionResponse) -> None:
@@ -1107,9 +1157,13 @@ class RequestHandlers:
 
     # ------------------------------------------------------------------ sink commits
     async def stage_records(self, request: StageRecordsRequest) -> StageRecordsResponse:
+        refused = await self._schema_refusals(request.topics)
+
         def stage(topic: str, part: StagePartition, answer: StagePartitionResponse) -> None:
             self._require("WRITE", "TOPIC", topic)
             partition = self._leader_for_write(topic, part.partition, part.records)
+            if refused and (topic, part.partition) in refused:
+                raise refused[(topic, part.partition)]
             assert part.records is not None  # checked by _leader_for_write
             answer.duplicate = partition.stage(request.staging_id, part.chunk_sequence,
                                                part.records)
@@ -1802,6 +1856,32 @@ class RequestHandlers:
             except StrataError as err:
                 results.append(DeleteGroupResult(group_id, *_error(err)))
         return DeleteGroupsResponse(results)
+
+    # ------------------------------------------------------------------ schema registry
+    async def schema_registry(self, request: SchemaRegistryRequest) -> SchemaRegistryResponse:
+        writes = request.operation in ("register", "delete_subject", "delete_version",
+                                       "set_config", "delete_config")
+        operation = "ALTER" if writes else "DESCRIBE"
+        topic = subject_topic(request.subject) if request.subject else None
+        if not ((topic is not None and self._allowed(operation, "TOPIC", topic, audit=False))
+                or self._allowed(operation, "CLUSTER", CLUSTER_NAME, audit=topic is None)):
+            if topic is not None:
+                self._allowed(operation, "TOPIC", topic)  # writes the audit line
+            principal = current_session().principal
+            err = TopicAuthorizationFailedError(
+                f"{principal} may not {operation} subject {request.subject!r}: allow "
+                f"{operation} on topic {topic!r} or on the cluster (`strata acl add`)"
+            ) if topic is not None else ClusterAuthorizationFailedError(
+                f"{principal} may not {operation} the schema registry: allow {operation} "
+                "on the cluster (`strata acl add ... --cluster`)")
+            return SchemaRegistryResponse(err.code, err.message, 40301)
+        if self.schemas is None:
+            err2 = InvalidRequestError("this broker has no schema registry; upgrade it")
+            return SchemaRegistryResponse(err2.code, err2.message, 50001)
+        answer = await self.schemas.handle(request)
+        if writes and answer.error_code == 0 and self.schema_check is not None:
+            self.schema_check.forget()
+        return answer
 
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

@@ -110,6 +110,12 @@ def _bool(text: str) -> bool:
     return lowered == "true"
 
 
+def _subject(text: str) -> str:
+    if len(text) > 255 or not text.isprintable():
+        raise ValueError(text)
+    return text
+
+
 def _enum(kind: type[StrEnum]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         return kind(text)
@@ -138,6 +144,7 @@ class LogConfig:
     local_retention_ms: int = SAME_AS_TOTAL
     local_retention_bytes: int = SAME_AS_TOTAL
     delete_retention_ms: int = 24 * 3600 * 1000
+    value_schema_subject: str = ""
 
     @property
     def effective_local_retention_ms(self) -> int:
@@ -284,4 +291,10 @@ TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
         "-2 (same as retention.bytes), -1 (no limit) or bytes >= 0",
         "with tier.enable, delete the oldest tiered local segments while the log is larger "
         "than this; at most retention.bytes"),
+    "value.schema.subject": _Key(
+        "value_schema_subject", _subject, lambda v: True,
+        "empty (bytes values) or a schema registry subject, 1..255 printable characters",
+        "a typed topic: values are the subject's Arrow columns and the broker refuses a "
+        "batch that does not match a live version of it (docs/typed-topics.md); "
+        "Kafka's TopicNameStrategy names it <topic>-value. Set at creation only"),
 }

@@ -1,0 +1,101 @@
+"""What the brokers' internal, compacted topics share: creating one, and writing to it.
+
+``__consumer_offsets`` (the groups' state, ``group_coordinator.py``) and ``__schemas``
+(the schema registry, ``schema_registry.py``) are both stored the way Kafka stores its
+internal topics: a compacted topic whose partition leader is the one broker that
+writes it, and whose every write waits for the in-sync replicas (acks=all) before
+anything is answered, so a new leader that loads the partition sees every answer
+given.
+
+Thread-safety: the event loop's; ZooKeeper calls go through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from wire.errors import (
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+    NotEnoughReplicasError,
+    RequestTimedOutError,
+    StrataError,
+    TopicAlreadyExistsError,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from brokers.config import BrokerConfig
+    from brokers.coordination import Coordinator
+    from brokers.partition import Partition
+    from brokers.services import GroupHost, MetadataCache
+
+__all__ = ["append_replicated", "create_internal_topic"]
+
+log = logging.getLogger("strata.brokers.internal_topics")
+
+
+async def create_internal_topic(name: str, partitions: int, *, config: BrokerConfig,
+                                cluster: MetadataCache, coordinator: Coordinator,
+                                host: GroupHost, topic_config: dict[str, str]) -> None:
+    """Create compacted internal topic ``name`` with ``offsets.topic.replication.factor``
+    replicas, unless another broker did first. Raises COORDINATOR_NOT_AVAILABLE when too
+    few brokers are live: created once with its factor for good, a single copy would
+    quietly undo the cluster's replication (Kafka waits too). ZooKeeper trouble is
+    logged, not raised: the caller's next request retries."""
+    from brokers.controller import assign_replicas
+    from brokers.coordination import TopicDefinition
+
+    if not cluster.live_brokers:
+        await host.refresh_brokers()
+    live = sorted(cluster.live_brokers)
+    replication = config.offsets_topic_replication_factor
+    if len(live) < replication:
+        await host.refresh_brokers()
+        live = sorted(cluster.live_brokers)
+        if len(live) < replication:
+            raise CoordinatorNotAvailableError(
+                f"{name} is created with offsets.topic.replication.factor={replication} "
+                f"replicas and only {len(live)} broker(s) are live: start more brokers, or "
+                "lower offsets.topic.replication.factor on every broker (a single-broker "
+                "cluster needs 1)")
+    definition = TopicDefinition(name, uuid.uuid4().hex,
+                                 assign_replicas(live, partitions, replication))
+    try:
+        await asyncio.to_thread(coordinator.create_topic, definition,
+                                {"cleanup.policy": "compact", **topic_config})
+        log.info("created %s: %d partitions, replication factor %d", name, partitions,
+                 replication)
+    except TopicAlreadyExistsError:
+        pass  # another broker created it first
+    except StrataError as err:  # ZooKeeper trouble (ZooKeeperUnavailableError) and such
+        log.warning("creating %s failed (%r); the next request retries", name, err)
+    with contextlib.suppress(StrataError):
+        await host.sync_topics()
+
+
+async def append_replicated(partition: Partition, batch: bytes, *, what: str,
+                            timeout_s: float) -> int:
+    """Append ``batch`` as the partition's leader and wait until every in-sync replica
+    has it (acks=all); the offset after it. ``what`` names the state in the errors."""
+    if len(partition.isr) < partition.config.min_insync_replicas:
+        raise NotEnoughReplicasError(
+            f"{partition.name} has {len(partition.isr)} in-sync replicas, "
+            f"min.insync.replicas is {partition.config.min_insync_replicas}; {what} was "
+            "not stored: retry")
+    result = partition.append_as_leader(batch)
+    end = result.last_offset + 1
+    try:
+        await asyncio.wait_for(partition.wait_durable(end), timeout_s)
+        if not await partition.wait_replicated(end, timeout_s):
+            raise NotCoordinatorError(
+                f"this broker stopped leading {partition.name} before {what} was "
+                "replicated; find the coordinator again and retry")
+    except TimeoutError:
+        raise RequestTimedOutError(
+            f"{partition.name}: the in-sync replicas did not confirm {what} within "
+            f"{timeout_s:.0f} s; retry") from None
+    return end
