@@ -60,6 +60,7 @@ from ingest_gateway._openapi import (
 )
 from ingest_gateway._openapi import errors as _errors
 from ingest_gateway._plan import check_length, check_media
+from ingest_gateway._registry import install_registry_routes, topic_of_subject
 from ingest_gateway._route import GatewayApp, serve_produce
 from ingest_gateway._server import serve_one, serve_workers
 from strata.client import (
@@ -99,6 +100,7 @@ class GatewayState:
         self._producer_lock = asyncio.Lock()
         self._cluster_id: tuple[str, float] | None = None
         self._limits: dict[str, tuple[int, float]] = {}
+        self._subjects: dict[str, str | None] = {}
         self.coalescer = Coalescer(self)
         #: Set by the SIGTERM/SIGINT handler (``GatewayApp.drain``): not ready any more.
         self.draining = False
@@ -157,8 +159,15 @@ class GatewayState:
             raise from_strata_error(err, topic=topic, sent=False) from err
         value = configs.get(topic, {}).get("max.message.bytes")
         limit = int(value.value) if value is not None and value.value else 1 << 20
+        subject = configs.get(topic, {}).get("value.schema.subject")
+        self._subjects[topic] = subject.value or None if subject is not None else None
         self._limits[topic] = (limit, now + self.config.metadata_ttl_s)
         return limit
+
+    def value_subject(self, topic: str) -> str | None:
+        """The topic's value subject, as read with ``max_message_bytes`` (call it
+        first): None for a bytes topic."""
+        return self._subjects.get(topic)
 
     def forget_topic(self, topic: str) -> None:
         self._limits.pop(topic, None)
@@ -265,16 +274,18 @@ def _load_auth(config: GatewayConfig) -> _Auth | None:
                  ThreadPoolExecutor(1, thread_name_prefix="gateway-auth"))
 
 
-def _guard(action: Action) -> Callable[[Request], Awaitable[Principal | None]]:
+def _guard(action: Action, topic_of: Callable[[Request], str | None] | None = None
+           ) -> Callable[[Request], Awaitable[Principal | None]]:
     """The one auth dependency of a route: authenticate the Authorization header,
-    authorize ``action`` on the route's topic (None: cluster-level), then charge the
-    key's rate limit one request."""
+    authorize ``action`` on the route's topic (``topic_of``, default the ``topic_name``
+    path parameter; None: cluster-level), then charge the key's rate limit one request."""
 
     async def dependency(request: Request) -> Principal | None:
         auth = _state(request).auth
         if auth is None:
             return None
-        topic = request.path_params.get("topic_name")
+        topic = request.path_params.get("topic_name") if topic_of is None \
+            else topic_of(request)
         principal = await asyncio.get_running_loop().run_in_executor(
             auth.executor, auth.authenticator.authenticate, request.headers.get("authorization"))
         access_info(request.scope)["key_id"] = principal.key_id
@@ -445,8 +456,17 @@ def _check_not_draining(state: GatewayState) -> None:
                           "and soon takes no more; send to another instance")
 
 
+def _registry_guard(action: Action, by_subject: bool
+                    ) -> Callable[[Request], Awaitable[Principal | None]]:
+    def topic_of(request: Request) -> str | None:
+        return topic_of_subject(request.path_params.get("subject")) if by_subject else None
+
+    return _guard(action, topic_of)
+
+
 def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
     consume, admin = _guard(Action.CONSUME), _guard(Action.ADMIN)
+    install_registry_routes(app, _registry_guard, _state)
     base = "/v3/clusters/{cluster_id}"
 
     @app.get("/healthz", tags=["health"])

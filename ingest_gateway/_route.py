@@ -64,9 +64,10 @@ from ingest_gateway._plan import (
     records_plan,
     stream_objects,
 )
-from strata.client import RecordMetadata
-from wire.errors import StrataError
+from strata.client import AsyncProducer, RecordMetadata, TypedValue
+from wire.errors import SchemaMismatchError, StrataError
 from wire.partitioner import partition_for_key
+from wire.schema import ParsedSchema, records_to_arrow
 
 if TYPE_CHECKING:
     from ingest_gateway._app import GatewayState
@@ -227,6 +228,8 @@ class _Target:
     topic: str
     acks: str
     limit: int
+    #: The topic's value subject: a typed topic (docs/typed-topics.md); None: bytes.
+    subject: str | None = None
 
 
 class Produce:
@@ -276,7 +279,68 @@ class Produce:
         self._check_sizes(plan)
         if plan.decoded is not None:
             return await self._one_by_one(plan)
+        if self.target.subject is not None:
+            return await self._typed(plan)
         return await self._coalesced(plan)
+
+    async def _writer_schema(self) -> tuple[int, ParsedSchema]:
+        assert self.target.subject is not None
+        try:
+            return await self.state.admin.schemas.latest(self.target.subject)
+        except StrataError as err:
+            raise from_strata_error(err, topic=self.target.topic, sent=False) from err
+
+    def _typed_refusal(self, label: str, value_type: str | None) -> HttpError | None:
+        if value_type == "JSON":
+            return None
+        return HttpError(422, f"{label}.value: topic {self.target.topic!r} is typed (subject "
+                              f"{self.target.subject!r}): send the value as "
+                              '{"type": "JSON", "data": {...}} with the schema\'s fields',
+                         not_written=True)
+
+    def _mismatch(self, label: str, err: SchemaMismatchError, schema_id: int) -> HttpError:
+        field = getattr(err, "field", None)
+        where = f"{label}.value.{field}" if field else f"{label}.value"
+        reason = err.message.split(": ", 1)[1] if err.message.startswith("record ") \
+            else err.message
+        return HttpError(422, f"{where}: {reason} (schema id {schema_id} of subject "
+                              f"{self.target.subject!r}); nothing was written for this "
+                              "record", not_written=True)
+
+    async def _typed(self, plan: Plan) -> list[Outcome]:
+        """A typed topic's records: their JSON values checked and converted together
+        into the schema's columns (a record that does not match is refused alone, 422
+        naming it and the field), then queued record by record."""
+        schema_id, schema = await self._writer_schema()
+        objects: dict[int, Any] = {}
+        for i in range(len(plan)):
+            if plan.errors[i] is not None:
+                continue
+            info = plan.value_info[i]
+            refusal = self._typed_refusal(plan.labels[i], None if info is None
+                                          else info.get("type"))
+            if refusal is not None:
+                plan.errors[i] = refusal
+                continue
+            objects[i] = json.loads(plan.values[i] or b"null")
+        indexes = list(objects)
+        column = None
+        while indexes:
+            try:
+                column = records_to_arrow([objects[i] for i in indexes], schema)
+                break
+            except SchemaMismatchError as err:
+                bad = indexes.pop(getattr(err, "record", 0) or 0)
+                plan.errors[bad] = self._mismatch(plan.labels[bad], err, schema_id)
+        pending: list[asyncio.Future[RecordMetadata] | HttpError] = [
+            error or HttpError(500, "internal error: record lost") for error in plan.errors]
+        if column is not None:
+            producer = await self.state.producer(self.target.acks)
+            for row, i in enumerate(indexes):
+                pending[i] = await self._send(producer, plan.labels[i], TypedValue(
+                    schema_id, schema, column.slice(row, 1)), plan.keys[i], None,
+                    plan.partitions[i], None)
+        return [await self.outcome(plan, i, item) for i, item in enumerate(pending)]
 
     async def _coalesced(self, plan: Plan) -> list[Outcome] | _Uniform:
         t = self.target
@@ -414,13 +478,35 @@ class Produce:
         t = self.target
         try:
             producer = await self.state.producer(t.acks)
-            return await producer.send(
-                t.topic, record.value, key=record.key, headers=record.headers or None,
-                partition=record.partition, timestamp_ms=record.timestamp_ms)
+            value: Any = record.value
+            if t.subject is not None:
+                refusal = self._typed_refusal(label, record.value_type)
+                if refusal is not None:
+                    return refusal
+                schema_id, schema = await self._writer_schema()
+                try:
+                    value = TypedValue(schema_id, schema, records_to_arrow(
+                        [json.loads(record.value or b"null")], schema))
+                except SchemaMismatchError as err:
+                    return self._mismatch(label, err, schema_id)
+        except HttpError as err:
+            return err
+        except StrataError as err:
+            return from_strata_error(err, topic=t.topic, record=label, sent=False)
+        return await self._send(producer, label, value, record.key, record.headers or None,
+                                record.partition, record.timestamp_ms)
+
+    async def _send(self, producer: AsyncProducer, label: str, value: Any, key: bytes | None,
+                    headers: list[tuple[str, bytes | None]] | None, partition: int | None,
+                    timestamp_ms: int | None) -> asyncio.Future[RecordMetadata] | HttpError:
+        t = self.target
+        try:
+            return await producer.send(t.topic, value, key=key, headers=headers,
+                                       partition=partition, timestamp_ms=timestamp_ms)
         except HttpError as err:
             return err
         except ValueError as err:
-            return HttpError(404, f"{label}: partition_id {record.partition} does not exist "
+            return HttpError(404, f"{label}: partition_id {partition} does not exist "
                                   f"in topic {t.topic!r} ({err})", not_written=True)
         except StrataError as err:
             return from_strata_error(err, topic=t.topic, record=label, sent=False)
@@ -555,7 +641,8 @@ async def serve_produce(state: GatewayState, scope: dict[str, Any], receive: Any
 
         async def compute() -> Answer:
             cid = await state.check_cluster(cluster_id)
-            target = _Target(cid, topic, acks, await state.max_message_bytes(topic))
+            target = _Target(cid, topic, acks, await state.max_message_bytes(topic),
+                             state.value_subject(topic))
             outcomes = await Produce(state, target, recorder).run(plan)
             if batch:
                 return _batch_answer(plan, outcomes)
@@ -601,6 +688,7 @@ async def _serve_stream(state: GatewayState, scope: dict[str, Any], receive: Any
     plain request (its status is the record's)."""
     target.cluster_id = await state.check_cluster(target.cluster_id)
     target.limit = await state.max_message_bytes(target.topic)
+    target.subject = state.value_subject(target.topic)
     producing = Produce(state, target, recorder)
     plan = Plan([], decoded=[])
     items: list[asyncio.Future[RecordMetadata] | HttpError] = []

@@ -10,6 +10,7 @@
     strata produce TOPIC [--key-separator SEP] [--acks 0|1|all] [--partition P]
     strata consume TOPIC [--from-beginning|--offset N|--timestamp MS] [--partition P]
                          [-n COUNT] [--timeout-ms MS] [--group G]
+                         [--value-format json|confluent]
     strata group list|describe G|delete G ...
     strata group reset-offsets G --topic T (--to-earliest|--to-latest|--to-offset N|
                                --to-datetime ISO) [--partition P ...] [--execute]
@@ -19,6 +20,7 @@
                     [--lease-ttl-s S]
     strata user create|delete|list ...      strata acl add|remove|list ...
     strata quota set|list ...
+    strata schema register|list|get|check|delete|config ...
     strata zookeeper-acls secure|unsecure --zookeeper HOST:PORT --digest-username U
     strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier|group|scale|
                 security|propagation
@@ -152,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         group,
         produce,
         quota,
+        schema,
         tier,
         topic,
         user,
@@ -159,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     for module in (broker, topic, cluster, produce, consume, group, gateway, tier, user, acl,
-                   quota, zookeeper_acls):
+                   quota, schema, zookeeper_acls):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")

@@ -39,6 +39,8 @@ poll loop and rebalance steps) over ``_subscription``, ``_fetcher``, ``_offsets`
 ``_sync``.
 """
 
+from strata.client._config import ValueFormat
+from strata.client._schemas import RegisteredSchema, TypedValue
 from strata.client.admin import (
     Admin,
     AsyncAdmin,
@@ -100,12 +102,14 @@ from wire.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
+    IncompatibleSchemaError,
     InvalidConfigError,
     InvalidGroupIdError,
     InvalidPartitionsError,
     InvalidProducerEpochError,
     InvalidRecordBatchError,
     InvalidReplicationFactorError,
+    InvalidSchemaError,
     InvalidSessionTimeoutError,
     InvalidTopicError,
     NetworkError,
@@ -117,6 +121,8 @@ from wire.errors import (
     PolicyViolationError,
     RecordTooLargeError,
     RequestTimedOutError,
+    SchemaMismatchError,
+    SchemaNotFoundError,
     StaleMemberEpochError,
     StrataError,
     TierJobBusyError,
@@ -129,6 +135,7 @@ from wire.errors import (
 )
 from wire.protocol import AclEntry, AclFilterEntry
 from wire.record_batch import CONSUMER_SCHEMA, TimestampType
+from wire.schema import Compatibility
 from wire.security import ClientSecurity
 
 __all__ = [
@@ -217,4 +224,12 @@ __all__ = [
     "TopicPartition",
     "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
+    "IncompatibleSchemaError",
+    "InvalidSchemaError",
+    "RegisteredSchema",
+    "SchemaMismatchError",
+    "SchemaNotFoundError",
+    "TypedValue",
+    "ValueFormat",
+    "Compatibility",
 ]

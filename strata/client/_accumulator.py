@@ -66,6 +66,7 @@ from strata.client._delivery import (
     SendBatchGroup,
     resolve,
 )
+from strata.client._schemas import TypedValue, typed_column
 from wire.errors import RecordTooLargeError, StrataError
 from wire.partitioner import (
     StickyPartitioner,
@@ -80,6 +81,7 @@ from wire.record_batch import (
     Compression,
     build_batch,
     encode_record_batch,
+    typed_payload_schema,
 )
 
 __all__ = [
@@ -104,7 +106,7 @@ MAX_TIMESTAMP_MS: Final = (1 << 63) - 1
 _HEADERS_TYPE: Final = PAYLOAD_SCHEMA.field("headers").type
 
 Key: TypeAlias = bytes | bytearray | memoryview | str | None
-Value: TypeAlias = bytes | bytearray | memoryview | str | None
+Value: TypeAlias = bytes | bytearray | memoryview | str | TypedValue | None
 Headers: TypeAlias = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None
 Header: TypeAlias = tuple[str, bytes | None]
 #: ``send_batch`` input cut into ``(partition or None=sticky, payload, size)`` chunks.
@@ -194,7 +196,7 @@ class Batch:
         self.partition = partition
         self.created = now
         self.deadline = now + delivery_timeout_s
-        self.values: list[bytes | None] = []
+        self.values: list[bytes | TypedValue | None] = []
         self.timestamps: list[int] = []
         # Timestamps given by the caller, in ms (sparse, like keys): any int64 ms fits
         # here, where the clock's nanoseconds would overflow past the year 2262.
@@ -253,10 +255,14 @@ class Batch:
             pa.timestamp("ms"), safe=False).view(pa.int64())
         if self.explicit_ms is not None:  # the caller's own, where given
             timestamps = pc.coalesce(pa.array(self.explicit_ms, pa.int64()), timestamps)
-        return build_batch(self.values, keys=self.keys, timestamps=timestamps,
+        values: Any = self.values
+        schema_id = None
+        if type(values[0]) is TypedValue:  # a typed topic's records (send of a dict)
+            schema_id, values = typed_column(values)
+        return build_batch(values, keys=self.keys, timestamps=timestamps,
                            headers=self.headers, compression=compression,
                            producer_id=producer_id, producer_epoch=producer_epoch,
-                           base_sequence=base_sequence)
+                           base_sequence=base_sequence, value_schema_id=schema_id)
 
     def unwatched(self) -> int:
         """Records nobody holds a future or callback for (``produce`` without one)."""
@@ -376,13 +382,15 @@ class Accumulator:
 
     # ------------------------------------------------------------------ records
     def prepare(self, key: Key, value: Value, headers: Headers, timestamp_ms: int | None
-                ) -> tuple[bytes | None, bytes | None, list[Header] | None, int | None, int]:
+                ) -> tuple[bytes | None, bytes | TypedValue | None, list[Header] | None,
+                           int | None, int]:
         """Type-check one record; return key, value, headers, its timestamp (``None``:
         now) and its size estimate.
 
         This runs once per ``send``/``produce``: the common types take the short way.
         """
-        v = value if type(value) is bytes or value is None else _as_bytes(value, "value")
+        v = value if type(value) is bytes or value is None or isinstance(value, TypedValue) \
+            else _as_bytes(value, "value")
         size = RECORD_OVERHEAD if v is None else RECORD_OVERHEAD + len(v)
         k: bytes | None = None
         if key is not None:
@@ -645,14 +653,23 @@ class Accumulator:
 
     # ------------------------------------------------------------------ columnar path
     def plan_columns(self, topic: str, num_partitions: int, values: Any, keys: Any,
-                     partition: int | None, timestamp_ms: int | None) -> Chunks:
+                     partition: int | None, timestamp_ms: int | None,
+                     value_schema_id: int | None = None) -> Chunks:
         """Cut whole columns into ``(partition or None=sticky, payload, size)`` chunks.
 
         All vectorized: sizes come from ``binary_length`` and a cumulative sum, chunk
         edges from a run-end encoding of ``(cumsum - 1) // batch_size``. Only keyed
         records without an explicit partition pay a Python murmur2 call each.
+
+        ``value_schema_id`` set: a typed topic's values, already a StructArray of that
+        schema (its rows are sized by their average: a struct has no per-row length).
         """
-        value_array = _column(values, "values")
+        if value_schema_id is None:
+            value_array = _column(values, "values")
+            payload_schema = PAYLOAD_SCHEMA
+        else:
+            value_array = values
+            payload_schema = typed_payload_schema(values.type, value_schema_id)
         n = len(value_array)
         if n == 0:
             return []
@@ -681,13 +698,17 @@ class Accumulator:
             if estimate <= self.config.batch_size and rows.num_rows <= MAX_RECORDS_PER_BATCH:
                 out.append((target, pa.RecordBatch.from_arrays(
                     [*rows.columns, pa.nulls(rows.num_rows, _HEADERS_TYPE)],
-                    schema=PAYLOAD_SCHEMA), estimate))
+                    schema=payload_schema), estimate))
                 continue
             # Scalars are passed as Arrow scalars: given a Python int, pyarrow retries a
             # failing optional import on every call (about 70 us each here).
             zero = pa.scalar(0, pa.int32())
+            value_sizes = pc.fill_null(pc.binary_length(rows.column(1)), zero) \
+                if value_schema_id is None else pa.repeat(
+                    pa.scalar(-(-rows.column(1).nbytes // rows.num_rows), pa.int32()),
+                    rows.num_rows)
             sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(rows.column(0)), zero),
-                                  pc.fill_null(pc.binary_length(rows.column(1)), zero)),
+                                  value_sizes),
                            pa.scalar(RECORD_OVERHEAD, pa.int32()))
             sizes = pc.cast(sizes, pa.int64())
             cumulative = pc.cumulative_sum(sizes)
@@ -701,7 +722,7 @@ class Accumulator:
                     part = rows.slice(start, stop - start)
                     chunk = pa.RecordBatch.from_arrays(
                         [*part.columns, pa.nulls(stop - start, _HEADERS_TYPE)],
-                        schema=PAYLOAD_SCHEMA)
+                        schema=payload_schema)
                     before = cumulative[start - 1].as_py() if start else 0
                     out.append((target, chunk, cumulative[stop - 1].as_py() - before))
                     start = stop

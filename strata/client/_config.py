@@ -249,6 +249,13 @@ class ConsumerOptions(SecurityOptions, total=False):
     assignor: str
     enable_auto_commit: bool
     auto_commit_interval_ms: int
+    value_format: ValueFormat
+    value_schema_version: int | str
+
+
+#: How a typed topic's values reach the caller (docs/typed-topics.md).
+ValueFormat: TypeAlias = Literal["arrow", "json", "confluent"]
+_VALUE_FORMATS: Final = ("arrow", "json", "confluent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +286,14 @@ class ConsumerConfig:
     ``auto_commit_interval_ms`` inside ``poll`` and before partitions are revoked or the
     consumer closes, the positions of the records ``poll`` has returned: processing a
     poll's records must be finished before the next ``poll``.
+
+    Typed topics (docs/typed-topics.md): ``value_format`` ``"arrow"`` (default) gives
+    the value as the schema's struct (dicts per record, a struct column in
+    ``poll_arrow``); ``"json"`` as one JSON document per record and ``"confluent"`` as
+    Confluent's wire format (magic byte 0, the 4-byte schema id, the Avro body), both
+    bytes, for Kafka-style tools downstream. Every value is read under one reader
+    schema per topic: ``value_schema_version`` of the topic's subject (``"latest"``,
+    the default: the latest version when the consumer first meets the topic).
     """
 
     bootstrap_servers: str | list[str]
@@ -298,11 +313,20 @@ class ConsumerConfig:
     assignor: str = "cooperative-sticky"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = 5_000
+    value_format: ValueFormat = "arrow"
+    value_schema_version: int | str = "latest"
     security: ClientSecurity = PLAINTEXT
 
     def __post_init__(self) -> None:
         """``ValueError`` naming the option, before anything is sent."""
         _check_group_options(self)
+        if self.value_format not in _VALUE_FORMATS:
+            raise ValueError(f"value_format={self.value_format!r} is not valid; use one of "
+                             f"{', '.join(_VALUE_FORMATS)}")
+        version = self.value_schema_version
+        if version != "latest" and not (isinstance(version, int) and version >= 1):
+            raise ValueError(f"value_schema_version={version!r} is not valid; use 'latest' "
+                             "or a version number >= 1")
         if self.auto_offset_reset not in _RESET_STRATEGIES:
             raise ValueError(f"auto_offset_reset={self.auto_offset_reset!r} is not valid; use "
                              f"one of {', '.join(_RESET_STRATEGIES)}")

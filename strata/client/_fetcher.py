@@ -42,6 +42,7 @@ import pyarrow as pa
 from strata.client._cluster import Cluster
 from strata.client._common import TopicPartition, as_strata_error, error_from_code, is_transient
 from strata.client._config import ConsumerConfig
+from strata.client._schemas import MissingSchemas, SchemaSource, TopicSchemas, TypedReader
 from strata.client._subscription import Chunk, PartitionState, Subscription
 from wire.errors import OffsetOutOfRangeError, StrataError
 from wire.protocol import (
@@ -78,6 +79,10 @@ class Fetcher:
         self._config = config
         self._cluster = cluster
         self._subscription = subscription
+        self.typed = TypedReader(TopicSchemas(SchemaSource(
+            cluster, request_timeout_ms=config.request_timeout_ms,
+            retry_backoff_ms=config.retry_backoff_ms)), config.value_format,
+            config.value_schema_version)
         self.inflight: dict[_Lane, InFlight] = {}
         self._inflight_tps: dict[TopicPartition, _Lane] = {}
         self._errors: list[StrataError] = []
@@ -252,7 +257,10 @@ class Fetcher:
             return
         try:
             table = batches_to_table(records, topic=tp.topic, partition=tp.partition,
-                                     start_offset=fetch_offset)
+                                     start_offset=fetch_offset,
+                                     resolve_value=self.typed.resolver(tp.topic))
+        except MissingSchemas:
+            return  # nothing buffered: fetched again once ``typed.load`` ran
         except StrataError as err:
             self._errors.append(err)
             return
@@ -291,6 +299,8 @@ class Fetcher:
         for _, state in order:
             while state.chunks and (budget is None or budget > 0):
                 chunk = state.chunks[0]
+                if parts and chunk.table.schema != parts[0].schema:
+                    break  # another topic's value type: its turn is the next poll
                 n = chunk.remaining if budget is None else min(chunk.remaining, budget)
                 piece = chunk.table.slice(chunk.index, n)
                 chunk.index += n

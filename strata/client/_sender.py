@@ -52,6 +52,7 @@ from strata.client._delivery import (
     resolve,
 )
 from strata.client._idempotence import Idempotence
+from strata.client._schemas import TopicSchemas
 from wire.errors import (
     BrokerNotAvailableError,
     DuplicateSequenceError,
@@ -127,6 +128,8 @@ class Sender:
                                security=config.security)
         self.wakeup = Wakeup(loop)
         self.accumulator = Accumulator(config, self.wakeup, self.cluster.topics)
+        # Typed topics' schemas, made at the first dict or Table sent (producer.py).
+        self.topic_schemas: TopicSchemas | None = None
         self.idempotence = Idempotence(self.cluster, config, self.wakeup) \
             if config.idempotent else None
         self._stopping = False

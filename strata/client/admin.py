@@ -62,6 +62,7 @@ from strata.client._common import TopicPartition, error_from_code, is_transient
 from strata.client._config import SecurityOptions, security_of
 from strata.client._group import Coordinator, CoordinatorLink
 from strata.client._offsets import list_offsets, list_offsets_once
+from strata.client._schemas import RegisteredSchema, RegistryAnswer, SchemaSource
 from strata.client._sync import EventLoopThread
 from wire.errors import (
     GroupIdNotFoundError,
@@ -131,6 +132,7 @@ from wire.protocol import (
     QuotaAlteration,
     ReassignablePartition,
     ReassignableTopic,
+    SchemaRegistryRequest,
     ScramCredentialDeletion,
     ScramCredentialUpsertion,
     TierLeaseRequest,
@@ -525,6 +527,8 @@ class AsyncAdmin:
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms, security=client_security)
         self._links: dict[str, CoordinatorLink] = {}
+        self.schemas = SchemaSource(self._cluster, request_timeout_ms=request_timeout_ms,
+                                    retry_backoff_ms=retry_backoff_ms)
 
     @property
     def _operation_timeout_ms(self) -> int:
@@ -1278,6 +1282,76 @@ class AsyncAdmin:
         await self.delete_groups([group_id])
 
     # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ schema registry
+    async def schema_request(self, request: SchemaRegistryRequest) -> RegistryAnswer:
+        """Any registry operation, answered as Confluent's REST API would (the gateway's
+        routes pass these through); errors are in the answer, not raised."""
+        return await self.schemas.ask(request)
+
+    async def register_schema(self, subject: str, schema: str, schema_type: str = "AVRO"
+                              ) -> int:
+        """Register ``schema`` under ``subject`` (a new version unless it is already
+        there); its global id. ``IncompatibleSchemaError`` lists each reason."""
+        body = (await self.schemas.ask(SchemaRegistryRequest(
+            "register", subject, schema=schema, schema_type=schema_type))).result()
+        return int(body["id"])
+
+    async def get_schema(self, subject: str, version: int | Literal["latest"] = "latest",
+                         *, include_deleted: bool = False) -> RegisteredSchema:
+        number = -1 if version == "latest" else int(version)
+        body = (await self.schemas.ask(SchemaRegistryRequest(
+            "get_version", subject, version=number, include_deleted=include_deleted))
+        ).result()
+        return RegisteredSchema(int(body["id"]), body["schema"],
+                                body.get("schemaType", "AVRO"), body["subject"],
+                                int(body["version"]))
+
+    async def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        body = (await self.schemas.ask(SchemaRegistryRequest(
+            "get_by_id", schema_id=schema_id))).result()
+        return RegisteredSchema(schema_id, body["schema"], body.get("schemaType", "AVRO"))
+
+    async def list_subjects(self, *, include_deleted: bool = False) -> list[str]:
+        return list((await self.schemas.ask(SchemaRegistryRequest(
+            "list_subjects", include_deleted=include_deleted))).result())
+
+    async def list_schema_versions(self, subject: str, *, include_deleted: bool = False
+                                   ) -> list[int]:
+        return list((await self.schemas.ask(SchemaRegistryRequest(
+            "list_versions", subject, include_deleted=include_deleted))).result())
+
+    async def delete_subject(self, subject: str, *, permanent: bool = False) -> list[int]:
+        """Soft-delete every version (``permanent``: remove soft-deleted ones for good)."""
+        return list((await self.schemas.ask(SchemaRegistryRequest(
+            "delete_subject", subject, permanent=permanent))).result())
+
+    async def delete_schema_version(self, subject: str, version: int | Literal["latest"],
+                                    *, permanent: bool = False) -> int:
+        number = -1 if version == "latest" else int(version)
+        return int((await self.schemas.ask(SchemaRegistryRequest(
+            "delete_version", subject, version=number, permanent=permanent))).result())
+
+    async def check_schema_compatibility(
+            self, subject: str, schema: str, schema_type: str = "AVRO",
+            version: int | Literal["latest"] = "latest") -> list[str]:
+        """Why ``schema`` could not be registered under ``subject`` (empty: it could)."""
+        number = -1 if version == "latest" else int(version)
+        body = (await self.schemas.ask(SchemaRegistryRequest(
+            "check_compatibility", subject, version=number, schema=schema,
+            schema_type=schema_type))).result()
+        return list(body["messages"])
+
+    async def get_compatibility(self, subject: str | None = None) -> str:
+        """The level that applies to ``subject`` (None: the global level)."""
+        body = (await self.schemas.ask(SchemaRegistryRequest(
+            "get_config", subject, default_to_global=True))).result()
+        return str(body["compatibilityLevel"])
+
+    async def set_compatibility(self, level: str, subject: str | None = None) -> str:
+        body = (await self.schemas.ask(SchemaRegistryRequest(
+            "set_config", subject, compatibility=level))).result()
+        return str(body["compatibility"])
+
     async def close(self) -> None:
         await self._cluster.close()
 
@@ -1433,6 +1507,45 @@ class Admin:
 
     def delete_group(self, group_id: str) -> None:
         self._run(self._admin.delete_group(group_id))
+
+    def register_schema(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
+        return self._run(self._admin.register_schema(subject, schema, schema_type))
+
+    def get_schema(self, subject: str, version: int | Literal["latest"] = "latest", *,
+                   include_deleted: bool = False) -> RegisteredSchema:
+        return self._run(self._admin.get_schema(subject, version,
+                                                include_deleted=include_deleted))
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        return self._run(self._admin.schema_by_id(schema_id))
+
+    def list_subjects(self, *, include_deleted: bool = False) -> list[str]:
+        return self._run(self._admin.list_subjects(include_deleted=include_deleted))
+
+    def list_schema_versions(self, subject: str, *, include_deleted: bool = False
+                             ) -> list[int]:
+        return self._run(self._admin.list_schema_versions(subject,
+                                                          include_deleted=include_deleted))
+
+    def delete_subject(self, subject: str, *, permanent: bool = False) -> list[int]:
+        return self._run(self._admin.delete_subject(subject, permanent=permanent))
+
+    def delete_schema_version(self, subject: str, version: int | Literal["latest"], *,
+                              permanent: bool = False) -> int:
+        return self._run(self._admin.delete_schema_version(subject, version,
+                                                           permanent=permanent))
+
+    def check_schema_compatibility(self, subject: str, schema: str,
+                                   schema_type: str = "AVRO",
+                                   version: int | Literal["latest"] = "latest") -> list[str]:
+        return self._run(self._admin.check_schema_compatibility(subject, schema,
+                                                                schema_type, version))
+
+    def get_compatibility(self, subject: str | None = None) -> str:
+        return self._run(self._admin.get_compatibility(subject))
+
+    def set_compatibility(self, level: str, subject: str | None = None) -> str:
+        return self._run(self._admin.set_compatibility(level, subject))
 
     def close(self) -> None:
         if self._thread.loop.is_closed():

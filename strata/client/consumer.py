@@ -538,6 +538,8 @@ class AsyncConsumer:
                     return CONSUMER_SCHEMA.empty_table()  # the sync face runs the callbacks
             offsets.maybe_auto_commit()
             fetcher.collect()
+            if fetcher.typed.pending:
+                await fetcher.typed.load()
             await fetcher.maybe_refresh_metadata()
             await offsets.resolve_positions(
                 {tp: s for tp, s in subscription.states.items() if s.position is None},

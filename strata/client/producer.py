@@ -98,7 +98,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+from collections.abc import Mapping
 from typing import Any, Unpack, cast
+
+import pyarrow as pa
 
 from strata.client._accumulator import Headers, Key, Value, Watcher
 from strata.client._config import ProducerConfig, ProducerOptions, config_of
@@ -114,6 +117,7 @@ from strata.client._delivery import (
     RecordMetadata,
     SendBatchGroup,
 )
+from strata.client._schemas import SchemaSource, TopicSchemas, TypedValue
 from strata.client._sender import Sender
 from strata.client._sync import EventLoopThread
 
@@ -136,6 +140,15 @@ log = logging.getLogger("strata.client.producer")
 
 
 # --------------------------------------------------------------------------- faces
+
+
+def _typed_input(values: Any) -> bool:
+    """Values for a typed topic: a pyarrow Table/RecordBatch, a struct column, or dicts."""
+    if isinstance(values, pa.Table | pa.RecordBatch):
+        return True
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        return bool(pa.types.is_struct(values.type))
+    return isinstance(values, list | tuple) and bool(values) and isinstance(values[0], Mapping)
 
 
 class AsyncProducer:
@@ -185,6 +198,8 @@ class AsyncProducer:
         the outcome need not be awaited record by record.
         """
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        if type(value) is not bytes and isinstance(value, Mapping):
+            value = await self._typed_value(topic, value)
         sender = self._sender
         if sender is None or sender.accumulator.add(topic, value, key, headers, partition,
                                                     timestamp_ms, future, False) is not True:
@@ -203,6 +218,8 @@ class AsyncProducer:
         ``DeliveryFailedError`` naming it. Awaiting ``produce`` waits only for metadata
         and buffer space, as ``send`` does.
         """
+        if type(value) is not bytes and isinstance(value, Mapping):
+            value = await self._typed_value(topic, value)
         sender = self._sender
         if sender is None or sender.accumulator.add(topic, value, key, headers, partition,
                                                     timestamp_ms, on_delivery,
@@ -251,12 +268,28 @@ class AsyncProducer:
         num_partitions = await self._partition_count(topic, partition)
         sender = self._running()
         accumulator = sender.accumulator
+        schema_id = None
+        if _typed_input(values):
+            schema_id, values = await self._topic_schemas().to_column(topic, values)
         chunks = accumulator.plan_columns(topic, num_partitions, values, keys, partition,
-                                          timestamp_ms)
+                                          timestamp_ms, schema_id)
         future: asyncio.Future[list[BatchMetadata]] = sender.loop.create_future()
         await accumulator.append_chunks_async(topic, num_partitions, chunks,
                                               SendBatchGroup(future))
         return future
+
+    def _topic_schemas(self) -> TopicSchemas:
+        sender = self._running()
+        if sender.topic_schemas is None:
+            sender.topic_schemas = TopicSchemas(SchemaSource(
+                sender.cluster, request_timeout_ms=self.config.request_timeout_ms,
+                retry_backoff_ms=self.config.retry_backoff_ms))
+        return sender.topic_schemas
+
+    async def _typed_value(self, topic: str, value: Mapping[str, Any]) -> TypedValue:
+        if self._sender is None:
+            await self.start()
+        return await self._topic_schemas().typed_value(topic, value)
 
     async def flush(self) -> None:
         """Send everything buffered now, ignoring ``linger_ms``; wait for every outcome.
@@ -337,6 +370,8 @@ class Producer:
         ``produce`` is the cheaper way when the outcome need not be awaited per record.
         """
         future = DeliveryFuture()
+        if type(value) is not bytes and isinstance(value, Mapping):
+            value = self._typed_value(topic, value)
         if self._accumulator.add(topic, value, key, headers, partition, timestamp_ms, future,
                                  True) is not True:
             self._add_slowly(topic, value, key, headers, partition, timestamp_ms, future)
@@ -353,6 +388,8 @@ class Producer:
         heard: the next ``flush()`` or ``close()`` raises ``DeliveryFailedError`` for
         it. Blocks only as ``send`` does.
         """
+        if type(value) is not bytes and isinstance(value, Mapping):
+            value = self._typed_value(topic, value)
         if self._accumulator.add(topic, value, key, headers, partition, timestamp_ms,
                                  on_delivery, True) is not True:
             self._add_slowly(topic, value, key, headers, partition, timestamp_ms, on_delivery)
@@ -378,12 +415,32 @@ class Producer:
         accumulator = self._sender.accumulator
         num_partitions = self._partition_count(topic)
         accumulator.check_partition(topic, partition, num_partitions)
+        schema_id = None
+        if _typed_input(values):
+            schema_id, values = self._thread.run(self._to_column(topic, values),
+                                                 timeout=self._block_s())
         chunks = accumulator.plan_columns(topic, num_partitions, values, keys, partition,
-                                          timestamp_ms)
+                                          timestamp_ms, schema_id)
         future: concurrent.futures.Future[list[BatchMetadata]] = concurrent.futures.Future()
         accumulator.append_chunks_blocking(topic, num_partitions, chunks,
                                            SendBatchGroup(future))
         return future
+
+    async def _topic_schemas(self) -> TopicSchemas:
+        if self._sender.topic_schemas is None:
+            self._sender.topic_schemas = TopicSchemas(SchemaSource(
+                self._sender.cluster, request_timeout_ms=self.config.request_timeout_ms,
+                retry_backoff_ms=self.config.retry_backoff_ms))
+        return self._sender.topic_schemas
+
+    async def _to_column(self, topic: str, values: Any) -> tuple[int, Any]:
+        return await (await self._topic_schemas()).to_column(topic, values)
+
+    async def _typed_value_async(self, topic: str, value: Mapping[str, Any]) -> TypedValue:
+        return await (await self._topic_schemas()).typed_value(topic, value)
+
+    def _typed_value(self, topic: str, value: Mapping[str, Any]) -> TypedValue:
+        return self._thread.run(self._typed_value_async(topic, value), timeout=self._block_s())
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now and wait for every outcome (``TimeoutError`` if not

@@ -71,6 +71,10 @@ def register(sub: Any) -> None:
                          help="stop once no record has arrived for this long")
     consume.add_argument("--key-separator", default=None, metavar="SEP",
                          help="text output: print key SEP value")
+    consume.add_argument("--value-format", default="json", choices=("json", "confluent"),
+                         help="a typed topic's values as JSON documents (default) or as "
+                         "Confluent's wire format (magic 0, schema id, Avro body); bytes "
+                         "topics print as they are")
     consume.add_argument("--group", default=None, metavar="G",
                          help="join consumer group G: print the partitions it gives this "
                          "process, from its committed offsets, and commit what was printed")
@@ -101,7 +105,8 @@ def _consume(args: argparse.Namespace) -> int:
     printed = 0
     # An explicit --offset outside the log is an error to report, not to paper over.
     reset: OffsetResetStrategy = "none" if args.offset is not None else "earliest"
-    with Consumer(bootstrap, auto_offset_reset=reset, security=security_of_args(args)) as consumer:
+    with Consumer(bootstrap, auto_offset_reset=reset, security=security_of_args(args),
+                  value_format=args.value_format) as consumer:
         consumer.assign(tps)
         if args.from_beginning:
             consumer.seek_to_beginning(tps)
@@ -179,7 +184,7 @@ def _consume_group(args: argparse.Namespace) -> int:
     count = 0
     uncommitted = False  # records printed since the last commit
     consumer = Consumer(bootstrap, group_id=args.group, auto_offset_reset=reset,
-                        security=security_of_args(args),
+                        security=security_of_args(args), value_format=args.value_format,
                         enable_auto_commit=False, client_id="strata-console-consumer")
 
     def commit() -> None:

@@ -60,6 +60,12 @@ def register(sub: Any) -> None:
                         help="replication factor (default: default.replication.factor)")
     create.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
                         help="topic config, repeatable (see docs/configuration.md)")
+    typed = create.add_mutually_exclusive_group()
+    typed.add_argument("--typed", action="store_true",
+                       help="a typed topic whose values follow subject <name>-value "
+                       "(docs/typed-topics.md)")
+    typed.add_argument("--value-subject", default=None, metavar="SUBJECT",
+                       help="a typed topic whose values follow SUBJECT")
     create.set_defaults(handler=_create)
 
     listing = actions.add_parser("list", help="list topic names")
@@ -141,6 +147,8 @@ def acks_all_problem(admin: Admin, name: str, wait_s: float = 10.0) -> str | Non
 
 def _create(args: argparse.Namespace) -> int:
     configs = parse_key_values(args.config, "--config")
+    if args.typed or args.value_subject:
+        configs["value.schema.subject"] = args.value_subject or f"{args.name}-value"
     with Admin(bootstrap_of(args), security=security_of_args(args)) as admin:
         admin.create_topics([NewTopic(args.name, args.partitions, args.replicas, configs)])
         description = admin.describe_topics([args.name])[args.name]

@@ -1,0 +1,334 @@
+"""The client's side of the schema registry: routing its requests, caching schemas.
+
+The registry lives on the broker that leads ``__schemas``-0 (``brokers/schema_registry.py``).
+``SchemaSource`` finds that broker in the metadata, sends there, and on a moved leader,
+a topic still being created or a lost connection looks it up again and retries until
+the request timeout. Ids are immutable, so a schema fetched by id is cached for good;
+a subject's latest version is cached for ``LATEST_TTL_S`` (a producer picks up a new
+version that soon, or at once after the broker refuses its batch).
+
+Thread-safety: one event loop (the client's); the synchronous faces run it on theirs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+
+from strata.client._cluster import Cluster
+from strata.client._common import as_strata_error, error_from_code, is_transient
+from wire.errors import (
+    CoordinatorNotAvailableError,
+    InvalidRecordBatchError,
+    StrataError,
+    UnknownTopicOrPartitionError,
+)
+from wire.protocol import (
+    ApiKey,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    SchemaRegistryRequest,
+    SchemaRegistryResponse,
+)
+from wire.schema import (
+    ParsedSchema,
+    confluent_frame,
+    parse_schema,
+    records_to_arrow,
+    resolve,
+    table_to_arrow,
+    to_avro_bodies,
+    to_json_values,
+)
+
+__all__ = ["LATEST_TTL_S", "RegisteredSchema", "SchemaSource", "SCHEMAS_TOPIC", "TopicSchemas",
+           "TypedReader", "TypedValue", "MissingSchemas", "typed_column"]
+
+SCHEMAS_TOPIC: Final = "__schemas"
+LATEST_TTL_S: Final = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredSchema:
+    """One version of a subject (``subject``/``version`` None for a look-up by id)."""
+
+    schema_id: int
+    schema: str
+    schema_type: str
+    subject: str | None = None
+    version: int | None = None
+
+    def parsed(self) -> ParsedSchema:
+        return parse_schema(self.schema, self.schema_type)
+
+
+class RegistryAnswer:
+    """A registry answer: the JSON body, or the error with Confluent's code."""
+
+    __slots__ = ("body", "error", "registry_code")
+
+    def __init__(self, response: SchemaRegistryResponse) -> None:
+        self.registry_code = response.registry_code
+        self.error = None if response.error_code == 0 else \
+            error_from_code(response.error_code, response.error_message)
+        self.body: Any = None if response.body is None else json.loads(response.body)
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.body
+
+
+class SchemaSource:
+    """Sends registry requests to the registry's broker and caches what it answers."""
+
+    def __init__(self, cluster: Cluster, *, request_timeout_ms: int,
+                 retry_backoff_ms: int) -> None:
+        self.cluster = cluster
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.retry_backoff_ms = retry_backoff_ms
+        self._by_id: dict[int, ParsedSchema] = {}
+        self._latest: dict[str, tuple[float, int, ParsedSchema]] = {}
+
+    async def ask(self, request: SchemaRegistryRequest) -> RegistryAnswer:
+        """The registry's answer to ``request`` (errors inside it, not raised, except a
+        registry that stays unreachable past the request timeout)."""
+        deadline = time.monotonic() + self.request_timeout_s
+        attempt = 0
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.001)
+            try:
+                response = await asyncio.wait_for(self._send(request), remaining)
+                assert isinstance(response, SchemaRegistryResponse)
+                answer = RegistryAnswer(response)
+                if answer.error is None or not answer.error.retriable:
+                    return answer
+                error: StrataError = answer.error
+            except (StrataError, TimeoutError) as err:
+                error = as_strata_error(err)
+                if not is_transient(error) and not isinstance(
+                        error, UnknownTopicOrPartitionError):
+                    raise error from None
+            if time.monotonic() >= deadline:
+                if isinstance(error, UnknownTopicOrPartitionError):
+                    raise CoordinatorNotAvailableError(
+                        f"the schema registry's topic {SCHEMAS_TOPIC} is not available "
+                        f"({error.message}); check that the brokers are up") from None
+                raise error
+            await self.cluster.backoff(attempt)
+            attempt += 1
+
+    async def _send(self, request: SchemaRegistryRequest) -> object:
+        try:
+            leader = await self.cluster.leader_for(SCHEMAS_TOPIC, 0)
+        except UnknownTopicOrPartitionError:
+            # Not created yet: any broker creates it on a registry request (and answers
+            # COORDINATOR_NOT_AVAILABLE meanwhile).
+            return await self.cluster.send_any(ApiKey.SCHEMA_REGISTRY, request)
+        connection = await self.cluster.connection(leader)
+        response = await connection.request(ApiKey.SCHEMA_REGISTRY, request)
+        if isinstance(response, SchemaRegistryResponse) and response.error_code and \
+                error_from_code(response.error_code, None).retriable:
+            await self.cluster.partitions_for(SCHEMAS_TOPIC, refresh=True)
+        return response
+
+    # ------------------------------------------------------------------ cached look-ups
+    async def by_id(self, schema_id: int) -> ParsedSchema:
+        parsed = self._by_id.get(schema_id)
+        if parsed is None:
+            body = (await self.ask(SchemaRegistryRequest("get_by_id", schema_id=schema_id)
+                                   )).result()
+            parsed = self._by_id[schema_id] = parse_schema(
+                body["schema"], body.get("schemaType", "AVRO"))
+        return parsed
+
+    async def latest(self, subject: str, *, refresh: bool = False
+                     ) -> tuple[int, ParsedSchema]:
+        """The subject's latest live version: (schema id, schema)."""
+        cached = self._latest.get(subject)
+        if cached is not None and not refresh and time.monotonic() - cached[0] < LATEST_TTL_S:
+            return cached[1], cached[2]
+        body = (await self.ask(SchemaRegistryRequest("get_version", subject, version=-1))
+                ).result()
+        schema_id = int(body["id"])
+        parsed = self._by_id.get(schema_id) or parse_schema(body["schema"],
+                                                             body.get("schemaType", "AVRO"))
+        self._by_id[schema_id] = parsed
+        self._latest[subject] = (time.monotonic(), schema_id, parsed)
+        return schema_id, parsed
+
+    async def version(self, subject: str, version: int) -> tuple[int, ParsedSchema]:
+        """A given version of the subject (-1: the latest): (schema id, schema)."""
+        if version == -1:
+            return await self.latest(subject)
+        body = (await self.ask(SchemaRegistryRequest("get_version", subject,
+                                                     version=version))).result()
+        schema_id = int(body["id"])
+        parsed = self._by_id.get(schema_id) or parse_schema(body["schema"],
+                                                             body.get("schemaType", "AVRO"))
+        self._by_id[schema_id] = parsed
+        return schema_id, parsed
+
+
+class TypedValue:
+    """One record's value for a typed topic, already converted (``send`` of a dict): a
+    one-row StructArray of schema ``schema_id``. Batches concatenate them when sealed."""
+
+    __slots__ = ("row", "schema", "schema_id", "size")
+
+    def __init__(self, schema_id: int, schema: ParsedSchema, row: pa.StructArray) -> None:
+        self.schema_id = schema_id
+        self.schema = schema
+        self.row = row
+        self.size = int(row.nbytes)
+
+    def __len__(self) -> int:
+        """Its size estimate, in bytes (the accumulator sizes records with ``len``)."""
+        return self.size
+
+
+def typed_column(values: list[Any]) -> tuple[int, pa.StructArray]:
+    """The value column of a batch of ``TypedValue`` records: (schema id, values).
+
+    Records converted under an older version than the batch's newest (the subject
+    evolved while the batch was open) are read under the newest one."""
+    if not all(type(v) is TypedValue for v in values):
+        raise InvalidRecordBatchError(
+            "a batch mixes dict values with bytes values: a typed topic takes dicts (or "
+            "send_batch of a pyarrow Table), a bytes topic takes bytes")
+    newest = max(values, key=lambda v: v.schema_id)
+    rows = [v.row if v.schema_id == newest.schema_id else resolve(v.row, v.schema,
+                                                                  newest.schema)
+            for v in values]
+    return newest.schema_id, pa.concat_arrays(rows)
+
+
+class TopicSchemas:
+    """Which topics are typed, and their value schemas, for a producer or a consumer."""
+
+    def __init__(self, source: SchemaSource) -> None:
+        self.source = source
+        self._subjects: dict[str, str | None] = {}
+
+    async def value_subject(self, topic: str) -> str | None:
+        """The topic's ``value.schema.subject`` (None: a bytes topic). Fixed at the
+        topic's creation, so asked once per topic."""
+        if topic not in self._subjects:
+            response = await self.source.cluster.send_any(
+                ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest([topic]))
+            assert isinstance(response, DescribeConfigsResponse)
+            subject: str | None = None
+            for described in response.topics:
+                if described.error_code:
+                    raise error_from_code(described.error_code, described.error_message)
+                for config in described.configs:
+                    if config.name == "value.schema.subject" and config.value:
+                        subject = config.value
+            self._subjects[topic] = subject
+        return self._subjects[topic]
+
+    async def writer(self, topic: str, *, refresh: bool = False
+                     ) -> tuple[int, ParsedSchema]:
+        """The schema a producer writes ``topic`` with: its subject's latest version."""
+        subject = await self.value_subject(topic)
+        if subject is None:
+            raise InvalidRecordBatchError(
+                f"topic {topic!r} is not typed (it has no value.schema.subject): send its "
+                "values as bytes, or create a typed topic (strata topic create --typed)")
+        return await self.source.latest(subject, refresh=refresh)
+
+    async def to_column(self, topic: str, values: Any) -> tuple[int, pa.StructArray]:
+        """``values`` (a pyarrow Table, RecordBatch or StructArray of the schema's fields,
+        or a list of dicts) as the topic's typed value column, checked against the
+        subject's latest version (``SchemaMismatchError`` naming the field and, for
+        dicts, the record)."""
+        schema_id, schema = await self.writer(topic)
+        if isinstance(values, pa.Table | pa.RecordBatch | pa.StructArray | pa.ChunkedArray):
+            return schema_id, table_to_arrow(values, schema)
+        if isinstance(values, Mapping):
+            raise TypeError("send_batch takes many records: a list of dicts or a pyarrow "
+                            "Table (send() takes one dict)")
+        return schema_id, records_to_arrow(list(values), schema)
+
+    async def typed_value(self, topic: str, record: Mapping[str, Any]) -> TypedValue:
+        schema_id, schema = await self.writer(topic)
+        return TypedValue(schema_id, schema, records_to_arrow([record], schema))
+
+
+class MissingSchemas(Exception):
+    """A fetch holds typed batches whose schemas are not loaded yet: load them
+    (``TypedReader.load``), then fetch the same offsets again."""
+
+
+class TypedReader:
+    """Reads typed topics' values under one reader schema per topic (the consumer's).
+
+    ``resolver(topic)`` is what ``batches_to_table`` calls per typed batch; it runs on
+    cached schemas only (it is synchronous) and raises ``MissingSchemas`` for the first
+    batch of an unknown writer id or topic, after noting what to ``load``.
+    """
+
+    def __init__(self, topics: TopicSchemas, value_format: str,
+                 reader_version: int | str) -> None:
+        self.topics = topics
+        self.value_format = value_format
+        self.reader_version = -1 if reader_version == "latest" else int(reader_version)
+        self.readers: dict[str, tuple[int, ParsedSchema]] = {}
+        self._needed_topics: set[str] = set()
+        self._needed_ids: set[int] = set()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._needed_topics or self._needed_ids)
+
+    def resolver(self, topic: str) -> Callable[[int, pa.StructArray], pa.Array]:
+        by_id = self.topics.source._by_id
+
+        def resolve_value(schema_id: int, values: pa.StructArray) -> pa.Array:
+            reader = self.readers.get(topic)
+            writer = by_id.get(schema_id)
+            if reader is None or writer is None:
+                if reader is None:
+                    self._needed_topics.add(topic)
+                if writer is None:
+                    self._needed_ids.add(schema_id)
+                raise MissingSchemas(topic)
+            reader_id, reader_schema = reader
+            out = values if schema_id == reader_id else resolve(values, writer, reader_schema)
+            if self.value_format == "json":
+                return _binary_keeping_nulls(out, to_json_values(out))
+            if self.value_format == "confluent":
+                bodies = to_avro_bodies(out, reader_schema)
+                return _binary_keeping_nulls(
+                    out, [confluent_frame(reader_id, body) for body in bodies])
+            return out
+
+        return resolve_value
+
+    async def load(self) -> None:
+        """Fetch what ``resolver`` found missing."""
+        for topic in sorted(self._needed_topics):
+            subject = await self.topics.value_subject(topic)
+            if subject is None:
+                raise InvalidRecordBatchError(
+                    f"topic {topic!r} holds typed batches but has no value.schema.subject")
+            self.readers[topic] = await self.topics.source.version(subject,
+                                                                   self.reader_version)
+        for schema_id in sorted(self._needed_ids):
+            await self.topics.source.by_id(schema_id)
+        self._needed_topics.clear()
+        self._needed_ids.clear()
+
+
+def _binary_keeping_nulls(values: pa.Array, encoded: Sequence[bytes | None]) -> pa.Array:
+    """``encoded`` as a binary column, null where ``values`` is (a tombstone)."""
+    if values.null_count:
+        valid = values.is_valid().to_pylist()
+        encoded = [e if ok else None for e, ok in zip(encoded, valid, strict=True)]
+    return pa.array(encoded, pa.binary())

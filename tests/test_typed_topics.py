@@ -1,0 +1,402 @@
+"""Typed topics end to end on a real two-broker cluster (docs/typed-topics.md): the
+schema registry's API against Confluent's documented behaviour (through the client and
+through the gateway's REST routes), typed produce and consume, the broker's refusal of
+batches that do not match, evolution, and the Kafka-compatible value formats.
+
+Two brokers, so that the broker leading a typed partition is, for one of the two
+partitions, not the one leading ``__schemas``-0: its produce check then asks the
+registry over the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pytest
+
+from strata.client import (
+    Admin,
+    Consumer,
+    IncompatibleSchemaError,
+    InvalidSchemaError,
+    NewTopic,
+    Producer,
+    SchemaMismatchError,
+    SchemaNotFoundError,
+    TopicPartition,
+)
+from tests.support.cluster import Cluster
+from tests.support.gateway import Gateway, running_gateway
+from wire.connection import BrokerConnection
+from wire.errors import InvalidRequestError
+from wire.protocol import (
+    ApiKey,
+    ProducePartition,
+    ProducePartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
+)
+from wire.record_batch import build_batch
+from wire.schema import parse_confluent_frame, parse_schema
+
+ORDER_V1 = json.dumps({
+    "type": "record", "name": "Order", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "customer", "type": "string"},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
+                                    "precision": 10, "scale": 2}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ]})
+# v2 adds a field with a default: BACKWARD-compatible.
+ORDER_V2 = json.dumps({
+    "type": "record", "name": "Order", "fields": [
+        *json.loads(ORDER_V1)["fields"],
+        {"name": "channel", "type": "string", "default": "web"},
+    ]})
+# A new field without a default: a v3 reader could not read v2 data.
+ORDER_BAD = json.dumps({
+    "type": "record", "name": "Order", "fields": [
+        *json.loads(ORDER_V2)["fields"], {"name": "region", "type": "string"}]})
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with Cluster(tmp_path_factory.mktemp("typed"), brokers=2) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: Cluster) -> Iterator[Admin]:
+    with Admin(cluster.bootstrap) as made:
+        yield made
+
+
+def _typed_topic(admin: Admin, name: str, partitions: int = 2) -> None:
+    admin.create_topics([NewTopic(name, partitions, 2,
+                                  {"value.schema.subject": f"{name}-value"})])
+
+
+def _orders(start: int, n: int) -> list[dict[str, object]]:
+    from decimal import Decimal
+
+    return [{"id": i, "customer": f"c{i % 7}", "amount": Decimal(i) / 100,
+             "note": None if i % 2 else f"n{i}"} for i in range(start, start + n)]
+
+
+def _read_all(cluster: Cluster, topic: str, expected: int, **options: object
+              ) -> pa.Table:
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest",
+                  **options) as consumer:  # type: ignore[arg-type]
+        consumer.assign([TopicPartition(topic, p) for p in range(2)])
+        tables = []
+        got = 0
+        for _ in range(100):
+            table = consumer.poll_arrow(timeout_ms=500)
+            if table.num_rows:
+                tables.append(table)
+                got += table.num_rows
+            if got >= expected:
+                break
+        assert got == expected, f"read {got} of {expected}"
+        return pa.concat_tables(tables).sort_by([("partition", "ascending"),
+                                                 ("offset", "ascending")])
+
+
+# ----------------------------------------------------------------------------- registry
+def test_registry_ids_versions_and_lookups(admin: Admin) -> None:
+    first = admin.register_schema("reg-value", ORDER_V1)
+    assert admin.register_schema("reg-value", ORDER_V1) == first  # same schema: same id
+    # Whitespace is not a new schema.
+    assert admin.register_schema("reg-value", json.dumps(json.loads(ORDER_V1), indent=4)) \
+        == first
+    # The same schema under another subject keeps its global id.
+    assert admin.register_schema("other-value", ORDER_V1) == first
+    second = admin.register_schema("reg-value", ORDER_V2)
+    assert second != first
+    assert admin.list_schema_versions("reg-value") == [1, 2]
+    assert {"reg-value", "other-value"} <= set(admin.list_subjects())
+    latest = admin.get_schema("reg-value")
+    assert (latest.version, latest.schema_id) == (2, second)
+    assert admin.get_schema("reg-value", 1).schema_id == first
+    assert parse_schema(admin.schema_by_id(second).schema).fingerprint == \
+        parse_schema(ORDER_V2).fingerprint
+    with pytest.raises(SchemaNotFoundError, match="version 9"):
+        admin.get_schema("reg-value", 9)
+    with pytest.raises(SchemaNotFoundError, match="subject 'nope-value' not found"):
+        admin.list_schema_versions("nope-value")
+    with pytest.raises(SchemaNotFoundError, match="schema id 99999"):
+        admin.schema_by_id(99999)
+
+
+def test_compatibility_refusals_give_the_reason(admin: Admin) -> None:
+    admin.register_schema("compat-value", ORDER_V1)
+    admin.register_schema("compat-value", ORDER_V2)
+    reasons = admin.check_schema_compatibility("compat-value", ORDER_BAD)
+    assert reasons and any("region" in r for r in reasons), reasons
+    with pytest.raises(IncompatibleSchemaError, match="region"):
+        admin.register_schema("compat-value", ORDER_BAD)
+    assert admin.list_schema_versions("compat-value") == [1, 2]  # nothing registered
+    # NONE lets it through; the subject's own level wins over the global one.
+    assert admin.get_compatibility("compat-value") == "BACKWARD"
+    admin.set_compatibility("NONE", "compat-value")
+    assert admin.get_compatibility("compat-value") == "NONE"
+    assert admin.get_compatibility() == "BACKWARD"
+    assert admin.check_schema_compatibility("compat-value", ORDER_BAD) == []
+    admin.register_schema("compat-value", ORDER_BAD)
+    with pytest.raises(InvalidRequestError, match="compatibility level 'SIDEWAYS'"):
+        admin.set_compatibility("SIDEWAYS", "compat-value")
+
+
+def test_hostile_and_invalid_schemas_are_refused(admin: Admin) -> None:
+    nested: dict[str, object] = {"type": "string"}
+    for depth in range(40):
+        nested = {"type": "record", "name": f"R{depth}",
+                  "fields": [{"name": "f", "type": nested}]}
+    recursive = json.dumps({"type": "record", "name": "Node", "fields": [
+        {"name": "next", "type": ["null", "Node"]}]})
+    huge = json.dumps({"type": "record", "name": "Wide", "fields": [
+        {"name": f"f{i}", "type": "string", "doc": "x" * 40} for i in range(6000)]})
+    for text, why in ((json.dumps(nested), "depth|nest"), (recursive, "recursive"),
+                      (huge, "KiB|bytes|large|fields"), ("{not json", "JSON|json"),
+                      (json.dumps({"type": "record", "name": "U", "fields": [
+                          {"name": "u", "type": ["int", "string"]}]}), "union")):
+        with pytest.raises(InvalidSchemaError, match=why):
+            admin.register_schema("hostile-value", text)
+    with pytest.raises(SchemaNotFoundError):
+        admin.list_schema_versions("hostile-value")  # nothing was registered
+
+
+def test_deletes_follow_confluents_rules(admin: Admin) -> None:
+    admin.register_schema("del-value", ORDER_V1)
+    admin.register_schema("del-value", ORDER_V2)
+    with pytest.raises(InvalidRequestError, match="not soft-deleted"):
+        admin.delete_schema_version("del-value", 1, permanent=True)
+    assert admin.delete_schema_version("del-value", 1) == 1
+    assert admin.list_schema_versions("del-value") == [2]
+    assert admin.list_schema_versions("del-value", include_deleted=True) == [1, 2]
+    admin.delete_schema_version("del-value", 1, permanent=True)
+    assert admin.list_schema_versions("del-value", include_deleted=True) == [2]
+    assert admin.delete_subject("del-value") == [2]
+    assert "del-value" not in admin.list_subjects()
+    assert admin.delete_subject("del-value", permanent=True) == [2]
+    assert "del-value" not in admin.list_subjects(include_deleted=True)
+
+
+# ----------------------------------------------------------------------------- typed topics
+def test_typed_topic_round_trip_and_refusals(cluster: Cluster, admin: Admin) -> None:
+    topic = "orders"
+    _typed_topic(admin, topic)
+    schema_id = admin.register_schema(f"{topic}-value", ORDER_V1)
+    with Producer(cluster.bootstrap, linger_ms=5) as producer:
+        # Columns: a pyarrow Table, one batch per partition.
+        table = pa.Table.from_pylist(_orders(0, 100),
+                                     schema=pa.schema(parse_schema(ORDER_V1).arrow_type))
+        for p in range(2):
+            producer.send_batch(topic, table, partition=p).result(30)
+        # Dicts, per batch and per record.
+        producer.send_batch(topic, _orders(100, 50), partition=0).result(30)
+        for record in _orders(150, 10):
+            producer.send(topic, record, partition=1)
+        producer.flush(30)
+        # A dict that does not match is refused before anything is queued.
+        with pytest.raises(SchemaMismatchError, match="customer"):
+            producer.send(topic, {"id": 1, "customer": 5, "amount": 1, "note": None})
+    rows = _read_all(cluster, topic, 260)
+    assert rows.schema.field("value").type == parse_schema(ORDER_V1).arrow_type
+    values = rows.column("value").to_pylist()
+    assert sorted(v["id"] for v in values) == sorted([*range(100), *range(100), *range(100, 160)])
+    # Per-record consumers get dicts.
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 1)])
+        first = consumer.poll(timeout_ms=5000)[0]
+        assert first.value == {**_orders(0, 1)[0]}
+    # Kafka-compatible formats for byte-oriented tools.
+    as_json = _read_all(cluster, topic, 260, value_format="json")
+    assert as_json.schema.field("value").type == pa.binary()
+    doc = json.loads(as_json.column("value")[0].as_py())
+    assert doc["customer"] == "c0" and doc["amount"] == "0.00"
+    framed = _read_all(cluster, topic, 260, value_format="confluent")
+    framed_id, body = parse_confluent_frame(framed.column("value")[0].as_py())
+    assert framed_id == schema_id and body
+
+
+def test_the_broker_refuses_batches_that_do_not_match(cluster: Cluster,
+                                                      admin: Admin) -> None:
+    topic = "strict"
+    _typed_topic(admin, topic)
+    schema_id = admin.register_schema(f"{topic}-value", ORDER_V1)
+    wrong = pa.array([{"id": 1, "customer": 7}], pa.struct([
+        pa.field("id", pa.int64(), nullable=False), pa.field("customer", pa.int64())]))
+    described = admin.describe_topics([topic])[topic]
+    for partition in described.partitions:  # both brokers: registry leader or not
+        host, port = admin.describe_cluster().brokers[partition.leader]
+        for batch, why in (
+                (build_batch([b"raw bytes"]), "is typed"),
+                (build_batch(wrong, value_schema_id=schema_id), "customer"),
+                (build_batch(wrong, value_schema_id=424242), "424242")):
+            answer = asyncio.run(_produce_raw(host, port, topic, partition.partition, batch))
+            assert answer.error_code == SchemaMismatchError.code, answer
+            assert why in (answer.error_message or ""), answer.error_message
+    offsets = admin.list_offsets({TopicPartition(topic, p): "latest" for p in range(2)})
+    assert all(o.offset == 0 for o in offsets.values())  # nothing was written
+    with pytest.raises(Exception, match="set when the topic is created"):
+        admin.alter_configs(topic, {"value.schema.subject": "other-value"})
+
+
+async def _produce_raw(host: str, port: int, topic: str, partition: int, batch: bytes
+                       ) -> ProducePartitionResponse:
+    """One Produce request with ``batch`` as it is, as a non-Strata client could send."""
+    connection = BrokerConnection(host, port)
+    await connection.connect(timeout=10)
+    try:
+        response = await connection.request(ApiKey.PRODUCE, ProduceRequest(
+            -1, 10_000, [ProduceTopic(topic, [ProducePartition(partition, batch)])]))
+    finally:
+        await connection.close()
+    assert isinstance(response, ProduceResponse)
+    return response.topics[0].partitions[0]
+
+
+def test_evolution_reads_old_batches_under_the_new_version(cluster: Cluster,
+                                                           admin: Admin) -> None:
+    topic = "evolving"
+    _typed_topic(admin, topic)
+    admin.register_schema(f"{topic}-value", ORDER_V1)
+    with Producer(cluster.bootstrap) as producer:
+        producer.send_batch(topic, _orders(0, 20), partition=0).result(30)
+    admin.register_schema(f"{topic}-value", ORDER_V2)
+    with Producer(cluster.bootstrap) as producer:
+        producer.send_batch(topic, [{**o, "channel": "app"} for o in _orders(20, 20)],
+                            partition=1).result(30)
+    rows = _read_all(cluster, topic, 40)  # reader: the latest version, v2
+    by_id = {v["id"]: v for v in rows.column("value").to_pylist()}
+    assert by_id[0]["channel"] == "web"  # written with v1: the default
+    assert by_id[25]["channel"] == "app"
+    old_reader = _read_all(cluster, topic, 40, value_schema_version=1)
+    assert "channel" not in old_reader.column("value").type.names
+    with pytest.raises(IncompatibleSchemaError):
+        admin.register_schema(f"{topic}-value", ORDER_BAD)
+
+
+# ----------------------------------------------------------------------------- gateway
+@pytest.fixture(scope="module")
+def gateway(cluster: Cluster) -> Iterator[Gateway]:
+    with running_gateway(cluster.bootstrap, "--no-auth") as gw:
+        yield gw
+
+
+def test_gateway_serves_the_registry_api(gateway: Gateway) -> None:
+    url = gateway.url
+    headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+    made = httpx.post(f"{url}/subjects/gw-value/versions", headers=headers,
+                      json={"schema": ORDER_V1}, timeout=30)
+    assert made.status_code == 200, made.text
+    schema_id = made.json()["id"]
+    again = httpx.post(f"{url}/subjects/gw-value/versions", headers=headers,
+                       json={"schema": ORDER_V1}, timeout=30)
+    assert again.json() == {"id": schema_id}
+    assert httpx.get(f"{url}/subjects/gw-value/versions", timeout=30).json() == [1]
+    got = httpx.get(f"{url}/subjects/gw-value/versions/latest", timeout=30).json()
+    assert (got["subject"], got["version"], got["id"]) == ("gw-value", 1, schema_id)
+    assert "schemaType" not in got  # Confluent omits AVRO
+    by_id = httpx.get(f"{url}/schemas/ids/{schema_id}", timeout=30)
+    assert json.loads(by_id.json()["schema"]) == json.loads(ORDER_V1)
+    missing = httpx.get(f"{url}/subjects/none-value/versions", timeout=30)
+    assert missing.status_code == 404 and missing.json()["error_code"] == 40401
+    check = httpx.post(f"{url}/compatibility/subjects/gw-value/versions/latest",
+                       headers=headers, json={"schema": ORDER_BAD}, timeout=30).json()
+    assert check["is_compatible"] is False and check["messages"]
+    refused = httpx.post(f"{url}/subjects/gw-value/versions", headers=headers,
+                         json={"schema": ORDER_BAD}, timeout=30)
+    assert refused.status_code == 409 and refused.json()["error_code"] == 409
+    bad = httpx.post(f"{url}/subjects/gw-value/versions", headers=headers,
+                     json={"schema": "{nope"}, timeout=30)
+    assert bad.status_code == 422 and bad.json()["error_code"] == 42201
+    assert httpx.get(f"{url}/config", timeout=30).json() == {"compatibilityLevel": "BACKWARD"}
+    put = httpx.put(f"{url}/config/gw-value", headers=headers,
+                    json={"compatibility": "FULL"}, timeout=30)
+    assert put.json() == {"compatibility": "FULL"}
+    assert httpx.get(f"{url}/config/gw-value", timeout=30).json() == \
+        {"compatibilityLevel": "FULL"}
+    json_schema = json.dumps({"type": "object", "properties": {
+        "id": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["id"]})
+    as_json = httpx.post(f"{url}/subjects/js-value/versions", headers=headers,
+                         json={"schema": json_schema, "schemaType": "JSON"}, timeout=30)
+    assert as_json.status_code == 200, as_json.text
+    assert httpx.get(f"{url}/subjects/js-value/versions/1", timeout=30).json()[
+        "schemaType"] == "JSON"
+
+
+def test_gateway_validates_json_records_for_a_typed_topic(cluster: Cluster, admin: Admin,
+                                                          gateway: Gateway) -> None:
+    topic = "gw-orders"
+    _typed_topic(admin, topic)
+    admin.register_schema(f"{topic}-value", ORDER_V1)
+    cid = admin.describe_cluster().cluster_id
+    good = {"id": 1, "customer": "a", "amount": "1.50", "note": None}
+    answer = httpx.post(
+        f"{gateway.url}/v3/clusters/{cid}/topics/{topic}/records:batch",
+        json={"entries": [
+            {"id": "0", "partition_id": 0, "value": {"type": "JSON", "data": good}},
+            {"id": "1", "partition_id": 0, "value": {"type": "JSON", "data": {
+                **good, "id": "not a number"}}},
+            {"id": "2", "partition_id": 0, "value": {"type": "BINARY", "data": "AAEC"}},
+            {"id": "3", "partition_id": 0, "value": {"type": "JSON", "data": {
+                **good, "id": 3}}},
+        ]}, timeout=30)
+    assert answer.status_code == 207, answer.text
+    body = answer.json()
+    assert sorted(r["id"] for r in body["successes"]) == ["0", "3"], body
+    failures = {r["id"]: r for r in body["failures"]}
+    assert sorted(failures) == ["1", "2"], body
+    assert all(r["error_code"] == 422 for r in failures.values()), failures
+    assert "entries[1].value.id" in failures["1"]["message"], failures["1"]
+    assert "typed" in failures["2"]["message"]
+    rows = _read_all_partition(cluster, topic, 0, 2)
+    assert [v["id"] for v in rows] == [1, 3]
+
+
+def _read_all_partition(cluster: Cluster, topic: str, partition: int, n: int
+                        ) -> list[dict[str, object]]:
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, partition)])
+        out: list[dict[str, object]] = []
+        for _ in range(40):
+            out += [r.value for r in consumer.poll(timeout_ms=500)]
+            if len(out) >= n:
+                break
+        return out
+
+
+def test_cli_schema_commands(cluster: Cluster, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    schema_file = tmp_path / "order.avsc"
+    schema_file.write_text(ORDER_V1)
+
+    def strata(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "strata_tools.cli", *args,
+                               "--bootstrap", cluster.bootstrap], capture_output=True,
+                              text=True, timeout=120)
+
+    made = strata("schema", "register", "cli-value", "--file", str(schema_file),
+                  "--format", "json")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["version"] == 1
+    assert "cli-value" in strata("schema", "list").stdout.split()
+    got = strata("schema", "get", "cli-value", "--format", "json")
+    assert json.loads(json.loads(got.stdout)["schema"]) == json.loads(ORDER_V1)
+    bad_file = tmp_path / "bad.avsc"
+    bad_file.write_text(ORDER_BAD)
+    ok = strata("schema", "check", "cli-value", "--file", str(schema_file))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    refused = strata("schema", "register", "cli-value", "--file", str(tmp_path / "nope"))
+    assert refused.returncode == 1 and "cannot read" in refused.stderr
