@@ -40,6 +40,7 @@ from procs import pid_alive
 from strata.client import Admin, NewTopic
 from tests.support.cluster import Cluster
 from tests.support.nemesis import (
+    TYPED_SCHEMA,
     CheckResult,
     Phase,
     Workload,
@@ -90,12 +91,17 @@ def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         assert not [pid for pid in pids if pid_alive(pid)], "a cluster process survived"
 
 
-def _start_workload(cluster: Cluster) -> tuple[str, Workload]:
+def _start_workload(cluster: Cluster, typed: bool = False) -> tuple[str, Workload]:
     topic = f"faults-{uuid.uuid4().hex[:8]}"
-    cluster.create_topic(topic, PARTITIONS, REPLICATION_FACTOR, TOPIC_CONFIGS)
+    configs = dict(TOPIC_CONFIGS)
+    if typed:  # a typed topic: the registry is on the write path of every batch
+        configs["value.schema.subject"] = f"{topic}-value"
+        with Admin(cluster.bootstrap, **cluster.admin_options) as admin:
+            admin.register_schema(f"{topic}-value", TYPED_SCHEMA)
+    cluster.create_topic(topic, PARTITIONS, REPLICATION_FACTOR, configs)
     cluster.wait_until_healthy(topic, timeout=60)
     workload = Workload(cluster.bootstrap, topic, PARTITIONS, producers=PRODUCERS,
-                        options=cluster.client_options()).start()
+                        options=cluster.client_options(), typed=typed).start()
     workload.wait_for_acks(20, since=0.0, partitions=range(PARTITIONS), timeout=30)
     cluster.log(f"workload running: {workload.acked()} acknowledged")
     return topic, workload
@@ -134,16 +140,19 @@ def _finish(name: str, cluster: Cluster, workload: Workload, topic: str,
     return result
 
 
-@pytest.mark.parametrize("secure", [False, True], ids=["plaintext", "sasl_ssl"])
+@pytest.mark.parametrize(("secure", "typed"), [(False, False), (True, False), (False, True)],
+                         ids=["plaintext", "sasl_ssl", "typed"])
 def test_a_leader_killed_repeatedly(cluster_factory: Callable[..., Cluster],
-                                    secure: bool) -> None:
+                                    secure: bool, typed: bool) -> None:
+    """``typed``: the topic is typed (docs/typed-topics.md), so every batch is checked
+    against the schema registry, whose ``__schemas`` leader the kills may take too."""
     cluster = cluster_factory(secure=secure)
-    topic, workload = _start_workload(cluster)
+    topic, workload = _start_workload(cluster, typed=typed)
     if secure:
         _assert_secured(cluster, topic)
     phases = kill_leaders(cluster, workload, topic, rounds=2)  # 20-minute suite budget
-    _finish(f"(a) leader SIGKILL{' secured' if secure else ''}", cluster, workload, topic,
-            phases)
+    label = " secured" if secure else " typed" if typed else ""
+    _finish(f"(a) leader SIGKILL{label}", cluster, workload, topic, phases)
 
 
 def test_b_controller_killed(cluster_factory: Callable[..., Cluster]) -> None:

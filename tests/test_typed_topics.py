@@ -400,3 +400,21 @@ def test_cli_schema_commands(cluster: Cluster, tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
     refused = strata("schema", "register", "cli-value", "--file", str(tmp_path / "nope"))
     assert refused.returncode == 1 and "cannot read" in refused.stderr
+
+
+def test_registry_ids_survive_its_leader_being_killed(cluster: Cluster,
+                                                      admin: Admin) -> None:
+    """SIGKILL the broker leading ``__schemas``-0: the other replica takes over with
+    every id it answered, and gives out no id twice."""
+    before = {s: admin.get_schema(s).schema_id for s in ("reg-value", "other-value")}
+    leader = admin.describe_topics(["__schemas"])["__schemas"].partitions[0].leader
+    cluster.kill(leader)
+    try:
+        for subject, schema_id in before.items():
+            assert admin.get_schema(subject).schema_id == schema_id
+        fresh = admin.register_schema("after-failover-value", json.dumps({
+            "type": "record", "name": "Fresh", "fields": [{"name": "x", "type": "int"}]}))
+        every = [admin.schema_by_id(i).schema_id for i in before.values()]
+        assert fresh not in every and fresh > max(every)
+    finally:
+        cluster.restart(leader)

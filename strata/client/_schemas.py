@@ -13,6 +13,7 @@ Thread-safety: one event loop (the client's); the synchronous faces run it on th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -115,6 +116,8 @@ class SchemaSource:
                 if not is_transient(error) and not isinstance(
                         error, UnknownTopicOrPartitionError):
                     raise error from None
+                with contextlib.suppress(StrataError):  # the leader may have moved
+                    await self.cluster.partitions_for(SCHEMAS_TOPIC, refresh=True)
             if time.monotonic() >= deadline:
                 if isinstance(error, UnknownTopicOrPartitionError):
                     raise CoordinatorNotAvailableError(

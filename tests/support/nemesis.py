@@ -112,6 +112,12 @@ class Outcome:
         return self.offset is not None
 
 
+#: The value schema of a typed workload (Avro).
+TYPED_SCHEMA = (
+    '{"type": "record", "name": "Numbered", "fields": [{"name": "run", "type": "string"}, '
+    '{"name": "producer", "type": "int"}, {"name": "seq", "type": "long"}]}')
+
+
 class Workload:
     """Idempotent ``acks=all`` producers writing numbered records; see the module docstring.
 
@@ -124,8 +130,12 @@ class Workload:
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, *, producers: int = 3,
                  rate: float = 80.0, max_pending: int = 200,
-                 options: ProducerOptions | None = None, keys: int = 0) -> None:
+                 options: ProducerOptions | None = None, keys: int = 0,
+                 typed: bool = False) -> None:
         self.bootstrap = bootstrap
+        #: A typed topic (subject with ``TYPED_SCHEMA``): values are dicts, checked by
+        #: the producer and the broker against the registry on every send.
+        self.typed = typed
         self.topic = topic
         self.partitions = partitions
         self.producers = producers
@@ -159,13 +169,19 @@ class Workload:
         self._ack_times: dict[int, list[float]] = {p: [] for p in range(partitions)}
 
     # ------------------------------------------------------------------ values
-    def value(self, producer: int, seq: int) -> bytes:
+    def value(self, producer: int, seq: int) -> Any:
+        if self.typed:
+            return {"run": self.run_id, "producer": producer, "seq": seq}
         return f"{self.run_id}:{producer}:{seq}".encode()
 
-    def parse(self, value: bytes | None) -> tuple[int, int] | None:
+    def parse(self, value: Any) -> tuple[int, int] | None:
         """``(producer, seq)`` of a value this run wrote, else None."""
         if value is None:
             return None
+        if isinstance(value, dict):
+            if value.get("run") != self.run_id:
+                return None
+            return int(value["producer"]), int(value["seq"])
         parts = value.split(b":")
         if len(parts) != 3 or parts[0] != self.run_id.encode():
             return None
