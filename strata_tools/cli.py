@@ -23,7 +23,7 @@
     strata schema register|list|get|check|delete|config ...
     strata zookeeper-acls secure|unsecure --zookeeper HOST:PORT --digest-username U
     strata perf log|produce|consume|failover|spark-read|spark-write|spark-e2e|tier|group|scale|
-                security|propagation
+                security|propagation|typed
                 [...]
 
 Client commands take ``--bootstrap HOST:PORT[,...]`` (default ``$STRATA_BOOTSTRAP``) and
@@ -225,6 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
         "group", help="consumer group rebalance pauses and group consume throughput")
     perf_groups.add_group_arguments(group_bench)
     group_bench.set_defaults(handler=perf_groups.run_group)
+    from strata_tools import perf_typed
+
+    typed_bench = perf_sub.add_parser(
+        "typed", help="typed topics: produce overhead, bytes per record, Spark typed vs "
+        "from_json (--spark)")
+    perf_typed.add_typed_arguments(typed_bench)
+    typed_bench.set_defaults(handler=perf_typed.run_typed)
     from strata_tools import perf_scale
 
     scale_bench = perf_sub.add_parser(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import decimal
+import functools
 import io
 import json
 import math
@@ -352,6 +353,12 @@ def _decimal(value: Any, node: Node) -> decimal.Decimal:
 # ------------------------------------------------------------------------- checking
 
 
+@functools.lru_cache(maxsize=256)
+def _symbol_set(symbols: tuple[str, ...]) -> pa.Array:
+    """An enum's symbols as the Arrow array ``is_in`` wants (built once per enum)."""
+    return pa.array(symbols, pa.string())
+
+
 def check(array: pa.Array, node: Node, nullable: bool, path: str, locate: Locate) -> None:
     """What Arrow types do not say: nulls in non-nullable places, enum symbols, UUID
     syntax and time-of-day ranges. Vectorized; recursion bounded by the schema's depth."""
@@ -386,9 +393,11 @@ def check(array: pa.Array, node: Node, nullable: bool, path: str, locate: Locate
         check(items, node.element, node.element_nullable,
               path + ("{}" if kind is Kind.MAP else "[]"), locate_item)
     elif kind is Kind.ENUM:
-        known = pc.is_in(array, value_set=pa.array(node.symbols, pa.string()))
-        bad = pc.and_(pc.invert(known), array.is_valid())
-        if pc.any(bad).as_py():
+        # Nulls stay null (``skip_nulls``) and ``all`` skips them: one kernel and one
+        # reduction on the common, valid column; the slow search only on a refusal.
+        known = pc.is_in(array, value_set=_symbol_set(node.symbols), skip_nulls=True)
+        if not pc.all(known).as_py():
+            bad = pc.and_(pc.invert(known), array.is_valid())
             first = _first_true(bad)
             raise mismatch(locate(first), path, f"{array[first].as_py()!r} is not a symbol of "
                                                 f"{node.label}; use one of {list(node.symbols)}")
@@ -446,6 +455,14 @@ def table_to_arrow(table: pa.Table | pa.RecordBatch | pa.StructArray, schema: Pa
                    for c in table.columns]
         if not columns:
             raise mismatch(None, "", "the table has no columns; give it the schema's fields")
+        fields = list(schema.arrow_type)
+        if names == [f.name for f in fields] and all(
+                c.type == f.type for c, f in zip(columns, fields, strict=True)):
+            # The common case, a table built with the schema's types: no conversion,
+            # only the checks Arrow types do not make (nulls, enum symbols, ...).
+            result = pa.StructArray.from_arrays(columns, fields=fields)
+            check(result, schema.root, False, "", identity)
+            return result
         source = pa.StructArray.from_arrays(columns, names=names)
     else:
         raise mismatch(None, "", f"expected a pyarrow Table, RecordBatch or StructArray, got "
