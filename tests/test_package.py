@@ -40,7 +40,7 @@ from zookeeper.launcher import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(300)
 
-CORE = {"pyarrow", "kazoo", "crc32c", "prometheus-client", "cryptography"}
+CORE = {"pyarrow", "kazoo", "crc32c", "prometheus-client", "cryptography", "fastavro"}
 #: What a broker host must not need (each extra's heavy packages).
 NOT_IN_CORE = {"pyspark", "delta-spark", "deltalake", "fastapi", "uvicorn", "matplotlib",
                "ipykernel", "pandas"}

@@ -768,8 +768,9 @@ def _type_difference(expected: pa.DataType, actual: pa.DataType, path: str) -> s
             if actual_names.index(wanted.name) != position:
                 return (f"{where(field_path)} is at position "
                         f"{actual_names.index(wanted.name)}, expected {position}")
-            difference = _nullability(wanted, found, field_path) or \
-                _type_difference(wanted.type, found.type, field_path)
+            # The type first: "expected string, got int64" says more than nullability.
+            difference = _type_difference(wanted.type, found.type, field_path) or \
+                _nullability(wanted, found, field_path)
             if difference:
                 return difference
         for name in actual_names:
@@ -784,8 +785,8 @@ def _type_difference(expected: pa.DataType, actual: pa.DataType, path: str) -> s
             if types.is_map(expected) and expected.key_type != actual.key_type:
                 return f"{where(path)}: expected map keys {expected.key_type}, " \
                        f"got {actual.key_type}"
-            difference = _nullability(wanted, found, path + suffix) or \
-                _type_difference(wanted.type, found.type, path + suffix)
+            difference = _type_difference(wanted.type, found.type, path + suffix) or \
+                _nullability(wanted, found, path + suffix)
             if difference or wanted.name == found.name:
                 return difference
     return f"{where(path)}: expected {expected}, got {actual}"
