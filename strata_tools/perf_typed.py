@@ -135,8 +135,10 @@ def _ensure_topics(admin: Any, prefix: str, partitions: int) -> tuple[str, str]:
     admin.register_schema(f"{typed}-value", ORDER_SCHEMA)
     for topic, configs in ((plain, {}), (typed, {"value.schema.subject": f"{typed}-value"})):
         with contextlib.suppress(TopicAlreadyExistsError):
-            admin.create_topics([NewTopic(topic, partitions, 1,
-                                          {"tier.enable": "true", **configs})])
+            # Tiering on, with segments that close (only closed ones are tiered).
+            admin.create_topics([NewTopic(topic, partitions, 1, {
+                "tier.enable": "true", "tier.after.ms": "0",
+                "segment.bytes": str(16 << 20), **configs})])
     return plain, typed
 
 
