@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from wire.security import ClientSecurity
 
@@ -309,10 +309,23 @@ def _records(count: int, hours: float, keys: int, now_ms: int, seed: int
         yield user, json.dumps(value, separators=(",", ":")).encode(), min(ts, now_ms)
 
 
+#: The value schema of a typed demo topic (``seed --typed``): the clicks' JSON fields,
+#: typed (docs/typed-topics.md).
+CLICK_SCHEMA: Final = json.dumps({
+    "type": "record", "name": "Click", "fields": [
+        {"name": "user", "type": "string"},
+        {"name": "action", "type": {"type": "enum", "name": "Action",
+                                    "symbols": ["view", "click", "cart", "buy"]}},
+        {"name": "seq", "type": "long"},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
+                                    "precision": 10, "scale": 2}},
+    ]})
+
+
 def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: int = 2,
                hours: float = 6.0, keys: int = 50, now_ms: int | None = None,
                segment_bytes: int = 65536, seed: int = 7, replication_factor: int = -1,
-               security: ClientSecurity | None = None) -> int:
+               security: ClientSecurity | None = None, typed: bool = False) -> int:
     """Create ``topic`` (if missing) with ``tier.enable=true``, ``tier.after.ms=0`` and
     small segments, then produce ``records`` keyed JSON records whose timestamps are
     spread over the last ``hours``. Returns the number of records acknowledged.
@@ -324,6 +337,9 @@ def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: i
 
     Only closed segments are tiered, so the newest (active) segment stays out of Delta
     until it rolls: the table ends up with most, not all, of the records.
+
+    ``typed``: a typed topic (docs/typed-topics.md) whose values follow ``CLICK_SCHEMA``,
+    registered as ``<topic>-value``; the records are the same, as dicts.
     """
     import time
 
@@ -337,20 +353,31 @@ def seed_topic(bootstrap: str, topic: str, *, records: int = 4000, partitions: i
     from strata_tools.commands.topic import acks_all_problem
 
     security = security or ClientSecurity()
+    configs = {"tier.enable": "true", "tier.after.ms": "0", "segment.bytes": str(segment_bytes)}
     with Admin(bootstrap, security=security) as admin:
+        if typed:
+            admin.register_schema(f"{topic}-value", CLICK_SCHEMA)
+            configs["value.schema.subject"] = f"{topic}-value"
         with contextlib.suppress(TopicAlreadyExistsError):
-            admin.create_topics([NewTopic(topic, partitions, replication_factor, {
-                "tier.enable": "true", "tier.after.ms": "0",
-                "segment.bytes": str(segment_bytes)})])
+            admin.create_topics([NewTopic(topic, partitions, replication_factor, configs)])
         problem = acks_all_problem(admin, topic)
     if problem is not None:
         raise NotEnoughReplicasError(problem)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     with Producer(bootstrap, batch_size=16384, linger_ms=5, security=security) as producer:
-        futures = [producer.send(topic, value, key=key, timestamp_ms=ts)
+        futures = [producer.send(topic, _typed(value) if typed else value, key=key,
+                                 timestamp_ms=ts)
                    for key, value, ts in _records(records, hours, keys, now, seed)]
         producer.flush()
     return sum(1 for f in futures if f.result().offset >= 0)
+
+
+def _typed(value: bytes) -> dict[str, Any]:
+    """A click's JSON value as the typed topic's dict (``CLICK_SCHEMA``)."""
+    from decimal import Decimal
+
+    click = json.loads(value)
+    return {**click, "amount": Decimal(str(click["amount"])).quantize(Decimal("0.01"))}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -365,6 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     seed.add_argument("--replicas", type=int, default=-1,
                       help="replication factor of a new topic (default: the stack's "
                       "default.replication.factor)")
+    seed.add_argument("--typed", action="store_true",
+                      help="a typed topic: values follow a registered Avro schema "
+                      "(docs/typed-topics.md)")
     seed.add_argument("--data-dir", default=None,
                       help=f"the stack's data dir (default ${DATA_DIR_ENV} or .strata)")
     args = parser.parse_args(argv)
@@ -374,7 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack = find_stack(args.data_dir)
         sent = seed_topic(stack.bootstrap, args.topic, records=args.records,
                           partitions=args.partitions, hours=args.hours,
-                          replication_factor=args.replicas, security=stack.client_security)
+                          replication_factor=args.replicas, security=stack.client_security,
+                          typed=args.typed)
     except (StackNotRunningError, StrataError) as exc:
         # Both say what to do; a traceback would only bury that.
         print(f"python -m strata_tools.notebook: error: {exc}", file=sys.stderr)

@@ -187,7 +187,7 @@ class AsyncProducer:
         sender.accumulator.check_partition(topic, partition, num_partitions)
         return num_partitions
 
-    async def send(self, topic: str, value: Value, key: Key = None, headers: Headers = None,
+    async def send(self, topic: str, value: Value | Mapping[str, Any], key: Key = None, headers: Headers = None,
                    partition: int | None = None, timestamp_ms: int | None = None
                    ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; return the future of its ``RecordMetadata``.
@@ -206,7 +206,7 @@ class AsyncProducer:
             await self._add_slowly(topic, value, key, headers, partition, timestamp_ms, future)
         return future
 
-    async def produce(self, topic: str, value: Value, key: Key = None,
+    async def produce(self, topic: str, value: Value | Mapping[str, Any], key: Key = None,
                       headers: Headers = None, partition: int | None = None,
                       timestamp_ms: int | None = None,
                       on_delivery: DeliveryCallback | None = None) -> None:
@@ -361,7 +361,7 @@ class Producer:
             return cached
         return self._thread.run(self._sender.partition_count(topic), timeout=self._block_s())
 
-    def send(self, topic: str, value: Value, key: Key = None, headers: Headers = None,
+    def send(self, topic: str, value: Value | Mapping[str, Any], key: Key = None, headers: Headers = None,
              partition: int | None = None, timestamp_ms: int | None = None
              ) -> concurrent.futures.Future[RecordMetadata]:
         """Queue one record; return the future of its ``RecordMetadata``.
@@ -377,7 +377,7 @@ class Producer:
             self._add_slowly(topic, value, key, headers, partition, timestamp_ms, future)
         return cast("concurrent.futures.Future[RecordMetadata]", future)
 
-    def produce(self, topic: str, value: Value, key: Key = None, headers: Headers = None,
+    def produce(self, topic: str, value: Value | Mapping[str, Any], key: Key = None, headers: Headers = None,
                 partition: int | None = None, timestamp_ms: int | None = None,
                 on_delivery: DeliveryCallback | None = None) -> None:
         """Queue one record with no future: the per-record fast path.
