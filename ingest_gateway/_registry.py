@@ -237,16 +237,20 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
     async def get_global_config(request: Request) -> Response:
         return await ask(request, SchemaRegistryRequest("get_config"))
 
-    @app.put("/config", tags=_TAG, dependencies=[change_cluster], responses=_errors(*_ERRORS))
-    async def set_global_config(request: Request) -> Response:
-        """Body ``{"compatibility": "NONE"|"BACKWARD"|...}``."""
+    async def set_level(request: Request, subject: str | None) -> Response:
         body = await _body(request)
         if isinstance(body, JSONResponse):
             return body
         level = body.get("compatibility")
         if not isinstance(level, str):
             return _refusal(422, 42203, 'the body needs "compatibility": a level name')
-        return await ask(request, SchemaRegistryRequest("set_config", compatibility=level))
+        return await ask(request, SchemaRegistryRequest("set_config", subject,
+                                                        compatibility=level))
+
+    @app.put("/config", tags=_TAG, dependencies=[change_cluster], responses=_errors(*_ERRORS))
+    async def set_global_config(request: Request) -> Response:
+        """Body ``{"compatibility": "NONE"|"BACKWARD"|...}``."""
+        return await set_level(request, None)
 
     @app.get("/config/{subject}", tags=_TAG, dependencies=[read_subject],
              responses=_errors(*_ERRORS))
@@ -258,14 +262,7 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
     @app.put("/config/{subject}", tags=_TAG, dependencies=[change_subject],
              responses=_errors(*_ERRORS))
     async def set_subject_config(request: Request, subject: str) -> Response:
-        body = await _body(request)
-        if isinstance(body, JSONResponse):
-            return body
-        level = body.get("compatibility")
-        if not isinstance(level, str):
-            return _refusal(422, 42203, 'the body needs "compatibility": a level name')
-        return await ask(request, SchemaRegistryRequest("set_config", subject,
-                                                        compatibility=level))
+        return await set_level(request, subject)
 
     @app.delete("/config/{subject}", tags=_TAG, dependencies=[change_subject],
                 responses=_errors(*_ERRORS))

@@ -214,51 +214,27 @@ _I64 = struct.Struct(">q")
 
 @dataclass(frozen=True, slots=True)
 class _String:
+    """UTF-8 text after its length: int16 (STRING, Kafka's) or, for a schema text or a
+    registry answer that can pass 32,767 bytes, int32 (LONG_STRING); the reader bounds
+    it by the frame it was given."""
+
     nullable: bool
+    length: struct.Struct = _I16
 
     def write(self, w: Writer, value: Any, version: int) -> None:
         if value is None:
             if not self.nullable:
                 raise InvalidRequestError("a non-nullable string field is null")
-            w.pack(_I16, -1)
+            w.pack(self.length, -1)
             return
         data = value.encode("utf-8")
-        if len(data) > 32767:
+        if self.length is _I16 and len(data) > 32767:
             raise InvalidRequestError(f"string of {len(data)} bytes exceeds 32767")
-        w.pack(_I16, len(data))
+        w.pack(self.length, len(data))
         w.write(data)
 
     def read(self, r: Reader, version: int) -> Any:
-        n = r.unpack(_I16)
-        if n == -1 and self.nullable:
-            return None
-        if n < 0:
-            raise InvalidRequestError(f"invalid string length {n}")
-        try:
-            return bytes(r.take(n)).decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise InvalidRequestError(f"string is not valid UTF-8: {err}") from err
-
-
-@dataclass(frozen=True, slots=True)
-class _LongString:
-    """UTF-8 text with an int32 length (a schema text or a registry answer can pass
-    STRING's 32,767 bytes); the reader bounds it by the frame it was given."""
-
-    nullable: bool
-
-    def write(self, w: Writer, value: Any, version: int) -> None:
-        if value is None:
-            if not self.nullable:
-                raise InvalidRequestError("a non-nullable string field is null")
-            w.pack(_I32, -1)
-            return
-        data = value.encode("utf-8")
-        w.pack(_I32, len(data))
-        w.write(data)
-
-    def read(self, r: Reader, version: int) -> Any:
-        n = r.unpack(_I32)
+        n = r.unpack(self.length)
         if n == -1 and self.nullable:
             return None
         if n < 0:
@@ -329,7 +305,7 @@ INT64: WireType = _Int(_I64, "int64")
 BOOL: WireType = _Bool()
 STRING: WireType = _String(nullable=False)
 NULLABLE_STRING: WireType = _String(nullable=True)
-NULLABLE_LONG_STRING: WireType = _LongString(nullable=True)
+NULLABLE_LONG_STRING: WireType = _String(nullable=True, length=_I32)
 BYTES: WireType = _Bytes(nullable=False)
 NULLABLE_BYTES: WireType = _Bytes(nullable=True)
 RECORDS: WireType = _Bytes(nullable=True, records=True)
