@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "BATCH_ANSWERS", "BATCH_BODY", "CREATE_TOPIC_BODY", "ERROR_SCHEMA", "RECORDS_ANSWERS",
-    "RECORD_BODY", "STATUS_TEXT", "errors",
+    "BATCH_ANSWERS", "BATCH_BODY", "CREATE_TOPIC_BODY", "ERROR_SCHEMA", "LEVEL_BODY",
+    "RECORDS_ANSWERS", "RECORD_BODY", "SCHEMA_BODY", "STATUS_TEXT", "errors",
 ]
 
 #: The Confluent v3 error body every error status answers with.
@@ -171,3 +171,21 @@ BATCH_ANSWERS: dict[int | str, dict[str, Any]] = {
                                      "id": {"type": "string"}}}}}}}}},
     **errors(400, 401, 403, 404, 413, 415, 422, 429, 503),
 }
+
+
+#: Schema registry: a schema to register, look up or check (Confluent's body).
+SCHEMA_BODY = _body({
+    "type": "object", "required": ["schema"],
+    "properties": {
+        "schema": {"type": "string", "description": "the schema as JSON text"},
+        "schemaType": {"type": "string", "enum": ["AVRO", "JSON"], "default": "AVRO"},
+    },
+}, "Confluent's body: the schema text (Avro or JSON Schema, docs/typed-topics.md)")
+#: Schema registry: a compatibility level to set.
+LEVEL_BODY = _body({
+    "type": "object", "required": ["compatibility"],
+    "properties": {"compatibility": {"type": "string", "enum": [
+        "NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
+        "FULL_TRANSITIVE"]}},
+}, "the compatibility level")
+

@@ -22,10 +22,11 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ingest_gateway._auth import Action
+from ingest_gateway._openapi import LEVEL_BODY, SCHEMA_BODY
 from ingest_gateway._openapi import errors as _errors
 from ingest_gateway._plan import check_length, check_media
 from wire.errors import StrataError
@@ -36,10 +37,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["REGISTRY_MEDIA_TYPE", "install_registry_routes"]
 
-REGISTRY_MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
+#: Answers are ``application/json``, which Confluent's clients accept as well as its own
+#: ``application/vnd.schemaregistry.v1+json`` (also accepted in requests).
+REGISTRY_MEDIA_TYPE = "application/json"
 _MAX_BODY = 1 << 20  # a schema text is at most 256 KiB (wire.schema); JSON escapes add some
 _ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 _TAG: list[str | Enum] = ["schema registry"]
+# Path parameters as the registry takes them: a printable subject (as the brokers
+# check), a version number or "latest", a positive 32-bit id.
+_SUBJECT = Path(pattern=r"^[ -~]{1,255}$", description="e.g. orders-value")
+_VERSION = Path(pattern=r"^(latest|[1-9][0-9]{0,8})$", description="a number or latest")
+_ID = Path(ge=1, le=2**31 - 1)
 
 
 def _topic_of(subject: str | None) -> str | None:
@@ -130,14 +138,14 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
 
     @app.get("/subjects/{subject}/versions", tags=_TAG, dependencies=[read_subject],
              responses=_errors(*_ERRORS))
-    async def list_versions(request: Request, subject: str,
+    async def list_versions(request: Request, subject: str = _SUBJECT,
                             deleted: bool = Query(False)) -> Response:
         return await ask(request, SchemaRegistryRequest("list_versions", subject,
                                                         include_deleted=deleted))
 
     @app.post("/subjects/{subject}/versions", tags=_TAG, dependencies=[change_subject],
-              responses=_errors(*_ERRORS))
-    async def register(request: Request, subject: str) -> Response:
+              responses=_errors(*_ERRORS), openapi_extra=SCHEMA_BODY)
+    async def register(request: Request, subject: str = _SUBJECT) -> Response:
         """Body ``{"schema": "...", "schemaType": "AVRO"|"JSON"}``; answers ``{"id"}``."""
         body = await _body(request)
         if isinstance(body, JSONResponse):
@@ -146,8 +154,8 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
         return built if isinstance(built, JSONResponse) else await ask(request, built)
 
     @app.post("/subjects/{subject}", tags=_TAG, dependencies=[read_subject],
-              responses=_errors(*_ERRORS))
-    async def lookup(request: Request, subject: str, deleted: bool = Query(False)
+              responses=_errors(*_ERRORS), openapi_extra=SCHEMA_BODY)
+    async def lookup(request: Request, subject: str = _SUBJECT, deleted: bool = Query(False)
                      ) -> Response:
         """Whether the schema is registered under the subject, and as which version."""
         body = await _body(request)
@@ -158,7 +166,8 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
 
     @app.get("/subjects/{subject}/versions/{version}", tags=_TAG,
              dependencies=[read_subject], responses=_errors(*_ERRORS))
-    async def get_version(request: Request, subject: str, version: str,
+    async def get_version(request: Request, subject: str = _SUBJECT,
+                          version: str = _VERSION,
                           deleted: bool = Query(False)) -> Response:
         number = _version(version)
         if isinstance(number, JSONResponse):
@@ -169,7 +178,8 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
 
     @app.get("/subjects/{subject}/versions/{version}/schema", tags=_TAG,
              dependencies=[read_subject], responses=_errors(*_ERRORS))
-    async def get_version_text(request: Request, subject: str, version: str) -> Response:
+    async def get_version_text(request: Request, subject: str = _SUBJECT,
+                               version: str = _VERSION) -> Response:
         """The schema text alone."""
         number = _version(version)
         if isinstance(number, JSONResponse):
@@ -181,7 +191,8 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
 
     @app.delete("/subjects/{subject}/versions/{version}", tags=_TAG,
                 dependencies=[change_subject], responses=_errors(*_ERRORS))
-    async def delete_version(request: Request, subject: str, version: str,
+    async def delete_version(request: Request, subject: str = _SUBJECT,
+                             version: str = _VERSION,
                              permanent: bool = Query(False)) -> Response:
         number = _version(version)
         if isinstance(number, JSONResponse):
@@ -192,21 +203,21 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
 
     @app.delete("/subjects/{subject}", tags=_TAG, dependencies=[change_subject],
                 responses=_errors(*_ERRORS))
-    async def delete_subject(request: Request, subject: str,
+    async def delete_subject(request: Request, subject: str = _SUBJECT,
                              permanent: bool = Query(False)) -> Response:
         return await ask(request, SchemaRegistryRequest("delete_subject", subject,
                                                         permanent=permanent))
 
     @app.get("/schemas/ids/{schema_id}", tags=_TAG, dependencies=[read_cluster],
              responses=_errors(*_ERRORS))
-    async def by_id(request: Request, schema_id: int) -> Response:
+    async def by_id(request: Request, schema_id: int = _ID) -> Response:
         if not 0 < schema_id < 2**31:
             return _refusal(404, 40403, f"schema id {schema_id} not found")
         return await ask(request, SchemaRegistryRequest("get_by_id", schema_id=schema_id))
 
     @app.get("/schemas/ids/{schema_id}/versions", tags=_TAG, dependencies=[read_cluster],
              responses=_errors(*_ERRORS))
-    async def id_versions(request: Request, schema_id: int,
+    async def id_versions(request: Request, schema_id: int = _ID,
                           deleted: bool = Query(False)) -> Response:
         if not 0 < schema_id < 2**31:
             return _refusal(404, 40403, f"schema id {schema_id} not found")
@@ -214,8 +225,10 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
                                                         include_deleted=deleted))
 
     @app.post("/compatibility/subjects/{subject}/versions/{version}", tags=_TAG,
-              dependencies=[read_subject], responses=_errors(*_ERRORS))
-    async def compatibility(request: Request, subject: str, version: str,
+              dependencies=[read_subject], responses=_errors(*_ERRORS),
+              openapi_extra=SCHEMA_BODY)
+    async def compatibility(request: Request, subject: str = _SUBJECT,
+                            version: str = _VERSION,
                             verbose: bool = Query(True)) -> Response:
         """``{"is_compatible", "messages"}``: the messages give each reason."""
         number = _version(version)
@@ -247,26 +260,27 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
         return await ask(request, SchemaRegistryRequest("set_config", subject,
                                                         compatibility=level))
 
-    @app.put("/config", tags=_TAG, dependencies=[change_cluster], responses=_errors(*_ERRORS))
+    @app.put("/config", tags=_TAG, dependencies=[change_cluster], responses=_errors(*_ERRORS),
+             openapi_extra=LEVEL_BODY)
     async def set_global_config(request: Request) -> Response:
         """Body ``{"compatibility": "NONE"|"BACKWARD"|...}``."""
         return await set_level(request, None)
 
     @app.get("/config/{subject}", tags=_TAG, dependencies=[read_subject],
              responses=_errors(*_ERRORS))
-    async def get_subject_config(request: Request, subject: str,
+    async def get_subject_config(request: Request, subject: str = _SUBJECT,
                                  defaultToGlobal: bool = Query(False)) -> Response:
         return await ask(request, SchemaRegistryRequest("get_config", subject,
                                                         default_to_global=defaultToGlobal))
 
     @app.put("/config/{subject}", tags=_TAG, dependencies=[change_subject],
-             responses=_errors(*_ERRORS))
-    async def set_subject_config(request: Request, subject: str) -> Response:
+             responses=_errors(*_ERRORS), openapi_extra=LEVEL_BODY)
+    async def set_subject_config(request: Request, subject: str = _SUBJECT) -> Response:
         return await set_level(request, subject)
 
     @app.delete("/config/{subject}", tags=_TAG, dependencies=[change_subject],
                 responses=_errors(*_ERRORS))
-    async def delete_subject_config(request: Request, subject: str) -> Response:
+    async def delete_subject_config(request: Request, subject: str = _SUBJECT) -> Response:
         return await ask(request, SchemaRegistryRequest("delete_config", subject))
 
 

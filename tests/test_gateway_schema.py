@@ -77,7 +77,32 @@ OPERATIONS = [
     f"POST {PREFIX}/{{topic_name}}/records:batch",
     f"GET {PREFIX}/{{topic_name}}/partitions/{{partition_id}}/records",
 ]
+#: The schema registry's routes (docs/typed-topics.md).
+REGISTRY = [
+    "GET /subjects",
+    "GET /subjects/{subject}/versions",
+    "POST /subjects/{subject}/versions",
+    "POST /subjects/{subject}",
+    "GET /subjects/{subject}/versions/{version}",
+    "GET /subjects/{subject}/versions/{version}/schema",
+    "DELETE /subjects/{subject}/versions/{version}",
+    "DELETE /subjects/{subject}",
+    "GET /schemas/ids/{schema_id}",
+    "GET /schemas/ids/{schema_id}/versions",
+    "POST /compatibility/subjects/{subject}/versions/{version}",
+    "GET /config",
+    "PUT /config",
+    "GET /config/{subject}",
+    "PUT /config/{subject}",
+    "DELETE /config/{subject}",
+]
+OPERATIONS += REGISTRY
 SKIPPED = {f"GET {PREFIX}/{{topic_name}}/tail"}  # an endless SSE response
+#: A schema registered before the exploration, so that generated cases with real path
+#: parameters reach a subject, a version and an id that exist.
+SEED_SUBJECT = f"{TOPIC}-value"
+SEED_SCHEMA = ('{"type": "record", "name": "Seed", "fields": [{"name": "x", "type": "int"}, '
+               '{"name": "y", "type": ["null", "string"], "default": null}]}')
 
 Findings = dict[tuple[str, str], str]
 Explored = tuple[Findings, set[str], Counter[tuple[str, int]]]
@@ -85,9 +110,17 @@ Explored = tuple[Findings, set[str], Counter[tuple[str, int]]]
 #: Statuses a schema-valid request may get that depend on the cluster, not on the request:
 #: the brokers judge topic configs and a replication factor against the live brokers
 #: (400), and which offsets a partition holds (416). Both are declared in the schema.
-STATE_DEPENDENT = {
-    f"POST {PREFIX}": 400,
-    f"GET {PREFIX}/{{topic_name}}/partitions/{{partition_id}}/records": 416,
+STATE_DEPENDENT: dict[str, list[int]] = {
+    f"POST {PREFIX}": [400],
+    f"GET {PREFIX}/{{topic_name}}/partitions/{{partition_id}}/records": [416],
+    # A schema text is a string to the OpenAPI schema; whether it is valid Avro or JSON
+    # Schema (422, 42201) or compatible with the subject (409) only the registry knows.
+    # So is whether a deletion's precondition holds (400: not soft-deleted first).
+    "POST /subjects/{subject}/versions": [422],
+    "POST /subjects/{subject}": [422],
+    "POST /compatibility/subjects/{subject}/versions/{version}": [422],
+    "DELETE /subjects/{subject}/versions/{version}": [400],
+    "DELETE /subjects/{subject}": [400],
 }
 #: Largest partition count a generated topic gets (a real topic is created per case).
 MAX_TEST_PARTITIONS = 2
@@ -97,8 +130,9 @@ def _config() -> schemathesis.Config:
     default = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]
     return schemathesis.Config.from_dict({"operations": [
         {"include-name": label,
-         "checks": {"positive_data_acceptance": {"expected-statuses": [*default, str(status)]}}}
-        for label, status in STATE_DEPENDENT.items()]})
+         "checks": {"positive_data_acceptance": {
+             "expected-statuses": [*default, *(str(s) for s in statuses)]}}}
+        for label, statuses in STATE_DEPENDENT.items()]})
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +169,10 @@ def explore(gw: Gateway, cluster_id: str, headers: dict[str, str]) -> Explored:
         created = probe.post(f"{gw.url}/v3/clusters/{cluster_id}/topics", headers=headers,
                              json={"topic_name": DOOMED, "partitions_count": 1})
         assert created.status_code in (201, 409), created.text  # 409: deletion pending
+        registered = probe.post(f"{gw.url}/subjects/{SEED_SUBJECT}/versions",
+                                headers=headers, json={"schema": SEED_SCHEMA}, timeout=30)
+        assert registered.status_code == 200, registered.text
+        schema_id = registered.json()["id"]
     for label in OPERATIONS:
         method, path = label.split(" ", 1)
         operation = schema[path][method]
@@ -143,6 +181,11 @@ def explore(gw: Gateway, cluster_id: str, headers: dict[str, str]) -> Explored:
             real["topic_name"] = DOOMED if method == "DELETE" else TOPIC
         if "{partition_id}" in path:
             real["partition_id"] = 0
+        for name, value in (("subject", SEED_SUBJECT), ("version", "1"),
+                            ("schema_id", schema_id)):
+            if "{" + name + "}" in path:
+                real[name] = value
+        real = {k: v for k, v in real.items() if "{" + k + "}" in path}
         strategies = [operation.as_strategy(mode)
                       for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)]
 
