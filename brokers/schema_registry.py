@@ -41,15 +41,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from wire.schema import (
-    Compatibility,
-    ParsedSchema,
-    SchemaType,
-    arrow_mismatch,
-    check_compatibility,
-    parse_schema,
-)
-
 from brokers.internal_topics import append_replicated, create_internal_topic
 from wire.errors import (
     CoordinatorNotAvailableError,
@@ -72,6 +63,14 @@ from wire.record_batch import (
     payload_schema_of,
     schema_message,
     value_schema_id,
+)
+from wire.schema import (
+    Compatibility,
+    ParsedSchema,
+    SchemaType,
+    arrow_mismatch,
+    check_compatibility,
+    parse_schema,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -235,11 +234,16 @@ class SchemaRegistry:
 
     # ------------------------------------------------------------------ answering
     async def handle(self, request: SchemaRegistryRequest) -> SchemaRegistryResponse:
+        """Answer ``request`` here when this broker leads ``__schemas``-0, else pass it
+        to the leader (the caller authorized it already): a client that may not see
+        ``__schemas`` in its metadata cannot look the leader up itself."""
         try:
             if request.operation not in SCHEMA_OPERATIONS:
                 raise _refuse(InvalidRequestError, 40001,
                               f"unknown schema registry operation {request.operation!r}; "
                               f"use one of {', '.join(SCHEMA_OPERATIONS)}")
+            if SCHEMAS_TOPIC in self.cluster.topics and not self._leads():
+                return await self._ask_leader(request)
             state = await self._load()
             body = await getattr(self, f"_op_{request.operation}")(state, request)
         except _Refusal as refusal:
@@ -249,6 +253,10 @@ class SchemaRegistry:
             return SchemaRegistryResponse(err.code, err.message, 50003 if err.retriable
                                           else 50001)
         return SchemaRegistryResponse(0, None, 0, json.dumps(body))
+
+    def _leads(self) -> bool:
+        partition = self.registry.hosted.get((SCHEMAS_TOPIC, 0))
+        return partition is not None and partition.is_leader and not partition.fenced
 
     def _partition(self) -> Partition:
         partition = self.registry.hosted.get((SCHEMAS_TOPIC, 0))
@@ -539,38 +547,11 @@ class SchemaRegistry:
     async def subject_versions(self, subject: str) -> dict[int, ParsedSchema]:
         """The live versions of ``subject`` by schema id: from this broker's state when it
         leads ``__schemas``-0, otherwise from the leader."""
-        partition = self.registry.hosted.get((SCHEMAS_TOPIC, 0))
-        if partition is not None and partition.is_leader and not partition.fenced:
+        if self._leads():
             state = await self._load()
             return {v.schema_id: state.schemas[v.schema_id].parsed
                     for v in state.live(subject)}
-        return await self._remote_versions(subject)
-
-    async def _remote_versions(self, subject: str) -> dict[int, ParsedSchema]:
-        from wire.connection import BrokerConnection
-
-        leader_state = self.cluster.partition_states.get((SCHEMAS_TOPIC, 0))
-        registration = None if leader_state is None else \
-            self.cluster.live_brokers.get(leader_state.leader)
-        if registration is None:
-            raise CoordinatorNotAvailableError(
-                f"{SCHEMAS_TOPIC}-0 has no live leader, so the typed topic's schemas cannot "
-                "be checked; retry in a moment")
-        connection = BrokerConnection(registration.host, registration.port,
-                                      client_id=f"broker-{self.broker_id}-schemas",
-                                      security=self.config.inter_broker_security())
-        try:
-            await connection.connect(timeout=_REMOTE_TIMEOUT_S)
-            response = await asyncio.wait_for(connection.request(
-                ApiKey.SCHEMA_REGISTRY, SchemaRegistryRequest("subject_schemas", subject)),
-                _REMOTE_TIMEOUT_S)
-        except (OSError, TimeoutError) as err:
-            raise CoordinatorNotAvailableError(
-                f"the schema registry (broker {registration.broker_id}) did not answer "
-                f"({err!r}); retry in a moment") from None
-        finally:
-            await connection.close()
-        assert isinstance(response, SchemaRegistryResponse)
+        response = await self._ask_leader(SchemaRegistryRequest("subject_schemas", subject))
         if response.error_code:
             if response.registry_code == 40401:
                 return {}
@@ -579,6 +560,34 @@ class SchemaRegistry:
                 f"{response.error_message}; retry in a moment")
         return {int(e["id"]): parse_schema(e["schema"], e["schemaType"])
                 for e in json.loads(response.body or "[]")}
+
+    async def _ask_leader(self, request: SchemaRegistryRequest) -> SchemaRegistryResponse:
+        """``request`` answered by the broker leading ``__schemas``-0 (over the
+        inter-broker listener); COORDINATOR_NOT_AVAILABLE when it cannot be reached."""
+        from wire.connection import BrokerConnection
+
+        leader_state = self.cluster.partition_states.get((SCHEMAS_TOPIC, 0))
+        registration = None if leader_state is None else \
+            self.cluster.live_brokers.get(leader_state.leader)
+        if registration is None:
+            raise CoordinatorNotAvailableError(
+                f"{SCHEMAS_TOPIC}-0, where the schema registry lives, has no live leader "
+                "right now; retry in a moment")
+        connection = BrokerConnection(registration.host, registration.port,
+                                      client_id=f"broker-{self.broker_id}-schemas",
+                                      security=self.config.inter_broker_security())
+        try:
+            await connection.connect(timeout=_REMOTE_TIMEOUT_S)
+            response = await asyncio.wait_for(
+                connection.request(ApiKey.SCHEMA_REGISTRY, request), _REMOTE_TIMEOUT_S)
+        except (StrataError, OSError, TimeoutError) as err:
+            raise CoordinatorNotAvailableError(
+                f"the schema registry (broker {registration.broker_id}) did not answer "
+                f"({err!r}); retry in a moment") from None
+        finally:
+            await connection.close()
+        assert isinstance(response, SchemaRegistryResponse)
+        return response
 
 
 class SchemaCheck:

@@ -802,3 +802,35 @@ def test_a_secured_cluster_fails_over_and_the_killed_broker_catches_up(
         while len(got) < 400 and time.monotonic() < deadline:
             got.extend(r.value for r in consumer.poll(timeout_ms=500))
     assert got == [f"a{i}".encode() for i in range(200)] + [f"b{i}".encode() for i in range(200)]
+
+
+def test_acls_decide_who_may_use_the_schema_registry(brokers: list[BrokerProcess],
+                                                      pki: Pki) -> None:
+    """Registry reads need DESCRIBE and changes ALTER, on the subject's topic or the
+    cluster. A user who may not see ``__schemas`` in its metadata still reaches the
+    registry: any broker passes the request on to the registry's leader."""
+    user = _name("gus")
+    topic = _name("typed")
+    subject = f"{topic}-value"
+    schema = json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "x", "type": "long"}]})
+    servers = bootstrap(brokers, "SASL_SSL")
+    gus = sasl("SASL_SSL", pki, user=user, password="gus-pw")
+    with Admin(servers, security=sasl("SASL_SSL", pki)) as admin:
+        admin.upsert_scram_credential(user, "gus-pw")
+        admin.create_topics([NewTopic(topic, 1, 2, {"value.schema.subject": subject})])
+        admin.register_schema(subject, schema)
+        _eventually(lambda: metadata(brokers[0], "SASL_SSL", gus), timeout=10)
+        with Admin(servers, security=gus, request_timeout_ms=10_000) as as_gus:
+            with pytest.raises(TopicAuthorizationFailedError, match="DESCRIBE"):
+                as_gus.get_schema(subject)
+            with pytest.raises(ClusterAuthorizationFailedError):
+                as_gus.list_subjects()
+            admin.create_acls([_allow(f"User:{user}", "DESCRIBE", "TOPIC", topic)])
+            _eventually(lambda: as_gus.get_schema(subject))
+            assert as_gus.get_schema(subject).version == 1
+            with pytest.raises(TopicAuthorizationFailedError, match="ALTER"):
+                as_gus.register_schema(subject, schema.replace('"R"', '"R2"'))
+            admin.create_acls([_allow(f"User:{user}", "ALTER", "TOPIC", topic)])
+            _eventually(lambda: as_gus.set_compatibility("FULL", subject))
+            assert as_gus.get_compatibility(subject) == "FULL"

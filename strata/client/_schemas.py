@@ -28,6 +28,7 @@ from wire.errors import (
     CoordinatorNotAvailableError,
     InvalidRecordBatchError,
     StrataError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
 from wire.protocol import (
@@ -130,9 +131,10 @@ class SchemaSource:
     async def _send(self, request: SchemaRegistryRequest) -> object:
         try:
             leader = await self.cluster.leader_for(SCHEMAS_TOPIC, 0)
-        except UnknownTopicOrPartitionError:
-            # Not created yet: any broker creates it on a registry request (and answers
-            # COORDINATOR_NOT_AVAILABLE meanwhile).
+        except (UnknownTopicOrPartitionError, TopicAuthorizationFailedError):
+            # Not created yet (any broker creates it on a registry request, answering
+            # COORDINATOR_NOT_AVAILABLE meanwhile), or hidden from this principal: any
+            # broker passes the request on to the registry's leader.
             return await self.cluster.send_any(ApiKey.SCHEMA_REGISTRY, request)
         connection = await self.cluster.connection(leader)
         response = await connection.request(ApiKey.SCHEMA_REGISTRY, request)

@@ -99,7 +99,7 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Mapping
-from typing import Any, Unpack, cast
+from typing import Any, TypeAlias, Unpack, cast
 
 import pyarrow as pa
 
@@ -140,6 +140,10 @@ log = logging.getLogger("strata.client.producer")
 
 
 # --------------------------------------------------------------------------- faces
+
+
+#: A record's value: bytes (or text) for a bytes topic, a dict for a typed topic.
+RecordValue: TypeAlias = Value | Mapping[str, Any]
 
 
 def _typed_input(values: Any) -> bool:
@@ -187,7 +191,7 @@ class AsyncProducer:
         sender.accumulator.check_partition(topic, partition, num_partitions)
         return num_partitions
 
-    async def send(self, topic: str, value: Value | Mapping[str, Any], key: Key = None, headers: Headers = None,
+    async def send(self, topic: str, value: RecordValue, key: Key = None, headers: Headers = None,
                    partition: int | None = None, timestamp_ms: int | None = None
                    ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; return the future of its ``RecordMetadata``.
@@ -206,7 +210,7 @@ class AsyncProducer:
             await self._add_slowly(topic, value, key, headers, partition, timestamp_ms, future)
         return future
 
-    async def produce(self, topic: str, value: Value | Mapping[str, Any], key: Key = None,
+    async def produce(self, topic: str, value: RecordValue, key: Key = None,
                       headers: Headers = None, partition: int | None = None,
                       timestamp_ms: int | None = None,
                       on_delivery: DeliveryCallback | None = None) -> None:
@@ -361,7 +365,7 @@ class Producer:
             return cached
         return self._thread.run(self._sender.partition_count(topic), timeout=self._block_s())
 
-    def send(self, topic: str, value: Value | Mapping[str, Any], key: Key = None, headers: Headers = None,
+    def send(self, topic: str, value: RecordValue, key: Key = None, headers: Headers = None,
              partition: int | None = None, timestamp_ms: int | None = None
              ) -> concurrent.futures.Future[RecordMetadata]:
         """Queue one record; return the future of its ``RecordMetadata``.
@@ -377,7 +381,7 @@ class Producer:
             self._add_slowly(topic, value, key, headers, partition, timestamp_ms, future)
         return cast("concurrent.futures.Future[RecordMetadata]", future)
 
-    def produce(self, topic: str, value: Value | Mapping[str, Any], key: Key = None, headers: Headers = None,
+    def produce(self, topic: str, value: RecordValue, key: Key = None, headers: Headers = None,
                 partition: int | None = None, timestamp_ms: int | None = None,
                 on_delivery: DeliveryCallback | None = None) -> None:
         """Queue one record with no future: the per-record fast path.
