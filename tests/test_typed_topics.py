@@ -359,8 +359,17 @@ def test_gateway_validates_json_records_for_a_typed_topic(cluster: Cluster, admi
     assert all(r["error_code"] == 422 for r in failures.values()), failures
     assert "entries[1].value.id" in failures["1"]["message"], failures["1"]
     assert "typed" in failures["2"]["message"]
-    rows = _read_all_partition(cluster, topic, 0, 2)
-    assert [v["id"] for v in rows] == [1, 3]
+    # One record with its own timestamp takes the one-by-one path: checked the same way.
+    url = f"{gateway.url}/v3/clusters/{cid}/topics/{topic}/records"
+    stamped = {"partition_id": 0, "timestamp": "2026-11-01T00:00:00Z",
+               "value": {"type": "JSON", "data": {**good, "id": 4}}}
+    assert httpx.post(url, json=stamped, timeout=30).status_code == 200
+    refused = httpx.post(url, json={**stamped, "value": {"type": "JSON", "data": {
+        **good, "amount": "lots"}}}, timeout=30)
+    assert refused.status_code == 422 and "value.amount" in refused.json()["message"], \
+        refused.text
+    rows = _read_all_partition(cluster, topic, 0, 3)
+    assert [v["id"] for v in rows] == [1, 3, 4]
 
 
 def _read_all_partition(cluster: Cluster, topic: str, partition: int, n: int
