@@ -53,6 +53,8 @@ NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 #: A name with a dot and a dash: the notebooks must quote it in SQL.
 TOPIC = "web.clicks-v1"
+#: The typed topic of notebooks/typed_topic.ipynb (seeded with ``seed --typed``).
+TYPED_TOPIC = "clicks-typed"
 RECORDS = 3000
 HOURS = 6.0
 CELL_TIMEOUT_S = 120
@@ -70,7 +72,8 @@ class SeededStack:
 
 
 def test_there_are_notebooks() -> None:
-    assert {p.name for p in NOTEBOOKS} >= {"explore_history.ipynb", "throughput_and_lag.ipynb"}
+    assert {p.name for p in NOTEBOOKS} >= {"explore_history.ipynb", "throughput_and_lag.ipynb",
+                                           "typed_topic.ipynb"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -103,7 +106,7 @@ _stack = _find_stack()
 with _TierJob(_notebook_spark("test-notebooks-tier"),
               _TierSettings(_stack.bootstrap, _stack.warehouse, lease_wait_s=240,
                             security=_stack.client_security)) as _job:
-    _report = _job.run_once([_os.environ["STRATA_TOPIC"]])
+    _report = _job.run_once([_os.environ["STRATA_TOPIC"], _os.environ["STRATA_TYPED_TOPIC"]])
 _job.spark.stop()  # the notebooks start their own SparkContext (on this JVM)
 assert not any(t.error for t in _report.topics), _report.to_json()
 """
@@ -159,6 +162,11 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
             min_isr = admin.describe_configs([TOPIC])[TOPIC]["min.insync.replicas"]
         assert (replicas, min_isr.value, min_isr.is_default) == ({3}, "2", True)
         _seed_refuses_one_replica(data_dir, info["bootstrap"])
+        code, out, err = _seed(["seed", "--data-dir", str(data_dir), "--topic", TYPED_TOPIC,
+                                "--typed", "--records", str(RECORDS), "--partitions", "2",
+                                "--hours", str(HOURS)])
+        assert code == 0 and out.startswith(f"produced {RECORDS} records to {TYPED_TOPIC};"), \
+            (code, out, err)
         yield SeededStack(data_dir, info)
     finally:
         try:
@@ -188,7 +196,8 @@ def test_notebooks_run_top_to_bottom(seeded_stack: SeededStack, tmp_path: Path) 
         combined.cells.extend(book.cells)
         spans.append((path, first, len(combined.cells)))
     env = dict(os.environ)
-    env.update({"STRATA_DATA_DIR": str(seeded_stack.data_dir), "STRATA_TOPIC": TOPIC})
+    env.update({"STRATA_DATA_DIR": str(seeded_stack.data_dir), "STRATA_TOPIC": TOPIC,
+                "STRATA_TYPED_TOPIC": TYPED_TOPIC})
     env.pop("STRATA_KEY", None)
     env.pop("PYTEST_CURRENT_TEST", None)  # else ipykernel drops the JVM's output
     client = NotebookClient(
