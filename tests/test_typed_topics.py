@@ -11,6 +11,7 @@ registry over the network.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -372,6 +373,11 @@ def test_gateway_validates_json_records_for_a_typed_topic(cluster: Cluster, admi
     assert [v["id"] for v in rows] == [1, 3, 4]
 
 
+def admin_id(cluster: Cluster, subject: str) -> int:
+    with Admin(cluster.bootstrap) as admin:
+        return admin.get_schema(subject).schema_id
+
+
 def _read_all_partition(cluster: Cluster, topic: str, partition: int, n: int
                         ) -> list[dict[str, object]]:
     with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
@@ -409,6 +415,23 @@ def test_cli_schema_commands(cluster: Cluster, tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
     refused = strata("schema", "register", "cli-value", "--file", str(tmp_path / "nope"))
     assert refused.returncode == 1 and "cannot read" in refused.stderr
+    incompatible = strata("schema", "check", "cli-value", "--file", str(bad_file))
+    assert incompatible.returncode == 1 and "region" in incompatible.stdout, incompatible
+    # A typed topic from the command line, read back as JSON and as Confluent frames.
+    made = strata("topic", "create", "cli", "--partitions", "1", "--replicas", "1", "--typed")
+    assert made.returncode == 0, made.stderr
+    with Producer(cluster.bootstrap) as producer:
+        producer.send("cli", _orders(7, 1)[0]).result(30)
+    shown = strata("consume", "cli", "--from-beginning", "-n", "1", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    value = json.loads(json.loads(shown.stdout.splitlines()[0])["value"])
+    assert value == {"id": 7, "customer": "c0", "amount": "0.07", "note": None}
+    framed = strata("consume", "cli", "--from-beginning", "-n", "1", "--format", "json",
+                    "--value-format", "confluent")
+    record = json.loads(framed.stdout.splitlines()[0])
+    raw = base64.b64decode(record["value"]) if record["value_encoding"] == "base64" \
+        else record["value"].encode()
+    assert parse_confluent_frame(raw)[0] == admin_id(cluster, "cli-value"), record
 
 
 def test_registry_ids_survive_its_leader_being_killed(cluster: Cluster,
