@@ -24,6 +24,11 @@ Delta statistics only for ``offset`` and ``timestamp``, the columns readers filt
 (tier reads prune by offset, retention cuts by timestamp). ``date`` is the record's
 date in the Spark session's time zone, as ``to_date(timestamp)`` gives it.
 
+Typed topics: the tasks read under one version of the value subject, pinned by the
+driver for the pass (``TierValue``; ``Consumer(value_schema_version=N)``), and write
+``value`` as a struct in the Arrow types Spark reads back as the table's column types
+(microsecond timestamps, binary for fixed, Spark's list and map field names).
+
 Thread-safety: the driver functions run in the job's thread; ``write_pieces`` runs in
 Spark's Python workers, one call per task, and shares nothing. A task that fails
 deletes the files it had open; one killed outright leaves them to ``VACUUM``.
@@ -47,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs._errors import TierGapError, TierLeaseLostError
+from spark_jobs._errors import TierGapError, TierLeaseLostError, TierTableMismatchError
 from spark_jobs._plan import TierRange
 from spark_jobs._tables import app_id
 from wire.security import ClientSecurity
@@ -55,8 +60,8 @@ from wire.security import ClientSecurity
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["OFFSETS_PER_PIECE", "CopyPiece", "WrittenFile", "commit_files", "copy_ranges",
-           "write_pieces"]
+__all__ = ["OFFSETS_PER_PIECE", "CopyPiece", "TierValue", "WrittenFile", "commit_files",
+           "copy_ranges", "file_value_type", "write_pieces"]
 
 #: Offsets per Spark task: small enough to spread a range over every core, big enough
 #: (about 30 MB of 100-byte records) that a task's fixed cost does not show.
@@ -87,6 +92,32 @@ _FILE_SCHEMA: Final = pa.schema([
     pa.field("headers", pa.list_(pa.struct([pa.field("key", pa.string()),
                                             pa.field("value", pa.binary())]))),
 ])
+
+
+@dataclass(frozen=True, slots=True)
+class TierValue:
+    """A typed topic's value for one pass: read under ``version`` of its subject, written
+    as ``file_type`` (``file_value_type`` of the schema's Arrow type)."""
+
+    version: int
+    file_type: pa.DataType
+
+
+def file_value_type(arrow_type: pa.DataType) -> pa.DataType:
+    """The Arrow type a data file holds a typed ``value`` in: the schema's type as Spark's
+    Arrow interchange has it (``spark_arrow_type``), then Spark's own Arrow form of that
+    (binary for fixed, ``element`` list items, non-null map keys)."""
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
+
+    from wire.schema import spark_arrow_type
+
+    return to_arrow_type(from_arrow_type(spark_arrow_type(arrow_type)), timezone="UTC")
+
+
+def _file_schema(value: TierValue | None) -> pa.Schema:
+    if value is None:
+        return _FILE_SCHEMA
+    return _FILE_SCHEMA.set(1, pa.field("value", value.file_type))
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,15 +160,17 @@ def pieces_of(ranges: Sequence[TierRange], parallelism: int) -> list[CopyPiece]:
 
 
 def copy_ranges(spark: SparkSession, path: Path, ranges: Sequence[TierRange], *,
-                bootstrap: str, security: ClientSecurity) -> list[WrittenFile]:
+                bootstrap: str, security: ClientSecurity,
+                value: TierValue | None = None) -> list[WrittenFile]:
     """Write the records of ``ranges`` as Parquet files under ``path`` (one Spark job, a
-    task per piece); the files, not yet in any commit."""
+    task per piece); the files, not yet in any commit. ``value``: a typed topic's."""
     context = spark.sparkContext
     pieces = pieces_of(ranges, context.defaultParallelism)
     if not pieces:
         return []
     writer = partial(write_pieces, root=str(path), bootstrap=bootstrap, security=security,
-                     time_zone=spark.conf.get("spark.sql.session.timeZone") or "UTC")
+                     time_zone=spark.conf.get("spark.sql.session.timeZone") or "UTC",
+                     value=value)
     topics = sorted({r.topic for r in ranges})
     context.setJobDescription(f"strata tier copy: {', '.join(topics)} "
                               f"({sum(r.offsets for r in ranges):,} offsets)")
@@ -203,14 +236,15 @@ def commit_files(path: Path, ranges: Sequence[TierRange], files: Sequence[Writte
 
 
 def write_pieces(pieces: Iterable[CopyPiece], *, root: str, bootstrap: str,
-                 security: ClientSecurity, time_zone: str) -> Iterator[WrittenFile]:
+                 security: ClientSecurity, time_zone: str,
+                 value: TierValue | None = None) -> Iterator[WrittenFile]:
     """A Spark task: read each piece with the client and stream it into Parquet under
     ``root``: a new file every ``FILE_ROWS`` rows and for each date the piece spans
     (memory: about one row group a date)."""
     for piece in pieces:
         files: dict[str, _FileWriter] = {}
         try:
-            for table in _read_piece(piece, bootstrap, security):
+            for table in _read_piece(piece, bootstrap, security, value):
                 local = table.column("timestamp").cast(pa.timestamp("us", tz=time_zone))
                 dates = pc.local_timestamp(local).cast(pa.date32())
                 days = pc.unique(dates).to_pylist()
@@ -220,7 +254,8 @@ def write_pieces(pieces: Iterable[CopyPiece], *, root: str, bootstrap: str,
                     name = day.isoformat()
                     writer = files.get(name)
                     if writer is None:
-                        writer = files[name] = _FileWriter(root, piece, name)
+                        writer = files[name] = _FileWriter(root, piece, name,
+                                                           _file_schema(value))
                     writer.add(rows)
                     if writer.records >= FILE_ROWS:  # roll: replays read file by file
                         yield writer.close()
@@ -232,8 +267,8 @@ def write_pieces(pieces: Iterable[CopyPiece], *, root: str, bootstrap: str,
                 writer.abandon()
 
 
-def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity
-                ) -> Iterator[pa.Table]:
+def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity,
+                value: TierValue | None = None) -> Iterator[pa.Table]:
     """Offsets ``[start, end)`` of the piece's partition, as they arrive, in the file's
     columns."""
     from strata.client import Consumer, TopicPartition
@@ -243,7 +278,9 @@ def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity
     fetch_bytes = max(1 << 20, min(64 << 20, (piece.end - piece.start) * 256))
     with Consumer(bootstrap, client_id="strata-tier", security=security,
                   auto_offset_reset="none", max_partition_fetch_bytes=fetch_bytes,
-                  fetch_max_bytes=fetch_bytes) as consumer:
+                  fetch_max_bytes=fetch_bytes,
+                  value_schema_version="latest" if value is None else value.version
+                  ) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, piece.start)
         position = piece.start
@@ -270,25 +307,35 @@ def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity
                 polled = polled.slice(0, pc.sum(pc.less(offsets, piece.end)).as_py() or 0)
             position = min(last + 1, piece.end)
             if polled.num_rows:
-                yield _file_columns(polled)
+                yield _file_columns(polled, value)
 
 
-def _file_columns(polled: pa.Table) -> pa.Table:
+def _file_columns(polled: pa.Table, value: TierValue | None = None) -> pa.Table:
     """A ``CONSUMER_SCHEMA`` table in the data file's columns (whole-column casts)."""
+    schema = _file_schema(value)
     timestamps = polled.column("timestamp").cast(pa.timestamp("ms", tz="UTC")) \
         .cast(pa.timestamp("us", tz="UTC"))
+    values = polled.column("value")
+    if values.type != schema.field("value").type:
+        if pa.types.is_struct(values.type) != pa.types.is_struct(schema.field("value").type):
+            raise TierTableMismatchError(
+                f"{polled.column('topic')[0]}-{polled.column('partition')[0]}: its values "
+                f"are {values.type}, not what the table holds ({schema.field('value').type}); "
+                "the topic's typing does not match its table")
+        values = values.cast(schema.field("value").type)
     return pa.Table.from_arrays(
-        [polled.column("key"), polled.column("value"), polled.column("topic"),
+        [polled.column("key"), values, polled.column("topic"),
          polled.column("offset"), timestamps, polled.column("timestampType"),
-         polled.column("headers").cast(_FILE_SCHEMA.field("headers").type)],
-        schema=_FILE_SCHEMA)
+         polled.column("headers").cast(schema.field("headers").type)],
+        schema=schema)
 
 
 class _FileWriter:
     """One data file of a piece: rows gathered into row groups of ``ROW_GROUP_ROWS``,
     statistics kept as they pass; ``abandon`` deletes a file never closed."""
 
-    def __init__(self, root: str, piece: CopyPiece, day: str) -> None:
+    def __init__(self, root: str, piece: CopyPiece, day: str,
+                 schema: pa.Schema = _FILE_SCHEMA) -> None:
         import pyarrow.parquet as pq
 
         self.piece = piece
@@ -298,7 +345,7 @@ class _FileWriter:
         self.full = os.path.join(root, self.relative)
         os.makedirs(os.path.dirname(self.full), exist_ok=True)
         self._writer: Any = pq.ParquetWriter(
-            self.full, _FILE_SCHEMA, compression="snappy", use_dictionary=DICTIONARY_COLUMNS,
+            self.full, schema, compression="snappy", use_dictionary=DICTIONARY_COLUMNS,
             write_statistics=list(STATS_COLUMNS))
         self._pending: list[pa.Table] = []
         self._pending_rows = 0

@@ -21,6 +21,14 @@ One pass (``TierJob.run_once``), per topic with ``tier.enable=true``:
 6. ``OPTIMIZE`` when the last one is older than ``optimize_interval_s``;
 7. for ``cleanup.policy=compact`` topics, ``MERGE`` the new range into the compacted table.
 
+Typed topics (``value.schema.subject`` set): a pass reads under the subject's latest
+version (pinned for its tasks) and the table's ``value`` is a struct of it. A table made
+under an older version is evolved before the pass writes rows of the new one, when the
+new version only adds fields (``ALTER TABLE ADD COLUMNS``; rows written before read the
+added fields as null in Spark, and as the schema's default through the Spark source);
+any other difference fails the topic's pass with ``TierTableMismatchError`` and writes
+nothing. Compacted tables of typed topics are not kept (a warning says so).
+
 Why it cannot duplicate or skip, whenever it is killed:
 
 * a Delta commit is atomic: a write is either wholly in the table or not at all;
@@ -55,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_jobs._compaction import compact_range, drop_tombstones
-from spark_jobs._copy import commit_files, copy_ranges
+from spark_jobs._copy import TierValue, commit_files, copy_ranges, file_value_type
 from spark_jobs._errors import (
     TierConfigError,
     TierGapError,
@@ -65,15 +73,18 @@ from spark_jobs._errors import (
 )
 from spark_jobs._plan import TierRange, plan_partition
 from spark_jobs._tables import (
-    TIER_DDL,
     TIER_PROPERTIES,
     TOPIC_ID_PROPERTY,
+    VALUE_SUBJECT_PROPERTY,
+    VALUE_VERSION_PROPERTY,
     committed_offsets,
     compacted_path,
     ensure_table,
     register_tables,
     table_path,
+    table_properties,
     table_topic_id,
+    tier_ddl,
 )
 from strata.client import Admin, StoredTierProgress, TierLease
 from wire.errors import BrokerNotAvailableError, TierJobBusyError, UnknownTopicOrPartitionError
@@ -325,6 +336,8 @@ class TierJob:
             # Spark job and one Delta commit; a range is at most this partition's share
             # of max_bytes_per_write (at least one segment).
             share = max(1, self.settings.max_bytes_per_write // max(1, len(parts)))
+            subject = configs.get("value.schema.subject") or None
+            value: _TypedValue | None = None
             while True:
                 ranges = [rng for part in report.partitions if (rng := plan_partition(
                     topic, part.partition, described.partitions[part.partition].segments,
@@ -334,17 +347,30 @@ class TierJob:
                     max_bytes=share)) is not None]
                 if not ranges:
                     break
+                if subject is not None and value is None:
+                    value = self._typed_value(subject)
+                    if report.table is not None:
+                        self._evolve(topic, path, value)
                 if report.table is None:
-                    ensure_table(self.spark, path, TIER_DDL, "partition, date",
-                                 {TOPIC_ID_PROPERTY: lease.topic_id, **TIER_PROPERTIES})
+                    properties = {TOPIC_ID_PROPERTY: lease.topic_id, **TIER_PROPERTIES}
+                    if value is not None:
+                        properties.update({VALUE_SUBJECT_PROPERTY: value.subject,
+                                           VALUE_VERSION_PROPERTY: str(value.version)})
+                    ensure_table(self.spark, path,
+                                 tier_ddl(None if value is None else value.arrow_type),
+                                 "partition, date", properties)
                     report.table = str(path)
-                self._copy(topic, path, ranges, report)
+                self._copy(topic, path, ranges, report,
+                           None if value is None else value.tier_value)
             for part in report.partitions:
                 _lag(part, described.partitions[part.partition], described.tier_after_ms,
                      now_ms)
             if report.table is not None:
                 self._retention(topic, path, configs, report)
-                if configs.get("cleanup.policy") == "compact":
+                if configs.get("cleanup.policy") == "compact" and subject is not None:
+                    log.warning("%s is typed: its compacted table is not kept (compacted "
+                                "tables of typed topics are not supported yet)", topic)
+                elif configs.get("cleanup.policy") == "compact":
                     report.compacted_keys = self._compact(topic, path, report, configs)
                 report.optimized = self._maintain(path)
             compacted = compacted_path(self.settings.warehouse.resolve(), topic)
@@ -393,14 +419,65 @@ class TierJob:
             self.admin.update_tier(topic, lease.lease_id, lease.topic_id, table=str(path))
         return path
 
+    # ------------------------------------------------------------------ typed topics
+    def _typed_value(self, subject: str) -> _TypedValue:
+        """The subject's latest version: what this pass reads and writes under."""
+        from wire.schema import parse_schema
+
+        registered = self.admin.get_schema(subject)
+        parsed = parse_schema(registered.schema, registered.schema_type)
+        assert registered.version is not None
+        return _TypedValue(subject, registered.version, parsed.arrow_type,
+                           TierValue(registered.version, file_value_type(parsed.arrow_type)))
+
+    def _evolve(self, topic: str, path: Path, value: _TypedValue) -> None:
+        """Bring the table's ``value`` to ``value``'s version: add the fields it adds
+        (``ALTER TABLE ADD COLUMNS``, each after the field it follows), then record the
+        version. Anything else is refused before a row is written."""
+        from pyspark.sql.types import StructType
+
+        properties = table_properties(path)
+        recorded = properties.get(VALUE_SUBJECT_PROPERTY)
+        if recorded is None or recorded != value.subject:
+            raise TierTableMismatchError(
+                f"{path} does not hold values of subject {value.subject} (its "
+                f"{VALUE_SUBJECT_PROPERTY} is {recorded!r}): it was written before topic "
+                f"{topic!r} was typed, or for another subject; move the table away so that "
+                "the job starts a new one")
+        if properties.get(VALUE_VERSION_PROPERTY) == str(value.version):
+            return
+        current = self.spark.read.format("delta").load(str(path)).schema["value"].dataType
+        target = _spark_type(value.arrow_type)
+        if not isinstance(current, StructType):
+            raise TierTableMismatchError(
+                f"{path}: value is {current.simpleString()}, not a struct; move the table "
+                "away so that the job starts a new one")
+        added: list[str] = []
+        refusal = _added_fields(current, target, "value", added)
+        if refusal is not None:
+            raise TierTableMismatchError(
+                f"{path} holds {value.subject} version "
+                f"{properties.get(VALUE_VERSION_PROPERTY)} and version {value.version} "
+                f"{refusal}: the table can only grow new fields, so nothing was tiered. "
+                "Register a version that only adds fields (with defaults), or move the "
+                "table away (and its history with it) so that the job starts a new one")
+        self._check_lease(topic)
+        sql_path = str(path).replace("`", "``")
+        for column in added:
+            self.spark.sql(f"ALTER TABLE delta.`{sql_path}` ADD COLUMNS ({column})")
+        self.spark.sql(f"ALTER TABLE delta.`{sql_path}` SET TBLPROPERTIES "
+                       f"('{VALUE_VERSION_PROPERTY}' = '{value.version}')")
+        log.info("%s: value evolved to %s version %d (%s)", path, value.subject,
+                 value.version, ", ".join(added) or "no new field")
+
     def _copy(self, topic: str, path: Path, ranges: list[TierRange],
-              report: TopicReport) -> None:
+              report: TopicReport, value: TierValue | None = None) -> None:
         """One Delta commit for ``ranges`` (``_copy.py``), then one progress write for
         all of their partitions."""
         began = time.monotonic()
         self._check_lease(topic)
         files = copy_ranges(self.spark, path, ranges, bootstrap=self.settings.bootstrap,
-                            security=self.settings.security)
+                            security=self.settings.security, value=value)
         self._check_lease(topic)
         written = commit_files(path, ranges, files)
         parts = {part.partition: part for part in report.partitions}
@@ -519,6 +596,57 @@ class TierJob:
         drop_tombstones(self.spark, self.settings.warehouse, topic,
                         int(configs.get("delete.retention.ms") or 86_400_000))
         return keys
+
+
+@dataclass(frozen=True, slots=True)
+class _TypedValue:
+    """A typed topic's value subject at the version a pass tiers under."""
+
+    subject: str
+    version: int
+    arrow_type: pa.StructType
+    tier_value: TierValue
+
+
+def _spark_type(arrow_type: pa.DataType) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from wire.schema import spark_arrow_type
+
+    return from_arrow_type(spark_arrow_type(arrow_type))
+
+
+def _added_fields(current: Any, target: Any, path: str, added: list[str]) -> str | None:
+    """Collect into ``added`` the ``ADD COLUMNS`` clauses that turn struct ``current`` into
+    ``target``; what else differs (a refusal naming the field), or None."""
+    from pyspark.sql.types import StructType
+
+    have = {f.name: f for f in current.fields}
+    want = {f.name for f in target.fields}
+    for name in have:
+        if name not in want:
+            return f"drops field {path}.{name}"
+    previous: str | None = None
+    for field_ in target.fields:
+        where = f"{path}.{_quoted(field_.name)}"
+        if field_.name not in have:
+            place = "FIRST" if previous is None else f"AFTER {_quoted(previous)}"
+            added.append(f"{where} {field_.dataType.simpleString()} {place}")
+        else:
+            old = have[field_.name].dataType
+            if isinstance(old, StructType) and isinstance(field_.dataType, StructType):
+                refusal = _added_fields(old, field_.dataType, where, added)
+                if refusal is not None:
+                    return refusal
+            elif old.simpleString() != field_.dataType.simpleString():
+                return (f"changes field {path}.{field_.name} from {old.simpleString()} to "
+                        f"{field_.dataType.simpleString()}")
+        previous = field_.name
+    return None
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _retention_cuts(table: Any, cutoff_ms: int) -> dict[int, int]:

@@ -12,6 +12,14 @@ called ``x_compacted``. Tables are created with deletion vectors off: total rete
 deletes rows, and the Spark source reads the tier with delta-rs in Spark's Python
 workers, where plain rewritten Parquet files are the simplest thing to read correctly.
 
+Typed topics (docs/typed-topics.md): ``value`` is a struct of the topic's value schema
+(``tier_ddl``: ``wire.schema.spark_ddl`` of the types Spark's Arrow interchange has),
+and the table records the subject and version its ``value`` has in the properties
+``strata.valueSubject`` / ``strata.valueSchemaVersion``. When the subject gets a new
+version that only adds fields, the job adds them to the table (``ALTER TABLE ... ADD
+COLUMNS``) before it writes rows of that version; any other change of ``value`` is
+refused (``TierTableMismatchError``), never made silently.
+
 Catalog names: ``strata.<name>`` and ``strata_compacted.<name>``, where ``<name>`` is the
 topic with every character outside ``[A-Za-z0-9_]`` replaced by ``_`` (Spark's session
 catalog accepts nothing else: ``events-v1.raw`` is ``strata.events_v1_raw``); when two
@@ -28,11 +36,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
 __all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "TIER_PROPERTIES", "TOPIC_ID_PROPERTY",
-           "app_id",
+           "VALUE_SUBJECT_PROPERTY", "VALUE_VERSION_PROPERTY", "app_id", "tier_ddl",
+           "table_properties",
            "catalog_name", "table_topic_id",
            "committed_offsets",
            "compacted_path", "ensure_table", "register_tables", "table_path"]
@@ -56,6 +67,32 @@ TIER_PROPERTIES = {"delta.dataSkippingStatsColumns": "offset,timestamp"}
 #: Table property naming the topic id whose history the table holds: a topic deleted and
 #: re-created under the same name is another topic, and must not append to the old table.
 TOPIC_ID_PROPERTY = "strata.topicId"
+
+
+#: Table properties of a typed topic's table: its value subject, and the version of it
+#: the table's ``value`` column has.
+VALUE_SUBJECT_PROPERTY = "strata.valueSubject"
+VALUE_VERSION_PROPERTY = "strata.valueSchemaVersion"
+
+
+def tier_ddl(value_type: pa.StructType | None) -> str:
+    """``TIER_DDL``, with ``value`` a struct of ``value_type`` (a typed topic's value
+    schema, ``ParsedSchema.arrow_type``) when one is given."""
+    if value_type is None:
+        return TIER_DDL
+    from wire.schema import spark_arrow_type, spark_ddl
+
+    struct = f"value STRUCT<{spark_ddl(spark_arrow_type(value_type))}>"
+    return TIER_DDL.replace("value BINARY", struct, 1)
+
+
+def table_properties(path: Path) -> dict[str, str]:
+    """The table's properties (empty: no table)."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return {}
+    return {k: str(v) for k, v in DeltaTable(str(path)).metadata().configuration.items()}
 
 
 def table_path(warehouse: Path, topic: str) -> Path:

@@ -7,8 +7,11 @@ Importing the reader (the client, the record-batch codec) or the sink only when 
 strata query actually needs them keeps that lookup cheap for everyone else.
 
 Options are validated when Spark asks for a reader (``reader`` / ``streamReader``), which
-is when a query starts; ``schema()`` is shared by reads and writes, so it validates
-nothing.
+is when a query starts. ``schema()`` is shared by reads and writes: without a
+subscription (a write) it is ``SCHEMA_DDL`` and asks nothing; a read asks the cluster
+whether the subscribed topics are typed (``_reader.describe_value``), and for typed
+topics read with ``valueFormat=struct`` (the default) returns the schema with ``value`` a
+struct of the value schema's fields, the subject version pinned in its metadata.
 """
 
 from __future__ import annotations
@@ -49,20 +52,32 @@ class StrataDataSource(DataSource):
     def name(cls) -> str:
         return "strata"
 
-    def schema(self) -> str:
-        return SCHEMA_DDL
+    def schema(self) -> StructType | str:
+        """``SCHEMA_DDL``, or for typed topics read as structs the same columns with a
+        struct ``value`` (``spark_source/README.md``, typed topics)."""
+        from spark_source._options import subscription_of
+
+        subscription = subscription_of(self.options)
+        if subscription is None:
+            return SCHEMA_DDL
+        from spark_source._reader import describe_value
+
+        schema: StructType | str = describe_value(subscription)[1]
+        return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from spark_source._options import parse_source_options
-        from spark_source._reader import StrataBatchReader
+        from spark_source._reader import StrataBatchReader, with_value_shape
 
-        return StrataBatchReader(parse_source_options(self.options, streaming=False))
+        options = parse_source_options(self.options, streaming=False)
+        return StrataBatchReader(with_value_shape(options, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from spark_source._options import parse_source_options
-        from spark_source._reader import StrataStreamReader
+        from spark_source._reader import StrataStreamReader, with_value_shape
 
-        return StrataStreamReader(parse_source_options(self.options, streaming=True))
+        options = parse_source_options(self.options, streaming=True)
+        return StrataStreamReader(with_value_shape(options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_source import _sink

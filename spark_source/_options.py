@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
+import pyarrow as pa
+
 from spark_source._errors import StrataSparkOptionError
 from strata.client import TopicPartition
 from wire.security import PLAINTEXT, SECURITY_PROPERTIES, ClientSecurity
@@ -40,6 +42,8 @@ __all__ = [
     "Offsets",
     "OffsetsJson",
     "SourceOptions",
+    "VALUE_FORMATS",
+    "ValueFormat",
     "describe",
     "offsets_from_json",
     "offsets_to_json",
@@ -72,6 +76,7 @@ OPTION_NAMES: Final[dict[str, str]] = {
         "minPartitions",
         "failOnDataLoss",
         "includeHeaders",
+        "valueFormat",
         "path",
     )
 }
@@ -111,6 +116,15 @@ _KAFKA_ONLY: Final[dict[str, str]] = {
 _TOPIC_NAME: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _WHOLE_NUMBER: Final = re.compile(r"\+?[0-9]+")
 
+#: ``valueFormat``: how a typed topic's value reaches Spark. ``struct`` (the default): a
+#: struct of the schema's fields; ``binary``: the Confluent wire format (magic byte, schema
+#: id, Avro body), as Spark's Kafka source would show it; ``json``: a JSON document.
+ValueFormat: TypeAlias = Literal["struct", "binary", "json"]
+VALUE_FORMATS: Final[tuple[ValueFormat, ...]] = ("struct", "binary", "json")
+#: The client's ``value_format`` for each ``valueFormat``.
+CONSUMER_VALUE_FORMAT: Final[dict[str, str]] = {
+    "struct": "arrow", "binary": "confluent", "json": "json"}
+
 #: Offsets keyed by partition: the reader's working form.
 Offsets: TypeAlias = dict[TopicPartition, int]
 #: Offsets as Spark stores them in the checkpoint: ``{"topic": {"partition": offset}}``.
@@ -140,6 +154,14 @@ class SourceOptions:
     fail_on_data_loss: bool
     streaming: bool
     security: ClientSecurity = PLAINTEXT
+    value_format: ValueFormat = "struct"
+    #: Set by the reader from the schema the query was planned with (``_reader``), for
+    #: typed topics only: the subject version every task reads under (so all tasks
+    #: agree), the schema's text and type (for defaults of fields older Delta files
+    #: lack), and the Arrow type Spark expects of a struct ``value`` (None: binary).
+    value_schema_version: int | None = None
+    value_schema: tuple[str, str] | None = None
+    value_arrow_type: pa.DataType | None = None
 
     def subscribes_to(self, topic: str) -> bool:
         """Whether ``topic`` belongs to the subscription (pattern: a whole-name match;
@@ -240,7 +262,39 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool,
         starting_offsets=starting, starting_timestamp=starting_timestamp,
         ending_offsets=ending, max_offsets_per_trigger=max_offsets,
         min_partitions=min_partitions, fail_on_data_loss=fail_on_data_loss,
-        streaming=streaming, security=security_of(opts))
+        streaming=streaming, security=security_of(opts), value_format=value_format_of(opts))
+
+
+def value_format_of(opts: Mapping[str, str]) -> ValueFormat:
+    """``valueFormat`` of the (lower-cased) options; ``struct`` when unset."""
+    raw = opts.get("valueformat")
+    if raw is None:
+        return "struct"
+    text = raw.strip().lower()
+    for known in VALUE_FORMATS:
+        if text == known:
+            return known
+    raise StrataSparkOptionError(
+        "valueFormat", f"{raw!r} is not valid; use struct (a typed topic's value as a "
+        "struct of its schema's fields, the default), binary (Confluent wire-format bytes, "
+        "as the Kafka source shows them) or json (a JSON document as bytes)")
+
+
+def subscription_of(options: Mapping[str, str], environ: Mapping[str, str] | None = None
+                    ) -> SourceOptions | None:
+    """What ``DataSource.schema()`` needs (bootstrap, subscription, security,
+    ``valueFormat``), without the checks that depend on batch or stream; None when the
+    options subscribe to nothing (a write, which has no subscription)."""
+    opts = {key.lower(): value for key, value in options.items()}
+    if "subscribe" not in opts and "subscribepattern" not in opts:
+        return None
+    env = os.environ if environ is None else environ
+    subscribe, pattern = _subscription(opts)
+    return SourceOptions(
+        bootstrap=_bootstrap(opts, env), subscribe=subscribe, subscribe_pattern=pattern,
+        starting_offsets=None, starting_timestamp=None, ending_offsets=None,
+        max_offsets_per_trigger=None, min_partitions=None, fail_on_data_loss=True,
+        streaming=False, security=security_of(opts), value_format=value_format_of(opts))
 
 
 def security_of(opts: Mapping[str, str]) -> ClientSecurity:

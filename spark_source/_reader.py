@@ -44,6 +44,17 @@ Data loss (records gone from both the brokers and the Delta tier before the quer
 them, or a topic deleted or recreated): with ``failOnDataLoss=true`` the query fails with
 ``StrataSparkDataLossError`` naming the partition and offsets; with ``false`` the reader
 logs a warning and reads on from the next offset either tier still holds.
+
+Typed topics (docs/typed-topics.md): ``value`` is a struct of the topic's value schema,
+straight from the consumer's Arrow columns (no per-record decoding). ``describe_value``
+runs on the driver when Spark asks the source for its schema: it finds the subscribed
+topics' ``value.schema.subject`` and the subject's latest version, refuses a
+subscription whose topics do not share one subject (or mix typed and bytes topics) for
+struct values, and returns the Spark schema with the subject, version and schema on the
+``value`` field's metadata. ``with_value_shape`` turns that schema, which Spark hands to
+``reader``/``streamReader``, back into ``SourceOptions`` fields, so every task reads
+under that very version (``Consumer(value_schema_version=N)``) and casts ``value`` to
+the Arrow type Spark checks. ``valueFormat=binary``/``json`` keep the bytes schema.
 """
 
 from __future__ import annotations
@@ -66,6 +77,7 @@ from pyspark.sql.streaming.datasource import (
 
 from spark_source._errors import StrataSparkDataLossError, StrataSparkOptionError
 from spark_source._options import (
+    CONSUMER_VALUE_FORMAT,
     EARLIEST,
     LATEST,
     Offsets,
@@ -91,6 +103,8 @@ __all__ = [
     "OffsetRange",
     "RangeGroup",
     "TierInfo",
+    "ValueShape",
+    "describe_value",
     "fetch_bytes_for",
     "pack_ranges",
     "PartitionOffsets",
@@ -102,6 +116,7 @@ __all__ = [
     "read_ranges",
     "split_tiered",
     "to_spark_table",
+    "with_value_shape",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - imported where used: deltalake loads slowly
@@ -151,20 +166,57 @@ def fetch_bytes_for(records: int) -> int:
     return max(MIN_FETCH_BYTES, min(FETCH_BYTES, records * _BYTES_PER_RECORD_GUESS))
 
 
-def to_spark_table(table: pa.Table) -> pa.Table:
-    """A ``CONSUMER_SCHEMA`` table in ``SPARK_ARROW_SCHEMA``: whole-column casts only."""
+def to_spark_table(table: pa.Table, value_type: pa.DataType | None = None) -> pa.Table:
+    """A ``CONSUMER_SCHEMA`` table in ``SPARK_ARROW_SCHEMA`` (``value_type``: a typed
+    topic's struct ``value`` as Spark expects it): whole-column casts only."""
     timestamps = table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")) \
         .cast(pa.timestamp("us", tz="UTC"))
     return pa.Table.from_arrays([
         table.column("key"),
-        table.column("value"),
+        spark_value(table, value_type),
         table.column("topic"),
         table.column("partition"),
         table.column("offset"),
         timestamps,
         table.column("timestampType"),
         table.column("headers").cast(_HEADERS_TYPE),
-    ], schema=SPARK_ARROW_SCHEMA)
+    ], schema=spark_arrow_schema(value_type))
+
+
+def spark_arrow_schema(value_type: pa.DataType | None) -> pa.Schema:
+    """``SPARK_ARROW_SCHEMA``, with ``value_type`` (a typed topic's) as ``value``'s type."""
+    if value_type is None:
+        return SPARK_ARROW_SCHEMA
+    return SPARK_ARROW_SCHEMA.set(1, pa.field("value", value_type))
+
+
+def spark_value(table: pa.Table, value_type: pa.DataType | None) -> pa.ChunkedArray:
+    """``table``'s value column as Spark expects it: binary, or ``value_type`` (a struct,
+    cast from the schema's Arrow type: microsecond timestamps, binary for fixed, Spark's
+    names for list and map fields). A topic whose values do not have that shape (a topic
+    that joined a pattern subscription since the query started) fails the task with
+    what to do."""
+    values = table.column("value")
+    topic = table.column("topic")[0].as_py() if table.num_rows else "?"
+    if value_type is None:
+        if pa.types.is_binary(values.type):
+            return values
+        raise StrataSparkOptionError(
+            "subscribe", f"topic {topic} is typed, but this query was planned with binary "
+            "values (none of its topics was typed when it started); restart the query so "
+            "that its schema is worked out again, or set valueFormat=binary")
+    if not pa.types.is_struct(values.type):
+        raise StrataSparkOptionError(
+            "subscribe", f"topic {topic} is not typed (its values are bytes), but this query "
+            "reads struct values of a typed topic; subscribe to typed topics of one value "
+            "subject only, or set valueFormat=binary")
+    try:
+        return values.cast(value_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+        raise StrataSparkOptionError(
+            "subscribe", f"the values of topic {topic} ({values.type}) do not have the struct "
+            f"type this query was planned with ({value_type}): {err}; subscribe to topics of "
+            "one value subject, and restart the query after the subject changes") from None
 
 
 # ----------------------------------------------------------------------------- planning
@@ -584,14 +636,162 @@ def _data_loss(options: SourceOptions, message: str) -> None:
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
 
 
+# ----------------------------------------------------------------------------- typed values
+
+#: Keys of the ``value`` field's metadata in the schema ``describe_value`` returns.
+META_SUBJECT: Final = "strata.value.subject"
+META_VERSION: Final = "strata.value.version"
+META_SCHEMA: Final = "strata.value.schema"
+META_SCHEMA_TYPE: Final = "strata.value.schemaType"
+
+
+@dataclass(frozen=True, slots=True)
+class ValueShape:
+    """The value schema a query over typed topics reads under: ``subject`` at ``version``
+    (``schema``/``schema_type``: its text), or no subject at all (bytes topics only)."""
+
+    subject: str | None = None
+    version: int | None = None
+    schema: str | None = None
+    schema_type: str = "AVRO"
+
+
+def describe_value(options: SourceOptions) -> tuple[ValueShape, Any]:
+    """On the driver: which value schema the subscription's topics share, and the Spark
+    schema of the source for it (a ``StructType``). Raises ``StrataSparkOptionError`` when
+    struct values are asked of topics that do not share one value subject."""
+    from pyspark.sql.types import StructField, StructType
+
+    from spark_source._datasource import SCHEMA_DDL
+    from wire.schema import parse_schema
+
+    admin = Admin(options.bootstrap, client_id="strata-spark-source",
+                  security=options.security)
+    try:
+        existing = admin.list_topics()
+        topics = sorted(t for t in existing if options.subscribes_to(t))
+        configs = admin.describe_configs(topics) if topics else {}
+        typed: dict[str, str] = {}
+        for topic in topics:
+            entry = configs.get(topic, {}).get("value.schema.subject")
+            if entry is not None and entry.value:
+                typed[topic] = entry.value
+        if not typed:
+            return ValueShape(), SCHEMA_DDL
+        distinct = sorted(set(typed.values()))
+        if options.value_format != "struct":
+            if len(distinct) > 1:  # frames name their schema ids; no version to pin
+                return ValueShape(), SCHEMA_DDL
+            registered = admin.get_schema(distinct[0])
+            return ValueShape(distinct[0], registered.version, registered.schema,
+                              registered.schema_type), SCHEMA_DDL
+        if len(distinct) > 1:
+            listed = "; ".join(f"{t}: {s}" for t, s in sorted(typed.items()))
+            raise StrataSparkOptionError(
+                "subscribe", f"{options.subscription} covers typed topics of different value "
+                f"subjects ({listed}), and a struct value column has one type; read each "
+                "subject in its own query (and union the results), or set "
+                "valueFormat=binary for Confluent-framed bytes")
+        untyped = sorted(t for t in topics if t not in typed)
+        if untyped:
+            raise StrataSparkOptionError(
+                "subscribe", f"{options.subscription} mixes typed topics "
+                f"({', '.join(sorted(typed))}, subject {distinct[0]}) with bytes topics "
+                f"({', '.join(untyped)}), whose values cannot be a struct; read them in "
+                "separate queries, or set valueFormat=binary to read every value as bytes")
+        registered = admin.get_schema(distinct[0])
+    finally:
+        admin.close()
+    shape = ValueShape(distinct[0], registered.version, registered.schema,
+                       registered.schema_type)
+    value_type = spark_struct_type(parse_schema(shape.schema or "", shape.schema_type)
+                                   .arrow_type)
+    metadata = {META_SUBJECT: shape.subject, META_VERSION: shape.version,
+                META_SCHEMA: shape.schema, META_SCHEMA_TYPE: shape.schema_type}
+    bytes_schema = _bytes_struct_type()
+    fields = [StructField("value", value_type, True, metadata) if f.name == "value" else f
+              for f in bytes_schema.fields]
+    return shape, StructType(fields)
+
+
+def spark_struct_type(arrow_type: pa.DataType) -> Any:
+    """The Spark type of a schema's Arrow struct: ``wire.schema.spark_arrow_type`` (the
+    types Spark's Arrow interchange has), then pyspark's own mapping, so that the Arrow
+    type Spark checks (``to_arrow_type`` of it) is what ``spark_value`` casts to."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from wire.schema import spark_arrow_type
+
+    return from_arrow_type(spark_arrow_type(arrow_type))
+
+
+def _bytes_struct_type() -> Any:
+    """``SCHEMA_DDL`` as a ``StructType`` (built in Python: no JVM here)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(SPARK_ARROW_SCHEMA)
+
+
+def with_value_shape(options: SourceOptions, schema: Any) -> SourceOptions:
+    """``options`` completed from the schema Spark planned the query with (``schema()``'s,
+    or one the user gave): the pinned subject version, and the Arrow type of a struct
+    ``value``. A user-given struct value without the source's metadata is checked against
+    the subscription's current schema."""
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import StructType
+
+    names = [f.name for f in schema.fields]
+    if "value" not in names:
+        return options
+    value = schema.fields[names.index("value")]
+    metadata = value.metadata or {}
+    if not isinstance(value.dataType, StructType):
+        if options.value_format == "struct":
+            return options  # no typed topic when the query was planned
+        # binary/json: pin the version here (one subject), so every task frames alike.
+        shape, _ = describe_value(options)
+        return _pinned(options, shape, None)
+    if META_VERSION not in metadata:
+        shape, planned = describe_value(options)
+        if not isinstance(planned, StructType) or \
+                planned["value"].dataType != value.dataType:
+            raise StrataSparkOptionError(
+                "schema", f"the schema given to spark.read.schema(...) has value "
+                f"{value.dataType.simpleString()}, which is not the value type of "
+                f"{options.subscription} ({_simple(planned)}); drop .schema(...): the "
+                "source works its schema out from the topics' value subject")
+    else:
+        shape = ValueShape(metadata[META_SUBJECT], metadata[META_VERSION],
+                           metadata.get(META_SCHEMA), metadata.get(META_SCHEMA_TYPE, "AVRO"))
+    return _pinned(options, shape, to_arrow_type(value.dataType, timezone="UTC"))
+
+
+def _pinned(options: SourceOptions, shape: ValueShape, arrow_type: pa.DataType | None
+            ) -> SourceOptions:
+    text = None if shape.schema is None else (shape.schema, shape.schema_type)
+    return replace(options, value_schema_version=shape.version, value_schema=text,
+                   value_arrow_type=arrow_type)
+
+
+def _simple(schema: Any) -> str:
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return str(schema["value"].dataType.simpleString())
+    return "binary"
+
+
 # ----------------------------------------------------------------------------- reading
 
 
 def _consumer(options: SourceOptions, records: int) -> Consumer:
     fetch_bytes = fetch_bytes_for(records)
+    version = options.value_schema_version
     return Consumer(options.bootstrap, client_id="strata-spark-source", security=options.security,
                     auto_offset_reset="none", max_partition_fetch_bytes=fetch_bytes,
-                    fetch_max_bytes=fetch_bytes)
+                    fetch_max_bytes=fetch_bytes,
+                    value_format=CONSUMER_VALUE_FORMAT[options.value_format],  # type: ignore[arg-type]
+                    value_schema_version="latest" if version is None else version)
 
 
 def read_ranges(options: SourceOptions, ranges: tuple[OffsetRange, ...]
@@ -657,8 +857,8 @@ def read_range(options: SourceOptions, rng: OffsetRange,
                 table = table.slice(0, pc.sum(pc.less(offsets, rng.end)).as_py() or 0)
             position = min(last + 1, rng.end)
             if table.num_rows:
-                yield from to_spark_table(table).combine_chunks().to_batches(
-                    max_chunksize=SPARK_BATCH_ROWS)
+                yield from to_spark_table(table, options.value_arrow_type).combine_chunks() \
+                    .to_batches(max_chunksize=SPARK_BATCH_ROWS)
     finally:
         if shared is None:
             consumer.close()
@@ -696,7 +896,9 @@ def _read_below_log(options: SourceOptions, rng: OffsetRange, start: int, end: i
         from spark_source._tier import read_tier_range
 
         yield from read_tier_range(tier.table, rng.topic, rng.partition, low, high,
-                                   batch_rows=SPARK_BATCH_ROWS)
+                                   batch_rows=SPARK_BATCH_ROWS,
+                                   value_type=options.value_arrow_type,
+                                   value_schema=options.value_schema)
     if max(start, high) < end:
         _data_loss(options, f"records {max(start, high)}..{end - 1} of {tp} were deleted "
                    "from the brokers before the tiering job copied them to the Delta tier"

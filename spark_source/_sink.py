@@ -24,6 +24,18 @@ rows without a key go to ``(task partition id + chunk number) mod partitions``, 
 is the same on a re-run of the same plan), ``headers``
 (``array<struct<key:string,value:binary>>``), ``timestamp`` (timestamp; else the write
 time). docs/spark.md has the full option table and the failure cases.
+
+Typed topics (docs/typed-topics.md): a ``value`` column that is a struct writes a typed
+topic. When the query starts, the ``topic`` option's topic must be typed, and the
+struct's fields must convert to its value subject's latest version (names, and types
+``wire.schema.table_to_arrow`` converts without loss: microsecond to millisecond
+timestamps, binary to fixed, ...); that version is pinned for every task. Each task
+converts its rows with ``table_to_arrow`` (a null in a required field, a value that does
+not fit, fail the task: the exactly-once sink then aborts the batch, so nothing is
+committed) and builds typed batches (``build_batch(values, value_schema_id=...)``). A
+binary or string ``value`` for a typed topic, or a struct for a bytes topic, fails at
+query start. With a ``topic`` column instead of the option, each task looks the topics'
+subjects up itself.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from pyspark.sql.datasource import (
@@ -87,6 +99,10 @@ class SinkOptions:
     max_records_per_batch: int
     columns: tuple[str, ...]
     security: ClientSecurity = PLAINTEXT
+    #: The DataFrame's value is a struct (for typed topics).
+    struct_value: bool = False
+    #: Typed targets pinned at query start: topic -> (schema id, schema text, type).
+    value_schemas: tuple[tuple[str, int, str, str], ...] = ()
 
 
 def parse_sink_options(options: Mapping[str, str], schema: StructType, *, streaming: bool,
@@ -131,8 +147,10 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType, *, stream
             "checkpointLocation", "is needed by the exactly-once sink to recognise a "
             "re-run batch after a restart; set .option('checkpointLocation', path) on "
             "writeStream (or option sinkId to a name that stays the same across restarts)")
+    struct_value = any(f.name.lower() == "value" and isinstance(f.dataType, StructType)
+                       for f in schema.fields)
     return SinkOptions(bootstrap, topic.strip() if topic else None, sink_id, delivery,
-                       compression, int(raw_max), columns, security_of(opts))
+                       compression, int(raw_max), columns, security_of(opts), struct_value)
 
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(.*)$")
@@ -169,7 +187,8 @@ def _check_columns(schema: StructType) -> tuple[str, ...]:
             "(binary or string), e.g. selectExpr('CAST(x AS STRING) AS value')")
     expected: dict[str, tuple[str, tuple[type[DataType], ...]]] = {
         "key": ("binary or string", (BinaryType, StringType)),
-        "value": ("binary or string", (BinaryType, StringType)),
+        "value": ("binary or string (or a struct, for a typed topic)",
+                  (BinaryType, StringType, StructType)),
         "topic": ("string", (StringType,)),
         "partition": ("int", (IntegerType,)),
         "timestamp": ("timestamp", (TimestampType,)),
@@ -220,6 +239,7 @@ def _write_task(options: SinkOptions, batches: Iterator[Any]) -> StrataCommitMes
 
     context = TaskContext.get()
     task_partition = context.partitionId() if context is not None else 0
+    typed = _TypedTargets(options)
     writer = StagingWriter(options.bootstrap, security=options.security,
                            direct=options.delivery == AT_LEAST_ONCE,
                            client_id="strata-spark-sink")
@@ -240,6 +260,10 @@ def _write_task(options: SinkOptions, batches: Iterator[Any]) -> StrataCommitMes
             return
         per_row = max(1, rows.nbytes // n)
         step = max(1, min(options.max_records_per_batch, _TARGET_CHUNK_BYTES // per_row))
+        schema_id = None
+        if options.struct_value:
+            schema_id, converted = typed.convert(topic, rows.column("value"))
+            rows = rows.set_column(rows.column_names.index("value"), "value", converted)
         for start in range(0, n, step):
             piece = rows.slice(start, step)
             value = piece.column("value")
@@ -252,7 +276,7 @@ def _write_task(options: SinkOptions, batches: Iterator[Any]) -> StrataCommitMes
                     ts = pc.fill_null(ts, pa.scalar(time.time_ns() // 1000, ts.type))
                 timestamps = pc.divide(ts.cast(pa.int64()), pa.scalar(1000, pa.int64()))
             batch = build_batch(value, keys=key, timestamps=timestamps, headers=headers,
-                                compression=options.compression)
+                                compression=options.compression, value_schema_id=schema_id)
             writer.stage(topic, partition, batch)
             chunk_number += 1
 
@@ -290,6 +314,66 @@ def _write_task(options: SinkOptions, batches: Iterator[Any]) -> StrataCommitMes
         raise
     finally:
         writer.close()
+        typed.close()
+
+
+class _TypedTargets:
+    """In a task: the value schema of each typed topic written (pinned on the driver for
+    the ``topic`` option; asked of the registry once per task for a ``topic`` column),
+    and the conversion of a struct column to it."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self._schemas: dict[str, tuple[int, Any]] = {}
+        self._admin: Any = None
+        for topic, schema_id, text, kind in options.value_schemas:
+            from wire.schema import parse_schema
+
+            self._schemas[topic] = (schema_id, parse_schema(text, kind))
+
+    def convert(self, topic: str, values: Any) -> tuple[int, Any]:
+        from wire.errors import SchemaMismatchError
+        from wire.schema import table_to_arrow
+
+        if topic not in self._schemas:
+            if self._admin is None:
+                from strata.client import Admin
+
+                self._admin = Admin(self.options.bootstrap, client_id="strata-spark-sink",
+                                    security=self.options.security)
+            self._schemas[topic] = _value_schema(self._admin, topic)
+        schema_id, schema = self._schemas[topic]
+        try:
+            return schema_id, table_to_arrow(values.combine_chunks(), schema)
+        except SchemaMismatchError as err:
+            raise StrataSparkOptionError(
+                "columns", f"column value does not fit the value schema of topic {topic!r} "
+                f"(schema id {schema_id}): {err.message}; fix the rows or the DataFrame's "
+                "types (nothing of this batch is committed)") from None
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+
+
+def _value_schema(admin: Any, topic: str) -> tuple[int, Any]:
+    """(schema id, parsed schema) of ``topic``'s value subject's latest version; a
+    ``StrataSparkOptionError`` when the topic is not typed (a struct has nowhere to go)."""
+    from wire.schema import parse_schema
+
+    subject = _subject(admin, topic)
+    if subject is None:
+        raise StrataSparkOptionError(
+            "columns", f"column value is a struct, but topic {topic!r} is not typed (it has "
+            "no value.schema.subject); write binary or string values to it, or create a "
+            f"typed topic (strata topic create {topic} --typed)")
+    registered = admin.get_schema(subject)
+    return registered.schema_id, parse_schema(registered.schema, registered.schema_type)
+
+
+def _subject(admin: Any, topic: str) -> str | None:
+    entry = admin.describe_configs([topic])[topic].get("value.schema.subject")
+    return entry.value if entry is not None and entry.value else None
 
 
 def _split_by_topic(table: Any, default_topic: str | None) -> Iterator[tuple[str, Any]]:
@@ -443,11 +527,54 @@ def _check_topic(options: SinkOptions) -> None:
             ) from None
 
 
+def _check_value(options: SinkOptions, schema: StructType) -> SinkOptions:
+    """At query start, for the ``topic`` option's topic: a struct value must fit its value
+    subject's latest version (pinned for the tasks), and a bytes value must not go to a
+    typed topic. Types only: the rows are checked by the tasks."""
+    from strata.client import Admin
+
+    if options.topic is None:
+        return options
+    with Admin(options.bootstrap, client_id="strata-spark-sink-check",
+               security=options.security) as admin:
+        if not options.struct_value:
+            subject = _subject(admin, options.topic)
+            if subject is not None:
+                raise StrataSparkOptionError(
+                    "columns", f"topic {options.topic!r} is typed (value subject {subject}), "
+                    "and column value is binary or string; give value as a struct of the "
+                    "schema's fields (e.g. struct(col('id'), col('name')).alias('value'))")
+            return options
+        schema_id, parsed = _value_schema(admin, options.topic)
+    _check_struct(schema, options.topic, schema_id, parsed)
+    return replace(options, value_schemas=(
+        (options.topic, schema_id, parsed.canonical, str(parsed.schema_type)),))
+
+
+def _check_struct(schema: StructType, topic: str, schema_id: int, parsed: Any) -> None:
+    """Whether the DataFrame's struct value converts to ``parsed`` (by type, on an empty
+    column of the Arrow type Spark will hand the tasks)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from wire.errors import SchemaMismatchError
+    from wire.schema import spark_ddl, table_to_arrow
+
+    value = next(f for f in schema.fields if f.name.lower() == "value")
+    try:
+        table_to_arrow(pa.array([], to_arrow_type(value.dataType, timezone="UTC")), parsed)
+    except SchemaMismatchError as err:
+        raise StrataSparkOptionError(
+            "columns", f"column value does not match the value schema of topic {topic!r} "
+            f"(schema id {schema_id}): {err.message}. The schema's fields, as Spark types: "
+            f"{spark_ddl(parsed.arrow_type)}") from None
+
+
 def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool
                   ) -> StrataStreamWriter:
     parsed = parse_sink_options(options, schema, streaming=True)
     _check_topic(parsed)
-    return StrataStreamWriter(parsed)
+    return StrataStreamWriter(_check_value(parsed, schema))
 
 
 def batch_writer(options: Mapping[str, str], schema: StructType, overwrite: bool
@@ -458,5 +585,5 @@ def batch_writer(options: Mapping[str, str], schema: StructType, overwrite: bool
             "mode", "overwrite is not supported: a topic is an append-only log; use "
             "mode('append')")
     _check_topic(parsed)
-    return StrataBatchWriter(parsed)
+    return StrataBatchWriter(_check_value(parsed, schema))
 

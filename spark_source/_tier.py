@@ -39,6 +39,15 @@ How a range is read, and why that way:
 statistics (``TierTable.first_offset_at``): only files whose latest record is late
 enough are opened, and only their ``offset`` and ``timestamp`` columns.
 
+Typed topics: the table's ``value`` is a struct of the value schema's fields (in the
+types Spark's Arrow interchange has), and its schema grows when the subject does (the
+tiering job adds the fields of a new version, spark_jobs/README.md). A file written
+before such a change lacks the new fields: ``value`` is brought to the query's struct
+type per file, a missing field taking the reader schema's default (or null, for an
+optional field without one), and a null in a required field that has a default (a
+Spark rewrite, OPTIMIZE or DELETE, stored the added column as null) taking the default
+too, so a replay from Delta gives the rows the brokers give under that version.
+
 Errors: a table that is missing, unreadable, protected by reader features delta-rs
 cannot honour (deletion vectors, column mapping), not in the contract's shape, or whose
 data file vanished under a read raises ``StrataSparkTierError`` (``TIER_UNAVAILABLE``),
@@ -49,7 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -204,7 +213,8 @@ class TierTable:
         return best
 
     def read(self, topic: str, partition: int, start: int, end: int, *,
-             batch_rows: int) -> Iterator[pa.RecordBatch]:
+             batch_rows: int, value_type: pa.DataType | None = None,
+             value_schema: tuple[str, str] | None = None) -> Iterator[pa.RecordBatch]:
         """Rows ``start <= offset < end`` of ``partition``, ascending, in Spark's Arrow
         shape, in batches of about ``batch_rows`` (see the module docstring)."""
         if start >= end:
@@ -216,8 +226,12 @@ class TierTable:
         ready_rows = 0
         pending: pa.Table | None = None
         in_range = (pc.field("offset") >= start) & (pc.field("offset") < end)
+        shape = None if value_type is None else _ValueConformer(self.uri, value_type,
+                                                                value_schema)
         for index, tier_file in enumerate(files):
             table = self._read(tier_file, in_range)
+            if shape is not None:
+                table = shape.conform(table)
             pending = table if pending is None else pa.concat_tables([pending, table])
             following = files[index + 1].min_offset if index + 1 < len(files) else None
             if following is None and index + 1 < len(files):
@@ -231,10 +245,10 @@ class TierTable:
                 ready.append(_ascending(done))
                 ready_rows += done.num_rows
             if ready_rows >= batch_rows:
-                yield from _batches(self.uri, topic, partition, ready, batch_rows)
+                yield from _batches(self.uri, topic, partition, ready, batch_rows, value_type)
                 ready, ready_rows = [], 0
         if ready:
-            yield from _batches(self.uri, topic, partition, ready, batch_rows)
+            yield from _batches(self.uri, topic, partition, ready, batch_rows, value_type)
 
     def _read(self, tier_file: TierFile, condition: pc.Expression | None,
               columns: Sequence[str] = TIER_COLUMNS) -> pa.Table:
@@ -256,7 +270,9 @@ class TierTable:
 
 
 def read_tier_range(table_uri: str, topic: str, partition: int, start: int, end: int, *,
-                    batch_rows: int) -> Iterator[pa.RecordBatch]:
+                    batch_rows: int, value_type: pa.DataType | None = None,
+                    value_schema: tuple[str, str] | None = None
+                    ) -> Iterator[pa.RecordBatch]:
     """Yield the tier's rows ``start <= offset < end`` of ``partition`` in ascending offset
     order, as Spark Arrow batches exactly like ``read_range``'s (``SPARK_ARROW_SCHEMA``).
 
@@ -266,12 +282,111 @@ def read_tier_range(table_uri: str, topic: str, partition: int, start: int, end:
     """
     if start >= end:
         return iter(())
-    return TierTable(table_uri).read(topic, partition, start, end, batch_rows=batch_rows)
+    return TierTable(table_uri).read(topic, partition, start, end, batch_rows=batch_rows,
+                                     value_type=value_type, value_schema=value_schema)
 
 
 def tier_bounds(table_uri: str, partition: int) -> tuple[int, int] | None:
     """``(min offset, max offset + 1)`` of ``partition`` in the tier, ``None`` if none."""
     return TierTable(table_uri).bounds(partition)
+
+
+# ----------------------------------------------------------------------------- typed values
+
+
+class _ValueConformer:
+    """Brings each file's struct ``value`` to the query's type (see the module docstring):
+    fields by name, missing ones from the reader schema's defaults. Whole columns only;
+    a file already of the type passes through untouched."""
+
+    def __init__(self, uri: str, value_type: pa.DataType,
+                 value_schema: tuple[str, str] | None) -> None:
+        self.uri = uri
+        self.value_type = value_type
+        self.root: Any = None
+        if value_schema is not None:
+            from wire.schema import parse_schema
+
+            self.root = parse_schema(*value_schema).root
+
+    def conform(self, table: pa.Table) -> pa.Table:
+        values = table.column("value")
+        if values.type == self.value_type:
+            return table
+        if not pa.types.is_struct(values.type):
+            raise StrataSparkTierError(
+                self.uri, f"holds value as {values.type}, not a struct of the topic's value "
+                "schema: it was written before the topic was typed, or for another topic; "
+                "move it away so the tiering job writes a new table")
+        array = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+        conformed = self._struct(array, self.value_type, self.root, "")
+        return table.set_column(table.column_names.index("value"), "value", conformed)
+
+    def _struct(self, array: pa.Array, target: pa.DataType, node: Any, path: str
+                ) -> pa.Array:
+        by_field = {} if node is None else node.by_name
+        names = {array.type.field(i).name for i in range(array.type.num_fields)}
+        children = []
+        for wanted in target:
+            where = f"{path}.{wanted.name}" if path else wanted.name
+            spec = by_field.get(wanted.name)
+            if wanted.name not in names:
+                children.append(self._default(spec, wanted, len(array), where))
+                continue
+            child = self._value(array.field(wanted.name), wanted.type,
+                                None if spec is None else spec.node, where)
+            if spec is not None and not spec.nullable and spec.has_default \
+                    and child.null_count:
+                child = pc.if_else(child.is_null(), self._default(spec, wanted, len(array),
+                                                                  where), child)
+            children.append(child)
+        return pa.StructArray.from_arrays(children, fields=list(target),
+                                          mask=array.is_null() if array.null_count else None)
+
+    def _value(self, array: pa.Array, target: pa.DataType, node: Any, path: str
+               ) -> pa.Array:
+        if array.type == target:
+            return array
+        if pa.types.is_struct(target) and pa.types.is_struct(array.type):
+            return self._struct(array, target, node, path)
+        element = None if node is None else node.element
+        if pa.types.is_list(target) and pa.types.is_list(array.type):
+            items = self._value(array.flatten(), target.value_type, element, path + "[]")
+            return pa.ListArray.from_arrays(_offsets(array), items, type=target,
+                                            mask=array.is_null() if array.null_count else None)
+        if pa.types.is_map(target) and pa.types.is_map(array.type):
+            items = self._value(array.items, target.item_type, element, path + "{}")
+            return pa.MapArray.from_arrays(_offsets(array), array.keys.cast(target.key_type),
+                                           items, type=target,
+                                           mask=array.is_null() if array.null_count else None)
+        try:
+            return array.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+            raise StrataSparkTierError(
+                self.uri, f"field value.{path} is {array.type} in a data file but the query "
+                f"reads it as {target} ({err}); the table's value schema changed in a way "
+                "the tiering job does not make: check the table's history") from None
+
+    def _default(self, spec: Any, wanted: pa.Field, length: int, path: str) -> pa.Array:
+        if spec is not None and spec.has_default and spec.default is not None:
+            from wire.schema._convert import column
+            from wire.schema._model import identity
+
+            one = column([spec.default], spec.node, path, identity)
+            return one.cast(wanted.type).take(pa.repeat(0, length))
+        if spec is None or spec.nullable:
+            return pa.nulls(length, wanted.type)
+        raise StrataSparkTierError(
+            self.uri, f"field value.{path} is required by the value schema but missing from "
+            "a data file and has no default; the subject changed incompatibly (register a "
+            "default for it)")
+
+
+def _offsets(array: pa.Array) -> pa.Array:
+    """A list or map array's offsets, rebased when the array is a slice."""
+    offsets = array.offsets
+    first = offsets[0].as_py()
+    return pc.subtract(offsets, first) if first else offsets
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -294,23 +409,25 @@ def _ascending(table: pa.Table) -> pa.Table:
 
 
 def _batches(uri: str, topic: str, partition: int, tables: list[pa.Table],
-             batch_rows: int) -> Iterator[pa.RecordBatch]:
-    from spark_source._reader import SPARK_ARROW_SCHEMA
+             batch_rows: int, value_type: pa.DataType | None = None
+             ) -> Iterator[pa.RecordBatch]:
+    from spark_source._reader import spark_arrow_schema
 
+    schema = spark_arrow_schema(value_type)
     table = pa.concat_tables(tables)
     rows = table.num_rows
     try:
         spark = pa.Table.from_arrays([
             table.column("key").cast(pa.binary()),
-            table.column("value").cast(pa.binary()),
+            table.column("value").cast(schema.field("value").type),
             table.column("topic").cast(pa.string()),
             pa.repeat(pa.scalar(partition, pa.int32()), rows),
             table.column("offset").cast(pa.int64()),
             table.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
             table.column("timestampType").cast(pa.int32()),
-            table.column("headers").cast(SPARK_ARROW_SCHEMA.field("headers").type),
-        ], schema=SPARK_ARROW_SCHEMA)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            table.column("headers").cast(schema.field("headers").type),
+        ], schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
         raise StrataSparkTierError(
             uri, f"rows of {topic}-{partition} do not cast to the source schema ({err}); "
             "the tier table must have the source's column types") from None

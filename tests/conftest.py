@@ -54,7 +54,7 @@ SYSTEM_MODULES = frozenset({
     "test_spark_sink", "test_spark_source", "test_spark_tier_replay", "test_notebooks",
     "test_tiering", "test_cli_stack", "test_perf_failover", "test_perf_scale",
     "test_perf_spark", "test_load_smoke", "test_spark_security", "test_package",
-    "test_network_partitions", "test_spark_cluster",
+    "test_network_partitions", "test_spark_cluster", "test_spark_typed",
 })
 
 

@@ -40,9 +40,9 @@ against every previous version, the others against the latest.
 
 ``table_to_arrow`` casts only when the cast is declared lossless and succeeds value by
 value: wider or narrower integers (values must fit), integer or float32 to a float,
-large/view strings and binaries, dictionaries (decoded), date64 to date32, timestamp
-units (no truncation) and zones (any zone to a UTC field; only zone-less to a local
-one), decimals to decimals (no rounding).
+large/view strings and binaries, binary to fixed (each value of the size), dictionaries
+(decoded), date64 to date32, timestamp units (no truncation) and zones (any zone to a
+UTC field; only zone-less to a local one), decimals to decimals (no rounding).
 
 Everything here is a pure function of its arguments, and every value immutable:
 thread-safe.

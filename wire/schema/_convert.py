@@ -538,6 +538,8 @@ def _cast_refusal(source: pa.DataType, node: Node) -> str | None:
         return None
     if kind is Kind.BYTES and (types.is_large_binary(source) or types.is_binary_view(source)):
         return None
+    if kind is Kind.FIXED and (types.is_binary(source) or types.is_large_binary(source)):
+        return None  # Spark has no fixed type; the safe cast checks every value's width
     if kind is Kind.DATE and types.is_date64(source):
         return None
     if kind is Kind.DECIMAL and (types.is_decimal(source) or types.is_integer(source)):
