@@ -47,6 +47,7 @@ batch is still a self-describing Arrow stream and the broker still never opens i
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -406,9 +407,11 @@ _IPC_PREFIX = struct.Struct("<Ii")  # continuation marker, metadata length (litt
 _MAX_SCHEMA_MESSAGE: Final = 16 << 20
 
 
+@functools.lru_cache(maxsize=1024)
 def typed_payload_schema(value_type: pa.StructType, schema_id: int) -> pa.Schema:
     """The payload schema of a typed topic's batches: ``value`` is ``value_type``
-    (nullable: a null value is a tombstone) and the metadata names ``schema_id``."""
+    (nullable: a null value is a tombstone) and the metadata names ``schema_id``.
+    (Cached: a producer builds the same one for every batch.)"""
     return pa.schema(
         [PAYLOAD_SCHEMA.field("key"), pa.field("value", value_type, nullable=True),
          PAYLOAD_SCHEMA.field("timestamp"), PAYLOAD_SCHEMA.field("headers")],
@@ -429,15 +432,24 @@ def value_schema_id(schema: pa.Schema) -> int | None:
 
 
 def _check_payload_schema(schema: pa.Schema) -> None:
-    if schema.equals(PAYLOAD_SCHEMA):
+    if schema.equals(PAYLOAD_SCHEMA) or _known_typed_schema(schema):
         return
-    typed = value_schema_id(schema)
+    raise InvalidRecordBatchError(
+        f"payload schema {schema} is neither {PAYLOAD_SCHEMA} nor a typed payload "
+        "(the same columns with a struct value and a schema id)")
+
+
+@functools.lru_cache(maxsize=1024)
+def _known_typed_schema(schema: pa.Schema) -> bool:
+    """Whether ``schema`` is a typed payload schema (cached: every batch of a typed
+    topic has one of a few)."""
+    try:
+        typed = value_schema_id(schema)
+    except InvalidRecordBatchError:
+        return False
     value_type = schema.field("value").type if schema.get_field_index("value") == 1 else None
-    if typed is None or not isinstance(value_type, pa.StructType) or not schema.equals(
-            typed_payload_schema(value_type, typed), check_metadata=False):
-        raise InvalidRecordBatchError(
-            f"payload schema {schema} is neither {PAYLOAD_SCHEMA} nor a typed payload "
-            "(the same columns with a struct value and a schema id)")
+    return typed is not None and isinstance(value_type, pa.StructType) and schema.equals(
+        typed_payload_schema(value_type, typed), check_metadata=False)
 
 
 def schema_message(batch: bytes | bytearray | memoryview) -> bytes:

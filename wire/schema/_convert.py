@@ -451,8 +451,10 @@ def table_to_arrow(table: pa.Table | pa.RecordBatch | pa.StructArray, schema: Pa
         duplicate = next((n for n in names if names.count(n) > 1), None)
         if duplicate is not None:
             raise mismatch(None, duplicate, "is a column twice; keep one")
-        columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
-                   for c in table.columns]
+        # A one-chunk column (what a Table built from arrays has) is taken as it is;
+        # combine_chunks would allocate a new array object for it all the same.
+        columns = [(c.chunk(0) if c.num_chunks == 1 else c.combine_chunks())
+                   if isinstance(c, pa.ChunkedArray) else c for c in table.columns]
         if not columns:
             raise mismatch(None, "", "the table has no columns; give it the schema's fields")
         fields = list(schema.arrow_type)
