@@ -77,6 +77,7 @@ OPTION_NAMES: Final[dict[str, str]] = {
         "failOnDataLoss",
         "includeHeaders",
         "valueFormat",
+        "valueSchemaVersion",
         "path",
     )
 }
@@ -262,7 +263,18 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool,
         starting_offsets=starting, starting_timestamp=starting_timestamp,
         ending_offsets=ending, max_offsets_per_trigger=max_offsets,
         min_partitions=min_partitions, fail_on_data_loss=fail_on_data_loss,
-        streaming=streaming, security=security_of(opts), value_format=value_format_of(opts))
+        streaming=streaming, security=security_of(opts), value_format=value_format_of(opts),
+        value_schema_version=value_schema_version_of(opts))
+
+
+def value_schema_version_of(opts: Mapping[str, str]) -> int | None:
+    """``valueSchemaVersion`` of the (lower-cased) options: the subject version a typed
+    topic's values are read under; None (``latest`` or unset): the latest when the query
+    is planned. A restarted stream that must keep its columns pins it."""
+    raw = opts.get("valueschemaversion")
+    if raw is None or raw.strip().lower() == "latest":
+        return None
+    return _whole_number("valueSchemaVersion", raw, minimum=1)
 
 
 def value_format_of(opts: Mapping[str, str]) -> ValueFormat:
@@ -294,7 +306,8 @@ def subscription_of(options: Mapping[str, str], environ: Mapping[str, str] | Non
         bootstrap=_bootstrap(opts, env), subscribe=subscribe, subscribe_pattern=pattern,
         starting_offsets=None, starting_timestamp=None, ending_offsets=None,
         max_offsets_per_trigger=None, min_partitions=None, fail_on_data_loss=True,
-        streaming=False, security=security_of(opts), value_format=value_format_of(opts))
+        streaming=False, security=security_of(opts), value_format=value_format_of(opts),
+        value_schema_version=value_schema_version_of(opts))
 
 
 def security_of(opts: Mapping[str, str]) -> ClientSecurity:

@@ -682,7 +682,7 @@ def describe_value(options: SourceOptions) -> tuple[ValueShape, Any]:
         if options.value_format != "struct":
             if len(distinct) > 1:  # frames name their schema ids; no version to pin
                 return ValueShape(), SCHEMA_DDL
-            registered = admin.get_schema(distinct[0])
+            registered = admin.get_schema(distinct[0], options.value_schema_version or "latest")
             return ValueShape(distinct[0], registered.version, registered.schema,
                               registered.schema_type), SCHEMA_DDL
         if len(distinct) > 1:
@@ -699,7 +699,7 @@ def describe_value(options: SourceOptions) -> tuple[ValueShape, Any]:
                 f"({', '.join(sorted(typed))}, subject {distinct[0]}) with bytes topics "
                 f"({', '.join(untyped)}), whose values cannot be a struct; read them in "
                 "separate queries, or set valueFormat=binary to read every value as bytes")
-        registered = admin.get_schema(distinct[0])
+        registered = admin.get_schema(distinct[0], options.value_schema_version or "latest")
     finally:
         admin.close()
     shape = ValueShape(distinct[0], registered.version, registered.schema,

@@ -457,6 +457,13 @@ def test_tiered_typed_topic_evolves_and_replays(spark: Any, cluster: Cluster, ad
                      replay)
     assert _spark_values(replay).equals(want)
     assert _stream(spark, bootstrap, topic, tmp_path / "cp").cast(want.type).equals(want)
+    # valueSchemaVersion pins the columns (a restarted stream keeps its schema): v1 has
+    # no channel, from Delta and from the brokers alike.
+    pinned = _read(spark, bootstrap, topic, startingOffsets="earliest", valueSchemaVersion="1")
+    assert "channel" not in pinned.schema["value"].dataType.fieldNames()
+    assert pinned.count() == 80 and pinned.where("value.id = 50").count() == 1
+    with pytest.raises(Exception, match="valueSchemaVersion"):
+        _read(spark, bootstrap, topic, valueSchemaVersion="0")  # refused at load()
 
     # A change the table cannot follow stops the pass: nothing is written.
     admin.set_compatibility("NONE", f"{topic}-value")
