@@ -848,7 +848,9 @@ class RequestHandlers:
                 partitions.append(PartitionMetadata(
                     0, p, leader, state.leader_epoch if state else -1, list(replicas),
                     list(state.isr) if state else []))
-            topics.append(TopicMetadata(0, name, partitions))
+            # Set only at creation, so always an override (value.schema.subject).
+            subject = b.topic_overrides.get(name, {}).get("value.schema.subject") or None
+            topics.append(TopicMetadata(0, name, partitions, subject))
         current = self.controller.current
         return MetadataResponse(brokers, current[0] if current else -1, topics, b.cluster_id)
 

@@ -419,9 +419,11 @@ class SchemaRegistry:
     async def _op_subject_schemas(self, state: _State, request: SchemaRegistryRequest
                                   ) -> Any:
         subject = _check_subject(request.subject)
+        versions = sorted(state.subjects.get(subject, {}).values(), key=lambda v: v.version) \
+            if request.include_deleted else state.live(subject)
         return [{"version": v.version, "id": v.schema_id,
                  "schemaType": state.schemas[v.schema_id].parsed.schema_type.value,
-                 "schema": state.schemas[v.schema_id].text} for v in state.live(subject)]
+                 "schema": state.schemas[v.schema_id].text} for v in versions]
 
     async def _op_get_by_id(self, state: _State, request: SchemaRegistryRequest) -> Any:
         stored = state.schemas.get(request.schema_id)

@@ -670,12 +670,9 @@ def describe_value(options: SourceOptions) -> tuple[ValueShape, Any]:
     try:
         existing = admin.list_topics()
         topics = sorted(t for t in existing if options.subscribes_to(t))
-        configs = admin.describe_configs(topics) if topics else {}
-        typed: dict[str, str] = {}
-        for topic in topics:
-            entry = configs.get(topic, {}).get("value.schema.subject")
-            if entry is not None and entry.value:
-                typed[topic] = entry.value
+        # From the metadata, not DESCRIBE_CONFIGS, which a reader need not be allowed.
+        subjects = admin.value_subjects(topics) if topics else {}
+        typed = {topic: subject for topic, subject in subjects.items() if subject}
         if not typed:
             return ValueShape(), SCHEMA_DDL
         distinct = sorted(set(typed.values()))

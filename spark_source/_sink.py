@@ -372,8 +372,10 @@ def _value_schema(admin: Any, topic: str) -> tuple[int, Any]:
 
 
 def _subject(admin: Any, topic: str) -> str | None:
-    entry = admin.describe_configs([topic])[topic].get("value.schema.subject")
-    return entry.value if entry is not None and entry.value else None
+    # From the metadata: a writer needs WRITE (which implies DESCRIBE), not
+    # DESCRIBE_CONFIGS.
+    subject: str | None = admin.value_subjects([topic])[topic]
+    return subject
 
 
 def _split_by_topic(table: Any, default_topic: str | None) -> Iterator[tuple[str, Any]]:

@@ -834,3 +834,20 @@ def test_acls_decide_who_may_use_the_schema_registry(brokers: list[BrokerProcess
             admin.create_acls([_allow(f"User:{user}", "ALTER", "TOPIC", topic)])
             _eventually(lambda: as_gus.set_compatibility("FULL", subject))
             assert as_gus.get_compatibility(subject) == "FULL"
+        # READ on the topic is enough to consume its typed values: the subject comes in
+        # the metadata and the schemas through the subject, not by id (cluster-level).
+        with Producer(servers, security=sasl("SASL_SSL", pki)) as producer:
+            producer.send(topic, {"x": 42}).result(timeout=30)
+        admin.create_acls([_allow(f"User:{user}", "READ", "TOPIC", topic)])
+
+        def consume_typed() -> list[object]:
+            with Consumer(servers, security=gus, auto_offset_reset="earliest") as consumer:
+                consumer.assign([TopicPartition(topic, 0)])
+                return [r.value for r in consumer.poll(timeout_ms=5000)]
+
+        _eventually(lambda: _nonempty(consume_typed()))
+        assert consume_typed() == [{"x": 42}]
+
+
+def _nonempty(values: list[object]) -> None:
+    assert values

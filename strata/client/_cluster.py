@@ -71,6 +71,8 @@ class Cluster:
         self.retry_backoff_ms = retry_backoff_ms
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, dict[int, PartitionInfo]] = {}
+        #: Each known topic's value subject (a typed topic's; None: bytes values).
+        self.value_subjects: dict[str, str | None] = {}
         self.cluster_id: str | None = None
         self.controller_id = -1
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
@@ -116,7 +118,8 @@ class Cluster:
         return seen
 
     async def send_any(self, api: ApiKey, body: Message, *,
-                       per_broker_timeout_s: float | None = None) -> Message:
+                       per_broker_timeout_s: float | None = None, version: int = 0
+                       ) -> Message:
         """Send to the first broker that answers (admin and metadata requests), giving
         each one ``per_broker_timeout_s`` (default: the request timeout) to answer."""
         errors: list[str] = []
@@ -125,7 +128,8 @@ class Cluster:
         for address in self._candidates():
             try:
                 connection = await self.connection_to(address)
-                return await asyncio.wait_for(connection.request(api, body), timeout)
+                return await asyncio.wait_for(connection.request(api, body, version=version),
+                                              timeout)
             except (NetworkError, TimeoutError, BrokerNotAvailableError) as err:
                 # BROKER_NOT_AVAILABLE: this broker is cut off from ZooKeeper (its view of
                 # the cluster is stale); the next one may know better.
@@ -139,7 +143,8 @@ class Cluster:
     # ------------------------------------------------------------------ metadata
     async def refresh(self, topics: list[str] | None = None) -> MetadataResponse:
         async with self._refresh_lock:
-            response = await self.send_any(ApiKey.METADATA, MetadataRequest(topics))
+            response = await self.send_any(ApiKey.METADATA, MetadataRequest(topics),
+                                           version=1)
             assert isinstance(response, MetadataResponse)
             self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
             self.cluster_id = response.cluster_id
@@ -154,6 +159,7 @@ class Cluster:
                 if topic.error_code:
                     self.topics.pop(topic.name, None)
                     continue
+                self.value_subjects[topic.name] = topic.value_subject
                 self.topics[topic.name] = {
                     p.partition: PartitionInfo(topic.name, p.partition, p.leader, p.leader_epoch,
                                                tuple(p.replicas), tuple(p.isr))

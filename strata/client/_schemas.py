@@ -33,8 +33,6 @@ from wire.errors import (
 )
 from wire.protocol import (
     ApiKey,
-    DescribeConfigsRequest,
-    DescribeConfigsResponse,
     SchemaRegistryRequest,
     SchemaRegistryResponse,
 )
@@ -153,6 +151,17 @@ class SchemaSource:
                 body["schema"], body.get("schemaType", "AVRO"))
         return parsed
 
+    async def learn_subject(self, subject: str) -> None:
+        """Cache every version of ``subject`` by id, soft-deleted ones included (their
+        data may still be in the log). Scoped to the subject, so DESCRIBE on its topic
+        is enough, where a look-up by id needs DESCRIBE on the cluster."""
+        body = (await self.ask(SchemaRegistryRequest("subject_schemas", subject,
+                                                     include_deleted=True))).result()
+        for entry in body:
+            if int(entry["id"]) not in self._by_id:
+                self._by_id[int(entry["id"])] = parse_schema(entry["schema"],
+                                                             entry["schemaType"])
+
     async def latest(self, subject: str, *, refresh: bool = False
                      ) -> tuple[int, ParsedSchema]:
         """The subject's latest live version: (schema id, schema)."""
@@ -219,24 +228,15 @@ class TopicSchemas:
 
     def __init__(self, source: SchemaSource) -> None:
         self.source = source
-        self._subjects: dict[str, str | None] = {}
 
     async def value_subject(self, topic: str) -> str | None:
-        """The topic's ``value.schema.subject`` (None: a bytes topic). Fixed at the
-        topic's creation, so asked once per topic."""
-        if topic not in self._subjects:
-            response = await self.source.cluster.send_any(
-                ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest([topic]))
-            assert isinstance(response, DescribeConfigsResponse)
-            subject: str | None = None
-            for described in response.topics:
-                if described.error_code:
-                    raise error_from_code(described.error_code, described.error_message)
-                for config in described.configs:
-                    if config.name == "value.schema.subject" and config.value:
-                        subject = config.value
-            self._subjects[topic] = subject
-        return self._subjects[topic]
+        """The topic's ``value.schema.subject`` (None: a bytes topic), from the topic's
+        metadata, which any principal that may describe the topic sees. Fixed at the
+        topic's creation."""
+        cluster = self.source.cluster
+        if topic not in cluster.value_subjects:
+            await cluster.partitions_for(topic, refresh=True)
+        return cluster.value_subjects.get(topic)
 
     async def writer(self, topic: str, *, refresh: bool = False
                      ) -> tuple[int, ParsedSchema]:
@@ -287,6 +287,9 @@ class TypedReader:
         self.readers: dict[str, tuple[int, ParsedSchema]] = {}
         self._needed_topics: set[str] = set()
         self._needed_ids: set[int] = set()
+        # Unknown writer ids, by the topic they were met in: learned through the
+        # topic's subject first (see ``SchemaSource.learn_subject``).
+        self._ids_by_topic: dict[str, set[int]] = {}
 
     @property
     def pending(self) -> bool:
@@ -303,6 +306,7 @@ class TypedReader:
                     self._needed_topics.add(topic)
                 if writer is None:
                     self._needed_ids.add(schema_id)
+                    self._ids_by_topic.setdefault(topic, set()).add(schema_id)
                 raise MissingSchemas(topic)
             reader_id, reader_schema = reader
             out = values if schema_id == reader_id else resolve(values, writer, reader_schema)
@@ -318,17 +322,22 @@ class TypedReader:
 
     async def load(self) -> None:
         """Fetch what ``resolver`` found missing."""
-        for topic in sorted(self._needed_topics):
+        source = self.topics.source
+        for topic in sorted(self._needed_topics | set(self._ids_by_topic)):
             subject = await self.topics.value_subject(topic)
             if subject is None:
                 raise InvalidRecordBatchError(
                     f"topic {topic!r} holds typed batches but has no value.schema.subject")
-            self.readers[topic] = await self.topics.source.version(subject,
-                                                                   self.reader_version)
-        for schema_id in sorted(self._needed_ids):
-            await self.topics.source.by_id(schema_id)
+            if topic in self._needed_topics:
+                self.readers[topic] = await source.version(subject, self.reader_version)
+            if any(i not in source._by_id for i in self._ids_by_topic.get(topic, ())):
+                await source.learn_subject(subject)
+        for schema_id in sorted(self._needed_ids):  # another subject's id: by id
+            if schema_id not in source._by_id:
+                await source.by_id(schema_id)
         self._needed_topics.clear()
         self._needed_ids.clear()
+        self._ids_by_topic.clear()
 
 
 def _binary_keeping_nulls(values: pa.Array, encoded: Sequence[bytes | None]) -> pa.Array:

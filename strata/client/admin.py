@@ -1341,6 +1341,22 @@ class AsyncAdmin:
             schema_type=schema_type))).result()
         return list(body["messages"])
 
+    async def value_subjects(self, names: Iterable[str]) -> dict[str, str | None]:
+        """Each topic's value subject (a typed topic's ``value.schema.subject``; None: a
+        bytes topic), from the metadata: DESCRIBE on a topic is enough to see it."""
+        wanted = list(names)
+        if not wanted:
+            return {}
+        response = await self._cluster.refresh(wanted)
+        out: dict[str, str | None] = {}
+        for topic in response.topics:
+            if topic.error_code:
+                raise error_from_code(topic.error_code, f"topic {topic.name!r}: not "
+                                      "described (it does not exist, or this principal "
+                                      "may not DESCRIBE it)")
+            out[topic.name] = topic.value_subject
+        return out
+
     async def get_compatibility(self, subject: str | None = None) -> str:
         """The level that applies to ``subject`` (None: the global level)."""
         body = (await self.schemas.ask(SchemaRegistryRequest(
@@ -1540,6 +1556,9 @@ class Admin:
                                    version: int | Literal["latest"] = "latest") -> list[str]:
         return self._run(self._admin.check_schema_compatibility(subject, schema,
                                                                 schema_type, version))
+
+    def value_subjects(self, names: Iterable[str]) -> dict[str, str | None]:
+        return self._run(self._admin.value_subjects(names))
 
     def get_compatibility(self, subject: str | None = None) -> str:
         return self._run(self._admin.get_compatibility(subject))

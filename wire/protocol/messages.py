@@ -370,15 +370,19 @@ class PartitionMetadata(Message):
 @dataclass(slots=True)
 class TopicMetadata(Message):
     """A topic that does not exist: ``error_code`` UNKNOWN_TOPIC_OR_PARTITION and no
-    partitions."""
+    partitions. ``value_subject`` (version 1): a typed topic's ``value.schema.subject``
+    (docs/typed-topics.md), null for a bytes topic; here so that every client that may
+    describe the topic knows how to read it, without DESCRIBE_CONFIGS."""
 
     error_code: int
     name: str
     partitions: list[PartitionMetadata]
+    value_subject: str | None = None
     FIELDS: ClassVar = (
         Field("error_code", INT16),
         Field("name", STRING),
         Field("partitions", Array(Struct(PartitionMetadata))),
+        Field("value_subject", NULLABLE_STRING, since=1),
     )
 
 
@@ -2638,4 +2642,5 @@ RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
 API_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     **{key: (0, 0) for key in ApiKey},
     ApiKey.FETCH: (0, 1),  # 1: fetch sessions
+    ApiKey.METADATA: (0, 1),  # 1: a topic's value subject
 }
