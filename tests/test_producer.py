@@ -216,7 +216,7 @@ class ChaosProxy:
             client_writer.close()
             return
         self._writers |= {client_writer, upstream_writer}
-        apis: dict[int, int] = {}
+        apis: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version)
         doomed: set[int] = set()
 
         async def read_frame(reader: asyncio.StreamReader) -> bytes:
@@ -226,8 +226,8 @@ class ChaosProxy:
         async def requests() -> None:
             while True:
                 frame = await read_frame(client_reader)
-                api_key, _, correlation_id = struct.unpack_from(">hhi", frame)
-                apis[correlation_id] = api_key
+                api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame)
+                apis[correlation_id] = (api_key, api_version)
                 if api_key == ApiKey.PRODUCE:
                     self.produce_requests += 1
                     if self._drop_next or (self.drop_every and
@@ -241,7 +241,7 @@ class ChaosProxy:
             while True:
                 frame = await read_frame(upstream_reader)
                 (correlation_id,) = struct.unpack_from(">i", frame)
-                api_key = apis.pop(correlation_id, None)
+                api_key, api_version = apis.pop(correlation_id, (None, 0))
                 if correlation_id in doomed:
                     self.dropped += 1
                     if self._block_after_drop:
@@ -250,7 +250,7 @@ class ChaosProxy:
                     self.dropped_event.set()
                     return  # the broker answered; the client never hears it
                 if api_key == ApiKey.METADATA:
-                    client_writer.write(self._rewrite_metadata(frame))
+                    client_writer.write(self._rewrite_metadata(frame, api_version))
                 else:
                     client_writer.write(FRAME_PREFIX.pack(len(frame)) + frame)
                 await client_writer.drain()
@@ -264,15 +264,15 @@ class ChaosProxy:
             writer.close()
             self._writers.discard(writer)
 
-    def _rewrite_metadata(self, frame: bytes) -> bytes:
+    def _rewrite_metadata(self, frame: bytes, version: int) -> bytes:
         header, reader = read_response_header(frame)
         if header.error_code:
             return FRAME_PREFIX.pack(len(frame)) + frame
-        body = decode(MetadataResponse, reader, 0)
+        body = decode(MetadataResponse, reader, version)
         for broker in body.brokers:
             if broker.port == self.upstream_port:
                 broker.port = self.port
-        chunks = encode_response(header.correlation_id, body, 0)
+        chunks = encode_response(header.correlation_id, body, version)
         return b"".join(c if isinstance(c, bytes) else c.read_bytes() for c in chunks)
 
     def close(self) -> None:
