@@ -32,18 +32,32 @@ from spark_jobs._tables import compacted_path, ensure_table
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["COMPACTED_DDL", "compact_range", "drop_tombstones"]
+__all__ = ["COMPACTED_DDL", "compact_range", "compacted_ddl", "drop_tombstones"]
 
 COMPACTED_DDL = ("key BINARY, value BINARY, partition INT, offset BIGINT, timestamp TIMESTAMP, "
                  "headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
 
 
+def compacted_ddl(value_type: pa.StructType | None) -> str:
+    """``COMPACTED_DDL``, with ``value`` a typed topic's struct when ``value_type`` is
+    given (the tier table's, ``tier_ddl``)."""
+    if value_type is None:
+        return COMPACTED_DDL
+    from wire.schema import spark_arrow_type, spark_ddl
+
+    struct = f"value STRUCT<{spark_ddl(spark_arrow_type(value_type))}>"
+    return COMPACTED_DDL.replace("value BINARY", struct, 1)
+
+
 def compact_range(spark: SparkSession, warehouse: Path, topic: str, tier_table: Path,
-                  partition: int, start: int, end: int) -> int:
+                  partition: int, start: int, end: int, *,
+                  value_type: pa.StructType | None = None,
+                  properties: dict[str, str] | None = None) -> int:
     """Merge offsets ``[start, end)`` of ``partition`` (read from the tier table) into the
-    compacted table; returns how many keys the range carried."""
+    compacted table; returns how many keys the range carried. ``value_type``: a typed
+    topic's value struct (the table is created with it, and ``properties``)."""
     target = compacted_path(warehouse.resolve(), topic)
-    ensure_table(spark, target, COMPACTED_DDL, "partition")
+    ensure_table(spark, target, compacted_ddl(value_type), "partition", properties)
     view = f"strata_compact_{uuid.uuid4().hex}"
     latest = spark.sql(f"""
         SELECT key, value, partition, offset, timestamp, headers FROM (

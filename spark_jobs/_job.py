@@ -27,7 +27,8 @@ under an older version is evolved before the pass writes rows of the new one, wh
 new version only adds fields (``ALTER TABLE ADD COLUMNS``; rows written before read the
 added fields as null in Spark, and as the schema's default through the Spark source);
 any other difference fails the topic's pass with ``TierTableMismatchError`` and writes
-nothing. Compacted tables of typed topics are not kept (a warning says so).
+nothing. A typed topic with ``cleanup.policy=compact`` gets a compacted table with the
+same struct ``value``, evolved the same way before each MERGE.
 
 Why it cannot duplicate or skip, whenever it is killed:
 
@@ -367,11 +368,11 @@ class TierJob:
                      now_ms)
             if report.table is not None:
                 self._retention(topic, path, configs, report)
-                if configs.get("cleanup.policy") == "compact" and subject is not None:
-                    log.warning("%s is typed: its compacted table is not kept (compacted "
-                                "tables of typed topics are not supported yet)", topic)
-                elif configs.get("cleanup.policy") == "compact":
-                    report.compacted_keys = self._compact(topic, path, report, configs)
+                if configs.get("cleanup.policy") == "compact":
+                    if subject is not None and value is None:
+                        value = self._typed_value(subject)
+                    report.compacted_keys = self._compact(topic, path, report, configs,
+                                                          value)
                 report.optimized = self._maintain(path)
             compacted = compacted_path(self.settings.warehouse.resolve(), topic)
             if _is_table(compacted):
@@ -575,20 +576,30 @@ class TierJob:
 
     # ------------------------------------------------------------------ compaction
     def _compact(self, topic: str, path: Path, report: TopicReport,
-                 configs: dict[str, str | None]) -> int:
+                 configs: dict[str, str | None], value: _TypedValue | None = None) -> int:
         """Merge every tiered range the compacted table lacks (its own recorded progress,
         written after each MERGE, so a MERGE that failed or was killed is redone by the
         next pass; the MERGE itself ignores rows it already has). The progress read with
-        the lease stays current: only the lease holder writes it."""
+        the lease stays current: only the lease holder writes it. A typed topic's
+        compacted table has the tier table's struct ``value`` and evolves as it does."""
         merged = dict(self._check_lease(topic).compacted)
         keys = 0
+        properties: dict[str, str] | None = None
+        if value is not None:
+            properties = {VALUE_SUBJECT_PROPERTY: value.subject,
+                          VALUE_VERSION_PROPERTY: str(value.version)}
+            compacted = compacted_path(self.settings.warehouse.resolve(), topic)
+            if _is_table(compacted):
+                self._evolve(topic, compacted, value)
         for part in report.partitions:
             start = max(merged.get(part.partition, 0), part.tier_start)
             if start >= part.tiered_up_to:
                 continue
             self._check_lease(topic)
             keys += compact_range(self.spark, self.settings.warehouse, topic, path,
-                                  part.partition, start, part.tiered_up_to)
+                                  part.partition, start, part.tiered_up_to,
+                                  value_type=None if value is None else value.arrow_type,
+                                  properties=properties)
             lease = self._check_lease(topic)
             self.admin.update_tier(topic, lease.lease_id, lease.topic_id,
                                    merged={part.partition: part.tiered_up_to})

@@ -479,6 +479,50 @@ def test_tiered_typed_topic_evolves_and_replays(spark: Any, cluster: Cluster, ad
     assert DeltaTable(str(table)).version() == before
 
 
+def test_compacted_typed_topic_keeps_typed_latest_per_key(spark: Any, cluster: Cluster,
+                                                         admin: Admin, tmp_path: Path) -> None:
+    """A typed topic with cleanup.policy=compact: its compacted table holds the latest
+    typed value per key, and grows the fields of a new version as the tier table does."""
+    from spark_jobs import TierJob, TierSettings, compacted_path
+
+    bootstrap = cluster.bootstrap
+    warehouse = tmp_path / "warehouse"
+    name = f"compacted-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(name, 1, 1, {
+        "value.schema.subject": f"{name}-value", "cleanup.policy": "compact",
+        "segment.bytes": "2048", "tier.enable": "true", "tier.after.ms": "0"})])
+    admin.register_schema(f"{name}-value", ORDER_V1)
+
+    def send(records: list[dict[str, Any]]) -> None:
+        with Producer(bootstrap, linger_ms=1) as producer:
+            for record in records:
+                producer.send(name, record, key=f"k{record['id'] % 5}".encode(), partition=0)
+
+    def tier() -> Any:
+        with TierJob(spark, TierSettings(bootstrap, warehouse, lease_wait_s=30.0)) as job:
+            job.run_once([name])
+        return spark.read.format("delta").load(str(compacted_path(warehouse.resolve(), name)))
+
+    send(_orders(0, 40))
+    compacted = tier()
+    assert "channel" not in compacted.schema["value"].dataType.fieldNames()
+    rows = {r["key"]: r["value"]["id"] for r in compacted.select("key", "value").collect()}
+    tiered = admin.describe_tier([name])[name].partitions[0].tiered_up_to
+    # The latest of each key among the tiered offsets (records 0..tiered-1, one per id).
+    want = {f"k{i % 5}".encode(): i for i in range(tiered)}
+    assert rows == want
+    admin.register_schema(f"{name}-value", ORDER_V2)
+    send(_orders(40, 40, channel="app"))
+    compacted = tier()
+    assert compacted.schema["value"].dataType.fieldNames()[-1] == "channel"
+    tiered = admin.describe_tier([name])[name].partitions[0].tiered_up_to
+    latest = {r["key"]: (r["value"]["id"], r["value"]["channel"])
+              for r in compacted.select("key", "value").collect()}
+    assert {k: i for k, (i, _) in latest.items()} == {
+        f"k{i % 5}".encode(): i for i in range(tiered)}
+    assert all(channel == "app" for i, channel in latest.values() if i >= 40)
+
+
 # --------------------------------------------------------------------------- every type
 
 
