@@ -522,9 +522,22 @@ class ZooKeeperServer:
     def stop(self, grace: float = 10.0) -> None:
         """Stop the server by PID: SIGTERM, then SIGKILL after ``grace`` seconds.
 
-        A no-op if nothing of ours is running. Only a process whose command line contains
-        this directory's zoo.cfg path is ever signalled.
+        A no-op if nothing of ours is running. Only this object's own child (not yet
+        reaped, so its PID cannot belong to anyone else) or a process whose command line
+        contains this directory's zoo.cfg path is ever signalled.
         """
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            # Our own child: its PID cannot be reused before we reap it, so it is ours to
+            # signal even before exec has put the marker in its command line (a stop
+            # right after the start, e.g. when another member's port is taken), where
+            # kill_pid, which checks the marker, would leave it running.
+            proc.terminate()
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10.0)
         pid = self.pid
         if pid is not None:
             kill_pid(pid, grace, expect=self.marker)
