@@ -376,7 +376,8 @@ class SchemaRegistry:
                 return {"id": same.schema_id}
             level = state.level(subject)
             reasons = check_compatibility(
-                parsed, [state.schemas[v.schema_id].parsed for v in live], level)
+                parsed, [state.schemas[v.schema_id].parsed for v in live], level,
+                version_numbers=[v.version for v in live])
             if reasons:
                 raise _refuse(IncompatibleSchemaError, 409,
                               f"the schema is incompatible with subject {subject!r} under "
@@ -508,13 +509,11 @@ class SchemaRegistry:
         subject = _check_subject(request.subject)
         parsed = self._parse(request)
         level = state.level(subject)
-        if request.version == -1:
-            live = state.live(subject)
-            against = [state.schemas[v.schema_id].parsed for v in live]
-        else:
-            version = self._version(state, subject, request.version)
-            against = [state.schemas[version.schema_id].parsed]
-        messages = check_compatibility(parsed, against, level)
+        compared = state.live(subject) if request.version == -1 else \
+            [self._version(state, subject, request.version)]
+        messages = check_compatibility(
+            parsed, [state.schemas[v.schema_id].parsed for v in compared], level,
+            version_numbers=[v.version for v in compared])
         return {"is_compatible": not messages, "messages": messages}
 
     async def _op_get_config(self, state: _State, request: SchemaRegistryRequest) -> Any:

@@ -152,6 +152,15 @@ def test_compatibility_refusals_give_the_reason(admin: Admin) -> None:
     admin.register_schema("compat-value", ORDER_BAD)
     with pytest.raises(InvalidRequestError, match="compatibility level 'SIDEWAYS'"):
         admin.set_compatibility("SIDEWAYS", "compat-value")
+    # Reasons name the registry's version numbers, also when earlier ones are deleted.
+    admin.set_compatibility("BACKWARD_TRANSITIVE", "compat-value")
+    admin.delete_schema_version("compat-value", 1)
+    no_region = json.loads(ORDER_BAD)
+    no_region["fields"] = [{**f, "type": "int"} if f["name"] == "customer" else f
+                           for f in no_region["fields"]]
+    reasons = admin.check_schema_compatibility("compat-value", json.dumps(no_region))
+    assert reasons and all(r.startswith(("version 2:", "version 3:")) for r in reasons), \
+        reasons
 
 
 def test_hostile_and_invalid_schemas_are_refused(admin: Admin) -> None:
