@@ -46,7 +46,7 @@ _TAG: list[str | Enum] = ["schema registry"]
 # Path parameters as the registry takes them: a printable subject (as the brokers
 # check), a version number or "latest", a positive 32-bit id.
 _SUBJECT = Path(pattern=r"^[ -~]{1,255}$", description="e.g. orders-value")
-_VERSION = Path(pattern=r"^(latest|[1-9][0-9]{0,8})$", description="a number or latest")
+_VERSION = Path(pattern=r"^(latest|-1|[1-9][0-9]{0,8})$", description="a number, or latest (-1)")
 _ID = Path(ge=1, le=2**31 - 1)
 
 
@@ -65,13 +65,9 @@ def _refusal(status: int, code: int, message: str) -> JSONResponse:
     return _answer({"error_code": code, "message": message}, status)
 
 
-def _version(text: str) -> int | JSONResponse:
-    if text == "latest" or text == "-1":
-        return -1
-    if text.isdigit() and 0 < int(text) < 2**31:
-        return int(text)
-    return _refusal(422, 42202, f"version {text!r} is not valid: use a number from 1 to "
-                                f"{2**31 - 1} or latest")
+def _version(text: str) -> int:
+    """A path's version (``_VERSION`` has checked it): a number, or -1 for latest."""
+    return -1 if text == "latest" else int(text)
 
 
 async def _body(request: Request) -> dict[str, Any] | JSONResponse:
@@ -170,8 +166,6 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
                           version: str = _VERSION,
                           deleted: bool = Query(False)) -> Response:
         number = _version(version)
-        if isinstance(number, JSONResponse):
-            return number
         return await ask(request, SchemaRegistryRequest("get_version", subject,
                                                         version=number,
                                                         include_deleted=deleted))
@@ -182,8 +176,6 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
                                version: str = _VERSION) -> Response:
         """The schema text alone."""
         number = _version(version)
-        if isinstance(number, JSONResponse):
-            return number
         return await ask(request, SchemaRegistryRequest("get_version", subject,
                                                         version=number),
                          lambda body: PlainTextResponse(body["schema"],
@@ -195,8 +187,6 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
                              version: str = _VERSION,
                              permanent: bool = Query(False)) -> Response:
         number = _version(version)
-        if isinstance(number, JSONResponse):
-            return number
         return await ask(request, SchemaRegistryRequest("delete_version", subject,
                                                         version=number,
                                                         permanent=permanent))
@@ -232,8 +222,6 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
                             verbose: bool = Query(True)) -> Response:
         """``{"is_compatible", "messages"}``: the messages give each reason."""
         number = _version(version)
-        if isinstance(number, JSONResponse):
-            return number
         body = await _body(request)
         if isinstance(body, JSONResponse):
             return body
