@@ -107,7 +107,7 @@ from brokers.group_assignors import (
     TopicPartition,
     assign,
 )
-from brokers.internal_topics import append_replicated, create_internal_topic
+from brokers.internal_topics import append_replicated, ask_broker, create_internal_topic
 from wire.errors import (
     CoordinatorNotAvailableError,
     FencedMemberEpochError,
@@ -1478,28 +1478,20 @@ class GroupCoordinator:
 
     async def _remote_ends(self, node: int, tps: list[tuple[str, int]]
                            ) -> dict[tuple[str, int], int]:
-        from wire.connection import BrokerConnection
-
         registration = self.cluster.live_brokers.get(node)
         if registration is None:
             return {}
         by_topic = group_by_topic(tps)
-        connection = BrokerConnection(registration.host, registration.port,
-                                      client_id=f"broker-{self.broker_id}-group-lag",
-                                      security=self.config.inter_broker_security())
         try:
-            # A paused leader accepts the connection and never answers: bound both steps,
-            # or the gauge would freeze for good.
-            await connection.connect(timeout=2.0)
-            response = await asyncio.wait_for(connection.request(
-                ApiKey.LIST_OFFSETS, ListOffsetsRequest([
-                    ListOffsetsTopic(t, [ListOffsetsPartition(p, LATEST_TIMESTAMP) for p in ps])
-                    for t, ps in by_topic.items()])), 2.0)
+            response = await ask_broker(registration, self.config, ApiKey.LIST_OFFSETS,
+                                        ListOffsetsRequest([
+                                            ListOffsetsTopic(t, [ListOffsetsPartition(
+                                                p, LATEST_TIMESTAMP) for p in ps])
+                                            for t, ps in by_topic.items()]),
+                                        purpose="group-lag", timeout_s=2.0)
         except (StrataError, OSError, TimeoutError) as err:
             log.debug("group lag: broker %d did not answer ListOffsets: %r", node, err)
             return {}
-        finally:
-            await connection.close()
         assert isinstance(response, ListOffsetsResponse)
         return {(t.name, p.partition): p.offset for t in response.topics for p in t.partitions
                 if p.error_code == 0}

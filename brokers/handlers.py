@@ -36,7 +36,7 @@ from brokers.log import LogConfig
 from brokers.log.config import TOPIC_CONFIG_KEYS
 from brokers.partition import FetchSessionClock
 from brokers.quotas import QUOTA_KEYS, QuotaManager
-from brokers.schema_registry import SchemaCheck, SchemaRegistry, subject_topic
+from brokers.schema_registry import SchemaCheck, SchemaRegistry
 from brokers.security import Authenticator, CredentialCache, Listener, Session
 from brokers.staging import StagedPart
 from wire.errors import (
@@ -219,6 +219,7 @@ from wire.sasl import (
     SCRAM_MECHANISMS,
     credential_from_salted,
 )
+from wire.schema import subject_topic
 
 if TYPE_CHECKING:
     from brokers.config import BrokerConfig

@@ -1,4 +1,5 @@
-"""What the brokers' internal, compacted topics share: creating one, and writing to it.
+"""What the brokers' internal, compacted topics share: creating one, writing to it, and
+asking the broker that leads one (a one-off request over the inter-broker listener).
 
 ``__consumer_offsets`` (the groups' state, ``group_coordinator.py``) and ``__schemas``
 (the schema registry, ``schema_registry.py``) are both stored the way Kafka stores its
@@ -29,11 +30,12 @@ from wire.errors import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from brokers.config import BrokerConfig
-    from brokers.coordination import Coordinator
+    from brokers.coordination import BrokerRegistration, Coordinator
     from brokers.partition import Partition
     from brokers.services import GroupHost, MetadataCache
+    from wire.protocol import ApiKey, Message
 
-__all__ = ["append_replicated", "create_internal_topic"]
+__all__ = ["append_replicated", "ask_broker", "create_internal_topic"]
 
 log = logging.getLogger("strata.brokers.internal_topics")
 
@@ -99,3 +101,24 @@ async def append_replicated(partition: Partition, batch: bytes, *, what: str,
             f"{partition.name}: the in-sync replicas did not confirm {what} within "
             f"{timeout_s:.0f} s; retry") from None
     return end
+
+
+async def ask_broker(registration: BrokerRegistration, config: BrokerConfig, api: ApiKey,
+                     request: Message, *, purpose: str, timeout_s: float) -> Message:
+    """One request to another broker on a connection of its own, closed afterwards.
+
+    For rare requests (the groups' lag gauge, a schema look-up the produce check could
+    not answer from its cache): a paused broker accepts the connection and never
+    answers, so connecting and answering are both bounded by ``timeout_s``. Raises
+    ``StrataError``, ``OSError`` or ``TimeoutError``."""
+    from wire.connection import BrokerConnection
+
+    connection = BrokerConnection(registration.host, registration.port,
+                                  client_id=f"broker-{config.broker_id}-{purpose}",
+                                  security=config.inter_broker_security())
+    try:
+        await connection.connect(timeout=timeout_s)
+        return await asyncio.wait_for(connection.request(api, request), timeout_s)
+    finally:
+        await connection.close()
+

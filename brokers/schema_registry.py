@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from brokers.internal_topics import append_replicated, create_internal_topic
+from brokers.internal_topics import append_replicated, ask_broker, create_internal_topic
 from wire.errors import (
     CoordinatorNotAvailableError,
     IncompatibleSchemaError,
@@ -53,6 +53,7 @@ from wire.errors import (
 )
 from wire.protocol import (
     SCHEMA_OPERATIONS,
+    SCHEMAS_TOPIC,
     ApiKey,
     SchemaRegistryRequest,
     SchemaRegistryResponse,
@@ -79,12 +80,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from brokers.partition import Partition
     from brokers.services import GroupHost, MetadataCache, PartitionRegistry
 
-__all__ = ["CHECK_TTL_S", "SCHEMAS_TOPIC", "DEFAULT_COMPATIBILITY", "SchemaCheck",
-           "SchemaRegistry", "subject_topic"]
+__all__ = ["CHECK_TTL_S", "DEFAULT_COMPATIBILITY", "SchemaCheck", "SchemaRegistry"]
 
 log = logging.getLogger("strata.brokers.schema_registry")
 
-SCHEMAS_TOPIC: Final = "__schemas"
 DEFAULT_COMPATIBILITY: Final = Compatibility.BACKWARD  # Confluent's default
 CHECK_TTL_S: Final = 30.0
 MAX_SUBJECT_LENGTH: Final = 255
@@ -92,15 +91,6 @@ _WRITE_TIMEOUT_S: Final = 30.0
 _LOAD_READ_BYTES: Final = 4 << 20
 _REMOTE_TIMEOUT_S: Final = 5.0
 _MAX_VERDICTS: Final = 4096
-
-
-def subject_topic(subject: str) -> str | None:
-    """The topic a TopicNameStrategy subject belongs to (``orders-value`` → ``orders``),
-    for authorization; None for other subject names."""
-    for suffix in ("-value", "-key"):
-        if subject.endswith(suffix) and len(subject) > len(suffix):
-            return subject[: -len(suffix)]
-    return None
 
 
 class _Refusal(Exception):
@@ -565,8 +555,6 @@ class SchemaRegistry:
     async def _ask_leader(self, request: SchemaRegistryRequest) -> SchemaRegistryResponse:
         """``request`` answered by the broker leading ``__schemas``-0 (over the
         inter-broker listener); COORDINATOR_NOT_AVAILABLE when it cannot be reached."""
-        from wire.connection import BrokerConnection
-
         leader_state = self.cluster.partition_states.get((SCHEMAS_TOPIC, 0))
         registration = None if leader_state is None else \
             self.cluster.live_brokers.get(leader_state.leader)
@@ -574,19 +562,14 @@ class SchemaRegistry:
             raise CoordinatorNotAvailableError(
                 f"{SCHEMAS_TOPIC}-0, where the schema registry lives, has no live leader "
                 "right now; retry in a moment")
-        connection = BrokerConnection(registration.host, registration.port,
-                                      client_id=f"broker-{self.broker_id}-schemas",
-                                      security=self.config.inter_broker_security())
         try:
-            await connection.connect(timeout=_REMOTE_TIMEOUT_S)
-            response = await asyncio.wait_for(
-                connection.request(ApiKey.SCHEMA_REGISTRY, request), _REMOTE_TIMEOUT_S)
+            response = await ask_broker(registration, self.config, ApiKey.SCHEMA_REGISTRY,
+                                        request, purpose="schemas",
+                                        timeout_s=_REMOTE_TIMEOUT_S)
         except (StrataError, OSError, TimeoutError) as err:
             raise CoordinatorNotAvailableError(
                 f"the schema registry (broker {registration.broker_id}) did not answer "
                 f"({err!r}); retry in a moment") from None
-        finally:
-            await connection.close()
         assert isinstance(response, SchemaRegistryResponse)
         return response
 

@@ -60,7 +60,7 @@ from ingest_gateway._openapi import (
 )
 from ingest_gateway._openapi import errors as _errors
 from ingest_gateway._plan import check_length, check_media
-from ingest_gateway._registry import install_registry_routes, topic_of_subject
+from ingest_gateway._registry import install_registry_routes
 from ingest_gateway._route import GatewayApp, serve_produce
 from ingest_gateway._server import serve_one, serve_workers
 from strata.client import (
@@ -72,6 +72,7 @@ from strata.client import (
     TopicPartition,
 )
 from wire.errors import OffsetOutOfRangeError, StrataError
+from wire.schema import subject_topic
 
 __all__ = ["GatewayState", "app_from_env", "create_app", "run"]
 
@@ -459,7 +460,7 @@ def _check_not_draining(state: GatewayState) -> None:
 def _registry_guard(action: Action, by_subject: bool
                     ) -> Callable[[Request], Awaitable[Principal | None]]:
     def topic_of(request: Request) -> str | None:
-        return topic_of_subject(request.path_params.get("subject")) if by_subject else None
+        return subject_topic(request.path_params.get("subject")) if by_subject else None
 
     return _guard(action, topic_of)
 

@@ -50,13 +50,6 @@ _VERSION = Path(pattern=r"^(latest|-1|[1-9][0-9]{0,8})$", description="a number,
 _ID = Path(ge=1, le=2**31 - 1)
 
 
-def _topic_of(subject: str | None) -> str | None:
-    for suffix in ("-value", "-key"):
-        if subject and subject.endswith(suffix) and len(subject) > len(suffix):
-            return subject[: -len(suffix)]
-    return None
-
-
 def _answer(body: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status, media_type=REGISTRY_MEDIA_TYPE)
 
@@ -201,16 +194,12 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
     @app.get("/schemas/ids/{schema_id}", tags=_TAG, dependencies=[read_cluster],
              responses=_errors(*_ERRORS))
     async def by_id(request: Request, schema_id: int = _ID) -> Response:
-        if not 0 < schema_id < 2**31:
-            return _refusal(404, 40403, f"schema id {schema_id} not found")
         return await ask(request, SchemaRegistryRequest("get_by_id", schema_id=schema_id))
 
     @app.get("/schemas/ids/{schema_id}/versions", tags=_TAG, dependencies=[read_cluster],
              responses=_errors(*_ERRORS))
     async def id_versions(request: Request, schema_id: int = _ID,
                           deleted: bool = Query(False)) -> Response:
-        if not 0 < schema_id < 2**31:
-            return _refusal(404, 40403, f"schema id {schema_id} not found")
         return await ask(request, SchemaRegistryRequest("id_versions", schema_id=schema_id,
                                                         include_deleted=deleted))
 
@@ -271,8 +260,3 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
     async def delete_subject_config(request: Request, subject: str = _SUBJECT) -> Response:
         return await ask(request, SchemaRegistryRequest("delete_config", subject))
 
-
-
-def topic_of_subject(subject: str | None) -> str | None:
-    """The topic a TopicNameStrategy subject belongs to (None: cluster-level)."""
-    return _topic_of(subject)

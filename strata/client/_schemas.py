@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from strata.client._cluster import Cluster
 from strata.client._common import as_strata_error, error_from_code, is_transient
@@ -32,6 +33,7 @@ from wire.errors import (
     UnknownTopicOrPartitionError,
 )
 from wire.protocol import (
+    SCHEMAS_TOPIC,
     ApiKey,
     SchemaRegistryRequest,
     SchemaRegistryResponse,
@@ -47,10 +49,9 @@ from wire.schema import (
     to_json_values,
 )
 
-__all__ = ["LATEST_TTL_S", "RegisteredSchema", "SchemaSource", "SCHEMAS_TOPIC", "TopicSchemas",
+__all__ = ["LATEST_TTL_S", "RegisteredSchema", "SchemaSource", "TopicSchemas",
            "TypedReader", "TypedValue", "MissingSchemas", "typed_column"]
 
-SCHEMAS_TOPIC: Final = "__schemas"
 LATEST_TTL_S: Final = 30.0
 
 
@@ -142,6 +143,10 @@ class SchemaSource:
         return response
 
     # ------------------------------------------------------------------ cached look-ups
+    def cached(self, schema_id: int) -> ParsedSchema | None:
+        """The schema of ``schema_id`` if it is cached (no request)."""
+        return self._by_id.get(schema_id)
+
     async def by_id(self, schema_id: int) -> ParsedSchema:
         parsed = self._by_id.get(schema_id)
         if parsed is None:
@@ -286,26 +291,24 @@ class TypedReader:
         self.reader_version = -1 if reader_version == "latest" else int(reader_version)
         self.readers: dict[str, tuple[int, ParsedSchema]] = {}
         self._needed_topics: set[str] = set()
-        self._needed_ids: set[int] = set()
         # Unknown writer ids, by the topic they were met in: learned through the
         # topic's subject first (see ``SchemaSource.learn_subject``).
         self._ids_by_topic: dict[str, set[int]] = {}
 
     @property
     def pending(self) -> bool:
-        return bool(self._needed_topics or self._needed_ids)
+        return bool(self._needed_topics or self._ids_by_topic)
 
     def resolver(self, topic: str) -> Callable[[int, pa.StructArray], pa.Array]:
-        by_id = self.topics.source._by_id
+        known = self.topics.source.cached
 
         def resolve_value(schema_id: int, values: pa.StructArray) -> pa.Array:
             reader = self.readers.get(topic)
-            writer = by_id.get(schema_id)
+            writer = known(schema_id)
             if reader is None or writer is None:
                 if reader is None:
                     self._needed_topics.add(topic)
                 if writer is None:
-                    self._needed_ids.add(schema_id)
                     self._ids_by_topic.setdefault(topic, set()).add(schema_id)
                 raise MissingSchemas(topic)
             reader_id, reader_schema = reader
@@ -330,19 +333,19 @@ class TypedReader:
                     f"topic {topic!r} holds typed batches but has no value.schema.subject")
             if topic in self._needed_topics:
                 self.readers[topic] = await source.version(subject, self.reader_version)
-            if any(i not in source._by_id for i in self._ids_by_topic.get(topic, ())):
+            if any(source.cached(i) is None for i in self._ids_by_topic.get(topic, ())):
                 await source.learn_subject(subject)
-        for schema_id in sorted(self._needed_ids):  # another subject's id: by id
-            if schema_id not in source._by_id:
-                await source.by_id(schema_id)
+        for ids in self._ids_by_topic.values():
+            for schema_id in sorted(ids):  # an id the subject does not list: by id
+                if source.cached(schema_id) is None:
+                    await source.by_id(schema_id)
         self._needed_topics.clear()
-        self._needed_ids.clear()
         self._ids_by_topic.clear()
 
 
 def _binary_keeping_nulls(values: pa.Array, encoded: Sequence[bytes | None]) -> pa.Array:
     """``encoded`` as a binary column, null where ``values`` is (a tombstone)."""
-    if values.null_count:
-        valid = values.is_valid().to_pylist()
-        encoded = [e if ok else None for e, ok in zip(encoded, valid, strict=True)]
-    return pa.array(encoded, pa.binary())
+    column = pa.array(encoded, pa.binary())
+    if not values.null_count:
+        return column
+    return pc.if_else(values.is_valid(), column, pa.scalar(None, pa.binary()))

@@ -200,6 +200,7 @@ __all__ = [
     "AlterClientQuotasRequest",
     "AlterClientQuotasResponse",
     "SCHEMA_OPERATIONS",
+    "SCHEMAS_TOPIC",
     "SchemaRegistryRequest",
     "SchemaRegistryResponse",
 ]
@@ -2471,6 +2472,10 @@ class DeleteGroupsResponse(Message):
 
 
 # ----------------------------------------------------------------------------- schemas
+
+#: The internal topic the schema registry is stored in (its partition 0's leader serves
+#: it); brokers create it, clients look its leader up.
+SCHEMAS_TOPIC: Final = "__schemas"
 
 #: SchemaRegistryRequest.operation values, each one Confluent Schema Registry call (the
 #: gateway's REST routes map onto them one to one; docs/typed-topics.md).

@@ -146,6 +146,7 @@ __all__ = [
     "resolve",
     "spark_arrow_type",
     "spark_ddl",
+    "subject_topic",
     "table_to_arrow",
     "to_avro_bodies",
     "to_json_values",
@@ -313,3 +314,14 @@ def parse_confluent_frame(data: bytes) -> tuple[int, bytes]:
                                   "Confluent magic byte 0; produce it with a schema-registry "
                                   "serializer")
     return schema_id, bytes(data[_FRAME.size:])
+
+
+def subject_topic(subject: str | None) -> str | None:
+    """The topic a TopicNameStrategy subject belongs to (``orders-value`` and
+    ``orders-key`` → ``orders``), which authorization checks a subject against; None
+    for other subject names (cluster-level)."""
+    for suffix in ("-value", "-key"):
+        if subject and subject.endswith(suffix) and len(subject) > len(suffix):
+            return subject[: -len(suffix)]
+    return None
+
