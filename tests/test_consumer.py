@@ -235,7 +235,11 @@ def test_records_view_matches_the_table() -> None:
     gaps = batch(["a"] * 3, [1] * 3, [2, 9, 10], [b"k", None, b"k3"],
                  [None, [{"key": "h", "value": b"x"}], []], [1, 1, 1])
     mixed = batch(["a", "b", "b"], [0, 0, 3], [1, 1, 2], [None] * 3, [None] * 3, [0, 1, 0])
-    for batches in ([plain], [gaps], [mixed], [plain, gaps, mixed]):
+    # Partitions' blocks whose first and last offsets span exactly their row count: the
+    # middle block must keep its own offsets (they once came out as 12 and 13).
+    coincident = batch(["a"] * 5, [2, 2, 5, 5, 7], [10, 11, 3, 4, 14], [None] * 5,
+                       [None] * 5, [0] * 5)
+    for batches in ([plain], [gaps], [mixed], [plain, gaps, mixed], [coincident]):
         table = pa.Table.from_batches(batches, schema=CONSUMER_SCHEMA)
         expected = _eager(table)
         records = records_from_table(table)

@@ -190,10 +190,12 @@ class Records(Sequence[ConsumerRecord]):
         key, value, topic, partition, offset, timestamp, ts_type, headers = (
             c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns)
         ts_types = _column_of(ts_type, n)
+        topics, partitions = _column_of(topic, n), _column_of(partition, n)
+        one_partition = isinstance(topics, tuple) and isinstance(partitions, tuple)
         columns: list[_Column] = [
-            _column_of(topic, n),
-            _column_of(partition, n),
-            _offsets_of(offset, n),
+            topics,
+            partitions,
+            _offsets_of(offset, n) if one_partition else offset.to_pylist(),
             timestamp.to_pylist(),
             ((_TIMESTAMP_TYPES[ts_types[0]], n) if isinstance(ts_types, tuple)
              else [_TIMESTAMP_TYPES[t] for t in ts_types]),
@@ -264,8 +266,14 @@ def _column_of(column: pa.Array, n: int) -> _Column:
 
 
 def _offsets_of(column: pa.Array, n: int) -> list[int] | range:
-    """The offset column; a ``range`` (as cheap to iterate, nothing to build) when the
-    offsets run without gaps, as they do unless compaction removed records."""
+    """The offset column of rows from **one** partition; a ``range`` (as cheap to
+    iterate, nothing to build) when the offsets run without gaps, as they do unless
+    compaction removed records.
+
+    Only for one partition: its offsets strictly increase, so ``last - first == n - 1``
+    means no gap. Rows of several partitions can meet that by coincidence (blocks
+    ``[10, 11]``, ``[3]``, ``[13]``) and would be labelled ``10, 11, 12, 13``.
+    """
     first = column[0].as_py()
     last = column[n - 1].as_py()
     if last - first == n - 1:
