@@ -393,7 +393,8 @@ def create_app(config: GatewayConfig) -> GatewayApp:
 
 
 def app_from_env() -> GatewayApp:
-    """uvicorn factory for worker processes: the config comes from ``STRATA_GATEWAY_CONFIG``."""
+    """uvicorn factory for worker processes: the config comes from the file named by
+    ``STRATA_GATEWAY_CONFIG_FILE``."""
     config = GatewayConfig.from_env()
     configure_access_log(config.access_log)
     return create_app(config)
@@ -782,6 +783,6 @@ def run(config: GatewayConfig, *, log_level: str = "info") -> None:
             # Every worker must see every Idempotency-Key: one SQLite file for all of them.
             config = dataclasses.replace(
                 config, idempotency_db=os.path.join(private, "idempotency.sqlite3"))
-        os.environ[CONFIG_ENV] = config.to_json()
+        os.environ[CONFIG_ENV] = config.write_private(private)
         serve_workers(app_from_env, common, config.workers,
                       drain_delay_s=config.drain_delay_s)

@@ -11,8 +11,11 @@ from wire.security import PLAINTEXT, ClientSecurity
 
 __all__ = ["CONFIG_ENV", "GatewayConfig"]
 
-#: Environment variable carrying the JSON config to uvicorn worker processes.
-CONFIG_ENV = "STRATA_GATEWAY_CONFIG"
+#: Environment variable naming the file (mode 0600, in a 0700 directory of the parent's)
+#: that carries the JSON config to uvicorn worker processes. A file, not the JSON itself:
+#: the config holds the gateway's SASL password, and an environment is inherited by
+#: every child process and copied into crash reports.
+CONFIG_ENV = "STRATA_GATEWAY_CONFIG_FILE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +108,20 @@ class GatewayConfig:
             data["security"] = ClientSecurity(**data["security"])
         return cls(**data)
 
+    def write_private(self, directory: str) -> str:
+        """Write this config for worker processes into ``directory`` (which only this
+        user can enter), readable by this user only; return the file's path."""
+        path = os.path.join(directory, "gateway-config.json")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(self.to_json())
+        return path
+
     @classmethod
     def from_env(cls) -> GatewayConfig:
-        text = os.environ.get(CONFIG_ENV)
-        if not text:
+        """The config a worker process was started with (see ``write_private``)."""
+        path = os.environ.get(CONFIG_ENV)
+        if not path:
             raise RuntimeError(f"{CONFIG_ENV} is not set; start the gateway with `strata gateway`")
-        return cls.from_json(text)
+        with open(path, encoding="utf-8") as config_file:
+            return cls.from_json(config_file.read())

@@ -470,6 +470,15 @@ def test_workers_and_graceful_shutdown_drain(gateway: Gateway) -> None:
         children = sorted(worker_pids(multi.process.pid))
         assert answering_workers(multi.url) == {f"{pid:x}" for pid in children}
         assert len(children) == 2
+        # the config (SASL password included, when set) reaches the workers in a file
+        # only this user can read, never in their inherited environments
+        environ = dict(item.split(b"=", 1) for item in
+                       Path(f"/proc/{children[0]}/environ").read_bytes().split(b"\0") if item)
+        assert not any(b'"security"' in value for value in environ.values())
+        config_file = Path(environ[b"STRATA_GATEWAY_CONFIG_FILE"].decode())
+        assert config_file.stat().st_mode & 0o777 == 0o600
+        assert config_file.parent.stat().st_mode & 0o777 == 0o700
+        assert json.loads(config_file.read_text())["bootstrap"] == gateway.bootstrap
         # /metrics sums every worker's numbers, whichever worker answers it
         totals = {
             httpx.get(f"{multi.url}/metrics").text.split(
