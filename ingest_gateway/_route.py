@@ -38,11 +38,13 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import pyarrow as pa
 
 from ingest_gateway._access import AccessRecorder
 from ingest_gateway._auth import Action, Principal
@@ -64,7 +66,7 @@ from ingest_gateway._plan import (
     records_plan,
     stream_objects,
 )
-from strata.client import AsyncProducer, RecordMetadata, TypedValue
+from strata.client import AsyncProducer, BatchMetadata, RecordMetadata, TypedValue
 from wire.errors import SchemaMismatchError, StrataError
 from wire.partitioner import partition_for_key
 from wire.schema import ParsedSchema, records_to_arrow
@@ -307,10 +309,11 @@ class Produce:
                               f"{self.target.subject!r}); nothing was written for this "
                               "record", not_written=True)
 
-    async def _typed(self, plan: Plan) -> list[Outcome]:
+    async def _typed(self, plan: Plan) -> list[Outcome] | _Uniform:
         """A typed topic's records: their JSON values checked and converted together
         into the schema's columns (a record that does not match is refused alone, 422
-        naming it and the field), then queued record by record."""
+        naming it and the field), then produced as whole columns, one ``send_batch``
+        per target partition (per-record sends cost half the gateway's CPU)."""
         schema_id, schema = await self._writer_schema()
         objects: dict[int, Any] = {}
         for i in range(len(plan)):
@@ -332,15 +335,84 @@ class Produce:
             except SchemaMismatchError as err:
                 bad = indexes.pop(getattr(err, "record", 0) or 0)
                 plan.errors[bad] = self._mismatch(plan.labels[bad], err, schema_id)
-        pending: list[asyncio.Future[RecordMetadata] | HttpError] = [
-            error or HttpError(500, "internal error: record lost") for error in plan.errors]
-        if column is not None:
-            producer = await self.state.producer(self.target.acks)
-            for row, i in enumerate(indexes):
-                pending[i] = await self._send(producer, plan.labels[i], TypedValue(
-                    schema_id, schema, column.slice(row, 1)), plan.keys[i], None,
-                    plan.partitions[i], None)
-        return [await self.outcome(plan, i, item) for i, item in enumerate(pending)]
+        if column is None:
+            return [self._report_error(error or HttpError(500, "internal error: record lost"))
+                    for error in plan.errors]
+        return await self._typed_columns(plan, indexes, column)
+
+    async def _typed_columns(self, plan: Plan, indexes: list[int], column: pa.StructArray
+                             ) -> list[Outcome] | _Uniform:
+        """Produce ``column`` (row ``r`` is record ``indexes[r]`` of ``plan``): rows
+        grouped by target partition (explicit, by key, or sticky), each group one
+        ``send_batch``; offsets read back from its wire batches, in send order."""
+        t = self.target
+        try:
+            producer = await self.state.producer(t.acks)
+            partitions = await producer.partitions_for(t.topic)
+        except StrataError as err:
+            raise from_strata_error(err, topic=t.topic, sent=False) from err
+        groups: dict[int | None, list[int]] = {}
+        for row, i in enumerate(indexes):
+            p = plan.partitions[i]
+            if p is not None and p >= partitions:
+                plan.errors[i] = HttpError(
+                    404, f"{plan.labels[i]}: partition_id {p} does not exist in topic "
+                         f"{t.topic!r} (partitions 0..{partitions - 1})", not_written=True)
+                continue
+            if p is None and plan.keys[i] is not None:
+                p = partition_for_key(plan.keys[i], partitions)  # type: ignore[arg-type]
+            groups.setdefault(p, []).append(row)
+        timestamp = time.time_ns() // 1_000_000
+        # Per record: (wire batch, position in it), or why it was not written.
+        placed: dict[int, tuple[BatchMetadata, int] | HttpError] = {}
+        batches: list[list[BatchMetadata]] = []
+        for p, rows in groups.items():
+            values = column if len(rows) == len(column) else column.take(pa.array(rows))
+            keys = [plan.keys[indexes[r]] for r in rows]
+            sent = False
+            try:
+                future = await producer.send_batch(
+                    t.topic, values, keys=None if keys.count(None) == len(keys) else keys,
+                    partition=p, timestamp_ms=timestamp)
+                sent = True
+                metas = await asyncio.shield(future)
+            except Exception as err:
+                if not isinstance(err, StrataError):
+                    log.exception("producing %d typed record(s) failed", len(rows))
+                for r in rows:
+                    placed[indexes[r]] = from_strata_error(
+                        err, topic=t.topic, record=plan.labels[indexes[r]], sent=sent)
+                continue
+            batches.append(metas)
+            walk = iter(rows)
+            for meta in metas:
+                for within, r in zip(range(meta.record_count), walk, strict=False):
+                    placed[indexes[r]] = (meta, within)
+        acked = t.acks != "0"
+        code = 200 if acked else 202
+        if len(batches) == 1 and len(batches[0]) == 1 and len(groups) == 1 \
+                and len(indexes) == len(plan) and batches[0][0].record_count == len(plan):
+            meta = batches[0][0]  # the usual request: every record in one wire batch
+            stamp = meta.log_append_time if meta.log_append_time >= 0 else timestamp
+            if acked:
+                self.recorder.records += len(plan)
+                self.state.metrics.record_topic(t.topic, sum(plan.sizes), len(plan))
+            return _Uniform(code, t.cluster_id, t.topic, meta.partition,
+                            meta.base_offset if acked else None, iso_timestamp(stamp))
+        out: list[Outcome] = []
+        for i in range(len(plan)):
+            where = placed.get(i)
+            if isinstance(where, tuple):
+                meta, within = where
+                stamp = meta.log_append_time if meta.log_append_time >= 0 else timestamp
+                out.append(self._report_ok(plan, i, meta.partition, meta.base_offset + within,
+                                           stamp))
+                continue
+            error = where if where is not None else plan.errors[i]
+            out.append(self._report_error(error or HttpError(
+                500, f"{plan.labels[i]}: the producer reported fewer records than were "
+                     "sent; see the log")))
+        return out
 
     async def _coalesced(self, plan: Plan) -> list[Outcome] | _Uniform:
         t = self.target

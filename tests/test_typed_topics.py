@@ -35,6 +35,7 @@ from tests.support.cluster import Cluster
 from tests.support.gateway import Gateway, running_gateway
 from wire.connection import BrokerConnection
 from wire.errors import InvalidRequestError
+from wire.partitioner import partition_for_key
 from wire.protocol import (
     ApiKey,
     ProducePartition,
@@ -393,6 +394,41 @@ def test_gateway_validates_json_records_for_a_typed_topic(cluster: Cluster, admi
         refused.text
     rows = _read_all_partition(cluster, topic, 0, 3)
     assert [v["id"] for v in rows] == [1, 3, 4]
+    # Many records in one request are produced as columns, one send per target partition
+    # (explicit, by key, or sticky): every report names where its own record is.
+    mixed = [{"partition_id": i % 2, "value": {"type": "JSON", "data": {**good, "id": 10 + i}}}
+             for i in range(4)]
+    mixed += [{"key": {"type": "STRING", "data": f"k{i}"},
+               "value": {"type": "JSON", "data": {**good, "id": 20 + i}}} for i in range(4)]
+    mixed.insert(3, {"partition_id": 7, "value": {"type": "JSON", "data": {**good, "id": 99}}})
+    plain = [{"value": {"type": "JSON", "data": {**good, "id": 30 + i}}} for i in range(5)]
+    sent: dict[tuple[int, int], int] = {}
+    for records in (mixed, plain):
+        answer = httpx.post(url, content="".join(json.dumps(r) + "\n" for r in records),
+                            headers={"Content-Type": "application/json"}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        reports = [json.loads(line) for line in answer.text.splitlines()]
+        assert len(reports) == len(records)
+        for record, report in zip(records, reports, strict=True):
+            if record.get("partition_id") == 7:
+                assert report["error_code"] == 404 and "partition_id 7" in report["message"]
+                continue
+            assert report["error_code"] == 200, report
+            sent[(report["partition_id"], report["offset"])] = record["value"]["data"]["id"]
+    assert len({p for p, _ in list(sent)[-5:]}) == 1  # keyless: one sticky partition
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(2)])
+        stored: dict[tuple[int, int], int] = {}
+        for _ in range(40):
+            stored.update({(r.partition, r.offset): r.value["id"]
+                           for r in consumer.poll(timeout_ms=500)})
+            if len(stored) >= 3 + len(sent):
+                break
+    assert {k: v for k, v in stored.items() if v >= 10} == sent
+    for i in range(4):  # keyed records went to their key's partition
+        key = f"k{i}".encode()
+        assert [p for (p, _), v in sent.items() if v == 20 + i] == \
+            [partition_for_key(key, 2)]
 
 
 def admin_id(cluster: Cluster, subject: str) -> int:
