@@ -262,6 +262,16 @@ def test_records_view_matches_the_table() -> None:
     assert "Records([" in repr(records_from_table(pa.Table.from_batches([plain])))
 
 
+def test_records_give_typed_values_as_dicts_with_maps_as_dicts() -> None:
+    value_type = pa.struct([("id", pa.int64()), ("m", pa.map_(pa.string(), pa.int32()))])
+    table = CONSUMER_SCHEMA.set(1, pa.field("value", value_type)).empty_table()
+    rows = [{"key": None, "value": {"id": 1, "m": [("a", 1), ("b", 2)]}, "topic": "t",
+             "partition": 0, "offset": 0, "timestamp": 5, "timestampType": 0,
+             "headers": None}]
+    table = pa.Table.from_pylist(rows, schema=table.schema)
+    assert [r.value for r in records_from_table(table)] == [{"id": 1, "m": {"a": 1, "b": 2}}]
+
+
 def test_a_partition_at_its_end_does_not_hold_back_the_others(
         bootstrap: str, topic: Callable[[int], str], consumers: Callable[..., Consumer]) -> None:
     """Partition 0 is read to its end early, so its fetches long-poll for

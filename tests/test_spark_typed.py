@@ -531,6 +531,7 @@ def test_compacted_typed_topic_keeps_typed_latest_per_key(spark: Any, cluster: C
 def test_every_mapped_type_round_trips(spark: Any, cluster: Cluster, admin: Admin,
                                        tmp_path: Path, schema: str, schema_type: str,
                                        make: Any) -> None:
+    from strata.client.consumer import records_from_table
     from wire.schema import records_to_arrow
 
     bootstrap = cluster.bootstrap
@@ -541,9 +542,14 @@ def test_every_mapped_type_round_trips(spark: Any, cluster: Cluster, admin: Admi
     produced = records_to_arrow(records, parsed)
     _produce(bootstrap, topic, records, per_batch=5)
     # Consumer: the schema's own Arrow type, values as produced.
-    consumed = _consumed(bootstrap, topic, 30).column("value").combine_chunks()
+    polled = _consumed(bootstrap, topic, 30)
+    consumed = polled.column("value").combine_chunks()
     assert consumed.type == parsed.arrow_type
     assert consumed.equals(produced)
+    # Per record (what poll() hands out): dicts, maps included, as they were sent.
+    values = [r.value for r in records_from_table(polled)]
+    assert values == produced.to_pylist(maps_as_pydicts="strict")
+    assert [v["m"] for v in values] == [r["m"] for r in records]
     # Spark, from the brokers.
     frame = _read(spark, bootstrap, topic)
     want = _expected(records, schema, schema_type, frame)

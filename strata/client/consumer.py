@@ -200,7 +200,10 @@ class Records(Sequence[ConsumerRecord]):
             ((_TIMESTAMP_TYPES[ts_types[0]], n) if isinstance(ts_types, tuple)
              else [_TIMESTAMP_TYPES[t] for t in ts_types]),
             (None, n) if key.null_count == n else key.to_pylist(),
-            value.to_pylist(),
+            # A typed value's maps as dicts, as the producer took them (Arrow's default
+            # is a list of pairs); "lossy": a map with a repeated key keeps its last.
+            value.to_pylist(maps_as_pydicts="lossy") if pa.types.is_struct(value.type)
+            else value.to_pylist(),
             (None, n) if headers.null_count == n else [
                 [(h["key"], h["value"]) for h in hs] if hs else [] for hs in headers.to_pylist()],
         ]
