@@ -66,6 +66,7 @@ from pyspark.sql.types import (
 
 from spark_source._errors import StrataSparkOptionError
 from spark_source._options import SECURITY_OPTION_NAMES, _bootstrap, security_of
+from wire.errors import SchemaMismatchError
 from wire.security import PLAINTEXT, ClientSecurity
 
 __all__ = ["SinkOptions", "StrataCommitMessage", "batch_writer", "checkpoint_identity",
@@ -542,10 +543,11 @@ def _check_value(options: SinkOptions, schema: StructType) -> SinkOptions:
         if not options.struct_value:
             subject = _subject(admin, options.topic)
             if subject is not None:
-                raise StrataSparkOptionError(
-                    "columns", f"topic {options.topic!r} is typed (value subject {subject}), "
-                    "and column value is binary or string; give value as a struct of the "
-                    "schema's fields (e.g. struct(col('id'), col('name')).alias('value'))")
+                raise SchemaMismatchError(
+                    f"column value: topic {options.topic!r} is typed (value subject "
+                    f"{subject}), and column value is binary or string; give value as a "
+                    "struct of the schema's fields (e.g. struct(col('id'), "
+                    "col('name')).alias('value')); nothing was written")
             return options
         schema_id, parsed = _value_schema(admin, options.topic)
     _check_struct(schema, options.topic, schema_id, parsed)
@@ -559,17 +561,16 @@ def _check_struct(schema: StructType, topic: str, schema_id: int, parsed: Any) -
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from wire.errors import SchemaMismatchError
     from wire.schema import spark_ddl, table_to_arrow
 
     value = next(f for f in schema.fields if f.name.lower() == "value")
     try:
         table_to_arrow(pa.array([], to_arrow_type(value.dataType, timezone="UTC")), parsed)
     except SchemaMismatchError as err:
-        raise StrataSparkOptionError(
-            "columns", f"column value does not match the value schema of topic {topic!r} "
+        raise SchemaMismatchError(
+            f"column value does not match the value schema of topic {topic!r} "
             f"(schema id {schema_id}): {err.message}. The schema's fields, as Spark types: "
-            f"{spark_ddl(parsed.arrow_type)}") from None
+            f"{spark_ddl(parsed.arrow_type)}; nothing was written") from None
 
 
 def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool

@@ -395,7 +395,7 @@ def test_sink_writes_typed_topics_and_refuses_mismatches(spark: Any, cluster: Cl
 
     # A field of the wrong type: refused when the query starts, naming the field.
     wrong = source.withColumn("customer", F.col("id"))
-    with pytest.raises(Exception, match=r"INVALID_SPARK_OPTION\].*customer"):
+    with pytest.raises(Exception, match=r"SCHEMA_MISMATCH\].*customer"):
         wrong.select(F.struct(*wrong.columns).alias("value")).write.mode("append") \
             .format("strata").options(**target).save()
     # A field the schema lacks.
@@ -404,7 +404,7 @@ def test_sink_writes_typed_topics_and_refuses_mismatches(spark: Any, cluster: Cl
         extra.select(F.struct(*extra.columns).alias("value")).write.mode("append") \
             .format("strata").options(**target).save()
     # Bytes to a typed topic.
-    with pytest.raises(Exception, match=r"INVALID_SPARK_OPTION\].*is typed"):
+    with pytest.raises(Exception, match=r"SCHEMA_MISMATCH\].*is typed"):
         source.selectExpr("CAST(customer AS BINARY) AS value").write.mode("append") \
             .format("strata").options(**target).save()
     # A null in a required field: the task fails, the batch is aborted.
