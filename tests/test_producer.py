@@ -27,6 +27,7 @@ import pytest
 from strata.client._accumulator import Accumulator, Chunks, Wakeup
 from strata.client._cluster import Cluster
 from strata.client._delivery import SendBatchGroup
+from strata.client._schemas import typed_column
 from strata.client._sync import EventLoopThread
 from strata.client.producer import (
     AsyncProducer,
@@ -41,6 +42,7 @@ from strata.client.producer import (
 from tests.support.broker_process import BrokerProcess
 from wire.connection import BrokerConnection
 from wire.errors import (
+    InvalidRecordBatchError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
@@ -786,6 +788,44 @@ def test_accumulator_reservations_and_sparse_columns(monkeypatch: pytest.MonkeyP
             assert batch.size <= 4000 and batch.count <= 50
             for column in (batch.keys, batch.headers):
                 assert column is None or len(column) == batch.count
+    finally:
+        loop.close()
+
+
+def test_a_typed_batch_never_mixes_schema_versions() -> None:
+    """Records converted under another schema version (the subject's latest moved while
+    a batch was open) start a new batch, whatever the ids' order: a text keeps the id it
+    got in another subject, so a newer version may have a lower id, and rewriting the
+    batch under the "highest" id would drop the newer version's fields."""
+    from strata.client._schemas import TypedValue
+    from wire.schema import parse_schema, records_to_arrow
+
+    v1 = parse_schema('{"type": "record", "name": "R", "fields": [{"name": "id", '
+                      '"type": "long"}]}')
+    v2 = parse_schema('{"type": "record", "name": "R", "fields": [{"name": "id", '
+                      '"type": "long"}, {"name": "note", "type": ["null", "string"], '
+                      '"default": null}]}')
+    loop = asyncio.new_event_loop()
+    try:
+        wakeup = Wakeup(loop)
+        accumulator = Accumulator(ProducerConfig.from_options("h:1", {}), wakeup,
+                                  {"t": {0: None}})
+        loop.call_soon(wakeup.start)
+        loop.run_until_complete(asyncio.sleep(0))
+        sent = [(5, v1, {"id": 1}), (5, v1, {"id": 2}), (3, v2, {"id": 3, "note": "n"}),
+                (3, v2, {"id": 4, "note": None}), (5, v1, {"id": 5})]
+        for schema_id, schema, record in sent:
+            value = TypedValue(schema_id, schema, records_to_arrow([record], schema))
+            assert accumulator.add("t", value, None, None, 0, None, None, True)
+        accumulator.ready(time.monotonic(), True, None)
+        batches = accumulator.batches()
+        assert [b.count for b in batches] == [2, 2, 1]
+        columns = [typed_column(b.values) for b in batches]
+        assert [schema_id for schema_id, _ in columns] == [5, 3, 5]
+        assert [row for _, column in columns for row in column.to_pylist()] == \
+            [record for _, _, record in sent]
+        with pytest.raises(InvalidRecordBatchError, match="schema ids"):
+            typed_column([*batches[0].values, *batches[1].values])
     finally:
         loop.close()
 

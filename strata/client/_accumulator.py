@@ -483,6 +483,18 @@ class Accumulator:
                 st = self._sticky_queues.get(topic) or self._queue(
                     topic, self._sticky.partition(topic, num_partitions), num_partitions)
             batch = st.open
+            while batch is not None and type(v) is TypedValue and batch.values \
+                    and getattr(batch.values[-1], "schema_id", v.schema_id) != v.schema_id:
+                # One schema id per batch: a record converted under another version (the
+                # subject's latest changed while the batch was open) starts the next one.
+                # Ids say nothing of version order (a text keeps its id in every subject),
+                # so no record is ever rewritten under another version.
+                self._close_open(st)
+                self.wakeup.set_from_any_thread()
+                if sticky:
+                    st = self._queue(topic, self._sticky.partition(topic, num_partitions),
+                                     num_partitions)
+                batch = st.open
             if batch is None or batch.room < size:
                 room = self._make_room(st, size, sticky, blocking)
                 if room is None:

@@ -28,6 +28,7 @@ from strata.client._common import as_strata_error, error_from_code, is_transient
 from wire.errors import (
     CoordinatorNotAvailableError,
     InvalidRecordBatchError,
+    InvalidSchemaError,
     StrataError,
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
@@ -40,6 +41,7 @@ from wire.protocol import (
 )
 from wire.schema import (
     ParsedSchema,
+    SchemaType,
     confluent_frame,
     parse_schema,
     records_to_arrow,
@@ -182,6 +184,11 @@ class SchemaSource:
         self._latest[subject] = (time.monotonic(), schema_id, parsed)
         return schema_id, parsed
 
+    def forget_latest(self, subject: str) -> None:
+        """Fetch the subject's latest version again when next asked (a broker refused a
+        batch written with the cached one: it may have been deleted or superseded)."""
+        self._latest.pop(subject, None)
+
     async def version(self, subject: str, version: int) -> tuple[int, ParsedSchema]:
         """A given version of the subject (-1: the latest): (schema id, schema)."""
         if version == -1:
@@ -215,17 +222,19 @@ class TypedValue:
 def typed_column(values: list[Any]) -> tuple[int, pa.StructArray]:
     """The value column of a batch of ``TypedValue`` records: (schema id, values).
 
-    Records converted under an older version than the batch's newest (the subject
-    evolved while the batch was open) are read under the newest one."""
+    The accumulator gives every record of a batch the same schema id (a record
+    converted under another version starts a new batch): a batch is never rewritten
+    under another version, which could drop the fields of a newer one."""
     if not all(type(v) is TypedValue for v in values):
         raise InvalidRecordBatchError(
             "a batch mixes dict values with bytes values: a typed topic takes dicts (or "
             "send_batch of a pyarrow Table), a bytes topic takes bytes")
-    newest = max(values, key=lambda v: v.schema_id)
-    rows = [v.row if v.schema_id == newest.schema_id else resolve(v.row, v.schema,
-                                                                  newest.schema)
-            for v in values]
-    return newest.schema_id, pa.concat_arrays(rows)
+    schema_id = values[0].schema_id
+    if any(v.schema_id != schema_id for v in values):
+        raise InvalidRecordBatchError(
+            f"internal error: one batch holds values of schema ids "
+            f"{sorted({v.schema_id for v in values})}; report this as a Strata bug")
+    return schema_id, pa.concat_arrays([v.row for v in values])
 
 
 class TopicSchemas:
@@ -242,6 +251,13 @@ class TopicSchemas:
         if topic not in cluster.value_subjects:
             await cluster.partitions_for(topic, refresh=True)
         return cluster.value_subjects.get(topic)
+
+    def writer_refused(self, topic: str) -> None:
+        """A broker refused a batch of ``topic`` (SCHEMA_MISMATCH): the next record is
+        converted under the subject's latest version as the registry has it now."""
+        subject = self.source.cluster.value_subjects.get(topic)
+        if subject is not None:
+            self.source.forget_latest(subject)
 
     async def writer(self, topic: str, *, refresh: bool = False
                      ) -> tuple[int, ParsedSchema]:
@@ -316,9 +332,15 @@ class TypedReader:
             if self.value_format == "json":
                 return _binary_keeping_nulls(out, to_json_values(out))
             if self.value_format == "confluent":
+                if reader_schema.schema_type is not SchemaType.AVRO:
+                    raise InvalidSchemaError(
+                        f"topic {topic!r} has a JSON Schema subject, and Confluent's wire "
+                        "format carries Avro bodies: read it with value_format='json' (or "
+                        "'arrow'; Spark: valueFormat json or struct)")
                 bodies = to_avro_bodies(out, reader_schema)
                 return _binary_keeping_nulls(
-                    out, [confluent_frame(reader_id, body) for body in bodies])
+                    out, [None if body is None else confluent_frame(reader_id, body)
+                          for body in bodies])
             return out
 
         return resolve_value

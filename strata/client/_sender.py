@@ -64,6 +64,7 @@ from wire.errors import (
     NotLeaderError,
     OutOfOrderSequenceError,
     RequestTimedOutError,
+    SchemaMismatchError,
     StrataError,
     UnknownTopicOrPartitionError,
     error_for_code,
@@ -441,6 +442,8 @@ class Sender:
         if isinstance(error, OutOfOrderSequenceError):
             self._fail_partition(st, error)
             return
+        if isinstance(error, SchemaMismatchError) and self.topic_schemas is not None:
+            self.topic_schemas.writer_refused(batch.topic)
         if isinstance(error, NotLeaderError | UnknownTopicOrPartitionError | NetworkError
                       | BrokerNotAvailableError | FencedLeaderEpochError
                       | RequestTimedOutError | NotEnoughReplicasError
