@@ -350,15 +350,19 @@ class _ValueConformer:
         if pa.types.is_struct(target) and pa.types.is_struct(array.type):
             return self._struct(array, target, node, path)
         element = None if node is None else node.element
+        # Offsets from 0 and the items of the non-null entries only, whatever the slice
+        # offset and however many items null lists still hold (``list_parts``).
+        from wire.schema import list_parts
+
         if pa.types.is_list(target) and pa.types.is_list(array.type):
-            items = self._value(array.flatten(), target.value_type, element, path + "[]")
-            return pa.ListArray.from_arrays(_offsets(array), items, type=target,
-                                            mask=array.is_null() if array.null_count else None)
+            offsets, flat, mask = list_parts(array)
+            items = self._value(flat, target.value_type, element, path + "[]")
+            return pa.ListArray.from_arrays(offsets, items, type=target, mask=mask)
         if pa.types.is_map(target) and pa.types.is_map(array.type):
-            items = self._value(array.items, target.item_type, element, path + "{}")
-            return pa.MapArray.from_arrays(_offsets(array), array.keys.cast(target.key_type),
-                                           items, type=target,
-                                           mask=array.is_null() if array.null_count else None)
+            offsets, entries, mask = list_parts(array)
+            items = self._value(entries.field(1), target.item_type, element, path + "{}")
+            return pa.MapArray.from_arrays(offsets, entries.field(0).cast(target.key_type),
+                                           items, type=target, mask=mask)
         try:
             return array.cast(target)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
@@ -380,13 +384,6 @@ class _ValueConformer:
             self.uri, f"field value.{path} is required by the value schema but missing from "
             "a data file and has no default; the subject changed incompatibly (register a "
             "default for it)")
-
-
-def _offsets(array: pa.Array) -> pa.Array:
-    """A list or map array's offsets, rebased when the array is a slice."""
-    offsets = array.offsets
-    first = offsets[0].as_py()
-    return pc.subtract(offsets, first) if first else offsets
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -956,3 +956,59 @@ def test_spark_arrow_type() -> None:
         pa.field("n", pa.int32()),
     ])
     assert spark_arrow_type(ORDER.arrow_type.field("at").type) == pa.timestamp("us", "UTC")
+
+
+def test_sliced_columns_with_nulls_convert_like_whole_ones() -> None:
+    """A batch cut out of a bigger column (``to_batches``, ``slice``) keeps an offset into
+    its children: every conversion must read from it, with null maps, lists and rows."""
+    schema = parse_schema(json.dumps({"type": "record", "name": "S", "fields": [
+        {"name": "m", "type": ["null", {"type": "map", "values": "int"}]},
+        {"name": "l", "type": ["null", {"type": "array", "items": "long"}]},
+        {"name": "s", "type": "string"}]}))
+    rows = [{"m": {"a": 1}, "l": [1], "s": "x"}, {"m": None, "l": None, "s": "y"},
+            {"m": {"c": 3, "d": 4}, "l": [2, 3], "s": "z"}, {"m": None, "l": [], "s": "w"},
+            {"m": {}, "l": [4], "s": "v"}]
+    whole = records_to_arrow(rows, schema)
+    with_null_row = pa.StructArray.from_arrays(
+        [whole.field(i) for i in range(3)], fields=list(whole.type),
+        mask=pa.array([False, False, True, False, False]))
+    bodies, texts = to_avro_bodies(with_null_row, schema), to_json_values(with_null_row)
+    assert bodies[2] is None and bodies[0] is not None
+    # A column as a poll hands it out (chunked) is taken as it is.
+    chunked = pa.chunked_array([whole.slice(0, 2), whole.slice(2)])
+    assert table_to_arrow(chunked, schema).equals(whole)
+    for start in range(5):
+        for length in range(1, 6 - start):
+            part = whole.slice(start, length)
+            expected = whole.to_pylist(maps_as_pydicts="strict")[start:start + length]
+            assert table_to_arrow(part, schema).to_pylist(maps_as_pydicts="strict") == \
+                expected
+            table = pa.Table.from_batches(
+                pa.Table.from_arrays([part.field(i) for i in range(3)],
+                                     names=["m", "l", "s"]).to_batches(max_chunksize=2))
+            assert table_to_arrow(table, schema).to_pylist(maps_as_pydicts="strict") == \
+                expected
+            nulls = with_null_row.slice(start, length)
+            assert to_avro_bodies(nulls, schema) == bodies[start:start + length]
+            assert to_json_values(nulls) == texts[start:start + length]
+
+
+def test_the_tier_reader_conforms_sliced_maps_and_lists() -> None:
+    """The tier reader widens a data file's value to the query's type (int to long
+    here): a sliced column with null maps and lists keeps every row's own entries."""
+    from spark_source._tier import _ValueConformer
+
+    source = pa.StructArray.from_arrays([
+        pa.array([{"a": 1}, {"b": 2}, None, {"c": 3, "d": 4}, {"e": 5}],
+                 pa.map_(pa.string(), pa.int32())),
+        pa.array([[1], [2, 3], None, [4], [5, 6]], pa.list_(pa.int32()))], names=["m", "l"])
+    target = pa.struct([("m", pa.map_(pa.string(), pa.int64())),
+                        ("l", pa.list_(pa.int64()))])
+    conformer = _ValueConformer("file:///t", target, None)
+    for start, length in ((0, 5), (1, 3), (2, 2), (3, 2)):
+        part = source.slice(start, length)
+        table = pa.table({"value": part})
+        conformed = conformer.conform(table).column("value")
+        assert conformed.type == target
+        assert conformed.to_pylist(maps_as_pydicts="strict") == \
+            part.to_pylist(maps_as_pydicts="strict")

@@ -58,7 +58,7 @@ import crc32c as _crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wire.errors import CorruptRecordError, InvalidRecordBatchError
+from wire.errors import CorruptRecordError, InvalidRecordBatchError, SchemaMismatchError
 
 __all__ = [
     "HEADER",
@@ -725,7 +725,18 @@ def batches_to_table(
     if all(p.schema is PAYLOAD_SCHEMA or p.schema.equals(PAYLOAD_SCHEMA) for p in payloads):
         payload = pa.Table.from_batches(payloads, schema=PAYLOAD_SCHEMA)
     else:
-        payload, value_type = _typed_payload(payloads, resolve_value)
+        try:
+            payload, value_type = _typed_payload(payloads, resolve_value)
+        except SchemaMismatchError as err:
+            # Name where: the resolver knows neither the partition nor the offsets.
+            located = SchemaMismatchError(
+                f"{topic}-{partition}, a batch in offsets {first}.."
+                f"{headers[-1].next_offset - 1}: {err.message}. Read it under the version "
+                "it was written with (value_schema_version / valueSchemaVersion), or as "
+                "JSON (value_format='json')")
+            vars(located).update({k: v for k, v in vars(err).items()
+                                  if k in ("field", "reason")})
+            raise located from None
         consumer_schema = CONSUMER_SCHEMA.set(1, pa.field("value", value_type))
     append_time = [h.timestamp_type is TimestampType.LOG_APPEND_TIME for h in headers]
     if not any(append_time):

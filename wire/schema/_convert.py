@@ -382,7 +382,7 @@ def check(array: pa.Array, node: Node, nullable: bool, path: str, locate: Locate
             check(array.field(i), f.node, f.nullable, join(path, f.name), locate)
     elif kind in (Kind.ARRAY, Kind.MAP):
         assert node.element is not None
-        offsets, items, _ = _list_parts(array)
+        offsets, items, _ = list_parts(array)
         if kind is Kind.MAP:
             items = items.field(1)
 
@@ -425,11 +425,14 @@ def _as_list(array: pa.Array) -> pa.Array:
     """A map as the list of its entries: list compute functions do not take maps."""
     if not pa.types.is_map(array.type):
         return array
-    mask = array.is_null() if array.null_count else None
-    return pa.ListArray.from_arrays(array.offsets, array.values, mask=mask)
+    # A view, not ListArray.from_arrays: that refuses a null bitmap on a sliced map.
+    # Nullable fields: ``check`` looks at maps whose values break a NOT NULL type.
+    key, item = array.type.key_field, array.type.item_field
+    return array.view(pa.list_(pa.struct([pa.field(key.name, key.type),
+                                          pa.field(item.name, item.type)])))
 
 
-def _list_parts(array: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array | None]:
+def list_parts(array: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array | None]:
     """(offsets from 0, the items of the non-null lists, null mask) of a list, large list
     or map (items: its key/value entries), whatever its slice offset."""
     lists = _as_list(array)
@@ -442,8 +445,11 @@ def _list_parts(array: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array | None]:
 # -------------------------------------------------------------------------- tables in
 
 
-def table_to_arrow(table: pa.Table | pa.RecordBatch | pa.StructArray, schema: ParsedSchema
-                   ) -> pa.StructArray:
+def table_to_arrow(table: pa.Table | pa.RecordBatch | pa.StructArray | pa.ChunkedArray,
+                   schema: ParsedSchema) -> pa.StructArray:
+    if isinstance(table, pa.ChunkedArray) and pa.types.is_struct(table.type):
+        # e.g. poll_arrow(...).column("value"), sent on as it came
+        table = table.combine_chunks() if table.num_chunks != 1 else table.chunk(0)
     if isinstance(table, pa.StructArray):
         source = table
     elif isinstance(table, pa.Table | pa.RecordBatch):
@@ -467,8 +473,8 @@ def table_to_arrow(table: pa.Table | pa.RecordBatch | pa.StructArray, schema: Pa
             return result
         source = pa.StructArray.from_arrays(columns, names=names)
     else:
-        raise mismatch(None, "", f"expected a pyarrow Table, RecordBatch or StructArray, got "
-                                 f"{type(table).__name__}")
+        raise mismatch(None, "", f"expected a pyarrow Table, RecordBatch or a struct column "
+                                 f"(StructArray or ChunkedArray), got {type(table).__name__}")
     result = _conform(source, schema.root, "", identity)
     check(result, schema.root, False, "", identity)
     return result
@@ -502,7 +508,7 @@ def _conform(array: pa.Array, node: Node, path: str, locate: Locate) -> pa.Array
     is_list = pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
     if (kind is Kind.ARRAY and is_list) or (kind is Kind.MAP and pa.types.is_map(array.type)):
         assert node.element is not None
-        offsets, items, mask = _list_parts(array)
+        offsets, items, mask = list_parts(array)
         suffix = "[]" if kind is Kind.ARRAY else "{}"
         values = items if kind is Kind.ARRAY else items.field(1)
         element = _conform(values, node.element, path + suffix, locate)
@@ -602,7 +608,7 @@ def _resolve(array: pa.Array, writer: Node, reader: Node, path: str) -> pa.Array
                                           mask=array.is_null() if array.null_count else None)
     if writer.kind is reader.kind and writer.kind in (Kind.ARRAY, Kind.MAP):
         assert writer.element is not None and reader.element is not None
-        offsets, items, mask = _list_parts(array)
+        offsets, items, mask = list_parts(array)
         if writer.kind is Kind.ARRAY:
             element = _resolve(items, writer.element, reader.element, path + "[]")
             return pa.ListArray.from_arrays(offsets, element, type=reader.arrow, mask=mask)
@@ -636,7 +642,7 @@ def _default_column(field: Field, length: int, path: str) -> pa.Array:
 # ----------------------------------------------------------------- Avro and JSON out
 
 
-def to_avro_bodies(values: pa.StructArray, schema: ParsedSchema) -> list[bytes]:
+def to_avro_bodies(values: pa.StructArray, schema: ParsedSchema) -> list[bytes | None]:
     if schema.schema_type is not SchemaType.AVRO:
         raise InvalidSchemaError("Avro bodies need an Avro schema and this one is JSON "
                                  "Schema; use to_json_values, or register an Avro schema")
@@ -644,9 +650,12 @@ def to_avro_bodies(values: pa.StructArray, schema: ParsedSchema) -> list[bytes]:
         raise mismatch(None, "", f"the values are not of the schema's type "
                                  f"({arrow_mismatch(values.type, schema)}); convert them "
                                  "with table_to_arrow first")
-    bodies: list[bytes] = []
+    bodies: list[bytes | None] = []
     buffer = io.BytesIO()
     for i, row in enumerate(_python_values(values, for_json=False)):
+        if row is None:  # a null value (a tombstone) has no body: it stays null
+            bodies.append(None)
+            continue
         buffer.seek(0)
         buffer.truncate()
         try:
@@ -696,7 +705,7 @@ def _python_values(array: pa.Array, for_json: bool) -> list[Any]:
         if not children:
             rows = [{} for _ in range(len(array))]
     elif types.is_list(t) or types.is_large_list(t) or types.is_map(t):
-        offsets, items, _ = _list_parts(array)
+        offsets, items, _ = list_parts(array)
         bounds = offsets.to_pylist()
         if types.is_map(t):
             keys = _python_values(items.field(0), for_json)
