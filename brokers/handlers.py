@@ -1105,16 +1105,24 @@ class RequestHandlers:
     async def _schema_refusals(self, topics: Iterable[ProduceTopic | StageTopic]
                                ) -> dict[tuple[str, int], StrataError]:
         """Typed topics' batches that do not match their value subject, checked before
-        anything of the request is written (docs/typed-topics.md)."""
+        anything of the request is written (docs/typed-topics.md). Only batches the
+        append would take otherwise are checked: a caller without WRITE, or a partition
+        not led here, costs no schema work (and no registry round trip)."""
         refused: dict[tuple[str, int], StrataError] = {}
         for topic in topics:
+            writable: bool | None = None
             for part in topic.partitions:
                 hosted = self.registry.hosted.get((topic.name, part.partition))
-                if hosted is None or part.records is None:
+                if hosted is None or part.records is None or not hosted.is_leader \
+                        or hosted.fenced:
                     continue  # the append answers why
                 subject = hosted.config.value_schema_subject
                 if not subject:
                     continue
+                if writable is None:
+                    writable = self._allowed("WRITE", "TOPIC", topic.name)
+                if not writable:
+                    continue  # the append refuses it
                 if self.schema_check is None:
                     refused[(topic.name, part.partition)] = SchemaMismatchError(
                         f"topic {topic.name!r} is typed and this broker has no schema "
@@ -1881,7 +1889,7 @@ class RequestHandlers:
         if self.schemas is None:
             err2 = InvalidRequestError("this broker has no schema registry; upgrade it")
             return SchemaRegistryResponse(err2.code, err2.message, 50001)
-        answer = await self.schemas.handle(request)
+        answer = await self.schemas.handle(request, client_id=current_session().client_id)
         if writes and answer.error_code == 0 and self.schema_check is not None:
             self.schema_check.forget()
         return answer

@@ -16,17 +16,26 @@ Records (key and value JSON, the key's fields sorted, so compaction keeps one pe
     {"keytype": "SCHEMA", "subject", "version"}     {"subject", "version", "id",
                                                      "schemaType", "schema", "deleted"}
     {"keytype": "CONFIG", "subject"}  ("" global)   {"compatibilityLevel"}
+    {"keytype": "IDS", "subject": ""}               {"next_id"}
 
 A soft delete rewrites a version with ``deleted: true``; a permanent delete writes its
-tombstone. Ids come from the highest id seen plus one; a schema text already known
-(same type, same canonical form) reuses its id in any subject.
+tombstone, and with it the ``IDS`` record (never tombstoned): compaction may drop a
+deleted version's records, and with them the highest id, which must still never be
+given out again. Ids come from the highest id seen (or ``IDS``' next id) plus one; a
+schema text already known (same type, same canonical form) reuses its id in any
+subject. A record the loader cannot parse still counts for ids and version numbers.
+
+Crash behaviour: a write whose replication fails (fenced leader, timeout) may still be
+in the log and become committed, so the leader drops its in-memory state and reloads
+the partition before its next answer; it never hands the same id out twice.
 
 Produce-path checks (``SchemaCheck``): a typed topic's batches carry their schema id in
 the Arrow schema message (``wire.record_batch.typed_payload_schema``). Every broker
 keeps each subject's versions (fetched from the registry leader, or read locally when it
 is the leader) and a verdict per distinct schema message, so a produce request costs one
-dictionary look-up per batch after the first. Verdicts and versions are re-read after
-``CHECK_TTL_S``, so a deleted version stops being accepted within that time.
+dictionary look-up per batch after the first. Versions are re-read after
+``CHECK_TTL_S``, and a verdict lasts no longer than the versions it was judged on, so a
+deleted version stops being accepted within that time (refusals last a second).
 
 Thread-safety: the broker's event loop owns everything here.
 """
@@ -34,10 +43,11 @@ Thread-safety: the broker's event loop owns everything here.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -91,6 +101,10 @@ _WRITE_TIMEOUT_S: Final = 30.0
 _LOAD_READ_BYTES: Final = 4 << 20
 _REMOTE_TIMEOUT_S: Final = 5.0
 _MAX_VERDICTS: Final = 4096
+_REFUSAL_TTL_S: Final = 1.0
+#: ``ask_broker``'s purpose for requests passed to the registry leader (the client id
+#: ``broker-<id>-schemas`` marks them).
+_FORWARD_PURPOSE: Final = "schemas"
 
 
 class _Refusal(Exception):
@@ -131,6 +145,9 @@ class _State:
     subjects: dict[str, dict[int, _Version]] = field(default_factory=dict)
     config: dict[str, str] = field(default_factory=dict)  # "" the global setting
     next_id: int = 1
+    #: Highest version number each subject's records named (parsed or not): a new
+    #: version is numbered above it.
+    last_version: dict[str, int] = field(default_factory=dict)
 
     def live(self, subject: str) -> list[_Version]:
         return sorted((v for v in self.subjects.get(subject, {}).values() if not v.deleted),
@@ -142,6 +159,10 @@ class _State:
 
     def apply(self, key: dict[str, Any], value: dict[str, Any] | None) -> None:
         subject = str(key["subject"])
+        if key["keytype"] == "IDS":
+            if value is not None:
+                self.next_id = max(self.next_id, int(value["next_id"]))
+            return
         if key["keytype"] == "CONFIG":
             if value is None:
                 self.config.pop(subject, None)
@@ -156,13 +177,32 @@ class _State:
                 self.subjects.pop(subject, None)
             return
         schema_id = int(value["id"])
+        # Counted before parsing: a record this loader cannot read still holds its id
+        # and version number.
+        self.next_id = max(self.next_id, schema_id + 1)
+        self.last_version[subject] = max(self.last_version.get(subject, 0), version)
         if schema_id not in self.schemas:
             parsed = parse_schema(value["schema"], value.get("schemaType") or "AVRO")
             self.schemas[schema_id] = _Stored(schema_id, value["schema"], parsed)
             self.ids.setdefault((parsed.schema_type.value, parsed.fingerprint), schema_id)
-        self.next_id = max(self.next_id, schema_id + 1)
         self.subjects.setdefault(subject, {})[version] = _Version(
             subject, version, schema_id, bool(value.get("deleted")))
+
+
+def _apply_chunk(state: _State, read_bytes: Callable[[], bytes], offset: int) -> int:
+    """Apply one chunk of ``__schemas``-0 from ``offset`` to ``state`` (a worker thread;
+    the state is not shared yet); return how many records it held. A record that cannot
+    be read is logged and skipped (its id and version number still count)."""
+    table = batches_to_table(read_bytes(), topic=SCHEMAS_TOPIC, partition=0,
+                             start_offset=offset)
+    keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+    for key, value in zip(keys, values, strict=True):
+        try:
+            state.apply(json.loads(key), None if value is None else json.loads(value))
+        except (KeyError, TypeError, ValueError, StrataError) as err:
+            log.error("%s-0: skipping an unreadable record %r: %r", SCHEMAS_TOPIC,
+                      (key or b"")[:200], err)
+    return len(keys)
 
 
 def _key(keytype: str, subject: str, version: int | None = None) -> bytes:
@@ -170,6 +210,11 @@ def _key(keytype: str, subject: str, version: int | None = None) -> bytes:
     if version is not None:
         fields["version"] = version
     return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _ids_record(state: _State) -> tuple[bytes, bytes]:
+    """The record that keeps ``state.next_id`` past the compaction of deleted versions."""
+    return _key("IDS", ""), json.dumps({"next_id": state.next_id}).encode()
 
 
 def _schema_value(version: _Version, stored: _Stored) -> bytes:
@@ -223,16 +268,24 @@ class SchemaRegistry:
         self._creating: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ answering
-    async def handle(self, request: SchemaRegistryRequest) -> SchemaRegistryResponse:
+    async def handle(self, request: SchemaRegistryRequest, *, client_id: str = ""
+                     ) -> SchemaRegistryResponse:
         """Answer ``request`` here when this broker leads ``__schemas``-0, else pass it
         to the leader (the caller authorized it already): a client that may not see
-        ``__schemas`` in its metadata cannot look the leader up itself."""
+        ``__schemas`` in its metadata cannot look the leader up itself. A request another
+        broker passed on (``client_id``) is never passed on again: two brokers with
+        different views of the leader would send it back and forth."""
         try:
             if request.operation not in SCHEMA_OPERATIONS:
                 raise _refuse(InvalidRequestError, 40001,
                               f"unknown schema registry operation {request.operation!r}; "
                               f"use one of {', '.join(SCHEMA_OPERATIONS)}")
             if SCHEMAS_TOPIC in self.cluster.topics and not self._leads():
+                if client_id.startswith("broker-") and client_id.endswith(
+                        f"-{_FORWARD_PURPOSE}"):
+                    raise NotCoordinatorError(
+                        f"broker {self.broker_id} does not lead {SCHEMAS_TOPIC}-0 (a request "
+                        "passed on by another broker); retry once the leader is known")
                 return await self._ask_leader(request)
             state = await self._load()
             body = await getattr(self, f"_op_{request.operation}")(state, request)
@@ -281,18 +334,10 @@ class SchemaRegistry:
                 chunk = partition.log.read(offset, _LOAD_READ_BYTES)
                 if chunk is None or chunk.next_offset <= offset:
                     break
-                data = await asyncio.to_thread(chunk.read_bytes)
-                table = batches_to_table(data, topic=SCHEMAS_TOPIC, partition=0,
-                                         start_offset=offset)
-                for key, value in zip(table.column("key").to_pylist(),
-                                      table.column("value").to_pylist(), strict=True):
-                    records += 1
-                    try:
-                        state.apply(json.loads(key),
-                                    None if value is None else json.loads(value))
-                    except (KeyError, TypeError, ValueError, StrataError) as err:
-                        log.error("%s-0: skipping an unreadable record %r: %r",
-                                  SCHEMAS_TOPIC, (key or b"")[:200], err)
+                # Reading, decoding and parsing schemas: off the event loop (the state is
+                # this loader's alone until it is published below).
+                records += await asyncio.to_thread(_apply_chunk, state, chunk.read_bytes,
+                                                   offset)
                 offset = chunk.next_offset
             self._state = state
             log.info("loaded %s-0 at leader epoch %d: %d subjects, %d schemas from %d "
@@ -308,8 +353,15 @@ class SchemaRegistry:
             raise NotCoordinatorError(
                 f"{SCHEMAS_TOPIC}-0 changed leader epoch; send the request again")
         batch = build_batch([v for _, v in records], keys=[k for k, _ in records])
-        await append_replicated(partition, batch, what="the schema registry change",
-                                timeout_s=_WRITE_TIMEOUT_S)
+        try:
+            await append_replicated(partition, batch, what="the schema registry change",
+                                    timeout_s=_WRITE_TIMEOUT_S)
+        except BaseException:
+            # The records may be in the log and still become committed: reload it
+            # before the next answer rather than give their id or version out again.
+            if self._state is state:
+                self._state = None
+            raise
         for key, value in records:
             state.apply(json.loads(key), None if value is None else json.loads(value))
 
@@ -334,7 +386,9 @@ class SchemaRegistry:
             if version.version == number:
                 return version
         raise _refuse(SchemaNotFoundError, 40402,
-                      f"version {number} of subject {subject!r} not found")
+                      f"version {number} of subject {subject!r} not found; list its "
+                      f"versions (GET /subjects/{subject}/versions, strata schema list "
+                      f"{subject})")
 
     @staticmethod
     def _parse(request: SchemaRegistryRequest) -> ParsedSchema:
@@ -376,7 +430,8 @@ class SchemaRegistry:
                                       state.next_id)
             stored = state.schemas.get(schema_id) or _Stored(schema_id, request.schema or "",
                                                                parsed)
-            number = max(state.subjects.get(subject, {}), default=0) + 1
+            number = max(max(state.subjects.get(subject, {}), default=0),
+                         state.last_version.get(subject, 0)) + 1
             version = _Version(subject, number, schema_id, False)
             await self._write(state, [(_key("SCHEMA", subject, number),
                                        _schema_value(version, stored))])
@@ -390,7 +445,9 @@ class SchemaRegistry:
                           parsed)
         if same is None:
             raise _refuse(SchemaNotFoundError, 40403,
-                          f"the schema is not registered under subject {subject!r}")
+                          f"the schema is not registered under subject {subject!r}; "
+                          f"register it (POST /subjects/{subject}/versions, strata schema "
+                          "register), or compare it with the registered versions")
         return _described(same, state.schemas[same.schema_id])
 
     async def _op_list_subjects(self, state: _State, request: SchemaRegistryRequest) -> Any:
@@ -422,7 +479,9 @@ class SchemaRegistry:
                      for versions in state.subjects.values() for v in versions.values())
         if stored is None or not in_use:
             raise _refuse(SchemaNotFoundError, 40403,
-                          f"schema id {request.schema_id} not found")
+                          f"schema id {request.schema_id} not found; ids come from "
+                          "registering a schema (it is gone if every version using it "
+                          "was deleted permanently)")
         body: dict[str, Any] = {"schema": stored.text}
         if stored.parsed.schema_type is not SchemaType.AVRO:
             body["schemaType"] = stored.parsed.schema_type.value
@@ -436,7 +495,9 @@ class SchemaRegistry:
                  and (request.include_deleted or not v.deleted)]
         if not found:
             raise _refuse(SchemaNotFoundError, 40403,
-                          f"schema id {request.schema_id} not found")
+                          f"schema id {request.schema_id} not found; ids come from "
+                          "registering a schema (it is gone if every version using it "
+                          "was deleted permanently)")
         return found
 
     async def _op_delete_version(self, state: _State, request: SchemaRegistryRequest
@@ -444,7 +505,7 @@ class SchemaRegistry:
         subject = _check_subject(request.subject)
         async with self._writing:
             version = self._version(state, subject, request.version, include_deleted=True)
-            if request.version == -1 and version.deleted:
+            if request.version == -1 and version.deleted and not request.permanent:
                 live = state.live(subject)
                 if not live:
                     raise _refuse(SchemaNotFoundError, 40401,
@@ -457,7 +518,7 @@ class SchemaRegistry:
                     raise _refuse(InvalidRequestError, 40407,
                                   f"version {version.version} of subject {subject!r} was "
                                   "not soft-deleted: delete it without permanent=true first")
-                await self._write(state, [(key, None)])
+                await self._write(state, [(key, None), _ids_record(state)])
             else:
                 if version.deleted:
                     raise _refuse(InvalidRequestError, 40406,
@@ -482,6 +543,7 @@ class SchemaRegistry:
                     (_key("SCHEMA", subject, v.version), None) for v in every]
                 if subject in state.config:
                     records.append((_key("CONFIG", subject), None))
+                records.append(_ids_record(state))
                 await self._write(state, records)
                 return [v.version for v in every]
             if not live:
@@ -556,6 +618,10 @@ class SchemaRegistry:
         """``request`` answered by the broker leading ``__schemas``-0 (over the
         inter-broker listener); COORDINATOR_NOT_AVAILABLE when it cannot be reached."""
         leader_state = self.cluster.partition_states.get((SCHEMAS_TOPIC, 0))
+        if leader_state is not None and leader_state.leader == self.broker_id:
+            raise CoordinatorNotAvailableError(
+                f"broker {self.broker_id} is named leader of {SCHEMAS_TOPIC}-0 but its "
+                "replica is not serving yet (loading or fenced); retry in a moment")
         registration = None if leader_state is None else \
             self.cluster.live_brokers.get(leader_state.leader)
         if registration is None:
@@ -564,7 +630,7 @@ class SchemaRegistry:
                 "right now; retry in a moment")
         try:
             response = await ask_broker(registration, self.config, ApiKey.SCHEMA_REGISTRY,
-                                        request, purpose="schemas",
+                                        request, purpose=_FORWARD_PURPOSE,
                                         timeout_s=_REMOTE_TIMEOUT_S)
         except (StrataError, OSError, TimeoutError) as err:
             raise CoordinatorNotAvailableError(
@@ -579,14 +645,25 @@ class SchemaCheck:
 
     ``verdict`` (async: it may ask the registry leader) runs before a produce request
     writes anything; it answers None for a match, else the sentence that refuses it.
+
+    Caches: a subject's live versions, re-read after ``CHECK_TTL_S`` (or at once for an
+    id they lack); a verdict per (subject, digest of the schema message), valid while the
+    versions it was judged on are (``CHECK_TTL_S`` from their fetch), a refusal for
+    ``_REFUSAL_TTL_S`` only (a version registered meanwhile is seen within it). So a
+    deleted version stops being accepted within ``CHECK_TTL_S``, at once on the broker
+    that handled the delete (``forget``).
     """
 
     def __init__(self, registry: SchemaRegistry) -> None:
         self.registry = registry
-        # (subject, schema message bytes) -> (checked at, verdict)
+        # (subject, digest of the schema message) -> (valid until, verdict)
         self._verdicts: dict[tuple[str, bytes], tuple[float, str | None]] = {}
+        # subject -> (fetched at, live versions by schema id)
         self._versions: dict[str, tuple[float, dict[int, ParsedSchema]]] = {}
-        self._fetching: dict[str, asyncio.Task[dict[int, ParsedSchema]]] = {}
+        # subject -> (started at, the fetch of its live versions)
+        self._fetching: dict[str, tuple[float, asyncio.Task[dict[int, ParsedSchema]]]] = {}
+        #: Bumped by ``forget``: a fetch started before it is not cached after it.
+        self._generation = 0
 
     async def verdict(self, topic: str, subject: str, batch: bytes | memoryview
                       ) -> str | None:
@@ -594,56 +671,70 @@ class SchemaCheck:
             message = schema_message(batch)
         except StrataError as err:
             return err.message
+        # A digest, not the message: a cache of hostile variety stays small.
+        cache_key = (subject, hashlib.blake2b(message, digest_size=16).digest())
         now = time.monotonic()
-        cached = self._verdicts.get((subject, message))
-        if cached is not None and now - cached[0] < CHECK_TTL_S:
+        cached = self._verdicts.get(cache_key)
+        if cached is not None and now < cached[0]:
             return cached[1]
-        verdict = await self._judge(topic, subject, message, now)
-        if len(self._verdicts) >= _MAX_VERDICTS:
-            self._verdicts.clear()  # hostile variety: start over rather than grow
-        self._verdicts[(subject, message)] = (now, verdict)
+        generation = self._generation
+        judged_at, verdict = await self._judge(topic, subject, message, now)
+        if generation == self._generation:
+            if len(self._verdicts) >= _MAX_VERDICTS:
+                self._verdicts.clear()  # hostile variety: start over rather than grow
+            self._verdicts[cache_key] = (
+                judged_at + (CHECK_TTL_S if verdict is None else _REFUSAL_TTL_S), verdict)
         return verdict
 
     async def _judge(self, topic: str, subject: str, message: bytes, now: float
-                     ) -> str | None:
+                     ) -> tuple[float, str | None]:
+        """(when the versions it relied on were fetched, the verdict)."""
         try:
             schema = payload_schema_of(message)
             schema_id = value_schema_id(schema)
         except StrataError as err:
-            return err.message
+            return now, err.message
         if schema_id is None:
-            return (f"topic {topic!r} is typed (value.schema.subject={subject}): its "
-                    "batches carry the value as the schema's Arrow columns and the schema "
-                    "id; send records with the Strata producer, which converts them")
-        versions = await self._subject(subject, schema_id, now)
+            return now, (f"topic {topic!r} is typed (value.schema.subject={subject}): its "
+                         "batches carry the value as the schema's Arrow columns and the "
+                         "schema id; send records with the Strata producer, which converts "
+                         "them")
+        fetched_at, versions = await self._subject(subject, schema_id, now)
         parsed = versions.get(schema_id)
         if parsed is None:
             known = ", ".join(str(i) for i in sorted(versions)) or "none yet"
-            return (f"schema id {schema_id} is not a live version of subject {subject!r} "
-                    f"(its schema ids: {known}); register the schema under the subject "
-                    "(strata schema register) and send again")
+            return fetched_at, (
+                f"schema id {schema_id} is not a live version of subject {subject!r} (its "
+                f"schema ids: {known}); register the schema under the subject (strata "
+                "schema register) and send again")
         mismatch = arrow_mismatch(schema.field("value").type, parsed)
         if mismatch is not None:
-            return (f"topic {topic!r}: the batch does not match schema id {schema_id} of "
-                    f"subject {subject!r}: {mismatch}")
-        return None
+            return fetched_at, (f"topic {topic!r}: the batch does not match schema id "
+                                f"{schema_id} of subject {subject!r}: {mismatch}")
+        return fetched_at, None
 
     async def _subject(self, subject: str, schema_id: int, now: float
-                       ) -> dict[int, ParsedSchema]:
+                       ) -> tuple[float, dict[int, ParsedSchema]]:
         cached = self._versions.get(subject)
         if cached is not None and now - cached[0] < CHECK_TTL_S and schema_id in cached[1]:
-            return cached[1]
-        task = self._fetching.get(subject)
-        if task is None or task.done():
+            return cached
+        generation = self._generation
+        fetching = self._fetching.get(subject)
+        if fetching is None or fetching[1].done():
             # One fetch per subject at a time: a burst of produce requests waits for it.
-            task = self._fetching[subject] = asyncio.create_task(
-                self.registry.subject_versions(subject))
+            fetching = self._fetching[subject] = (time.monotonic(), asyncio.create_task(
+                self.registry.subject_versions(subject)))
+        started, task = fetching
         versions = await asyncio.shield(task)
-        self._versions[subject] = (time.monotonic(), versions)
-        return versions
+        fetched = (started, versions)  # dated from the fetch's start: never too long
+        if generation == self._generation:
+            self._versions[subject] = fetched
+        return fetched
 
     def forget(self) -> None:
-        """Drop every cached verdict and version (tests; a registry change seen)."""
+        """Drop every cached verdict and version (a registry change was handled here, or
+        tests); fetches in flight are not cached when they end."""
+        self._generation += 1
         self._verdicts.clear()
         self._versions.clear()
-
+        self._fetching.clear()

@@ -33,19 +33,23 @@ from strata.client import (
 )
 from tests.support.cluster import Cluster
 from tests.support.gateway import Gateway, running_gateway
+from tests.support.waiting import wait_for
 from wire.connection import BrokerConnection
-from wire.errors import InvalidRequestError
+from wire.errors import InvalidRequestError, NotCoordinatorError
 from wire.partitioner import partition_for_key
 from wire.protocol import (
+    SCHEMAS_TOPIC,
     ApiKey,
     ProducePartition,
     ProducePartitionResponse,
     ProduceRequest,
     ProduceResponse,
     ProduceTopic,
+    SchemaRegistryRequest,
+    SchemaRegistryResponse,
 )
 from wire.record_batch import build_batch
-from wire.schema import parse_confluent_frame, parse_schema
+from wire.schema import parse_confluent_frame, parse_schema, records_to_arrow
 
 ORDER_V1 = json.dumps({
     "type": "record", "name": "Order", "fields": [
@@ -183,9 +187,9 @@ def test_hostile_and_invalid_schemas_are_refused(admin: Admin) -> None:
         admin.list_schema_versions("hostile-value")  # nothing was registered
 
 
-def test_deletes_follow_confluents_rules(admin: Admin) -> None:
-    admin.register_schema("del-value", ORDER_V1)
-    admin.register_schema("del-value", ORDER_V2)
+def test_deletes_follow_confluents_rules(cluster: Cluster, admin: Admin) -> None:
+    ids = {admin.register_schema("del-value", ORDER_V1),
+           admin.register_schema("del-value", ORDER_V2)}
     with pytest.raises(InvalidRequestError, match="not soft-deleted"):
         admin.delete_schema_version("del-value", 1, permanent=True)
     assert admin.delete_schema_version("del-value", 1) == 1
@@ -197,6 +201,19 @@ def test_deletes_follow_confluents_rules(admin: Admin) -> None:
     assert "del-value" not in admin.list_subjects()
     assert admin.delete_subject("del-value", permanent=True) == [2]
     assert "del-value" not in admin.list_subjects(include_deleted=True)
+    # Ids are never given out again, even once compaction drops the deleted versions'
+    # records: the permanent deletes wrote the registry's next id beside them.
+    fresh = admin.register_schema("del2-value", json.dumps({
+        "type": "record", "name": "Fresh", "fields": [{"name": "f", "type": "int"}]}))
+    assert fresh > max(ids)
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(SCHEMAS_TOPIC, 0)])
+        keys: list[bytes] = []
+        for _ in range(20):
+            keys += [r.key for r in consumer.poll(timeout_ms=500) if r.key]
+            if any(b'"IDS"' in k for k in keys):
+                break
+    assert any(b'"IDS"' in k for k in keys), keys
 
 
 # ----------------------------------------------------------------------------- typed topics
@@ -260,6 +277,61 @@ def test_the_broker_refuses_batches_that_do_not_match(cluster: Cluster,
         admin.alter_configs(topic, {"value.schema.subject": "other-value"})
 
 
+def test_a_refused_schema_id_is_accepted_once_registered(cluster: Cluster,
+                                                         admin: Admin) -> None:
+    """A refusal is remembered for a second only: an id that was not a version of the
+    subject is accepted as soon as it is registered there, on the registry's broker and
+    on the other one (which cached the refusal; versions are cached for 30 s)."""
+    topic = "later"
+    _typed_topic(admin, topic)
+    admin.register_schema(f"{topic}-value", ORDER_V1)
+    elsewhere = admin.register_schema("elsewhere-value", ORDER_V2)  # its id, not here
+    values = records_to_arrow([{**o, "channel": "app"} for o in _orders(0, 3)],
+                              parse_schema(ORDER_V2))
+    batch = build_batch(values, value_schema_id=elsewhere)
+    described = admin.describe_topics([topic])[topic]
+    leaders = {p.partition: admin.describe_cluster().brokers[p.leader]
+               for p in described.partitions}
+    for partition, (host, port) in leaders.items():
+        answer = asyncio.run(_produce_raw(host, port, topic, partition, batch))
+        assert answer.error_code == SchemaMismatchError.code, answer
+        assert "not a live version" in (answer.error_message or "")
+    assert admin.register_schema(f"{topic}-value", ORDER_V2) == elsewhere  # same text
+    for partition, (host, port) in leaders.items():
+        wait_for(f"partition {partition} takes id {elsewhere}",
+                 lambda h=host, o=port, p=partition: asyncio.run(  # type: ignore[misc]
+                     _produce_raw(h, o, topic, p, batch)),
+                 lambda answer: answer.error_code == 0, timeout=10)
+
+
+def test_a_request_another_broker_passed_on_is_not_passed_on_again(
+        cluster: Cluster, admin: Admin) -> None:
+    """A broker that does not lead ``__schemas``-0 passes a client's request on to the
+    one that does, but answers NOT_COORDINATOR to one a broker passed on: two brokers with
+    different views of the leader never send a request back and forth."""
+    admin.register_schema("passed-value", ORDER_V1)
+    leader = cluster.partition_state(SCHEMAS_TOPIC, 0).leader
+    other = next(b for b in cluster.brokers if b != leader)
+    host, port = admin.describe_cluster().brokers[other]
+    request = SchemaRegistryRequest("get_version", "passed-value", version=-1)
+
+    async def ask(client_id: str) -> SchemaRegistryResponse:
+        connection = BrokerConnection(host, port, client_id=client_id)
+        await connection.connect(timeout=10)
+        try:
+            response = await connection.request(ApiKey.SCHEMA_REGISTRY, request)
+        finally:
+            await connection.close()
+        assert isinstance(response, SchemaRegistryResponse)
+        return response
+
+    passed_on = asyncio.run(ask("strata-admin"))
+    assert passed_on.error_code == 0 and json.loads(passed_on.body or "{}")["version"] == 1
+    again = asyncio.run(ask(f"broker-{leader}-schemas"))
+    assert again.error_code == NotCoordinatorError.code, again
+    assert "passed on by another broker" in (again.error_message or "")
+
+
 async def _produce_raw(host: str, port: int, topic: str, partition: int, batch: bytes
                        ) -> ProducePartitionResponse:
     """One Produce request with ``batch`` as it is, as a non-Strata client could send."""
@@ -306,6 +378,32 @@ def test_evolution_reads_old_batches_under_the_new_version(cluster: Cluster,
     v2_reader = {v["id"]: v for v in _read_all(cluster, topic, 50, value_schema_version=2)
                  .column("value").to_pylist()}
     assert v2_reader[45]["note"] is None and v2_reader[2]["note"] == "n2"
+
+
+def test_a_refused_batch_makes_the_producer_fetch_the_latest_version(
+        cluster: Cluster, admin: Admin) -> None:
+    """The producer caches the subject's latest version for 30 s; once a broker refuses
+    a batch (the version was soft-deleted), the next record is converted under the
+    latest version the registry has now, not the cached one for the rest of the 30 s."""
+    topic = "refreshing"
+    subject = f"{topic}-value"
+    _typed_topic(admin, topic, partitions=4)
+    admin.register_schema(subject, ORDER_V1)
+    admin.register_schema(subject, ORDER_V2)
+    # A partition led by the registry's broker: the delete clears that broker's verdicts
+    # at once (other brokers within their 30 s TTL).
+    registry_leader = cluster.partition_state(SCHEMAS_TOPIC, 0).leader
+    described = admin.describe_topics([topic])[topic]
+    p = next(d.partition for d in described.partitions if d.leader == registry_leader)
+    order = _orders(0, 1)[0]
+    with Producer(cluster.bootstrap, linger_ms=0) as producer:
+        producer.send(topic, {**order, "id": 1}, partition=p).result(30)  # under v2
+        admin.delete_schema_version(subject, 2)
+        with pytest.raises(SchemaMismatchError, match="not a live version"):
+            producer.send(topic, {**order, "id": 2}, partition=p).result(30)
+        producer.send(topic, {**order, "id": 3}, partition=p).result(30)  # under v1
+    rows = _read_all_partition(cluster, topic, p, 2)  # read under the latest: v1
+    assert [v["id"] for v in rows] == [1, 3]
 
 
 # ----------------------------------------------------------------------------- gateway
