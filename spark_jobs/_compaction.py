@@ -45,7 +45,8 @@ def compacted_ddl(value_type: pa.StructType | None) -> str:
         return COMPACTED_DDL
     from wire.schema import spark_arrow_type, spark_ddl
 
-    struct = f"value STRUCT<{spark_ddl(spark_arrow_type(value_type))}>"
+    # No NOT NULL inside value: the table holds several versions' rows (spark_ddl).
+    struct = f"value STRUCT<{spark_ddl(spark_arrow_type(value_type), not_null=False)}>"
     return COMPACTED_DDL.replace("value BINARY", struct, 1)
 
 

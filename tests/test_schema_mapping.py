@@ -930,6 +930,11 @@ def test_spark_ddl() -> None:
         "`at` TIMESTAMP, `day` DATE, `m` MAP<STRING, INT>, `addr` STRUCT<`zip`: STRING>, "
         "`wall` TIMESTAMP_NTZ, `odd``name` BOOLEAN")
     assert spark_ddl(ORDER.arrow_type).startswith("`id` BIGINT NOT NULL, `name` STRING NOT NULL")
+    # For Delta tables: nothing NOT NULL at any depth (records in arrays included).
+    lines = pa.struct([pa.field("id", pa.int64(), nullable=False), pa.field(
+        "lines", pa.list_(pa.struct([pa.field("sku", pa.string(), nullable=False)])))])
+    assert spark_ddl(lines) == "`id` BIGINT NOT NULL, `lines` ARRAY<STRUCT<`sku`: STRING NOT NULL>>"
+    assert spark_ddl(lines, not_null=False) == "`id` BIGINT, `lines` ARRAY<STRUCT<`sku`: STRING>>"
     with pytest.raises(InvalidSchemaError, match="has no Spark type"):
         spark_ddl(pa.struct([pa.field("u", pa.uint64())]))
 

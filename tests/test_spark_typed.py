@@ -95,6 +95,11 @@ ALL_AVRO = json.dumps({
         {"name": "fdec", "type": {"type": "fixed", "name": "Dec8", "size": 8,
                                   "logicalType": "decimal", "precision": 16, "scale": 2}},
         {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
+        # records inside arrays and maps: NOT NULL fields nested where Delta refuses them
+        {"name": "recs", "type": {"type": "array", "items": {
+            "type": "record", "name": "Line", "fields": [
+                {"name": "sku", "type": "string"}, {"name": "q", "type": "int"}]}}},
+        {"name": "mrec", "type": {"type": "map", "values": "Inner"}},
     ]})
 ALL_JSON = json.dumps({
     "type": "object",
@@ -132,6 +137,8 @@ def _all_avro(n: int) -> list[dict[str, Any]]:
         "ltm": BASE_MS + i * 3, "ltu": BASE_MS * 1000 + i * 5,
         "dec": Decimal(i) / 1000 - Decimal("12.5"), "fdec": Decimal(i * 7) / 100,
         "u": str(uuid.UUID(int=i + 1)),
+        "recs": [{"sku": f"s{j}", "q": j} for j in range(i % 3)],
+        "mrec": {f"k{j}": {"x": j, "y": None if j else "y"} for j in range(i % 2 + 1)},
     } for i in range(n)]
 
 

@@ -39,18 +39,23 @@ _SIMPLE: dict[pa.DataType, str] = {
 }
 
 
-def spark_ddl(t: pa.StructType) -> str:
+def spark_ddl(t: pa.StructType, *, not_null: bool = True) -> str:
     """``\\`name\\` TYPE [NOT NULL], ...``. Spark DDL cannot say that array items or map
-    values are not null, so that is left out (Spark then takes them as nullable)."""
-    return ", ".join(_column(f, " ") for f in t)
+    values are not null, so that is left out (Spark then takes them as nullable).
+
+    ``not_null=False``: every field nullable, at every depth. For the Delta tables of a
+    typed topic: they hold rows of several versions (a field required in one may be
+    optional in the next), and Delta refuses NOT NULL inside arrays and maps."""
+    return ", ".join(_column(f, " ", not_null) for f in t)
 
 
-def _column(field: pa.Field, separator: str) -> str:
+def _column(field: pa.Field, separator: str, not_null: bool = True) -> str:
     name = "`" + field.name.replace("`", "``") + "`"
-    return f"{name}{separator}{_sql(field.type)}{'' if field.nullable else ' NOT NULL'}"
+    required = not_null and not field.nullable
+    return f"{name}{separator}{_sql(field.type, not_null)}{' NOT NULL' if required else ''}"
 
 
-def _sql(t: pa.DataType) -> str:
+def _sql(t: pa.DataType, not_null: bool = True) -> str:
     types = pa.types
     if t in _SIMPLE:
         return _SIMPLE[t]
@@ -65,10 +70,10 @@ def _sql(t: pa.DataType) -> str:
     if types.is_time32(t) or types.is_time64(t):
         return _sql(spark_arrow_type(t))
     if types.is_list(t) or types.is_large_list(t):
-        return f"ARRAY<{_sql(t.value_type)}>"
+        return f"ARRAY<{_sql(t.value_type, not_null)}>"
     if types.is_map(t):
-        return f"MAP<{_sql(t.key_type)}, {_sql(t.item_type)}>"
+        return f"MAP<{_sql(t.key_type, not_null)}, {_sql(t.item_type, not_null)}>"
     if types.is_struct(t):
-        return "STRUCT<" + ", ".join(_column(f, ": ") for f in t) + ">"
+        return "STRUCT<" + ", ".join(_column(f, ": ", not_null) for f in t) + ">"
     raise InvalidSchemaError(f"Arrow type {t} has no Spark type; map it to one of the "
                              "schema mapping's types first")
