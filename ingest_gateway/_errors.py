@@ -26,6 +26,8 @@ _UNAVAILABLE: tuple[type[be.StrataError], ...] = (
     be.LogClosedError, be.ConcurrentUpdateError, be.ControllerMovedError,
     be.FencedLeaderEpochError, be.UnknownLeaderEpochError, BufferFullError,
     ProducerClosedError,
+    # the schema registry (a typed topic's schema) moving or loading
+    be.CoordinatorNotAvailableError, be.CoordinatorLoadInProgressError, be.NotCoordinatorError,
 )
 _BAD_ADMIN_REQUEST: tuple[type[be.StrataError], ...] = (
     be.InvalidTopicError, be.InvalidPartitionsError, be.InvalidReplicationFactorError,
@@ -92,6 +94,10 @@ def from_strata_error(err: BaseException, *, topic: str | None = None,
         return HttpError(409, err.message)
     if isinstance(err, _BAD_ADMIN_REQUEST):
         return HttpError(400, f"[{err.name}] {err.message}")
+    if isinstance(err, be.SchemaNotFoundError):
+        return HttpError(404, f"the schema{where} was not found: [{err.name}] {err.message}; "
+                              "register the topic's value schema (POST /subjects/"
+                              "<topic>-value/versions) and send again", not_written=True)
     if isinstance(err, be.InvalidRecordBatchError):
         return HttpError(422, f"record{where} was rejected: [{err.name}] {err.message}",
                          not_written=True)

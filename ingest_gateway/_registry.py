@@ -26,6 +26,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ingest_gateway._auth import Action
+from ingest_gateway._errors import RETRY_AFTER_S
 from ingest_gateway._openapi import LEVEL_BODY, SCHEMA_BODY
 from ingest_gateway._openapi import errors as _errors
 from ingest_gateway._plan import check_length, check_media
@@ -55,7 +56,10 @@ def _answer(body: Any, status: int = 200) -> JSONResponse:
 
 
 def _refusal(status: int, code: int, message: str) -> JSONResponse:
-    return _answer({"error_code": code, "message": message}, status)
+    answer = _answer({"error_code": code, "message": message}, status)
+    if status == 503:
+        answer.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return answer
 
 
 def _version(text: str) -> int:
@@ -97,13 +101,19 @@ def install_registry_routes(app: FastAPI, guard: Callable[[Action, bool],
         try:
             answer = await state_of(request).admin.schema_request(registry_request)
         except StrataError as err:
-            return _refusal(503, 50003, f"the schema registry is not reachable: {err.message}")
+            return _refusal(503, 50003, f"the schema registry is not reachable: "
+                                        f"{err.message}; retry in {RETRY_AFTER_S} s")
         if answer.error is not None:
             code = answer.registry_code or 50001
             status = code if code < 1000 else int(str(code)[:3])
             if status >= 500:
                 status, code = 503, 50003
             return _refusal(status, code, answer.error.message)
+        if registry_request.subject is not None and registry_request.operation in (
+                "register", "delete_subject", "delete_version"):
+            # This process's producers convert under the subject's latest version: a
+            # change made here is seen by its next record, not after the cache's TTL.
+            state_of(request).admin.schemas.forget_latest(registry_request.subject)
         return shape(answer.body) if shape is not None else _answer(answer.body)
 
     def schema_request(op: str, subject: str | None, body: dict[str, Any], **extra: Any

@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from ingest_gateway._access import AccessRecorder
 from ingest_gateway._auth import Action, Principal
-from ingest_gateway._coalescer import Gathering, Part, SendFailed, locate, part_of
+from ingest_gateway._coalescer import Gathering, Part, SendFailed, _slices, locate, part_of
 from ingest_gateway._codec import DecodedRecord, decode_record, iso_timestamp
 from ingest_gateway._errors import HttpError, from_strata_error
 from ingest_gateway._idempotency import Answer
@@ -66,9 +66,17 @@ from ingest_gateway._plan import (
     records_plan,
     stream_objects,
 )
-from strata.client import AsyncProducer, BatchMetadata, RecordMetadata, TypedValue
+from strata.client import (
+    AsyncProducer,
+    BatchMetadata,
+    BufferFullError,
+    RecordMetadata,
+    TypedValue,
+)
+from strata.client._accumulator import RECORD_OVERHEAD
 from wire.errors import SchemaMismatchError, StrataError
 from wire.partitioner import partition_for_key
+from wire.record_batch import MAX_RECORDS_PER_BATCH
 from wire.schema import ParsedSchema, records_to_arrow
 
 if TYPE_CHECKING:
@@ -311,9 +319,8 @@ class Produce:
 
     async def _typed(self, plan: Plan) -> list[Outcome] | _Uniform:
         """A typed topic's records: their JSON values checked and converted together
-        into the schema's columns (a record that does not match is refused alone, 422
-        naming it and the field), then produced as whole columns, one ``send_batch``
-        per target partition (per-record sends cost half the gateway's CPU)."""
+        into the schema's columns (off the event loop; a record that does not match is
+        refused alone, 422 naming it and the field), then produced as whole columns."""
         schema_id, schema = await self._writer_schema()
         objects: dict[int, Any] = {}
         for i in range(len(plan)):
@@ -327,25 +334,27 @@ class Produce:
                 continue
             objects[i] = json.loads(plan.values[i] or b"null")
         indexes = list(objects)
-        column = None
-        while indexes:
-            try:
-                column = records_to_arrow([objects[i] for i in indexes], schema)
-                break
-            except SchemaMismatchError as err:
-                bad = indexes.pop(getattr(err, "record", 0) or 0)
-                plan.errors[bad] = self._mismatch(plan.labels[bad], err, schema_id)
-        if column is None:
+        column, refused = await asyncio.to_thread(
+            _convert_typed, [objects[i] for i in indexes], schema)
+        for position, err in refused.items():
+            plan.errors[indexes[position]] = self._mismatch(plan.labels[indexes[position]],
+                                                            err, schema_id)
+        good = [i for position, i in enumerate(indexes) if position not in refused]
+        if column is None or not good:
             return [self._report_error(error or HttpError(500, "internal error: record lost"))
                     for error in plan.errors]
-        return await self._typed_columns(plan, indexes, column)
+        return await self._typed_columns(plan, good, TypedValue(schema_id, schema, column))
 
-    async def _typed_columns(self, plan: Plan, indexes: list[int], column: pa.StructArray
+    async def _typed_columns(self, plan: Plan, indexes: list[int], typed: TypedValue
                              ) -> list[Outcome] | _Uniform:
-        """Produce ``column`` (row ``r`` is record ``indexes[r]`` of ``plan``): rows
-        grouped by target partition (explicit, by key, or sticky), each group one
-        ``send_batch``; offsets read back from its wire batches, in send order."""
+        """Produce ``typed`` (its row ``r`` is record ``indexes[r]`` of ``plan``): rows
+        grouped by target partition (explicit, by key, or sticky), each group cut into
+        slices of one wire batch, every slice queued (in order per partition; a slice that
+        cannot be queued stops the group's later ones) before any is awaited. A failure
+        is reported for its slice's records only, "not written" only when nothing of the
+        slice was queued."""
         t = self.target
+        column = typed.row
         try:
             producer = await self.state.producer(t.acks)
             partitions = await producer.partitions_for(t.topic)
@@ -365,33 +374,61 @@ class Produce:
         timestamp = time.time_ns() // 1_000_000
         # Per record: (wire batch, position in it), or why it was not written.
         placed: dict[int, tuple[BatchMetadata, int] | HttpError] = {}
-        batches: list[list[BatchMetadata]] = []
+        refused_by_broker = False
+
+        def fail(rows: list[int], err: BaseException, sent: bool) -> None:
+            nonlocal refused_by_broker
+            refused_by_broker |= isinstance(err, SchemaMismatchError)
+            for r in rows:
+                placed[indexes[r]] = from_strata_error(
+                    err, topic=t.topic, record=plan.labels[indexes[r]], sent=sent)
+
+        queued: list[tuple[list[int], asyncio.Future[list[BatchMetadata]]]] = []
+        limit = self.state.config.batch_size
         for p, rows in groups.items():
             values = column if len(rows) == len(column) else column.take(pa.array(rows))
             keys = [plan.keys[indexes[r]] for r in rows]
-            sent = False
+            for start, end in _typed_slices(values, keys, limit):
+                piece = rows[start:end]
+                piece_keys = keys[start:end]
+                try:
+                    queued.append((piece, await producer.send_batch(
+                        t.topic, TypedValue(typed.schema_id, typed.schema,
+                                            values.slice(start, end - start)),
+                        keys=None if piece_keys.count(None) == len(piece_keys)
+                        else piece_keys, partition=p, timestamp_ms=timestamp)))
+                except BufferFullError as err:
+                    accepted = err.records_accepted
+                    if accepted and err.accepted is not None:
+                        queued.append((piece[:accepted], err.accepted))
+                    # the rest stays unsent: sent later, it would land before them
+                    fail(piece[accepted:] + rows[end:], err, False)
+                    break
+                except Exception as err:
+                    if not isinstance(err, StrataError):
+                        log.exception("queueing %d typed record(s) failed", end - start)
+                    fail(rows[start:], err, False)
+                    break
+                self.state.metrics.batch_records.observe(end - start)
+        batches: list[list[BatchMetadata]] = []
+        for piece, future in queued:
             try:
-                future = await producer.send_batch(
-                    t.topic, values, keys=None if keys.count(None) == len(keys) else keys,
-                    partition=p, timestamp_ms=timestamp)
-                sent = True
                 metas = await asyncio.shield(future)
             except Exception as err:
-                if not isinstance(err, StrataError):
-                    log.exception("producing %d typed record(s) failed", len(rows))
-                for r in rows:
-                    placed[indexes[r]] = from_strata_error(
-                        err, topic=t.topic, record=plan.labels[indexes[r]], sent=sent)
+                fail(piece, err, True)
                 continue
             batches.append(metas)
-            walk = iter(rows)
+            walk = iter(piece)
             for meta in metas:
                 for within, r in zip(range(meta.record_count), walk, strict=False):
                     placed[indexes[r]] = (meta, within)
+        if refused_by_broker and self.target.subject is not None:
+            # The cached latest version may be deleted: look it up again next time.
+            self.state.admin.schemas.forget_latest(self.target.subject)
         acked = t.acks != "0"
         code = 200 if acked else 202
-        if len(batches) == 1 and len(batches[0]) == 1 and len(groups) == 1 \
-                and len(indexes) == len(plan) and batches[0][0].record_count == len(plan):
+        if len(batches) == 1 and len(batches[0]) == 1 \
+                and batches[0][0].record_count == len(plan) == len(indexes):
             meta = batches[0][0]  # the usual request: every record in one wire batch
             stamp = meta.log_append_time if meta.log_append_time >= 0 else timestamp
             if acked:
@@ -600,6 +637,53 @@ class Produce:
             log.exception("%s: unexpected delivery failure", plan.labels[i])
             return self._report_error(from_strata_error(err, record=plan.labels[i]))
         return self._report_ok(plan, i, meta.partition, meta.offset, meta.timestamp)
+
+
+#: Records converted together after a request turned out to hold a bad one: a block
+#: that fails is converted record by record (linear however many records are bad).
+_TYPED_BLOCK = 256
+
+
+def _convert_typed(rows: list[Any], schema: ParsedSchema
+                   ) -> tuple[pa.StructArray | None, dict[int, SchemaMismatchError]]:
+    """``rows`` (JSON values) as the schema's struct column, leaving out those that do
+    not match: (the column of the good ones in order, the refusals by position). Runs in
+    a worker thread: a large request's conversion must not hold the event loop."""
+    try:
+        return records_to_arrow(rows, schema), {}
+    except SchemaMismatchError:
+        pass
+    parts: list[pa.StructArray] = []
+    refused: dict[int, SchemaMismatchError] = {}
+    for start in range(0, len(rows), _TYPED_BLOCK):
+        block = rows[start:start + _TYPED_BLOCK]
+        try:
+            parts.append(records_to_arrow(block, schema))
+            continue
+        except SchemaMismatchError:
+            pass
+        for position, row in enumerate(block, start):
+            try:
+                parts.append(records_to_arrow([row], schema))
+            except SchemaMismatchError as err:
+                refused[position] = err
+    return (pa.concat_arrays(parts) if parts else None), refused
+
+
+def _typed_slices(values: pa.StructArray, keys: list[bytes | None], limit: int
+                  ) -> list[tuple[int, int]]:
+    """Row ranges of ``values`` that ``send_batch`` sends as one wire batch each: at most
+    ``limit`` bytes as it estimates typed rows (their average Arrow size, the key, the
+    timestamp and ``RECORD_OVERHEAD`` each; a sixteenth kept spare for the bitmaps) and
+    at most ``MAX_RECORDS_PER_BATCH`` rows."""
+    n = len(values)
+    per_row = -(-values.nbytes // n) + 12  # + timestamp and the key's offset
+    sizes = [per_row + (len(k) if k else 0) for k in keys]
+    out = []
+    for start, end in _slices(sizes, sum(sizes), limit - limit // 16, RECORD_OVERHEAD):
+        out += [(s, min(s + MAX_RECORDS_PER_BATCH, end))
+                for s in range(start, end, MAX_RECORDS_PER_BATCH)]
+    return out
 
 
 # ---------------------------------------------------------------------------- answers

@@ -15,6 +15,7 @@ import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pyarrow as pa
@@ -527,6 +528,71 @@ def test_gateway_validates_json_records_for_a_typed_topic(cluster: Cluster, admi
         key = f"k{i}".encode()
         assert [p for (p, _), v in sent.items() if v == 20 + i] == \
             [partition_for_key(key, 2)]
+
+
+def _stored_ids(cluster: Cluster, topic: str, partitions: int, n: int
+                ) -> dict[tuple[int, int], int]:
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        stored: dict[tuple[int, int], int] = {}
+        for _ in range(60):
+            stored.update({(r.partition, r.offset): r.value["id"]
+                           for r in consumer.poll(timeout_ms=500)})
+            if len(stored) >= n:
+                break
+        return stored
+
+
+def test_gateway_typed_requests_larger_than_a_batch_and_full_of_bad_records(
+        cluster: Cluster, admin: Admin) -> None:
+    """A typed request of several wire batches (128 KiB each) is cut into slices, each
+    reported on its own, and every report names where its record is; a request where
+    every other record is bad refuses just those, each naming its field; a version
+    registered through the gateway is used by its next record."""
+    topic = "gw-large"
+    _typed_topic(admin, topic, partitions=3)
+    admin.register_schema(f"{topic}-value", ORDER_V1)
+    cid = admin.describe_cluster().cluster_id
+    with running_gateway(cluster.bootstrap, "--no-auth", "--max-request-bytes",
+                         str(4 << 20)) as gateway:
+        _large_typed_requests(cluster, gateway, topic,
+                              f"{gateway.url}/v3/clusters/{cid}/topics/{topic}/records")
+
+
+def _large_typed_requests(cluster: Cluster, gateway: Gateway, topic: str, url: str) -> None:
+    good = {"customer": "c", "amount": "1.00"}
+
+    def post(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        answer = httpx.post(url, content="".join(json.dumps(r) + "\n" for r in records),
+                            headers={"Content-Type": "application/json"}, timeout=60)
+        assert answer.status_code == 200, answer.text[:500]
+        return [json.loads(line) for line in answer.text.splitlines()]
+
+    big = [{"value": {"type": "JSON", "data": {**good, "id": i, "note": "n" * 1000}}}
+           for i in range(400)]  # about 400 KB of values: four or more wire batches
+    reports = post(big)
+    assert all(r["error_code"] == 200 for r in reports), reports[:3]
+    sent = {(r["partition_id"], r["offset"]): i for i, r in enumerate(reports)}
+    assert len(sent) == 400
+    # several wire batches: the sticky partition moves on after each (to another one)
+    assert len({p for p, _ in sent}) >= 2
+    mixed = [{"value": {"type": "JSON", "data": {**good, "id": 1000 + i} if i % 2 else
+                        {**good, "id": f"bad {i}"}}} for i in range(2000)]
+    reports = post(mixed)
+    assert [r["error_code"] for r in reports] == [422, 200] * 1000
+    assert all(f"[{i}].value.id" in reports[i]["message"] for i in range(0, 2000, 2))
+    sent.update({(r["partition_id"], r["offset"]): 1000 + i
+                 for i, r in enumerate(reports) if r["error_code"] == 200})
+    assert _stored_ids(cluster, topic, 3, len(sent)) == sent
+    # A new version registered through the gateway: its next record may use the field.
+    registry = httpx.post(f"{gateway.url}/subjects/{topic}-value/versions",
+                          json={"schema": ORDER_V2}, timeout=30)
+    assert registry.status_code == 200, registry.text
+    [report] = post([{"partition_id": 0, "value": {"type": "JSON", "data": {
+        **good, "id": 5000, "channel": "app"}}}])
+    assert report["error_code"] == 200, report
+    rows = _read_all_partition(cluster, topic, 0, len([k for k in sent if k[0] == 0]) + 1)
+    assert rows[-1]["id"] == 5000 and rows[-1]["channel"] == "app"
 
 
 def admin_id(cluster: Cluster, subject: str) -> int:

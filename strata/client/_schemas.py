@@ -203,8 +203,9 @@ class SchemaSource:
 
 
 class TypedValue:
-    """One record's value for a typed topic, already converted (``send`` of a dict): a
-    one-row StructArray of schema ``schema_id``. Batches concatenate them when sealed."""
+    """Values for a typed topic, already converted: a StructArray of schema
+    ``schema_id``. One row for ``send`` (what ``send`` of a dict makes; batches
+    concatenate them when sealed), any number for ``send_batch``."""
 
     __slots__ = ("row", "schema", "schema_id", "size")
 

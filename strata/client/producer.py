@@ -261,7 +261,10 @@ class AsyncProducer:
                          ) -> asyncio.Future[list[BatchMetadata]]:
         """Queue many records as whole Arrow columns (the fast path, e.g. ``strata perf``).
 
-        ``values``/``keys``: Arrow binary/string arrays or lists of bytes/str/None. With
+        ``values``/``keys``: Arrow binary/string arrays or lists of bytes/str/None; for a
+        typed topic a pyarrow Table, RecordBatch or struct column, a list of dicts (each
+        checked and converted under the subject's latest version), or a ``TypedValue``
+        holding values converted already (sent as they are; the broker checks them). With
         ``partition`` given, or no keys, no Python code runs per record: the columns are
         sliced into ``batch_size`` chunks, each sent as one batch (null keys follow the
         sticky partitioner, moving on after every chunk). Keyed records are hashed one by
@@ -273,7 +276,9 @@ class AsyncProducer:
         sender = self._running()
         accumulator = sender.accumulator
         schema_id = None
-        if _typed_input(values):
+        if isinstance(values, TypedValue):  # converted already, under a known schema id
+            schema_id, values = values.schema_id, values.row
+        elif _typed_input(values):
             schema_id, values = await self._topic_schemas().to_column(topic, values)
         chunks = accumulator.plan_columns(topic, num_partitions, values, keys, partition,
                                           timestamp_ms, schema_id)
@@ -420,7 +425,9 @@ class Producer:
         num_partitions = self._partition_count(topic)
         accumulator.check_partition(topic, partition, num_partitions)
         schema_id = None
-        if _typed_input(values):
+        if isinstance(values, TypedValue):  # converted already, under a known schema id
+            schema_id, values = values.schema_id, values.row
+        elif _typed_input(values):
             schema_id, values = self._thread.run(self._to_column(topic, values),
                                                  timeout=self._block_s())
         chunks = accumulator.plan_columns(topic, num_partitions, values, keys, partition,
