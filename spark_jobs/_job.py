@@ -415,8 +415,9 @@ class TierJob:
                 raise TierTableMismatchError(
                     f"{path} holds the history of an earlier topic named {topic!r} (topic id "
                     f"{owner}; this one is {lease.topic_id}): the topic was deleted and "
-                    "re-created. Move that table away (or use another --warehouse) to tier "
-                    "the new topic; it is never appended to the old history")
+                    "re-created. Move that table away, with compacted/<topic> beside it for "
+                    "a compacted topic (or use another --warehouse), to tier the new topic; "
+                    "it is never appended to the old history")
             self.admin.update_tier(topic, lease.lease_id, lease.topic_id, table=str(path))
         return path
 
@@ -582,13 +583,21 @@ class TierJob:
         next pass; the MERGE itself ignores rows it already has). The progress read with
         the lease stays current: only the lease holder writes it. A typed topic's
         compacted table has the tier table's struct ``value`` and evolves as it does."""
-        merged = dict(self._check_lease(topic).compacted)
+        lease = self._check_lease(topic)
+        merged = dict(lease.compacted)
         keys = 0
-        properties: dict[str, str] | None = None
+        compacted = compacted_path(self.settings.warehouse.resolve(), topic)
+        owner = table_topic_id(compacted)
+        if owner is not None and owner != lease.topic_id:
+            raise TierTableMismatchError(
+                f"{compacted} holds the latest record per key of an earlier topic named "
+                f"{topic!r} (topic id {owner}; this one is {lease.topic_id}): the topic was "
+                "deleted and re-created. Move that table away (or use another --warehouse) "
+                "to compact the new topic; it is never merged into the old table")
+        properties: dict[str, str] = {TOPIC_ID_PROPERTY: lease.topic_id}
         if value is not None:
-            properties = {VALUE_SUBJECT_PROPERTY: value.subject,
-                          VALUE_VERSION_PROPERTY: str(value.version)}
-            compacted = compacted_path(self.settings.warehouse.resolve(), topic)
+            properties.update({VALUE_SUBJECT_PROPERTY: value.subject,
+                               VALUE_VERSION_PROPERTY: str(value.version)})
             if _is_table(compacted):
                 self._evolve(topic, compacted, value)
         for part in report.partitions:

@@ -363,6 +363,15 @@ class _ValueConformer:
             items = self._value(entries.field(1), target.item_type, element, path + "{}")
             return pa.MapArray.from_arrays(offsets, entries.field(0).cast(target.key_type),
                                            items, type=target, mask=mask)
+        if not _promotable(array.type, target):
+            # As the log path (wire.schema.resolve): only Avro's promotions, never a cast
+            # that Arrow happens to know (a double to a long, a number to a string).
+            raise StrataSparkTierError(
+                self.uri, f"field value.{path} is {array.type} in a data file but the query "
+                f"reads it as {target}, which is not a promotion schema resolution allows "
+                "(int to long/float/double, long to float/double, float to double, string "
+                "to/from bytes): pin the query to a version those rows were written with "
+                "(valueSchemaVersion), or read the table as Delta")
         try:
             return array.cast(target)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
@@ -387,6 +396,44 @@ class _ValueConformer:
 
 
 # ----------------------------------------------------------------------------- helpers
+#: Avro's promotions, by the Arrow type's kind (see ``_kind``).
+_PROMOTED: Final[dict[str, frozenset[str]]] = {
+    "int": frozenset({"long", "float", "double"}), "long": frozenset({"float", "double"}),
+    "float": frozenset({"double"}), "string": frozenset({"bytes"}),
+    "bytes": frozenset({"string"}),
+}
+
+
+def _kind(t: pa.DataType) -> str:
+    """What a leaf type is, whatever its Arrow spelling (dictionary, large, a timestamp's
+    unit, a decimal's precision)."""
+    types = pa.types
+    if types.is_dictionary(t):
+        return _kind(t.value_type)
+    if types.is_int8(t) or types.is_int16(t) or types.is_int32(t):
+        return "int"
+    if types.is_int64(t):
+        return "long"
+    if types.is_float32(t):
+        return "float"
+    if types.is_float64(t):
+        return "double"
+    if types.is_string(t) or types.is_large_string(t):
+        return "string"
+    if types.is_binary(t) or types.is_large_binary(t) or types.is_fixed_size_binary(t):
+        return "bytes"
+    if types.is_timestamp(t):
+        return f"timestamp{'' if t.tz is None else ' tz'}"
+    if types.is_decimal(t):
+        return f"decimal scale {t.scale}"
+    return str(t)
+
+
+def _promotable(source: pa.DataType, target: pa.DataType) -> bool:
+    a, b = _kind(source), _kind(target)
+    return a == b or b in _PROMOTED.get(a, frozenset())
+
+
 
 
 def _column(table: pa.Table, name: str) -> Sequence[int | None]:

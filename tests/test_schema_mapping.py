@@ -1017,3 +1017,13 @@ def test_the_tier_reader_conforms_sliced_maps_and_lists() -> None:
         assert conformed.type == target
         assert conformed.to_pylist(maps_as_pydicts="strict") == \
             part.to_pylist(maps_as_pydicts="strict")
+    # Only schema resolution's promotions, as on the log path: not double to long, not
+    # a number to a string (Arrow would cast both).
+    from spark_source import StrataSparkTierError
+
+    for source_type, target_type in ((pa.float64(), pa.int64()), (pa.int32(), pa.string())):
+        conformer = _ValueConformer("file:///t", pa.struct([("x", target_type)]), None)
+        table = pa.table({"value": pa.StructArray.from_arrays(
+            [pa.array([1, 2], source_type)], names=["x"])})
+        with pytest.raises(StrataSparkTierError, match="not a promotion"):
+            conformer.conform(table)

@@ -456,8 +456,11 @@ def test_total_retention_deletes_the_oldest_prefix_from_delta_and_never_a_hole(
 def test_a_recreated_topic_never_appends_to_the_old_history(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
         coordinator: Coordinator, tmp_path: Path) -> None:
+    """Neither its tier table nor (a compacted topic) its latest-per-key table: each
+    records the topic id it belongs to and refuses another."""
     topic = "tier-again"
-    create_topic(strata_broker, topic, partitions=1)
+    compact = {"cleanup.policy": "compact", "delete.retention.ms": str(24 * 3600 * 1000)}
+    create_topic(strata_broker, topic, partitions=1, **compact)
     produce(strata_broker, topic, 1_500, partitions=1)
     with TierJob(spark, settings(strata_broker, tmp_path)) as job:
         job.run_once([topic])
@@ -468,7 +471,7 @@ def test_a_recreated_topic_never_appends_to_the_old_history(
         deadline = time.monotonic() + 30
         while True:  # the broker finishes deleting the old log before the name is free
             try:
-                create_topic(strata_broker, topic, partitions=1)
+                create_topic(strata_broker, topic, partitions=1, **compact)
                 break
             except Exception:
                 assert time.monotonic() < deadline
@@ -476,9 +479,17 @@ def test_a_recreated_topic_never_appends_to_the_old_history(
         produce(strata_broker, topic, 1_500, partitions=1)
         with pytest.raises(TierTableMismatchError, match="earlier topic named"):
             job.run_once([topic])
-    assert coordinator.tier_progress(topic) == {}, "the new topic inherited progress"
-    rows = table_rows(spark, table_path(tmp_path.resolve(), topic), 0)
-    assert [r[0] for r in rows] == list(range(old_end)), "the old history changed"
+        assert coordinator.tier_progress(topic) == {}, "the new topic inherited progress"
+        rows = table_rows(spark, table_path(tmp_path.resolve(), topic), 0)
+        assert [r[0] for r in rows] == list(range(old_end)), "the old history changed"
+        compacted = tmp_path.resolve() / "compacted" / topic
+        keys_before = spark.read.format("delta").load(str(compacted)).count()
+        # The tier table moved away, as the message says, but not the compacted one.
+        table_path(tmp_path.resolve(), topic).rename(tmp_path / "old-tier-again")
+        with pytest.raises(TierTableMismatchError, match="latest record per key of an "
+                                                         "earlier topic"):
+            job.run_once([topic])
+        assert spark.read.format("delta").load(str(compacted)).count() == keys_before
 
 
 def test_records_deleted_before_tiering_stop_the_topic_with_tier_gap(
