@@ -410,14 +410,11 @@ class TierJob:
                 f"the warehouse that holds that table (--warehouse {Path(recorded).parent.parent})")
         if recorded is None:
             lease = self._check_lease(topic)
-            owner = table_topic_id(path)
-            if owner is not None and owner != lease.topic_id:
-                raise TierTableMismatchError(
-                    f"{path} holds the history of an earlier topic named {topic!r} (topic id "
-                    f"{owner}; this one is {lease.topic_id}): the topic was deleted and "
-                    "re-created. Move that table away, with compacted/<topic> beside it for "
-                    "a compacted topic (or use another --warehouse), to tier the new topic; "
-                    "it is never appended to the old history")
+            _refuse_an_earlier_topics(
+                path, "the history", topic, lease.topic_id,
+                "Move that table away, with compacted/<topic> beside it for a compacted "
+                "topic (or use another --warehouse), to tier the new topic; it is never "
+                "appended to the old history")
             self.admin.update_tier(topic, lease.lease_id, lease.topic_id, table=str(path))
         return path
 
@@ -587,13 +584,10 @@ class TierJob:
         merged = dict(lease.compacted)
         keys = 0
         compacted = compacted_path(self.settings.warehouse.resolve(), topic)
-        owner = table_topic_id(compacted)
-        if owner is not None and owner != lease.topic_id:
-            raise TierTableMismatchError(
-                f"{compacted} holds the latest record per key of an earlier topic named "
-                f"{topic!r} (topic id {owner}; this one is {lease.topic_id}): the topic was "
-                "deleted and re-created. Move that table away (or use another --warehouse) "
-                "to compact the new topic; it is never merged into the old table")
+        _refuse_an_earlier_topics(
+            compacted, "the latest record per key", topic, lease.topic_id,
+            "Move that table away (or use another --warehouse) to compact the new topic; "
+            "it is never merged into the old table")
         properties: dict[str, str] = {TOPIC_ID_PROPERTY: lease.topic_id}
         if value is not None:
             properties.update({VALUE_SUBJECT_PROPERTY: value.subject,
@@ -634,6 +628,17 @@ def _spark_type(arrow_type: pa.DataType) -> Any:
     from wire.schema import spark_arrow_type
 
     return from_arrow_type(spark_arrow_type(arrow_type))
+
+
+def _refuse_an_earlier_topics(path: Path, holding: str, topic: str, topic_id: str,
+                              what_to_do: str) -> None:
+    """``TierTableMismatchError`` when the table at ``path`` records another topic id (its
+    ``strata.topicId``): a topic deleted and re-created never writes into its tables."""
+    owner = table_topic_id(path)
+    if owner is not None and owner != topic_id:
+        raise TierTableMismatchError(
+            f"{path} holds {holding} of an earlier topic named {topic!r} (topic id {owner}; "
+            f"this one is {topic_id}): the topic was deleted and re-created. {what_to_do}")
 
 
 def _added_fields(current: Any, target: Any, path: str, added: list[str]) -> str | None:

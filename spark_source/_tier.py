@@ -434,8 +434,6 @@ def _promotable(source: pa.DataType, target: pa.DataType) -> bool:
     return a == b or b in _PROMOTED.get(a, frozenset())
 
 
-
-
 def _column(table: pa.Table, name: str) -> Sequence[int | None]:
     if name not in table.column_names:
         return [None] * table.num_rows
