@@ -1120,7 +1120,8 @@ class RequestHandlers:
                 if not subject:
                     continue
                 if writable is None:
-                    writable = self._allowed("WRITE", "TOPIC", topic.name)
+                    # audit=False: the append's own check writes the refusal's audit line
+                    writable = self._allowed("WRITE", "TOPIC", topic.name, audit=False)
                 if not writable:
                     continue  # the append refuses it
                 if self.schema_check is None:

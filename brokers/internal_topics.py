@@ -121,4 +121,3 @@ async def ask_broker(registration: BrokerRegistration, config: BrokerConfig, api
         return await asyncio.wait_for(connection.request(api, request), timeout_s)
     finally:
         await connection.close()
-

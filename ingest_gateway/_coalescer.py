@@ -40,8 +40,8 @@ from strata.client._accumulator import RECORD_OVERHEAD
 if TYPE_CHECKING:
     from ingest_gateway._app import GatewayState
 
-__all__ = ["SLICE_OVERHEAD", "Coalescer", "Gathering", "Part", "SendFailed", "locate",
-           "part_of"]
+__all__ = ["SLICE_OVERHEAD", "Coalescer", "Gathering", "Part", "SendFailed", "byte_slices",
+           "locate", "part_of"]
 
 
 @dataclass(slots=True)
@@ -69,7 +69,7 @@ class Gathering:
 SLICE_OVERHEAD = RECORD_OVERHEAD + 17
 
 
-def _slices(sizes: list[int], total: int, limit: int,
+def byte_slices(sizes: list[int], total: int, limit: int,
             overhead: int = RECORD_OVERHEAD) -> list[tuple[int, int]]:
     """``(start, end)`` index ranges of at most ``limit`` bytes (with ``overhead`` bytes
     per record); at least one record each. Cut by bisection over the running total, not
@@ -160,7 +160,7 @@ class Coalescer:
     async def _send(self, where: tuple[str, str, int | None], gathering: Gathering) -> None:
         acks, topic, partition = where
         values, keys = gathering.values, gathering.keys if gathering.has_keys else None
-        slices = _slices(gathering.sizes, gathering.size, self.batch_size, SLICE_OVERHEAD)
+        slices = byte_slices(gathering.sizes, gathering.size, self.batch_size, SLICE_OVERHEAD)
         parts: list[Part] = []
         queued: list[tuple[int, int, asyncio.Future[list[BatchMetadata]]]] = []
         timestamp = time.time_ns() // 1_000_000

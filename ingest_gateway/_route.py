@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from ingest_gateway._access import AccessRecorder
 from ingest_gateway._auth import Action, Principal
-from ingest_gateway._coalescer import Gathering, Part, SendFailed, _slices, locate, part_of
+from ingest_gateway._coalescer import Gathering, Part, SendFailed, byte_slices, locate, part_of
 from ingest_gateway._codec import DecodedRecord, decode_record, iso_timestamp
 from ingest_gateway._errors import HttpError, from_strata_error
 from ingest_gateway._idempotency import Answer
@@ -680,7 +680,7 @@ def _typed_slices(values: pa.StructArray, keys: list[bytes | None], limit: int
     per_row = -(-values.nbytes // n) + 12  # + timestamp and the key's offset
     sizes = [per_row + (len(k) if k else 0) for k in keys]
     out = []
-    for start, end in _slices(sizes, sum(sizes), limit - limit // 16, RECORD_OVERHEAD):
+    for start, end in byte_slices(sizes, sum(sizes), limit - limit // 16, RECORD_OVERHEAD):
         out += [(s, min(s + MAX_RECORDS_PER_BATCH, end))
                 for s in range(start, end, MAX_RECORDS_PER_BATCH)]
     return out

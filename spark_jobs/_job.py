@@ -410,7 +410,7 @@ class TierJob:
                 f"the warehouse that holds that table (--warehouse {Path(recorded).parent.parent})")
         if recorded is None:
             lease = self._check_lease(topic)
-            _refuse_an_earlier_topics(
+            _refuse_earlier_topic_table(
                 path, "the history", topic, lease.topic_id,
                 "Move that table away, with compacted/<topic> beside it for a compacted "
                 "topic (or use another --warehouse), to tier the new topic; it is never "
@@ -584,7 +584,7 @@ class TierJob:
         merged = dict(lease.compacted)
         keys = 0
         compacted = compacted_path(self.settings.warehouse.resolve(), topic)
-        _refuse_an_earlier_topics(
+        _refuse_earlier_topic_table(
             compacted, "the latest record per key", topic, lease.topic_id,
             "Move that table away (or use another --warehouse) to compact the new topic; "
             "it is never merged into the old table")
@@ -630,7 +630,7 @@ def _spark_type(arrow_type: pa.DataType) -> Any:
     return from_arrow_type(spark_arrow_type(arrow_type))
 
 
-def _refuse_an_earlier_topics(path: Path, holding: str, topic: str, topic_id: str,
+def _refuse_earlier_topic_table(path: Path, holding: str, topic: str, topic_id: str,
                               what_to_do: str) -> None:
     """``TierTableMismatchError`` when the table at ``path`` records another topic id (its
     ``strata.topicId``): a topic deleted and re-created never writes into its tables."""

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest_gateway._coalescer import SLICE_OVERHEAD, Coalescer, SendFailed, _slices, part_of
+from ingest_gateway._coalescer import SLICE_OVERHEAD, Coalescer, SendFailed, byte_slices, part_of
 from ingest_gateway._plan import (
     _decode_batch,
     _decode_string_batch,
@@ -178,9 +178,9 @@ def test_report_sizes_stay_right_past_the_caches() -> None:
 
 
 def test_a_gathering_is_sent_in_slices_of_batch_size() -> None:
-    assert _slices([10] * 5, 50, 1000) == [(0, 5)]
-    assert _slices([100] * 5, 500, 250) == [(0, 2), (2, 4), (4, 5)]
-    assert _slices([1000, 1], 1001, 100) == [(0, 1), (1, 2)]  # one record over: alone
+    assert byte_slices([10] * 5, 50, 1000) == [(0, 5)]
+    assert byte_slices([100] * 5, 500, 250) == [(0, 2), (2, 4), (4, 5)]
+    assert byte_slices([1000, 1], 1001, 100) == [(0, 1), (1, 2)]  # one record over: alone
     failed = SendFailed(RuntimeError("leader gone"), sent=True)
     parts: list[Any] = [(0, 2, ["metas-a"]), (2, 4, failed), (4, 5, ["metas-c"])]
     assert part_of(parts, 1) == (["metas-a"], 1)
@@ -204,7 +204,7 @@ def test_slices_are_the_greedy_cut(sizes: list[int], limit: int, overhead: int) 
             start, used = i, 0
         used += size + overhead
     expected.append((start, len(sizes)))
-    assert _slices(sizes, sum(sizes), limit, overhead) == expected
+    assert byte_slices(sizes, sum(sizes), limit, overhead) == expected
 
 
 def test_string_batch_columns_with_mixed_sizes_and_ids() -> None:

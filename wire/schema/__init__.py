@@ -326,4 +326,3 @@ def subject_topic(subject: str | None) -> str | None:
         if subject and subject.endswith(suffix) and len(subject) > len(suffix):
             return subject[: -len(suffix)]
     return None
-
