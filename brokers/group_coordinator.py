@@ -61,8 +61,11 @@ Membership (Kafka's KIP-848 model, simplified)
 Fencing
     An OffsetCommit is accepted only from a current member, for partitions it owns or is
     assigned now; what a member reports as owned counts only where the coordinator gave
-    it. A zombie (paused past its session, replaced by a static twin, or committing a
-    partition that has moved) gets UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH.
+    it. A zombie (paused past its session, left after ``max_poll_interval_ms``, or
+    committing a partition that has moved) gets UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH;
+    the old id of a static member that a new incarnation replaced gets
+    FENCED_INSTANCE_ID (remembered in memory for the newest ``_REPLACED_KEPT``; after a
+    coordinator move it is UNKNOWN_MEMBER_ID, refused all the same).
 
 Cost (a group of M members on P partitions)
     A heartbeat costs O(its member's own partitions), whatever M and P: the group keeps
@@ -110,6 +113,7 @@ from brokers.group_assignors import (
 from brokers.internal_topics import append_replicated, ask_broker, create_internal_topic
 from wire.errors import (
     CoordinatorNotAvailableError,
+    FencedInstanceIdError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
@@ -171,6 +175,8 @@ log = logging.getLogger("strata.brokers.groups")
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 OFFSETS_SEGMENT_BYTES: Final = 100 * 1024 * 1024
 MAX_GROUP_ID_LENGTH: Final = 249
+#: Replaced static member ids a group remembers for FENCED_INSTANCE_ID (``Group.replaced``).
+_REPLACED_KEPT: Final = 1024
 # While something is moving, members come back this soon instead of after a full interval.
 _BUSY_HEARTBEAT_MS: Final = 100
 # ... but a large group's moving members together come back about this often, at most.
@@ -441,6 +447,10 @@ class Group:
     # Operations waiting for their turn, and the task that runs them (GroupCoordinator._run).
     pending: list[_Op] = field(init=False, default_factory=list, repr=False)
     runner: asyncio.Task[None] | None = field(init=False, default=None, repr=False)
+    # Member ids a static member's new incarnation replaced -> its instance id (the
+    # newest _REPLACED_KEPT, in memory only): their heartbeats and commits get
+    # FENCED_INSTANCE_ID instead of UNKNOWN_MEMBER_ID, which names the cause.
+    replaced: dict[str, str] = field(init=False, default_factory=dict, repr=False)
     # Bumped by every undo and by a member coming back from away: the eager barrier's
     # cache assumes members only move towards the barrier, and starts again.
     resets: int = field(init=False, default=0, repr=False)
@@ -610,6 +620,17 @@ class _Op:
 # A request's work on a group (see _Op): (group, change) -> (answer, extra records, then).
 _Work = Callable[[Group, _Change], tuple[Any, list[tuple[bytes, bytes | None]],
                                          Callable[[], None] | None]]
+
+
+def _check_replaced(group: Group, member_id: str) -> None:
+    """FENCED_INSTANCE_ID for a member id a static member's new incarnation replaced."""
+    instance = group.replaced.get(member_id)
+    if instance is not None:
+        raise FencedInstanceIdError(
+            f"member {member_id} of group {group.group_id!r} was replaced by a newer "
+            f"consumer with group_instance_id {instance!r}: two processes use that "
+            "instance id, or this one is the old incarnation of a restarted process; "
+            "close this consumer (give each process its own instance id)")
 
 
 def _group(shard: _Shard, group_id: str) -> Group:
@@ -986,6 +1007,7 @@ class GroupCoordinator:
                     f"member epoch {request.member_epoch} needs a member id (0 to join, -1 "
                     "to leave, -2 for a static member's temporary leave)")
             if existing is None:
+                _check_replaced(group, request.member_id)
                 raise UnknownMemberIdError(
                     f"member {request.member_id} is not in group {group.group_id!r} (its "
                     "session expired, it left, or a static member replaced it); its "
@@ -1065,6 +1087,9 @@ class GroupCoordinator:
             # its twin's place and, if they are current, its partitions; the twin's id is
             # fenced. No rebalance unless the topics changed.
             del group.members[twin.member_id]
+            group.replaced[twin.member_id] = twin.instance_id or ""
+            while len(group.replaced) > _REPLACED_KEPT:
+                del group.replaced[next(iter(group.replaced))]
             current = twin.member_epoch >= group.target_epoch
             member.member_epoch = twin.member_epoch if current else 0
             member.assigned = twin.assigned if current or not group.eager else _NONE
@@ -1325,6 +1350,7 @@ class GroupCoordinator:
             return None
         member = group.members.get(request.member_id)
         if member is None:
+            _check_replaced(group, request.member_id)
             raise UnknownMemberIdError(
                 f"member {request.member_id} is not in group {group.group_id!r} (its session "
                 "expired or it was replaced): the commit is refused; rejoin and re-process")

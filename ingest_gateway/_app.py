@@ -67,6 +67,7 @@ from strata.client import (
     AsyncAdmin,
     AsyncConsumer,
     AsyncProducer,
+    IdleTimer,
     NewTopic,
     TopicDescription,
     TopicPartition,
@@ -707,15 +708,17 @@ def _install_routes(app: FastAPI, config: GatewayConfig) -> None:
                     positions = await consumer.seek_to_beginning(tps)
                 ready = {str(tp.partition): off for tp, off in positions.items()}
                 yield _sse("ready", {"topic_name": topic_name, "positions": ready})
-                quiet_since = time.monotonic()
+                # Quiet is time inside empty polls: a slow reader blocking the yields
+                # below has just been written to, so needs no keepalive.
+                quiet = IdleTimer(_SSE_KEEPALIVE_S * 1000)
                 while not state.closing:
+                    quiet.start()
                     records = await consumer.poll(timeout_ms=1000)
+                    quiet.stop(len(records))
                     for r in records:
                         yield _sse("record", _record_json(r))
-                    if records:
-                        quiet_since = time.monotonic()
-                    elif time.monotonic() - quiet_since > _SSE_KEEPALIVE_S:
-                        quiet_since = time.monotonic()
+                    if quiet.expired:
+                        quiet.progress()
                         yield b": keepalive\n\n"
             except StrataError as err:
                 yield _sse("error", from_strata_error(err, topic=topic_name).body())

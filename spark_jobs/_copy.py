@@ -271,7 +271,7 @@ def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity,
                 value: TierValue | None = None) -> Iterator[pa.Table]:
     """Offsets ``[start, end)`` of the piece's partition, as they arrive, in the file's
     columns."""
-    from strata.client import Consumer, TopicPartition
+    from strata.client import Consumer, IdleTimer, TopicPartition
     from wire.errors import OffsetOutOfRangeError
 
     tp = TopicPartition(piece.topic, piece.partition)
@@ -284,23 +284,26 @@ def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity,
         consumer.assign([tp])
         consumer.seek(tp, piece.start)
         position = piece.start
-        progress_at = time.monotonic()
+        # Only time inside empty polls is a stall: writing what this generator yielded
+        # (a slow object store) may take any time.
+        idle = IdleTimer(STALL_TIMEOUT_S * 1000)
         while position < piece.end:
             try:
+                idle.start()
                 polled = consumer.poll_arrow(timeout_ms=500)
             except OffsetOutOfRangeError as err:
                 raise TierGapError(
                     f"{tp.topic}-{tp.partition}: offsets from {position} left the brokers "
                     f"while they were being tiered ({err.message}); the next pass stops "
                     "at the gap") from None
+            idle.stop(polled.num_rows)
             if polled.num_rows == 0:
-                if time.monotonic() - progress_at > STALL_TIMEOUT_S:
+                if idle.expired:
                     raise TimeoutError(
                         f"no records of {tp.topic}-{tp.partition} arrived for "
                         f"{STALL_TIMEOUT_S:.0f} s while offsets [{position}, {piece.end}) "
                         "were still to be tiered; check the partition has a live leader")
                 continue
-            progress_at = time.monotonic()
             offsets = polled.column("offset")
             last = offsets[-1].as_py()
             if last >= piece.end:

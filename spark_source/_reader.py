@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -90,6 +89,7 @@ from spark_source._options import (
 from strata.client import (
     Admin,
     Consumer,
+    IdleTimer,
     OffsetOutOfRangeError,
     RequestTimedOutError,
     TopicPartition,
@@ -824,30 +824,33 @@ def read_range(options: SourceOptions, rng: OffsetRange,
         consumer.assign([tp])
         position = rng.start
         consumer.seek(tp, position)
-        progress_at = time.monotonic()
+        # Only time inside empty polls is a stall: Spark may take any time with what
+        # this generator yielded before it asks for more.
+        idle = IdleTimer(STALL_TIMEOUT_S * 1000)
         while position < rng.end:
             try:
+                idle.start()
                 table = consumer.poll_arrow(timeout_ms=_POLL_MS)
             except OffsetOutOfRangeError as err:
+                idle.progress()
                 if 0 <= position < err.log_start_offset:
                     below = min(err.log_start_offset, rng.end)
                     yield from _read_below_log(options, rng, position, below,
                                                log_start=err.log_start_offset)
                     position = below
-                    progress_at = time.monotonic()  # a long Delta read is progress
                 else:
                     position = _skip_lost(options, rng, position, err)
                 if position < rng.end:
                     consumer.seek(tp, position)
                 continue
+            idle.stop(table.num_rows)
             if table.num_rows == 0:
-                if time.monotonic() - progress_at > STALL_TIMEOUT_S:
+                if idle.expired:
                     raise RequestTimedOutError(
                         f"no records of {tp} arrived for {STALL_TIMEOUT_S:.0f} s while "
                         f"offsets [{position}, {rng.end}) were still to be read; check that "
                         f"the partition has a live leader (strata topic describe {rng.topic})")
                 continue
-            progress_at = time.monotonic()
             offsets = table.column("offset")
             last = offsets[-1].as_py()
             if last >= rng.end:  # offsets ascend: keep the rows below the end

@@ -79,7 +79,8 @@ def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
 def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("--timeout-ms", type=_positive, default=60_000,
-                        help="give up when no record arrived for this long")
+                        help="give up once polls that together waited this long came "
+                        "back empty")
     parser.add_argument("--api", choices=("arrow", "records", "async-records"),
                         default="arrow",
                         help="arrow: AsyncConsumer.poll_arrow, columns (default); records: "
@@ -307,7 +308,7 @@ def _read_each(batch: Any, wanted: int, latencies: list[float]) -> tuple[int, in
 
 def _consume_records(args: argparse.Namespace) -> int:
     """The per-record path: ``for record in consumer.poll(...)``, touching each value."""
-    from strata.client import Admin, Consumer, TopicPartition
+    from strata.client import Admin, Consumer, IdleTimer, TopicPartition
 
     bootstrap = _bootstrap(args)
     with Admin(bootstrap, security=_security(args)) as admin:
@@ -320,14 +321,14 @@ def _consume_records(args: argparse.Namespace) -> int:
         consumer.assign(partitions)
         consumer.seek_to_beginning(partitions)
         start = last = time.perf_counter()
-        while records < args.num_records:
+        idle = IdleTimer(args.timeout_ms)  # only time inside empty polls is silence
+        while records < args.num_records and not idle.expired:
+            idle.start()
             batch = consumer.poll(timeout_ms=200)
-            now = time.perf_counter()
+            idle.stop(len(batch))
             if not batch:
-                if (now - last) * 1000 > args.timeout_ms:
-                    break
                 continue
-            last = now
+            last = time.perf_counter()
             count, size = _read_each(batch, args.num_records - records, latencies)
             records += count
             value_bytes += size
@@ -343,7 +344,7 @@ def _consume_records(args: argparse.Namespace) -> int:
 
 
 async def _consume(args: argparse.Namespace) -> int:
-    from strata.client import AsyncAdmin, AsyncConsumer, TopicPartition
+    from strata.client import AsyncAdmin, AsyncConsumer, IdleTimer, TopicPartition
 
     bootstrap = _bootstrap(args)
     admin = AsyncAdmin(bootstrap, security=_security(args))
@@ -361,26 +362,25 @@ async def _consume(args: argparse.Namespace) -> int:
         await consumer.seek_to_beginning(partitions)
         start = time.perf_counter()
         last = start
-        while records < args.num_records:
+        idle = IdleTimer(args.timeout_ms)  # only time inside empty polls is silence
+        while records < args.num_records and not idle.expired:
             if args.api == "async-records":
+                idle.start()
                 batch = await consumer.poll(timeout_ms=200)
-                now = time.perf_counter()
+                idle.stop(len(batch))
                 if not batch:
-                    if (now - last) * 1000 > args.timeout_ms:
-                        break
                     continue
-                last = now
+                last = time.perf_counter()
                 count, size = _read_each(batch, args.num_records - records, latencies)
                 records += count
                 value_bytes += size
                 continue
+            idle.start()
             table = await consumer.poll_arrow(timeout_ms=200)
-            now = time.perf_counter()
+            idle.stop(table.num_rows)
             if table.num_rows == 0:
-                if (now - last) * 1000 > args.timeout_ms:
-                    break
                 continue
-            last = now
+            last = time.perf_counter()
             table = table.slice(0, args.num_records - records)
             records += table.num_rows
             value_bytes += pc.sum(pc.binary_length(table.column("value"))).as_py() or 0

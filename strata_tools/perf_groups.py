@@ -9,6 +9,9 @@ each poll (at-least-once) and reports what happens as JSON lines on stdout::
     {"ev": "assign" | "revoke" | "lost", "t": <unix s>, "tps": [[topic, p], ...]}
     {"ev": "records", "t": <unix s>, "ranges": [[topic, p, first, last, count], ...]}
     {"ev": "commit-result", "error": <code or null>, "message": ...}   (stdin "commit T P O")
+    {"ev": "stall", "t": ..., "s": S} / {"ev": "stalled", "t": ...}   (stdin "stall S": the
+        application is stuck for S seconds after its next poll that returned records,
+        before it commits them, while its heartbeats go on)
     {"ev": "closed", "t": ...}
 
 The tests of issue [7/7] drive the same workers (kill -9, SIGSTOP), so what the benchmark
@@ -74,6 +77,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--process-ms", type=float, default=0.0,
                         help="pretend each poll takes this long to process")
     parser.add_argument("--no-commit", action="store_true")
+    parser.add_argument("--max-poll-interval-ms", type=int, default=300_000)
     args = parser.parse_args(argv)
     out, lock = sys.stdout, threading.Lock()
 
@@ -83,7 +87,9 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     consumer = Consumer(args.bootstrap, group_id=args.group, assignor=args.assignor,
                         session_timeout_ms=args.session_timeout_ms,
                         group_instance_id=args.instance_id, auto_offset_reset="earliest",
+                        max_poll_interval_ms=args.max_poll_interval_ms,
                         enable_auto_commit=False, client_id=f"perf-{os.getpid()}")
+    stall_s = 0.0
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     commands: list[str] = []
@@ -124,6 +130,11 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                                   "ranges": [[t, p, *span] for (t, p), span in ranges.items()]})
                 if args.process_ms:
                     time.sleep(args.process_ms / 1000)
+                if stall_s:
+                    _emit(out, lock, {"ev": "stall", "t": time.time(), "s": stall_s})
+                    time.sleep(stall_s)
+                    stall_s = 0.0
+                    _emit(out, lock, {"ev": "stalled", "t": time.time()})
                 if not args.no_commit:
                     try:
                         consumer.commit()
@@ -134,6 +145,8 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                 pending, commands[:] = list(commands), []
             for command in pending:
                 parts = command.split()
+                if len(parts) == 2 and parts[0] == "stall":
+                    stall_s = float(parts[1])
                 if len(parts) == 4 and parts[0] == "commit":
                     try:
                         consumer.commit({TopicPartition(parts[1], int(parts[2])): int(parts[3])})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -295,3 +296,60 @@ def test_group_commands_end_to_end(broker: BrokerProcess, reaper: ProcessReaper,
     cli.fails("group", "describe", group, words=("does not exist",))
     cli.fails("group", "delete", group, words=("GROUP_ID_NOT_FOUND",))
     assert group not in cli.ok("group", "list")
+
+
+@pytest.mark.parametrize("group", [None, "cli-pipe-group"], ids=["assigned", "group"])
+def test_consume_prints_every_record_when_its_pipe_is_not_read_for_longer_than_timeout(
+        broker: BrokerProcess, reaper: ProcessReaper, tmp_path: Path,
+        group: str | None) -> None:
+    """Issue [3.1]: ``strata consume ... | slow-program``. The output is a real pipe that
+    nobody reads for four times ``--timeout-ms`` while records wait, so the consumer
+    blocks in a print (the pipe holds 64 KiB; the output is about 1 MB) with half the
+    records still in the log. Time spent
+    printing is not silence (Kafka's console consumer ends only when polls that waited
+    the whole interval came back empty): every record arrives. Before, the silence clock
+    started when poll returned, so the first print that blocked longer than the timeout
+    ended the loop with records waiting (the [2.1] "stall")."""
+    topic = f"cli-pipe-{group or 'assigned'}"
+    count = 3000
+
+    def produce(start: int, end: int) -> None:
+        with Producer(broker.bootstrap) as producer:
+            for i in range(start, end):
+                producer.send(topic, f"{i:06d}".encode() + b"x" * 200, partition=i % 3)
+            producer.flush()
+
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 3, 1)])
+    produce(0, count // 2)
+    env = dict(os.environ, PYTHONPATH=str(REPO), STRATA_BOOTSTRAP=broker.bootstrap)
+    argv = [sys.executable, "-m", "strata_tools.cli", "consume", topic, "--from-beginning",
+            "-n", str(count), "--timeout-ms", "1000", "--format", "json"]
+    if group is not None:
+        argv += ["--group", group]
+    with (tmp_path / "err").open("w") as err:
+        consumer = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env)
+    reaper.track(consumer.pid, topic)
+    try:
+        assert consumer.stdout is not None
+        readable, _, _ = select.select([consumer.stdout], [], [], 60)
+        assert readable, (tmp_path / "err").read_text()  # it has started printing
+        # Nobody reads: the consumer blocks on the full pipe with the first half (one
+        # poll's worth); the second half waits in the log meanwhile.
+        produce(count // 2, count)
+        time.sleep(4.0)
+        assert consumer.poll() is None, (tmp_path / "err").read_text()
+        out, _ = consumer.communicate(timeout=90)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+    stderr = (tmp_path / "err").read_text()
+    assert consumer.returncode == 0, stderr
+    values = sorted(json.loads(line)["value"][:6] for line in out.decode().splitlines())
+    assert values == [f"{i:06d}" for i in range(count)], stderr
+    assert f"{count} record(s) consumed" in stderr
+    if group is not None:
+        with Admin(broker.bootstrap) as admin:
+            committed = admin.list_group_offsets(group)
+        assert {tp.partition: c.offset for tp, c in committed.items()} == \
+            {0: count // 3, 1: count // 3, 2: count // 3}

@@ -11,6 +11,8 @@ process reported:
   member processes a partition outside its ownership;
 * cooperative-sticky: partitions that do not move are never revoked (no pause);
 * a paused member's late commit is refused once it has been fenced;
+* a member whose application stops polling (its heartbeats going on) leaves after
+  ``max_poll_interval_ms``, its partitions move, its late commit is refused (issue [3.1]);
 * the coordinator's broker SIGKILLed: committed offsets survive and the group goes on.
 
 Group-protocol questions the processes cannot answer (member lists, committed offsets,
@@ -390,6 +392,56 @@ def test_paused_consumer_late_commit_is_refused(cluster: Cluster, workers: list[
                       lambda r: bool(r), 30)[0]
     assert result["error"] is not None, result
     assert _committed(cluster, "zombies").get(("zombie", 0)) not in (777, 999)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_a_member_whose_application_stops_polling_leaves_and_its_partitions_move(
+        cluster: Cluster, workers: list[Worker], static: bool) -> None:
+    """KIP-62 with real member processes: one member's application thread is stuck for
+    12 s (a sleep between its poll and its commit; its heartbeat thread runs on). With
+    ``max_poll_interval_ms`` 3000 it leaves the group: the other member owns its
+    partitions within the interval plus one rebalance (a static member's partitions
+    wait for it until its session times out, 5 s, as in Kafka), nothing is lost, and
+    the commit it makes when it wakes up is refused, so no committed offset moves back.
+    Then its next poll rejoins and the partitions are shared again."""
+    topic, group = f"stuck-{int(static)}", f"stuckers-{int(static)}"
+    cluster.create_topic(topic, 4, 3)
+    extra = ["--max-poll-interval-ms", "3000", "--session-timeout-ms", "5000"]
+    load = Load(cluster, topic, 4, rate=100)
+    try:
+        stuck = _start(workers, cluster, group, topic, *extra,
+                       *(["--instance-id", "s1"] if static else []))
+        other = _start(workers, cluster, group, topic, *extra,
+                       *(["--instance-id", "s2"] if static else []))
+        _wait_settled(workers, topic, 4, "two members")
+        had = stuck.owned()
+        stuck.send("stall 12")
+        stall = wait_for("the stall", lambda: [e for e in stuck.snapshot()
+                                               if e["ev"] == "stall"], bool, 30)[0]
+        wait_for("the other member owning everything", other.owned,
+                 lambda o: o == {(topic, p) for p in range(4)}, 30)
+        took = min(e["t"] for e in other.snapshot() if e["ev"] == "assign" and
+                   {(t, p) for t, p in e["tps"]} & had and e["t"] > stall["t"]) - stall["t"]
+        bound = 3.0 + (5.0 if static else 0.0)
+        print(f"the stuck member's partitions moved {took:.2f} s after it stopped "
+              f"polling (max_poll_interval_ms 3000{', session 5000' if static else ''})")
+        assert bound <= took <= bound + 5.0
+        before = _committed(cluster, group)
+        wait_for("the stuck member waking up", lambda: [e for e in stuck.snapshot()
+                                                       if e["ev"] == "stalled"], bool, 30)
+        refused = wait_for("its late commit refused", lambda: [
+            e for e in stuck.snapshot() if e["ev"] == "commit-failed"], bool, 30)[0]
+        assert refused["error"] == 1300, refused  # COMMIT_FAILED, nothing sent
+        assert "max_poll_interval_ms" in refused["message"]
+        after = _committed(cluster, group)
+        assert all(after[tp] >= offset for tp, offset in before.items()), (before, after)
+        # Its next poll runs on_lost and rejoins: the partitions are shared again.
+        wait_for("the stuck member's on_lost", lambda: [
+            e for e in stuck.snapshot() if e["ev"] == "lost"], bool, 30)
+        _wait_settled(workers, topic, 4, "both members again")
+    finally:
+        acked = load.stop()
+    _wait_processed(workers, topic, acked)
 
 
 def test_static_member_restart_within_session_causes_no_rebalance(

@@ -24,6 +24,7 @@ from strata.client import (
     AsyncConsumer,
     CommitFailedError,
     Consumer,
+    IdleTimer,
     NewTopic,
     Producer,
     StrataError,
@@ -35,6 +36,7 @@ from strata.client._group import (
     CoordinatorLink,
     GroupMember,
     Membership,
+    PollTimer,
     group_partitions,
     reconcile,
 )
@@ -150,6 +152,59 @@ def test_auto_commit_timer_with_a_fake_clock() -> None:
     assert timer.due()
 
 
+def test_poll_timer_runs_only_between_polls() -> None:
+    now = [100.0]
+    timer = PollTimer(5_000, clock=lambda: now[0])
+    assert timer.remaining_s() == 5.0 and not timer.expired()
+    now[0] = 104.0
+    timer.enter()  # a poll that waits a long time is the application polling
+    now[0] = 200.0
+    assert timer.remaining_s() == 5.0 and not timer.expired()
+    timer.exit()
+    now[0] = 204.999
+    assert not timer.expired()
+    now[0] = 205.0
+    assert timer.expired()
+    timer.reset()
+    assert not timer.expired()
+    timer.exit()  # unbalanced: never below zero
+    timer.enter()
+    assert timer.remaining_s() == 5.0
+
+
+def test_idle_timer_counts_only_time_inside_empty_polls() -> None:
+    now = [0.0]
+    idle = IdleTimer(1_000, clock=lambda: now[0])
+    assert not idle.expired
+    idle.start()
+    now[0] += 0.2
+    idle.stop(3)  # records: the caller now prints them, for a long time
+    now[0] += 60.0
+    assert not idle.expired
+    for _ in range(4):
+        idle.start()
+        now[0] += 0.2
+        idle.stop(0)
+    assert not idle.expired  # 0.8 s of empty polls
+    now[0] += 30.0  # between polls: not silence either
+    idle.start()
+    now[0] += 0.2
+    idle.stop(0)
+    assert idle.expired
+    idle.progress()
+    assert not idle.expired
+    zero = IdleTimer(0, clock=lambda: now[0])
+    assert not zero.expired  # expires only after an empty poll
+    zero.start()
+    zero.stop(0)
+    assert zero.expired
+    never = IdleTimer(None, clock=lambda: now[0])
+    never.start()
+    now[0] += 1e6
+    never.stop(0)
+    assert not never.expired
+
+
 # ----------------------------------------------------------------------------- options
 
 
@@ -160,6 +215,7 @@ def test_bad_group_options_are_refused_before_anything_is_sent() -> None:
             ({"group_id": "g", "group_instance_id": " "}, "group_instance_id"),
             ({"group_id": "g", "session_timeout_ms": 0}, "session_timeout_ms"),
             ({"group_id": "g", "rebalance_timeout_ms": 0}, "rebalance_timeout_ms"),
+            ({"group_id": "g", "max_poll_interval_ms": 0}, "max_poll_interval_ms"),
             ({"group_id": "g", "assignor": "roundrobin"}, "cooperative-sticky, range"),
             ({"group_id": "g", "auto_commit_interval_ms": 0}, "auto_commit_interval_ms"),
             ({"group_id": "g", "enable_auto_commit": "yes"}, "enable_auto_commit")):
@@ -358,6 +414,81 @@ def test_fenced_member_loses_partitions_commit_fails_and_it_rejoins() -> None:
         assert log[-1] == ("leave", STATIC_LEAVE_EPOCH)  # a static member's temporary leave
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("instance_id", [None, "box-1"], ids=["dynamic", "static"])
+def test_a_member_that_stops_polling_leaves_and_its_next_poll_rejoins(
+        instance_id: str | None, caplog: pytest.LogCaptureFixture) -> None:
+    """KIP-62: heartbeats go on in the background, so only ``max_poll_interval_ms``
+    notices an application that stopped polling. The member leaves (epoch -1; -2 for a
+    static member, as Kafka's consumer does), warns naming the setting, refuses a commit
+    without sending it, and its next poll runs on_lost and rejoins."""
+    async def run() -> None:
+        consumer, link, log = scripted(enable_auto_commit=False, max_poll_interval_ms=300,
+                                       group_instance_id=instance_id)
+        link.assignment = {T0, T1}
+        lost: list[set[TopicPartition]] = []
+        consumer.subscribe(["t"], on_lost=lost.append)
+        await poll_until(consumer, lambda: consumer.assignment() == {T0, T1})
+        consumer.seek(T0, 42)
+        # The application is stuck (not polling) while the heartbeat task runs; a
+        # poll that waits longer than the interval must not count as stuck.
+        await consumer.poll(timeout_ms=600)
+        assert not any(entry[0] == "leave" for entry in log)
+        with caplog.at_level("WARNING", logger="strata.client.group"):
+            await asyncio.sleep(0.6)
+        leave = STATIC_LEAVE_EPOCH if instance_id else LEAVE_EPOCH
+        assert ("leave", leave) in log
+        assert "max_poll_interval_ms" in caplog.text and "300 ms" in caplog.text
+        with pytest.raises(CommitFailedError, match="MAX_POLL_INTERVAL"):
+            await consumer.commit()
+        assert not any(entry[0] == "commit" for entry in log)
+        joins = link.joins
+        link.assignment = {T1}
+        await poll_until(consumer, lambda: consumer.assignment() == {T1})
+        assert lost == [{T0, T1}] and link.joins == joins + 1
+        rejoin = [hb for hb in link.heartbeats if hb.member_id is None][-1]
+        assert rejoin.member_epoch == 0 and rejoin.instance_id == instance_id
+        # Polling again regularly keeps it in the group.
+        log.clear()
+        for _ in range(8):
+            await consumer.poll(timeout_ms=50)
+            await asyncio.sleep(0.05)
+        assert not any(entry[0] == "leave" for entry in log)
+        await consumer.close()
+
+    asyncio.run(run())
+
+
+def test_the_blocking_consumer_leaves_when_its_caller_stops_polling() -> None:
+    """The same through the blocking face: the caller's thread is busy (a sleep stands
+    for stuck processing) while the loop thread heartbeats."""
+    log: list[tuple[Any, ...]] = []
+    consumer = Consumer(NOWHERE, group_id="g", retry_backoff_ms=10, enable_auto_commit=False,
+                        max_poll_interval_ms=300)
+    link = FakeLink(log)
+    assert consumer._consumer._group is not None
+    consumer._consumer._group.link = link  # type: ignore[assignment]
+    link.assignment = {T0}
+    lost: list[set[TopicPartition]] = []
+    try:
+        consumer.subscribe(["t"], on_lost=lost.append)
+        deadline = time.monotonic() + 30
+        while consumer.assignment() != {T0}:
+            assert time.monotonic() < deadline
+            consumer.poll(timeout_ms=50)
+        consumer.poll(timeout_ms=500)  # a long poll is not stuck
+        assert ("leave", LEAVE_EPOCH) not in log
+        time.sleep(0.8)  # stuck processing
+        assert ("leave", LEAVE_EPOCH) in log
+        with pytest.raises(CommitFailedError, match="max_poll_interval_ms"):
+            consumer.commit({T0: 5})
+        while not lost:
+            assert time.monotonic() < deadline
+            consumer.poll(timeout_ms=50)
+        assert lost == [{T0}]
+    finally:
+        consumer.close()
 
 
 def test_auto_commit_in_poll_commits_only_returned_positions() -> None:

@@ -20,6 +20,7 @@ from tests.support.waiting import wait_for
 from wire.connection import BrokerConnection
 from wire.errors import (
     CoordinatorNotAvailableError,
+    FencedInstanceIdError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
     InvalidGroupIdError,
@@ -377,8 +378,20 @@ def test_a_live_static_twin_is_refused(group_broker: BrokerProcess) -> None:
     assert second.assignment == first.assignment
     assert call(group_broker, ApiKey.DESCRIBE_GROUPS,
                 DescribeGroupsRequest(["twins"])).groups[0].group_epoch == epoch
-    assert heartbeat(group_broker, "twins", first.member_id, first.member_epoch).error_code \
-        == UnknownMemberIdError.code
+    # The replaced id is told why: another consumer with its instance id took its place
+    # (FENCED_INSTANCE_ID), on a heartbeat and on a late commit, which moves nothing.
+    stale = heartbeat(group_broker, "twins", first.member_id, first.member_epoch)
+    assert stale.error_code == FencedInstanceIdError.code
+    assert "pod-1" in stale.error_message
+    theirs = sorted((t.topic, p) for t in first.assignment for p in t.partitions)
+    assert commit(group_broker, "twins", first.member_id, first.member_epoch,
+                  {theirs[0]: 7}) == {theirs[0]: FencedInstanceIdError.code}
+    # A dynamic member that left (e.g. after max_poll_interval_ms) is unknown: its late
+    # commit is refused the same way.
+    gone = heartbeat(group_broker, "twins")
+    heartbeat(group_broker, "twins", gone.member_id, LEAVE_EPOCH)
+    assert commit(group_broker, "twins", gone.member_id, gone.member_epoch,
+                  {theirs[0]: 3}) == {theirs[0]: UnknownMemberIdError.code}
     heartbeat(group_broker, "twins", second.member_id, LEAVE_EPOCH)
 
 

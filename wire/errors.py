@@ -72,6 +72,7 @@ __all__ = [
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
     "UnreleasedInstanceIdError",
+    "FencedInstanceIdError",
     "UnsupportedAssignorError",
     "UnsupportedVersionError",
     "error_for_code",
@@ -630,6 +631,15 @@ class StaleMemberEpochError(StrataError):
     retriable = True
 
 
+class FencedInstanceIdError(StrataError):
+    """Another consumer with this member's ``group_instance_id`` took its place: two
+    processes share one instance id (or this one is a zombie of a restarted process).
+    Fatal for this consumer: close it; give each process its own instance id."""
+
+    code = 82
+    name = "FENCED_INSTANCE_ID"
+
+
 class UnreleasedInstanceIdError(StrataError):
     """A static member joined with a ``group.instance.id`` whose current holder is still
     heartbeating: two live processes share one instance id."""
@@ -689,6 +699,7 @@ _BY_CODE: dict[int, type[StrataError]] = {
         UnsupportedAssignorError,
         StaleMemberEpochError,
         UnreleasedInstanceIdError,
+        FencedInstanceIdError,
         TierJobBusyError,
         TierLeaseLostError,
         TopicAuthorizationFailedError,

@@ -246,6 +246,7 @@ class ConsumerOptions(SecurityOptions, total=False):
     group_instance_id: str | None
     session_timeout_ms: int
     rebalance_timeout_ms: int
+    max_poll_interval_ms: int
     assignor: str
     enable_auto_commit: bool
     auto_commit_interval_ms: int
@@ -280,8 +281,14 @@ class ConsumerConfig:
     timeout keeps its partitions, no rebalance); ``session_timeout_ms`` (-1: the
     broker's ``group.session.timeout.ms``) is how long the coordinator waits for a
     heartbeat before it gives the member's partitions away; ``rebalance_timeout_ms``
-    bounds how long ``on_revoke`` may take; ``assignor``: ``"cooperative-sticky"``
-    (default: only moving partitions are revoked) or ``"range"`` (eager).
+    bounds how long ``on_revoke`` may take; ``max_poll_interval_ms`` (default 300,000,
+    as Kafka's ``max.poll.interval.ms``, KIP-62) is how long the application may go
+    without calling ``poll``: heartbeats run in the background, so a member whose
+    processing is stuck would otherwise keep its partitions for ever; past it the member
+    leaves the group (a warning names the setting), its partitions go to the others,
+    and its next ``poll`` runs ``on_lost`` and rejoins. ``assignor``:
+    ``"cooperative-sticky"`` (default: only moving partitions are revoked) or
+    ``"range"`` (eager).
     ``enable_auto_commit`` (default on, with a ``group_id``) commits, every
     ``auto_commit_interval_ms`` inside ``poll`` and before partitions are revoked or the
     consumer closes, the positions of the records ``poll`` has returned: processing a
@@ -310,6 +317,7 @@ class ConsumerConfig:
     group_instance_id: str | None = None
     session_timeout_ms: int = -1
     rebalance_timeout_ms: int = 60_000
+    max_poll_interval_ms: int = 300_000
     assignor: str = "cooperative-sticky"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = 5_000
@@ -368,6 +376,7 @@ def _check_group_options(config: ConsumerConfig) -> None:
         raise ValueError(f"session_timeout_ms={session!r} is not valid; use ms "
                          ">= 1, or -1 for the broker's group.session.timeout.ms")
     _check_positive_ms("rebalance_timeout_ms", config.rebalance_timeout_ms)
+    _check_positive_ms("max_poll_interval_ms", config.max_poll_interval_ms)
     if config.assignor not in ASSIGNORS:
         raise ValueError(f"assignor={config.assignor!r} is not valid; use one of "
                          f"{', '.join(ASSIGNORS)}")

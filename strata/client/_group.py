@@ -17,6 +17,13 @@ groups" section of ``wire/protocol/messages.py``); a member only has to
 * when the coordinator answers ``UNKNOWN_MEMBER_ID`` or ``FENCED_MEMBER_EPOCH`` the
   member's partitions are already somebody else's: it drops them (the consumer calls
   ``on_lost``) and only then joins again with epoch 0.
+* leave the group when the application has not called ``poll`` for
+  ``max_poll_interval_ms`` (Kafka's KIP-62; ``PollTimer``): heartbeats run in the
+  background, so without it a member whose processing is stuck keeps its partitions
+  for ever. The member sends its leave heartbeat (epoch -1; -2 for a static member,
+  whose partitions then wait for it until its session times out, as in Kafka), counts
+  its partitions as lost (a commit is refused from then on), and its next ``poll``
+  calls ``on_lost`` and joins again.
 
 The consumer (``strata.client.consumer``) owns the partitions' positions and runs the
 user's callbacks; this module never calls user code.
@@ -75,6 +82,7 @@ __all__ = [
     "CoordinatorLink",
     "GroupMember",
     "Membership",
+    "PollTimer",
     "Reconciliation",
     "group_partitions",
     "reconcile",
@@ -167,6 +175,46 @@ class AutoCommitTimer:
 
     def reset(self) -> None:
         self.next_at = self.clock() + self.interval_s
+
+
+class PollTimer:
+    """How long the application has gone without calling ``poll`` (KIP-62). No I/O.
+
+    ``enter``/``exit`` bracket each ``poll`` call (a poll waiting for records, and the
+    group callbacks it runs, is the application polling); outside them the clock runs
+    from the last ``exit``. ``expired`` once it ran ``max_poll_interval_ms``. Written by
+    the thread that polls, read by the heartbeat task: plain attribute writes, each
+    atomic under the GIL, and one writer.
+    """
+
+    __slots__ = ("_depth", "_last", "clock", "interval_ms")
+
+    def __init__(self, interval_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_ms = interval_ms
+        self.clock = clock
+        self._depth = 0
+        self._last = clock()
+
+    def enter(self) -> None:
+        self._depth += 1
+        self._last = self.clock()
+
+    def exit(self) -> None:
+        self._depth = max(self._depth - 1, 0)
+        self._last = self.clock()
+
+    def reset(self) -> None:
+        """The clock starts again (``subscribe``: the member has not had records yet)."""
+        self._last = self.clock()
+
+    def remaining_s(self) -> float:
+        """Seconds until the interval runs out (the whole interval while polling)."""
+        if self._depth:
+            return self.interval_ms / 1000
+        return self.interval_ms / 1000 - (self.clock() - self._last)
+
+    def expired(self) -> bool:
+        return self.remaining_s() <= 0
 
 
 @dataclass(slots=True)
@@ -520,11 +568,12 @@ class GroupMember:
     def __init__(self, cluster: Cluster, group_id: str, *, instance_id: str | None,
                  session_timeout_ms: int, rebalance_timeout_ms: int, assignor: str,
                  request_timeout_ms: int, retry_backoff_ms: int,
-                 wakeup: Callable[[], None]) -> None:
+                 wakeup: Callable[[], None], max_poll_interval_ms: int = 300_000) -> None:
         self.link = CoordinatorLink(cluster, group_id, request_timeout_ms=request_timeout_ms,
                                     retry_backoff_ms=retry_backoff_ms)
         self.membership = Membership(group_id, instance_id, session_timeout_ms,
                                      rebalance_timeout_ms, assignor)
+        self.poll_timer = PollTimer(max_poll_interval_ms)
         self.retry_backoff_ms = retry_backoff_ms
         self._wakeup = wakeup
         self._send_now = asyncio.Event()
@@ -543,6 +592,7 @@ class GroupMember:
         m.fatal = None  # a new subscription may be accepted: try again
         if m.lost and not (m.owned or m.taking):
             m.rejoin()  # nothing left for on_lost: join afresh
+        self.poll_timer.reset()
         self.heartbeat_now()
 
     def heartbeat_now(self) -> None:
@@ -567,6 +617,9 @@ class GroupMember:
             if m.leaving or m.lost or m.fatal is not None or not m.subscription:
                 await self._sleep(3600)  # until poll() finished on_lost and rejoined, etc.
                 self._send_now.clear()
+                continue
+            if not m.closing and self.poll_timer.expired():
+                await self._leave_stuck()
                 continue
             self._send_now.clear()
             incarnation = m.incarnation
@@ -603,7 +656,41 @@ class GroupMember:
             m.on_heartbeat(response)
             if m.pending():
                 self._wakeup()
-            await self._sleep(m.heartbeat_interval_ms / 1000)
+            # Awake when the poll interval runs out, not a heartbeat interval later.
+            await self._sleep(min(m.heartbeat_interval_ms / 1000,
+                                  max(self.poll_timer.remaining_s(), 0.01)))
+
+    async def _leave_stuck(self) -> None:
+        """The application has not polled for ``max_poll_interval_ms``: leave the group
+        so that the other members take the partitions (Kafka's KIP-62). The member counts
+        as lost from here on (a commit is refused: the partitions are being handed on);
+        its next ``poll`` calls ``on_lost`` and rejoins."""
+        m = self.membership
+        interval = self.poll_timer.interval_ms
+        request = m.leave_request()
+        static = m.instance_id is not None
+        m.fence(f"MAX_POLL_INTERVAL: the application did not call poll() for {interval} ms "
+                "(max_poll_interval_ms), so the member left the group")
+        log.warning(
+            "group %s: member %s leaves the group: the application has not called poll() "
+            "for %d ms (max_poll_interval_ms), so its processing of the last records is "
+            "stuck or slower than that. %s Make the processing between two polls faster, "
+            "return fewer records per poll (max_poll_records) or raise "
+            "max_poll_interval_ms; the next poll() calls on_lost and rejoins the group",
+            self.group_id, m.member_id, interval,
+            f"Its partitions wait for this static member ({m.instance_id}) until its "
+            "session times out, then go to the other members." if static else
+            "Its partitions go to the group's other members.")
+        self._wakeup()
+        if request is None:
+            return
+        try:
+            await self.link.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, request,
+                                    timeout_s=min(LEAVE_TIMEOUT_S, self.link.request_timeout_s),
+                                    check=_top_level_error)
+        except StrataError as err:
+            log.info("group %s: leaving failed (%s); the coordinator removes the member "
+                     "when its session times out", self.group_id, err)
 
     def _heartbeat_attempt_s(self) -> float:
         """How long one heartbeat may go unanswered before it is sent again (to the

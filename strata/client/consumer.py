@@ -101,7 +101,7 @@ from typing import (
 import pyarrow as pa
 
 from strata.client._cluster import Cluster
-from strata.client._common import TopicPartition
+from strata.client._common import IdleTimer, TopicPartition
 from strata.client._config import (
     ConsumerConfig,
     ConsumerOptions,
@@ -124,6 +124,7 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerOptions",
     "ConsumerRecord",
+    "IdleTimer",
     "OffsetResetStrategy",
     "Records",
     "PartitionsCallback",
@@ -341,6 +342,7 @@ class AsyncConsumer:
     group_instance_id = _Setting[str | None]()
     session_timeout_ms = _Setting[int]()
     rebalance_timeout_ms = _Setting[int]()
+    max_poll_interval_ms = _Setting[int]()
     assignor = _Setting[str]()
     auto_commit_interval_ms = _Setting[int]()
 
@@ -360,7 +362,8 @@ class AsyncConsumer:
                 session_timeout_ms=config.session_timeout_ms,
                 rebalance_timeout_ms=config.rebalance_timeout_ms, assignor=config.assignor,
                 request_timeout_ms=config.request_timeout_ms,
-                retry_backoff_ms=config.retry_backoff_ms, wakeup=self._wakeup.set)
+                retry_backoff_ms=config.retry_backoff_ms, wakeup=self._wakeup.set,
+                max_poll_interval_ms=config.max_poll_interval_ms)
         self._subscription = Subscription(self._group)
         self._fetcher = Fetcher(config, self._cluster, self._subscription)
         self._offsets = Offsets(config, self._cluster, self._subscription, self._fetcher,
@@ -518,7 +521,7 @@ class AsyncConsumer:
         each partition; partitions take turns across polls. ``[]`` on timeout.
         """
         limit = self.config.max_poll_records if max_records is None else max_records
-        return records_from_table(await self._poll_table(timeout_ms, limit))
+        return records_from_table(await self._polled(timeout_ms, limit))
 
     async def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None
                          ) -> pa.Table:
@@ -527,7 +530,18 @@ class AsyncConsumer:
         ``max_records=None`` returns everything buffered (bounded by the fetch sizes),
         because the point of the Arrow path is large columnar batches.
         """
-        return await self._poll_table(timeout_ms, max_records)
+        return await self._polled(timeout_ms, max_records)
+
+    async def _polled(self, timeout_ms: int, max_records: int | None) -> pa.Table:
+        """One application poll: the ``max_poll_interval_ms`` clock stands still inside."""
+        timer = self._group.poll_timer if self._group is not None else None
+        if timer is not None:
+            timer.enter()
+        try:
+            return await self._poll_table(timeout_ms, max_records)
+        finally:
+            if timer is not None:
+                timer.exit()
 
     async def _poll_table(self, timeout_ms: int, max_records: int | None, *,
                           inline_callbacks: bool = True) -> pa.Table:
@@ -777,6 +791,7 @@ class Consumer:
     group_id = _Setting[str | None]()
     group_instance_id = _Setting[str | None]()
     session_timeout_ms = _Setting[int]()
+    max_poll_interval_ms = _Setting[int]()
     assignor = _Setting[str]()
 
     def __init__(self, bootstrap_servers: str | list[str] | ConsumerConfig,
@@ -915,15 +930,24 @@ class Consumer:
         return self._poll_table(timeout_ms, max_records)
 
     def _poll_table(self, timeout_ms: int, max_records: int | None) -> pa.Table:
-        """The loop thread fetches; group callbacks run here, between its rounds."""
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        while True:
-            self._run_group_callbacks()
-            remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)
-            table = self._poll_once(remaining_ms, max_records)
-            if table.num_rows or (time.monotonic() >= deadline
-                                  and not self._consumer._group_work_pending()):
-                return table
+        """The loop thread fetches; group callbacks run here, between its rounds. The
+        ``max_poll_interval_ms`` clock stands still for the whole call."""
+        group = self._consumer._group
+        timer = group.poll_timer if group is not None else None
+        if timer is not None:
+            timer.enter()
+        try:
+            deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+            while True:
+                self._run_group_callbacks()
+                remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+                table = self._poll_once(remaining_ms, max_records)
+                if table.num_rows or (time.monotonic() >= deadline
+                                      and not self._consumer._group_work_pending()):
+                    return table
+        finally:
+            if timer is not None:
+                timer.exit()
 
     def _poll_once(self, timeout_ms: int, max_records: int | None) -> pa.Table:
         future = self._thread.submit(self._consumer._poll_table(

@@ -14,8 +14,16 @@ the position it started at, so its next owner does not reset to the end again an
 records produced in between (as Kafka's console consumer does). Ctrl-C or SIGTERM
 commit and leave the group cleanly.
 
-Stops after ``-n COUNT`` records, or once no record has arrived for ``--timeout-ms``, or
-on Ctrl-C / SIGTERM.
+Stops after ``-n COUNT`` records, or once polls that together waited ``--timeout-ms``
+came back empty, or on Ctrl-C / SIGTERM. Only time spent waiting in polls counts, as in
+Kafka's console consumer: time spent printing (a pipe whose reader is slow or not reading
+yet blocks the print) is not silence, so records that are waiting are never left behind
+because the output was slow.
+
+A group member whose printing blocks for longer than ``--max-poll-interval-ms`` (default
+300,000, as Kafka's ``max.poll.interval.ms``) leaves its group, so that the group's other
+members take its partitions; it rejoins once the output moves again and prints from the
+group's committed offsets (records it printed but could not commit may be printed twice).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from strata.client import (
     Admin,
     Consumer,
     ConsumerRecord,
+    IdleTimer,
     OffsetResetStrategy,
     StrataError,
     TopicPartition,
@@ -68,7 +77,8 @@ def register(sub: Any) -> None:
     consume.add_argument("-n", "--count", type=int, default=None,
                          help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, default=None,
-                         help="stop once no record has arrived for this long")
+                         help="stop once polls that together waited this long came back "
+                         "empty (time spent printing does not count)")
     consume.add_argument("--key-separator", default=None, metavar="SEP",
                          help="text output: print key SEP value")
     consume.add_argument("--value-format", default="json", choices=("json", "confluent"),
@@ -78,6 +88,10 @@ def register(sub: Any) -> None:
     consume.add_argument("--group", default=None, metavar="G",
                          help="join consumer group G: print the partitions it gives this "
                          "process, from its committed offsets, and commit what was printed")
+    consume.add_argument("--max-poll-interval-ms", type=int, default=None, metavar="MS",
+                         help="with --group: leave the group when printing blocks (e.g. a "
+                         "full pipe) for longer than this, so other members take the "
+                         "partitions; rejoin when it moves again (default 300000)")
     add_bootstrap(consume)
     add_format(consume)
     consume.set_defaults(handler=_consume)
@@ -88,6 +102,12 @@ def _consume(args: argparse.Namespace) -> int:
         raise CommandError("-n/--count must be at least 1")
     if args.timeout_ms is not None and args.timeout_ms < 0:
         raise CommandError("--timeout-ms must be 0 or more")
+    if args.max_poll_interval_ms is not None:
+        if args.group is None:
+            raise CommandError("--max-poll-interval-ms needs --group: it is how long a group "
+                               "member may go without polling before it leaves the group")
+        if args.max_poll_interval_ms < 1:
+            raise CommandError("--max-poll-interval-ms must be at least 1")
     if args.group is not None:
         return _consume_group(args)
     if args.offset is not None and args.partition is None:
@@ -116,19 +136,16 @@ def _consume(args: argparse.Namespace) -> int:
             consumer.seek_to_timestamp(tps, args.timestamp)
         else:
             consumer.seek_to_end(tps)
-        last_record = time.monotonic()
+        idle = IdleTimer(args.timeout_ms)
         try:
-            while args.count is None or printed < args.count:
+            while (args.count is None or printed < args.count) and not idle.expired:
                 wanted = None if args.count is None else args.count - printed
+                idle.start()
                 records = consumer.poll(timeout_ms=200, max_records=wanted)
-                if records:
-                    last_record = time.monotonic()
+                idle.stop(len(records))
                 for record in records:
-                    _print(record, args)
+                    _print(record, args)  # may block on a full pipe: not silence
                 printed += len(records)
-                if args.timeout_ms is not None and \
-                        (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
-                    break
         except KeyboardInterrupt:
             pass
         sys.stdout.flush()
@@ -183,9 +200,13 @@ def _consume_group(args: argparse.Namespace) -> int:
     reset: OffsetResetStrategy = "earliest" if args.from_beginning else "latest"
     count = 0
     uncommitted = False  # records printed since the last commit
+    options: dict[str, Any] = {}
+    if args.max_poll_interval_ms is not None:
+        options["max_poll_interval_ms"] = args.max_poll_interval_ms
     consumer = Consumer(bootstrap, group_id=args.group, auto_offset_reset=reset,
                         security=security_of_args(args), value_format=args.value_format,
-                        enable_auto_commit=False, client_id="strata-console-consumer")
+                        enable_auto_commit=False, client_id="strata-console-consumer",
+                        **options)
 
     def commit() -> None:
         """Commit the positions of this member's partitions. Every record a poll returned
@@ -228,19 +249,17 @@ def _consume_group(args: argparse.Namespace) -> int:
         try:
             try:
                 consumer.subscribe([args.topic], on_revoke=revoked, on_lost=lost)
-                last_record = last_commit = time.monotonic()
-                while args.count is None or count < args.count:
+                last_commit = time.monotonic()
+                idle = IdleTimer(args.timeout_ms)
+                while (args.count is None or count < args.count) and not idle.expired:
                     wanted = None if args.count is None else args.count - count
+                    idle.start()
                     records = consumer.poll(timeout_ms=200, max_records=wanted)
-                    if records:
-                        last_record = time.monotonic()
-                    print_all(records)
+                    idle.stop(len(records))
+                    print_all(records)  # may block on a full pipe: not silence
                     if uncommitted and time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
                         commit()
                         last_commit = time.monotonic()
-                    if args.timeout_ms is not None and \
-                            (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
-                        break
             except (KeyboardInterrupt, _Stop):
                 pass
             stops.armed = False  # from here on a SIGTERM must not interrupt the exit

@@ -2164,8 +2164,10 @@ class ConsumerGroupHeartbeatRequest(Message):
     Errors: NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS
     (find the coordinator again and resend), UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH
     (the member was removed, e.g. its session expired: its partitions are lost, it must
-    rejoin with epoch 0), UNRELEASED_INSTANCE_ID (another live process uses this
-    instance id; retry after a back-off, it is let in once the other is silent),
+    rejoin with epoch 0), FENCED_INSTANCE_ID (a newer consumer with this member's
+    instance id replaced it: fatal, close the consumer), UNRELEASED_INSTANCE_ID
+    (another live process uses this instance id; retry after a back-off, it is let in
+    once the other is silent),
     UNSUPPORTED_ASSIGNOR, INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED,
     INVALID_REQUEST.
     """
@@ -2252,7 +2254,8 @@ class OffsetCommitRequest(Message):
     Errors per partition (the same code on every partition for a group-level error):
     NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS (find
     the coordinator and retry), UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH (the member is
-    no longer in the group), STALE_MEMBER_EPOCH (the partition is not the member's now),
+    no longer in the group), FENCED_INSTANCE_ID (a newer consumer with the member's
+    group instance id replaced it), STALE_MEMBER_EPOCH (the partition is not the member's now),
     NON_EMPTY_GROUP (a membership-less commit to an active group),
     OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST (a negative
     offset), NOT_ENOUGH_REPLICAS / REQUEST_TIMED_OUT (not stored; retry).
