@@ -6,6 +6,12 @@
 # records (`k<i mod 41>:f<i>`, acks=all). Each group must print all 12,000. Prints one
 # line per run and exits non-zero if any run lost records (their output is kept then).
 #
+# As [2.1] first ran it (and as a user piping `strata consume` into another program
+# does), each consumer writes to a pipe, and one reader drains the pipes one after
+# another: A's until A exits, then B's first member's, then the second's. So B's
+# members sit blocked in a print, on a full pipe, for longer than --timeout-ms (issue
+# [3.1]: before, that counted as silence and they exited with records waiting).
+#
 #   bash scripts/group_rebalance_scenario.sh [RUNS]      (default 1)
 #
 # Variants (environment):
@@ -13,7 +19,8 @@
 #                             while records flow;
 #   STRATA_SCENARIO_LATE=1    start B's second member only after the first slice;
 #   STRATA_SCENARIO_BUSY=N    N background `strata perf produce` processes (acks=all,
-#                             per-record sends) load the brokers and the CPU meanwhile.
+#                             per-record sends) load the brokers and the CPU meanwhile;
+#   STRATA_SCENARIO_FILES=1   consumers write to files instead of pipes read in turn.
 #
 # Every run has its own stack in a temp dir on free ports; it is stopped (`strata down`,
 # and the processes this script started by PID) when the run ends, failed or not.
@@ -56,9 +63,35 @@ cleanup() {
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 
+pipes=()
 start_consumer() {
+  local name="$dir/consume-$1-${#pids[@]}"
+  if [ -n "${STRATA_SCENARIO_FILES:-}" ]; then
+    "$STRATA" consume fan --group "$1" -n "$RECORDS" --timeout-ms 40000 --format json \
+      >"$name.out" 2>"$name.err" &
+    pids+=($!)
+    return 0
+  fi
+  # The consumer writes to a pipe whose reader holds it open from the start but reads
+  # only when its turn comes (then until the consumer exits): the consumer runs, joins
+  # and prints until the pipe is full, then blocks in its print.
+  mkfifo "$name.fifo"
+  (exec 3<"$name.fifo"; until [ -e "$name.turn" ]; do sleep 0.2; done
+   cat <&3 >"$name.out"; touch "$name.done") &
+  pids+=($!)
   "$STRATA" consume fan --group "$1" -n "$RECORDS" --timeout-ms 40000 --format json \
-    >"$dir/consume-$1-${#pids[@]}.out" 2>"$dir/consume-$1-${#pids[@]}.err" &
+    >"$name.fifo" 2>"$name.err" &
+  pids+=($!)
+  pipes+=("$name")
+}
+
+# Gives the pipes their turns, one after another, in the order the consumers started.
+read_pipes_in_turn() {
+  [ -z "${STRATA_SCENARIO_FILES:-}" ] || return 0
+  (for name in "$@"; do
+     touch "$name.turn"
+     until [ -e "$name.done" ]; do sleep 0.2; done
+   done) &
   pids+=($!)
 }
 
@@ -88,9 +121,12 @@ for run in $(seq 1 "$RUNS"); do
     done
   fi
   consumers=("${#pids[@]}")
+  pipes=()
   start_consumer A
   start_consumer B
   [ -n "${STRATA_SCENARIO_LATE:-}" ] || start_consumer B
+  # (the late member's pipe is read last: the turns start once it has started)
+  [ -n "${STRATA_SCENARIO_LATE:-}" ] || read_pipes_in_turn "${pipes[@]}"
   sleep 12
   slices=${STRATA_SCENARIO_SLICES:-1}
   for s in $(seq 0 $((slices - 1))); do
@@ -101,6 +137,7 @@ for i in range($s * $RECORDS // $slices, ($s + 1) * $RECORDS // $slices):
 " | "$STRATA" produce fan --key-separator : --acks all >/dev/null
     if [ "$s" = 0 ] && [ -n "${STRATA_SCENARIO_LATE:-}" ]; then
       start_consumer B
+      read_pipes_in_turn "${pipes[@]}"
     fi
     [ "$slices" = 1 ] || sleep 0.5
   done
@@ -116,7 +153,7 @@ print(len({(r['partition'], r['offset']) for r in map(json.loads, sys.stdin) if 
     status=LOST; failed=1
     "$STRATA" group describe B || true
     keep=/tmp/strata-scenario-failed-$run-$$
-    mkdir -p "$keep" && cp "$dir"/consume-* "$keep"/ && echo "consumer output kept in $keep"
+    mkdir -p "$keep" && cp "$dir"/consume-*.out "$dir"/consume-*.err "$keep"/ && echo "consumer output kept in $keep"
   fi
   echo "run $run: group A printed $a, group B printed $b ($b_distinct distinct) of $RECORDS: $status"
   cleanup

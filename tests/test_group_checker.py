@@ -5,9 +5,10 @@ hand-made history, without any broker: a lost record, a wrong or foreign value, 
 member's deliveries going back or skipping, a delivery of a partition the member does
 not own, a committed offset moving backwards (between samples, and between a member's
 commit and a sample), a kept partition never fetched again after a cooperative rebalance
-(the client bug this test was written for), a partition left with no live owner, and a
-member that crashed. The same histories with the fault taken out pass, so each check
-fails for the planted reason only.
+(the client bug this test was written for), a partition left with no live owner (also
+when its owner's application stopped polling and kept it), a commit accepted from a
+member that had left for not polling, and a member that crashed. The same histories
+with the fault taken out pass, so each check fails for the planted reason only.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Story:
         self.samples: list[OffsetSample] = []
         self.disturbed: list[tuple[float, float]] = []
         self.end = T0 + 1 + records * every + 1
+        self.max_poll_interval_s: float | None = None
 
     def ack_time(self, p: int, o: int) -> float:
         return next(a.at for a in self.acks if (a.partition, a.offset) == (p, o))
@@ -70,7 +72,8 @@ class Story:
             member.events.sort(key=lambda e: e["t"])
         sent = {a.value: a.partition for a in self.acks}
         return History("t", self.partitions, SESSION_S, T0, self.end, list(self.acks), sent,
-                       self.members, self.samples, self.disturbed)
+                       self.members, self.samples, self.disturbed,
+                       max_poll_interval_s=self.max_poll_interval_s)
 
 
 def _one_member_reads_everything(story: Story, group: str = "g") -> None:
@@ -274,6 +277,58 @@ def test_a_partition_whose_owner_died_and_never_moved_is_an_orphan() -> None:
     story.event("a", "assign", T0 + 17, ps=[1])
     story.receive("a", 1, range(100, 300), lag=6.5)
     assert check(story.history()).ok
+
+
+def _stuck_story(moved_after: float | None) -> Story:
+    """Two members; b's application stops polling at +10 s for 20 s (its ``busy``
+    line) while its heartbeats would go on; its partition 1 moves to a ``moved_after``
+    seconds later (None: never, as before ``max_poll_interval_ms``)."""
+    story = Story(records=400)  # 40 s of records
+    story.max_poll_interval_s = 5.0
+    story.member("a")
+    story.member("b")
+    story.event("a", "assign", T0 + 0.5, ps=[0])
+    story.event("b", "assign", T0 + 0.5, ps=[1])
+    story.receive("a", 0, range(400))
+    story.receive("b", 1, range(90))
+    story.event("b", "busy", T0 + 30.5, **{"from": T0 + 10.0, "to": T0 + 30.5})
+    if moved_after is None:
+        story.receive("b", 1, range(90, 400), lag=21.0)  # back from the stall: all of it
+    else:
+        story.event("a", "assign", T0 + 10 + moved_after, ps=[1])
+        story.receive("a", 1, range(90, 400), lag=moved_after + 0.5)
+        story.event("b", "lost", T0 + 30.6, ps=[1])
+    story.end += 21
+    return story
+
+
+def test_a_stuck_application_that_keeps_its_partitions_is_an_orphan() -> None:
+    report = check(_stuck_story(moved_after=None).history())
+    orphans = [v for v in report.violations if v.check == "ORPHAN"]
+    assert [(v.partition, v.member) for v in orphans] == [(1, None)], report.render()
+    assert orphans[0].start == T0 + 10.0
+    assert _checks(report) == ["ORPHAN"]
+    # Moved within max_poll_interval_ms plus a rebalance: fine.
+    assert check(_stuck_story(moved_after=6.0).history()).ok
+    # Without its busy line the stuck member counts as live: a STALL instead.
+    story = _stuck_story(moved_after=None)
+    story.members["b"].events = [e for e in story.members["b"].events if e["ev"] != "busy"]
+    assert _checks(check(story.history())) == ["STALL"]
+
+
+def test_a_commit_accepted_after_the_member_left_for_not_polling_is_reported() -> None:
+    story = _stuck_story(moved_after=6.0)
+    story.event("b", "commit", T0 + 29.2, s=T0 + 29.0, kind="sync", err=1300,
+                fail={"1": "UNKNOWN_MEMBER_ID"}, ps={})  # refused: fine
+    story.event("b", "commit", T0 + 12.1, s=T0 + 12.0, kind="sync", err=None,
+                ps={"1": 90})  # 2 s into the stall, still a member: fine
+    assert check(story.history()).ok
+    story.event("b", "commit", T0 + 29.6, s=T0 + 29.5, kind="sync", err=None,
+                ps={"1": 90})
+    report = check(story.history())
+    zombies = [v for v in report.violations if v.check == "ZOMBIE-COMMIT"]
+    assert [(v.member, v.end) for v in zombies] == [("b", T0 + 29.5)], report.render()
+    assert "19.5s after its application last polled" in zombies[0].detail
 
 
 def test_a_member_that_crashed_or_hung_on_leaving_is_reported() -> None:

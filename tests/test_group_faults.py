@@ -11,19 +11,29 @@ change to a file of its own. Each group's first member starts alone and owns eve
 partition before the others join, so cooperative-sticky revokes some from it while it
 keeps the rest.
 
+Half the members (at random) also print every record to stdout, a real pipe (one page
+of buffer) that a harness thread drains in small steps, as ``strata consume ... |
+slow-program`` would: their application blocks in a print whenever the pipe is full.
+
 Then a nemesis, in an order and with victims drawn from a seeded random generator
 (printed; ``STRATA_SEED=N`` replays it), does each of: a member joins; a member leaves
 (SIGTERM); a member is SIGKILLed; a member is SIGSTOPped past its session timeout and
-SIGCONTed; the broker coordinating a group is SIGKILLed and restarted. Every group keeps
-at least one live member, and more member processes than the machine's two cores run at
-once throughout. An Admin client samples every group's committed offsets once a second.
+SIGCONTed; a member's application gets stuck on a record (its thread sleeps while its
+heartbeats go on) and a printing member's reader stops reading, each for longer than
+``max_poll_interval_ms`` (issue [3.1]: the member must leave, its partitions move, its
+late commit is refused); the broker coordinating a group is SIGKILLed and restarted.
+Every group keeps at least one live member, and more member processes than the
+machine's two cores run at once throughout. An Admin client samples every group's
+committed offsets once a second.
 
 After the producers stop, the members that remain drain the topic; then the checker
 (tests/support/group_checker.py, a pure function over the logs) reports per group: lost
 acknowledged records, deliveries out of offset order or of partitions not owned,
 committed offsets moving backwards, partitions owned by a live member (or by nobody)
-that went unfetched with lag for longer than the session timeout + 5 s, and members that
-crashed. Every violation is printed with its group, partition, member and time span.
+that went unfetched with lag for longer than the session or poll timeout + 5 s (a member
+whose application is not polling counts as not live), commits a member made after it
+had left the group for not polling, and members that crashed. Every violation is
+printed with its group, partition, member and time span.
 
 ``STRATA_SOAK_SECONDS=N`` (``make soak``) repeats rounds of those faults for N seconds.
 The logs (with the brokers' output) stay in the test's temp dir, printed at the start;
@@ -34,12 +44,14 @@ last three temp dirs, so pass ``--basetemp DIR`` to keep a run's logs for longer
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -61,12 +73,18 @@ REPLICATION_FACTOR = 3
 TOPIC_CONFIGS = {"min.insync.replicas": "2"}
 #: Member session timeout; the checker allows it + 5 s without a fetch.
 SESSION_MS = 6000
+#: Members' max_poll_interval_ms (not above SESSION_MS: the checker's limit is the larger).
+MAX_POLL_MS = 5000
+#: How long a stuck application or a blocked output lasts: well past MAX_POLL_MS, and past
+#: the checker's limit, so a member that kept its partitions would be an ORPHAN.
+STUCK_S = 14.0
 #: First members of each group, then how many more join each (staggered) at the start.
 GROUPS = {"ga": 3, "gb": 2}
 #: Upper bound on member processes alive at once (joins are skipped above it).
 MAX_MEMBERS = 7
 PRODUCERS, RATE = 2, 50.0  # records/s per producer
-FAULTS = ("join", "leave", "kill-member", "pause-member", "kill-coordinator")
+FAULTS = ("join", "leave", "kill-member", "pause-member", "stall-member", "block-output",
+          "kill-coordinator")
 #: How long a member asked to leave may take: its last commit and close() may each wait
 #: up to the client's 30 s request timeout; longer is a hang (reported as EXIT).
 LEAVE_TIMEOUT_S = 70.0
@@ -79,14 +97,48 @@ def _seed() -> int:
     return int(raw) if raw else random.SystemRandom().randrange(2**31)
 
 
+class SlowReader:
+    """Drains a member's stdout pipe in small steps (``strata consume ... | slow-program``);
+    ``block(seconds)`` stops reading for a while. The pipe holds one page, so the member
+    blocks in its print whenever the reader lags."""
+
+    STEP = 1024  # bytes per read
+    PAUSE_S = 0.01  # between reads: about 100 KB/s, above the members' output rate
+
+    def __init__(self, pipe: Any) -> None:
+        self.fd = pipe.fileno()
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, 4096)
+        self.blocked_until = 0.0
+        self.bytes = 0
+        self._thread = threading.Thread(target=self._run, daemon=True, name="slow-reader")
+        self._thread.start()
+
+    def block(self, seconds: float) -> None:
+        self.blocked_until = time.monotonic() + seconds
+
+    def _run(self) -> None:
+        while True:
+            wait = self.blocked_until - time.monotonic()
+            time.sleep(max(wait, self.PAUSE_S))
+            try:
+                data = os.read(self.fd, self.STEP)
+            except OSError:
+                return
+            if not data:
+                return  # the member exited
+            self.bytes += len(data)
+
+
 class Member(MemberLog):
     """One member process (tests/support/group_member.py) and what its log says so far."""
 
     def __init__(self, name: str, group: str, mode: str, log: Path,
-                 process: subprocess.Popen[bytes]) -> None:
+                 process: subprocess.Popen[bytes], reader: SlowReader | None) -> None:
         super().__init__(log)
         self.name, self.group, self.mode = name, group, mode
         self.process = process
+        self.reader = reader
         self.state = "running"  # running | paused | stopping | gone
 
     @property
@@ -109,7 +161,8 @@ class Harness:
         # The cluster's clock, so the checker's +seconds match the harness's log lines.
         self.t0 = getattr(cluster, "_t0", time.monotonic())
         self.event("meta", topic=topic, partitions=PARTITIONS,
-                   session_timeout_s=SESSION_MS / 1000, t0=self.t0, seed=seed)
+                   session_timeout_s=SESSION_MS / 1000,
+                   max_poll_interval_s=MAX_POLL_MS / 1000, t0=self.t0, seed=seed)
 
     def event(self, ev: str, **fields: Any) -> None:
         self._log.write(json.dumps({"ev": ev, "t": time.monotonic(), **fields}) + "\n")
@@ -119,24 +172,31 @@ class Harness:
         self.cluster.log(text)
 
     # ------------------------------------------------------------------ members
-    def start(self, group: str) -> Member:
+    def start(self, group: str, echo: bool | None = None) -> Member:
         index = self._next[group]
         self._next[group] += 1
         name = f"{group}-m{index}"
         mode = self.rng.choice(["auto", "sync", "async"])
+        drawn = self.rng.random() < 0.5
+        echo = drawn if echo is None else echo
         log = self.dir / "members" / f"{name}.jsonl"
         with (self.dir / "members" / f"{name}.err").open("wb") as err:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.group_member",
                  "--bootstrap", self.cluster.bootstrap, "--group", group, "--topic",
                  self.topic, "--member", name, "--log", str(log), "--commit", mode,
-                 "--session-timeout-ms", str(SESSION_MS)],
+                 "--session-timeout-ms", str(SESSION_MS),
+                 "--max-poll-interval-ms", str(MAX_POLL_MS), "--stall-s", str(STUCK_S),
+                 *(["--echo"] if echo else [])],
                 cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        member = Member(name, group, mode, log, process)
+                stdout=subprocess.PIPE if echo else subprocess.DEVNULL, stderr=err,
+                start_new_session=True)
+        reader = SlowReader(process.stdout) if echo else None
+        member = Member(name, group, mode, log, process, reader)
         self.members[name] = member
-        self.event("member-start", m=name, g=group, mode=mode, pid=process.pid)
-        self.note(f"start {name} (pid {process.pid}, {mode} commits)")
+        self.event("member-start", m=name, g=group, mode=mode, pid=process.pid, echo=echo)
+        self.note(f"start {name} (pid {process.pid}, {mode} commits"
+                  f"{', prints to a slow pipe' if echo else ''})")
         self.most_at_once = max(self.most_at_once, len(self.running()))
         return member
 
@@ -179,6 +239,20 @@ class Harness:
         self.note(f"SIGSTOP {member.name}")
         member.process.send_signal(signal.SIGSTOP)
         member.state = "paused"
+
+    def stall(self, member: Member) -> None:
+        """SIGUSR1: the member's application gets stuck on its next records (a sleep of
+        STUCK_S) while its heartbeats go on."""
+        self.event("member-stall", m=member.name, s=STUCK_S)
+        self.note(f"SIGUSR1 {member.name}: its application is stuck for {STUCK_S:.0f}s")
+        member.process.send_signal(signal.SIGUSR1)
+
+    def block_output(self, member: Member) -> None:
+        """The member's reader stops reading its stdout for STUCK_S."""
+        assert member.reader is not None
+        self.event("member-output-blocked", m=member.name, s=STUCK_S)
+        self.note(f"{member.name}'s stdout is not read for {STUCK_S:.0f}s")
+        member.reader.block(STUCK_S)
 
     def resume(self, member: Member) -> None:
         member.process.send_signal(signal.SIGCONT)
@@ -242,13 +316,20 @@ class Harness:
         self._log.close()
 
     # ------------------------------------------------------------------ nemesis
-    def _victim(self, group: str) -> Member:
-        """A live member of ``group`` that owns something; a newcomer joins first if it
-        is the group's only live member, so the group never runs out of members."""
+    def _victim(self, group: str, echo: bool = False) -> Member:
+        """A live member of ``group`` that owns something (and prints to a pipe, with
+        ``echo``); a newcomer joins first if it is the group's only live member, so the
+        group never runs out of members."""
         if len(self.live(group)) < 2:
             self.start(group)
             self.wait_settled(f"a member joined {group} before a fault")
-        candidates = [m for m in self.live(group) if m.owned] or self.live(group)
+        candidates = [m for m in self.live(group) if m.owned and
+                      (m.reader is not None or not echo)]
+        if not candidates and echo:
+            self.start(group, echo=True)
+            self.wait_settled(f"a printing member joined {group} before a fault")
+            candidates = [m for m in self.live(group) if m.owned and m.reader is not None]
+        candidates = candidates or self.live(group)
         return self.rng.choice(sorted(candidates, key=lambda m: m.name))
 
     def fault(self, kind: str, admin: Admin) -> None:
@@ -269,6 +350,13 @@ class Harness:
             self.pause(victim)
             self.sleep(SESSION_MS / 1000 + 2.0)
             self.resume(victim)
+        elif kind in ("stall-member", "block-output"):
+            victim = self._victim(group, echo=kind == "block-output")
+            if kind == "stall-member":
+                self.stall(victim)
+            elif victim.reader is not None:
+                self.block_output(victim)
+            self.sleep(STUCK_S + 2.0)
         elif kind == "kill-coordinator":
             broker = admin.find_coordinator(group).node_id
             self.note(f"coordinator of {group} is broker {broker}")

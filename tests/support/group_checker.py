@@ -18,13 +18,21 @@ COMMIT-BACKWARDS
     lower offset for the same partition;
 STALL
     no partition owned by a live member (started, not yet asked to stop, not SIGKILLed,
-    not SIGSTOPped) goes without a delivery to it for longer than the session timeout
-    plus 5 s while it has lag: an acknowledged record above the member's last delivered
-    offset (at the start of an ownership, above every offset the group delivered before
-    it, which bounds the committed offset the member starts from);
+    not SIGSTOPped, its application polling) goes without a delivery to it for longer
+    than the session timeout (or ``max_poll_interval_ms``, the larger) plus 5 s while it
+    has lag: an acknowledged record above the member's last delivered offset (at the
+    start of an ownership, above every offset the group delivered before it, which
+    bounds the committed offset the member starts from);
 ORPHAN
     no partition with lag is owned by no live member for longer than that either (a
-    partition whose owner died must move within about the session timeout);
+    partition whose owner died must move within about the session timeout, one whose
+    owner's application stopped polling within about ``max_poll_interval_ms``: a member
+    whose ``busy`` span, the time between a poll's return and its next poll, is longer
+    than that is not live over it);
+ZOMBIE-COMMIT
+    a member whose application did not poll for longer than ``max_poll_interval_ms``
+    has left its group: a commit it sent after that (plus 1 s) and before its next poll
+    must have been refused (issue [3.1]);
 EXIT
     no member process died by itself (an ``error`` line, or an exit the harness did not
     ask for), and every member asked to leave (SIGTERM) exited with status 0.
@@ -40,9 +48,12 @@ the test started); ``Report.render`` prints them under a summary line per group.
 Files in a log directory (JSON lines):
 
 ``harness.jsonl``
-    ``meta`` (topic, partitions, session_timeout_s, t0, seed), then ``member-start``
+    ``meta`` (topic, partitions, session_timeout_s, max_poll_interval_s, t0, seed), then
+    ``member-start``
     (m, g, t, mode), ``member-stop`` (SIGTERM sent), ``member-kill``, ``member-pause``,
-    ``member-resume``, ``member-exit`` (code), ``broker-kill`` (broker),
+    ``member-resume``, ``member-stall`` and ``member-output-blocked`` (s: seconds; what
+    the member did is in its own ``busy`` lines), ``member-exit`` (code),
+    ``broker-kill`` (broker),
     ``broker-healthy`` (broker), ``end``; every ``t`` is ``time.monotonic()``;
 ``records.jsonl``
     every record handed to a producer: p, v (value), o and t (offset and time of its
@@ -175,10 +186,17 @@ class MemberRun:
     exit_code: int | None = None
     pauses: list[tuple[float, float]] = field(default_factory=list)
 
+    @property
+    def busy(self) -> list[tuple[float, float]]:
+        """Spans in which its application did not poll (its own ``busy`` lines)."""
+        return [(float(e["from"]), float(e["to"])) for e in self.events
+                if e.get("ev") == "busy"]
+
     def live(self, until: float) -> list[tuple[float, float]]:
-        """Intervals in which the process ran and was not asked to go, up to ``until``."""
+        """Intervals in which the process ran, was not asked to go and polled, up to
+        ``until``."""
         end = min(self.ended if self.ended is not None else INF, until)
-        return _subtract([(self.started, end)], self.pauses)
+        return _subtract([(self.started, end)], self.pauses + self.busy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +228,8 @@ class History:
     #: Spans in which a broker was down or the topics not yet healthy again.
     disturbed: list[tuple[float, float]] = field(default_factory=list)
     seed: int | None = None
+    #: The members' max_poll_interval_ms in seconds (None: not recorded, no such check).
+    max_poll_interval_s: float | None = None
 
     @property
     def groups(self) -> list[str]:
@@ -217,7 +237,7 @@ class History:
 
     @property
     def limit_s(self) -> float:
-        return self.session_timeout_s + GRACE_S
+        return max(self.session_timeout_s, self.max_poll_interval_s or 0.0) + GRACE_S
 
 
 # ----------------------------------------------------------------------------- output
@@ -580,6 +600,28 @@ def _check_stalls(group: str, history: History, members: list[MemberRun],
                 "owned by no live member")
 
 
+def _check_zombie_commits(group: str, history: History, members: list[MemberRun],
+                          report: GroupReport) -> None:
+    """ZOMBIE-COMMIT: a commit accepted from a member that had left for not polling."""
+    interval = history.max_poll_interval_s
+    if interval is None:
+        return
+    for member in members:
+        for left, back in member.busy:
+            gone_from = left + interval + 1.0
+            for event in member.events:
+                if event.get("ev") != "commit" or event.get("err") is not None or \
+                        not event.get("ps"):
+                    continue
+                sent = float(event["s"])
+                if gone_from <= sent <= back:
+                    report.violations.append(Violation(
+                        "ZOMBIE-COMMIT", group, None, member.name, left, sent,
+                        f"{event.get('kind')} commit {event['ps']} sent "
+                        f"{sent - left:.1f}s after its application last polled (max poll "
+                        f"interval {interval:.1f}s: it had left the group) was accepted"))
+
+
 def _check_exits(group: str, history: History, members: list[MemberRun],
                  report: GroupReport) -> None:
     for member in members:
@@ -613,6 +655,7 @@ def check(history: History) -> Report:
         _check_delivered(group, history, members, spans, acks, g)
         _check_commits(group, history, members, g)
         _check_stalls(group, history, members, spans_of, acks, g)
+        _check_zombie_commits(group, history, members, g)
         _check_exits(group, history, members, g)
         report.groups.append(g)
     return report
@@ -676,9 +719,10 @@ def load(directory: Path) -> History:
     samples = [OffsetSample(s["g"], float(s["s"]), float(s["t"]),
                             {int(p): int(o) for p, o in s["offsets"].items()})
                for s in _lines(directory / "samples.jsonl")]
+    max_poll = meta.get("max_poll_interval_s")
     return History(meta["topic"], int(meta["partitions"]), float(meta["session_timeout_s"]),
                    float(meta["t0"]), end, acks, sent, members, samples, disturbed,
-                   meta.get("seed"))
+                   meta.get("seed"), None if max_poll is None else float(max_poll))
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,8 @@
 """One consumer group member as an OS process, for tests/test_group_faults.py.
 
     python -m tests.support.group_member --bootstrap B --group G --topic T --member NAME \\
-        --log FILE [--commit auto|sync|async] [--session-timeout-ms N]
+        --log FILE [--commit auto|sync|async] [--session-timeout-ms N] \\
+        [--max-poll-interval-ms N] [--echo] [--stall-s S]
 
 The member is the real ``strata.client.Consumer`` with ``group_id`` and ``subscribe()``,
 processing records the way the docs tell users to (docs/consumer-groups.md):
@@ -13,6 +14,14 @@ processing records the way the docs tell users to (docs/consumer-groups.md):
 ``async``
     ``commit(asynchronous=True, callback=...)`` after every such poll, ``commit()`` in
     ``on_revoke``.
+
+Two ways its application thread stops polling, as users' applications do (issue [3.1]):
+``--echo`` prints every record it is handed to stdout (one line each, flushed per poll),
+so a pipe its reader drains slowly, or stops reading, blocks it in the print, as
+``strata consume ... | slow-program`` does; and SIGUSR1 makes it "stuck on one record":
+after its next poll that returned records it sleeps ``--stall-s`` seconds before it
+commits them. Either way its heartbeats go on (the consumer's loop thread), so only
+``max_poll_interval_ms`` moves its partitions.
 
 It appends one JSON line per event to ``--log``, each written with a single ``write``
 on an ``O_APPEND`` descriptor, so a member that is SIGKILLed leaves every line it wrote
@@ -26,6 +35,9 @@ ignores). Every line has ``ev``, ``g`` (group), ``m`` (member name), ``t``
     recv       r: [[partition, offset, value], ...] as one poll returned them
     commit     kind (sync|async|revoke|close), s: when it was sent (monotonic),
                ps: {partition: offset} committed, fail: {partition: error}, err: code
+    busy       from, to: its application went that long without polling (the time
+               from a poll's return to the next poll, logged when it is over 1 s):
+               a slow or blocked stdout, or a stall; stall: 1 when SIGUSR1 caused it
     closing    SIGTERM seen: commit (unless auto) and close() follow
     closed     close() returned
     error      an exception escaped: text; the process exits 1
@@ -89,14 +101,23 @@ def run(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log", required=True)
     parser.add_argument("--commit", choices=["auto", "sync", "async"], default="auto")
     parser.add_argument("--session-timeout-ms", type=int, default=-1)
+    parser.add_argument("--max-poll-interval-ms", type=int, default=300_000)
+    parser.add_argument("--echo", action="store_true",
+                        help="print every record to stdout (a pipe the harness reads)")
+    parser.add_argument("--stall-s", type=float, default=20.0,
+                        help="how long SIGUSR1 makes the application stuck")
     args = parser.parse_args(argv)
 
     log = EventLog(args.log, args.group, args.member)
     stop = threading.Event()
+    stall = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    log.write("start", pid=os.getpid(), mode=args.commit, session_ms=args.session_timeout_ms)
+    signal.signal(signal.SIGUSR1, lambda *_: stall.set())
+    log.write("start", pid=os.getpid(), mode=args.commit, session_ms=args.session_timeout_ms,
+              max_poll_ms=args.max_poll_interval_ms, echo=args.echo)
     consumer = Consumer(args.bootstrap, group_id=args.group, client_id=args.member,
                         session_timeout_ms=args.session_timeout_ms,
+                        max_poll_interval_ms=args.max_poll_interval_ms,
                         auto_offset_reset="earliest",
                         enable_auto_commit=args.commit == "auto", auto_commit_interval_ms=500)
 
@@ -140,13 +161,28 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke,
                            on_lost=on_lost)
+        returned = time.monotonic()
+        stalled = False
         while not stop.is_set():
+            called = time.monotonic()
+            if called - returned > 1.0:
+                log.write("busy", **{"from": returned, "to": called, "stall": int(stalled)})
+            stalled = False
             records = consumer.poll(timeout_ms=200)
+            returned = time.monotonic()
             if not records:
                 continue
             log.write("recv", r=[[r.partition, r.offset,
                                   r.value.decode(errors="replace") if r.value else None]
                                  for r in records])
+            if args.echo:  # blocks while the pipe is full: the application is stuck
+                for r in records:
+                    sys.stdout.write(f"{r.partition} {r.offset} {r.value!r:>160}\n")
+                sys.stdout.flush()
+            if stall.is_set():
+                stall.clear()
+                stalled = True
+                time.sleep(args.stall_s)  # stuck on a record; heartbeats go on
             if args.commit == "sync":
                 commit_now("sync")
             elif args.commit == "async":
