@@ -23,13 +23,18 @@ from wire.record_batch import (
     MAGIC,
     MAX_RECORDS_PER_BATCH,
     PAYLOAD_SCHEMA,
+    AbortedFilter,
+    AbortedTransaction,
     Compression,
+    ControlType,
     TimestampType,
     batches_to_table,
     build_batch,
+    build_control_batch,
     crc_of,
     decode_batch,
     iter_batches,
+    parse_control,
     peek_header,
     set_base_offset,
     set_log_append_time,
@@ -338,6 +343,67 @@ def test_batches_to_table_columns_and_slicing() -> None:
     # A fetch cut by max_bytes: the partial tail is ignored.
     cut = batches_to_table(buf[:-10], topic="t", partition=0)
     assert cut.column("offset").to_pylist() == list(range(100, 105))
+
+
+def test_control_batches_round_trip_and_are_never_records() -> None:
+    marker = build_control_batch(7, 3, ControlType.COMMIT, 11, 5_000)
+    header = validate(marker)
+    assert (header.is_control, header.is_transactional, header.producer_id,
+            header.producer_epoch, header.record_count, header.size) == \
+        (True, True, 7, 3, 1, HEADER_SIZE + 10)
+    assert parse_control(marker) == (ControlType.COMMIT, 11)
+    assert parse_control(build_control_batch(7, 3, ControlType.ABORT, 0, 1)) == \
+        (ControlType.ABORT, 0)
+    with pytest.raises(InvalidRecordBatchError, match="not a transaction marker"):
+        parse_control(_sample(1))
+    bad = bytearray(marker)
+    struct.pack_into(">h", bad, HEADER_SIZE + 2, 5)  # type 5
+    struct.pack_into(">I", bad, 17, crc_of(bad))
+    with pytest.raises(InvalidRecordBatchError, match="unknown control record"):
+        parse_control(bad)
+    # A reader never returns a marker as a record, at either isolation level.
+    data = build_batch([b"a", b"b"], timestamps=[1, 2], producer_id=7, producer_epoch=3,
+                       base_sequence=0, transactional=True)
+    assert validate(data).is_transactional
+    buf = b"".join(_assigned([data, marker, _sample(1)], first=10))
+    table = batches_to_table(buf, topic="t", partition=0)
+    assert table.column("offset").to_pylist() == [10, 11, 13]
+
+
+def _txn(pid: int, values: list[bytes]) -> bytes:
+    return build_batch(values, timestamps=[1] * len(values), producer_id=pid,
+                       producer_epoch=0, base_sequence=0, transactional=True)
+
+
+def test_read_committed_skips_aborted_transactions_batch_by_batch() -> None:
+    """Producers 1 and 2 interleave; 1 aborts its first transaction and commits its
+    second, 2 commits. Only the aborted batches and the markers leave no row."""
+    batches = [
+        _txn(1, [b"a1", b"a2"]),                                  # 100-101 aborted
+        _txn(2, [b"c1"]),                                         # 102 committed
+        _txn(1, [b"a3"]),                                         # 103 aborted
+        build_control_batch(1, 0, ControlType.ABORT, 0, 1),       # 104
+        _sample(1),                                               # 105 not transactional
+        _txn(1, [b"d1"]),                                         # 106 committed
+        build_control_batch(2, 0, ControlType.COMMIT, 0, 1),      # 107
+        build_control_batch(1, 0, ControlType.COMMIT, 0, 1),      # 108
+    ]
+    buf = b"".join(_assigned(batches, first=100))
+    aborted = [AbortedTransaction(1, 100)]
+    table = batches_to_table(buf, topic="t", partition=0, aborted=aborted)
+    assert table.column("offset").to_pylist() == [102, 105, 106]
+    assert table.column("value").to_pylist() == [b"c1", b"value-0", b"d1"]
+    # Starting inside the aborted transaction: still skipped (the filter walks from the
+    # first batch of the fetch, below start_offset too).
+    assert batches_to_table(buf, topic="t", partition=0, aborted=aborted,
+                            start_offset=101).column("offset").to_pylist() == [102, 105, 106]
+    # read_uncommitted (no aborted list): every data batch, no marker.
+    assert batches_to_table(buf, topic="t", partition=0).column("offset").to_pylist() == \
+        [100, 101, 102, 103, 105, 106]
+    # One decision per batch: the filter never decodes a payload.
+    walk = AbortedFilter(aborted)
+    assert [walk.skip(h, v) for h, v in iter_batches(buf)] == \
+        [True, False, True, True, False, False, True, True]
 
 
 def test_batches_to_table_log_append_time() -> None:

@@ -15,9 +15,9 @@ so the fields a Kafka operator knows sit where they expect them)::
     17      4   crc            uint32   CRC32C of bytes [21, end): attributes .. payload
     21      2   attributes     int16    bits 0-2 compression (0 none, 1 lz4, 2 zstd),
                                         bit 3 timestamp type (0 create, 1 log-append),
-                                        bit 4 transactional (written by a sink commit),
-                                        bit 5 control (reserved), bit 6 ends a sink
-                                        commit; others 0
+                                        bit 4 transactional (a transaction's batch, or a
+                                        sink commit's), bit 5 control (a transaction
+                                        marker), bit 6 ends a sink commit; others 0
     23      4   last_offset_delta int32 record_count - 1
     27      8   first_timestamp int64   smallest record timestamp, ms since the epoch
     35      8   max_timestamp  int64    largest record timestamp (log-append time when
@@ -43,10 +43,20 @@ Producers and consumers build and read whole Arrow columns (``build_batch``,
 
 Compression is Arrow's own IPC buffer compression (LZ4_FRAME or ZSTD), so a compressed
 batch is still a self-describing Arrow stream and the broker still never opens it.
+
+Control batches (transaction markers, docs/transactions.md) are the one exception to
+the Arrow payload: a COMMIT or ABORT marker is one record whose payload is Kafka's
+control record, 10 bytes (key: int16 version 0, int16 type, 0 ABORT / 1 COMMIT; value:
+int16 version 0, int32 coordinator epoch), with the transactional and control bits set
+and the transaction's producer id and epoch. Readers never hand a control batch to an
+application: ``batches_to_table`` skips it, and with ``aborted`` (a read_committed
+fetch's aborted transactions) also skips the batches of aborted transactions, batch by
+batch, as Kafka's consumer does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -73,8 +83,13 @@ __all__ = [
     "SINK_PRODUCER_ID_BASE",
     "CONSUMER_SCHEMA",
     "BROKER_ONLY_ATTRIBUTE_BITS",
+    "AbortedFilter",
+    "AbortedTransaction",
     "BatchHeader",
     "Compression",
+    "ControlType",
+    "build_control_batch",
+    "parse_control",
     "TimestampType",
     "batches_to_table",
     "build_batch",
@@ -195,6 +210,22 @@ class TimestampType(IntEnum):
     LOG_APPEND_TIME = 1
 
 
+class ControlType(IntEnum):
+    """A control record's type (Kafka's numbers)."""
+
+    ABORT = 0
+    COMMIT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    """An aborted transaction a read_committed fetch covers: its producer and the offset
+    of its first batch in the partition (Kafka's FetchResponse AbortedTransaction)."""
+
+    producer_id: int
+    first_offset: int
+
+
 @dataclass(frozen=True, slots=True)
 class BatchHeader:
     """The decoded 61-byte header. ``size`` is the whole batch in bytes."""
@@ -251,6 +282,40 @@ class BatchHeader:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
         return self.base_sequence + self.last_offset_delta
+
+
+_CONTROL_RECORD = struct.Struct(">hhhi")  # key version, type; value version, coord epoch
+_CONTROL_ATTRIBUTES: Final = _TRANSACTIONAL_BIT | _CONTROL_BIT
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, control_type: ControlType,
+                        coordinator_epoch: int, timestamp_ms: int) -> bytes:
+    """A transaction marker: one control record ending ``producer_id``'s transaction in a
+    partition (base offset 0 and leader epoch -1, as the leader stamps them on append)."""
+    payload = _CONTROL_RECORD.pack(0, int(control_type), 0, coordinator_epoch)
+    batch = bytearray(HEADER_SIZE + len(payload))
+    HEADER.pack_into(batch, 0, 0, len(batch) - LOG_OVERHEAD, -1, MAGIC, 0,
+                     _CONTROL_ATTRIBUTES, 0, timestamp_ms, timestamp_ms, producer_id,
+                     producer_epoch, NO_SEQUENCE, 1)
+    batch[HEADER_SIZE:] = payload
+    struct.pack_into(">I", batch, _CRC_AT, crc_of(batch))
+    return bytes(batch)
+
+
+def parse_control(batch: bytes | bytearray | memoryview) -> tuple[ControlType, int]:
+    """``(type, coordinator_epoch)`` of a whole control batch (``InvalidRecordBatchError``
+    if it is not one this build writes)."""
+    header = peek_header(batch)
+    if not header.is_control or header.record_count != 1 or \
+            header.size - HEADER_SIZE != _CONTROL_RECORD.size or len(batch) < header.size:
+        raise InvalidRecordBatchError("not a transaction marker (control batch)")
+    key_version, kind, value_version, coordinator_epoch = _CONTROL_RECORD.unpack_from(
+        batch, HEADER_SIZE)
+    if key_version != 0 or value_version != 0 or kind not in (0, 1):
+        raise InvalidRecordBatchError(
+            f"unknown control record (key version {key_version}, type {kind}, value "
+            f"version {value_version})")
+    return ControlType(kind), coordinator_epoch
 
 
 def crc_of(batch: bytes | bytearray | memoryview) -> int:
@@ -527,8 +592,12 @@ def build_batch(
     now_ms: int | None = None,
     base_offset: int = 0,
     value_schema_id: int | None = None,
+    transactional: bool = False,
 ) -> bytes:
     """Encode whole columns into one batch (header + Arrow IPC stream).
+
+    ``transactional``: the batch belongs to its producer's open transaction (the
+    transactional bit; docs/transactions.md).
 
     ``value_schema_id`` set: a typed topic's batch; ``values`` is then a StructArray of
     that registered schema's Arrow type (``typed_payload_schema``).
@@ -590,6 +659,7 @@ def build_batch(
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
         base_offset=base_offset,
+        transactional=transactional,
     )
 
 
@@ -601,6 +671,7 @@ def encode_record_batch(
     producer_epoch: int = NO_PRODUCER_EPOCH,
     base_sequence: int = NO_SEQUENCE,
     base_offset: int = 0,
+    transactional: bool = False,
 ) -> bytes:
     """Encode an Arrow record batch already in ``PAYLOAD_SCHEMA`` (or a typed payload
     schema, ``typed_payload_schema``) into a Strata batch."""
@@ -627,7 +698,7 @@ def encode_record_batch(
         -1,  # leader epoch: stamped by the leader
         MAGIC,
         0,  # crc: filled below
-        int(codec),
+        int(codec) | (_TRANSACTIONAL_BIT if transactional else 0),
         n - 1,
         first_ts,
         max_ts,
@@ -684,6 +755,37 @@ CONSUMER_SCHEMA: Final = pa.schema(
 )
 
 
+class AbortedFilter:
+    """Which transactional batches of a read_committed fetch belong to aborted
+    transactions (Kafka's consumer algorithm): walking the batches in offset order, a
+    producer joins the aborted set when the walk reaches the first offset of one of its
+    aborted transactions, its transactional batches are skipped while it is in the set,
+    and its ABORT marker takes it out again. One decision per batch, no record is looked
+    at. ``aborted`` is what the fetch answered for this partition."""
+
+    __slots__ = ("_active", "_pending")
+
+    def __init__(self, aborted: Sequence[AbortedTransaction]) -> None:
+        self._pending = sorted(aborted, key=lambda a: a.first_offset, reverse=True)
+        self._active: set[int] = set()
+
+    def skip(self, header: BatchHeader, batch: memoryview) -> bool:
+        """Whether this batch is not for the application (an aborted transaction's
+        batch, or any control batch)."""
+        pending = self._pending
+        while pending and pending[-1].first_offset <= header.last_offset:
+            self._active.add(pending.pop().producer_id)
+        if header.is_control:
+            if header.producer_id in self._active:
+                # A malformed marker is skipped like any control batch; its producer
+                # stays aborted until a well-formed ABORT marker.
+                with contextlib.suppress(InvalidRecordBatchError):
+                    if parse_control(batch)[0] is ControlType.ABORT:
+                        self._active.discard(header.producer_id)
+            return True
+        return header.is_transactional and header.producer_id in self._active
+
+
 def batches_to_table(
     buf: bytes | bytearray | memoryview,
     *,
@@ -692,8 +794,14 @@ def batches_to_table(
     start_offset: int = 0,
     end_offset: int | None = None,
     resolve_value: Callable[[int, pa.StructArray], pa.Array] | None = None,
+    aborted: Sequence[AbortedTransaction] | None = None,
 ) -> pa.Table:
     """Decode every whole batch in ``buf`` into one table in ``CONSUMER_SCHEMA``.
+
+    Control batches (transaction markers) are never returned. ``aborted`` (a
+    read_committed fetch's aborted transactions for this partition; None or empty at
+    read_uncommitted) also drops the batches of aborted transactions (``AbortedFilter``):
+    their offsets, like the markers', have no row.
 
     A typed topic's batches give a table whose ``value`` is a struct: each batch's values
     go through ``resolve_value(schema_id, values)`` (the client's: read them under the
@@ -707,11 +815,16 @@ def batches_to_table(
     """
     payloads: list[pa.RecordBatch] = []
     headers: list[BatchHeader] = []
+    skip = AbortedFilter(aborted).skip if aborted else None
     for header, view in iter_batches(buf):
+        if skip is not None and skip(header, view):
+            continue
         if header.next_offset <= start_offset:
             continue
         if end_offset is not None and header.base_offset >= end_offset:
             break
+        if header.is_control:
+            continue
         payloads.append(decode_batch(view, verify=False)[1])
         headers.append(header)
     if not payloads:
