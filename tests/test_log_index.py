@@ -1,4 +1,5 @@
-"""Unit tests of the two sparse index files: ``OffsetIndex`` and ``TimeIndex``.
+"""Unit tests of the segment index files: ``OffsetIndex``, ``TimeIndex`` and the aborted-
+transaction index ``TransactionIndex``.
 
 Real files in ``tmp_path``; the on-disk bytes are read back with ``struct`` using the
 layouts documented in ``brokers/log/offset_index.py`` and ``time_index.py``.
@@ -14,6 +15,7 @@ import pytest
 from brokers.log.index_file import IndexCorruptError
 from brokers.log.offset_index import OffsetIndex
 from brokers.log.time_index import TimeIndex
+from brokers.log.txn_index import AbortedTxn, TransactionIndex
 
 LIMIT = 2**32
 
@@ -179,3 +181,51 @@ def test_time_index_check_and_partial_entry(tmp_path: Path) -> None:
         f.write(b"\x00" * 8)  # 32 bytes: not a multiple of 12
     with pytest.raises(IndexCorruptError, match="not a multiple of 12"):
         TimeIndex(index.path).load()
+
+
+# ----------------------------------------------------------------------------- txn index
+
+
+def test_txn_index_appends_persists_lazily_and_reloads(tmp_path: Path) -> None:
+    index = TransactionIndex(tmp_path / "00000000000000000100.txnindex")
+    index.persist(fsync=True)
+    assert not index.path.exists()  # created lazily: most segments never hold one
+    index.append(AbortedTxn(7, 90, 105, 90))
+    index.append(AbortedTxn(8, 104, 110, 104))
+    with pytest.raises(ValueError, match="offset order"):
+        index.append(AbortedTxn(9, 100, 108))
+    index.persist(fsync=False)
+    assert index.path.stat().st_size == 2 * 34
+    again = TransactionIndex(index.path)
+    again.load()
+    again.check(100, 200)
+    assert again.entries == index.entries
+    # Overlap with a fetched range [start, end): entry 7 covers 90..105.
+    assert [e.producer_id for e in again.aborted_in(100, 104)] == [7]
+    assert [e.producer_id for e in again.aborted_in(106, 300)] == [8]
+    assert [e.producer_id for e in again.aborted_in(0, 90)] == []
+    assert [e.producer_id for e in again.aborted_in(0, 91)] == [7]
+
+
+def test_txn_index_truncates_and_rejects_corrupt_files(tmp_path: Path) -> None:
+    index = TransactionIndex(tmp_path / "00000000000000000000.txnindex")
+    for pid, (first, last) in enumerate([(0, 3), (2, 5), (6, 9)]):
+        index.append(AbortedTxn(pid, first, last))
+    index.persist(fsync=False)
+    index.truncate_to(5)  # the marker at 5 is gone with the log's tail
+    assert [e.last_offset for e in index.entries] == [3]
+    reloaded = TransactionIndex(index.path)
+    reloaded.load()
+    assert [e.last_offset for e in reloaded.entries] == [3]
+    reloaded.truncate_to(0)
+    assert not index.path.exists()
+    index.path.write_bytes(b"\x00" * 33)
+    with pytest.raises(IndexCorruptError, match="multiple of 34"):
+        TransactionIndex(index.path).load()
+    index.path.write_bytes(b"\x00\x05" + b"\x00" * 32)
+    with pytest.raises(IndexCorruptError, match="version"):
+        TransactionIndex(index.path).load()
+    bad = TransactionIndex(index.path)
+    bad.entries = [AbortedTxn(1, 5, 50)]
+    with pytest.raises(IndexCorruptError, match="outside the segment"):
+        bad.check(0, 10)
