@@ -47,7 +47,7 @@ UNIT_MODULES = frozenset({
     "test_fault_checker", "test_group_checker", "test_broker_config", "test_heap",
     "test_layers", "test_docs", "test_handlers_unit", "test_group_index", "test_sasl",
     "test_acl", "test_quotas", "test_deploy_files", "test_schema_mapping",
-    "test_schema_registry_state", "test_txn_checker",
+    "test_schema_registry_state", "test_txn_checker", "test_transaction_state",
 })
 SYSTEM_MODULES = frozenset({
     "test_faults", "test_group_faults", "test_gateway_faults", "test_rolling_restart",

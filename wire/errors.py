@@ -73,6 +73,17 @@ __all__ = [
     "UnknownTopicOrPartitionError",
     "UnreleasedInstanceIdError",
     "FencedInstanceIdError",
+    "InvalidTxnStateError",
+    "InvalidProducerIdMappingError",
+    "InvalidTransactionTimeoutError",
+    "ConcurrentTransactionsError",
+    "TransactionCoordinatorFencedError",
+    "TransactionalIdAuthorizationFailedError",
+    "OperationNotAttemptedError",
+    "UnstableOffsetCommitError",
+    "ProducerFencedError",
+    "TransactionalIdNotFoundError",
+    "TransactionAbortableError",
     "UnsupportedAssignorError",
     "UnsupportedVersionError",
     "error_for_code",
@@ -325,6 +336,99 @@ class InvalidProducerEpochError(StrataError):
 
     code = 47
     name = "INVALID_PRODUCER_EPOCH"
+
+
+class InvalidTxnStateError(StrataError):
+    """The request does not fit the transaction's state (e.g. a commit with nothing
+    open, a non-transactional write inside a transaction): the producer's view of its
+    transaction is wrong. Fatal for the producer: close it and start a new one."""
+
+    code = 48
+    name = "INVALID_TXN_STATE"
+
+
+class InvalidProducerIdMappingError(StrataError):
+    """The producer id does not hold this transactional id (it expired, or another
+    producer id took it over): call ``init_transactions()`` again."""
+
+    code = 49
+    name = "INVALID_PRODUCER_ID_MAPPING"
+
+
+class InvalidTransactionTimeoutError(StrataError):
+    """``transaction_timeout_ms`` is outside 1 .. the broker's
+    ``transaction.max.timeout.ms``: choose a smaller timeout."""
+
+    code = 50
+    name = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class ConcurrentTransactionsError(StrataError):
+    """The transactional id is between two states (a transaction completing, an abort
+    in progress): retry after a short back-off (the client does)."""
+
+    code = 51
+    name = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(StrataError):
+    """A transaction marker came from a coordinator older than one this partition has
+    already heard from: a newer coordinator owns the transaction; nothing was written."""
+
+    code = 52
+    name = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class TransactionalIdAuthorizationFailedError(StrataError):
+    """The principal may not use this transactional id: grant WRITE (and DESCRIBE) on
+    the TRANSACTIONAL_ID resource (`strata acl add --transactional-id ...`)."""
+
+    code = 53
+    name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+class OperationNotAttemptedError(StrataError):
+    """Not done because another part of the same request failed (see its error); fix
+    that and send the request again."""
+
+    code = 55
+    name = "OPERATION_NOT_ATTEMPTED"
+
+
+class UnstableOffsetCommitError(StrataError):
+    """A transaction that commits offsets for this partition is still open: the
+    committed offset is not decided yet; retry shortly."""
+
+    code = 88
+    name = "UNSTABLE_OFFSET_COMMIT"
+    retriable = True
+
+
+class ProducerFencedError(StrataError):
+    """A newer producer with the same transactional id took over (or the coordinator
+    aborted this producer's transaction after its timeout and bumped its epoch): this
+    producer is a zombie. Fatal: close it."""
+
+    code = 90
+    name = "PRODUCER_FENCED"
+
+
+class TransactionalIdNotFoundError(StrataError):
+    """No transaction state exists for this transactional id (never used, or expired
+    after ``transactional.id.expiration.ms``)."""
+
+    code = 105
+    name = "TRANSACTIONAL_ID_NOT_FOUND"
+
+
+class TransactionAbortableError(StrataError):
+    """The transaction cannot go on (e.g. a write to a partition that was not added to
+    it, or a timed-out request inside it): abort it and run it again; the producer
+    stays usable."""
+
+    code = 120
+    name = "TRANSACTION_ABORTABLE"
 
 
 class UnknownProducerIdError(StrataError):
@@ -700,6 +804,17 @@ _BY_CODE: dict[int, type[StrataError]] = {
         StaleMemberEpochError,
         UnreleasedInstanceIdError,
         FencedInstanceIdError,
+        InvalidTxnStateError,
+        InvalidProducerIdMappingError,
+        InvalidTransactionTimeoutError,
+        ConcurrentTransactionsError,
+        TransactionCoordinatorFencedError,
+        TransactionalIdAuthorizationFailedError,
+        OperationNotAttemptedError,
+        UnstableOffsetCommitError,
+        ProducerFencedError,
+        TransactionalIdNotFoundError,
+        TransactionAbortableError,
         TierJobBusyError,
         TierLeaseLostError,
         TopicAuthorizationFailedError,
