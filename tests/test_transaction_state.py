@@ -277,3 +277,60 @@ def test_records_round_trip_through_the_log() -> None:
     assert decode_record(key, None) == ("app-1", None)
     with pytest.raises(ValueError, match="not a transaction log key"):
         decode_record(b'{"type": "group"}', None)
+
+
+# ----------------------------------------------------------------------------- client
+
+
+def test_the_clients_transaction_manager_follows_kafkas_states() -> None:
+    from strata.client import TopicPartition
+    from strata.client._transactions import (
+        AbortableTransactionError,
+        FatalTransactionError,
+        TransactionManager,
+        TransactionStateError,
+        TxnClientState,
+        classify,
+    )
+
+    tm = TransactionManager("app-1", 60_000)
+    with pytest.raises(TransactionStateError, match="init_transactions"):
+        tm.begin()
+    with pytest.raises(TransactionStateError, match="begin_transaction"):
+        tm.require_open("send()")
+    tm.begin_init()
+    tm.initialized(7, 0)
+    tm.begin()
+    with pytest.raises(TransactionStateError, match="no transaction open"):
+        tm.begin()
+    tp = TopicPartition("t", 0)
+    tm.wrote([tp, tp])
+    assert tm.new_partitions == {tp} and not tm.started
+    tm.added([tp])
+    assert tm.started and not tm.new_partitions
+    tm.begin_commit()
+    tm.completed(7, 1)  # KIP-890: the next transaction's epoch
+    assert (tm.state, tm.producer_epoch, tm.partitions) == (TxnClientState.READY, 1, set())
+
+    # An abortable error: the producer stays usable after abort_transaction().
+    tm.begin()
+    error = tm.fail(TransactionAbortableError("partition not added"))
+    assert isinstance(error, AbortableTransactionError)
+    assert isinstance(error.cause, TransactionAbortableError)
+    with pytest.raises(AbortableTransactionError, match="abort_transaction"):
+        tm.require_open("send()")
+    with pytest.raises(TransactionStateError, match="abort_transaction"):
+        tm.begin_commit()
+    tm.begin_abort()
+    tm.completed(7, 2)
+    tm.begin()
+    # A leader's INVALID_PRODUCER_EPOCH on a write is abortable; PRODUCER_FENCED is fatal.
+    assert isinstance(tm.write_failed(InvalidProducerIdMappingError("x")),
+                      AbortableTransactionError)
+    fatal = tm.fail(ProducerFencedError("a newer instance"))
+    assert isinstance(fatal, FatalTransactionError) and tm.state is TxnClientState.FATAL_ERROR
+    with pytest.raises(TransactionStateError, match="fatal error"):
+        tm.begin_abort()
+    assert classify(ConcurrentTransactionsError("x")) == "retry"
+    assert classify(InvalidTxnStateError("x")) == "fatal"
+    assert classify(TransactionAbortableError("x")) == "abortable"
