@@ -20,11 +20,28 @@ Sink entries expire after ``sink.state.expiration.ms`` without a commit (default
 days, far above ``producer.id.expiration.ms``): a Spark query may come back after a long
 pause and re-run its last batch, but every one-off batch write is a sink of its own.
 
+Transactions (docs/transactions.md) are the third kind of writer: a producer's
+transactional batches (the transactional bit, an ordinary producer id) open a
+transaction in this partition at the offset of the first one; the producer's next
+marker (a control batch the coordinator has the leader write) ends it and returns a
+``CompletedTxn``. Per producer the state keeps the open transaction's first offset and
+the highest coordinator epoch seen: a marker from an older coordinator is refused
+(TRANSACTION_COORDINATOR_FENCED), one with an older producer epoch too
+(INVALID_PRODUCER_EPOCH), and one with the producer's current epoch while nothing is
+open is a duplicate (a coordinator retrying), appended once only. A non-transactional
+batch while the producer has a transaction open is INVALID_TXN_STATE. The first
+unstable offset (``first_unstable_offset``) is the first offset of the oldest open
+transaction, or of a completed one whose marker is not yet below the high watermark:
+the last stable offset a read_committed fetch stops at never passes either.
+
 Persistence: ``<offset, 20 digits>.snapshot`` files in the partition directory (JSON,
 written atomically) capture the state as of ``offset``. On open the newest snapshot at
 or below the log end is loaded and the batch headers after it are replayed (headers
-carry producer id, epoch and sequence), so the state survives a restart or a crash
-without the payloads ever being decoded. Only the two newest snapshots are kept.
+carry producer id, epoch and sequence; a marker's 10-byte control record is read for
+its type), so the state survives a restart or a crash without the record payloads ever
+being decoded. Only the two newest snapshots are kept. A snapshot holds each open
+transaction's first offset and the completed, not yet replicated ones, so the first
+unstable offset survives a restart too.
 
 Thread-safety: not thread-safe; the partition calls it from the event loop only.
 """
@@ -42,12 +59,14 @@ from typing import Final
 from brokers.log.checkpoint import write_atomically
 from wire.errors import (
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
-from wire.record_batch import NO_PRODUCER_ID, BatchHeader
+from wire.record_batch import NO_PRODUCER_ID, SINK_PRODUCER_ID_BASE, BatchHeader, ControlType
 
-__all__ = ["BatchMetadata", "ProducerStateManager"]
+__all__ = ["BatchMetadata", "CompletedTxn", "ProducerStateManager"]
 
 MAX_BATCHES_PER_PRODUCER: Final = 5
 SNAPSHOT_SUFFIX: Final = ".snapshot"
@@ -62,6 +81,17 @@ class BatchMetadata:
     last_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker just ended in this partition: offsets of its first batch
+    and of its marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
 @dataclass(slots=True)
 class _ProducerEntry:
     epoch: int
@@ -73,6 +103,10 @@ class _ProducerEntry:
     last_commit: int = -1
     open_commit_offset: int | None = None
     is_sink: bool = False
+    # Transactional producers: the open transaction's first offset here (None: none
+    # open) and the highest coordinator epoch a marker of theirs carried.
+    txn_first_offset: int | None = None
+    coordinator_epoch: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -87,6 +121,9 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._producers: dict[int, _ProducerEntry] = {}
+        # Completed transactions whose marker is not yet below the high watermark:
+        # (first offset, marker offset), in marker order.
+        self._unreplicated: deque[tuple[int, int]] = deque()
         # (offset, bytes) of the snapshot on disk as written or loaded by this process:
         # writing the same again (an idle partition at every retention pass and close)
         # would only cost fsyncs.
@@ -102,6 +139,12 @@ class ProducerStateManager:
         if pid == NO_PRODUCER_ID:
             return None
         entry = self._producers.get(pid)
+        if entry is not None and entry.txn_first_offset is not None and \
+                not header.is_transactional and header.producer_epoch >= entry.epoch:
+            raise InvalidTxnStateError(
+                f"producer {pid} has a transaction open in this partition (since offset "
+                f"{entry.txn_first_offset}); a non-transactional write is refused until "
+                "it commits or aborts")
         if entry is None:
             if header.base_sequence != 0:
                 raise UnknownProducerIdError(
@@ -129,6 +172,76 @@ class ProducerStateManager:
                 f"producer {pid} sent sequence {header.base_sequence} but {expected} was "
                 "expected: an earlier batch is missing; the producer must retry in order")
         return None
+
+    # ------------------------------------------------------------------ transactions
+    def in_transaction(self, producer_id: int) -> bool:
+        """Whether the producer has a transaction open in this partition."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.txn_first_offset is not None
+
+    def needs_verification(self, header: BatchHeader) -> bool:
+        """A transactional batch that would open a transaction here: the leader must ask
+        the coordinator that this partition belongs to the producer's open transaction
+        (KIP-890 part 1) before it appends."""
+        return (header.is_transactional and header.producer_id < SINK_PRODUCER_ID_BASE
+                and not header.is_control and not self.in_transaction(header.producer_id))
+
+    def check_marker(self, header: BatchHeader, coordinator_epoch: int) -> bool:
+        """Whether a marker for ``header.producer_id`` is to be appended (False: a
+        duplicate of one already written, to be acknowledged without writing). Raises
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator, INVALID_PRODUCER_EPOCH
+        for an older producer epoch."""
+        entry = self._producers.get(header.producer_id)
+        if entry is None:
+            return True  # nothing of this producer here: the marker sets its epoch
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"a marker for producer {header.producer_id} from coordinator epoch "
+                f"{coordinator_epoch}, after one from epoch {entry.coordinator_epoch}: a "
+                "newer transaction coordinator owns this transaction")
+        if header.producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"a marker for producer {header.producer_id} with epoch "
+                f"{header.producer_epoch}, older than its current epoch {entry.epoch}")
+        return not (header.producer_epoch == entry.epoch and entry.txn_first_offset is None
+                    and entry.coordinator_epoch >= 0)
+
+    def complete(self, header: BatchHeader, marker_offset: int, control: ControlType,
+                 coordinator_epoch: int) -> CompletedTxn | None:
+        """A marker was appended at ``marker_offset``: end the producer's transaction
+        here (None: it had none open) and move the producer to the marker's epoch."""
+        pid = header.producer_id
+        entry = self._producers.get(pid)
+        if entry is None or header.producer_epoch > entry.epoch:
+            fresh = _ProducerEntry(header.producer_epoch)
+            if entry is not None:
+                fresh.txn_first_offset = entry.txn_first_offset
+                fresh.coordinator_epoch = entry.coordinator_epoch
+            entry = self._producers[pid] = fresh
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        first, entry.txn_first_offset = entry.txn_first_offset, None
+        if first is None:
+            return None
+        self._unreplicated.append((first, marker_offset))
+        return CompletedTxn(pid, first, marker_offset, control is ControlType.ABORT)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset a read_committed reader may not pass (None: none)."""
+        starts = [e.txn_first_offset for e in self._producers.values()
+                  if e.txn_first_offset is not None]
+        starts += [first for first, _ in self._unreplicated]
+        return min(starts) if starts else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Completed transactions whose marker is below the high watermark are stable."""
+        while self._unreplicated and self._unreplicated[0][1] < high_watermark:
+            self._unreplicated.popleft()
+
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction (DescribeProducers)."""
+        return {pid: e.txn_first_offset for pid, e in self._producers.items()
+                if e.txn_first_offset is not None}
 
     def last_commit(self, producer_id: int) -> int:
         """Batch id of the sink's last completed commit in this partition (-1: none)."""
@@ -161,13 +274,20 @@ class ProducerStateManager:
         pid = header.producer_id
         if pid == NO_PRODUCER_ID:
             return
-        if header.is_transactional:
+        if header.is_transactional and pid >= SINK_PRODUCER_ID_BASE:
             self._update_sink(header, first_offset)
             return
+        if header.is_control:
+            return  # markers: ``complete``
         entry = self._producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = _ProducerEntry(header.producer_epoch)
-            self._producers[pid] = entry
+            fresh = _ProducerEntry(header.producer_epoch)
+            if entry is not None:  # a new epoch keeps what a marker must still end
+                fresh.txn_first_offset = entry.txn_first_offset
+                fresh.coordinator_epoch = entry.coordinator_epoch
+            entry = self._producers[pid] = fresh
+        if header.is_transactional and entry.txn_first_offset is None:
+            entry.txn_first_offset = first_offset
         entry.batches.append(BatchMetadata(
             header.base_sequence, header.last_sequence, first_offset,
             first_offset + header.last_offset_delta))
@@ -185,23 +305,38 @@ class ProducerStateManager:
         not leave state behind forever.
         """
         idle = [pid for pid, e in self._producers.items()
-                if (not e.is_sink and e.last_timestamp < now_ms - max_idle_ms)
+                if (not e.is_sink and e.txn_first_offset is None
+                    and e.last_timestamp < now_ms - max_idle_ms)
                 or (e.is_sink and sink_max_idle_ms is not None
                     and e.last_timestamp < now_ms - sink_max_idle_ms)]
         for pid in idle:
             del self._producers[pid]
         return len(idle)
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
-        for header in headers:
-            self.update(header, header.base_offset)
+    def replay(self, headers: Iterable[BatchHeader | tuple[BatchHeader, ControlType, int]]
+               ) -> list[CompletedTxn]:
+        """Rebuild from the log after a snapshot: data batch headers, and markers as
+        ``(header, control type, coordinator epoch)``. Returns the transactions the
+        markers completed (recovery rebuilds the aborted-transaction index from them)."""
+        completed: list[CompletedTxn] = []
+        for item in headers:
+            if isinstance(item, tuple):
+                header, control, coordinator_epoch = item
+                done = self.complete(header, header.base_offset, control, coordinator_epoch)
+                if done is not None:
+                    completed.append(done)
+            else:
+                self.update(item, item.base_offset)
+        return completed
 
     def clear(self) -> None:
         self._producers.clear()
+        self._unreplicated.clear()
 
     def reset(self) -> None:
         """Forget everything, snapshots included (the log restarted elsewhere)."""
         self._producers.clear()
+        self._unreplicated.clear()
         for offset in self.snapshot_offsets():
             self._snapshot_path(offset).unlink(missing_ok=True)
 
@@ -220,10 +355,17 @@ class ProducerStateManager:
             str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp,
                        "sink": e.is_sink, "last_commit": e.last_commit,
                        "batches": [[b.first_sequence, b.last_sequence, b.first_offset,
-                                    b.last_offset] for b in e.batches]}
+                                    b.last_offset] for b in e.batches],
+                       **({"txn_first_offset": e.txn_first_offset}
+                          if e.txn_first_offset is not None else {}),
+                       **({"coordinator_epoch": e.coordinator_epoch}
+                          if e.coordinator_epoch >= 0 else {})}
             for pid, e in self._producers.items()
         }
-        data = json.dumps({"version": 1, "offset": offset, "producers": state}).encode("ascii")
+        snapshot = {"version": 1, "offset": offset, "producers": state}
+        if self._unreplicated:
+            snapshot["unreplicated"] = [list(t) for t in self._unreplicated]
+        data = json.dumps(snapshot).encode("ascii")
         if self._on_disk == (offset, data) and self._snapshot_path(offset).exists():
             return
         write_atomically(self._snapshot_path(offset), data)
@@ -247,16 +389,24 @@ class ProducerStateManager:
                 raw = path.read_bytes()
                 value = json.loads(raw.decode("ascii"))
                 for pid, entry in value["producers"].items():
+                    first = entry.get("txn_first_offset")
                     producer = _ProducerEntry(int(entry["epoch"]),
                                               last_timestamp=int(entry.get("last_timestamp", -1)),
                                               last_commit=int(entry.get("last_commit", -1)),
-                                              is_sink=bool(entry.get("sink", False)))
+                                              is_sink=bool(entry.get("sink", False)),
+                                              txn_first_offset=None if first is None
+                                              else int(first),
+                                              coordinator_epoch=int(
+                                                  entry.get("coordinator_epoch", -1)))
                     for fs, ls, fo, lo in entry["batches"]:
                         producer.batches.append(BatchMetadata(fs, ls, fo, lo))
                     self._producers[int(pid)] = producer
+                self._unreplicated = deque((int(f), int(m))
+                                           for f, m in value.get("unreplicated", []))
                 self._on_disk = (offset, raw)
                 return offset
             except (ValueError, KeyError, TypeError, UnicodeDecodeError):
                 path.unlink(missing_ok=True)  # a damaged snapshot: fall back to an older one
                 self._producers.clear()
+                self._unreplicated.clear()
         return 0

@@ -9,13 +9,17 @@ import pytest
 from brokers.producer_state import ProducerStateManager
 from wire.errors import (
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
 from wire.record_batch import (
     SINK_PRODUCER_ID_BASE,
     BatchHeader,
+    ControlType,
     build_batch,
+    build_control_batch,
     peek_header,
     set_base_offset,
     stamp_sink_commit,
@@ -23,9 +27,17 @@ from wire.record_batch import (
 
 
 def _header(pid: int, epoch: int, seq: int, n: int = 2, ts: int = 1000,
-            base: int = 0) -> BatchHeader:
+            base: int = 0, transactional: bool = False) -> BatchHeader:
     batch = bytearray(build_batch([b"v"] * n, producer_id=pid, producer_epoch=epoch,
-                                  base_sequence=seq, timestamps=[ts] * n))
+                                  base_sequence=seq, timestamps=[ts] * n,
+                                  transactional=transactional))
+    set_base_offset(batch, base, 0)
+    return peek_header(batch)
+
+
+def _marker(pid: int, epoch: int, base: int, control: ControlType = ControlType.COMMIT
+            ) -> BatchHeader:
+    batch = bytearray(build_control_batch(pid, epoch, control, 0, 1000))
     set_base_offset(batch, base, 0)
     return peek_header(batch)
 
@@ -86,3 +98,67 @@ def test_sink_commits_count_only_when_their_group_ends_and_never_expire(
     # Replaying a group without its end batch leaves it open (the partition truncates it).
     reloaded.replay([_sink_header(pid, 4, ends=False, base=2)])
     assert reloaded.open_commit() == 2 and reloaded.last_commit(pid) == 3
+
+
+def test_transactions_open_at_their_first_batch_and_close_at_the_marker(
+        tmp_path: Path) -> None:
+    state = ProducerStateManager(tmp_path)
+    first = _header(7, 0, 0, base=10, transactional=True)
+    assert state.needs_verification(first)  # the leader asks the coordinator first
+    state.check(first)
+    state.update(first, 10)
+    assert not state.needs_verification(_header(7, 0, 2, base=12, transactional=True))
+    state.update(_header(7, 0, 2, base=12, transactional=True), 12)
+    other = _header(8, 0, 0, base=14)  # a non-transactional producer: not unstable
+    state.update(other, 14)
+    assert state.first_unstable_offset() == 10 and state.open_transactions() == {7: 10}
+    with pytest.raises(InvalidTxnStateError, match="transaction open"):
+        state.check(_header(7, 0, 4, base=16))  # a plain write inside the transaction
+    marker = _marker(7, 1, 16, ControlType.ABORT)
+    assert state.check_marker(marker, coordinator_epoch=3)
+    done = state.complete(marker, 16, ControlType.ABORT, 3)
+    assert done is not None and (done.first_offset, done.last_offset, done.aborted) == \
+        (10, 16, True)
+    assert state.first_unstable_offset() == 10  # until the marker is replicated
+    state.on_high_watermark(16)
+    assert state.first_unstable_offset() == 10
+    state.on_high_watermark(17)
+    assert state.first_unstable_offset() is None and state.open_transactions() == {}
+    # The marker moved the producer to epoch 1: a late batch of epoch 0 is refused (a
+    # delayed produce cannot join the next transaction), epoch 1 starts at sequence 0.
+    with pytest.raises(InvalidProducerEpochError):
+        state.check(_header(7, 0, 4, base=17, transactional=True))
+    assert state.check(_header(7, 1, 0, base=17, transactional=True)) is None
+
+
+def test_markers_from_old_coordinators_or_epochs_are_refused_and_repeats_skipped(
+        tmp_path: Path) -> None:
+    state = ProducerStateManager(tmp_path)
+    state.update(_header(7, 0, 0, base=0, transactional=True), 0)
+    state.complete(_marker(7, 1, 2), 2, ControlType.COMMIT, 5)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        state.check_marker(_marker(7, 2, 3), coordinator_epoch=4)
+    with pytest.raises(InvalidProducerEpochError):
+        state.check_marker(_marker(7, 0, 3), coordinator_epoch=5)
+    assert not state.check_marker(_marker(7, 1, 3), coordinator_epoch=5)  # a retry
+    assert state.check_marker(_marker(9, 0, 3), coordinator_epoch=0)  # unknown producer
+    assert state.complete(_marker(9, 0, 3), 3, ControlType.COMMIT, 0) is None
+
+
+def test_open_transactions_survive_snapshots_and_replay(tmp_path: Path) -> None:
+    state = ProducerStateManager(tmp_path)
+    state.update(_header(7, 0, 0, base=0, transactional=True), 0)
+    state.update(_header(8, 0, 0, base=2, transactional=True), 2)
+    state.complete(_marker(8, 1, 4), 4, ControlType.COMMIT, 1)
+    state.write_snapshot(5)
+    loaded = ProducerStateManager(tmp_path)
+    assert loaded.load(5) == 5
+    assert loaded.open_transactions() == {7: 0}
+    assert loaded.first_unstable_offset() == 0
+    loaded.on_high_watermark(5)
+    assert loaded.first_unstable_offset() == 0  # 7's is still open
+    # Replay after the snapshot: a marker completes 7's transaction (aborted).
+    completed = loaded.replay([_header(9, 0, 0, base=5, transactional=True),
+                               (_marker(7, 1, 7, ControlType.ABORT), ControlType.ABORT, 2)])
+    assert [(c.producer_id, c.first_offset, c.aborted) for c in completed] == [(7, 0, True)]
+    assert loaded.open_transactions() == {9: 5}
