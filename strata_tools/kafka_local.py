@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from procs import PortInUseError, check_port_free, cmdline, pid_alive
+from procs import PortInUseError, check_port_free, child_exit_status, cmdline, pid_alive
 
 # The newest 4.1.x that Maven Central serves here; 4.1 is what the earlier comparisons
 # in docs/benchmarks.md used. STRATA_KAFKA_VERSION or --version picks another 4.x.
@@ -439,6 +439,11 @@ def up(
     if state is None:
         if brokers < 1:
             raise KafkaLocalError("--brokers must be at least 1")
+        if any(data_dir.iterdir()):
+            raise KafkaLocalError(
+                f"{data_dir} is not empty and holds no {STATE_FILE}: `up` formats only a new "
+                "or empty data dir (or restarts one it made); use another --data-dir"
+            )
         base = base_port if base_port is not None else pick_base(brokers)
         state = {
             "version": version,
@@ -478,25 +483,33 @@ def up(
             except PortInUseError as exc:
                 raise KafkaLocalError(str(exc)) from exc
     if fresh:
-        for node in state["nodes"]:
-            config = Path(node["config"])
-            config.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text(server_properties(
-                node["node_id"], brokers, state["base_port"], data_dir, extra))
-            _format(vdir, config, state["cluster_id"])
+        try:
+            for node in state["nodes"]:
+                config = Path(node["config"])
+                config.parent.mkdir(parents=True, exist_ok=True)
+                config.write_text(server_properties(
+                    node["node_id"], brokers, state["base_port"], data_dir, extra))
+                _format(vdir, config, state["cluster_id"])
+        except KafkaLocalError:
+            # Leave the dir empty again, so that a corrected `up` can format it.
+            for node in state["nodes"]:
+                shutil.rmtree(Path(node["config"]).parent, ignore_errors=True)
+            raise
     _log(f"starting {len(to_start)} Kafka {state['version']} node(s) in {data_dir}")
     for node in to_start:
         node["pid"] = _start_node(vdir, node)
     _write_state(data_dir, state)
     try:
-        _wait_ready(state, brokers, timeout)
+        _wait_ready(state, brokers, timeout, {n["node_id"] for n in to_start})
     except KafkaLocalError:
         _stop(data_dir, state, [n["node_id"] for n in to_start], grace=5.0)
         raise
     return str(state["bootstrap"])
 
 
-def _wait_ready(state: dict[str, Any], brokers: int, timeout: float) -> None:
+def _wait_ready(
+    state: dict[str, Any], brokers: int, timeout: float, started: set[int]
+) -> None:
     deadline = time.monotonic() + timeout
     pending = {n["node_id"] for n in state["nodes"]}
     last = ""
@@ -504,10 +517,16 @@ def _wait_ready(state: dict[str, Any], brokers: int, timeout: float) -> None:
         for node in state["nodes"]:
             if node["node_id"] not in pending:
                 continue
-            if not _running(node):
+            # A node this call started is its child: waitpid says for sure whether (and
+            # how) it ended. Nodes that ran before are checked by PID and command line.
+            if node["node_id"] in started:
+                ended = child_exit_status(node["pid"])
+            else:
+                ended = None if _running(node) else "is gone"
+            if ended is not None:
                 logs = Path(node["config"]).parent / "logs"
                 raise KafkaLocalError(
-                    f"Kafka node {node['node_id']} exited while starting; stdout.log:\n"
+                    f"Kafka node {node['node_id']} {ended} while starting; stdout.log:\n"
                     f"{_tail(logs / 'stdout.log')}\nserver.log:\n{_tail(logs / 'server.log')}"
                 )
             try:
