@@ -430,13 +430,14 @@ def _start_node(vdir: Path, node: dict[str, Any]) -> int:
 
 
 def up(
-    data_dir: Path, brokers: int, base_port: int | None, version: str, extra: Sequence[str],
-    timeout: float,
+    data_dir: Path, brokers: int | None, base_port: int | None, version: str,
+    extra: Sequence[str], timeout: float,
 ) -> str:
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     state = _read_state(data_dir)
     if state is None:
+        brokers = 1 if brokers is None else brokers
         if brokers < 1:
             raise KafkaLocalError("--brokers must be at least 1")
         if any(data_dir.iterdir()):
@@ -465,6 +466,8 @@ def up(
     else:
         # Restarting in a data dir that `up` made: same version, ports and cluster id; only
         # the nodes that are not running start (e.g. after `down --node`).
+        if brokers is None:
+            brokers = len(state["nodes"])
         if len(state["nodes"]) != brokers:
             raise KafkaLocalError(
                 f"{data_dir} holds a {len(state['nodes'])}-node cluster; use that --brokers "
@@ -640,7 +643,8 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("classpath", help="print the java -cp value (fetches first)")
     p.add_argument("--version", default=default_version())
     p = sub.add_parser("up", help="format and start N combined KRaft nodes; print bootstrap")
-    p.add_argument("--brokers", type=int, default=1)
+    p.add_argument("--brokers", type=int, default=None,
+                   help="nodes (default 1; on a data dir `up` made: its node count)")
     p.add_argument("--data-dir", type=Path, required=True)
     p.add_argument("--base-port", type=int, default=None,
                    help="node i listens on P+i-1, its controller on P+100+i-1 (default: "
