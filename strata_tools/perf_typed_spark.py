@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from strata_tools.perf_typed import ORDER_SCHEMA, json_values, order_table
+from strata_tools.perf_typed_orders import ORDER_SCHEMA, json_values, order_table
 
 __all__ = ["bench_spark"]
 
