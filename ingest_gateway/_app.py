@@ -4,7 +4,8 @@
 produce routes are served there as plain ASGI, everything else by the FastAPI app built
 here. One ``AsyncProducer`` per ``acks`` value per process, created lazily and closed
 (flushed) when the app shuts down, and one ``Coalescer`` gathering the records of
-concurrent requests (``linger_ms``), so the brokers see large batches.
+concurrent requests (``linger_ms``), so the brokers see large batches: both live in the
+process's ``GatewayState`` (``_state``), which the lifespan here creates.
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ import ssl
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request, Response
@@ -37,20 +35,10 @@ from ingest_gateway._access import (
     configure_access_log,
     flush_access_log,
 )
-from ingest_gateway._auth import (
-    Action,
-    Authenticator,
-    GatewayConfigError,
-    Principal,
-    RateLimiter,
-    load_auth_config,
-)
-from ingest_gateway._coalescer import Coalescer
+from ingest_gateway._auth import Action, GatewayConfigError, Principal
 from ingest_gateway._codec import as_int, encode_data, iso_timestamp
 from ingest_gateway._config import CONFIG_ENV, GatewayConfig
 from ingest_gateway._errors import HttpError, from_strata_error, unavailable
-from ingest_gateway._idempotency import IdempotencyStore
-from ingest_gateway._metrics import GatewayMetrics
 from ingest_gateway._openapi import (
     BATCH_ANSWERS,
     BATCH_BODY,
@@ -63,10 +51,9 @@ from ingest_gateway._plan import check_length, check_media
 from ingest_gateway._registry import install_registry_routes
 from ingest_gateway._route import GatewayApp, serve_produce
 from ingest_gateway._server import serve_one, serve_workers
+from ingest_gateway._state import GatewayState, load_gateway_auth
 from strata.client import (
-    AsyncAdmin,
     AsyncConsumer,
-    AsyncProducer,
     IdleTimer,
     NewTopic,
     TopicDescription,
@@ -75,119 +62,12 @@ from strata.client import (
 from wire.errors import OffsetOutOfRangeError, StrataError
 from wire.schema import subject_topic
 
-__all__ = ["GatewayState", "app_from_env", "create_app", "run"]
+__all__ = ["app_from_env", "create_app", "run"]
 
 log = logging.getLogger("ingest_gateway")
 
 _ACKS_PATTERN = "^(all|-1|1|0)$"
 _SSE_KEEPALIVE_S = 15.0
-
-
-# ---------------------------------------------------------------------------- state
-class GatewayState:
-    """Everything one worker process shares between requests."""
-
-    def __init__(self, config: GatewayConfig, auth: _Auth | None) -> None:
-        self.config = config
-        self.auth = auth
-        self.metrics = GatewayMetrics()
-        self.idempotency = IdempotencyStore(
-            config.idempotency_window_s, config.idempotency_max_keys,
-            # the producing worker renews its claim while it runs (a dead one's claim lapses)
-            shared_path=config.idempotency_db)
-        self.admin = AsyncAdmin(config.bootstrap, client_id="strata-gateway-admin",
-                                request_timeout_ms=max(1000, config.request_timeout_ms),
-                                security=config.security)
-        self.producers: dict[str, AsyncProducer] = {}
-        self._producer_lock = asyncio.Lock()
-        self._cluster_id: tuple[str, float] | None = None
-        self._limits: dict[str, tuple[int, float]] = {}
-        self._subjects: dict[str, str | None] = {}
-        self.coalescer = Coalescer(self)
-        #: Set by the SIGTERM/SIGINT handler (``GatewayApp.drain``): not ready any more.
-        self.draining = False
-        #: Set when the lifespan ends: the producers are being flushed and closed.
-        self.closing = False
-
-    async def producer(self, acks: str) -> AsyncProducer:
-        existing = self.producers.get(acks)
-        if existing is not None:
-            return existing
-        async with self._producer_lock:
-            if acks not in self.producers:
-                if self.closing:
-                    raise unavailable("the gateway is shutting down; retry on another "
-                                      "instance", not_written=True)
-                c = self.config
-                producer = AsyncProducer(
-                    c.bootstrap, acks=acks, linger_ms=c.linger_ms, batch_size=c.batch_size,
-                    buffer_memory=c.buffer_memory, delivery_timeout_ms=c.delivery_timeout_ms,
-                    request_timeout_ms=c.request_timeout_ms, max_block_ms=c.max_block_ms,
-                    enable_idempotence=None if acks == "all" else False,
-                    client_id=f"strata-gateway-acks-{acks}", security=c.security)
-                await producer.start()
-                self.producers[acks] = producer
-                log.info("started the shared producer for acks=%s", acks)
-            return self.producers[acks]
-
-    async def cluster_id(self) -> str:
-        now = time.monotonic()
-        if self._cluster_id is not None and self._cluster_id[1] > now:
-            return self._cluster_id[0]
-        try:
-            description = await self.admin.describe_cluster()
-        except StrataError as err:
-            raise from_strata_error(err, sent=False) from err
-        cid = description.cluster_id or "strata"
-        self._cluster_id = (cid, now + self.config.metadata_ttl_s)
-        return cid
-
-    async def check_cluster(self, cluster_id: str) -> str:
-        actual = await self.cluster_id()
-        if cluster_id != actual:
-            raise HttpError(404, f"cluster {cluster_id!r} is not served here; this gateway "
-                                 f"serves cluster {actual!r} (GET /v3/clusters)")
-        return actual
-
-    async def max_message_bytes(self, topic: str) -> int:
-        """The topic's ``max.message.bytes`` (cached); 404 if the topic does not exist."""
-        now = time.monotonic()
-        cached = self._limits.get(topic)
-        if cached is not None and cached[1] > now:
-            return cached[0]
-        try:
-            configs = await self.admin.describe_configs([topic])
-        except StrataError as err:
-            raise from_strata_error(err, topic=topic, sent=False) from err
-        value = configs.get(topic, {}).get("max.message.bytes")
-        limit = int(value.value) if value is not None and value.value else 1 << 20
-        subject = configs.get(topic, {}).get("value.schema.subject")
-        self._subjects[topic] = subject.value or None if subject is not None else None
-        self._limits[topic] = (limit, now + self.config.metadata_ttl_s)
-        return limit
-
-    def value_subject(self, topic: str) -> str | None:
-        """The topic's value subject, as read with ``max_message_bytes`` (call it
-        first): None for a bytes topic."""
-        return self._subjects.get(topic)
-
-    def forget_topic(self, topic: str) -> None:
-        self._limits.pop(topic, None)
-
-    async def close(self) -> None:
-        """Send the gathered records and close the producers (which deliver what they
-        buffer), all within ``shutdown_grace_s``."""
-        self.closing = True
-        grace = self.config.shutdown_grace_s
-        deadline = time.monotonic() + grace
-        await self.coalescer.close(timeout=grace)
-        for acks, producer in list(self.producers.items()):
-            try:
-                await producer.close(timeout=max(0.1, deadline - time.monotonic()))
-            except Exception:
-                log.exception("closing the producer for acks=%s failed", acks)
-        await self.admin.close()
-        await self.idempotency.aclose()
 
 
 class _MetricsMiddleware:
@@ -258,24 +138,6 @@ def _state(request: Request) -> GatewayState:
 
 
 # ---------------------------------------------------------------------------- auth
-@dataclass(slots=True)
-class _Auth:
-    authenticator: Authenticator
-    rate_limiter: RateLimiter
-    #: PBKDF2 verification is slow on purpose: it runs here, one at a time, off the loop.
-    executor: ThreadPoolExecutor
-
-
-def _load_auth(config: GatewayConfig) -> _Auth | None:
-    """The auth objects for ``config.auth_config`` (None: ``--no-auth``, every request is
-    allowed). Raises ``GatewayConfigError`` naming the file and the fix."""
-    if config.auth_config is None:
-        return None
-    auth_config = load_auth_config(Path(config.auth_config))
-    return _Auth(Authenticator(auth_config), RateLimiter(auth_config),
-                 ThreadPoolExecutor(1, thread_name_prefix="gateway-auth"))
-
-
 def _guard(action: Action, topic_of: Callable[[Request], str | None] | None = None
            ) -> Callable[[Request], Awaitable[Principal | None]]:
     """The one auth dependency of a route: authenticate the Authorization header,
@@ -361,7 +223,7 @@ async def _flush_often(state: GatewayState) -> None:
 
 def create_app(config: GatewayConfig) -> GatewayApp:
     """The gateway's ASGI app (serve it with uvicorn; see ``run``)."""
-    auth = _load_auth(config)
+    auth = load_gateway_auth(config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -780,7 +642,7 @@ def run(config: GatewayConfig, *, log_level: str = "info") -> None:
     if config.workers == 1:
         serve_one(create_app(config), common)
         return
-    _load_auth(config)  # fail here, once, rather than in every worker
+    load_gateway_auth(config)  # fail here, once, rather than in every worker
     with tempfile.TemporaryDirectory(prefix="strata-gateway-") as private:
         if config.idempotency_db is None:
             # Every worker must see every Idempotency-Key: one SQLite file for all of them.

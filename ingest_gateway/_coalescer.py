@@ -32,16 +32,29 @@ import bisect
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from strata.client import BatchMetadata, BufferFullError
 from strata.client._accumulator import RECORD_OVERHEAD
 
 if TYPE_CHECKING:
-    from ingest_gateway._app import GatewayState
+    from ingest_gateway._config import GatewayConfig
+    from ingest_gateway._metrics import GatewayMetrics
+    from strata.client import AsyncProducer
 
-__all__ = ["SLICE_OVERHEAD", "Coalescer", "Gathering", "Part", "SendFailed", "byte_slices",
-           "locate", "part_of"]
+__all__ = ["SLICE_OVERHEAD", "Coalescer", "Gathering", "Part", "ProducerPool", "SendFailed",
+           "byte_slices", "locate", "part_of"]
+
+
+class ProducerPool(Protocol):
+    """What the coalescer uses of its process's shared state (``_state.GatewayState``):
+    the settings, the metrics and the shared producer per ``acks`` value. A protocol, so
+    the state can own the coalescer without either module importing the other."""
+
+    config: GatewayConfig
+    metrics: GatewayMetrics
+
+    async def producer(self, acks: str) -> AsyncProducer: ...
 
 
 @dataclass(slots=True)
@@ -109,7 +122,7 @@ class Coalescer:
     order records arrived in. Runs on the event loop only (no locking beyond that).
     """
 
-    def __init__(self, state: GatewayState) -> None:
+    def __init__(self, state: ProducerPool) -> None:
         self.state = state
         self.linger_s = state.config.linger_ms / 1000
         self.batch_size = state.config.batch_size

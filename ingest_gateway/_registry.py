@@ -34,7 +34,7 @@ from wire.errors import StrataError
 from wire.protocol import SchemaRegistryRequest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ingest_gateway._app import GatewayState
+    from ingest_gateway._state import GatewayState
 
 __all__ = ["REGISTRY_MEDIA_TYPE", "install_registry_routes"]
 

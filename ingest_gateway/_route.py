@@ -80,7 +80,7 @@ from wire.record_batch import MAX_RECORDS_PER_BATCH
 from wire.schema import ParsedSchema, records_to_arrow
 
 if TYPE_CHECKING:
-    from ingest_gateway._app import GatewayState
+    from ingest_gateway._state import GatewayState
 
 __all__ = ["BATCH_ROUTE", "RECORDS_ROUTE", "GatewayApp", "Produce", "match_produce",
            "serve_produce"]
