@@ -4,19 +4,20 @@ Why this module stays small and imports lazily: Spark looks data sources up by i
 every top-level ``pyspark_*`` module (``pyspark_strata`` imports this one) in a fresh
 Python worker the first time a session touches a Python data source, whatever its format.
 Importing the reader (the client, the record-batch codec) or the sink only when a
-strata query actually needs them keeps that lookup cheap for everyone else.
+strata query actually needs them keeps that lookup cheap for everyone else; the one
+thing needed at import, ``SCHEMA_DDL``, comes from ``_schema``, which imports nothing.
 
 Options are validated when Spark asks for a reader (``reader`` / ``streamReader``), which
 is when a query starts. ``schema()`` is shared by reads and writes: without a
 subscription (a write) it is ``SCHEMA_DDL`` and asks nothing; a read asks the cluster
-whether the subscribed topics are typed (``_reader.describe_value``), and for typed
+whether the subscribed topics are typed (``_values.describe_value``), and for typed
 topics read with ``valueFormat=struct`` (the default) returns the schema with ``value`` a
 struct of the value schema's fields, the subject version pinned in its metadata.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -27,18 +28,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from spark_source._schema import SCHEMA_DDL
+
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from pyspark.sql import SparkSession
 
 __all__ = ["SCHEMA_DDL", "StrataDataSource", "register"]
-
-#: Spark's Kafka source schema, column for column (DESIGN-NOTES §3), so queries written
-#: for ``format("kafka")`` work unchanged.
-SCHEMA_DDL: Final = (
-    "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int, headers array<struct<key:string,value:binary>>"
-)
-
 
 class StrataDataSource(DataSource):
     """Strata topics as a Spark data source: batch and streaming reads, and writes.
@@ -60,21 +55,23 @@ class StrataDataSource(DataSource):
         subscription = subscription_of(self.options)
         if subscription is None:
             return SCHEMA_DDL
-        from spark_source._reader import describe_value
+        from spark_source._values import describe_value
 
         schema: StructType | str = describe_value(subscription)[1]
         return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from spark_source._options import parse_source_options
-        from spark_source._reader import StrataBatchReader, with_value_shape
+        from spark_source._reader import StrataBatchReader
+        from spark_source._values import with_value_shape
 
         options = parse_source_options(self.options, streaming=False)
         return StrataBatchReader(with_value_shape(options, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from spark_source._options import parse_source_options
-        from spark_source._reader import StrataStreamReader, with_value_shape
+        from spark_source._reader import StrataStreamReader
+        from spark_source._values import with_value_shape
 
         options = parse_source_options(self.options, streaming=True)
         return StrataStreamReader(with_value_shape(options, schema))

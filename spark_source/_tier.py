@@ -4,7 +4,7 @@ Why this exists: the tiering job (``spark_jobs/``) copies each topic-partition's
 records into one Delta table per topic, and the brokers then delete them locally, so a
 broker's log start offset moves up. A query replaying full history must read the offsets
 below the log start from that table, in exactly the shape and order the broker path
-(``_reader.read_range``) hands Spark, so that a range read from either tier looks the
+(``_read.read_range``) hands Spark, so that a range read from either tier looks the
 same.
 
 Why delta-rs (``deltalake``) and not Spark: this code runs inside Spark's Python workers,
@@ -64,6 +64,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
+from spark_source._arrow import spark_arrow_schema
 from spark_source._errors import StrataSparkTierError
 
 __all__ = [
@@ -453,8 +454,6 @@ def _ascending(table: pa.Table) -> pa.Table:
 def _batches(uri: str, topic: str, partition: int, tables: list[pa.Table],
              batch_rows: int, value_type: pa.DataType | None = None
              ) -> Iterator[pa.RecordBatch]:
-    from spark_source._reader import spark_arrow_schema
-
     schema = spark_arrow_schema(value_type)
     table = pa.concat_tables(tables)
     rows = table.num_rows

@@ -136,7 +136,8 @@ def test_compaction_while_producing_and_consuming(
     # The Spark source's executor read (plain Python, no JVM) over ranges that start,
     # end and lie wholly inside gaps returns exactly the records of each range.
     from spark_source._options import parse_source_options
-    from spark_source._reader import OffsetRange, read_range
+    from spark_source._planning import OffsetRange
+    from spark_source._read import read_range
 
     options = parse_source_options({"bootstrap.servers": bootstrap, "subscribe": TOPIC},
                                    streaming=False)

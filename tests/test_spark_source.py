@@ -26,16 +26,11 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from spark_source import SCHEMA_DDL, StrataSparkDataLossError, StrataSparkOptionError, register
+from spark_source._arrow import SPARK_ARROW_SCHEMA
 from spark_source._options import offsets_to_json, parse_source_options
-from spark_source._reader import (
-    SPARK_ARROW_SCHEMA,
-    OffsetRange,
-    StrataBatchReader,
-    StrataStreamReader,
-    plan_ranges,
-    rate_limit,
-    read_range,
-)
+from spark_source._planning import OffsetRange, plan_ranges, rate_limit
+from spark_source._read import read_range
+from spark_source._reader import StrataBatchReader, StrataStreamReader
 from strata.client import Admin, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
@@ -595,7 +590,7 @@ def test_options_are_case_insensitive_and_default_sensibly() -> None:
 
 
 def test_small_ranges_are_packed_into_few_tasks() -> None:
-    from spark_source._reader import RangeGroup, pack_ranges
+    from spark_source._planning import RangeGroup, pack_ranges
 
     ranges = [OffsetRange("t", p, 0, n) for p, n in enumerate([10, 20, 30, 200, 5, 5])]
     packed = pack_ranges(ranges, max_records=60)

@@ -35,19 +35,18 @@ import pytest
 from deltalake import write_deltalake
 
 from spark_source import StrataSparkDataLossError, StrataSparkTierError
+from spark_source._arrow import SPARK_ARROW_SCHEMA
 from spark_source._options import parse_source_options
-from spark_source._reader import (
-    SPARK_ARROW_SCHEMA,
+from spark_source._planning import (
     ClusterView,
     OffsetRange,
     PartitionOffsets,
-    StrataBatchReader,
     TierInfo,
-    read_range,
-    read_ranges,
     resolve_offsets,
     split_tiered,
 )
+from spark_source._read import read_range, read_ranges
+from spark_source._reader import StrataBatchReader
 from spark_source._tier import TierTable, read_tier_range, tier_bounds
 from strata.client import Admin, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import BrokerProcess
