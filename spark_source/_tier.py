@@ -383,11 +383,9 @@ class _ValueConformer:
 
     def _default(self, spec: Any, wanted: pa.Field, length: int, path: str) -> pa.Array:
         if spec is not None and spec.has_default and spec.default is not None:
-            from wire.schema._convert import column
-            from wire.schema._model import identity
+            from wire.schema import default_array
 
-            one = column([spec.default], spec.node, path, identity)
-            return one.cast(wanted.type).take(pa.repeat(0, length))
+            return default_array(spec, path).cast(wanted.type).take(pa.repeat(0, length))
         if spec is None or spec.nullable:
             return pa.nulls(length, wanted.type)
         raise StrataSparkTierError(

@@ -629,10 +629,15 @@ def _resolve(array: pa.Array, writer: Node, reader: Node, path: str) -> pa.Array
                                f"{reader.label}; check_compatibility refuses this pair")
 
 
+def default_array(field: Field, path: str = "") -> pa.Array:
+    """``field``'s default (``has_default``, not null) as a one-value array of the field's
+    Arrow type; ``path`` names the field in a ``SchemaMismatchError``."""
+    return column([field.default], field.node, path, identity)
+
+
 def _default_column(field: Field, length: int, path: str) -> pa.Array:
     if field.has_default and field.default is not None:
-        one = column([field.default], field.node, path, identity)
-        return one.take(pa.repeat(0, length))
+        return default_array(field, path).take(pa.repeat(0, length))
     if field.nullable:
         return pa.nulls(length, field.node.arrow)
     raise mismatch(None, path, "is only in the reader's schema and has no default; give it "
