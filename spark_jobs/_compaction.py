@@ -43,7 +43,7 @@ def compacted_ddl(value_type: pa.StructType | None) -> str:
     given (the tier table's, ``tier_ddl``)."""
     if value_type is None:
         return COMPACTED_DDL
-    from wire.schema import spark_arrow_type, spark_ddl
+    from strata_spark import spark_arrow_type, spark_ddl
 
     # No NOT NULL inside value: the table holds several versions' rows (spark_ddl).
     struct = f"value STRUCT<{spark_ddl(spark_arrow_type(value_type), not_null=False)}>"

@@ -105,13 +105,13 @@ class TierValue:
 
 def file_value_type(arrow_type: pa.DataType) -> pa.DataType:
     """The Arrow type a data file holds a typed ``value`` in: the schema's type as Spark's
-    Arrow interchange has it (``spark_arrow_type``), then Spark's own Arrow form of that
+    Arrow interchange has it (``strata_spark.spark_type``), then Spark's own Arrow form of that
     (binary for fixed, ``element`` list items, non-null map keys)."""
-    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
+    from pyspark.sql.pandas.types import to_arrow_type
 
-    from wire.schema import spark_arrow_type
+    from strata_spark import spark_type
 
-    return to_arrow_type(from_arrow_type(spark_arrow_type(arrow_type)), timezone="UTC")
+    return to_arrow_type(spark_type(arrow_type), timezone="UTC")
 
 
 def _file_schema(value: TierValue | None) -> pa.Schema:

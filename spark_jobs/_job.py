@@ -88,6 +88,7 @@ from spark_jobs._tables import (
     tier_ddl,
 )
 from strata.client import Admin, StoredTierProgress, TierLease
+from strata_spark import spark_type
 from wire.errors import BrokerNotAvailableError, TierJobBusyError, UnknownTopicOrPartitionError
 from wire.security import PLAINTEXT, ClientSecurity
 
@@ -446,7 +447,7 @@ class TierJob:
         if properties.get(VALUE_VERSION_PROPERTY) == str(value.version):
             return
         current = self.spark.read.format("delta").load(str(path)).schema["value"].dataType
-        target = _spark_type(value.arrow_type)
+        target = spark_type(value.arrow_type)
         if not isinstance(current, StructType):
             raise TierTableMismatchError(
                 f"{path}: value is {current.simpleString()}, not a struct; move the table "
@@ -621,13 +622,6 @@ class _TypedValue:
     arrow_type: pa.StructType
     tier_value: TierValue
 
-
-def _spark_type(arrow_type: pa.DataType) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    from wire.schema import spark_arrow_type
-
-    return from_arrow_type(spark_arrow_type(arrow_type))
 
 
 def _refuse_earlier_topic_table(path: Path, holding: str, topic: str, topic_id: str,

@@ -13,7 +13,7 @@ deletes rows, and the Spark source reads the tier with delta-rs in Spark's Pytho
 workers, where plain rewritten Parquet files are the simplest thing to read correctly.
 
 Typed topics (docs/typed-topics.md): ``value`` is a struct of the topic's value schema
-(``tier_ddl``: ``wire.schema.spark_ddl`` of the types Spark's Arrow interchange has),
+(``tier_ddl``: ``strata_spark.spark_ddl`` of the types Spark's Arrow interchange has),
 and the table records the subject and version its ``value`` has in the properties
 ``strata.valueSubject`` / ``strata.valueSchemaVersion``. When the subject gets a new
 version that only adds fields, the job adds them to the table (``ALTER TABLE ... ADD
@@ -80,7 +80,7 @@ def tier_ddl(value_type: pa.StructType | None) -> str:
     schema, ``ParsedSchema.arrow_type``) when one is given."""
     if value_type is None:
         return TIER_DDL
-    from wire.schema import spark_arrow_type, spark_ddl
+    from strata_spark import spark_arrow_type, spark_ddl
 
     # No NOT NULL inside value: the table holds several versions' rows (spark_ddl).
     struct = f"value STRUCT<{spark_ddl(spark_arrow_type(value_type), not_null=False)}>"

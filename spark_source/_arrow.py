@@ -6,7 +6,7 @@ timezone="UTC")`` exactly (field names, types and nullability), so
 client's ``int64`` milliseconds are reinterpreted as ``timestamp[ms]`` and widened by
 Arrow), ``partition`` / ``timestampType`` stay ``int32``, every field is nullable, and
 the headers list's item field is called ``element``. A typed topic's ``value`` is a
-struct, in the types Spark's Arrow interchange has (``wire.schema.spark_arrow_type``).
+struct, in the types Spark's Arrow interchange has (``strata_spark.spark_arrow_type``).
 
 Both read paths end here: the brokers' (``_read.read_range``: the consumer's
 ``CONSUMER_SCHEMA`` tables, ``to_spark_table``) and the Delta tier's (``_tier``:
@@ -27,7 +27,6 @@ __all__ = [
     "SPARK_BATCH_ROWS",
     "bytes_struct_type",
     "spark_arrow_schema",
-    "spark_struct_type",
     "spark_value",
     "to_spark_table",
 ]
@@ -107,16 +106,6 @@ def spark_value(table: pa.Table, value_type: pa.DataType | None) -> pa.ChunkedAr
             f"type this query was planned with ({value_type}): {err}; subscribe to topics of "
             "one value subject, and restart the query after the subject changes") from None
 
-
-def spark_struct_type(arrow_type: pa.DataType) -> Any:
-    """The Spark type of a schema's Arrow struct: ``wire.schema.spark_arrow_type`` (the
-    types Spark's Arrow interchange has), then pyspark's own mapping, so that the Arrow
-    type Spark checks (``to_arrow_type`` of it) is what ``spark_value`` casts to."""
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    from wire.schema import spark_arrow_type
-
-    return from_arrow_type(spark_arrow_type(arrow_type))
 
 
 def bytes_struct_type() -> Any:

@@ -561,7 +561,8 @@ def _check_struct(schema: StructType, topic: str, schema_id: int, parsed: Any) -
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from wire.schema import spark_ddl, table_to_arrow
+    from strata_spark import spark_ddl
+    from wire.schema import table_to_arrow
 
     value = next(f for f in schema.fields if f.name.lower() == "value")
     try:

@@ -19,11 +19,12 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from spark_source._arrow import bytes_struct_type, spark_struct_type
+from spark_source._arrow import bytes_struct_type
 from spark_source._errors import StrataSparkOptionError
 from spark_source._options import SourceOptions
 from spark_source._schema import SCHEMA_DDL
 from strata.client import Admin
+from strata_spark import spark_type
 
 __all__ = [
     "META_SCHEMA",
@@ -97,7 +98,7 @@ def describe_value(options: SourceOptions) -> tuple[ValueShape, Any]:
         admin.close()
     shape = ValueShape(distinct[0], registered.version, registered.schema,
                        registered.schema_type)
-    value_type = spark_struct_type(parse_schema(shape.schema or "", shape.schema_type)
+    value_type = spark_type(parse_schema(shape.schema or "", shape.schema_type)
                                    .arrow_type)
     metadata = {META_SUBJECT: shape.subject, META_VERSION: shape.version,
                 META_SCHEMA: shape.schema, META_SCHEMA_TYPE: shape.schema_type}

@@ -184,7 +184,7 @@ def pick_topic(stack: Stack, default: str | None = None) -> str:
 
 
 def notebook_spark(app_name: str, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
-    """A session for a notebook: ``strata.spark.spark_session`` plus
+    """A session for a notebook: ``strata_spark.spark_session`` plus
 
     * a throwaway ``spark.sql.warehouse.dir``: the ``strata`` databases are empty
       directories (the tables stay where the tier job wrote them), which would otherwise
@@ -193,7 +193,7 @@ def notebook_spark(app_name: str, extra_conf: Mapping[str, str] | None = None) -
       (``snapshotPartitions``): on a 2-core machine the first query of a small table
       otherwise spends most of its time scheduling empty tasks.
     """
-    from strata.spark import spark_session
+    from strata_spark import spark_session
 
     conf = {"spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="strata-notebook-"),
             "spark.sql.shuffle.partitions": "2",

@@ -103,7 +103,7 @@ def bench_spark_read(bootstrap: str, topic: str, num_records: int, *, record_siz
     more records is read whole: ``records`` says how many)."""
     asyncio.run(_fill(bootstrap, topic, num_records, record_size, partitions))
 
-    from strata.spark import spark_session
+    from strata_spark import spark_session
 
     spark = spark_session("strata-perf-spark-read")
     results = []

@@ -96,7 +96,7 @@ def _create(bootstrap: str, topics: list[str], partitions: int) -> None:
 def bench_spark_write(bootstrap: str, topic: str, num_records: int, *, record_size: int = 100,
                       partitions: int = 8, runs: int = 3) -> list[SparkWriteResult]:
     """Time ``runs`` batch writes per delivery guarantee of one cached DataFrame."""
-    from strata.spark import spark_session
+    from strata_spark import spark_session
 
     _create(bootstrap, [topic], partitions)
     spark = spark_session("strata-perf-spark-write")
@@ -152,7 +152,7 @@ def bench_spark_e2e(bootstrap: str, *, rate: int = 5000, seconds: int = 30, warm
                     partitions: int = 8, exactly_once: bool = True) -> SparkE2eResult:
     """Run the produce -> Spark -> sink -> consume pipeline; latency percentiles in ms."""
     from strata.client import Consumer, Producer, TopicPartition
-    from strata.spark import spark_session
+    from strata_spark import spark_session
 
     prefix = f"bench-spark-e2e-{uuid.uuid4().hex[:8]}"
     source, sink = f"{prefix}-in", f"{prefix}-out"

@@ -154,7 +154,7 @@ def bench_tier(bootstrap: str, warehouse: Path, topic: str, num_records: int,
                runs: int) -> TierBenchResult:
     from spark_jobs import TierJob, TierSettings, table_path
     from strata.client import Admin
-    from strata.spark import spark_session
+    from strata_spark import spark_session
 
     _fill(bootstrap, topic, num_records, record_size, partitions, segment_bytes)
     with Admin(bootstrap) as admin:

@@ -77,7 +77,7 @@ def _aggregate(spark: Any, bootstrap: str, topic: str, typed: bool) -> float:
 
 def bench_spark(bootstrap: str, security: Any, args: argparse.Namespace) -> dict[str, Any]:
     from spark_jobs import TierJob, TierSettings, table_path
-    from strata.spark import spark_session
+    from strata_spark import spark_session
 
     plain, typed = f"{args.prefix}-json", f"{args.prefix}-typed"
     for topic, is_typed in ((plain, False), (typed, True)):

@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("wire", "procs", "brokers", "strata", "strata_tools", "zookeeper", "spark_source",
-            "spark_jobs", "ingest_gateway")
+            "spark_jobs", "ingest_gateway", "strata_spark")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 

@@ -45,7 +45,8 @@ CORE = {"pyarrow", "kazoo", "crc32c", "prometheus-client", "cryptography", "fast
 NOT_IN_CORE = {"pyspark", "delta-spark", "deltalake", "fastapi", "uvicorn", "matplotlib",
                "ipykernel", "pandas"}
 STRATA_MODULES = ("wire", "procs", "brokers", "strata", "strata_tools", "zookeeper",
-                  "spark_source", "spark_jobs", "ingest_gateway", "pyspark_strata")
+                  "spark_source", "spark_jobs", "ingest_gateway", "strata_spark", "strata.spark",
+                  "pyspark_strata")
 
 #: Makes every extra's modules unimportable, as on a host with only the core installed.
 BLOCKER = """\
@@ -149,8 +150,8 @@ def test_the_wheel_ships_what_runs_and_splits_its_dependencies(installed: Instal
     assert {"matplotlib", "ipykernel", "strata"} <= extras["notebooks"]
     assert not core & NOT_IN_CORE
     # What the code reads at run time ships inside the package; the tests do not.
-    for needed in ("strata/conf/spark-defaults.conf", "strata/conf/ivysettings.xml",
-                   "strata/conf/log4j2.properties", "zookeeper/zoo.cfg.template",
+    for needed in ("strata_spark/conf/spark-defaults.conf", "strata_spark/conf/ivysettings.xml",
+                   "strata_spark/conf/log4j2.properties", "zookeeper/zoo.cfg.template",
                    "pyspark_strata.py", "strata_tools/cli.py", "brokers/__main__.py"):
         assert needed in names, needed
     assert not [n for n in names if n.startswith("tests/")]
@@ -185,7 +186,7 @@ print(json.dumps(missing))
 def test_strata_modules_come_from_the_new_environment(installed: Installed) -> None:
     probe = run([installed.python, "-c", f"""
 import importlib, json
-from strata.spark import REPO_CONF_DIR
+from strata_spark import REPO_CONF_DIR
 print(json.dumps({{"modules": {{m: importlib.import_module(m).__file__
                                for m in {STRATA_MODULES!r}}},
                   "conf": str(REPO_CONF_DIR)}}))
@@ -256,7 +257,7 @@ def test_a_broker_host_runs_on_the_core_alone(installed: Installed,
 
 SPARK_READ = """
 import json, sys
-from strata.spark import spark_session
+from strata_spark import spark_session
 spark = spark_session("installed-package")
 rows = (spark.read.format("strata").option("bootstrap.servers", sys.argv[1])
         .option("subscribe", "spark-read").load())

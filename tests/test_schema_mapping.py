@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from strata_spark import spark_arrow_type, spark_ddl
 from wire.errors import (
     IncompatibleSchemaError,
     InvalidConfigError,
@@ -36,8 +37,6 @@ from wire.schema import (
     parse_schema,
     records_to_arrow,
     resolve,
-    spark_arrow_type,
-    spark_ddl,
     table_to_arrow,
     to_avro_bodies,
     to_json_values,

@@ -1,4 +1,4 @@
-"""conf/spark-defaults.conf really gives a Delta-capable session (via strata.spark)."""
+"""conf/spark-defaults.conf really gives a Delta-capable session (via strata_spark)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from strata.spark import IVY_SETTINGS
+from strata_spark import IVY_SETTINGS
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 

@@ -7,7 +7,7 @@ the JVM's listening sockets are read from /proc (its socket inodes matched again
 
 One JVM for the module (Spark keeps it for the life of the process): the tier job's
 session (``strata tier run``) is a ``local[2]`` session started through
-``strata.spark.spark_session``; the user-address test stops it and starts a session with
+``strata_spark.spark_session``; the user-address test stops it and starts a session with
 ``spark.driver.host``/``bindAddress`` 127.0.0.2 in the same JVM (still the loopback
 network, so no traffic leaves the machine). Each test obtains the session it needs, so
 the order does not matter. Where the user's choice is an environment variable or a file
@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from strata.spark import (
+from strata_spark import (
     LOOPBACK,
     REPO_CONF_DIR,
     is_startup_noise,
@@ -113,10 +113,19 @@ def test_startup_noise_is_only_ivy_and_the_jdk_notice() -> None:
     assert [line for line in kept if is_startup_noise(line + "\n")] == []
 
 
+def test_strata_spark_is_still_importable_by_its_old_name() -> None:
+    """``strata.spark`` (README.md, docs/spark.md before the move) re-exports the helper."""
+    import strata.spark
+    import strata_spark
+
+    for name in strata.spark.__all__:
+        assert getattr(strata.spark, name) is getattr(strata_spark, name), name
+
+
 def test_a_failed_start_prints_what_the_jvm_said(tmp_path: Path) -> None:
     """The start-up output held back from a successful start is all printed when the start
     fails: here Ivy cannot resolve a package, and its report is what tells the user why."""
-    script = ("from strata.spark import spark_session\n"
+    script = ("from strata_spark import spark_session\n"
               "spark_session('strata-test-failed-start', "
               "{'spark.jars.packages': 'io.strata.missing:nothing_2.13:0.0.1'})\n")
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,

@@ -73,7 +73,7 @@ DELTA_WRITE = {"delta.enableDeletionVectors": "false"}
 def spark() -> Iterator[Any]:
     """The module's session: repository defaults plus the tier contract's timestamp
     encoding (delta-rs cannot read Spark's legacy INT96)."""
-    from strata.spark import spark_session
+    from strata_spark import spark_session
 
     session = spark_session("strata-test_spark_tier_replay", {
         "spark.sql.shuffle.partitions": "2",

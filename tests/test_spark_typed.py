@@ -171,7 +171,7 @@ def admin(cluster: Cluster) -> Iterator[Admin]:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from strata.spark import spark_session
+    from strata_spark import spark_session
 
     session = spark_session("strata-test_spark_typed", {
         "spark.sql.shuffle.partitions": "2",

@@ -75,10 +75,10 @@ def register(sub: Any) -> None:
 
 
 def tier_spark_session(vacuum_retain_hours: float = 168.0) -> SparkSession:
-    """The job's SparkSession: ``strata.spark.spark_session`` (``conf/``, the driver on
+    """The job's SparkSession: ``strata_spark.spark_session`` (``conf/``, the driver on
     127.0.0.1 for a local master unless configured otherwise) with 2 shuffle partitions,
     and Delta's retention check off when VACUUM may keep less than Delta's 7 days."""
-    from strata.spark import spark_session
+    from strata_spark import spark_session
 
     conf = {"spark.sql.shuffle.partitions": "2"}
     if vacuum_retain_hours < 168:

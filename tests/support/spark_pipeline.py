@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from strata.spark import spark_session
+from strata_spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

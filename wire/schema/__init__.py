@@ -132,7 +132,6 @@ from wire.schema._model import (
     join,
     where,
 )
-from wire.schema._spark import spark_arrow_type, spark_ddl
 
 __all__ = [
     "Compatibility",
@@ -148,8 +147,6 @@ __all__ = [
     "parse_schema",
     "records_to_arrow",
     "resolve",
-    "spark_arrow_type",
-    "spark_ddl",
     "subject_topic",
     "table_to_arrow",
     "to_avro_bodies",

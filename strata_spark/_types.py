@@ -1,12 +1,25 @@
-"""The Arrow types Spark's Arrow interchange takes, and Spark DDL for a struct. Only builds
-types and text (no Spark import: ``wire`` must not import pyspark). Pure functions:
-thread-safe."""
+"""The Spark type mapping: a typed topic's Arrow types (``wire.schema``) as Spark has them.
+
+``spark_arrow_type``: the Arrow type Spark's Arrow interchange takes for one of the
+schema mapping's types (microsecond timestamps, times as int/bigint, dictionaries
+decoded); ``spark_type``: the Spark type of it (pyspark's own mapping of that Arrow
+type, imported when called); ``spark_ddl``: Spark DDL for a struct, for tables and
+messages. The Spark source (the ``value`` struct it hands Spark) and the tiering job
+(its Delta tables' ``value`` column) both use these, so both agree on what a typed
+value looks like in Spark.
+
+Pure functions: thread-safe.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pyarrow as pa
 
 from wire.errors import InvalidSchemaError
+
+__all__ = ["spark_arrow_type", "spark_ddl", "spark_type"]
 
 
 def spark_arrow_type(t: pa.DataType) -> pa.DataType:
@@ -29,6 +42,16 @@ def spark_arrow_type(t: pa.DataType) -> pa.DataType:
     if types.is_large_list(t):
         return pa.large_list(t.value_field.with_type(spark_arrow_type(t.value_type)))
     return t
+
+
+def spark_type(t: pa.DataType) -> Any:
+    """The Spark type (a ``pyspark.sql.types.DataType``) of Arrow type ``t``:
+    ``spark_arrow_type``, then pyspark's own mapping, so that the Arrow type Spark checks
+    for it (``to_arrow_type`` of the result) is what data must be cast to. Built in
+    Python: no JVM needed."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return from_arrow_type(spark_arrow_type(t))
 
 
 _SIMPLE: dict[pa.DataType, str] = {
