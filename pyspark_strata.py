@@ -9,7 +9,7 @@ This module must therefore be a plain top-level module on the workers' ``sys.pat
 side effects: every session's lookup imports it.
 """
 
-from spark_source._datasource import StrataDataSource
+from spark_source import StrataDataSource
 
 DefaultSource = StrataDataSource
 

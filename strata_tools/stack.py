@@ -501,7 +501,7 @@ def read_dev_token(data_dir: Path) -> str | None:
 def ensure_dev_key(data_dir: Path) -> Path:
     """The gateway's auth file, made on first use: one key granting all access, whose
     token is kept next to it (both 0600) so it stays the same across `down`/`up`."""
-    from ingest_gateway._auth import ALL_ACCESS, DEV_KEY_ID, generate_dev_key
+    from ingest_gateway import ALL_ACCESS, DEV_KEY_ID, generate_dev_key
 
     directory = data_dir / GATEWAY_DIR
     directory.mkdir(parents=True, exist_ok=True)

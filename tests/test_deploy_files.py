@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 #: The modules that register Prometheus metrics.
 METRIC_SOURCES = ("brokers/metrics.py", "brokers/group_coordinator.py",
-                  "ingest_gateway/_metrics.py", "spark_jobs/_metrics.py")
+                  "ingest_gateway/_metrics.py", "spark_jobs/metrics.py")
 
 
 def exported_metrics() -> set[str]:

@@ -2,9 +2,10 @@
 hold on the tree, and they catch a deliberate violation; the test tiers name real
 modules.
 
-The violation is made in a copy: the packages' Python files and pyproject.toml are
-copied to a temp dir, one forbidden import is added there, and ``lint-imports`` runs on
-the copy (``PYTHONPATH`` puts the copy first, ahead of the editable install).
+The violation is made in a copy: the packages' Python files, pyproject.toml and our own
+contract types (import_contracts.py) are copied to a temp dir, one forbidden import is
+added there, and ``lint-imports`` runs on the copy (``PYTHONPATH`` puts the copy first,
+ahead of the editable install).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def _copy_tree(tmp_path: Path) -> Path:
     for package in PACKAGES:
         shutil.copytree(REPO / package, root / package,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    for name in ("pyproject.toml", "import_contracts.py"):
+        shutil.copy(REPO / name, root / name)
     return root
 
 
@@ -56,6 +58,18 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
     # A cycle: the broker would import a package that sits above it.
     ("brokers/metrics.py", "import spark_source", "top-level packages import downward only"),
     ("spark_jobs/_job.py", "import ingest_gateway", "top-level packages import downward only"),
+    # The Spark layer sits under the edges and imports none of them (nor the client).
+    ("strata_spark/_types.py", "import spark_source", "top-level packages import downward only"),
+    ("strata_spark/_session.py", "import strata.client",
+     "top-level packages import downward only"),
+    ("wire/schema/_avro.py", "import strata_spark", "wire imports no other Strata package"),
+    # Another package's private modules: through its exports only, wherever they are.
+    ("spark_jobs/_job.py", "from wire.schema._model import identity",
+     "private (_name) modules are imported only inside"),
+    ("strata_tools/cli.py", "import wire.schema._convert",
+     "private (_name) modules are imported only inside"),
+    ("ingest_gateway/_plan.py", "from spark_source import _options",
+     "private (_name) modules are imported only inside"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, line: str,
                                                  contract: str) -> None:
@@ -66,6 +80,15 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, lin
     assert result.returncode != 0, result.stdout
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken, result.stdout
+
+
+def test_private_means_a_leading_underscore_below_the_top_level() -> None:
+    from import_contracts import is_private
+
+    assert is_private("strata.client._accumulator") and is_private("wire.schema._convert")
+    assert is_private("spark_source._reader") and is_private("brokers.log._x.y")
+    assert not is_private("strata.client.producer") and not is_private("brokers.__main__")
+    assert not is_private("_top_level_module") and not is_private("spark_jobs.metrics")
 
 
 def test_the_tiers_and_the_schedule_name_real_test_modules() -> None:

@@ -155,6 +155,7 @@ def test_the_wheel_ships_what_runs_and_splits_its_dependencies(installed: Instal
                    "pyspark_strata.py", "strata_tools/cli.py", "brokers/__main__.py"):
         assert needed in names, needed
     assert not [n for n in names if n.startswith("tests/")]
+    assert "import_contracts.py" not in names  # make lint's contract types, not the package's
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     with zipfile.ZipFile(installed.wheel) as archive:
         assert "strata = strata_tools.cli:main" in archive.read(entry_points).decode()

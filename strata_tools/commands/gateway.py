@@ -52,8 +52,7 @@ def register(sub: Any) -> None:
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    from ingest_gateway import GatewayConfig, run
-    from ingest_gateway._auth import GatewayConfigError
+    from ingest_gateway import GatewayConfig, GatewayConfigError, run
 
     if args.workers < 1:
         raise CommandError("--workers must be >= 1")

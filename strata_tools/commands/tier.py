@@ -88,7 +88,7 @@ def tier_spark_session(vacuum_retain_hours: float = 168.0) -> SparkSession:
 
 def _run(args: argparse.Namespace) -> int:
     from spark_jobs import TierJob, TierSettings
-    from spark_jobs._metrics import JobMetrics
+    from spark_jobs.metrics import JobMetrics
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,5 +1,9 @@
 """Prometheus metrics of a long-running tiering job (``strata tier run --metrics-port``).
 
+A public module outside the package's ``__init__``: whoever runs the job imports it
+(``from spark_jobs.metrics import JobMetrics``), while importing ``spark_jobs`` itself,
+which every Spark task of a copy does, does not load prometheus_client.
+
 The brokers export the same lag from their side (``strata_tier_lag_records``); the job's
 own figures say what it did: segments, records and bytes copied, and pass durations.
 """
