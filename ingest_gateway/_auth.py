@@ -1,8 +1,9 @@
 """API-key authentication, per-key topic ACLs and per-key rate limits for the ingest gateway.
 
-This module is the security/limits building block of issue [5/7]. It has no FastAPI
-dependency: the app calls :meth:`Authenticator.authenticate` with the raw ``Authorization``
-header, :meth:`Authenticator.authorize` with the action and topic of the request, and
+This module is the gateway's security and limits (docs/gateway.md: "Running it", "Errors",
+"Rate limits"; the auth file's format is below). It has no FastAPI dependency: the app calls
+:meth:`HttpAuthenticator.authenticate` with the raw ``Authorization`` header,
+:meth:`HttpAuthenticator.authorize` with the action and topic of the request, and
 :meth:`RateLimiter.check`, and turns their errors (``HttpError`` subclasses from
 ``ingest_gateway._errors``, the gateway's one HTTP error type) into a response with
 ``status``, ``headers`` and ``body()``. Keeping it framework-free keeps it unit-testable
@@ -24,7 +25,7 @@ An API key is a *key id* (public, shows up in logs and 403 messages) plus a *sec
 Only a hash of each secret is stored: ``pbkdf2_sha256$<iterations>$<salt b64>$<hash b64>``
 (standard base64 with padding), made by :func:`hash_secret` or by
 ``python -m ingest_gateway._auth hash-secret``. PBKDF2 is slow on purpose, so a stolen config
-file does not give the secrets away cheaply; the :class:`Authenticator` therefore remembers
+file does not give the secrets away cheaply; the :class:`HttpAuthenticator` therefore remembers
 successful verifications (a small LRU of ``(key_id, sha256(secret))``) so a hot key costs one
 PBKDF2 run, not one per request. Failures are never cached.
 
@@ -95,9 +96,9 @@ __all__ = [
     "MIN_CONFIG_ITERATIONS",
     "AclRule",
     "Action",
-    "ApiKey",
+    "ApiKeyCredential",
     "AuthConfig",
-    "Authenticator",
+    "HttpAuthenticator",
     "ForbiddenError",
     "GatewayConfigError",
     "Principal",
@@ -226,9 +227,11 @@ ALL_ACCESS: Final[tuple[AclRule, ...]] = tuple(AclRule(a, "*", True) for a in Ac
 
 
 @dataclass(frozen=True)
-class ApiKey:
-    """One configured key. ``rate_limit_per_s=None`` means unlimited; ``burst=None`` with a
-    rate means a bucket of ``max(1, ceil(rate_limit_per_s))``."""
+class ApiKeyCredential:
+    """One configured HTTP API key, a credential: its id, the hash of its secret, its ACLs
+    and rate limit (not ``wire.protocol.ApiKey``, the broker protocol's request types).
+    ``rate_limit_per_s=None`` means unlimited; ``burst=None`` with a rate means a bucket of
+    ``max(1, ceil(rate_limit_per_s))``."""
 
     key_id: str
     secret_hash: str = field(repr=False)
@@ -265,7 +268,7 @@ class AuthConfig:
     :data:`ANONYMOUS`); keys listed in a disabled config are validated but not used."""
 
     enabled: bool
-    keys: tuple[ApiKey, ...] = ()
+    keys: tuple[ApiKeyCredential, ...] = ()
 
     @classmethod
     def disabled(cls) -> AuthConfig:
@@ -373,7 +376,7 @@ def _parse_acl(path: Path, where: str, raw: object) -> AclRule:
     return AclRule(action, prefix, prefix=True)
 
 
-def _parse_key(path: Path, index: int, raw: object) -> ApiKey:
+def _parse_key(path: Path, index: int, raw: object) -> ApiKeyCredential:
     where = f"keys[{index}]"
     if not isinstance(raw, dict):
         raise _fail(path, where, "each key must be a [[keys]] table")
@@ -438,7 +441,7 @@ def _parse_key(path: Path, index: int, raw: object) -> ApiKey:
             raise _fail(path, where, f"burst {burst!r} must be a positive integer")
         if rate is None:
             raise _fail(path, where, "burst needs rate_limit_per_s; set both or neither")
-    return ApiKey(
+    return ApiKeyCredential(
         key_id=key_id,
         secret_hash=secret_hash,
         acls=acls,
@@ -508,8 +511,9 @@ def _split_token(token: str) -> tuple[str, str] | None:
     return (match.group(1), match.group(2)) if match else None
 
 
-class Authenticator:
-    """Turns an ``Authorization`` header into a :class:`Principal` and checks ACLs.
+class HttpAuthenticator:
+    """Turns an HTTP ``Authorization`` header into a :class:`Principal` and checks ACLs
+    (the brokers' SASL authentication, ``brokers/security.py``, is another thing).
 
     Successful verifications are kept in an LRU of ``cache_size`` entries keyed by
     ``(key_id, sha256(secret))``: a hit skips PBKDF2. The plaintext secret is never kept.
@@ -696,7 +700,7 @@ def generate_dev_key(key_id: str = DEV_KEY_ID) -> tuple[str, str]:
     """A fresh random development key: ``(bearer token, secret_hash)``.
 
     The local stack prints the token at start and configures
-    ``ApiKey(key_id, secret_hash, ALL_ACCESS)``; the secret exists only in that printout.
+    ``ApiKeyCredential(key_id, secret_hash, ALL_ACCESS)``; the secret exists only in that printout.
     The token is ``<key_id>.<secret>`` (send it as ``Authorization: Bearer <token>``).
     """
     if not _KEY_ID_RE.match(key_id):

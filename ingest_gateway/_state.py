@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest_gateway._auth import Authenticator, RateLimiter, load_auth_config
+from ingest_gateway._auth import HttpAuthenticator, RateLimiter, load_auth_config
 from ingest_gateway._coalescer import Coalescer
 from ingest_gateway._config import GatewayConfig
 from ingest_gateway._errors import HttpError, from_strata_error, unavailable
@@ -39,7 +39,7 @@ log = logging.getLogger("ingest_gateway")
 class GatewayAuth:
     """The auth objects of one worker process (``--auth-config``)."""
 
-    authenticator: Authenticator
+    authenticator: HttpAuthenticator
     rate_limiter: RateLimiter
     #: PBKDF2 verification is slow on purpose: it runs here, one at a time, off the loop.
     executor: ThreadPoolExecutor
@@ -51,7 +51,7 @@ def load_gateway_auth(config: GatewayConfig) -> GatewayAuth | None:
     if config.auth_config is None:
         return None
     auth_config = load_auth_config(Path(config.auth_config))
-    return GatewayAuth(Authenticator(auth_config), RateLimiter(auth_config),
+    return GatewayAuth(HttpAuthenticator(auth_config), RateLimiter(auth_config),
                        ThreadPoolExecutor(1, thread_name_prefix="gateway-auth"))
 
 

@@ -21,11 +21,11 @@ from ingest_gateway._auth import (
     MIN_CONFIG_ITERATIONS,
     AclRule,
     Action,
-    ApiKey,
+    ApiKeyCredential,
     AuthConfig,
-    Authenticator,
     ForbiddenError,
     GatewayConfigError,
+    HttpAuthenticator,
     Principal,
     RateLimitedError,
     RateLimiter,
@@ -156,7 +156,7 @@ def test_load_valid_config(tmp_path: Path) -> None:
     config = load_auth_config(path)
     assert config.enabled is True
     first, second = config.keys
-    assert first == ApiKey(
+    assert first == ApiKeyCredential(
         key_id="ingest-service",
         secret_hash=CONFIG_HASH,
         acls=(
@@ -186,7 +186,7 @@ def test_example_file_loads_and_its_documented_secrets_work() -> None:
     config = load_auth_config(EXAMPLE)
     assert config.enabled
     assert [k.key_id for k in config.keys] == ["ingest-service", "dashboards", "ops"]
-    auth = Authenticator(config)
+    auth = HttpAuthenticator(config)
     ingest = auth.authenticate("Bearer ingest-service.example-ingest-secret-DO-NOT-USE")
     auth.authorize(ingest, Action.PRODUCE, "orders-eu")
     reader = auth.authenticate(basic("dashboards:example-reader-secret-DO-NOT-USE"))
@@ -351,20 +351,20 @@ def make_config(**limits: Any) -> AuthConfig:
     return AuthConfig(
         enabled=True,
         keys=(
-            ApiKey(
+            ApiKeyCredential(
                 "ingest",
                 hash_secret("s3cret.with:seps", iterations=FAST),
                 (AclRule(Action.PRODUCE, "orders", False),),
                 **limits,
             ),
-            ApiKey("ops", hash_secret("ops-secret", iterations=FAST), ALL_ACCESS),
+            ApiKeyCredential("ops", hash_secret("ops-secret", iterations=FAST), ALL_ACCESS),
         ),
     )
 
 
 @pytest.fixture
-def auth() -> Authenticator:
-    return Authenticator(make_config())
+def auth() -> HttpAuthenticator:
+    return HttpAuthenticator(make_config())
 
 
 @pytest.mark.parametrize(
@@ -378,7 +378,7 @@ def auth() -> Authenticator:
         basic("ingest:s3cret.with:seps").replace("Basic", "BASIC"),
     ],
 )
-def test_good_credentials(auth: Authenticator, header: str) -> None:
+def test_good_credentials(auth: HttpAuthenticator, header: str) -> None:
     principal = auth.authenticate(header)
     assert principal.key_id == "ingest"
     assert principal.allows(Action.PRODUCE, "orders")
@@ -395,7 +395,7 @@ def test_good_credentials(auth: Authenticator, header: str) -> None:
         basic("nobody:s3cret.with:seps"),
     ],
 )
-def test_wrong_secret_or_unknown_key(auth: Authenticator, header: str) -> None:
+def test_wrong_secret_or_unknown_key(auth: HttpAuthenticator, header: str) -> None:
     with pytest.raises(UnauthorizedError) as info:
         auth.authenticate(header)
     assert info.value.message == (
@@ -424,14 +424,14 @@ def test_wrong_secret_or_unknown_key(auth: Authenticator, header: str) -> None:
     ],
 )
 def test_malformed_or_missing_header(
-    auth: Authenticator, header: str | None, expected: str
+    auth: HttpAuthenticator, header: str | None, expected: str
 ) -> None:
     with pytest.raises(UnauthorizedError) as info:
         auth.authenticate(header)
     assert info.value.message.startswith(expected), info.value.message
 
 
-def test_401_body_and_headers(auth: Authenticator) -> None:
+def test_401_body_and_headers(auth: HttpAuthenticator) -> None:
     with pytest.raises(HttpError) as info:
         auth.authenticate(None)
     err = info.value
@@ -445,7 +445,7 @@ def test_401_body_and_headers(auth: Authenticator) -> None:
 
 
 def test_disabled_auth_is_anonymous_and_allows_everything() -> None:
-    auth = Authenticator(AuthConfig.disabled())
+    auth = HttpAuthenticator(AuthConfig.disabled())
     assert not auth.enabled
     for header in (None, "garbage", "Bearer x.y"):
         assert auth.authenticate(header) is ANONYMOUS
@@ -456,7 +456,7 @@ def test_disabled_auth_is_anonymous_and_allows_everything() -> None:
 
 def test_disabled_config_with_keys_still_anonymous() -> None:
     config = AuthConfig(enabled=False, keys=make_config().keys)
-    assert Authenticator(config).authenticate("Bearer ingest.wrong") is ANONYMOUS
+    assert HttpAuthenticator(config).authenticate("Bearer ingest.wrong") is ANONYMOUS
 
 
 # --------------------------------------------------------------------------- verification cache
@@ -477,7 +477,7 @@ def pbkdf2_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 
 
 def test_cache_hashes_once_per_key_and_secret(pbkdf2_calls: list[bytes]) -> None:
-    auth = Authenticator(make_config())
+    auth = HttpAuthenticator(make_config())
     pbkdf2_calls.clear()  # building the config hashed the secrets
     for _ in range(5):
         auth.authenticate("Bearer ingest.s3cret.with:seps")
@@ -489,7 +489,7 @@ def test_cache_hashes_once_per_key_and_secret(pbkdf2_calls: list[bytes]) -> None
 
 
 def test_failures_are_not_cached(pbkdf2_calls: list[bytes]) -> None:
-    auth = Authenticator(make_config())
+    auth = HttpAuthenticator(make_config())
     pbkdf2_calls.clear()  # building the config hashed the secrets
     for _ in range(3):
         with pytest.raises(UnauthorizedError):
@@ -507,7 +507,7 @@ def test_failures_are_not_cached(pbkdf2_calls: list[bytes]) -> None:
 
 
 def test_cache_is_lru_bounded(pbkdf2_calls: list[bytes]) -> None:
-    auth = Authenticator(make_config(), cache_size=1)
+    auth = HttpAuthenticator(make_config(), cache_size=1)
     pbkdf2_calls.clear()  # building the config hashed the secrets
     auth.authenticate("Bearer ingest.s3cret.with:seps")
     auth.authenticate("Bearer ops.ops-secret")  # evicts ingest
@@ -517,7 +517,7 @@ def test_cache_is_lru_bounded(pbkdf2_calls: list[bytes]) -> None:
 
 
 def test_cache_can_be_off(pbkdf2_calls: list[bytes]) -> None:
-    auth = Authenticator(make_config(), cache_size=0)
+    auth = HttpAuthenticator(make_config(), cache_size=0)
     pbkdf2_calls.clear()  # building the config hashed the secrets
     auth.authenticate("Bearer ops.ops-secret")
     auth.authenticate("Bearer ops.ops-secret")
@@ -579,7 +579,7 @@ def test_all_access_and_anonymous() -> None:
     assert Principal.anonymous() == ANONYMOUS and ANONYMOUS.allow_all
 
 
-def test_authorize_403_body(auth: Authenticator) -> None:
+def test_authorize_403_body(auth: HttpAuthenticator) -> None:
     ingest = auth.authenticate("Bearer ingest.s3cret.with:seps")
     auth.authorize(ingest, Action.PRODUCE, "orders")
     with pytest.raises(ForbiddenError) as info:
@@ -715,7 +715,7 @@ def test_disabled_config_has_no_limits() -> None:
 def test_buckets_are_per_key() -> None:
     clock = FakeClock()
     keys = tuple(
-        ApiKey(k, hash_secret("x", iterations=FAST), (), rate_limit_per_s=1.0, burst=1)
+        ApiKeyCredential(k, hash_secret("x", iterations=FAST), (), rate_limit_per_s=1.0, burst=1)
         for k in ("a", "b")
     )
     rl = RateLimiter(AuthConfig(True, keys), clock=clock)
@@ -747,7 +747,7 @@ def test_generate_dev_key(pbkdf2_calls: list[bytes]) -> None:
     key_id, _, secret = token.partition(".")
     assert key_id == "dev" and len(secret) >= 40
     assert secret_hash.startswith("pbkdf2_sha256$200000$")
-    auth = Authenticator(AuthConfig(True, (ApiKey(key_id, secret_hash, ALL_ACCESS),)))
+    auth = HttpAuthenticator(AuthConfig(True, (ApiKeyCredential(key_id, secret_hash, ALL_ACCESS),)))
     p = auth.authenticate(f"Bearer {token}")
     auth.authorize(p, Action.ADMIN, None)
     assert generate_dev_key()[0] != token
