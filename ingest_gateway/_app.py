@@ -64,7 +64,7 @@ from wire.schema import subject_topic
 
 __all__ = ["app_from_env", "create_app", "run"]
 
-log = logging.getLogger("ingest_gateway")
+log = logging.getLogger("strata.gateway")
 
 _ACKS_PATTERN = "^(all|-1|1|0)$"
 _SSE_KEEPALIVE_S = 15.0

@@ -66,7 +66,8 @@ class GatewayConfig:
     #: PEM certificate (chain) and private key: both set serves HTTPS only.
     tls_cert: str | None = None
     tls_key: str | None = None
-    #: One JSON line per request on the ``ingest_gateway.access`` logger (stderr).
+    #: One JSON line per request on stderr (``_access``: written directly, not through
+    #: ``logging``).
     access_log: bool = True
 
     def __post_init__(self) -> None:

@@ -34,7 +34,7 @@ from ingest_gateway._errors import HttpError
 
 __all__ = ["Answer", "IdempotencyStore"]
 
-log = logging.getLogger("ingest_gateway")
+log = logging.getLogger("strata.gateway.idempotency")
 
 #: Default seconds a claim of a dead worker blocks its key (live claims are renewed).
 PENDING_TIMEOUT_S = 30.0

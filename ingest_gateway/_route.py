@@ -85,7 +85,7 @@ if TYPE_CHECKING:
 __all__ = ["BATCH_ROUTE", "RECORDS_ROUTE", "GatewayApp", "Produce", "match_produce",
            "serve_produce"]
 
-log = logging.getLogger("ingest_gateway")
+log = logging.getLogger("strata.gateway.produce")
 
 RECORDS_ROUTE = "/v3/clusters/{cluster_id}/topics/{topic_name}/records"
 BATCH_ROUTE = RECORDS_ROUTE + ":batch"

@@ -38,7 +38,7 @@ from ingest_gateway._metrics import MULTIPROC_ENV
 __all__ = ["DrainingServer", "OneWriteHttpProtocol", "reuseport_socket", "serve_one",
            "serve_workers"]
 
-log = logging.getLogger("ingest_gateway")
+log = logging.getLogger("strata.gateway.server")
 
 _INTERIM = b"HTTP/1.1 1"  # 100 Continue and other 1xx answers are sent as they are
 

@@ -32,7 +32,7 @@ from wire.errors import StrataError
 
 __all__ = ["GatewayAuth", "GatewayState", "load_gateway_auth"]
 
-log = logging.getLogger("ingest_gateway")
+log = logging.getLogger("strata.gateway")
 
 
 @dataclass(slots=True)

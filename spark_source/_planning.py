@@ -55,7 +55,7 @@ __all__ = [
     "split_tiered",
 ]
 
-log = logging.getLogger("spark_source")
+log = logging.getLogger("strata.spark_source.reader")
 
 @dataclass(frozen=True, slots=True)
 class TierInfo:

@@ -24,6 +24,7 @@ Both readers take ``SourceOptions`` already completed with the query's value sha
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,6 @@ from spark_source._planning import (
     PartitionOffsets,
     RangeGroup,
     data_loss,
-    log,
     pack_ranges,
     plan_ranges,
     rate_limit,
@@ -63,6 +63,8 @@ if TYPE_CHECKING:  # pragma: no cover - imported where used: deltalake loads slo
     from spark_source._tier import TierTable
 
 __all__ = ["StrataBatchReader", "StrataStreamReader"]
+
+log = logging.getLogger("strata.spark_source.reader")
 
 
 class StrataBatchReader(ReadsRanges, DataSourceReader):
