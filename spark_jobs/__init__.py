@@ -3,11 +3,16 @@
 Public API::
 
     from spark_jobs import TierJob, TierSettings
-    with TierJob(spark, TierSettings(bootstrap, zookeeper, Path("warehouse"))) as job:
+    with TierJob(spark, TierSettings(bootstrap, Path("warehouse"))) as job:
         report = job.run_once()          # every tier.enable=true topic, or run_once(["t"])
 
+``TierSettings`` takes the brokers' bootstrap servers and the warehouse directory (then
+batch size, retention and lease settings, ``security``); the job reaches ZooKeeper only
+through the brokers (its lease and progress: TierLease, UpdateTier).
+
 ``register_tables(spark, warehouse)`` registers ``strata.<topic>`` (and
-``strata_compacted.<topic>``) in a session's catalog. See spark_jobs/README.md.
+``strata_compacted.<topic>``) in a session's catalog. ``spark_jobs.metrics.JobMetrics``
+exports a long-running job's Prometheus metrics. See spark_jobs/README.md.
 """
 
 from spark_jobs._errors import (

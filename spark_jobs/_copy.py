@@ -3,7 +3,7 @@
 Why not ``spark.read.format("strata") ... .write.format("delta")``: that path turns every
 record's Arrow columns into JVM rows and back into Parquet, and it cost one Spark job
 and one commit per partition range. Measured on the 2-core machine (docs/benchmarks.md,
-issue [2.6]): 186,000 records/s copied. Here each Spark task reads its piece of a range
+"Tier copy into Delta"): 186,000 records/s copied. Here each Spark task reads its piece of a range
 with the Strata client (Arrow), writes it with Arrow's Parquet writer straight into the
 table's directory, and hands back what Delta needs to know of the files; the driver
 then commits every file of every range in **one** Delta commit (delta-rs), so Spark

@@ -62,7 +62,7 @@ _TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
 #: The tier table's own properties: Delta statistics only for the columns readers filter
 #: on (tier reads prune by offset, retention cuts by timestamp; the partition columns
 #: are in the log anyway). Statistics of the binary and nested columns cost more to
-#: collect than the whole rest of a write (docs/benchmarks.md, issue [2.6]).
+#: collect than the whole rest of a write (docs/benchmarks.md, "Tier copy into Delta").
 TIER_PROPERTIES = {"delta.dataSkippingStatsColumns": "offset,timestamp"}
 #: Table property naming the topic id whose history the table holds: a topic deleted and
 #: re-created under the same name is another topic, and must not append to the old table.

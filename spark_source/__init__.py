@@ -4,7 +4,8 @@ Reading mirrors Spark's Kafka source: same schema, same option names (see
 ``spark_source/README.md``). Spark registers the format by itself through the top-level
 ``pyspark_strata`` module; ``register(spark)`` does it explicitly.
 
-Layering (DESIGN-NOTES §9): this package talks to brokers only through ``strata.client``.
+Layering (brokers/README.md, "Layers"): this package talks to brokers only through
+``strata.client``; its own modules' order is in spark_source/README.md.
 """
 
 from spark_source._datasource import SCHEMA_DDL, StrataDataSource, register

@@ -15,8 +15,9 @@ module lower-cases keys itself too, so a plain ``dict`` behaves the same.
 
 Offsets, as Spark checkpoints them, are ``{"topic": {"partition": offset}}`` with topics
 sorted by name and partitions by number: Spark compares offsets as JSON text, so equal
-offsets must serialise identically (DESIGN-NOTES §3). It is also the Kafka source's JSON
-offset format, so ``startingOffsets`` / ``endingOffsets`` JSON reads the same.
+offsets must serialise identically (spark_source/README.md, "Offsets and invariants"). It
+is also the Kafka source's JSON offset format, so ``startingOffsets`` / ``endingOffsets``
+JSON reads the same.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ each poll (at-least-once) and reports what happens as JSON lines on stdout::
         before it commits them, while its heartbeats go on)
     {"ev": "closed", "t": ...}
 
-The tests of issue [7/7] drive the same workers (kill -9, SIGSTOP), so what the benchmark
-measures and what the tests prove run the same code.
+The consumer-group tests (tests/test_consumer_groups.py) drive the same workers (kill -9,
+SIGSTOP), so what the benchmark measures and what the tests prove run the same code.
 
 Rebalance (``--phase rebalance``): ``--consumers`` workers share a ``--partitions`` topic
 while a producer writes ``--rate`` records/s spread over every partition. Once the group

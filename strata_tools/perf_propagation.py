@@ -1,5 +1,6 @@
 """``strata perf propagation``: how long an ACL or SCRAM-user change takes to apply on
-every broker of a running, secured cluster (issue [2.4] section 3 bounds it at 2 s).
+every broker of a running, secured cluster (docs/security.md bounds it at 2 s; figures in
+docs/benchmarks.md, "Security: how fast ACL and user changes apply").
 
 Each round, as the user of ``--command-config`` (who needs ALTER on the cluster: a super
 user such as the secured stack's ``admin``):

@@ -1,4 +1,5 @@
-"""``strata perf scale``: what many partitions cost a three-broker cluster (issue [2.2]).
+"""``strata perf scale``: what many partitions cost a three-broker cluster (docs/benchmarks.md,
+"Scale: many partitions on three brokers").
 
 Runs against a stack it starts itself (``strata up --data-dir D --base-port B --brokers
 3 --no-tier`` on free ports, in a temp dir unless ``--data-dir`` names an empty one;

@@ -6,7 +6,8 @@ CA from ``strata_tools.certs``), and the authorizer off so only the transport di
 Then, for each listener in turn, ``strata perf produce`` (``send_batch``, acks=1) and
 ``strata perf consume`` on a topic of its own, as separate processes, as ``make bench``
 runs them. Prints one JSON object: records/s and MB/s per listener and the SASL_SSL
-share of plaintext (issue [2.4] section 7 wants at least 70 %).
+share of plaintext (the target is at least 70 %: docs/benchmarks.md, "Security: PLAINTEXT
+vs SASL_SSL").
 
 Consumption over TLS cannot use ``sendfile``: the broker copies the record data through
 the TLS transport (brokers/network.py), which is part of what the consume figure shows.

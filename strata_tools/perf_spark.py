@@ -11,8 +11,9 @@ Two figures per run: ``records/s`` over the query's batches (the sum of Spark's
 query start-up: JVM code generation, planning, starting the source's Python worker) and
 ``wall records/s`` from ``start()`` to termination. The first run of a fresh session
 pays JIT warm-up, so ``--runs`` (default 2) repeats the query and the best run is the
-headline. Spark's own ceiling for a Python source handing over Arrow batches on this
-2-core machine is about 1.9M rows/s (DESIGN-NOTES §3).
+headline. Spark's own ceiling for a Python source handing over Arrow batches of this
+schema on this 2-core machine is 1.0-1.45M rows/s (docs/benchmarks.md, "Spark source and
+sink").
 
 If the topic does not exist it is created with ``--partitions`` partitions and filled
 with ``--num-records`` records of ``--record-size`` random bytes (``send_batch``, acks=1);

@@ -1,4 +1,4 @@
-"""``strata perf typed``: what typed topics cost and save (issue [2.7] section 4).
+"""``strata perf typed``: what typed topics cost and save (docs/benchmarks.md, typed topics).
 
 Two topics get the same orders: ``<prefix>-json``, whose values are JSON documents
 (bytes, as a Kafka pipeline would carry them), and ``<prefix>-typed``, a typed topic
