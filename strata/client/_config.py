@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar
 
-from strata.client._group import ASSIGNORS
 from wire.errors import InvalidRecordBatchError
 from wire.record_batch import Compression
 from wire.security import PLAINTEXT, SECURITY_OPTIONS, ClientSecurity
 
 __all__ = [
+    "ASSIGNORS",
     "ConsumerConfig",
     "ConsumerOptions",
     "OffsetResetStrategy",
@@ -44,6 +44,10 @@ __all__ = [
 RETRY_BACKOFF_MAX_MS: Final = 1000
 _INT32_MAX: Final = 2**31 - 1
 _ACKS_ALL: Final = -1
+
+#: The assignors the group coordinator runs: "range" is eager (every member gives up
+#: everything on a change), "cooperative-sticky" moves only the partitions that must move.
+ASSIGNORS: Final = ("cooperative-sticky", "range")
 
 OffsetResetStrategy: TypeAlias = Literal["earliest", "latest", "none"]
 _RESET_STRATEGIES: Final = ("earliest", "latest", "none")

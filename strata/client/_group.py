@@ -75,7 +75,6 @@ from wire.protocol import (
 )
 
 __all__ = [
-    "ASSIGNORS",
     "AutoCommitTimer",
     "CommitFailedError",
     "Coordinator",
@@ -90,9 +89,6 @@ __all__ = [
 
 log = logging.getLogger("strata.client.group")
 
-#: The assignors the coordinator runs: "range" is eager (every member gives up everything
-#: on a change), "cooperative-sticky" moves only the partitions that must move.
-ASSIGNORS: Final = ("cooperative-sticky", "range")
 #: Heartbeat interval used until the coordinator says otherwise (the join is sent at once).
 _DEFAULT_HEARTBEAT_MS: Final = 3_000
 #: Longest a leave heartbeat on close may take: a dead coordinator must not hang close().
