@@ -77,7 +77,7 @@ from wire.protocol import (
 __all__ = [
     "AutoCommitTimer",
     "CommitFailedError",
-    "Coordinator",
+    "CoordinatorAddress",
     "CoordinatorLink",
     "GroupMember",
     "Membership",
@@ -342,8 +342,10 @@ class Membership:
 
 
 @dataclass(frozen=True, slots=True)
-class Coordinator:
-    """The broker coordinating a group."""
+class CoordinatorAddress:
+    """Where a group's coordinator is: the node id and address of the broker that
+    coordinates the group now (``FindCoordinator``'s answer). Not to be confused with
+    the broker-side ``GroupCoordinator`` that runs the group."""
 
     node_id: int
     host: str
@@ -359,12 +361,12 @@ class CoordinatorLink:
         self.group_id = group_id
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_ms = retry_backoff_ms
-        self.coordinator: Coordinator | None = None
+        self.coordinator: CoordinatorAddress | None = None
 
     def invalidate(self) -> None:
         self.coordinator = None
 
-    async def find(self, timeout_s: float | None = None) -> Coordinator:
+    async def find(self, timeout_s: float | None = None) -> CoordinatorAddress:
         """The coordinator (cached until a request says it moved)."""
         if self.coordinator is not None:
             return self.coordinator
@@ -383,8 +385,8 @@ class CoordinatorLink:
                     max(deadline - time.monotonic(), 0.001))
                 assert isinstance(response, FindCoordinatorResponse)
                 if response.error_code == 0:
-                    self.coordinator = Coordinator(response.node_id, response.host,
-                                                   response.port)
+                    self.coordinator = CoordinatorAddress(response.node_id, response.host,
+                                                          response.port)
                     return self.coordinator
                 error = error_from_code(response.error_code, response.error_message)
             except (StrataError, TimeoutError) as err:

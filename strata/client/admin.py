@@ -60,7 +60,7 @@ from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, Unpack
 from strata.client._cluster import Cluster
 from strata.client._common import TopicPartition, error_from_code, is_transient
 from strata.client._config import SecurityOptions, security_of
-from strata.client._group import Coordinator, CoordinatorLink
+from strata.client._group import CoordinatorAddress, CoordinatorLink
 from strata.client._offsets import list_offsets, list_offsets_once
 from strata.client._schemas import RegisteredSchema, RegistryAnswer, SchemaSource
 from strata.client._sync import EventLoopThread
@@ -152,6 +152,7 @@ __all__ = [
     "CommittedOffset",
     "ConfigValue",
     "Coordinator",
+    "CoordinatorAddress",
     "ElectionResult",
     "GroupDescription",
     "GroupListing",
@@ -176,6 +177,9 @@ __all__ = [
 T = TypeVar("T")
 
 log = logging.getLogger("strata.client.admin")
+
+#: The name ``CoordinatorAddress`` had before it said what it is (kept for existing code).
+Coordinator: TypeAlias = CoordinatorAddress
 
 #: ``"earliest"`` (log start offset), ``"latest"`` (high watermark) or a timestamp in ms.
 OffsetSpec: TypeAlias = Literal["earliest", "latest"] | int
@@ -388,7 +392,7 @@ class GroupDescription:
     state: str
     assignor: str
     group_epoch: int
-    coordinator: Coordinator
+    coordinator: CoordinatorAddress
     members: tuple[MemberDescription, ...]
 
     def owner(self, partition: TopicPartition) -> MemberDescription | None:
@@ -1045,7 +1049,7 @@ class AsyncAdmin:
                 retry_backoff_ms=self.retry_backoff_ms)
         return link
 
-    async def find_coordinator(self, group_id: str) -> Coordinator:
+    async def find_coordinator(self, group_id: str) -> CoordinatorAddress:
         """The broker coordinating ``group_id`` now (node id, host, port)."""
         link = self._link(group_id)
         link.invalidate()
@@ -1488,7 +1492,7 @@ class Admin:
                      ) -> dict[TopicPartition, ListOffsetsResult]:
         return self._run(self._admin.list_offsets(specs))
 
-    def find_coordinator(self, group_id: str) -> Coordinator:
+    def find_coordinator(self, group_id: str) -> CoordinatorAddress:
         return self._run(self._admin.find_coordinator(group_id))
 
     def list_groups(self) -> list[GroupListing]:
