@@ -35,8 +35,10 @@ Errors are the typed ``wire.errors`` classes (re-exported here), each with a wir
 Modules, one job each: ``producer`` (the producer's faces) over ``_accumulator``,
 ``_sender``, ``_idempotence`` and ``_delivery``; ``consumer`` (the consumer's faces, the
 poll loop and rebalance steps) over ``_subscription``, ``_fetcher``, ``_offsets`` and
-``_group``; ``admin``; ``sink``; and the shared ``_config``, ``_cluster``, ``_common`` and
-``_sync``.
+``_group``; ``admin`` (the admin faces) over one module per API family,
+``_admin_topics``, ``_admin_cluster``, ``_admin_groups``, ``_admin_security``,
+``_admin_tier`` and ``_admin_schemas``, which share ``_admin_common``; ``sink``; and the
+shared ``_config``, ``_cluster``, ``_common`` and ``_sync``.
 """
 
 from strata.client._config import ValueFormat
