@@ -1,6 +1,6 @@
 """The import contracts in pyproject.toml (``[tool.importlinter]``, run by ``make lint``)
-hold on the tree, and they catch a deliberate violation; the test tiers name real
-modules.
+hold on the tree, and they catch a deliberate violation (between the top-level packages,
+and between the client's own layers); the test tiers name real modules.
 
 The violation is made in a copy: the packages' Python files, pyproject.toml and our own
 contract types (import_contracts.py) are copied to a temp dir, one forbidden import is
@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("wire", "procs", "brokers", "strata", "strata_tools", "zookeeper", "spark_source",
             "spark_jobs", "ingest_gateway", "strata_spark")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+CLIENT_LAYERS = "the client's faces sit on its engines"
 
 
 def _copy_tree(tmp_path: Path) -> Path:
@@ -83,6 +84,12 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
      "private (_name) modules are imported only inside"),
     ("ingest_gateway/_plan.py", "from spark_source import _options",
      "private (_name) modules are imported only inside"),
+    # Inside the client: faces over engines over the connection and the shared modules.
+    ("strata/client/_common.py", "import strata.client._admin_topics", CLIENT_LAYERS),
+    ("strata/client/_config.py", "import strata.client._group", CLIENT_LAYERS),
+    ("strata/client/_cluster.py", "import strata.client._schemas", CLIENT_LAYERS),
+    ("strata/client/admin.py", "import strata.client.consumer", CLIENT_LAYERS),
+    ("strata/client/_stray.py", "import strata.client._common", CLIENT_LAYERS),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, line: str,
                                                  contract: str) -> None:
