@@ -3,8 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
+import pytest
+
+import wire.protocol
 from brokers.docgen import render, render_configuration
+from wire.protocol import messages
+from wire.protocol.apis import (
+    cluster,
+    fetch,
+    groups,
+    headers,
+    metadata,
+    produce,
+    schema_registry,
+    security,
+    sink,
+    tier,
+    topics,
+)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -17,3 +35,23 @@ def test_protocol_doc_matches_the_message_schemas() -> None:
 def test_configuration_doc_matches_the_config_keys() -> None:
     assert (DOCS / "configuration.md").read_text() == render_configuration(), \
         "docs/configuration.md is stale: run `python -m brokers.docgen`"
+
+
+@pytest.mark.parametrize("family", [cluster, fetch, groups, headers, metadata, produce,
+                                    schema_registry, security, sink, tier, topics])
+def test_every_message_family_is_exported_whole(family: ModuleType) -> None:
+    """The rendered schemas come from ``wire.protocol.messages``: it re-exports each API
+    family module's names, and lists every one of them in its ``__all__``."""
+    names = set(family.__all__)
+    assert names <= set(messages.__all__), sorted(names - set(messages.__all__))
+    for name in names:
+        assert getattr(messages, name) is getattr(family, name) is getattr(wire.protocol, name)
+
+
+def test_the_message_index_lists_nothing_but_the_families_and_the_registry() -> None:
+    families = (cluster, fetch, groups, headers, metadata, produce, schema_registry,
+                security, sink, tier, topics)
+    named = {n for family in families for n in family.__all__}
+    registry = {"API_VERSIONS", "ApiKey", "REQUEST_TYPES", "RESPONSE_TYPES"}
+    assert set(messages.__all__) == named | registry
+    assert len(messages.__all__) == len(set(messages.__all__))

@@ -1,7 +1,7 @@
 """Consumer groups on the client side: the coordinator, membership, commits.
 
-The coordinator computes every member's assignment (KIP-848 style, see the "consumer
-groups" section of ``wire/protocol/messages.py``); a member only has to
+The coordinator computes every member's assignment (KIP-848 style, see
+``wire/protocol/apis/groups.py``); a member only has to
 
 * find its group's coordinator (``FindCoordinator`` to any broker) and send every group
   request there. ``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``,
