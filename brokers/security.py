@@ -41,7 +41,7 @@ from wire.errors import (
     UnsupportedSaslMechanismError,
 )
 from wire.sasl import MECHANISMS, ScramCredential, ScramServer, check_plain, parse_plain
-from wire.security import SECURITY_PROTOCOLS, protocol_uses_sasl, protocol_uses_tls
+from wire.security import SECURITY_PROTOCOLS, HasSecurityProtocol
 
 __all__ = ["ANONYMOUS", "Authenticator", "CredentialCache", "Listener", "Session",
            "check_mechanisms", "parse_listeners", "server_ssl_context"]
@@ -56,7 +56,7 @@ _DEFAULT_MAP: Final = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 
 
 @dataclass(frozen=True, slots=True)
-class Listener:
+class Listener(HasSecurityProtocol):
     """One listener: where it binds, what it tells clients, how it is secured."""
 
     name: str
@@ -65,14 +65,6 @@ class Listener:
     port: int
     advertised_host: str
     advertised_port: int  # 0: the port actually bound
-
-    @property
-    def uses_tls(self) -> bool:
-        return protocol_uses_tls(self.protocol)
-
-    @property
-    def uses_sasl(self) -> bool:
-        return protocol_uses_sasl(self.protocol)
 
 
 def _endpoints(text: str, key: str) -> list[tuple[str, str, int]]:

@@ -25,7 +25,7 @@ from typing import Any, Final
 from wire.sasl import MECHANISMS
 
 __all__ = ["PLAINTEXT", "SECURITY_OPTIONS", "SECURITY_PROPERTIES", "SECURITY_PROTOCOLS",
-           "ClientSecurity", "protocol_uses_sasl", "protocol_uses_tls"]
+           "ClientSecurity", "HasSecurityProtocol"]
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -59,18 +59,27 @@ SECURITY_PROPERTIES: Final = {
 _JAAS_FIELD: Final = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
-def protocol_uses_tls(protocol: str) -> bool:
-    """SSL and SASL_SSL wrap the connection in TLS."""
-    return protocol in ("SSL", "SASL_SSL")
+class HasSecurityProtocol:
+    """What a security protocol name (``protocol``, one of ``SECURITY_PROTOCOLS``) means
+    for a connection. The one definition both ends use: ``ClientSecurity`` here and the
+    brokers' ``Listener`` (``brokers/security.py``) inherit it."""
 
+    __slots__ = ()
+    protocol: str
 
-def protocol_uses_sasl(protocol: str) -> bool:
-    """SASL_PLAINTEXT and SASL_SSL log in before any other request."""
-    return protocol.startswith("SASL_")
+    @property
+    def uses_tls(self) -> bool:
+        """SSL and SASL_SSL wrap the connection in TLS."""
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        """SASL_PLAINTEXT and SASL_SSL log in before any other request."""
+        return self.protocol.startswith("SASL_")
 
 
 @dataclass(frozen=True, slots=True)
-class ClientSecurity:
+class ClientSecurity(HasSecurityProtocol):
     """``protocol``: PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL.
     ``sasl_mechanism``: PLAIN, SCRAM-SHA-256 (default) or SCRAM-SHA-512, with
     ``username`` / ``password``. ``ssl_cafile``: the CA bundle that signed the brokers'
@@ -100,14 +109,6 @@ class ClientSecurity:
                                  "sasl_plain_username and sasl_plain_password")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("give ssl_certfile and ssl_keyfile together (mutual TLS)")
-
-    @property
-    def uses_tls(self) -> bool:
-        return protocol_uses_tls(self.protocol)
-
-    @property
-    def uses_sasl(self) -> bool:
-        return protocol_uses_sasl(self.protocol)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for this configuration (None on plaintext protocols)."""
