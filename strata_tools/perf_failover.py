@@ -47,10 +47,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from strata_tools.perf_zookeeper import ROOT, ZooKeeperView
+
 __all__ = ["FailoverError", "FailoverResult", "KillResult", "add_failover_arguments",
            "bench_failover", "run_failover"]
 
-ROOT = "/strata"
 _PROBE_PAUSE_S = 0.05
 
 
@@ -162,78 +163,23 @@ def _sigkill(pid: int, marker: str) -> None:
         time.sleep(0.01)
 
 
-class _ZooKeeper:
-    """The few znodes the benchmark reads (layout: ``brokers/coordination.py``)."""
+class _ZooKeeper(ZooKeeperView):
+    """The shared view (``perf_zookeeper``), with this benchmark's questions."""
 
     def __init__(self, hosts: str) -> None:
-        from kazoo.client import KazooClient
-
-        self.zk = KazooClient(hosts=hosts, timeout=10.0)
-        self.zk.start(timeout=15)
-
-    def close(self) -> None:
-        self.zk.stop()
-        self.zk.close()
-
-    def _json(self, path: str) -> dict[str, Any] | None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, _ = self.zk.get(path)
-        except NoNodeError:
-            return None
-        value = json.loads(data.decode())
-        return value if isinstance(value, dict) else None
+        super().__init__(hosts, timeout=15)
 
     def assignment(self, topic: str) -> dict[int, list[int]]:
-        value = self._json(f"{ROOT}/brokers/topics/{topic}")
+        value = self.replicas([topic])[topic]
         if value is None:
             raise FailoverError(f"topic {topic!r} does not exist; create it first, e.g. "
                                 f"`strata topic create {topic} -p 8 -r 3 "
                                 "-c min.insync.replicas=2`")
-        return {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
+        return value
 
     def state(self, topic: str, partition: int) -> tuple[int, list[int]]:
         """(leader, isr) of one partition."""
-        value = self._json(f"{ROOT}/brokers/topics/{topic}/partitions/{partition}/state")
-        if value is None:
-            return -1, []
-        return int(value["leader"]), [int(b) for b in value["isr"]]
-
-    def live_brokers(self) -> set[int]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return {int(c) for c in self.zk.get_children(f"{ROOT}/brokers/ids")}
-        except NoNodeError:
-            return set()
-
-    def controller(self) -> int | None:
-        value = self._json(f"{ROOT}/controller")
-        return None if value is None else int(value["broker_id"])
-
-    def on_gone(self, path: str, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (on kazoo's thread) once ``path`` no longer exists."""
-        def watch(data: bytes | None, stat: Any) -> bool:
-            if stat is None:
-                callback()
-                return False
-            return True
-        self.zk.DataWatch(path)(watch)
-
-    def on_leader_change(self, topic: str, partition: int, old: int,
-                         callback: Callable[[int], None]) -> None:
-        """Call ``callback(new_leader)`` once the state names a live leader other than
-        ``old``."""
-        def watch(data: bytes | None, stat: Any) -> bool:
-            if not data:
-                return True
-            leader = int(json.loads(data.decode())["leader"])
-            if leader not in (old, -1):
-                callback(leader)
-                return False
-            return True
-        self.zk.DataWatch(f"{ROOT}/brokers/topics/{topic}/partitions/{partition}/state")(watch)
+        return self.states([(topic, partition)])[(topic, partition)]
 
     def wait_healthy(self, topic: str, assignment: dict[int, list[int]],
                      brokers: set[int], timeout: float) -> None:

@@ -105,10 +105,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from strata_tools.perf_zookeeper import Key, ZooKeeperView
+
 __all__ = ["PHASES", "ScaleError", "ScaleOptions", "add_scale_arguments", "bench_scale",
            "run_scale"]
 
-ROOT = "/strata"
 #: Phases ``--skip`` may leave out (the topics are always created).
 PHASES = ("produce", "controlled-shutdown", "sigkill-controller", "restart", "resources",
           "idle-connections", "group")
@@ -155,7 +156,6 @@ class ScaleOptions:
 
 
 T = TypeVar("T")
-Key = tuple[str, int]  # (topic, partition)
 Log = Callable[[str], None]
 
 
@@ -418,67 +418,24 @@ def _resources(data_dir: Path) -> dict[int, tuple[int, int]]:
 # -- ZooKeeper ----------------------------------------------------------------------------
 
 
-class _ZooKeeper:
-    """The znodes the benchmark reads; many at once, in multiRead requests."""
+class _ZooKeeper(ZooKeeperView):
+    """The shared view (``perf_zookeeper``), with this benchmark's conditions."""
 
     def __init__(self, hosts: str, timeout: float) -> None:
-        from kazoo.client import KazooClient
-
-        self.zk = KazooClient(hosts=hosts, timeout=10.0)
         try:
-            self.zk.start(timeout=timeout)
+            super().__init__(hosts, timeout)
         except Exception as err:
-            self.zk.stop()
-            self.zk.close()
             raise ScaleError(f"could not connect to ZooKeeper at {hosts} within "
                              f"{timeout:.0f} s: {err!r}") from None
 
-    def close(self) -> None:
-        self.zk.stop()
-        self.zk.close()
-
-    def _get_many(self, paths: Sequence[str]) -> list[Any]:
-        """JSON of each path (None where it does not exist), read with multiRead
-        requests (``brokers.coordination.read_znodes``): pipelined ``get_async`` calls
-        took 4-6 s for 10,000 znodes here, which would have padded every figure."""
-        from brokers.coordination import read_znodes
-
-        found = read_znodes(self.zk, paths)
-        out: list[Any] = []
-        for path in paths:
-            data = found.get(path, (b"", None))[0]
-            out.append(json.loads(data.decode()) if data else None)
-        return out
-
-    def states(self, keys: Sequence[Key]) -> dict[Key, tuple[int, frozenset[int]]]:
-        """(leader, isr) of each partition; (-1, {}) while it has no state znode."""
-        values = self._get_many([f"{ROOT}/brokers/topics/{t}/partitions/{p}/state"
-                                 for t, p in keys])
-        return {k: ((int(v["leader"]), frozenset(int(b) for b in v["isr"]))
-                    if isinstance(v, dict) else (-1, frozenset()))
-                for k, v in zip(keys, values, strict=True)}
-
     def assignments(self, topics: Sequence[str]) -> dict[Key, frozenset[int]]:
         out: dict[Key, frozenset[int]] = {}
-        for topic, value in zip(topics, self._get_many(
-                [f"{ROOT}/brokers/topics/{t}" for t in topics]), strict=True):
-            if not isinstance(value, dict):
+        for topic, value in self.replicas(topics).items():
+            if value is None:
                 raise ScaleError(f"topic {topic} has no definition in ZooKeeper")
-            for p, replicas in value["partitions"].items():
-                out[(topic, int(p))] = frozenset(int(b) for b in replicas)
+            for p, replicas in value.items():
+                out[(topic, p)] = frozenset(replicas)
         return out
-
-    def live_brokers(self) -> set[int]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return {int(c) for c in self.zk.get_children(f"{ROOT}/brokers/ids")}
-        except NoNodeError:
-            return set()
-
-    def controller(self) -> int | None:
-        (value,) = self._get_many([f"{ROOT}/controller"])
-        return int(value["broker_id"]) if isinstance(value, dict) else None
 
     # Conditions for ``_wait``: (met, what is still missing).
 
@@ -503,7 +460,7 @@ class _ZooKeeper:
         states = self.states(list(assignment))
         bad = [f"{t}-{p} (leader {leader}, isr {sorted(isr)})"
                for (t, p), (leader, isr) in states.items()
-               if leader not in live or isr != assignment[(t, p)]]
+               if leader not in live or frozenset(isr) != assignment[(t, p)]]
         problems = ([f"brokers {sorted(missing)} not registered"] if missing else []) + \
             ([f"{len(bad)} partition(s) without a live leader or a full ISR, e.g. "
               f"{', '.join(bad[:3])}"] if bad else [])
