@@ -33,10 +33,12 @@ TEST_WORKERS ?= 2
 test: setup lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
-# The tiers (tests/conftest.py marks each module): unit is pure logic with no
-# ZooKeeper, broker, Spark or HTTP process (under a minute on two cores); integration
-# starts real ZooKeeper, broker and gateway processes; system runs the faults and
-# nemeses, Spark and Delta end to end, whole stacks and the benchmarks' smoke runs.
+# The tiers (each test module declares one, `pytestmark = pytest.mark.unit`, and
+# tests/conftest.py fails the collection of a module that does not): unit is pure
+# logic with no ZooKeeper, broker, Spark or HTTP process (under a minute on two cores);
+# integration starts real ZooKeeper, broker and gateway processes; system runs the
+# faults and nemeses, Spark and Delta end to end, whole stacks and the benchmarks'
+# smoke runs.
 # `make test` runs all three.
 unit: setup
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)

@@ -7,8 +7,9 @@ PID (checked against a command-line marker) in teardown even when the test fails
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -34,41 +35,44 @@ LONGEST_MODULES_FIRST = (
 )
 
 
-#: The test tiers, by module; every test module is in exactly one (tests/test_layers.py
-#: checks that the names below are modules). ``unit``: pure logic, no ZooKeeper,
-#: broker, Spark or HTTP process (``make unit``, under a minute). ``system``: faults and
-#: nemeses, Spark and Delta end to end, whole stacks, the benchmarks' smoke runs
-#: (``make system``). Everything else is ``integration``: real ZooKeeper, broker and
-#: gateway processes over TCP (``make integration``). ``make test`` runs all three.
-UNIT_MODULES = frozenset({
-    "test_record_batch", "test_log_index", "test_log_segment", "test_log_corruption",
-    "test_partition_log", "test_log_properties", "test_log_cleaner", "test_leader_epoch",
-    "test_producer_state", "test_replication_rules", "test_group_assignors",
-    "test_fault_checker", "test_group_checker", "test_broker_config", "test_heap",
-    "test_layers", "test_docs", "test_handlers_unit", "test_group_index", "test_sasl",
-    "test_acl", "test_quotas", "test_deploy_files", "test_schema_mapping",
-    "test_schema_registry_state", "test_txn_checker", "test_transaction_state",
-})
-SYSTEM_MODULES = frozenset({
-    "test_faults", "test_group_faults", "test_gateway_faults", "test_rolling_restart",
-    "test_log_crash", "test_spark_delta", "test_spark_exactly_once", "test_spark_loopback",
-    "test_spark_sink", "test_spark_source", "test_spark_tier_replay", "test_notebooks",
-    "test_tiering", "test_cli_stack", "test_perf_failover", "test_perf_scale",
-    "test_perf_spark", "test_load_smoke", "test_spark_security", "test_package",
-    "test_network_partitions", "test_spark_cluster", "test_spark_typed",
-})
+#: The test tiers. Every test module declares exactly one, with a module-level marker
+#: (``pytestmark = pytest.mark.unit``, alone or in the list of its marks); a module that
+#: declares none, or two, fails collection (``_TieredModule``), so a new module cannot
+#: silently land in a tier. ``unit``: pure logic, no ZooKeeper, broker, Spark or HTTP
+#: process (``make unit``, under a minute). ``integration``: real ZooKeeper, broker and
+#: gateway processes over TCP (``make integration``). ``system``: faults and nemeses,
+#: Spark and Delta end to end, whole stacks, the benchmarks' smoke runs (``make
+#: system``). ``make test`` runs all three.
+TIERS = ("unit", "integration", "system")
 
 
-def tier_of(module: str) -> str:
-    return "unit" if module in UNIT_MODULES else \
-        "system" if module in SYSTEM_MODULES else "integration"
+def tiers_of(module: ModuleType) -> list[str]:
+    """The tier markers ``module`` declares at module level."""
+    marks = getattr(module, "pytestmark", [])
+    marks = marks if isinstance(marks, list) else [marks]
+    return [mark.name for mark in marks if getattr(mark, "name", None) in TIERS]
+
+
+class _TieredModule(pytest.Module):
+    """A test module that must declare its tier before its tests are collected."""
+
+    def collect(self) -> Iterable[pytest.Item | pytest.Collector]:
+        tiers = tiers_of(self.obj)
+        if len(tiers) != 1:
+            found = f"declares {' and '.join(tiers)}" if tiers else "declares none"
+            raise self.CollectError(
+                f"{self.path.name}: every test module declares exactly one tier, e.g. "
+                f"`pytestmark = pytest.mark.integration` ({', '.join(TIERS)}; see "
+                f"tests/conftest.py), and this one {found}")
+        return super().collect()
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module:
+    return _TieredModule.from_parent(parent, path=module_path)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its tier, then order (a stable sort): see
-    ``LONGEST_MODULES_FIRST``."""
-    for item in items:
-        item.add_marker(tier_of(item.path.stem))
+    """Order the tests (a stable sort): see ``LONGEST_MODULES_FIRST``."""
     rank = {name: i for i, name in enumerate(LONGEST_MODULES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
 

@@ -8,6 +8,8 @@ import pytest
 from brokers.acl import CLUSTER_NAME, AclBinding, AclCache, AclFilter
 from wire.errors import InvalidRequestError
 
+pytestmark = pytest.mark.unit
+
 
 def acl(name: str, operation: str, permission: str = "ALLOW", *, principal: str = "User:a",
         resource_type: str = "TOPIC", pattern: str = "LITERAL", host: str = "*"

@@ -31,6 +31,8 @@ from wire.errors import (
     UnknownTopicOrPartitionError,
 )
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def bootstrap(broker: BrokerProcess) -> str:

@@ -48,6 +48,8 @@ from wire.protocol import (
 )
 from wire.record_batch import batches_to_table, build_batch
 
+pytestmark = pytest.mark.integration
+
 T = TypeVar("T")
 _names = itertools.count()
 

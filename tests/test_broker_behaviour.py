@@ -46,7 +46,7 @@ from wire.protocol import (
 )
 from wire.record_batch import TimestampType, batches_to_table, build_batch
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 T = TypeVar("T")
 _names = itertools.count()

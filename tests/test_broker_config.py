@@ -10,6 +10,8 @@ from brokers.config import BrokerConfig, load_broker_config
 from brokers.log import FlushPolicy
 from wire.errors import InvalidConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def test_precedence_file_then_environment_then_overrides(tmp_path: Path) -> None:
     path = tmp_path / "server.properties"

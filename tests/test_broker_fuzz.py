@@ -29,6 +29,7 @@ import time
 import warnings
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +67,8 @@ from wire.record_batch import (
     iter_batches,
     validate,
 )
+
+pytestmark = pytest.mark.integration
 
 TOPIC = "fuzz-target"
 #: The good client's topic: longer than TOPIC and sharing no prefix with it, so no byte

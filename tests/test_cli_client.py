@@ -9,8 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from strata.client import Producer
 from tests.support.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 

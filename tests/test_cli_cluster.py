@@ -23,7 +23,7 @@ from tests.test_replication import create_assigned
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 def cli(bootstrap: str, *args: str, stdin: str | None = None,

@@ -28,6 +28,8 @@ from strata_tools.cli import main
 from tests.conftest import ProcessReaper
 from tests.support.broker_process import BrokerProcess
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 
 # ----------------------------------------------------------------------------- no broker

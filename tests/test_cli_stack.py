@@ -31,7 +31,7 @@ from procs import PortInUseError, check_port_free, cmdline, pid_alive
 from strata.client import Admin, NewTopic
 from zookeeper.launcher import server_mode
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 
 
 def _strata_command() -> list[str]:

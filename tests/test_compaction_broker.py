@@ -20,6 +20,8 @@ from strata.client.admin import NewTopic
 from tests.support.broker_process import BrokerProcess
 from wire.errors import InvalidRecordBatchError
 
+pytestmark = pytest.mark.integration
+
 TOPIC = "compacted-events"
 Produced = dict[int, tuple[bytes, bytes | None]]
 

@@ -34,6 +34,8 @@ from wire.errors import NetworkError, OffsetOutOfRangeError, StrataError
 from wire.protocol import ApiKey, ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic
 from wire.record_batch import CONSUMER_SCHEMA, TimestampType, build_batch
 
+pytestmark = pytest.mark.integration
+
 Headers = list[tuple[str, bytes | None]] | None
 
 

@@ -51,7 +51,7 @@ from wire.protocol import (
     OffsetFetchResponse,
 )
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 SESSION_MS = 2500
 

@@ -16,10 +16,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from strata.client import Admin, NewTopic
 from tests.support.broker_process import REPO, BrokerProcess
 from tests.support.cluster import Cluster
 from zookeeper.launcher import ZooKeeperServer
+
+pytestmark = pytest.mark.integration
 
 
 def test_a_stuck_controller_delays_a_controlled_shutdown_only_up_to_its_timeout(

@@ -21,6 +21,8 @@ from brokers.coordination import (
 from wire.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from zookeeper.launcher import ZooKeeperServer
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def coordinators(zookeeper_server: ZooKeeperServer) -> Iterator[list[Coordinator]]:

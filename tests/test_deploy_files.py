@@ -15,6 +15,8 @@ import yaml
 
 from strata_tools.cli import build_parser
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 #: The modules that register Prometheus metrics.

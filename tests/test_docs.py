@@ -24,6 +24,8 @@ from wire.protocol.apis import (
     topics,
 )
 
+pytestmark = pytest.mark.unit
+
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 

@@ -25,6 +25,8 @@ from tests.support.nemesis import (
 )
 from wire.record_batch import build_batch, set_base_offset
 
+pytestmark = pytest.mark.unit
+
 PARTITIONS = 2
 
 

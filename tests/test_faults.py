@@ -67,7 +67,7 @@ SESSION_TIMEOUT_S = 6.0
 #: Acknowledged records a test needs at least, to show the workload really ran.
 MIN_ACKED = 300
 
-pytestmark = pytest.mark.timeout(240 + 1.5 * soak_seconds())
+pytestmark = [pytest.mark.system, pytest.mark.timeout(240 + 1.5 * soak_seconds())]
 
 
 @pytest.fixture

@@ -35,6 +35,8 @@ from wire.protocol import (
 )
 from wire.record_batch import build_batch
 
+pytestmark = pytest.mark.integration
+
 TOPIC = "sessions"
 
 

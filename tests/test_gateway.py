@@ -29,6 +29,8 @@ from tests.support.gateway import MAX_REQUEST_BYTES, Gateway, running_gateway, s
 from tests.support.waiting import wait_for
 from wire.partitioner import partition_for_key
 
+pytestmark = pytest.mark.integration
+
 SMALL_LIMIT = 2000  # max.message.bytes of the "gw-small" topic
 
 

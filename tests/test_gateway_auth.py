@@ -37,6 +37,8 @@ from ingest_gateway._auth import (
 )
 from ingest_gateway._errors import HttpError
 
+pytestmark = pytest.mark.integration
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "ingest_gateway" / "auth.example.toml"
 FAST = 1_000  # iterations for hashes the tests verify
 #: A hash strong enough for a config file (parsed, never verified in the config tests).

@@ -36,7 +36,7 @@ LOAD_S = 15.0
 KILL_AFTER_S = 4.0
 KILLED_PARTITION = 0
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
 
 @dataclass

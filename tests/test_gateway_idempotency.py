@@ -22,6 +22,8 @@ import pytest
 from ingest_gateway._errors import HttpError
 from ingest_gateway._idempotency import Answer, IdempotencyStore
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 #: Stops a hung test; not a speed target (the tests take a few seconds). Below the
 #: stores' default 30 s pending timeout, so waiting out a claim left behind fails too.

@@ -36,6 +36,8 @@ from ingest_gateway._route import (
 )
 from ingest_gateway._server import _HeldHeadersTransport
 
+pytestmark = pytest.mark.integration
+
 _text = st.text(max_size=12)
 _json_value = st.recursive(
     st.none() | st.booleans() | st.integers(-2**40, 2**40) | _text

@@ -46,6 +46,8 @@ from tests.support.cluster import Cluster
 from tests.support.gateway import Gateway, running_gateway
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.integration
+
 MAX_EXAMPLES = 30
 TIME_LIMIT_S = 50.0  # budget of the whole exploration of one gateway (warns when over)
 TOPIC = "st-events"

@@ -19,7 +19,7 @@ from procs import free_port
 from tests.support.gateway import REPO, stop_child
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:

@@ -21,6 +21,8 @@ from brokers.group_assignors import COOPERATIVE_STICKY, RANGE, assign
 from brokers.group_coordinator import Group, GroupCoordinator, Member, coordinator_partition
 from brokers.services import MetadataCache
 
+pytestmark = pytest.mark.unit
+
 TOPICS = {"a": 5, "b": 3, "c": 8}
 
 

@@ -29,6 +29,8 @@ from tests.support.group_checker import (
     load,
 )
 
+pytestmark = pytest.mark.unit
+
 T0 = 1000.0
 SESSION_S = 6.0  # limit: 11 s
 

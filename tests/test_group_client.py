@@ -62,6 +62,8 @@ from wire.protocol.messages import (
     OffsetCommitTopicResponse,
 )
 
+pytestmark = pytest.mark.integration
+
 NOWHERE = "127.0.0.1:1"
 T0, T1, T2, T3 = (TopicPartition("t", p) for p in range(4))
 

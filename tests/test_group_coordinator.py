@@ -59,7 +59,7 @@ from wire.protocol import (
     OffsetFetchResponse,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 @pytest.fixture(scope="module")

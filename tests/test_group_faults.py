@@ -89,7 +89,7 @@ FAULTS = ("join", "leave", "kill-member", "pause-member", "stall-member", "block
 #: up to the client's 30 s request timeout; longer is a hang (reported as EXIT).
 LEAVE_TIMEOUT_S = 70.0
 
-pytestmark = pytest.mark.timeout(300 + 1.5 * soak_seconds())
+pytestmark = [pytest.mark.system, pytest.mark.timeout(300 + 1.5 * soak_seconds())]
 
 
 def _seed() -> int:

@@ -50,6 +50,8 @@ from wire.protocol import (
     group_topic_partitions,
 )
 
+pytestmark = pytest.mark.unit
+
 Record = tuple[bytes, bytes | None]
 
 

@@ -50,6 +50,8 @@ from wire.protocol import (
 )
 from wire.record_batch import build_batch, decode_batch
 
+pytestmark = pytest.mark.unit
+
 ME = 0
 
 

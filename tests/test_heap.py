@@ -16,6 +16,8 @@ from brokers import heap
 from brokers.heap import HeapKeeper
 from brokers.metrics import BrokerMetrics
 
+pytestmark = pytest.mark.unit
+
 
 class _Node:
     def __init__(self) -> None:

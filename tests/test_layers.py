@@ -1,6 +1,7 @@
 """The import contracts in pyproject.toml (``[tool.importlinter]``, run by ``make lint``)
 hold on the tree, and they catch a deliberate violation (between the top-level packages,
-and between the client's own layers); the test tiers name real modules.
+and between the client's own layers); every test module declares one tier, and one that
+does not fails collection.
 
 The violation is made in a copy: the packages' Python files, pyproject.toml and our own
 contract types (import_contracts.py) are copied to a temp dir, one forbidden import is
@@ -10,6 +11,7 @@ ahead of the editable install).
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -17,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("wire", "procs", "brokers", "strata", "strata_tools", "zookeeper", "spark_source",
@@ -111,14 +115,57 @@ def test_private_means_a_leading_underscore_below_the_top_level() -> None:
     assert not is_private("_top_level_module") and not is_private("spark_jobs.metrics")
 
 
-def test_the_tiers_and_the_schedule_name_real_test_modules() -> None:
-    from tests.conftest import LONGEST_MODULES_FIRST, SYSTEM_MODULES, UNIT_MODULES, tier_of
+def _declared_tiers(path: Path) -> list[str]:
+    """The tier markers a test module's ``pytestmark`` names, read from its source."""
+    from tests.conftest import TIERS
 
-    modules = {path.stem for path in (REPO / "tests").glob("test_*.py")}
-    named = UNIT_MODULES | SYSTEM_MODULES | set(LONGEST_MODULES_FIRST)
-    assert named <= modules, sorted(named - modules)
-    assert not UNIT_MODULES & SYSTEM_MODULES
-    assert tier_of("test_layers") == "unit" and tier_of("test_faults") == "system"
-    assert tier_of("test_replication") == "integration"
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            return [n.attr for n in ast.walk(node.value)
+                    if isinstance(n, ast.Attribute) and n.attr in TIERS
+                    and isinstance(n.value, ast.Attribute) and n.value.attr == "mark"]
+    return []
+
+
+def test_every_test_module_declares_one_tier_and_the_schedule_names_real_modules() -> None:
+    from tests.conftest import LONGEST_MODULES_FIRST
+
+    paths = {path.stem: path for path in (REPO / "tests").glob("test_*.py")}
+    tiers = {stem: _declared_tiers(path) for stem, path in paths.items()}
+    assert {stem: t for stem, t in tiers.items() if len(t) != 1} == {}
+    assert set(LONGEST_MODULES_FIRST) <= set(paths), sorted(set(LONGEST_MODULES_FIRST) - set(paths))
+    assert tiers["test_layers"] == ["unit"] and tiers["test_faults"] == ["system"]
+    assert tiers["test_replication"] == ["integration"]
     # The long modules scheduled first are never unit tests.
-    assert not UNIT_MODULES & set(LONGEST_MODULES_FIRST)
+    assert not [m for m in LONGEST_MODULES_FIRST if tiers[m] == ["unit"]]
+
+
+TIERED = {
+    "test_marked.py": "pytestmark = pytest.mark.unit\n",
+    "test_listed.py": "pytestmark = [pytest.mark.timeout(5), pytest.mark.system]\n",
+    "test_unmarked.py": "",
+    "test_twice.py": "pytestmark = [pytest.mark.unit, pytest.mark.integration]\n",
+}
+
+
+def test_a_test_module_without_exactly_one_tier_fails_collection(tmp_path: Path) -> None:
+    """tests/conftest.py's collection hook, run by a pytest of its own on modules in a
+    temp dir: the marked ones are collected, the others are collection errors."""
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pytest_pycollect_makemodule  # noqa: F401\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\naddopts = --strict-markers\nmarkers =\n    unit\n    integration\n"
+        "    system\n")
+    for name, mark in TIERED.items():
+        (tmp_path / name).write_text(f"import pytest\n\n{mark}\n\ndef test_it():\n    pass\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-p", "no:xdist", str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO)))
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "test_marked.py::test_it" in out and "test_listed.py::test_it" in out, out
+    assert "ERROR collecting test_unmarked.py" in out and "declares none" in out, out
+    assert "ERROR collecting test_twice.py" in out and "declares unit and integration" in out

@@ -18,6 +18,8 @@ from brokers.log import LogConfig, PartitionLog
 from brokers.log.leader_epoch import LEADER_EPOCH_FILE, EpochEntry, LeaderEpochCache
 from wire.record_batch import build_batch, set_base_offset
 
+pytestmark = pytest.mark.unit
+
 
 def cache_at(tmp_path: Path, *entries: tuple[int, int]) -> LeaderEpochCache:
     cache = LeaderEpochCache(tmp_path / LEADER_EPOCH_FILE)

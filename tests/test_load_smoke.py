@@ -18,6 +18,8 @@ from tests.support.broker_process import BrokerProcess
 from tests.support.gateway import REPO, running_gateway, stop_child
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.system
+
 LOCUST = Path(sys.executable).with_name("locust")
 TOPIC = "load-smoke"
 

@@ -33,6 +33,8 @@ from wire.record_batch import (
     peek_header,
 )
 
+pytestmark = pytest.mark.unit
+
 Record = tuple[int, bytes | None, bytes | None, int]  # offset, key, value, timestamp
 
 

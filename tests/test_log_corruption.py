@@ -20,6 +20,8 @@ from brokers.log.segment import LogSegment
 from wire.errors import CorruptRecordError, InvalidRecordBatchError
 from wire.record_batch import HEADER_SIZE, build_batch, iter_batches, peek_header
 
+pytestmark = pytest.mark.unit
+
 CONFIG = LogConfig(segment_bytes=8192, index_interval_bytes=2000)
 BIG = 10**9
 

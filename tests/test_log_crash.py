@@ -25,6 +25,8 @@ from brokers.log import LogConfig, PartitionLog
 from brokers.log.segment import LogSegment
 from wire.record_batch import batches_to_table, build_batch, peek_header
 
+pytestmark = pytest.mark.system
+
 APPENDER = Path(__file__).parent / "support" / "log_appender.py"
 REPO = Path(__file__).resolve().parents[1]
 SEGMENT_BYTES = 64 * 1024

@@ -17,6 +17,8 @@ from brokers.log.offset_index import OffsetIndex
 from brokers.log.time_index import TimeIndex
 from brokers.log.txn_index import AbortedTxn, TransactionIndex
 
+pytestmark = pytest.mark.unit
+
 LIMIT = 2**32
 
 

@@ -46,6 +46,8 @@ from brokers.log import LogConfig, PartitionLog
 from wire.errors import OffsetOutOfRangeError
 from wire.record_batch import HEADER_SIZE, build_batch, iter_batches, peek_header
 
+pytestmark = pytest.mark.unit
+
 BIG = 10**9
 T0 = 1_700_000_000_000
 

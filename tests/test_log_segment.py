@@ -27,6 +27,8 @@ from wire.record_batch import (
     validate,
 )
 
+pytestmark = pytest.mark.unit
+
 INTERVAL = 2500  # index.interval.bytes: an entry every two or three batches below
 
 

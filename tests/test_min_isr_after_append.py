@@ -53,7 +53,7 @@ from wire.protocol import (
 )
 from wire.record_batch import build_batch
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 TOPIC = "after-append"
 RAW, IDEMPOTENT, PLAIN = 0, 1, 2  # partition written by each kind of writer

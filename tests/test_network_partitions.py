@@ -49,6 +49,7 @@ from tests.support.netns import netem_available, unavailable
 WHY_NOT = unavailable()
 WHY_NO_NETEM = netem_available() if WHY_NOT is None else WHY_NOT
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.timeout(420 + 1.5 * soak_seconds()),
     pytest.mark.skipif(WHY_NOT is not None,
                        reason=f"network namespaces cannot be made here: {WHY_NOT}"),

@@ -48,6 +48,8 @@ from strata_tools.notebook import main as notebook_main
 from tests.conftest import ProcessReaper
 from tests.test_cli_stack import ok, strata, up_on_free_ports
 
+pytestmark = pytest.mark.system
+
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))

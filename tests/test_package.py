@@ -38,7 +38,7 @@ from strata_tools.extras import EXTRA_MODULES
 from tests.support.broker_process import REPO, BrokerProcess
 from zookeeper.launcher import ZooKeeperServer
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
 CORE = {"pyarrow", "kazoo", "crc32c", "prometheus-client", "cryptography", "fastavro"}
 #: What a broker host must not need (each extra's heavy packages).

@@ -44,6 +44,8 @@ from wire.record_batch import (
     validate,
 )
 
+pytestmark = pytest.mark.unit
+
 BIG = 10**9
 
 

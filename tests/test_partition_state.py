@@ -27,7 +27,7 @@ from wire.protocol import (
 from wire.record_batch import build_batch, iter_batches
 from zookeeper.launcher import ZooKeeperServer
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from strata.client import Admin, NewTopic
 from strata_tools.perf_failover import bench_failover
 from tests.test_cli_stack import _track_recorded, ok, strata, up_on_free_ports
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 
 def test_failover_benchmark_kills_leaders_and_reports_recovery_times(

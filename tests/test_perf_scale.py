@@ -28,7 +28,7 @@ import pytest
 from strata.client import Admin
 from tests.test_cli_stack import _track_recorded, ok, strata, up_on_free_ports
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(420)]
 
 #: Seconds the benchmark subprocess may take before it is killed.
 BENCH_TIMEOUT_S = 360

@@ -9,7 +9,7 @@ from strata_tools.perf_spark import bench_spark_read
 from strata_tools.perf_spark_sink import bench_spark_e2e, bench_spark_write
 from tests.support.broker_process import BrokerProcess
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(300)]
 
 
 def test_spark_read_write_and_e2e_benchmarks_report_their_figures(

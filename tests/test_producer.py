@@ -83,6 +83,8 @@ from wire.record_batch import (
     iter_batches,
 )
 
+pytestmark = pytest.mark.integration
+
 _names = itertools.count()
 
 

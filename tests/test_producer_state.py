@@ -25,6 +25,8 @@ from wire.record_batch import (
     stamp_sink_commit,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def _header(pid: int, epoch: int, seq: int, n: int = 2, ts: int = 1000,
             base: int = 0, transactional: bool = False) -> BatchHeader:

@@ -3,7 +3,11 @@ rate over the sliding window, and the throttle that brings it back to the quota.
 
 from __future__ import annotations
 
+import pytest
+
 from brokers.quotas import DEFAULT, QuotaManager
+
+pytestmark = pytest.mark.unit
 
 
 def test_no_quota_no_throttle() -> None:

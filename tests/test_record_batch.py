@@ -41,6 +41,8 @@ from wire.record_batch import (
     validate,
 )
 
+pytestmark = pytest.mark.unit
+
 TYPED = (InvalidRecordBatchError, CorruptRecordError)
 
 

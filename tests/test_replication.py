@@ -47,7 +47,7 @@ from wire.protocol import (
 )
 from wire.record_batch import build_batch
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 @pytest.fixture

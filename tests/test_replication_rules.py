@@ -19,6 +19,8 @@ from brokers.staging import StagedPart
 from wire.errors import NotLeaderError
 from wire.record_batch import SINK_PRODUCER_ID_BASE, build_batch, iter_batches
 
+pytestmark = pytest.mark.unit
+
 
 def state(leader: int, epoch: int, isr: list[int]) -> PartitionState:
     return PartitionState(leader, epoch, isr, zk_version=7)

@@ -92,7 +92,7 @@ PRODUCER_OPTIONS: ProducerOptions = {
 #: Seconds a broker may take to exit after SIGTERM (its shutdown.timeout.ms is 10 s).
 STOP_TIMEOUT_S = 30.0
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
 
 # ----------------------------------------------------------------------------- leadership

@@ -20,6 +20,8 @@ from wire.sasl import (
     scram_credential,
 )
 
+pytestmark = pytest.mark.unit
+
 SECRET = b"k" * 32
 
 

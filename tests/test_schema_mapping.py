@@ -42,6 +42,8 @@ from wire.schema import (
     to_json_values,
 )
 
+pytestmark = pytest.mark.unit
+
 UUID_TEXT = "123e4567-e89b-12d3-a456-426614174000"
 
 

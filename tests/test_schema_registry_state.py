@@ -11,6 +11,8 @@ import pytest
 from brokers.schema_registry import _State
 from wire.errors import InvalidSchemaError
 
+pytestmark = pytest.mark.unit
+
 SCHEMA = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a",
                                                                 "type": "int"}]})
 

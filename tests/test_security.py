@@ -60,7 +60,7 @@ from wire.sasl import scram_credential
 from wire.security import ClientSecurity
 from zookeeper.launcher import ZooKeeperServer
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 LISTENERS = ("SASL_SSL", "PLAINTEXT", "SSL", "SASL_PLAINTEXT")
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"

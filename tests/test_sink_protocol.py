@@ -54,7 +54,7 @@ from wire.record_batch import (
     stamp_sink_commit,
 )
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def _values(prefix: str, n: int) -> list[bytes]:

@@ -34,7 +34,7 @@ from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import REPO, BrokerProcess
 from tests.support.spark_standalone import SparkStandalone
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(600)]
 
 RECORDS = 6_000
 PARTITIONS = 2

@@ -9,7 +9,7 @@ import pytest
 
 from strata_spark import IVY_SETTINGS
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(300)]
 
 
 def test_session_comes_from_the_repo_conf(spark: Any) -> None:

@@ -28,7 +28,7 @@ import pytest
 from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import REPO, BrokerProcess
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(600)]
 
 RECORDS = 40_000
 SOURCE_PARTITIONS = 4

@@ -36,6 +36,8 @@ from strata_spark import (
     spark_session,
 )
 
+pytestmark = pytest.mark.system
+
 PINNED = {"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
 #: Another loopback address: a user's choice that is not ours, reachable only locally.
 USER_ADDRESS = "127.0.0.2"

@@ -25,7 +25,7 @@ from wire.sasl import scram_credential
 from wire.security import ClientSecurity
 from zookeeper.launcher import ZooKeeperServer
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(300)]
 
 
 class Secured:

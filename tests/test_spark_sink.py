@@ -28,7 +28,7 @@ from spark_source._sink import (
 from strata.client import Admin, Consumer, ConsumerRecord, NewTopic, TopicPartition
 from tests.support.broker_process import BrokerProcess
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(300)]
 
 
 def _create(bootstrap: str, *topics: tuple[str, int]) -> None:

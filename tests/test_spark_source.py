@@ -35,7 +35,7 @@ from strata.client import Admin, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(180)]
 
 T = TypeVar("T")
 _names = itertools.count()

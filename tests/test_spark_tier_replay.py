@@ -53,7 +53,7 @@ from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
 from zookeeper.launcher import ZooKeeperServer
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(180)]
 
 _names = itertools.count()
 TOPIC = "tiered"

@@ -37,7 +37,7 @@ from tests.support.cluster import Cluster
 from tests.support.waiting import wait_for
 from wire.schema import from_avro_bodies, parse_confluent_frame, parse_schema
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(300)]
 
 _names = itertools.count()
 

@@ -20,6 +20,8 @@ import pytest
 from procs import free_port, kill_pid, pid_alive
 from strata_tools.stack import Launched, ServiceSpec, Stack, StackContext, StackError
 
+pytestmark = pytest.mark.integration
+
 _LISTENER = ("import socket, sys, time; s = socket.socket(); "
              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
              "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(600)")

@@ -47,6 +47,8 @@ from wire.protocol import (
 from wire.record_batch import build_batch
 from zookeeper.launcher import ZooKeeperServer
 
+pytestmark = pytest.mark.integration
+
 # ----------------------------------------------------------------------- topic configs
 
 

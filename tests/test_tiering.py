@@ -42,7 +42,7 @@ from strata.client import Admin, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import REPO, BrokerProcess
 from zookeeper.launcher import ZooKeeperServer
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(300)]
 
 SEGMENT_BYTES = 64 * 1024
 

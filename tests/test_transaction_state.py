@@ -33,6 +33,8 @@ from wire.errors import (
     TransactionAbortableError,
 )
 
+pytestmark = pytest.mark.unit
+
 T0, T1, T2 = ("t", 0), ("t", 1), ("t", 2)
 _ids = itertools.count(100)
 

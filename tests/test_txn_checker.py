@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.txn_checker import (
     Read,
     Txn,
@@ -23,6 +25,8 @@ from tests.support.txn_checker import (
     encode_value,
     load,
 )
+
+pytestmark = pytest.mark.unit
 
 
 def _txn(writer: str, n: int, manifest: dict[int, int], outcome: str) -> Txn:

@@ -52,6 +52,8 @@ from wire.protocol import (
 from wire.record_batch import build_batch
 from wire.schema import parse_confluent_frame, parse_schema, records_to_arrow
 
+pytestmark = pytest.mark.integration
+
 ORDER_V1 = json.dumps({
     "type": "record", "name": "Order", "fields": [
         {"name": "id", "type": "long"},

@@ -27,7 +27,7 @@ from zookeeper.launcher import (
     server_mode,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def test_ephemeral_znode_vanishes_with_its_session_and_stop_kills_the_pid(

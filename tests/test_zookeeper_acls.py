@@ -27,7 +27,7 @@ from tests.support.broker_process import REPO, BrokerProcess
 from wire.sasl import scram_credential
 from zookeeper.launcher import ZooKeeperServer
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 DIGEST_USER, DIGEST_PASSWORD = "strata-zk", "zk-digest-secret"
 
