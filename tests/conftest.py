@@ -1,4 +1,5 @@
-"""Shared fixtures: real ZooKeeper servers, kazoo clients, free ports, and a process reaper.
+"""Shared fixtures: real ZooKeeper servers, kazoo clients, free ports, brokers, a process
+reaper, and (from ``tests/support/fixtures.py``) the module's ``bootstrap`` and ``admin``.
 
 Rules every fixture here follows (and later fixtures should too): real components, free
 ports from the kernel, a private temp dir, and the processes a test started are killed by
@@ -17,6 +18,7 @@ from kazoo.client import KazooClient
 
 from procs import free_port, kill_pid
 from tests.support.broker_process import BrokerProcess
+from tests.support.fixtures import admin, bootstrap  # noqa: F401  (shared fixtures)
 from zookeeper.launcher import ZooKeeperServer
 
 #: Seconds a test waits for a kazoo connection before failing.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,7 +17,6 @@ from strata.client import (
     PartitionDescription,
     TopicPartition,
 )
-from tests.support.broker_process import BrokerProcess
 from tests.test_consumer import produce
 from wire.errors import (
     InvalidConfigError,
@@ -32,17 +30,6 @@ from wire.errors import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def bootstrap(broker: BrokerProcess) -> str:
-    return broker.bootstrap
-
-
-@pytest.fixture(scope="module")
-def admin(bootstrap: str) -> Iterator[Admin]:
-    with Admin(bootstrap) as client:
-        yield client
 
 
 def test_create_list_describe_delete(admin: Admin, bootstrap: str) -> None:

@@ -20,13 +20,13 @@ from strata.client import (
     Admin,
     ConsumerRecord,
     NewTopic,
-    Producer,
     TimestampType,
     TopicPartition,
 )
 from strata_tools.cli import main
 from tests.conftest import ProcessReaper
 from tests.support.broker_process import BrokerProcess
+from tests.support.helpers import produce
 
 pytestmark = pytest.mark.integration
 
@@ -163,13 +163,6 @@ class Cli:
         return err
 
 
-def _produce(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
-    with Producer(bootstrap) as producer:
-        for i in range(start, start + count):
-            producer.send(topic, f"r{i}".encode(), partition=i % 3)
-        producer.flush()
-
-
 def _describe(cli: Cli, group: str) -> dict[str, Any]:
     described: dict[str, Any] = json.loads(cli.ok("group", "describe", group,
                                                   "--format", "json"))
@@ -192,10 +185,7 @@ def test_consume_group_commits_the_position_of_a_partition_it_printed_nothing_fr
     topic, group = "cli-group-reset-position", "cli-group-reset"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 2, 1)])
-    with Producer(broker.bootstrap) as producer:
-        for i in range(5):
-            producer.send(topic, f"r{i}".encode(), partition=0)
-        producer.flush()
+    produce(broker.bootstrap, topic, 5, value="r{}")
     out = cli.ok("consume", topic, "--group", group, "--from-beginning", "-n", "5")
     assert sorted(out.split()) == [f"r{i}" for i in range(5)]
     assert _offsets(_describe(cli, group)) == {0: 5, 1: 0}
@@ -209,7 +199,7 @@ def test_group_commands_end_to_end(broker: BrokerProcess, reaper: ProcessReaper,
     topic, group = "cli-group-events", "cli-group-g"
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 3, 1)])
-    _produce(broker.bootstrap, topic, 30)
+    produce(broker.bootstrap, topic, 30, 3, value="r{}")
 
     # consume --group prints the group's share and commits what it printed.
     out = cli.ok("consume", topic, "--group", group, "--from-beginning", "-n", "30",
@@ -226,7 +216,7 @@ def test_group_commands_end_to_end(broker: BrokerProcess, reaper: ProcessReaper,
     assert group in cli.ok("group", "list")
 
     # Six more: lag 2 per partition; a second run resumes at the committed offsets.
-    _produce(broker.bootstrap, topic, 6, start=30)
+    produce(broker.bootstrap, topic, 6, 3, start=30, value="r{}")
     text = cli.ok("group", "describe", group)
     assert "TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG MEMBER" in " ".join(text.split())
     assert _describe(cli, group)["total_lag"] == 6
@@ -315,15 +305,10 @@ def test_consume_prints_every_record_when_its_pipe_is_not_read_for_longer_than_t
     topic = f"cli-pipe-{group or 'assigned'}"
     count = 3000
 
-    def produce(start: int, end: int) -> None:
-        with Producer(broker.bootstrap) as producer:
-            for i in range(start, end):
-                producer.send(topic, f"{i:06d}".encode() + b"x" * 200, partition=i % 3)
-            producer.flush()
-
+    value = "{:06d}" + "x" * 200
     with Admin(broker.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 3, 1)])
-    produce(0, count // 2)
+    produce(broker.bootstrap, topic, count // 2, 3, value=value)
     env = dict(os.environ, PYTHONPATH=str(REPO), STRATA_BOOTSTRAP=broker.bootstrap)
     argv = [sys.executable, "-m", "strata_tools.cli", "consume", topic, "--from-beginning",
             "-n", str(count), "--timeout-ms", "1000", "--format", "json"]
@@ -338,7 +323,7 @@ def test_consume_prints_every_record_when_its_pipe_is_not_read_for_longer_than_t
         assert readable, (tmp_path / "err").read_text()  # it has started printing
         # Nobody reads: the consumer blocks on the full pipe with the first half (one
         # poll's worth); the second half waits in the log meanwhile.
-        produce(count // 2, count)
+        produce(broker.bootstrap, topic, count - count // 2, 3, start=count // 2, value=value)
         time.sleep(4.0)
         assert consumer.poll() is None, (tmp_path / "err").read_text()
         out, _ = consumer.communicate(timeout=90)

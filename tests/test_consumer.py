@@ -90,17 +90,6 @@ def by_partition(records: Sequence[ConsumerRecord]) -> dict[int, list[ConsumerRe
     return out
 
 
-@pytest.fixture(scope="module")
-def bootstrap(broker: BrokerProcess) -> str:
-    return broker.bootstrap
-
-
-@pytest.fixture(scope="module")
-def admin(bootstrap: str) -> Iterator[Admin]:
-    with Admin(bootstrap) as client:
-        yield client
-
-
 @pytest.fixture
 def topic(request: pytest.FixtureRequest, admin: Admin) -> Callable[[int], str]:
     """Create a topic named after the test, with ``partitions`` partitions."""

@@ -26,7 +26,6 @@ from strata.client import (
     Consumer,
     IdleTimer,
     NewTopic,
-    Producer,
     StrataError,
     TopicPartition,
 )
@@ -40,7 +39,7 @@ from strata.client._group import (
     group_partitions,
     reconcile,
 )
-from tests.support.broker_process import BrokerProcess
+from tests.support.helpers import produce
 from wire.errors import (
     FencedMemberEpochError,
     StaleMemberEpochError,
@@ -686,11 +685,6 @@ def test_interrupted_poll_gives_its_records_back() -> None:
 # ----------------------------------------------------------------------------- real broker
 
 
-@pytest.fixture(scope="module")
-def bootstrap(broker: BrokerProcess) -> str:
-    return broker.bootstrap
-
-
 @pytest.fixture
 def topic(bootstrap: str, request: pytest.FixtureRequest) -> Iterator[Callable[[int], str]]:
     """Create a fresh topic with ``n`` partitions, named after the test."""
@@ -704,13 +698,6 @@ def topic(bootstrap: str, request: pytest.FixtureRequest) -> Iterator[Callable[[
         return name
 
     yield make
-
-
-def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
-    with Producer(bootstrap) as producer:
-        for i in range(count):
-            producer.send(topic, f"v{i}".encode(), partition=i % partitions)
-        producer.flush()
 
 
 def drain(consumers: list[Consumer], until: Callable[[], bool], timeout: float = 20.0,

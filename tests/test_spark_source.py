@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,12 +49,6 @@ Row = tuple[Any, ...]
 @pytest.fixture(scope="module")
 def bootstrap(strata_broker: BrokerProcess) -> str:
     return strata_broker.bootstrap
-
-
-@pytest.fixture(scope="module")
-def admin(bootstrap: str) -> Iterator[Admin]:
-    with Admin(bootstrap) as client:
-        yield client
 
 
 # --------------------------------------------------------------------------- helpers

@@ -309,12 +309,6 @@ def bootstrap(strata_broker: BrokerProcess) -> str:
     return strata_broker.bootstrap
 
 
-@pytest.fixture(scope="module")
-def admin(bootstrap: str) -> Iterator[Admin]:
-    with Admin(bootstrap) as client:
-        yield client
-
-
 def log_start(admin: Admin, topic: str) -> int:
     tp = TopicPartition(topic, 0)
     return admin.list_offsets({tp: "earliest"})[tp].offset

@@ -81,9 +81,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="module")
-def admin(cluster: Cluster) -> Iterator[Admin]:
-    with Admin(cluster.bootstrap) as made:
-        yield made
+def bootstrap(cluster: Cluster) -> str:
+    """The shared ``admin`` fixture's address: this module's cluster."""
+    return cluster.bootstrap
 
 
 def _typed_topic(admin: Admin, name: str, partitions: int = 2) -> None:
