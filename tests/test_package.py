@@ -1,6 +1,8 @@
 """The installable package (issue [2.5] section 1): `python -m build` makes a wheel and an
 sdist, and the wheel installed into a new virtual environment outside the checkout runs
-a broker, a produce/consume round trip and a Spark batch read.
+a broker, a produce/consume round trip and a Spark batch read. The build runs on a copy
+of the checkout in a temp dir, so its ``build/`` and ``*.egg-info`` never land in the
+checkout.
 
 The new environment gets the wheel with ``pip install --no-deps --no-index`` and sees the
 third-party packages through a ``.pth`` line naming this environment's site-packages:
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -99,10 +102,26 @@ class Installed:
         return env
 
 
+#: What the build's copy of the checkout leaves out: hidden entries (version control,
+#: the virtual environment, caches, the local stack's data) and earlier build output.
+NOT_SOURCES = shutil.ignore_patterns(".*", "__pycache__", "*.pyc", "*.egg-info", "build",
+                                     "dist", "spark-warehouse", "metastore_db", "derby.log")
+
+
+def source_copy(into: Path) -> Path:
+    """The checkout's sources, copied to ``into``. setuptools writes ``build/`` and
+    ``strata.egg-info`` beside the sources it builds (``--outdir`` moves only the
+    archives), so the build runs on this copy and writes nothing into the checkout."""
+    shutil.copytree(REPO, into, symlinks=True, ignore=NOT_SOURCES)
+    return into
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     out = tmp_path_factory.mktemp("dist")
-    built = run([sys.executable, "-m", "build", "--no-isolation", "--outdir", out, REPO])
+    source = source_copy(tmp_path_factory.mktemp("source") / "strata")
+    built = run([sys.executable, "-m", "build", "--no-isolation", "--outdir", out, source],
+                cwd=source)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = out.glob("strata-*.whl")
     (sdist,) = out.glob("strata-*.tar.gz")
