@@ -34,8 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from strata.client import BatchMetadata, BufferFullError
-from strata.client._accumulator import RECORD_OVERHEAD
+from strata.client import RECORD_OVERHEAD, BatchMetadata, BufferFullError
 
 if TYPE_CHECKING:
     from ingest_gateway._config import GatewayConfig

@@ -67,13 +67,13 @@ from ingest_gateway._plan import (
     stream_objects,
 )
 from strata.client import (
+    RECORD_OVERHEAD,
     AsyncProducer,
     BatchMetadata,
     BufferFullError,
     RecordMetadata,
     TypedValue,
 )
-from strata.client._accumulator import RECORD_OVERHEAD
 from wire.errors import SchemaMismatchError, StrataError
 from wire.partitioner import partition_for_key
 from wire.record_batch import MAX_RECORDS_PER_BATCH

@@ -903,7 +903,7 @@ class _Run:
                 "records_per_sec": round(total / seconds)}
 
     async def phase_idle_connections(self) -> None:
-        from strata.client._cluster import parse_bootstrap
+        from strata.client import parse_bootstrap
         from wire.connection import BrokerConnection
         from wire.protocol import ApiKey, MetadataRequest
 

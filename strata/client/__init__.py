@@ -41,6 +41,7 @@ poll loop and rebalance steps) over ``_subscription``, ``_fetcher``, ``_offsets`
 shared ``_config``, ``_cluster``, ``_common`` and ``_sync``.
 """
 
+from strata.client._cluster import parse_bootstrap
 from strata.client._config import ValueFormat
 from strata.client._schemas import RegisteredSchema, TypedValue
 from strata.client.admin import (
@@ -86,6 +87,7 @@ from strata.client.consumer import (
     TopicPartition,
 )
 from strata.client.producer import (
+    RECORD_OVERHEAD,
     AsyncProducer,
     BatchMetadata,
     BufferFullError,
@@ -158,7 +160,9 @@ __all__ = [
     "ProducerClosedError",
     "ProducerConfig",
     "ProducerOptions",
+    "RECORD_OVERHEAD",
     "RecordMetadata",
+    "parse_bootstrap",
     "RecordTooLargeError",
     "RequestTimedOutError",
     "Admin",

@@ -103,7 +103,7 @@ from typing import Any, TypeAlias, Unpack, cast
 
 import pyarrow as pa
 
-from strata.client._accumulator import Headers, Key, Value, Watcher
+from strata.client._accumulator import RECORD_OVERHEAD, Headers, Key, Value, Watcher
 from strata.client._config import ProducerConfig, ProducerOptions, config_of
 from strata.client._delivery import (
     BatchMetadata,
@@ -133,6 +133,7 @@ __all__ = [
     "ProducerClosedError",
     "ProducerConfig",
     "ProducerOptions",
+    "RECORD_OVERHEAD",
     "RecordMetadata",
 ]
 
