@@ -59,7 +59,7 @@ from brokers.metrics import BrokerMetrics, HealthStats, PartitionStats, TierStat
 from brokers.network import ConnectionHandler
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
 from brokers.quotas import QuotaManager
-from brokers.replication import ReplicaManager
+from brokers.replication import ReplicaFetcherManager
 from brokers.schema_registry import SchemaRegistry
 from brokers.security import (
     Authenticator,
@@ -168,7 +168,7 @@ class Broker:
         self._presumed_expiry: asyncio.Task[None] | None = None
         self.started = False
         parts = (config, self.metadata, self.registry, self.coordinator)
-        self.replicas = ReplicaManager(*parts, host=self)
+        self.replicas = ReplicaFetcherManager(*parts, host=self)
         self.controller = Controller(config, self.metadata, self.coordinator, host=self)
         self.groups = GroupCoordinator(*parts, host=self,
                                        metrics_registry=self.metrics.registry)

@@ -227,7 +227,7 @@ if TYPE_CHECKING:
     from brokers.coordination import Coordinator
     from brokers.group_coordinator import GroupCoordinator
     from brokers.partition import Partition
-    from brokers.replication import ReplicaManager
+    from brokers.replication import ReplicaFetcherManager
     from brokers.services import HandlerHost, MetadataCache, PartitionRegistry
 
 __all__ = ["RequestHandlers", "current_session"]
@@ -416,7 +416,8 @@ class RequestHandlers:
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
                  registry: PartitionRegistry, coordinator: Coordinator, *,
-                 controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
+                 controller: Controller, replicas: ReplicaFetcherManager,
+                 groups: GroupCoordinator,
                  host: HandlerHost, authenticator: Authenticator | None = None,
                  acls: AclCache | None = None, quotas: QuotaManager | None = None,
                  schemas: SchemaRegistry | None = None) -> None:

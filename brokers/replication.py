@@ -10,10 +10,11 @@ leader where its own latest epoch ends (OffsetForLeaderEpoch, KIP-101/KIP-279) a
 truncates a divergent tail to that point, never to its high watermark: truncating to
 the HW would drop records a new leader had already acknowledged.
 
-:class:`ReplicaManager` owns the fetchers and, on the leader side, proposes ISR changes
-(``Partition.isr_change``) and writes them to ZooKeeper with a conditional write; a lost
-race means the state changed under it, so it re-reads the state and applies that instead
-of guessing. It makes no ZooKeeper decision while the session is suspended.
+:class:`ReplicaFetcherManager` (Kafka's name) owns the fetchers and, on the leader side,
+proposes ISR changes (``Partition.isr_change``) and writes them to ZooKeeper with a
+conditional write; a lost race means the state changed under it, so it re-reads the
+state and applies that instead of guessing. It makes no ZooKeeper decision while the
+session is suspended.
 
 The fetcher uses the client's connection class (``wire.connection``): it only
 frames requests and matches correlation ids, and a second copy of that code in the
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     from brokers.services import MetadataCache, PartitionRegistry, ReplicaHost
     from wire.connection import BrokerConnection as BrokerConnectionType
 
-__all__ = ["ReplicaFetcher", "ReplicaManager", "truncate_by_epoch"]
+__all__ = ["ReplicaFetcher", "ReplicaFetcherManager", "truncate_by_epoch"]
 
 log = logging.getLogger("strata.brokers.replication")
 
@@ -368,7 +369,7 @@ class ReplicaFetcher:
         return False
 
 
-class ReplicaManager:
+class ReplicaFetcherManager:
     """This broker's followers (fetchers) and its leaders' ISR upkeep."""
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
