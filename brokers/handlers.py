@@ -17,7 +17,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from brokers.acl import (
     CLUSTER_NAME,
@@ -30,6 +30,7 @@ from brokers.acl import (
     AclFilter,
     RefusalLog,
 )
+from brokers.answers import answer_each, error_fields
 from brokers.controller import assign_replicas
 from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefinition
 from brokers.log import LogConfig
@@ -260,10 +261,6 @@ _MAX_TIER_LEASE_MS = 600_000
 INTERNAL_PREFIX = "__"
 
 
-def _error(err: StrataError | None) -> tuple[int, str | None]:
-    return (0, None) if err is None else (err.code, err.message)
-
-
 def _binding(entry: AclEntry) -> AclBinding:
     """A wire ACL entry as a checked binding (``InvalidRequestError`` says what is bad)."""
     return AclBinding(entry.resource_type.upper(), entry.pattern_type.upper(),
@@ -303,45 +300,6 @@ def _check_replica_list(where: str, replicas: list[int], live: Iterable[int]) ->
     if dead:
         raise InvalidReplicationFactorError(
             f"{where}: brokers {dead} are not live (live: {live}); start them first")
-
-
-class _PartitionAnswer(Protocol):
-    error_code: int
-    error_message: str | None
-
-
-_Answer = TypeVar("_Answer", bound=_PartitionAnswer)
-
-
-def _answer_each(topics: Iterable[Any], make: Callable[[int], _Answer],
-                 act: Callable[[str, Any, _Answer], None], *,
-                 disk_failure: str | None = None) -> list[tuple[str, list[_Answer]]]:
-    """Answer every partition of every topic of a request on its own.
-
-    ``make(partition)`` builds the partition's answer, ``act(topic, part, answer)`` does
-    the work and fills it in. A ``StrataError`` from ``act`` becomes that answer's error
-    (the other partitions go on), as does an ``OSError`` when ``disk_failure`` says what
-    failed (a format string with ``{partition}`` and ``{err}``): a storage error.
-    Returns ``(topic name, answers)`` in request order.
-    """
-    out = []
-    for topic in topics:
-        answers = []
-        for part in topic.partitions:
-            answer = make(part.partition)
-            try:
-                act(topic.name, part, answer)
-            except StrataError as err:
-                answer.error_code, answer.error_message = _error(err)
-            except OSError as err:
-                if disk_failure is None:
-                    raise
-                failure = LogStorageError(disk_failure.format(
-                    partition=f"{topic.name}-{part.partition}", err=err))
-                answer.error_code, answer.error_message = _error(failure)
-            answers.append(answer)
-        out.append((topic.name, answers))
-    return out
 
 
 class _SessionPartition:
@@ -514,7 +472,7 @@ class RequestHandlers:
             assert isinstance(request, ConsumerGroupHeartbeatRequest)
             refused = self._refusal("READ", "GROUP", request.group_id)
             if refused is not None:
-                return ConsumerGroupHeartbeatResponse(*_error(refused))
+                return ConsumerGroupHeartbeatResponse(*error_fields(refused))
             return await self.groups.heartbeat(request, header.client_id or "")
         return await self._table[api](request)
 
@@ -568,7 +526,7 @@ class RequestHandlers:
             self._require("DESCRIBE", "CLUSTER")
             stored = await asyncio.to_thread(self.coordinator.client_quotas)
         except StrataError as err:
-            return DescribeClientQuotasResponse(*_error(err))
+            return DescribeClientQuotasResponse(*error_fields(err))
         return DescribeClientQuotasResponse(0, None, [
             QuotaEntry(user, client_id, [QuotaValue(k, int(v)) for k, v in sorted(q.items())])
             for (user, client_id), q in sorted(stored.items(), key=str)])
@@ -596,14 +554,15 @@ class RequestHandlers:
                 await asyncio.to_thread(self.coordinator.alter_client_quota, user, client_id,
                                         values)
         except StrataError as err:
-            return AlterClientQuotasResponse(*_error(err))
+            return AlterClientQuotasResponse(*error_fields(err))
         return AlterClientQuotasResponse(0)
 
     # ------------------------------------------------------------------ ACL admin
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
         refused = self._refusal("ALTER", "CLUSTER", CLUSTER_NAME)
         if refused is not None:
-            return CreateAclsResponse([AclResult(*_error(refused)) for _ in request.creations])
+            return CreateAclsResponse([AclResult(*error_fields(refused))
+                                       for _ in request.creations])
         results: list[AclResult] = []
         good: list[AclBinding] = []
         for entry in request.creations:
@@ -611,12 +570,12 @@ class RequestHandlers:
                 good.append(_binding(entry))
                 results.append(AclResult(0))
             except StrataError as err:
-                results.append(AclResult(*_error(err)))
+                results.append(AclResult(*error_fields(err)))
         if good:
             try:
                 await asyncio.to_thread(self.coordinator.add_acls, good)
             except StrataError as err:
-                results = [r if r.error_code else AclResult(*_error(err)) for r in results]
+                results = [r if r.error_code else AclResult(*error_fields(err)) for r in results]
         return CreateAclsResponse(results)
 
     async def describe_acls(self, request: DescribeAclsRequest) -> DescribeAclsResponse:
@@ -625,14 +584,14 @@ class RequestHandlers:
             wanted = _acl_filter(request.filter)
             bindings = await asyncio.to_thread(self.coordinator.acl_bindings)
         except StrataError as err:
-            return DescribeAclsResponse(*_error(err))
+            return DescribeAclsResponse(*error_fields(err))
         return DescribeAclsResponse(0, None, [_acl_entry(b) for b in bindings
                                               if wanted.matches(b)])
 
     async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
         refused = self._refusal("ALTER", "CLUSTER", CLUSTER_NAME)
         if refused is not None:
-            return DeleteAclsResponse([DeleteAclsResult(*_error(refused))
+            return DeleteAclsResponse([DeleteAclsResult(*error_fields(refused))
                                        for _ in request.filters])
         results = []
         for entry in request.filters:
@@ -641,7 +600,7 @@ class RequestHandlers:
                 removed = await asyncio.to_thread(self.coordinator.remove_acls, wanted.matches)
                 results.append(DeleteAclsResult(0, None, [_acl_entry(b) for b in removed]))
             except StrataError as err:
-                results.append(DeleteAclsResult(*_error(err)))
+                results.append(DeleteAclsResult(*error_fields(err)))
         return DeleteAclsResponse(results)
 
     # ------------------------------------------------------------------ SASL
@@ -681,7 +640,7 @@ class RequestHandlers:
             stored = await asyncio.to_thread(self.coordinator.scram_credentials)
         except StrataError as err:
             return DescribeUserScramCredentialsResponse(
-                [UserScramCredentials(u, *_error(err)) for u in request.users or []])
+                [UserScramCredentials(u, *error_fields(err)) for u in request.users or []])
         names = sorted(stored) if request.users is None else request.users
         out = []
         for name in names:
@@ -690,7 +649,7 @@ class RequestHandlers:
                 missing = ResourceNotFoundError(
                     f"user {name!r} has no SCRAM credential; create one with `strata user "
                     "create`")
-                out.append(UserScramCredentials(name, *_error(missing)))
+                out.append(UserScramCredentials(name, *error_fields(missing)))
                 continue
             out.append(UserScramCredentials(name, 0, None, [
                 ScramCredentialInfo(m, c.iterations) for m, c in sorted(credentials.items())]))
@@ -706,7 +665,7 @@ class RequestHandlers:
             users = dict.fromkeys([*(d.user for d in request.deletions),
                                    *(u.user for u in request.upsertions)])
             return AlterUserScramCredentialsResponse(
-                [AlterUserScramCredentialsResult(u, *_error(refused)) for u in users])
+                [AlterUserScramCredentialsResult(u, *error_fields(refused)) for u in users])
         errors: dict[str, StrataError] = {}
         seen: set[tuple[str, str]] = set()
         order: list[str] = []
@@ -753,13 +712,13 @@ class RequestHandlers:
         results = []
         for user in order:
             if user in errors:
-                results.append(AlterUserScramCredentialsResult(user, *_error(errors[user])))
+                results.append(AlterUserScramCredentialsResult(user, *error_fields(errors[user])))
                 continue
             try:
                 await asyncio.to_thread(write, user)
                 results.append(AlterUserScramCredentialsResult(user, 0))
             except StrataError as err:
-                results.append(AlterUserScramCredentialsResult(user, *_error(err)))
+                results.append(AlterUserScramCredentialsResult(user, *error_fields(err)))
         return AlterUserScramCredentialsResponse(results)
 
     # ------------------------------------------------------------------ helpers
@@ -881,7 +840,7 @@ class RequestHandlers:
                     writes.append((len(results), definition, overrides))
                 results.append(TopicResult(topic.name, 0, None))
             except StrataError as err:
-                results.append(TopicResult(topic.name, *_error(err)))
+                results.append(TopicResult(topic.name, *error_fields(err)))
         # The ZooKeeper transactions of all of them at once: they pipeline on the one
         # session instead of costing a round trip (and a ZooKeeper fsync) each in turn.
         outcomes = await asyncio.gather(*(
@@ -889,7 +848,7 @@ class RequestHandlers:
             for _, definition, overrides in writes), return_exceptions=True)
         for (index, _, _), outcome in zip(writes, outcomes, strict=True):
             if isinstance(outcome, StrataError):
-                results[index] = TopicResult(results[index].name, *_error(outcome))
+                results[index] = TopicResult(results[index].name, *error_fields(outcome))
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:
@@ -901,7 +860,7 @@ class RequestHandlers:
                 await self._await_topic(results[index].name, present=True,
                                         timeout_ms=request.timeout_ms)
             except StrataError as err:
-                results[index] = TopicResult(results[index].name, *_error(err))
+                results[index] = TopicResult(results[index].name, *error_fields(err))
         return CreateTopicsResponse(results)
 
     def _plan_topic(self, name: str, partitions: int, replication: int,
@@ -988,7 +947,7 @@ class RequestHandlers:
                 await self._await_topic(name, present=False, timeout_ms=request.timeout_ms)
                 results.append(TopicResult(name, 0, None))
             except StrataError as err:
-                results.append(TopicResult(name, *_error(err)))
+                results.append(TopicResult(name, *error_fields(err)))
         return DeleteTopicsResponse(results)
 
     async def describe_configs(self, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
@@ -1054,7 +1013,7 @@ class RequestHandlers:
                         f"configs of {topic.name!r} kept changing concurrently; retry")
                 results.append(TopicResult(topic.name, 0, None))
             except StrataError as err:
-                results.append(TopicResult(topic.name, *_error(err)))
+                results.append(TopicResult(topic.name, *error_fields(err)))
         return AlterConfigsResponse(results)
 
     # ------------------------------------------------------------------ Produce
@@ -1092,7 +1051,7 @@ class RequestHandlers:
                 waits.append(self._await_ack(partition, result.last_offset + 1, request.acks,
                                              request.timeout_ms, answer))
 
-        answered = _answer_each(request.topics, lambda p: ProducePartitionResponse(p, 0),
+        answered = answer_each(request.topics, lambda p: ProducePartitionResponse(p, 0),
                                 append)
         throttle = self._throttle("producer_byte_rate", sum(
             len(p.records) for t in request.topics for p in t.partitions
@@ -1164,9 +1123,9 @@ class RequestHandlers:
             err = RequestTimedOutError(
                 f"{partition.name}: the write was not acknowledged by the in-sync replicas "
                 f"within {timeout_ms} ms; it may still be committed, retry with idempotence")
-            answer.error_code, answer.error_message = _error(err)
+            answer.error_code, answer.error_message = error_fields(err)
         except StrataError as err:
-            answer.error_code, answer.error_message = _error(err)
+            answer.error_code, answer.error_message = error_fields(err)
 
     # ------------------------------------------------------------------ sink commits
     async def stage_records(self, request: StageRecordsRequest) -> StageRecordsResponse:
@@ -1181,7 +1140,7 @@ class RequestHandlers:
             answer.duplicate = partition.stage(request.staging_id, part.chunk_sequence,
                                                part.records)
 
-        answered = _answer_each(
+        answered = answer_each(
             request.topics, lambda p: StagePartitionResponse(p, 0), stage,
             disk_failure="staging on {partition} failed: {err}; fix the disk, then re-run "
             "the task")
@@ -1206,7 +1165,7 @@ class RequestHandlers:
             end = partition.log.log_end_offset if result.duplicate else result.last_offset + 1
             waits.append(self._await_commit(partition, end, request.timeout_ms, answer))
 
-        answered = _answer_each(
+        answered = answer_each(
             request.topics, lambda p: CommitPartitionResponse(p, 0), commit,
             disk_failure="reading staged data of {partition} failed: {err}; fix the disk, "
             "then re-run the batch")
@@ -1228,7 +1187,7 @@ class RequestHandlers:
             partition = self._leader_partition(topic, part.partition)
             answer.discarded = partition.abort_staged(list(part.staging_ids))
 
-        answered = _answer_each(request.topics, lambda p: AbortPartitionResponse(p, 0), abort)
+        answered = answer_each(request.topics, lambda p: AbortPartitionResponse(p, 0), abort)
         return AbortStagedResponse([AbortTopicResponse(t, a) for t, a in answered])
 
     # ------------------------------------------------------------------ Fetch
@@ -1462,7 +1421,7 @@ class RequestHandlers:
                 total += found.length
                 budget -= found.length
 
-        answered = _answer_each(request.topics, lambda p: FetchPartitionResponse(p, 0), read)
+        answered = answer_each(request.topics, lambda p: FetchPartitionResponse(p, 0), read)
         return FetchResponse([FetchTopicResponse(t, a) for t, a in answered]), total, waitable
 
     # ------------------------------------------------------------------ ListOffsets
@@ -1485,7 +1444,7 @@ class RequestHandlers:
                 if found is not None and found[0] < partition.high_watermark:
                     answer.offset, answer.timestamp = found
 
-        answered = _answer_each(request.topics, lambda p: ListOffsetsPartitionResponse(p, 0),
+        answered = answer_each(request.topics, lambda p: ListOffsetsPartitionResponse(p, 0),
                                 find)
         return ListOffsetsResponse([ListOffsetsTopicResponse(t, a) for t, a in answered])
 
@@ -1508,7 +1467,7 @@ class RequestHandlers:
                 config = self.host.log_config_for(topic.name)
                 table, progress = await asyncio.to_thread(self._tier_records, topic.name)
             except StrataError as err:
-                topics.append(DescribeTierTopicResponse(topic.name, *_error(err)))
+                topics.append(DescribeTierTopicResponse(topic.name, *error_fields(err)))
                 continue
             partitions = topic.partitions or list(definition.assignment)
             topics.append(DescribeTierTopicResponse(
@@ -1539,7 +1498,7 @@ class RequestHandlers:
                 answer.tiered_up_to = progress.tiered_up_to
                 answer.tier_start_offset = progress.tier_start
         except StrataError as err:
-            answer.error_code, answer.error_message = _error(err)
+            answer.error_code, answer.error_message = error_fields(err)
         return answer
 
     # ------------------------------------------------------------------ tier lease, progress
@@ -1567,7 +1526,7 @@ class RequestHandlers:
                                     request.lease_id, request.ttl_ms)
             return TierLeaseResponse(0, None, request.lease_id)
         except StrataError as err:
-            return TierLeaseResponse(*_error(err))
+            return TierLeaseResponse(*error_fields(err))
 
     async def update_tier(self, request: UpdateTierRequest) -> UpdateTierResponse:
         """Record a job's progress, every write fenced by its lease (see the request)."""
@@ -1590,7 +1549,7 @@ class RequestHandlers:
                         f"{update.merged_up_to} is negative (-1: leave it)")
             stored = await asyncio.to_thread(self._write_tier, request)
         except StrataError as err:
-            return UpdateTierResponse(*_error(err))
+            return UpdateTierResponse(*error_fields(err))
         return UpdateTierResponse(0, None, stored)
 
     def _write_tier(self, request: UpdateTierRequest) -> list[TierProgressUpdate]:
@@ -1626,7 +1585,7 @@ class RequestHandlers:
             answer.leader_epoch, answer.end_offset = \
                 partition.log.end_offset_for_epoch(part.leader_epoch)
 
-        answered = _answer_each(request.topics,
+        answered = answer_each(request.topics,
                                 lambda p: OffsetForLeaderEpochPartitionResponse(p, 0),
                                 end_of_epoch)
         return OffsetForLeaderEpochResponse(
@@ -1674,7 +1633,7 @@ class RequestHandlers:
                             "`strata cluster describe`); it may still happen")
                     await asyncio.sleep(0.05)
             except StrataError as err:
-                code, message = _error(err)
+                code, message = error_fields(err)
                 failure = error_for_code(code)(message or "")
         for topic, p in known:
             if failure is not None:
@@ -1716,7 +1675,7 @@ class RequestHandlers:
             _check_replica_list(f"{topic}-{part.partition}", replicas, live)
             wanted[(topic, part.partition)] = replicas
 
-        for name, checked in _answer_each(
+        for name, checked in answer_each(
                 request.topics, lambda p: ElectionPartitionResult(p, 0, -1), check):
             answers.setdefault(name, []).extend(checked)
         if wanted:
@@ -1735,7 +1694,7 @@ class RequestHandlers:
                     raise RequestTimedOutError(
                         "other reassignments kept changing concurrently; retry")
             except StrataError as err:
-                code, message = _error(err)
+                code, message = error_fields(err)
                 for parts in answers.values():
                     for answer in parts:
                         if answer.error_code == 0:
@@ -1794,7 +1753,7 @@ class RequestHandlers:
             self._require("DESCRIBE", "GROUP", request.key)
             node, host, port = await self.groups.find(request.key)
         except StrataError as err:
-            return FindCoordinatorResponse(*_error(err))
+            return FindCoordinatorResponse(*error_fields(err))
         return FindCoordinatorResponse(0, None, node, host, port)
 
     async def offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
@@ -1805,7 +1764,7 @@ class RequestHandlers:
             self._require(operation, "GROUP", request.group_id)
         except StrataError as err:
             return OffsetCommitResponse([OffsetCommitTopicResponse(t.name, [
-                OffsetCommitPartitionResponse(p.partition, *_error(err))
+                OffsetCommitPartitionResponse(p.partition, *error_fields(err))
                 for p in t.partitions]) for t in request.topics])
         refused: dict[str, StrataError] = {}
         for topic in request.topics:
@@ -1819,7 +1778,7 @@ class RequestHandlers:
             if allowed else OffsetCommitResponse([])
         return OffsetCommitResponse([*answered.topics, *(
             OffsetCommitTopicResponse(t.name, [
-                OffsetCommitPartitionResponse(p.partition, *_error(refused[t.name]))
+                OffsetCommitPartitionResponse(p.partition, *error_fields(refused[t.name]))
                 for p in t.partitions]) for t in request.topics if t.name in refused)])
 
     def _refusal(self, operation: str, resource_type: str, name: str) -> StrataError | None:
@@ -1833,7 +1792,7 @@ class RequestHandlers:
         try:
             self._require("DESCRIBE", "GROUP", request.group_id)
         except StrataError as err:
-            return OffsetFetchResponse(*_error(err))
+            return OffsetFetchResponse(*error_fields(err))
         answer = await self.groups.fetch_offsets(request)
         if self.acls is None:
             return answer
@@ -1855,7 +1814,7 @@ class RequestHandlers:
         out = []
         for group_id in request.group_ids:
             group_refusal = self._refusal("DESCRIBE", "GROUP", group_id)
-            out.append(DescribedGroup(group_id, *_error(group_refusal))
+            out.append(DescribedGroup(group_id, *error_fields(group_refusal))
                        if group_refusal is not None else await self.groups.describe(group_id))
         return DescribeGroupsResponse(out)
 
@@ -1867,7 +1826,7 @@ class RequestHandlers:
                 await self.groups.delete(group_id)
                 results.append(DeleteGroupResult(group_id, 0))
             except StrataError as err:
-                results.append(DeleteGroupResult(group_id, *_error(err)))
+                results.append(DeleteGroupResult(group_id, *error_fields(err)))
         return DeleteGroupsResponse(results)
 
     # ------------------------------------------------------------------ schema registry
