@@ -59,6 +59,7 @@ from brokers.metrics import BrokerMetrics, HealthStats, PartitionStats, TierStat
 from brokers.network import ConnectionHandler
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
 from brokers.quotas import QuotaManager
+from brokers.replica_manager import ReplicaManager
 from brokers.replication import ReplicaFetcherManager
 from brokers.schema_registry import SchemaRegistry
 from brokers.security import (
@@ -168,7 +169,9 @@ class Broker:
         self._presumed_expiry: asyncio.Task[None] | None = None
         self.started = False
         parts = (config, self.metadata, self.registry, self.coordinator)
-        self.replicas = ReplicaFetcherManager(*parts, host=self)
+        # The leader side of the replicas hosted here, and the followers' fetchers.
+        self.replicas = ReplicaManager(*parts, host=self)
+        self.fetchers = ReplicaFetcherManager(config, self.metadata, self.registry, host=self)
         self.controller = Controller(config, self.metadata, self.coordinator, host=self)
         self.groups = GroupCoordinator(*parts, host=self,
                                        metrics_registry=self.metrics.registry)
@@ -429,6 +432,7 @@ class Broker:
         for partition in self.partitions.values():
             partition.wake_waiters()  # parked long polls answer now instead of at timeout
         await self.replicas.stop()
+        await self.fetchers.stop()
         await self._drain_connections()
         # A topic sync running since before the SIGTERM must finish first: one that went
         # on after the partitions were closed would find their directories unhosted and
@@ -647,7 +651,7 @@ class Broker:
         for broker_id, registration in self.live_brokers.items():
             old = before.get(broker_id)
             if old is not None and old != registration:
-                self.replicas.leader_moved(broker_id)  # restarted: connect again
+                self.fetchers.leader_moved(broker_id)  # restarted: connect again
 
     async def sync_topics(self, names: list[str] | None = None) -> None:
         """Bring hosted partitions in line with ZooKeeper's topic list."""
@@ -793,7 +797,7 @@ class Broker:
         partition.set_state(state.leader, state.leader_epoch, state.isr,
                             topic.assignment[p], state.zk_version)
         self.partitions[(topic.name, p)] = partition
-        self.replicas.apply((topic.name, p), partition, True)
+        self.fetchers.apply((topic.name, p), partition, True)
 
     async def _on_topic_changed(self, definition: TopicDefinition | None) -> None:
         """A topic's replica assignment changed (a reassignment step of the controller):
@@ -821,7 +825,7 @@ class Broker:
                     log.info("%s-%d: this broker is a new replica; copying the log from "
                              "broker %d", definition.name, p, state.leader)
                 elif self.broker_id not in replicas and hosted:
-                    self.replicas.unfollow(key)
+                    self.fetchers.unfollow(key)
                     self.offline.pop(key, None)
                     removed = self.partitions.pop(key, None)
                     if removed is not None:
@@ -903,7 +907,7 @@ class Broker:
             try:
                 changed = partition.set_state(state.leader, state.leader_epoch, state.isr,
                                               topic.assignment[p], state.zk_version)
-                self.replicas.apply((name, p), partition, changed)
+                self.fetchers.apply((name, p), partition, changed)
             except StrataError as err:
                 log.error("applying the new state of %s-%d failed: %s", name, p, err)
             partition.wake_waiters()
@@ -922,7 +926,7 @@ class Broker:
         if self._state_watcher is not None:
             self._state_watcher.forget(dropped)
         for key in [k for k in self.partitions if k[0] == name]:
-            self.replicas.unfollow(key)
+            self.fetchers.unfollow(key)
             self.partitions.pop(key).delete()
         log.info("dropped topic %s", name)
 

@@ -12,7 +12,6 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
-import random
 import re
 import time
 import uuid
@@ -35,30 +34,19 @@ from brokers.controller import assign_replicas
 from brokers.coordination import ConcurrentUpdateError, TierProgress, TopicDefinition
 from brokers.log import LogConfig
 from brokers.log.config import TOPIC_CONFIG_KEYS
-from brokers.partition import FetchSessionClock
 from brokers.quotas import QUOTA_KEYS, QuotaManager
 from brokers.schema_registry import SchemaCheck, SchemaRegistry
 from brokers.security import Authenticator, CredentialCache, Listener, Session
-from brokers.staging import StagedPart
 from wire.errors import (
     BrokerNotAvailableError,
     ClusterAuthorizationFailedError,
-    FencedLeaderEpochError,
-    FetchSessionIdNotFoundError,
     GroupAuthorizationFailedError,
     IllegalSaslStateError,
     InvalidConfigError,
-    InvalidFetchSessionEpochError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
-    InvalidRequiredAcksError,
     InvalidTopicError,
-    LogStorageError,
-    NotEnoughReplicasAfterAppendError,
-    NotEnoughReplicasError,
-    NotLeaderError,
-    OffsetOutOfRangeError,
     PolicyViolationError,
     RequestTimedOutError,
     ResourceNotFoundError,
@@ -66,7 +54,6 @@ from wire.errors import (
     StrataError,
     TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
-    UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
     UnsupportedSaslMechanismError,
     UnsupportedVersionError,
@@ -99,11 +86,8 @@ from wire.protocol import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     BrokerInfo,
-    CommitPartition,
-    CommitPartitionResponse,
     CommitStagedRequest,
     CommitStagedResponse,
-    CommitTopicResponse,
     CompactionProgress,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
@@ -140,12 +124,8 @@ from wire.protocol import (
     ElectionTopicResult,
     ElectLeadersRequest,
     ElectLeadersResponse,
-    FetchPartition,
-    FetchPartitionResponse,
     FetchRequest,
     FetchResponse,
-    FetchTopic,
-    FetchTopicResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     InitProducerIdRequest,
@@ -176,11 +156,9 @@ from wire.protocol import (
     OngoingReassignment,
     PartitionMetadata,
     ProducePartition,
-    ProducePartitionResponse,
     ProduceRequest,
     ProduceResponse,
     ProduceTopic,
-    ProduceTopicResponse,
     QuotaEntry,
     QuotaValue,
     Reader,
@@ -227,15 +205,13 @@ if TYPE_CHECKING:
     from brokers.controller import Controller
     from brokers.coordination import Coordinator
     from brokers.group_coordinator import GroupCoordinator
-    from brokers.partition import Partition
-    from brokers.replication import ReplicaFetcherManager
+    from brokers.replica_manager import ReplicaManager
     from brokers.services import HandlerHost, MetadataCache, PartitionRegistry
 
 __all__ = ["RequestHandlers", "current_session"]
 
 log = logging.getLogger("strata.brokers.handlers")
 
-_ACKS_ALL = -1
 # Partitions of one topic: its metadata goes to ZooKeeper in one multi-op, and ZooKeeper
 # refuses requests above jute.maxbuffer (1 MiB); 4,096 partitions stay well below it.
 MAX_PARTITIONS = 4096
@@ -302,69 +278,6 @@ def _check_replica_list(where: str, replicas: list[int], live: Iterable[int]) ->
             f"{where}: brokers {dead} are not live (live: {live}); start them first")
 
 
-class _SessionPartition:
-    """What a follower's fetch session holds for one partition."""
-
-    __slots__ = ("answered", "fetch_offset", "leader_epoch", "partition_max_bytes")
-
-    def __init__(self, part: FetchPartition) -> None:
-        self.fetch_offset = part.fetch_offset
-        self.partition_max_bytes = part.partition_max_bytes
-        self.leader_epoch = part.current_leader_epoch
-        # (HW, log start, log end) as last answered; None: answer it next time.
-        self.answered: tuple[int, int, int] | None = None
-
-
-class _FetchSession:
-    """A follower's incremental fetch session (``FetchRequest``, version 1): one per
-    follower broker at this leader; a new one replaces it.
-
-    The session listens to each of its partitions (``Partition.add_change_listener``),
-    so a round looks only at the partitions that changed since the last one (``dirty``)
-    and wakes a parked fetch through one future: its cost follows the changes, not the
-    thousands of idle partitions a follower may have here.
-    """
-
-    __slots__ = ("clock", "dirty", "epoch", "partitions", "session_id", "swept_ms",
-                 "watched", "woken")
-
-    def __init__(self, session_id: int) -> None:
-        self.session_id = session_id
-        self.epoch = 0  # the epoch the next request must carry
-        # Ticks at every request: the follower is still where it last said on every
-        # partition it did not list (``FollowerPosition.caught_up_ms``).
-        self.clock = FetchSessionClock()
-        self.partitions: dict[tuple[str, int], _SessionPartition] = {}
-        self.swept_ms = 0
-        self.dirty: set[tuple[str, int]] = set()
-        self.watched: dict[tuple[str, int], Partition] = {}
-        self.woken: asyncio.Future[None] | None = None
-
-    def mark(self, partition: Partition) -> None:
-        self.dirty.add((partition.topic, partition.partition))
-        if self.woken is not None and not self.woken.done():
-            self.woken.set_result(None)
-
-    def listen(self, key: tuple[str, int], partition: Partition | None) -> bool:
-        """Follow ``partition`` for ``key`` (None: stop); False if it already did."""
-        old = self.watched.get(key)
-        if old is partition:
-            return False
-        if old is not None:
-            old.remove_change_listener(self)
-            del self.watched[key]
-        if partition is not None:
-            partition.add_change_listener(self, self.mark)
-            self.watched[key] = partition
-        return True
-
-    def close(self) -> None:
-        self.clock.stop()
-        for partition in self.watched.values():
-            partition.remove_change_listener(self)
-        self.watched.clear()
-
-
 class RequestHandlers:
     """What each API does: decode, act on partitions or ZooKeeper, answer.
 
@@ -374,8 +287,7 @@ class RequestHandlers:
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
                  registry: PartitionRegistry, coordinator: Coordinator, *,
-                 controller: Controller, replicas: ReplicaFetcherManager,
-                 groups: GroupCoordinator,
+                 controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
                  host: HandlerHost, authenticator: Authenticator | None = None,
                  acls: AclCache | None = None, quotas: QuotaManager | None = None,
                  schemas: SchemaRegistry | None = None) -> None:
@@ -397,7 +309,13 @@ class RequestHandlers:
         self._refusals = RefusalLog(logging.getLogger("strata.brokers.audit"))
         self.authenticator = authenticator or Authenticator(
             CredentialCache(), list(MECHANISMS), plain_over_plaintext=False, reauth_ms=0)
-        self._fetch_sessions: dict[int, _FetchSession] = {}  # by follower broker id
+        # The checks and quotas the replica manager is given, bound once.
+        self._admit_produce = self._admit_write
+        self._admit_commit = self._admit_commit_staged
+        self._authorize_read = self._authorize_fetch
+        self._produce_quota = self._quota_produced
+        self._fetch_quota = self._quota_fetched
+        self._schema_checks = self._schema_refusals
         self._table: dict[ApiKey, Callable[[Any], Awaitable[Message | None]]] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -722,47 +640,16 @@ class RequestHandlers:
         return AlterUserScramCredentialsResponse(results)
 
     # ------------------------------------------------------------------ helpers
-    def _leader_partition(self, topic: str, partition: int) -> Partition:
-        hosted = self.registry.hosted.get((topic, partition))
-        offline = self.registry.offline.get((topic, partition))
-        if offline is not None:
-            raise LogStorageError(
-                f"{topic}-{partition} is offline on broker {self.broker_id}: "
-                f"{offline.message}")
-        if hosted is None:
-            if topic not in self.cluster.topics or \
-                    partition not in self.cluster.topics[topic].assignment:
-                raise UnknownTopicOrPartitionError(
-                    f"{topic}-{partition} does not exist; check the topic name and its "
-                    "partition count (strata topic describe)")
-            raise NotLeaderError(
-                f"broker {self.broker_id} does not host {topic}-{partition}; "
-                "refresh metadata and send to the leader")
-        hosted.check_leadership()
-        return hosted
-
-    def _leader_for_write(self, topic: str, partition: int, records: object) -> Partition:
-        """The leader replica a client may write ``records`` to (Produce, StageRecords)."""
+    @staticmethod
+    def _check_write(topic: str, records: object) -> None:
+        """What a client may write (Produce, StageRecords): records, and not to an
+        internal topic."""
         if records is None:
             raise InvalidRequestError("records are null")
         if topic.startswith(INTERNAL_PREFIX):
             raise PolicyViolationError(
                 f"topic {topic!r} is internal: only the group coordinator writes to it "
                 "(commit offsets with OffsetCommit)")
-        return self._leader_partition(topic, partition)
-
-    @staticmethod
-    def _check_epoch(partition: Partition, asked: int) -> None:
-        """A request naming a leader epoch (-1: none) must name the current one."""
-        current = partition.leader_epoch
-        if 0 <= asked < current:
-            raise FencedLeaderEpochError(
-                f"{partition.name}: leader epoch {asked} is older than the current "
-                f"{current}; refresh metadata")
-        if asked > current:
-            raise UnknownLeaderEpochError(
-                f"{partition.name}: leader epoch {asked} is newer than this broker's "
-                f"{current}; retry shortly")
 
     # ------------------------------------------------------------------ ApiVersions
     async def api_versions(self, request: ApiVersionsRequest) -> ApiVersionsResponse:
@@ -1017,50 +904,17 @@ class RequestHandlers:
         return AlterConfigsResponse(results)
 
     # ------------------------------------------------------------------ Produce
-    async def produce(self, request: ProduceRequest) -> ProduceResponse | None:
-        if request.acks not in (0, 1, _ACKS_ALL):
-            err: StrataError = InvalidRequiredAcksError(
-                f"acks={request.acks} is not valid; use 0, 1 or -1 (all)")
-            return ProduceResponse([ProduceTopicResponse(t.name, [
-                ProducePartitionResponse(p.partition, err.code, error_message=err.message)
-                for p in t.partitions]) for t in request.topics])
-        waits: list[Awaitable[None]] = []
-        refused = await self._schema_refusals(request.topics)
+    def produce(self, request: ProduceRequest) -> Awaitable[ProduceResponse | None]:
+        return self.replicas.append_records(
+            request.acks, request.timeout_ms, request.topics, admit=self._admit_produce,
+            refusals=self._schema_checks, quota=self._produce_quota)
 
-        def append(topic: str, part: ProducePartition, answer: ProducePartitionResponse
-                   ) -> None:
-            self._require("WRITE", "TOPIC", topic)
-            partition = self._leader_for_write(topic, part.partition, part.records)
-            if refused and (topic, part.partition) in refused:
-                raise refused[(topic, part.partition)]
-            if request.acks == _ACKS_ALL and \
-                    len(partition.isr) < partition.config.min_insync_replicas:
-                raise NotEnoughReplicasError(
-                    f"{partition.name} has {len(partition.isr)} in-sync replica(s) "
-                    f"{sorted(partition.isr)}, min.insync.replicas is "
-                    f"{partition.config.min_insync_replicas}: nothing was written. Retry "
-                    "once the other replicas are back in sync (strata topic describe shows "
-                    "the ISR); a topic whose replication factor is below "
-                    "min.insync.replicas never takes acks=all writes")
-            assert part.records is not None  # checked by _leader_for_write
-            result = partition.append_as_leader(part.records)
-            answer.base_offset = result.first_offset
-            answer.log_append_time = result.log_append_time
-            answer.log_start_offset = partition.log.log_start_offset
-            if request.acks != 0:
-                waits.append(self._await_ack(partition, result.last_offset + 1, request.acks,
-                                             request.timeout_ms, answer))
+    def _admit_write(self, topic: str, part: ProducePartition) -> None:
+        self._require("WRITE", "TOPIC", topic)
+        self._check_write(topic, part.records)
 
-        answered = answer_each(request.topics, lambda p: ProducePartitionResponse(p, 0),
-                                append)
-        throttle = self._throttle("producer_byte_rate", sum(
-            len(p.records) for t in request.topics for p in t.partitions
-            if p.records is not None))
-        if request.acks == 0:
-            return None
-        if waits:
-            await asyncio.gather(*waits)
-        return ProduceResponse([ProduceTopicResponse(t, a) for t, a in answered], throttle)
+    def _quota_produced(self, size: int) -> int:
+        return self._throttle("producer_byte_rate", size)
 
     async def _schema_refusals(self, topics: Iterable[ProduceTopic | StageTopic]
                                ) -> dict[tuple[str, int], StrataError]:
@@ -1100,43 +954,17 @@ class RequestHandlers:
                         f"{verdict}; nothing of the batch was written")
         return refused
 
-    async def _await_ack(self, partition: Partition, end_offset: int, acks: int,
-                         timeout_ms: int, answer: ProducePartitionResponse) -> None:
-        try:
-            await asyncio.wait_for(partition.wait_durable(end_offset), max(timeout_ms, 1) / 1000)
-            if acks == _ACKS_ALL:
-                if not await partition.wait_replicated(end_offset, timeout_ms / 1000):
-                    # Superseded while waiting: whether the write survives is up to the
-                    # new leader; never claim it here.
-                    raise NotLeaderError(
-                        f"broker {self.broker_id} stopped leading {partition.name} "
-                        "before the write was acknowledged; it may or may not be kept: "
-                        "retry (idempotence removes a duplicate)")
-                if len(partition.isr) < partition.config.min_insync_replicas:
-                    raise NotEnoughReplicasAfterAppendError(
-                        f"{partition.name}: the write is in the log, but only "
-                        f"{len(partition.isr)} replica(s) are in sync and "
-                        f"min.insync.replicas is {partition.config.min_insync_replicas}, so "
-                        "it is not acknowledged; retry (an idempotent producer's retry "
-                        "is not written twice)")
-        except TimeoutError:
-            err = RequestTimedOutError(
-                f"{partition.name}: the write was not acknowledged by the in-sync replicas "
-                f"within {timeout_ms} ms; it may still be committed, retry with idempotence")
-            answer.error_code, answer.error_message = error_fields(err)
-        except StrataError as err:
-            answer.error_code, answer.error_message = error_fields(err)
-
     # ------------------------------------------------------------------ sink commits
     async def stage_records(self, request: StageRecordsRequest) -> StageRecordsResponse:
         refused = await self._schema_refusals(request.topics)
 
         def stage(topic: str, part: StagePartition, answer: StagePartitionResponse) -> None:
             self._require("WRITE", "TOPIC", topic)
-            partition = self._leader_for_write(topic, part.partition, part.records)
+            self._check_write(topic, part.records)
+            partition = self.replicas.leader_partition(topic, part.partition)
             if refused and (topic, part.partition) in refused:
                 raise refused[(topic, part.partition)]
-            assert part.records is not None  # checked by _leader_for_write
+            assert part.records is not None  # checked by _check_write
             answer.duplicate = partition.stage(request.staging_id, part.chunk_sequence,
                                                part.records)
 
@@ -1146,290 +974,40 @@ class RequestHandlers:
             "the task")
         return StageRecordsResponse([StageTopicResponse(t, a) for t, a in answered])
 
-    async def commit_staged(self, request: CommitStagedRequest) -> CommitStagedResponse:
-        waits: list[Awaitable[None]] = []
+    def commit_staged(self, request: CommitStagedRequest) -> Awaitable[CommitStagedResponse]:
+        return self.replicas.commit_staged(request, admit=self._admit_commit)
 
-        def commit(topic: str, part: CommitPartition, answer: CommitPartitionResponse) -> None:
-            self._require("WRITE", "TOPIC", topic)
-            partition = self._leader_partition(topic, part.partition)
-            result = partition.commit_staged(
-                request.producer_id, request.batch_id,
-                [StagedPart(p.staging_id, p.chunks, p.records) for p in part.parts])
-            answer.duplicate = result.duplicate
-            answer.base_offset = result.first_offset
-            answer.last_offset = result.last_offset
-            answer.last_committed_batch = result.last_committed_batch
-            # A replay answers only once the first commit is durable too: its answer may
-            # have been lost before the fsync finished. The log end covers it (the first
-            # commit's end offset is not remembered).
-            end = partition.log.log_end_offset if result.duplicate else result.last_offset + 1
-            waits.append(self._await_commit(partition, end, request.timeout_ms, answer))
-
-        answered = answer_each(
-            request.topics, lambda p: CommitPartitionResponse(p, 0), commit,
-            disk_failure="reading staged data of {partition} failed: {err}; fix the disk, "
-            "then re-run the batch")
-        if waits:
-            await asyncio.gather(*waits)
-        return CommitStagedResponse([CommitTopicResponse(t, a) for t, a in answered])
-
-    async def _await_commit(self, partition: Partition, end_offset: int, timeout_ms: int,
-                            answer: CommitPartitionResponse) -> None:
-        # Same wait as an acks=all produce; the produce answer type differs only in name.
-        shim = ProducePartitionResponse(answer.partition, 0)
-        await self._await_ack(partition, end_offset, _ACKS_ALL, timeout_ms, shim)
-        if shim.error_code:
-            answer.error_code, answer.error_message = shim.error_code, shim.error_message
+    def _admit_commit_staged(self, topic: str) -> None:
+        self._require("WRITE", "TOPIC", topic)
 
     async def abort_staged(self, request: AbortStagedRequest) -> AbortStagedResponse:
         def abort(topic: str, part: AbortPartition, answer: AbortPartitionResponse) -> None:
             self._require("WRITE", "TOPIC", topic)
-            partition = self._leader_partition(topic, part.partition)
+            partition = self.replicas.leader_partition(topic, part.partition)
             answer.discarded = partition.abort_staged(list(part.staging_ids))
 
         answered = answer_each(request.topics, lambda p: AbortPartitionResponse(p, 0), abort)
         return AbortStagedResponse([AbortTopicResponse(t, a) for t, a in answered])
 
     # ------------------------------------------------------------------ Fetch
-    async def fetch(self, request: FetchRequest) -> FetchResponse:
+    def fetch(self, request: FetchRequest) -> Awaitable[FetchResponse]:
         if request.replica_id >= 0:  # only brokers replicate
             self._require("CLUSTER_ACTION", "CLUSTER")
-        if request.session_epoch >= 0:
-            return await self._session_fetch(request)
-        max_wait = min(max(request.max_wait_ms, 0), self.config.fetch_max_wait_ms) / 1000
-        deadline = time.monotonic() + max_wait
-        if request.replica_id >= 0:
-            self._record_follower_positions(request)
-        while True:
-            response, size, partitions = self._read_fetch(request)
-            remaining = deadline - time.monotonic()
-            if size >= max(request.min_bytes, 1) or remaining <= 0 or not partitions \
-                    or self.host.stopping:
-                if request.replica_id < 0:
-                    response.throttle_time_ms = self._throttle("consumer_byte_rate", size)
-                return response
-            # As in Kafka: a partition error (out of range, not leader, ...) is answered at
-            # once; waiting for data could not fix it and would delay the client's reset.
-            if any(p.error_code for t in response.topics for p in t.partitions):
-                if request.replica_id < 0:
-                    response.throttle_time_ms = self._throttle("consumer_byte_rate", size)
-                return response
-            # One future for every partition, registered in the same loop turn as the read
-            # above: an append in between cannot be missed.
-            woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            for partition in partitions:
-                partition.watch_data(woken)
-            try:
-                await asyncio.wait([woken], timeout=remaining)
-            finally:
-                for partition in partitions:
-                    partition.unwatch_data(woken)
-                woken.cancel()
+        return self.replicas.fetch_records(request, authorize=self._authorize_read,
+                                           quota=self._fetch_quota)
 
-    async def _session_fetch(self, request: FetchRequest) -> FetchResponse:
-        """A follower's fetch in a session (see ``FetchRequest``): only partitions that
-        changed travel, either way, so a round costs a comparison per idle partition
-        instead of decoding, reading and encoding each one."""
-        if request.replica_id < 0:
-            raise InvalidRequestError(
-                "fetch sessions are for followers (replica_id >= 0); a consumer fetches "
-                "with session_epoch -1")
-        replica = request.replica_id
-        session = self._fetch_sessions.get(replica)
-        if request.session_epoch == 0:
-            if session is not None:
-                session.close()
-            session = self._fetch_sessions[replica] = _FetchSession(
-                random.randrange(1, 2**31))
-        elif session is None or session.session_id != request.session_id:
-            unknown = FetchSessionIdNotFoundError(
-                f"fetch session {request.session_id} of broker {replica} is not known here "
-                "(this broker restarted, or the session was replaced); open a new one")
-            return FetchResponse([], unknown.code)
-        elif request.session_epoch != session.epoch:
-            del self._fetch_sessions[replica]
-            session.close()
-            stale = InvalidFetchSessionEpochError(
-                f"fetch session {session.session_id} expected epoch {session.epoch}, got "
-                f"{request.session_epoch}; open a new one")
-            return FetchResponse([], stale.code)
-        session.epoch = request.session_epoch + 1
-        session.clock.tick()
-        hosted = self.registry.hosted
-        for forgotten in request.forgotten_topics:
-            for p in forgotten.partitions:
-                session.partitions.pop((forgotten.name, p), None)
-                session.listen((forgotten.name, p), None)
-                session.dirty.discard((forgotten.name, p))
-                if (partition := hosted.get((forgotten.name, p))) is not None:
-                    partition.forget_follower_session(replica)
-        listed: list[tuple[str, int]] = []
-        for topic in request.topics:
-            for part in topic.partitions:
-                key = (topic.name, part.partition)
-                session.partitions[key] = _SessionPartition(part)
-                session.listen(key, hosted.get(key))
-                session.dirty.add(key)
-                listed.append(key)
-        # Followers' positions: the listed ones (they move the HW). The others stay where
-        # they were, and the clock ticked above says the follower is still there.
-        self._record_session_positions(replica, session, listed)
-        now_ms = time.monotonic_ns() // 1_000_000
-        if now_ms - session.swept_ms >= self.config.replica_lag_time_max_ms / 4:
-            session.swept_ms = now_ms
-            self._sweep_session(replica, session)
-        max_wait = min(max(request.max_wait_ms, 0), self.config.fetch_max_wait_ms) / 1000
-        deadline = time.monotonic() + max_wait
-        while True:
-            changed, session.dirty = session.dirty, set()
-            wanted = self._session_candidates(session, changed)
-            view = FetchRequest([FetchTopic(t, ps) for t, ps in wanted.items()],
-                                max_bytes=request.max_bytes, replica_id=replica)
-            response, _, _ = self._read_fetch(view)
-            remaining = deadline - time.monotonic()
-            if response.topics or remaining <= 0 or not session.partitions \
-                    or self.host.stopping:
-                break
-            # Nothing changed anywhere: park until a partition of the session changes.
-            session.woken = asyncio.get_running_loop().create_future()
-            try:
-                if not session.dirty:
-                    await asyncio.wait([session.woken], timeout=remaining)
-            finally:
-                session.woken.cancel()
-                session.woken = None
-        for topic_answer in response.topics:
-            for answer in topic_answer.partitions:
-                key = (topic_answer.name, answer.partition)
-                entry = session.partitions.get(key)
-                if entry is None:
-                    continue
-                entry.answered = (answer.high_watermark, answer.log_start_offset,
-                                  answer.log_end_offset)
-                if answer.records is None and entry.fetch_offset < answer.log_end_offset:
-                    session.dirty.add(key)  # left out by max_bytes: next round
-        response.session_id = session.session_id
-        return response
+    def _authorize_fetch(self, topic: str) -> None:
+        self._require("READ", "TOPIC", topic)
 
-    def _record_session_positions(self, replica: int, session: _FetchSession,
-                                  keys: list[tuple[str, int]]) -> None:
-        """Record the positions of ``keys``, the partitions this request listed."""
-        for name, p in keys:
-            entry = session.partitions.get((name, p))
-            if entry is None:
-                continue
-            partition = self.registry.hosted.get((name, p))
-            if partition is None or not partition.is_leader \
-                    or entry.leader_epoch not in (-1, partition.leader_epoch):
-                continue
-            partition.record_follower_fetch(replica, entry.fetch_offset, session.clock)
-            if replica not in partition.isr:
-                self.replicas.consider_isr((name, p), partition)
-
-    def _sweep_session(self, replica: int, session: _FetchSession) -> None:
-        """Listen to partitions hosted (or re-created) since the session named them, and
-        look at those once. Attach the session's clock to the follower's position where
-        it is not attached yet: a partition the follower named before this broker led it
-        in that epoch (it learnt of the new leader first), or one that became led here
-        after it was named; the follower names it again only when its offset moves, so
-        without this an idle partition would drop it from the ISR. A few attribute reads
-        per partition. (A lost answer needs no resend: the follower opens a new session
-        after any failed request.)"""
-        hosted = self.registry.hosted
-        for key, entry in session.partitions.items():
-            partition = hosted.get(key)
-            if session.listen(key, partition):
-                session.dirty.add(key)
-            if partition is None or not partition.is_leader \
-                    or entry.leader_epoch not in (-1, partition.leader_epoch):
-                continue
-            position = partition.followers.get(replica)
-            if position is not None and position.session is not session.clock:
-                partition.record_follower_fetch(replica, entry.fetch_offset, session.clock)
-                if replica not in partition.isr:
-                    self.replicas.consider_isr(key, partition)
-
-    def _session_candidates(self, session: _FetchSession, changed: set[tuple[str, int]]
-                            ) -> dict[str, list[FetchPartition]]:
-        """Of the session's partitions that ``changed``, those worth answering: records
-        to send, offsets the follower has not been told, or an error."""
-        wanted: dict[str, list[FetchPartition]] = {}
-        partitions = self.registry.hosted
-        for key in changed:
-            entry = session.partitions.get(key)
-            if entry is None:
-                continue
-            partition = partitions.get(key)
-            if partition is not None and entry.answered is not None \
-                    and partition.is_leader \
-                    and entry.leader_epoch in (-1, partition.leader_epoch):
-                lg = partition.log
-                end = lg.log_end_offset
-                if entry.fetch_offset >= end and entry.answered == (
-                        partition.high_watermark, lg.log_start_offset, end):
-                    continue  # idle and already told
-            wanted.setdefault(key[0], []).append(FetchPartition(
-                key[1], entry.fetch_offset, entry.partition_max_bytes, entry.leader_epoch))
-        return wanted
-
-    def _record_follower_positions(self, request: FetchRequest) -> None:
-        """A follower's fetch offsets are its log end: they move the HW and the ISR."""
-        for topic in request.topics:
-            for part in topic.partitions:
-                partition = self.registry.hosted.get((topic.name, part.partition))
-                if partition is None or not partition.is_leader \
-                        or part.current_leader_epoch != partition.leader_epoch:
-                    continue  # answered with an error by _read_fetch
-                partition.record_follower_fetch(request.replica_id, part.fetch_offset)
-                if request.replica_id not in partition.isr:
-                    self.replicas.consider_isr((topic.name, part.partition), partition)
-
-    def _read_fetch(self, request: FetchRequest) -> tuple[FetchResponse, int, list[Partition]]:
-        budget = max(request.max_bytes, 1)
-        total = 0
-        waitable: list[Partition] = []
-
-        def read(topic: str, part: FetchPartition, answer: FetchPartitionResponse) -> None:
-            nonlocal budget, total
-            if request.replica_id < 0:  # a follower's right was checked for the request
-                self._require("READ", "TOPIC", topic)
-            partition = self._leader_partition(topic, part.partition)
-            self._check_epoch(partition, part.current_leader_epoch)
-            if request.replica_id >= 0 and request.replica_id not in partition.replicas:
-                raise NotLeaderError(
-                    f"broker {request.replica_id} is not a replica of {partition.name} "
-                    f"(replicas {partition.replicas})")
-            waitable.append(partition)
-            answer.high_watermark = partition.high_watermark
-            answer.log_start_offset = partition.log.log_start_offset
-            answer.log_end_offset = partition.log.log_end_offset
-            # As in Kafka (KIP-74): the first non-empty partition returns at least one
-            # whole batch, so a consumer always gets past a batch above the limits; every
-            # later partition must fit both limits.
-            limit = max(1, min(part.partition_max_bytes, budget))
-            if budget <= 0:
-                return
-            try:
-                found = partition.read(part.fetch_offset, limit,
-                                       for_follower=request.replica_id >= 0)
-            except OffsetOutOfRangeError as err:
-                answer.log_start_offset = err.log_start_offset
-                answer.high_watermark = err.log_end_offset
-                raise
-            if found is not None and (not total or found.length <= limit):
-                answer.records = found
-                total += found.length
-                budget -= found.length
-
-        answered = answer_each(request.topics, lambda p: FetchPartitionResponse(p, 0), read)
-        return FetchResponse([FetchTopicResponse(t, a) for t, a in answered]), total, waitable
+    def _quota_fetched(self, size: int) -> int:
+        return self._throttle("consumer_byte_rate", size)
 
     # ------------------------------------------------------------------ ListOffsets
     async def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
         def find(topic: str, part: ListOffsetsPartition,
                  answer: ListOffsetsPartitionResponse) -> None:
             self._require("DESCRIBE", "TOPIC", topic)
-            partition = self._leader_partition(topic, part.partition)
+            partition = self.replicas.leader_partition(topic, part.partition)
             answer.leader_epoch = partition.leader_epoch
             if part.timestamp == EARLIEST_TIMESTAMP:
                 answer.offset = partition.log.log_start_offset
@@ -1484,7 +1062,7 @@ class RequestHandlers:
                                  ) -> DescribeTierPartitionResponse:
         answer = DescribeTierPartitionResponse(p, 0)
         try:
-            partition = self._leader_partition(topic, p)
+            partition = self.replicas.leader_partition(topic, p)
             high_watermark = partition.high_watermark
             # Closed segments only, and only below the high watermark: a segment a
             # follower could still lose (or the active one, still growing) is never
@@ -1580,8 +1158,8 @@ class RequestHandlers:
                          answer: OffsetForLeaderEpochPartitionResponse) -> None:
             if request.replica_id < 0:
                 self._require("DESCRIBE", "TOPIC", topic)
-            partition = self._leader_partition(topic, part.partition)
-            self._check_epoch(partition, part.current_leader_epoch)
+            partition = self.replicas.leader_partition(topic, part.partition)
+            self.replicas.check_epoch(partition, part.current_leader_epoch)
             answer.leader_epoch, answer.end_offset = \
                 partition.log.end_offset_for_epoch(part.leader_epoch)
 

@@ -1,4 +1,4 @@
-"""Follower replication and the leader's ISR upkeep.
+"""Follower replication: the followers' side of the replicas hosted here.
 
 A broker follows a partition when ZooKeeper names another broker its leader. One
 :class:`ReplicaFetcher` per leader broker replicates every partition this broker follows
@@ -10,18 +10,16 @@ leader where its own latest epoch ends (OffsetForLeaderEpoch, KIP-101/KIP-279) a
 truncates a divergent tail to that point, never to its high watermark: truncating to
 the HW would drop records a new leader had already acknowledged.
 
-:class:`ReplicaFetcherManager` (Kafka's name) owns the fetchers and, on the leader side,
-proposes ISR changes (``Partition.isr_change``) and writes them to ZooKeeper with a
-conditional write; a lost race means the state changed under it, so it re-reads the
-state and applies that instead of guessing. It makes no ZooKeeper decision while the
-session is suspended.
+:class:`ReplicaFetcherManager` (Kafka's name) owns the fetchers: it starts, moves and
+stops following partitions as their states change. The leader side (appends, reads,
+the followers' positions and the ISR upkeep they drive) is
+:class:`brokers.replica_manager.ReplicaManager`.
 
 The fetcher uses the client's connection class (``wire.connection``): it only
 frames requests and matches correlation ids, and a second copy of that code in the
 broker would drift.
 
-Thread-safety: everything runs on the broker's event loop; ZooKeeper calls go through
-``asyncio.to_thread``.
+Thread-safety: everything runs on the broker's event loop.
 """
 
 from __future__ import annotations
@@ -29,11 +27,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from brokers.coordination import PartitionState
 from wire.errors import (
     FencedLeaderEpochError,
     LogStorageError,
@@ -59,7 +55,6 @@ from wire.protocol import (
 
 if TYPE_CHECKING:
     from brokers.config import BrokerConfig
-    from brokers.coordination import Coordinator
     from brokers.partition import Partition
     from brokers.services import MetadataCache, PartitionRegistry, ReplicaHost
     from wire.connection import BrokerConnection as BrokerConnectionType
@@ -73,8 +68,6 @@ PartitionKey = tuple[str, int]
 #: Added to the fetch's own wait: how long a follower waits for an answer before it
 #: treats the connection as dead.
 _REQUEST_MARGIN_S: Final = 10.0
-#: Longest stretch of ISR upkeep before it lets waiting requests run.
-_UPKEEP_SLICE_S: Final = 0.0005
 
 
 @dataclass(slots=True)
@@ -370,32 +363,18 @@ class ReplicaFetcher:
 
 
 class ReplicaFetcherManager:
-    """This broker's followers (fetchers) and its leaders' ISR upkeep."""
+    """This broker's followers: one fetcher per leader broker."""
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
-                 registry: PartitionRegistry, coordinator: Coordinator,
-                 host: ReplicaHost) -> None:
+                 registry: PartitionRegistry, host: ReplicaHost) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster
         self.registry = registry
-        self.coordinator = coordinator
         self.host = host
         self.fetchers: dict[int, ReplicaFetcher] = {}
-        self._isr_writes: set[PartitionKey] = set()
-        self._isr_queue: dict[PartitionKey, tuple[Partition, list[int]]] = {}
-        self._isr_writer: asyncio.Task[None] | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._maintain())
 
     async def stop(self) -> None:
-        for task in (self._task, self._isr_writer):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
@@ -426,105 +405,3 @@ class ReplicaFetcherManager:
         fetcher = self.fetchers.get(broker_id)
         if fetcher is not None and fetcher._connection is not None:
             asyncio.get_running_loop().create_task(fetcher._disconnect())
-
-    # ------------------------------------------------------------------ ISR upkeep
-    def consider_isr(self, key: PartitionKey, partition: Partition) -> None:
-        """Propose an ISR change for ``partition`` now if it needs one (after a fetch)."""
-        if key in self._isr_writes or self.host.zookeeper_suspended:
-            return
-        proposed = partition.isr_change(self.config.replica_lag_time_max_ms,
-                                        self.cluster.shutting_down)
-        if proposed is None:
-            return
-        if any(b not in partition.isr for b in proposed):
-            # Growing: until ZooKeeper's answer is applied, the HW waits for the joining
-            # replica too (it may be in the ISR, so electable, as soon as the write lands).
-            partition.pending_isr = list(proposed)
-        self._isr_writes.add(key)
-        self._isr_queue[key] = (partition, proposed)
-        if self._isr_writer is None or self._isr_writer.done():
-            self._isr_writer = asyncio.get_running_loop().create_task(self._write_isrs())
-
-    async def _maintain(self) -> None:
-        interval = max(self.config.replica_lag_time_max_ms / 2000, 0.05)
-        checkpointed: dict[PartitionKey, int] = {}
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                changed = []
-                hosted = self.registry.hosted
-                sliced = time.monotonic()
-                for key, partition in list(hosted.items()):
-                    if time.monotonic() - sliced > _UPKEEP_SLICE_S:
-                        # Ten thousand partitions in one go would hold every request up
-                        # for tens of milliseconds: let them through between slices
-                        # (short ones: a request waits a slice at each of its awaits).
-                        await asyncio.sleep(0)
-                        sliced = time.monotonic()
-                    if hosted.get(key) is not partition:
-                        continue  # dropped or replaced during a pause
-                    if partition.is_leader:
-                        self.consider_isr(key, partition)
-                    if not partition.log.is_offline \
-                            and checkpointed.get(key) != partition.high_watermark:
-                        changed.append((key, partition, partition.high_watermark))
-                if changed:
-                    # fsyncs: off the event loop, and only for HWs that moved.
-                    await asyncio.to_thread(self._write_checkpoints, changed, checkpointed)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("ISR upkeep round failed; trying again next round")
-
-    @staticmethod
-    def _write_checkpoints(changed: list[tuple[PartitionKey, Partition, int]],
-                           checkpointed: dict[PartitionKey, int]) -> None:
-        """Write the HW checkpoints that moved (worker thread). One after the other: each
-        is one in-place ``pwrite`` without fsync (``OffsetCheckpoint``'s lower-bound
-        mode), and 10,000 of them (one acks=all record to each partition) take 0.04 s
-        on one thread, where eight threads would contend for the GIL."""
-        for key, partition, high_watermark in changed:
-            try:
-                partition.write_high_watermark_checkpoint(high_watermark)
-            except OSError as err:
-                log.error("high-watermark checkpoint of %s failed: %s", partition.name, err)
-                continue
-            checkpointed[key] = high_watermark
-
-    async def _write_isrs(self) -> None:
-        """Write the queued ISR proposals: everything queued while a batch is in flight
-        goes out as the next pipelined batch (after a broker restarts, its thousands of
-        partitions rejoin their ISRs in a few ZooKeeper round trips, not one each)."""
-        while self._isr_queue:
-            queued, self._isr_queue = self._isr_queue, {}
-            states: dict[PartitionKey, PartitionState] = {}
-            for key, (partition, proposed) in queued.items():
-                current = self.cluster.partition_states.get(key)
-                states[key] = PartitionState(partition.leader_id, partition.leader_epoch,
-                                             proposed,
-                                             current.controller_epoch if current else 0,
-                                             partition.state_version)
-            try:
-                outcome = await asyncio.to_thread(
-                    self.coordinator.write_partition_states, states)
-            except Exception as err:  # ZooKeeper trouble: proposed again on the next round
-                log.warning("changing the ISR of %d partition(s) failed: %r", len(states), err)
-                outcome = None
-            finally:
-                self._isr_writes.difference_update(queued)
-            if outcome is None:
-                continue
-            for key, written in outcome.written.items():
-                log.debug("%s-%d: ISR %s -> %s", key[0], key[1], queued[key][0].isr,
-                          written.isr)
-                self.host.apply_partition_state(key[0], key[1], written, quiet=True)
-            # Someone (the controller) changed the state first: take theirs.
-            for key, fresh in outcome.conflicts.items():
-                self.host.apply_partition_state(key[0], key[1], fresh, quiet=True)
-            if outcome.written:
-                first = next(iter(outcome.written))
-                log.info("ISR changed for %d partition(s) (e.g. %s-%d: %s)%s",
-                         len(outcome.written), first[0], first[1],
-                         outcome.written[first].isr,
-                         f"; {len(outcome.conflicts)} superseded by newer states"
-                         if outcome.conflicts else "")

@@ -2,7 +2,8 @@
 broker's callbacks, real partitions (real logs in a temp dir) in the registry.
 
 ``RequestHandlers`` is built from the parts it uses (``brokers/services.py``): the
-metadata cache, the partition registry, the coordination client and a host protocol.
+metadata cache, the partition registry, the coordination client, a host protocol and
+the replica manager (the leader side of produce and fetch), built from the same parts.
 The fakes here implement the few coordination calls and callbacks each test reaches; the
 same handlers run over TCP against real brokers in tests/test_broker_api.py.
 """
@@ -27,6 +28,7 @@ from brokers.coordination import (
 from brokers.handlers import RequestHandlers
 from brokers.log import LogConfig
 from brokers.partition import Partition
+from brokers.replica_manager import ReplicaManager
 from brokers.services import MetadataCache, PartitionRegistry
 from wire.errors import LogStorageError, TopicAlreadyExistsError, UnsupportedVersionError
 from wire.protocol import (
@@ -83,6 +85,7 @@ class FakeHost:
         self.zk, self.cluster = zk, cluster
         self.stopping = False
         self.cut_off_from_zookeeper = False
+        self.zookeeper_suspended = False
         self.next_id = 1000
         self.synced = 0
 
@@ -126,8 +129,9 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
     zk = FakeCoordinator()
     host = FakeHost(zk, cluster)
     controller = SimpleNamespace(current=(1, 7))
+    replicas = ReplicaManager(config, cluster, registry, zk, host)  # type: ignore[arg-type]
     handlers = RequestHandlers(config, cluster, registry, zk,  # type: ignore[arg-type]
-                               controller=controller, replicas=None,  # type: ignore[arg-type]
+                               controller=controller, replicas=replicas,
                                groups=None, host=host)  # type: ignore[arg-type]
     yield Setup(handlers=handlers, zk=zk, host=host, cluster=cluster, registry=registry)
     for partition in registry.hosted.values():
