@@ -159,7 +159,7 @@ def run(coroutine: Any) -> Any:
 def test_metadata_answers_from_the_cache(setup: Setup, tmp_path: Path) -> None:
     host_topic(setup, tmp_path, "led-elsewhere", leader=1, replicas=[1, 2])
     setup.cluster.partition_states[("led-elsewhere", 0)] = PartitionState(1, 4, [1, 2])
-    response = run(setup.handlers.metadata(MetadataRequest(None)))
+    response = run(setup.handlers.admin.metadata(MetadataRequest(None)))
     assert [b.node_id for b in response.brokers] == [0, 1, 2]
     assert response.controller_id == 1 and response.cluster_id == "unit-cluster"
     (topic,) = response.topics
@@ -167,7 +167,7 @@ def test_metadata_answers_from_the_cache(setup: Setup, tmp_path: Path) -> None:
     assert (partition.leader, partition.leader_epoch, partition.isr) == (1, 4, [1, 2])
     # A leader that is not live is reported as none, so clients wait instead of dialling.
     del setup.cluster.live_brokers[1]
-    response = run(setup.handlers.metadata(MetadataRequest(["led-elsewhere", "nope"])))
+    response = run(setup.handlers.admin.metadata(MetadataRequest(["led-elsewhere", "nope"])))
     assert response.topics[0].partitions[0].leader == -1
     assert response.topics[1].error_code == 3
 
@@ -176,11 +176,11 @@ def test_produce_then_fetch_and_list_offsets_on_a_hosted_leader(setup: Setup,
                                                                   tmp_path: Path) -> None:
     host_topic(setup, tmp_path, "t")
     batch = build_batch([b"a", b"b", b"c"])
-    produced = run(setup.handlers.produce(ProduceRequest(
+    produced = run(setup.handlers.produce.produce(ProduceRequest(
         -1, 5_000, [ProduceTopic("t", [ProducePartition(0, batch)])])))
     answer = produced.topics[0].partitions[0]
     assert (answer.error_code, answer.base_offset) == (0, 0)
-    fetched = run(setup.handlers.fetch(FetchRequest(
+    fetched = run(setup.handlers.fetch.fetch(FetchRequest(
         [FetchTopic("t", [FetchPartition(0, 0, 1 << 20)])], max_wait_ms=0, min_bytes=1,
         max_bytes=1 << 20)))
     part = fetched.topics[0].partitions[0]
@@ -188,7 +188,7 @@ def test_produce_then_fetch_and_list_offsets_on_a_hosted_leader(setup: Setup,
     assert part.records is not None
     _, records = decode_batch(part.records.read_bytes())
     assert records.column("value").to_pylist() == [b"a", b"b", b"c"]
-    offsets = run(setup.handlers.list_offsets(ListOffsetsRequest(
+    offsets = run(setup.handlers.fetch.list_offsets(ListOffsetsRequest(
         [ListOffsetsTopic("t", [ListOffsetsPartition(0, -1), ListOffsetsPartition(0, -2)])])))
     assert [p.offset for p in offsets.topics[0].partitions] == [3, 0]
 
@@ -202,7 +202,7 @@ def test_each_partition_gets_its_own_error(setup: Setup, tmp_path: Path) -> None
     broken.close()
     setup.registry.offline[("broken", 0)] = LogStorageError("injected: disk gone")
     batch = build_batch([b"x"])
-    response = run(setup.handlers.produce(ProduceRequest(1, 5_000, [
+    response = run(setup.handlers.produce.produce(ProduceRequest(1, 5_000, [
         ProduceTopic(name, [ProducePartition(0, batch)])
         for name in ("good", "elsewhere", "follower", "broken", "missing", "__internal")])))
     codes = {t.name: t.partitions[0].error_code for t in response.topics}
@@ -218,7 +218,7 @@ def test_bad_acks_refuse_every_partition_and_write_nothing(setup: Setup,
                                                            tmp_path: Path) -> None:
     partition = host_topic(setup, tmp_path, "t")
     assert partition is not None
-    response = run(setup.handlers.produce(ProduceRequest(
+    response = run(setup.handlers.produce.produce(ProduceRequest(
         2, 5_000, [ProduceTopic("t", [ProducePartition(0, build_batch([b"x"]))])])))
     assert response.topics[0].partitions[0].error_code == 21  # INVALID_REQUIRED_ACKS
     assert partition.log.log_end_offset == 0
@@ -226,7 +226,7 @@ def test_bad_acks_refuse_every_partition_and_write_nothing(setup: Setup,
 
 def test_create_topics_writes_once_and_waits_for_the_cache(setup: Setup) -> None:
     request = CreateTopicsRequest([CreatableTopic("fresh", 6, 3, [], [])], 5_000, False)
-    response = run(setup.handlers.create_topics(request))
+    response = run(setup.handlers.admin.create_topics(request))
     assert [(r.name, r.error_code) for r in response.topics] == [("fresh", 0)]
     definition = setup.zk.topics["fresh"]
     assert sorted(definition.assignment) == list(range(6))
@@ -234,7 +234,7 @@ def test_create_topics_writes_once_and_waits_for_the_cache(setup: Setup) -> None
     # Leaders spread evenly over the three live brokers.
     assert sorted(r[0] for r in definition.assignment.values()) == [0, 0, 1, 1, 2, 2]
     assert "fresh" in setup.cluster.topics and setup.host.synced >= 1
-    again = run(setup.handlers.create_topics(request))
+    again = run(setup.handlers.admin.create_topics(request))
     assert again.topics[0].error_code == 36  # TOPIC_ALREADY_EXISTS
 
 
@@ -246,7 +246,7 @@ def test_create_topics_writes_once_and_waits_for_the_cache(setup: Setup) -> None
 ])
 def test_bad_topics_are_refused_before_anything_is_written(
         setup: Setup, topic: CreatableTopic, code: int, words: str) -> None:
-    response = run(setup.handlers.create_topics(CreateTopicsRequest([topic], 5_000, False)))
+    response = run(setup.handlers.admin.create_topics(CreateTopicsRequest([topic], 5_000, False)))
     (result,) = response.topics
     assert result.error_code == code and words in (result.error_message or "")
     assert setup.zk.topics == {}
@@ -254,18 +254,19 @@ def test_bad_topics_are_refused_before_anything_is_written(
 
 def test_zookeeper_trouble_is_a_retriable_error_not_a_crash(setup: Setup) -> None:
     setup.zk.down = True
-    response = run(setup.handlers.create_topics(CreateTopicsRequest(
+    response = run(setup.handlers.admin.create_topics(CreateTopicsRequest(
         [CreatableTopic("later", 1, 1, [], [])], 5_000, False)))
     assert response.topics[0].error_code == 8  # BROKER_NOT_AVAILABLE: retry
     assert "ZooKeeper did not complete" in (response.topics[0].error_message or "")
-    produced_id = run(setup.handlers.init_producer_id(InitProducerIdRequest(None, 60_000, -1, -1)))
+    produced_id = run(setup.handlers.produce.init_producer_id(
+        InitProducerIdRequest(None, 60_000, -1, -1)))
     assert produced_id.error_code == 8
 
 
 def test_describe_configs_marks_overrides(setup: Setup, tmp_path: Path) -> None:
     host_topic(setup, tmp_path, "t")
     setup.cluster.topic_overrides["t"] = {"retention.ms": "1000"}
-    response = run(setup.handlers.describe_configs(DescribeConfigsRequest(["t", "nope"])))
+    response = run(setup.handlers.admin.describe_configs(DescribeConfigsRequest(["t", "nope"])))
     entries = {c.name: c for c in response.topics[0].configs}
     assert entries["retention.ms"].value == "1000" and not entries["retention.ms"].is_default
     assert entries["segment.bytes"].is_default

@@ -1,0 +1,201 @@
+"""Writes: Produce, InitProducerId, and the Spark sink's StageRecords, CommitStaged and
+AbortStaged.
+
+Thin over the replica manager, which appends, waits for the acknowledgement ``acks``
+asks for and answers (``ReplicaManager.append_records``, ``commit_staged``); this
+family adds what it is given as checks: WRITE on the topic, records present, no client
+writes to an internal topic, and typed topics' batches matching their value schema
+(checked before anything of the request is written, docs/typed-topics.md), and counts
+the bytes against the producer quota. Transactions, when they come, are a family of
+their own (``transactions.py``); InitProducerId with a transactional id would move
+there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+
+from brokers.acl import CLUSTER_NAME
+from brokers.answers import answer_each
+from brokers.handlers.context import (
+    INTERNAL_PREFIX,
+    INTERNAL_SESSION,
+    ApiContext,
+    ApiFamily,
+    Handler,
+    current_session,
+)
+from wire.errors import (
+    InvalidRequestError,
+    PolicyViolationError,
+    SchemaMismatchError,
+    StrataError,
+)
+from wire.protocol import (
+    AbortPartition,
+    AbortPartitionResponse,
+    AbortStagedRequest,
+    AbortStagedResponse,
+    AbortTopicResponse,
+    ApiKey,
+    CommitStagedRequest,
+    CommitStagedResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
+    StagePartition,
+    StagePartitionResponse,
+    StageRecordsRequest,
+    StageRecordsResponse,
+    StageTopic,
+    StageTopicResponse,
+)
+
+__all__ = ["ProduceApis"]
+
+
+class ProduceApis(ApiFamily):
+    """The write APIs, over the replica manager's appends."""
+
+    def __init__(self, context: ApiContext) -> None:
+        super().__init__(context)
+        self.replicas = context.replicas
+        self.schema_check = context.schema_check
+        self.acls = context.acls
+        # The checks and the quota the replica manager is given, bound once.
+        self._admit_produce = self._admit_write
+        self._admit_commit = self._admit_commit_staged
+        self._produce_quota = self._quota_produced
+        self._schema_checks = self._schema_refusals
+
+    def apis(self) -> dict[ApiKey, Handler]:
+        return {
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.STAGE_RECORDS: self.stage_records,
+            ApiKey.COMMIT_STAGED: self.commit_staged,
+            ApiKey.ABORT_STAGED: self.abort_staged,
+        }
+
+    def produce(self, request: ProduceRequest) -> Awaitable[ProduceResponse | None]:
+        return self.replicas.append_records(
+            request.acks, request.timeout_ms, request.topics, admit=self._admit_produce,
+            refusals=self._schema_checks, quota=self._produce_quota)
+
+    def _admit_write(self, topic: str, part: ProducePartition) -> None:
+        self._require("WRITE", "TOPIC", topic)
+        self._check_write(topic, part.records)
+
+    def _quota_produced(self, size: int) -> int:
+        return self._throttle("producer_byte_rate", size)
+
+    async def _schema_refusals(self, topics: Iterable[ProduceTopic | StageTopic]
+                               ) -> dict[tuple[str, int], StrataError]:
+        """Typed topics' batches that do not match their value subject, checked before
+        anything of the request is written (docs/typed-topics.md). Only batches the
+        append would take otherwise are checked: a caller without WRITE, or a partition
+        not led here, costs no schema work (and no registry round trip)."""
+        refused: dict[tuple[str, int], StrataError] = {}
+        for topic in topics:
+            writable: bool | None = None
+            for part in topic.partitions:
+                hosted = self.registry.hosted.get((topic.name, part.partition))
+                if hosted is None or part.records is None or not hosted.is_leader \
+                        or hosted.fenced:
+                    continue  # the append answers why
+                subject = hosted.config.value_schema_subject
+                if not subject:
+                    continue
+                if writable is None:
+                    # audit=False: the append's own check writes the refusal's audit line
+                    writable = self._allowed("WRITE", "TOPIC", topic.name, audit=False)
+                if not writable:
+                    continue  # the append refuses it
+                if self.schema_check is None:
+                    refused[(topic.name, part.partition)] = SchemaMismatchError(
+                        f"topic {topic.name!r} is typed and this broker has no schema "
+                        "registry; upgrade it")
+                    continue
+                try:
+                    verdict = await self.schema_check.verdict(topic.name, subject,
+                                                              part.records)
+                except StrataError as err:  # the registry is unreachable: retriable
+                    refused[(topic.name, part.partition)] = err
+                    continue
+                if verdict is not None:
+                    refused[(topic.name, part.partition)] = SchemaMismatchError(
+                        f"{verdict}; nothing of the batch was written")
+        return refused
+
+    @staticmethod
+    def _check_write(topic: str, records: object) -> None:
+        """What a client may write (Produce, StageRecords): records, and not to an
+        internal topic."""
+        if records is None:
+            raise InvalidRequestError("records are null")
+        if topic.startswith(INTERNAL_PREFIX):
+            raise PolicyViolationError(
+                f"topic {topic!r} is internal: only the group coordinator writes to it "
+                "(commit offsets with OffsetCommit)")
+
+    async def init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:
+        session = current_session()
+        if self.acls is not None and session is not INTERNAL_SESSION and not (
+                self._allowed("IDEMPOTENT_WRITE", "CLUSTER", CLUSTER_NAME, audit=False)
+                or self.acls.allows_any(session.principal, session.host, "WRITE", "TOPIC")):
+            # Kafka's rule: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+            refused = self._refusal("IDEMPOTENT_WRITE", "CLUSTER", CLUSTER_NAME)
+            if refused is not None:
+                return InitProducerIdResponse(refused.code, error_message=refused.message)
+        if request.transactional_id is not None:
+            err = InvalidRequestError("transactions are not supported yet; use "
+                                      "transactional_id = null for an idempotent producer")
+            return InitProducerIdResponse(err.code, error_message=err.message)
+        if request.producer_id != -1 or request.producer_epoch != -1:
+            # Bumping the epoch of an existing id would let any client fence any other;
+            # that needs a transactional id, which does not exist yet.
+            err = InvalidRequestError(
+                "an idempotent producer asks for a new id: send producer_id=-1 and "
+                "producer_epoch=-1 (epoch bumps need transactions, not supported yet)")
+            return InitProducerIdResponse(err.code, error_message=err.message)
+        try:
+            return InitProducerIdResponse(0, await self.host.next_producer_id(), 0)
+        except StrataError as err:  # ZooKeeperUnavailableError: retriable
+            return InitProducerIdResponse(err.code, error_message=err.message)
+
+    async def stage_records(self, request: StageRecordsRequest) -> StageRecordsResponse:
+        refused = await self._schema_refusals(request.topics)
+
+        def stage(topic: str, part: StagePartition, answer: StagePartitionResponse) -> None:
+            self._require("WRITE", "TOPIC", topic)
+            self._check_write(topic, part.records)
+            partition = self.replicas.leader_partition(topic, part.partition)
+            if refused and (topic, part.partition) in refused:
+                raise refused[(topic, part.partition)]
+            assert part.records is not None  # checked by _check_write
+            answer.duplicate = partition.stage(request.staging_id, part.chunk_sequence,
+                                               part.records)
+
+        answered = answer_each(
+            request.topics, lambda p: StagePartitionResponse(p, 0), stage,
+            disk_failure="staging on {partition} failed: {err}; fix the disk, then re-run "
+            "the task")
+        return StageRecordsResponse([StageTopicResponse(t, a) for t, a in answered])
+
+    def commit_staged(self, request: CommitStagedRequest) -> Awaitable[CommitStagedResponse]:
+        return self.replicas.commit_staged(request, admit=self._admit_commit)
+
+    def _admit_commit_staged(self, topic: str) -> None:
+        self._require("WRITE", "TOPIC", topic)
+
+    async def abort_staged(self, request: AbortStagedRequest) -> AbortStagedResponse:
+        def abort(topic: str, part: AbortPartition, answer: AbortPartitionResponse) -> None:
+            self._require("WRITE", "TOPIC", topic)
+            partition = self.replicas.leader_partition(topic, part.partition)
+            answer.discarded = partition.abort_staged(list(part.staging_ids))
+
+        answered = answer_each(request.topics, lambda p: AbortPartitionResponse(p, 0), abort)
+        return AbortStagedResponse([AbortTopicResponse(t, a) for t, a in answered])
