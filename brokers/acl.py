@@ -12,6 +12,12 @@ anywhere). Kafka's rules decide:
 4. no binding at all for the resource: ``allow.everyone.if.no.acl.found`` decides
    (false by default: a secured cluster refuses what nobody allowed).
 
+A binding is the wire's :class:`wire.protocol.AclEntry`, the one ACL type the client,
+the protocol, ZooKeeper and the authorizer share; a DescribeAcls or DeleteAcls filter is
+the wire's :class:`wire.protocol.AclFilterEntry`. This module holds the rules over them:
+``check_binding`` (what may be stored), ``matches_resource``, ``grants`` and
+``filter_matches``.
+
 ``AclCache`` holds every binding as last read from ZooKeeper (one znode per resource
 pattern, updated by watch, so a change applies on every broker within a watch's delay)
 and answers ``authorize`` from memory with an index by resource type and name, so a
@@ -24,13 +30,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final
 
 from wire.errors import InvalidRequestError
+from wire.protocol import AclEntry, AclFilterEntry
 
-__all__ = ["OPERATIONS", "PATTERN_TYPES", "PERMISSIONS", "RESOURCE_TYPES", "AclBinding",
-           "AclCache", "AclFilter", "RefusalLog"]
+__all__ = ["CLUSTER_NAME", "OPERATIONS", "PATTERN_TYPES", "PERMISSIONS", "RESOURCE_TYPES",
+           "AclCache", "RefusalLog", "check_binding", "filter_matches", "grants",
+           "matches_resource", "pattern_key"]
 
 RESOURCE_TYPES: Final = ("TOPIC", "GROUP", "CLUSTER")
 PATTERN_TYPES: Final = ("LITERAL", "PREFIXED")
@@ -46,87 +53,74 @@ _IMPLIED: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class AclBinding:
-    resource_type: str
-    pattern_type: str
-    resource_name: str
-    principal: str
-    host: str
-    operation: str
-    permission: str
+def check_binding(entry: AclEntry) -> AclEntry:
+    """``entry`` if it is a binding the broker can store and apply; otherwise
+    ``InvalidRequestError`` saying every field that is wrong."""
+    problems = []
+    if entry.resource_type not in RESOURCE_TYPES:
+        problems.append(f"resource type {entry.resource_type!r} (use "
+                        f"{', '.join(RESOURCE_TYPES)})")
+    if entry.pattern_type not in PATTERN_TYPES:
+        problems.append(f"pattern type {entry.pattern_type!r} (use LITERAL or PREFIXED)")
+    if entry.operation not in OPERATIONS:
+        problems.append(f"operation {entry.operation!r} (use {', '.join(OPERATIONS)})")
+    if entry.permission not in PERMISSIONS:
+        problems.append(f"permission {entry.permission!r} (use ALLOW or DENY)")
+    if not entry.resource_name or "/" in entry.resource_name:
+        problems.append(f"resource name {entry.resource_name!r} (non-empty, no '/')")
+    if not entry.principal.startswith("User:") or len(entry.principal) == 5:
+        problems.append(f"principal {entry.principal!r} (use User:<name> or User:*)")
+    if not entry.host:
+        problems.append("host (use * for any)")
+    if entry.pattern_type == "PREFIXED" and entry.resource_name == "*":
+        problems.append("PREFIXED pattern '*' (use LITERAL '*' for every name)")
+    if entry.resource_type == "CLUSTER" and entry.resource_name != CLUSTER_NAME:
+        problems.append(f"CLUSTER resource name {entry.resource_name!r} (it is "
+                        f"{CLUSTER_NAME!r})")
+    if problems:
+        raise InvalidRequestError("ACL binding has a bad " + "; bad ".join(problems))
+    return entry
 
-    def __post_init__(self) -> None:
-        problems = []
-        if self.resource_type not in RESOURCE_TYPES:
-            problems.append(f"resource type {self.resource_type!r} (use "
-                            f"{', '.join(RESOURCE_TYPES)})")
-        if self.pattern_type not in PATTERN_TYPES:
-            problems.append(f"pattern type {self.pattern_type!r} (use LITERAL or PREFIXED)")
-        if self.operation not in OPERATIONS:
-            problems.append(f"operation {self.operation!r} (use {', '.join(OPERATIONS)})")
-        if self.permission not in PERMISSIONS:
-            problems.append(f"permission {self.permission!r} (use ALLOW or DENY)")
-        if not self.resource_name or "/" in self.resource_name:
-            problems.append(f"resource name {self.resource_name!r} (non-empty, no '/')")
-        if not self.principal.startswith("User:") or len(self.principal) == 5:
-            problems.append(f"principal {self.principal!r} (use User:<name> or User:*)")
-        if not self.host:
-            problems.append("host (use * for any)")
-        if self.pattern_type == "PREFIXED" and self.resource_name == "*":
-            problems.append("PREFIXED pattern '*' (use LITERAL '*' for every name)")
-        if self.resource_type == "CLUSTER" and self.resource_name != CLUSTER_NAME:
-            problems.append(f"CLUSTER resource name {self.resource_name!r} (it is "
-                            f"{CLUSTER_NAME!r})")
-        if problems:
-            raise InvalidRequestError("ACL binding has a bad " + "; bad ".join(problems))
 
-    @property
-    def pattern_key(self) -> tuple[str, str, str]:
-        return self.resource_type, self.pattern_type, self.resource_name
+def pattern_key(entry: AclEntry) -> tuple[str, str, str]:
+    """The resource pattern a binding is stored under (one znode per pattern)."""
+    return entry.resource_type, entry.pattern_type, entry.resource_name
 
-    def matches_resource(self, resource_type: str, name: str) -> bool:
-        if resource_type != self.resource_type:
+
+def matches_resource(entry: AclEntry, resource_type: str, name: str) -> bool:
+    """Whether the binding's pattern covers resource ``name`` of ``resource_type``."""
+    if resource_type != entry.resource_type:
+        return False
+    if entry.pattern_type == "PREFIXED":
+        return name.startswith(entry.resource_name)
+    return entry.resource_name in ("*", name)
+
+
+def grants(entry: AclEntry, principal: str, host: str, operation: str) -> bool:
+    """Whether the binding speaks for ``principal`` doing ``operation`` from ``host``
+    (ALLOW bindings also speak for the operations they imply)."""
+    if entry.principal not in (principal, "User:*") or entry.host not in (host, "*"):
+        return False
+    if entry.operation in ("ALL", operation):
+        return True
+    return entry.permission == "ALLOW" and entry.operation in _IMPLIED.get(operation, ())
+
+
+def filter_matches(wanted: AclFilterEntry, entry: AclEntry) -> bool:
+    """Whether DescribeAcls' or DeleteAcls' filter ``wanted`` takes the binding: a None
+    field matches anything; a pattern type of ``MATCH`` (Kafka's) takes every pattern
+    that applies to the name."""
+    if wanted.pattern_type == "MATCH":
+        if wanted.resource_name is not None and not matches_resource(
+                entry, entry.resource_type, wanted.resource_name):
             return False
-        if self.pattern_type == "PREFIXED":
-            return name.startswith(self.resource_name)
-        return self.resource_name in ("*", name)
-
-    def grants(self, principal: str, host: str, operation: str) -> bool:
-        """Whether this binding speaks for ``principal`` doing ``operation`` from ``host``
-        (ALLOW bindings also speak for the operations they imply)."""
-        if self.principal not in (principal, "User:*") or self.host not in (host, "*"):
-            return False
-        if self.operation in ("ALL", operation):
-            return True
-        return self.permission == "ALLOW" and self.operation in _IMPLIED.get(operation, ())
-
-
-@dataclass(frozen=True, slots=True)
-class AclFilter:
-    """Which bindings a DescribeAcls or DeleteAcls means; None matches anything. A
-    pattern type of ``MATCH`` (Kafka's) takes every pattern that applies to the name."""
-
-    resource_type: str | None = None
-    pattern_type: str | None = None
-    resource_name: str | None = None
-    principal: str | None = None
-    host: str | None = None
-    operation: str | None = None
-    permission: str | None = None
-
-    def matches(self, binding: AclBinding) -> bool:
-        if self.pattern_type == "MATCH":
-            if self.resource_name is not None and not binding.matches_resource(
-                    binding.resource_type, self.resource_name):
-                return False
-        elif self.pattern_type not in (None, binding.pattern_type) or \
-                self.resource_name not in (None, binding.resource_name):
-            return False
-        return all(want in (None, have) for want, have in (
-            (self.resource_type, binding.resource_type), (self.principal, binding.principal),
-            (self.host, binding.host), (self.operation, binding.operation),
-            (self.permission, binding.permission)))
+    elif wanted.pattern_type not in (None, entry.pattern_type) or \
+            wanted.resource_name not in (None, entry.resource_name):
+        return False
+    return all(want in (None, have) for want, have in (
+        (wanted.resource_type, entry.resource_type), (wanted.principal, entry.principal),
+        (wanted.host, entry.host), (wanted.operation, entry.operation),
+        (wanted.permission, entry.permission)))
 
 
 class AclCache:
@@ -136,13 +130,13 @@ class AclCache:
                  ) -> None:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
-        self.bindings: list[AclBinding] = []
-        self._literal: dict[tuple[str, str], list[AclBinding]] = {}
-        self._other: dict[str, list[AclBinding]] = {}  # PREFIXED and '*', by type
+        self.bindings: list[AclEntry] = []
+        self._literal: dict[tuple[str, str], list[AclEntry]] = {}
+        self._other: dict[str, list[AclEntry]] = {}  # PREFIXED and '*', by type
 
-    def replace(self, bindings: Iterable[AclBinding]) -> None:
-        literal: dict[tuple[str, str], list[AclBinding]] = {}
-        other: dict[str, list[AclBinding]] = {}
+    def replace(self, bindings: Iterable[AclEntry]) -> None:
+        literal: dict[tuple[str, str], list[AclEntry]] = {}
+        other: dict[str, list[AclEntry]] = {}
         every = list(bindings)
         for binding in every:
             if binding.pattern_type == "LITERAL" and binding.resource_name != "*":
@@ -152,10 +146,10 @@ class AclCache:
                 other.setdefault(binding.resource_type, []).append(binding)
         self.bindings, self._literal, self._other = every, literal, other
 
-    def _for(self, resource_type: str, name: str) -> list[AclBinding]:
+    def _for(self, resource_type: str, name: str) -> list[AclEntry]:
         return [*self._literal.get((resource_type, name), ()),
                 *(b for b in self._other.get(resource_type, ())
-                  if b.matches_resource(resource_type, name))]
+                  if matches_resource(b, resource_type, name))]
 
     def authorize(self, principal: str, host: str, operation: str, resource_type: str,
                   name: str) -> bool:
@@ -164,7 +158,7 @@ class AclCache:
         bindings = self._for(resource_type, name)
         if not bindings:
             return self.allow_if_no_acl
-        speaking = [b for b in bindings if b.grants(principal, host, operation)]
+        speaking = [b for b in bindings if grants(b, principal, host, operation)]
         if any(b.permission == "DENY" for b in speaking):
             return False
         return bool(speaking)
@@ -176,7 +170,7 @@ class AclCache:
         if principal in self.super_users:
             return True
         return any(b.permission == "ALLOW" and b.resource_type == resource_type
-                   and b.grants(principal, host, operation) for b in self.bindings)
+                   and grants(b, principal, host, operation) for b in self.bindings)
 
 
 class RefusalLog:

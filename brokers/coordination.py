@@ -98,7 +98,7 @@ from kazoo.protocol.serialization import (
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, make_digest_acl
 
-from brokers.acl import AclBinding
+from brokers.acl import check_binding, pattern_key
 from wire.errors import (
     BrokerIdInUseError,
     BrokerNotAvailableError,
@@ -109,6 +109,7 @@ from wire.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from wire.protocol import AclEntry
 from wire.sasl import ScramCredential
 
 __all__ = [
@@ -1259,26 +1260,27 @@ class Coordinator:
         self._watch_bumps(_USERS_CHANGED, callback)
 
     # ------------------------------------------------------------------ ACLs
-    def acl_bindings(self) -> list[AclBinding]:
+    def acl_bindings(self) -> list[AclEntry]:
         """Every ACL binding: one znode per resource pattern, read together."""
         try:
             names = self.zk.get_children(_ACLS)
         except NoNodeError:
             return []
         found = read_znodes(self.zk, [f"{_ACLS}/{n}" for n in names])
-        out: list[AclBinding] = []
+        out: list[AclEntry] = []
         for name in sorted(names):
             entry = found.get(f"{_ACLS}/{name}")
             if entry is not None:
                 out.extend(_acl_entries(name, entry[0]))
         return out
 
-    def add_acls(self, bindings: Iterable[AclBinding]) -> None:
+    def add_acls(self, bindings: Iterable[AclEntry]) -> None:
         """Add bindings (one already there stays once), per resource pattern with a
-        compare-and-set on its znode."""
-        by_pattern: dict[tuple[str, str, str], list[AclBinding]] = {}
-        for binding in bindings:
-            by_pattern.setdefault(binding.pattern_key, []).append(binding)
+        compare-and-set on its znode. Each must pass ``brokers.acl.check_binding``
+        (raises ``InvalidRequestError`` before anything is written)."""
+        by_pattern: dict[tuple[str, str, str], list[AclEntry]] = {}
+        for binding in [check_binding(b) for b in bindings]:
+            by_pattern.setdefault(pattern_key(binding), []).append(binding)
         self.zk.ensure_path(_ACLS)
         for key, new in by_pattern.items():
             path = f"{_ACLS}/{_acl_node(*key)}"
@@ -1288,7 +1290,10 @@ class Coordinator:
                     have, version = _acl_entries(_acl_node(*key), data), stat.version
                 except NoNodeError:
                     have, version = [], -1
-                merged = have + [b for b in dict.fromkeys(new) if b not in have]
+                merged = list(have)
+                for b in new:  # entries are not hashable: compared field by field
+                    if b not in merged:
+                        merged.append(b)
                 value = _dump({"acls": [_acl_entry(b) for b in merged]})
                 try:
                     if version < 0:
@@ -1300,9 +1305,9 @@ class Coordinator:
                     continue
         self._bump(_ACLS_CHANGED)
 
-    def remove_acls(self, matches: Callable[[AclBinding], bool]) -> list[AclBinding]:
+    def remove_acls(self, matches: Callable[[AclEntry], bool]) -> list[AclEntry]:
         """Remove every binding ``matches`` accepts; returns the ones removed."""
-        removed: list[AclBinding] = []
+        removed: list[AclEntry] = []
         try:
             names = self.zk.get_children(_ACLS)
         except NoNodeError:
@@ -1623,15 +1628,15 @@ def _b64_name(encoded: str) -> str:
     return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
 
 
-def _acl_entries(node: str, data: bytes) -> list[AclBinding]:
+def _acl_entries(node: str, data: bytes) -> list[AclEntry]:
     resource_type, pattern_type, encoded = node.split(".", 2)
     name = _b64_name(encoded)
-    return [AclBinding(resource_type, pattern_type, name, e["principal"], e["host"],
-                       e["operation"], e["permission"])
+    return [check_binding(AclEntry(resource_type, pattern_type, name, e["principal"],
+                                   e["host"], e["operation"], e["permission"]))
             for e in _load(data).get("acls", [])]
 
 
-def _acl_entry(binding: AclBinding) -> dict[str, str]:
+def _acl_entry(binding: AclEntry) -> dict[str, str]:
     return {"principal": binding.principal, "host": binding.host,
             "operation": binding.operation, "permission": binding.permission}
 

@@ -1,23 +1,26 @@
 """The authorizer's decisions (brokers/acl.py) without a broker: Kafka's rules for
-super users, DENY over ALLOW, implied operations, patterns, wildcards and filters."""
+super users, DENY over ALLOW, implied operations, patterns, wildcards and filters, over
+the one ACL type (the wire's AclEntry and AclFilterEntry)."""
 
 from __future__ import annotations
 
 import pytest
 
-from brokers.acl import CLUSTER_NAME, AclBinding, AclCache, AclFilter
+from brokers.acl import CLUSTER_NAME, AclCache, check_binding, filter_matches
 from wire.errors import InvalidRequestError
+from wire.protocol import AclEntry, AclFilterEntry
 
 pytestmark = pytest.mark.unit
 
 
 def acl(name: str, operation: str, permission: str = "ALLOW", *, principal: str = "User:a",
         resource_type: str = "TOPIC", pattern: str = "LITERAL", host: str = "*"
-        ) -> AclBinding:
-    return AclBinding(resource_type, pattern, name, principal, host, operation, permission)
+        ) -> AclEntry:
+    return check_binding(AclEntry(resource_type, pattern, name, principal, host, operation,
+                                  permission))
 
 
-def cache(*bindings: AclBinding, **kw: object) -> AclCache:
+def cache(*bindings: AclEntry, **kw: object) -> AclCache:
     made = AclCache(**kw)  # type: ignore[arg-type]
     made.replace(bindings)
     return made
@@ -78,17 +81,18 @@ def test_patterns_and_wildcards() -> None:
 def test_bad_bindings_are_refused_with_what_is_wrong(binding: tuple[str, ...],
                                                       words: str) -> None:
     with pytest.raises(InvalidRequestError, match=words):
-        AclBinding(*binding)
+        check_binding(AclEntry(*binding))
 
 
 def test_filters_match_fields_and_every_pattern_for_a_name() -> None:
     bindings = [acl("logs-", "WRITE", pattern="PREFIXED"), acl("logs-app", "READ"),
                 acl("*", "READ"), acl("other", "READ", principal="User:b")]
-    assert [b.resource_name for b in bindings
-            if AclFilter(pattern_type="MATCH", resource_name="logs-app").matches(b)] == \
+
+    def names(wanted: AclFilterEntry) -> list[str]:
+        return [b.resource_name for b in bindings if filter_matches(wanted, b)]
+
+    assert names(AclFilterEntry(pattern_type="MATCH", resource_name="logs-app")) == \
         ["logs-", "logs-app", "*"]
-    assert [b.resource_name for b in bindings
-            if AclFilter(principal="User:b").matches(b)] == ["other"]
-    assert [b.resource_name for b in bindings
-            if AclFilter(pattern_type="LITERAL", operation="READ",
-                         resource_name="logs-app").matches(b)] == ["logs-app"]
+    assert names(AclFilterEntry(principal="User:b")) == ["other"]
+    assert names(AclFilterEntry(pattern_type="LITERAL", operation="READ",
+                                resource_name="logs-app")) == ["logs-app"]

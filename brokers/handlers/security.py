@@ -10,6 +10,7 @@ the cluster, reading them DESCRIBE.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -19,8 +20,8 @@ from brokers.acl import (
     PATTERN_TYPES,
     PERMISSIONS,
     RESOURCE_TYPES,
-    AclBinding,
-    AclFilter,
+    check_binding,
+    filter_matches,
 )
 from brokers.answers import error_fields
 from brokers.handlers.context import (
@@ -81,19 +82,16 @@ __all__ = ["SecurityApis"]
 log = logging.getLogger("strata.brokers.handlers")
 
 
-def _binding(entry: AclEntry) -> AclBinding:
-    """A wire ACL entry as a checked binding (``InvalidRequestError`` says what is bad)."""
-    return AclBinding(entry.resource_type.upper(), entry.pattern_type.upper(),
-                      entry.resource_name, entry.principal, entry.host,
-                      entry.operation.upper(), entry.permission.upper())
+def _binding(entry: AclEntry) -> AclEntry:
+    """A wire ACL entry with its keywords upper-cased, checked (``InvalidRequestError``
+    says what is bad)."""
+    return check_binding(AclEntry(entry.resource_type.upper(), entry.pattern_type.upper(),
+                                  entry.resource_name, entry.principal, entry.host,
+                                  entry.operation.upper(), entry.permission.upper()))
 
 
-def _acl_entry(binding: AclBinding) -> AclEntry:
-    return AclEntry(binding.resource_type, binding.pattern_type, binding.resource_name,
-                    binding.principal, binding.host, binding.operation, binding.permission)
-
-
-def _acl_filter(entry: AclFilterEntry) -> AclFilter:
+def _acl_filter(entry: AclFilterEntry) -> AclFilterEntry:
+    """A wire ACL filter with its keywords upper-cased, checked."""
     def upper(value: str | None) -> str | None:
         return None if value is None else value.upper()
 
@@ -105,9 +103,9 @@ def _acl_filter(entry: AclFilterEntry) -> AclFilter:
         if value is not None and value not in allowed:
             raise InvalidRequestError(f"ACL filter: {what} {value!r} is not one of "
                                       f"{', '.join(allowed)}")
-    return AclFilter(upper(entry.resource_type), upper(entry.pattern_type),
-                     entry.resource_name, entry.principal, entry.host,
-                     upper(entry.operation), upper(entry.permission))
+    return AclFilterEntry(upper(entry.resource_type), upper(entry.pattern_type),
+                          entry.resource_name, entry.principal, entry.host,
+                          upper(entry.operation), upper(entry.permission))
 
 
 class SecurityApis(ApiFamily):
@@ -253,7 +251,7 @@ class SecurityApis(ApiFamily):
             return CreateAclsResponse([AclResult(*error_fields(refused))
                                        for _ in request.creations])
         results: list[AclResult] = []
-        good: list[AclBinding] = []
+        good: list[AclEntry] = []
         for entry in request.creations:
             try:
                 good.append(_binding(entry))
@@ -274,8 +272,8 @@ class SecurityApis(ApiFamily):
             bindings = await asyncio.to_thread(self.coordinator.acl_bindings)
         except StrataError as err:
             return DescribeAclsResponse(*error_fields(err))
-        return DescribeAclsResponse(0, None, [_acl_entry(b) for b in bindings
-                                              if wanted.matches(b)])
+        return DescribeAclsResponse(0, None, [b for b in bindings
+                                              if filter_matches(wanted, b)])
 
     async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
         refused = self._refusal("ALTER", "CLUSTER", CLUSTER_NAME)
@@ -286,8 +284,9 @@ class SecurityApis(ApiFamily):
         for entry in request.filters:
             try:
                 wanted = _acl_filter(entry)
-                removed = await asyncio.to_thread(self.coordinator.remove_acls, wanted.matches)
-                results.append(DeleteAclsResult(0, None, [_acl_entry(b) for b in removed]))
+                removed = await asyncio.to_thread(self.coordinator.remove_acls,
+                                                  functools.partial(filter_matches, wanted))
+                results.append(DeleteAclsResult(0, None, removed))
             except StrataError as err:
                 results.append(DeleteAclsResult(*error_fields(err)))
         return DeleteAclsResponse(results)

@@ -165,8 +165,9 @@ class ClusterSecurity:
 
     def bootstrap_zookeeper(self, connect: str) -> None:
         """Users and the ``app`` ACLs, straight into ZooKeeper under the digest identity."""
-        from brokers.acl import CLUSTER_NAME, AclBinding
+        from brokers.acl import CLUSTER_NAME
         from brokers.coordination import Coordinator
+        from wire.protocol import AclEntry
         from wire.sasl import scram_credential
 
         coordinator = Coordinator(connect, digest=self.DIGEST)
@@ -176,10 +177,10 @@ class ClusterSecurity:
                 for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
                     coordinator.put_scram_credential(user, scram_credential(mechanism, password))
             coordinator.add_acls([
-                *(AclBinding("TOPIC", "PREFIXED", self.TOPIC_PREFIX, "User:app", "*",
-                             operation, "ALLOW") for operation in ("WRITE", "READ")),
-                AclBinding("CLUSTER", "LITERAL", CLUSTER_NAME, "User:app", "*",
-                           "IDEMPOTENT_WRITE", "ALLOW")])
+                *(AclEntry("TOPIC", "PREFIXED", self.TOPIC_PREFIX, "User:app", "*",
+                           operation, "ALLOW") for operation in ("WRITE", "READ")),
+                AclEntry("CLUSTER", "LITERAL", CLUSTER_NAME, "User:app", "*",
+                         "IDEMPOTENT_WRITE", "ALLOW")])
         finally:
             coordinator.stop()
 
