@@ -75,7 +75,7 @@ from wire.errors import (
     StrataError,
 )
 
-__all__ = ["Broker", "DataDirLockedError", "run_broker"]
+__all__ = ["Broker", "run_broker"]
 
 log = logging.getLogger("strata.brokers.broker")
 
@@ -154,40 +154,6 @@ class Broker:
                                         authenticator=self.authenticator, acls=self.acls,
                                         quotas=self.quotas, schemas=self.schemas)
 
-    # ------------------------------------------------------------------ views
-    # The broker's own code reads and writes these through the two shared structures.
-    @property
-    def partitions(self) -> dict[PartitionKey, Partition]:
-        return self.registry.hosted
-
-    @property
-    def offline(self) -> dict[PartitionKey, StrataError]:
-        return self.registry.offline
-
-    @property
-    def topics(self) -> dict[str, TopicDefinition]:
-        return self.metadata.topics
-
-    @property
-    def topic_overrides(self) -> dict[str, dict[str, str]]:
-        return self.metadata.topic_overrides
-
-    @property
-    def partition_states(self) -> dict[PartitionKey, PartitionState]:
-        return self.metadata.partition_states
-
-    @property
-    def live_brokers(self) -> dict[int, BrokerRegistration]:
-        return self.metadata.live_brokers
-
-    @property
-    def shutting_down(self) -> set[int]:
-        return self.metadata.shutting_down
-
-    @property
-    def cluster_id(self) -> str:
-        return self.metadata.cluster_id
-
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -250,9 +216,9 @@ class Broker:
         timeout, so that a broker that says it is ready also leads them again."""
         deadline = time.monotonic() + self.config.zookeeper_session_timeout_ms / 1000
         while True:
-            waiting = [key for key, state in self.partition_states.items()
+            waiting = [key for key, state in self.metadata.partition_states.items()
                        if state.leader < 0 and self.broker_id in state.isr
-                       and key in self.partitions]
+                       and key in self.registry.hosted]
             if not waiting:
                 return
             if time.monotonic() >= deadline:
@@ -276,18 +242,18 @@ class Broker:
         try:
             recorded = json.loads(meta.read_text())
         except FileNotFoundError:
-            meta.write_text(json.dumps({"version": 1, "cluster_id": self.cluster_id,
+            meta.write_text(json.dumps({"version": 1, "cluster_id": self.metadata.cluster_id,
                                         "broker_id": self.broker_id}))
             return
         except ValueError:
             raise ClusterIdMismatchError(
                 f"{meta} is unreadable; check the data dir (log.dirs) and remove the file "
                 "only if it really belongs to this cluster") from None
-        if recorded.get("cluster_id") != self.cluster_id:
+        if recorded.get("cluster_id") != self.metadata.cluster_id:
             raise ClusterIdMismatchError(
                 f"data dir {self.data_dir} belongs to cluster {recorded.get('cluster_id')}, "
                 f"but ZooKeeper at {self.config.zookeeper_connect} holds cluster "
-                f"{self.cluster_id}; point zookeeper.connect at the right ensemble or use "
+                f"{self.metadata.cluster_id}; point zookeeper.connect at the right ensemble or use "
                 "another log.dirs")
         if recorded.get("broker_id") != self.broker_id:
             raise ClusterIdMismatchError(
@@ -312,7 +278,7 @@ class Broker:
             self.zookeeper_suspended = True
             self.cut_off_from_zookeeper = True
             self.controller.resign()
-            for partition in self.partitions.values():
+            for partition in self.registry.hosted.values():
                 partition.fenced = True
                 partition.wake_waiters()
             log.error("ZooKeeper session lost: broker %d is unregistered and leads nothing "
@@ -327,7 +293,7 @@ class Broker:
                     # The session outlived the silence after all: nothing changed behind
                     # this broker's back (ZooKeeper delivers the watches it missed).
                     self.cut_off_from_zookeeper = False
-                    for partition in self.partitions.values():
+                    for partition in self.registry.hosted.values():
                         partition.fenced = False
                     log.warning("broker %d reached ZooKeeper again within its session; "
                                 "leading again", self.broker_id)
@@ -347,7 +313,7 @@ class Broker:
         if not self.zookeeper_suspended or self._stopped.is_set():
             return
         self.cut_off_from_zookeeper = True
-        for partition in self.partitions.values():
+        for partition in self.registry.hosted.values():
             partition.fenced = True
             partition.wake_waiters()
         log.error("broker %d has not reached ZooKeeper for as long as its session lasts: "
@@ -377,7 +343,7 @@ class Broker:
     async def _reload_partition_states(self) -> None:
         """Read every hosted partition's state again (after a lost session)."""
         states = await asyncio.to_thread(self.coordinator.read_partition_states,
-                                         list(self.partitions))
+                                         list(self.registry.hosted))
         for (name, p), state in states.items():
             self.apply_partition_state(name, p, state, force=True, quiet=True)
 
@@ -401,7 +367,7 @@ class Broker:
         await self.groups.stop()
         for connection in list(self._connections):
             connection.stop_reading()
-        for partition in self.partitions.values():
+        for partition in self.registry.hosted.values():
             partition.wake_waiters()  # parked long polls answer now instead of at timeout
         await self.replicas.stop()
         await self.fetchers.stop()
@@ -412,8 +378,8 @@ class Broker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._sync_lock.acquire(),
                                    self.config.shutdown_timeout_ms / 1000)
-        await self.log_manager.close_logs(list(self.partitions.values()))
-        self.partitions.clear()
+        await self.log_manager.close_logs(list(self.registry.hosted.values()))
+        self.registry.hosted.clear()
         if self._state_watcher is not None:
             self._state_watcher.close()
         self.metrics.stop()
@@ -449,7 +415,7 @@ class Broker:
         await asyncio.to_thread(self.coordinator.request_controlled_shutdown, self.broker_id)
         log.info("controlled shutdown of broker %d: asking the controller to move its "
                  "leaderships", self.broker_id)
-        led_at_start = sum(1 for part in self.partitions.values() if part.is_leader)
+        led_at_start = sum(1 for part in self.registry.hosted.values() if part.is_leader)
         waiting: list[PartitionKey] = []
         while True:
             live, leaving = await asyncio.to_thread(
@@ -459,7 +425,7 @@ class Broker:
             if not waiting or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.05)
-        stuck = sum(1 for part in self.partitions.values() if part.is_leader)
+        stuck = sum(1 for part in self.registry.hosted.values() if part.is_leader)
         if waiting:
             log.warning("controlled shutdown of broker %d did not finish within "
                         "controlled.shutdown.timeout.ms=%d: %d partition(s) still lead or "
@@ -484,14 +450,11 @@ class Broker:
                 return any(b != me and b in live and b not in leaving for b in state.isr)
             return me in state.isr and state.leader in live and state.leader not in leaving
 
-        return [key for key, state in self.partition_states.items() if holds_up(state)]
+        return [key for key, state in self.metadata.partition_states.items() if holds_up(state)]
 
     @property
     def stopping(self) -> bool:
         return self._stopped.is_set()
-
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
 
     async def _drain_connections(self) -> None:
         in_flight = [t for c in self._connections for t in c.in_flight]
@@ -600,9 +563,9 @@ class Broker:
 
     async def refresh_brokers(self) -> None:
         brokers = await asyncio.to_thread(self.coordinator.live_brokers)
-        before = self.live_brokers
+        before = self.metadata.live_brokers
         self.metadata.live_brokers = {b.broker_id: b for b in brokers}
-        for broker_id, registration in self.live_brokers.items():
+        for broker_id, registration in self.metadata.live_brokers.items():
             old = before.get(broker_id)
             if old is not None and old != registration:
                 self.fetchers.leader_moved(broker_id)  # restarted: connect again
@@ -620,7 +583,7 @@ class Broker:
             new: list[TopicDefinition] = []
             replaced = False
             for name, definition in sorted(definitions.items()):
-                current = self.topics.get(name)
+                current = self.metadata.topics.get(name)
                 if current is not None and current.topic_id != definition.topic_id:
                     self._drop_topic(name)  # deleted and re-created under the same name
                     current = None
@@ -631,7 +594,7 @@ class Broker:
                 await self._load_topics(new)
             if self._stopped.is_set():
                 return
-            gone = [name for name in self.topics if name not in definitions]
+            gone = [name for name in self.metadata.topics if name not in definitions]
             for name in gone:
                 self._drop_topic(name)
             # Stray directories appear only for topics deleted while this broker was down
@@ -665,14 +628,14 @@ class Broker:
             return  # the partitions are being closed: opening more would leak them
         hosted: list[tuple[TopicDefinition, int, LogConfig]] = []
         for topic in topics:
-            self.topics[topic.name] = topic
-            self.topic_overrides[topic.name] = overrides.get(topic.name, {})
+            self.metadata.topics[topic.name] = topic
+            self.metadata.topic_overrides[topic.name] = overrides.get(topic.name, {})
             config = self.log_config_for(topic.name)
             for p, replicas in topic.assignment.items():
                 state = states.get((topic.name, p))
                 if state is None:
                     continue  # deleted meanwhile: the topic watch drops it
-                self.partition_states[(topic.name, p)] = state
+                self.metadata.partition_states[(topic.name, p)] = state
                 if self.broker_id in replicas:
                     hosted.append((topic, p, config))
         too_many = self.log_manager.open_file_limit_problem(len(hosted))
@@ -685,9 +648,10 @@ class Broker:
             opened = await self.log_manager.open_logs(hosted)
         for (topic, p, _), partition in zip(hosted, opened, strict=True):
             if isinstance(partition, Partition):
-                self._install_replica(topic, p, partition, self.partition_states[(topic.name, p)])
+                self._install_replica(topic, p, partition,
+                                      self.metadata.partition_states[(topic.name, p)])
             else:
-                self.offline[(topic.name, p)] = partition
+                self.registry.offline[(topic.name, p)] = partition
         for topic in topics:
             self.coordinator.watch_topic_configs(topic.name, self.threadsafe(
                 lambda configs, name=topic.name: self.on_configs_changed(name, configs)))
@@ -702,13 +666,13 @@ class Broker:
         if isinstance(partition, Partition):
             self._install_replica(topic, p, partition, state)
         else:
-            self.offline[(topic.name, p)] = partition
+            self.registry.offline[(topic.name, p)] = partition
 
     def _install_replica(self, topic: TopicDefinition, p: int, partition: Partition,
                          state: PartitionState) -> None:
         partition.set_state(state.leader, state.leader_epoch, state.isr,
                             topic.assignment[p], state.zk_version)
-        self.partitions[(topic.name, p)] = partition
+        self.registry.hosted[(topic.name, p)] = partition
         self.fetchers.apply((topic.name, p), partition, True)
 
     async def _on_topic_changed(self, definition: TopicDefinition | None) -> None:
@@ -717,44 +681,44 @@ class Broker:
         if definition is None:
             return  # deletion is handled by the topic-list watch
         async with self._sync_lock:
-            current = self.topics.get(definition.name)
+            current = self.metadata.topics.get(definition.name)
             if self._stopped.is_set() or current is None \
                     or current.topic_id != definition.topic_id \
                     or current.assignment == definition.assignment:
                 return
-            self.topics[definition.name] = definition
+            self.metadata.topics[definition.name] = definition
             config = self.log_config_for(definition.name)
             for p, replicas in definition.assignment.items():
                 key = (definition.name, p)
-                hosted = key in self.partitions or key in self.offline
+                hosted = key in self.registry.hosted or key in self.registry.offline
                 if self.broker_id in replicas and not hosted:
                     state = await asyncio.to_thread(self.coordinator.partition_state, *key)
-                    known = self.partition_states.get(key)
+                    known = self.metadata.partition_states.get(key)
                     if known is not None and known.zk_version > state.zk_version:
                         state = known  # a watch event brought a newer one meanwhile
-                    self.partition_states[key] = state
+                    self.metadata.partition_states[key] = state
                     self._open_replica(definition, p, config, state)
                     log.info("%s-%d: this broker is a new replica; copying the log from "
                              "broker %d", definition.name, p, state.leader)
                 elif self.broker_id not in replicas and hosted:
                     self.fetchers.unfollow(key)
-                    self.offline.pop(key, None)
-                    removed = self.partitions.pop(key, None)
+                    self.registry.offline.pop(key, None)
+                    removed = self.registry.hosted.pop(key, None)
                     if removed is not None:
                         removed.delete()
                     log.info("%s-%d: this broker is no longer a replica; its copy is deleted",
                              definition.name, p)
-                elif key in self.partitions:
-                    known = self.partition_states.get(key)
+                elif key in self.registry.hosted:
+                    known = self.metadata.partition_states.get(key)
                     if known is not None:
                         self.apply_partition_state(definition.name, p, known, force=True)
 
     async def on_configs_changed(self, name: str, overrides: dict[str, str] | None) -> None:
-        if overrides is None or name not in self.topics:
+        if overrides is None or name not in self.metadata.topics:
             return
-        self.topic_overrides[name] = overrides
+        self.metadata.topic_overrides[name] = overrides
         config = self.log_config_for(name)
-        for (topic, _), partition in self.partitions.items():
+        for (topic, _), partition in self.registry.hosted.items():
             if topic == name:
                 partition.set_config(config)
 
@@ -772,7 +736,7 @@ class Broker:
         batch = self._state_watcher.take()
         applied = gained = lost = 0
         for (name, p), state in batch:
-            partition = self.partitions.get((name, p))
+            partition = self.registry.hosted.get((name, p))
             was_leader = partition is not None and partition.is_leader
             if state is not None and self.apply_partition_state(name, p, state, quiet=True):
                 applied += 1
@@ -780,7 +744,7 @@ class Broker:
                 gained += is_leader and not was_leader
                 lost += was_leader and not is_leader
         if gained or lost:  # ISR-only changes are routine: not worth a line each
-            led = sum(1 for part in self.partitions.values() if part.is_leader)
+            led = sum(1 for part in self.registry.hosted.values() if part.is_leader)
             log.info("applied %d partition state change(s); leading %d partitions (%d "
                      "gained, %d given up)", applied, led, gained, lost)
 
@@ -797,16 +761,16 @@ class Broker:
         whether the state was applied. ``quiet``: log at DEBUG (the caller logs a
         summary for a whole batch).
         """
-        topic = self.topics.get(name)
+        topic = self.metadata.topics.get(name)
         if topic is None or p not in topic.assignment:
             return False
-        current = self.partition_states.get((name, p))
+        current = self.metadata.partition_states.get((name, p))
         if current is not None and not force and (
                 state.leader_epoch < current.leader_epoch
                 or (state.zk_version >= 0 and state.zk_version < current.zk_version)
                 or (state.zk_version == current.zk_version and state == current)):
             return False
-        self.partition_states[(name, p)] = state
+        self.metadata.partition_states[(name, p)] = state
         if current is not None and state.leader == self.broker_id \
                 and current.leader == self.broker_id \
                 and state.leader_epoch == current.leader_epoch:
@@ -814,7 +778,7 @@ class Broker:
                 self.metrics.isr_shrinks.inc()
             elif set(state.isr) > set(current.isr):
                 self.metrics.isr_expands.inc()
-        partition = self.partitions.get((name, p))
+        partition = self.registry.hosted.get((name, p))
         if partition is not None:
             try:
                 changed = partition.set_state(state.leader, state.leader_epoch, state.isr,
@@ -828,22 +792,22 @@ class Broker:
         return True
 
     def _drop_topic(self, name: str) -> None:
-        self.topics.pop(name, None)
-        self.topic_overrides.pop(name, None)
-        for key in [k for k in self.offline if k[0] == name]:
-            del self.offline[key]
-        dropped = [k for k in self.partition_states if k[0] == name]
+        self.metadata.topics.pop(name, None)
+        self.metadata.topic_overrides.pop(name, None)
+        for key in [k for k in self.registry.offline if k[0] == name]:
+            del self.registry.offline[key]
+        dropped = [k for k in self.metadata.partition_states if k[0] == name]
         for key in dropped:
-            del self.partition_states[key]
+            del self.metadata.partition_states[key]
         if self._state_watcher is not None:
             self._state_watcher.forget(dropped)
-        for key in [k for k in self.partitions if k[0] == name]:
+        for key in [k for k in self.registry.hosted if k[0] == name]:
             self.fetchers.unfollow(key)
-            self.partitions.pop(key).delete()
+            self.registry.hosted.pop(key).delete()
         log.info("dropped topic %s", name)
 
     def log_config_for(self, topic: str) -> LogConfig:
-        return LogConfig.from_mapping(self.topic_overrides.get(topic, {}),
+        return LogConfig.from_mapping(self.metadata.topic_overrides.get(topic, {}),
                                       base=self.config.log_defaults)
 
     # ------------------------------------------------------------------ producer ids
@@ -857,17 +821,17 @@ class Broker:
 
     # ------------------------------------------------------------------ background work
     def _partition_stats(self) -> Iterator[PartitionStats]:
-        for (topic, p), partition in list(self.partitions.items()):
+        for (topic, p), partition in list(self.registry.hosted.items()):
             lg = partition.log
             yield topic, p, lg.log_start_offset, lg.log_end_offset, partition.high_watermark, \
                 lg.size_bytes
 
     def _health_stats(self) -> HealthStats:
         led = [(topic, p, len(partition.isr) < len(partition.replicas))
-               for (topic, p), partition in list(self.partitions.items())
+               for (topic, p), partition in list(self.registry.hosted.items())
                if partition.is_leader]
         offline = len(self.registry.offline) + sum(
-            1 for partition in list(self.partitions.values()) if partition.log.is_offline)
+            1 for partition in list(self.registry.hosted.values()) if partition.log.is_offline)
         return led, offline
 
     def _tier_stats(self) -> Iterator[TierStats]:
