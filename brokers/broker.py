@@ -41,11 +41,11 @@ from brokers.config import BrokerConfig
 from brokers.controller import Controller
 from brokers.coordination import (
     BrokerRegistration,
-    Coordinator,
     PartitionKey,
     PartitionState,
     PartitionStateWatcher,
     TopicDefinition,
+    ZooKeeperClient,
 )
 from brokers.group_coordinator import GroupCoordinator
 from brokers.handlers import RequestHandlers
@@ -93,7 +93,7 @@ class Broker:
         self.config = config
         self.broker_id = config.broker_id
         self.data_dir = config.data_dir
-        self.coordinator = Coordinator(config.zookeeper_connect,
+        self.zookeeper = ZooKeeperClient(config.zookeeper_connect,
                                        session_timeout_ms=config.zookeeper_session_timeout_ms,
                                        digest=config.zookeeper_digest())
         # The cluster as this broker last read it, and the replicas it hosts: the parts
@@ -106,7 +106,7 @@ class Broker:
                                      self._health_stats)
         self.heap = HeapKeeper(self.metrics)
         # Opening, closing, retention, cleaning and flushing of the hosted logs.
-        self.log_manager = LogManager(config, self.metadata, self.registry, self.coordinator,
+        self.log_manager = LogManager(config, self.metadata, self.registry, self.zookeeper,
                                       self.metrics)
         self.port = config.port
         self.listeners = config.parsed_listeners()
@@ -141,11 +141,11 @@ class Broker:
         self.cut_off_from_zookeeper = False
         self._presumed_expiry: asyncio.Task[None] | None = None
         self.started = False
-        parts = (config, self.metadata, self.registry, self.coordinator)
+        parts = (config, self.metadata, self.registry, self.zookeeper)
         # The leader side of the replicas hosted here, and the followers' fetchers.
         self.replicas = ReplicaManager(*parts, host=self)
         self.fetchers = ReplicaFetcherManager(config, self.metadata, self.registry, host=self)
-        self.controller = Controller(config, self.metadata, self.coordinator, host=self)
+        self.controller = Controller(config, self.metadata, self.zookeeper, host=self)
         self.groups = GroupCoordinator(*parts, host=self,
                                        metrics_registry=self.metrics.registry)
         self.schemas = SchemaRegistry(*parts, host=self)
@@ -172,28 +172,28 @@ class Broker:
         inter = self.config.inter_broker_listener()
         self.port = self.endpoints[inter.name][1]
         raise_open_file_limit()
-        await asyncio.to_thread(self.coordinator.start)
-        self.coordinator.add_state_listener(self._threadsafe_state)
-        self._state_watcher = self.coordinator.state_watcher(self._threadsafe_watched_states)
-        self.metadata.cluster_id = await asyncio.to_thread(self.coordinator.cluster_id)
+        await asyncio.to_thread(self.zookeeper.start)
+        self.zookeeper.add_state_listener(self._threadsafe_state)
+        self._state_watcher = self.zookeeper.state_watcher(self._threadsafe_watched_states)
+        self.metadata.cluster_id = await asyncio.to_thread(self.zookeeper.cluster_id)
         self._check_cluster_id()
         # Load every hosted log first (the controller must not see this broker alive,
         # and elect it, before it can serve), then register before serving anything: a
         # second broker with this id fails there, before it could acknowledge a write.
         # A previous session's registration (after a crash) expires meanwhile.
-        await self.sync_topics(await asyncio.to_thread(self.coordinator.list_topics))
+        await self.sync_topics(await asyncio.to_thread(self.zookeeper.list_topics))
         await self._register()
-        self.coordinator.watch_topics(self.threadsafe(self._on_topics_changed))
-        self.coordinator.watch_brokers(self.threadsafe(self._on_brokers_changed))
-        self.coordinator.watch_shutting_down(self.threadsafe(self._on_shutting_down))
+        self.zookeeper.watch_topics(self.threadsafe(self._on_topics_changed))
+        self.zookeeper.watch_brokers(self.threadsafe(self._on_brokers_changed))
+        self.zookeeper.watch_shutting_down(self.threadsafe(self._on_shutting_down))
         await self.refresh_brokers()  # our own registration is in the list from now on
         await self._load_credentials()
-        self.coordinator.watch_users(self.threadsafe(self._on_users_changed))
+        self.zookeeper.watch_users(self.threadsafe(self._on_users_changed))
         await self._on_quotas_changed(None)
-        self.coordinator.watch_client_quotas(self.threadsafe(self._on_quotas_changed))
+        self.zookeeper.watch_client_quotas(self.threadsafe(self._on_quotas_changed))
         if self.acls is not None:
             await self._on_acls_changed(None)
-            self.coordinator.watch_acls(self.threadsafe(self._on_acls_changed))
+            self.zookeeper.watch_acls(self.threadsafe(self._on_acls_changed))
         for server in self._servers:
             await server.start_serving()
         self.replicas.start()
@@ -234,7 +234,7 @@ class Broker:
         registration = BrokerRegistration(
             self.broker_id, host, port, time.time_ns() // 1_000_000,
             tuple((name, h, p) for name, (h, p) in self.endpoints.items()))
-        await asyncio.to_thread(self.coordinator.register_broker, registration)
+        await asyncio.to_thread(self.zookeeper.register_broker, registration)
 
     def _check_cluster_id(self) -> None:
         """A data dir belongs to one cluster: never serve (or delete) another's data."""
@@ -342,7 +342,7 @@ class Broker:
 
     async def _reload_partition_states(self) -> None:
         """Read every hosted partition's state again (after a lost session)."""
-        states = await asyncio.to_thread(self.coordinator.read_partition_states,
+        states = await asyncio.to_thread(self.zookeeper.read_partition_states,
                                          list(self.registry.hosted))
         for (name, p), state in states.items():
             self.apply_partition_state(name, p, state, force=True, quiet=True)
@@ -384,7 +384,7 @@ class Broker:
             self._state_watcher.close()
         self.metrics.stop()
         with contextlib.suppress(Exception):
-            await asyncio.to_thread(self.coordinator.stop)
+            await asyncio.to_thread(self.zookeeper.stop)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -412,15 +412,15 @@ class Broker:
             return
         started = time.monotonic()
         deadline = started + self.config.controlled_shutdown_timeout_ms / 1000
-        await asyncio.to_thread(self.coordinator.request_controlled_shutdown, self.broker_id)
+        await asyncio.to_thread(self.zookeeper.request_controlled_shutdown, self.broker_id)
         log.info("controlled shutdown of broker %d: asking the controller to move its "
                  "leaderships", self.broker_id)
         led_at_start = sum(1 for part in self.registry.hosted.values() if part.is_leader)
         waiting: list[PartitionKey] = []
         while True:
             live, leaving = await asyncio.to_thread(
-                lambda: (self.coordinator.live_broker_ids(),
-                         self.coordinator.shutting_down_brokers()))
+                lambda: (self.zookeeper.live_broker_ids(),
+                         self.zookeeper.shutting_down_brokers()))
             waiting = self._holding_up_shutdown(live, leaving)
             if not waiting or time.monotonic() >= deadline:
                 break
@@ -509,19 +509,19 @@ class Broker:
 
     # ------------------------------------------------------------------ credentials
     async def _load_credentials(self) -> set[str]:
-        users = await asyncio.to_thread(self.coordinator.scram_credentials)
+        users = await asyncio.to_thread(self.zookeeper.scram_credentials)
         return self.credentials.replace(users)
 
     async def _on_quotas_changed(self, _: object) -> None:
         try:
-            self.quotas.replace(await asyncio.to_thread(self.coordinator.client_quotas))
+            self.quotas.replace(await asyncio.to_thread(self.zookeeper.client_quotas))
         except StrataError as err:
             log.warning("reading the client quotas failed: %s; the next change retries", err)
 
     async def _on_acls_changed(self, _: object) -> None:
         assert self.acls is not None
         try:
-            self.acls.replace(await asyncio.to_thread(self.coordinator.acl_bindings))
+            self.acls.replace(await asyncio.to_thread(self.zookeeper.acl_bindings))
         except StrataError as err:
             log.warning("reading the ACLs failed: %s; the next change retries", err)
 
@@ -562,7 +562,7 @@ class Broker:
         await self.controller.elect_leaders()
 
     async def refresh_brokers(self) -> None:
-        brokers = await asyncio.to_thread(self.coordinator.live_brokers)
+        brokers = await asyncio.to_thread(self.zookeeper.live_brokers)
         before = self.metadata.live_brokers
         self.metadata.live_brokers = {b.broker_id: b for b in brokers}
         for broker_id, registration in self.metadata.live_brokers.items():
@@ -576,8 +576,8 @@ class Broker:
             if self._stopped.is_set():
                 return
             if names is None:
-                names = await asyncio.to_thread(self.coordinator.list_topics)
-            definitions = await asyncio.to_thread(self.coordinator.read_topics, names)
+                names = await asyncio.to_thread(self.zookeeper.list_topics)
+            definitions = await asyncio.to_thread(self.zookeeper.read_topics, names)
             if self._stopped.is_set():
                 return
             new: list[TopicDefinition] = []
@@ -621,7 +621,7 @@ class Broker:
         trips or ten thousand log opens one after the other."""
         assert self._state_watcher is not None
         names = [topic.name for topic in topics]
-        overrides = await asyncio.to_thread(self.coordinator.read_topic_configs, names)
+        overrides = await asyncio.to_thread(self.zookeeper.read_topic_configs, names)
         keys = [(topic.name, p) for topic in topics for p in topic.assignment]
         states = await asyncio.to_thread(self._state_watcher.follow, keys)
         if self._stopped.is_set():
@@ -653,9 +653,9 @@ class Broker:
             else:
                 self.registry.offline[(topic.name, p)] = partition
         for topic in topics:
-            self.coordinator.watch_topic_configs(topic.name, self.threadsafe(
+            self.zookeeper.watch_topic_configs(topic.name, self.threadsafe(
                 lambda configs, name=topic.name: self.on_configs_changed(name, configs)))
-            self.coordinator.watch_topic(topic.name, self.threadsafe(self._on_topic_changed))
+            self.zookeeper.watch_topic(topic.name, self.threadsafe(self._on_topic_changed))
         log.info("loaded %d topic(s) (%d partitions, %d replicas here): %s", len(topics),
                  len(keys), len(hosted), ", ".join(names[:5]) + (" ..." if len(names) > 5
                                                                  else ""))
@@ -692,7 +692,7 @@ class Broker:
                 key = (definition.name, p)
                 hosted = key in self.registry.hosted or key in self.registry.offline
                 if self.broker_id in replicas and not hosted:
-                    state = await asyncio.to_thread(self.coordinator.partition_state, *key)
+                    state = await asyncio.to_thread(self.zookeeper.partition_state, *key)
                     known = self.metadata.partition_states.get(key)
                     if known is not None and known.zk_version > state.zk_version:
                         state = known  # a watch event brought a newer one meanwhile
@@ -814,7 +814,7 @@ class Broker:
     async def next_producer_id(self) -> int:
         for pid in self._producer_ids:
             return pid
-        block = await asyncio.to_thread(self.coordinator.allocate_producer_id_block,
+        block = await asyncio.to_thread(self.zookeeper.allocate_producer_id_block,
                                         self.broker_id, self.config.producer_id_block_size)
         self._producer_ids = iter(block)
         return next(self._producer_ids)

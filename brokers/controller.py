@@ -1,7 +1,7 @@
 """The controller: one broker at a time elects partition leaders for the whole cluster.
 
 Election: every eligible broker watches ``/strata/controller``; when it is empty, each
-tries ``Coordinator.try_become_controller``, which creates the ephemeral znode and bumps
+tries ``ZooKeeperClient.try_become_controller``, which creates the ephemeral znode and bumps
 ``/strata/controller_epoch`` in one multi-op. The winner's :class:`ControllerLease` is
 the fencing token: every partition-state write it makes is a multi-op that checks the
 epoch znode's version, so a deposed controller (paused, partitioned, session lost)
@@ -40,7 +40,7 @@ decided while the ZooKeeper session is suspended.
 Scale: a round decides every partition at once (:func:`plan_elections`) on this
 broker's view of the states (followed through change notifications, and reloaded with
 multi-reads right after the first round of a new controller), writes them in pipelined multi-ops of
-up to 500 partitions (``Coordinator.write_partition_states``), and logs one line.
+up to 500 partitions (``ZooKeeperClient.write_partition_states``), and logs one line.
 
 Thread-safety: rounds run one at a time (an asyncio lock) on the broker's event loop;
 the blocking ZooKeeper calls run in a worker thread. Brokers, this one included, apply
@@ -66,7 +66,7 @@ from wire.errors import (
 
 if TYPE_CHECKING:
     from brokers.config import BrokerConfig
-    from brokers.coordination import Coordinator
+    from brokers.coordination import ZooKeeperClient
     from brokers.services import ControllerHost, MetadataCache
 
 __all__ = ["Controller", "assign_replicas", "elect", "plan_elections"]
@@ -157,12 +157,12 @@ def plan_elections(topics: Mapping[str, TopicDefinition],
 class Controller:
     """Controller duties of one broker; acts only while it holds the lease."""
 
-    def __init__(self, config: BrokerConfig, cluster: MetadataCache, coordinator: Coordinator,
+    def __init__(self, config: BrokerConfig, cluster: MetadataCache, zookeeper: ZooKeeperClient,
                  host: ControllerHost) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster
-        self.coordinator = coordinator
+        self.zookeeper = zookeeper
         self.host = host
         self.lease: ControllerLease | None = None
         self._lock = asyncio.Lock()
@@ -176,14 +176,14 @@ class Controller:
         return self.lease is not None
 
     def start(self) -> None:
-        self.coordinator.watch_controller(
+        self.zookeeper.watch_controller(
             self.host.threadsafe(self._on_controller_changed))
         if not self.config.controller_eligible:
             log.info("broker %d is not eligible to be controller", self.broker_id)
             return
-        self.coordinator.watch_preferred_election(
+        self.zookeeper.watch_preferred_election(
             self.host.threadsafe(self._on_preferred_election))
-        self.coordinator.watch_reassignments(
+        self.zookeeper.watch_reassignments(
             self.host.threadsafe(self._on_reassignments))
 
     async def _on_controller_changed(self, holder: tuple[int, int] | None) -> None:
@@ -201,7 +201,7 @@ class Controller:
         if self.host.stopping or self.host.zookeeper_suspended:
             return
         try:
-            lease = await asyncio.to_thread(self.coordinator.try_become_controller,
+            lease = await asyncio.to_thread(self.zookeeper.try_become_controller,
                                             self.broker_id)
         except Exception as err:
             # The multi-op may have committed before the connection dropped: then
@@ -209,7 +209,7 @@ class Controller:
             # (maybe us, through the watch) wins cleanly.
             log.warning("controller election failed: %r", err)
             try:
-                await asyncio.to_thread(self.coordinator.resign_controller,
+                await asyncio.to_thread(self.zookeeper.resign_controller,
                                         self.broker_id)
             except Exception as resign_err:
                 log.warning("giving up a half-won controller election failed: %r",
@@ -231,7 +231,7 @@ class Controller:
             log.warning("reloading partition states failed: %r", err)
         await self.elect_leaders()
         # Requests left by a previous controller: finish them.
-        if await asyncio.to_thread(self.coordinator.preferred_election_pending):
+        if await asyncio.to_thread(self.zookeeper.preferred_election_pending):
             await self._run_preferred_election()
         await self._on_reassignments(True)
 
@@ -249,11 +249,11 @@ class Controller:
             return
         await self.elect_leaders(preferred=holder)
         if self.lease is not None:
-            await asyncio.to_thread(self.coordinator.finish_preferred_election)
+            await asyncio.to_thread(self.zookeeper.finish_preferred_election)
 
     def _read_preferred_request(self) -> Collection[tuple[str, int]] | None:
         """The partitions named by the pending request (empty: all), None if none."""
-        pending, partitions = self.coordinator.preferred_election_request()
+        pending, partitions = self.zookeeper.preferred_election_request()
         if not pending:
             return None
         return set() if partitions is None else set(partitions)
@@ -287,8 +287,8 @@ class Controller:
     def _reassign_step(self, lease: ControllerLease) -> int:
         """Advance every pending reassignment by what is possible now; return how many
         are still pending."""
-        coordinator = self.coordinator
-        pending, version = coordinator.reassignments()
+        zookeeper = self.zookeeper
+        pending, version = zookeeper.reassignments()
         done: list[tuple[str, int]] = []
         for (name, p), target in pending.items():
             if self._advance_reassignment(lease, name, p, target):
@@ -296,7 +296,7 @@ class Controller:
         if done:
             left = {k: v for k, v in pending.items() if k not in done}
             try:
-                coordinator.write_reassignments(left, version)
+                zookeeper.write_reassignments(left, version)
             except ConcurrentUpdateError:
                 return 1  # a new request arrived meanwhile: look again next round
             for name, p in done:
@@ -307,8 +307,8 @@ class Controller:
     def _advance_reassignment(self, lease: ControllerLease, name: str, p: int,
                               target: list[int]) -> bool:
         """One step of one partition's reassignment; True once it is complete."""
-        coordinator = self.coordinator
-        found = coordinator.topic_with_version(name)
+        zookeeper = self.zookeeper
+        found = zookeeper.topic_with_version(name)
         if found is None or p not in found[0].assignment:
             return True  # the topic or partition is gone: nothing left to move
         topic, version = found
@@ -321,7 +321,7 @@ class Controller:
             log.info("%s-%d: adding replicas %s (replica set now %s)", name, p,
                      [b for b in target if b not in current], moving)
             return False
-        state = coordinator.partition_state(name, p)
+        state = zookeeper.partition_state(name, p)
         if not set(target) <= set(state.isr):
             return False  # the new replicas are still copying the log
         if state.leader not in target or any(b not in target for b in state.isr):
@@ -330,14 +330,14 @@ class Controller:
             new = PartitionState(leader, state.leader_epoch + (leader != state.leader),
                                  [b for b in state.isr if b in target],
                                  zk_version=state.zk_version)
-            coordinator.update_partition_state_as_controller(lease, name, p, new)
+            zookeeper.update_partition_state_as_controller(lease, name, p, new)
         if current != target:
             self._write_assignment(lease, topic, p, list(target), version)
         # A leader that had not seen the new replica set yet may have taken a leaving
         # replica back into the ISR meanwhile: not done until the ISR is within the target.
-        state = coordinator.partition_state(name, p)
+        state = zookeeper.partition_state(name, p)
         if any(b not in target for b in state.isr):
-            coordinator.update_partition_state_as_controller(lease, name, p, PartitionState(
+            zookeeper.update_partition_state_as_controller(lease, name, p, PartitionState(
                 state.leader, state.leader_epoch, [b for b in state.isr if b in target],
                 zk_version=state.zk_version))
         return True
@@ -346,7 +346,7 @@ class Controller:
                           replicas: list[int], version: int) -> None:
         assignment = dict(topic.assignment)
         assignment[p] = replicas
-        self.coordinator.set_assignment_as_controller(
+        self.zookeeper.set_assignment_as_controller(
             lease, TopicDefinition(topic.name, topic.topic_id, assignment), version)
 
     def resign(self) -> None:
@@ -357,13 +357,13 @@ class Controller:
         """After a reconnect: run for controller if nobody holds it, and (if we are
         controller) make up for decisions skipped while the session was suspended."""
         try:
-            holder = await asyncio.to_thread(self.coordinator.controller)
+            holder = await asyncio.to_thread(self.zookeeper.controller)
         except Exception as err:
             log.warning("reading the controller after a reconnect failed: %r", err)
             return
         if holder is not None and holder[0] == self.broker_id and self.lease is None \
                 and self.config.controller_eligible:
-            await asyncio.to_thread(self.coordinator.resign_controller,
+            await asyncio.to_thread(self.zookeeper.resign_controller,
                                     self.broker_id)
             return  # the watch sees /controller vanish and runs the election
         await self._on_controller_changed(holder)
@@ -378,10 +378,10 @@ class Controller:
             rounds += 1
             try:
                 if rounds % _PRUNE_EVERY == 0:
-                    await asyncio.to_thread(self.coordinator.prune_state_changes)
-                if await asyncio.to_thread(self.coordinator.preferred_election_pending):
+                    await asyncio.to_thread(self.zookeeper.prune_state_changes)
+                if await asyncio.to_thread(self.zookeeper.preferred_election_pending):
                     await self._run_preferred_election()
-                pending, _ = await asyncio.to_thread(self.coordinator.reassignments)
+                pending, _ = await asyncio.to_thread(self.zookeeper.reassignments)
                 await self._on_reassignments(bool(pending))
             except Exception as err:
                 log.warning("controller rescan failed: %r", err)
@@ -417,10 +417,10 @@ class Controller:
 
     async def _elect(self, lease: ControllerLease, preferred: Collection[PartitionKey] | None
                      ) -> dict[PartitionKey, PartitionState]:
-        coordinator = self.coordinator
+        zookeeper = self.zookeeper
         started = time.monotonic()
         live, leaving = await asyncio.to_thread(
-            lambda: (coordinator.live_broker_ids(), coordinator.shutting_down_brokers()))
+            lambda: (zookeeper.live_broker_ids(), zookeeper.shutting_down_brokers()))
         self.cluster.shutting_down = leaving
         topics = dict(self.cluster.topics)
         unclean = {name for name in topics if self._unclean_allowed(name)}
@@ -432,7 +432,7 @@ class Controller:
         for _ in range(_RETRIES):
             if not plan:
                 break
-            outcome = await asyncio.to_thread(coordinator.write_partition_states, plan,
+            outcome = await asyncio.to_thread(zookeeper.write_partition_states, plan,
                                               lease=lease)
             for (name, p), state in outcome.written.items():
                 before = base.get((name, p))
@@ -465,7 +465,7 @@ class Controller:
         have missed events while another broker was controller)."""
         keys = [(name, p) for name, topic in self.cluster.topics.items()
                 for p in topic.assignment]
-        states = await asyncio.to_thread(self.coordinator.read_partition_states, keys)
+        states = await asyncio.to_thread(self.zookeeper.read_partition_states, keys)
         for (name, p), state in states.items():
             self.host.apply_partition_state(name, p, state, quiet=True)
 

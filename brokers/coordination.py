@@ -43,7 +43,7 @@ watch events through callbacks it re-schedules with ``loop.call_soon_threadsafe`
 Conditional (versioned) writes are used wherever two writers could race: a lost race
 raises ``ConcurrentUpdateError`` and the caller re-reads instead of guessing.
 
-Errors: kazoo's exceptions never leave this module. A public :class:`Coordinator`
+Errors: kazoo's exceptions never leave this module. A public :class:`ZooKeeperClient`
 method that meets one (connection loss, an expired session, a timeout) raises
 :class:`ZooKeeperUnavailableError`, a ``BrokerNotAvailableError`` (retriable, code 8)
 that names the call and what to do; outcomes a caller acts on have their own
@@ -119,7 +119,7 @@ __all__ = [
     "ControllerMovedError",
     "BrokerRegistration",
     "ConcurrentUpdateError",
-    "Coordinator",
+    "ZooKeeperClient",
     "PartitionState",
     "ROOT",
     "TierJobBusyError",
@@ -176,7 +176,7 @@ class ZooKeeperUnavailableError(BrokerNotAvailableError):
     """ZooKeeper did not complete a request; the change may or may not have been made."""
 
 
-# How deep in public Coordinator methods this thread is: only the outermost call
+# How deep in public ZooKeeperClient methods this thread is: only the outermost call
 # translates kazoo's exceptions, so inner calls can still catch NoNodeError and the like.
 _calls = threading.local()
 
@@ -303,8 +303,11 @@ def _load(data: bytes) -> dict[str, Any]:
 
 
 @_kazoo_errors_stay_inside
-class Coordinator:
-    """A broker's (or an admin tool's) session with ZooKeeper."""
+class ZooKeeperClient:
+    """A broker's (or an admin tool's) session with ZooKeeper, and every read and write
+    of Strata's znodes (Kafka's ``KafkaZkClient``). Not a coordinator of anything: the
+    consumer groups' is :class:`brokers.group_coordinator.GroupCoordinator`, and the
+    client's ``find_coordinator`` answers where that one runs."""
 
     def __init__(self, hosts: str, *, session_timeout_ms: int = 4_000,
                  connect_timeout_s: float = 15.0,
@@ -1456,8 +1459,8 @@ class PartitionStateWatcher:
     any thread; reads run on the watcher's own daemon thread, never on kazoo's.
     """
 
-    def __init__(self, coordinator: Coordinator, deliver: Callable[[], None]) -> None:
-        self._coordinator = coordinator
+    def __init__(self, client: ZooKeeperClient, deliver: Callable[[], None]) -> None:
+        self._client = client
         self._deliver = deliver
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -1471,10 +1474,10 @@ class PartitionStateWatcher:
         self._reload = False
         self._next_full_read = time.monotonic() + _FULL_READ_S
         self._closed = False
-        coordinator.zk.ensure_path(_STATE_CHANGES)
-        children = coordinator.zk.get_children(_STATE_CHANGES)
+        client.zk.ensure_path(_STATE_CHANGES)
+        children = client.zk.get_children(_STATE_CHANGES)
         self._last_seen = max((_sequence(c) for c in children), default=-1)
-        coordinator.zk.ChildrenWatch(_STATE_CHANGES)(self._on_children)
+        client.zk.ChildrenWatch(_STATE_CHANGES)(self._on_children)
         threading.Thread(target=self._run, name="strata-state-watcher", daemon=True).start()
 
     def follow(self, keys: Iterable[PartitionKey]) -> dict[PartitionKey, PartitionState]:
@@ -1484,7 +1487,7 @@ class PartitionStateWatcher:
         keys = list(keys)
         with self._lock:
             self._followed.update(keys)
-        return self._coordinator.read_partition_states(keys)
+        return self._client.read_partition_states(keys)
 
     def forget(self, keys: Iterable[PartitionKey]) -> None:
         """Stop delivering changes of ``keys`` (a dropped topic)."""
@@ -1506,7 +1509,7 @@ class PartitionStateWatcher:
             self._wake.notify()
 
     def session_state(self, state: str) -> None:
-        """Coordinator state listener: after a lost session read everything again."""
+        """ZooKeeperClient state listener: after a lost session read everything again."""
         if state == "LOST":
             with self._lock:
                 self._reload = True
@@ -1546,7 +1549,7 @@ class PartitionStateWatcher:
                            if (seq := _sequence(name)) > self._last_seen)
             if fresh:
                 names = [f"{_STATE_CHANGES}/{name}" for _, name in fresh]
-                notes = self._coordinator._read_many(names)
+                notes = self._client._read_many(names)
                 if len(notes) < len(names):
                     reload = True  # removed before we read them: changes may be lost
                 for data, _ in notes.values():
@@ -1561,7 +1564,7 @@ class PartitionStateWatcher:
                 keys &= self._followed
         if not keys:
             return
-        found = self._coordinator._read_many(_state_path(t, p) for t, p in keys)
+        found = self._client._read_many(_state_path(t, p) for t, p in keys)
         states: list[tuple[PartitionKey, PartitionState | None]] = []
         seen = self._versions
         for key in keys:

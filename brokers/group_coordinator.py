@@ -164,7 +164,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from brokers.config import BrokerConfig
-    from brokers.coordination import Coordinator
+    from brokers.coordination import ZooKeeperClient
     from brokers.partition import Partition
     from brokers.services import GroupHost, MetadataCache, PartitionRegistry
 
@@ -670,13 +670,13 @@ class GroupCoordinator:
     """Coordinates the groups whose ``__consumer_offsets`` partitions this broker leads."""
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
-                 registry: PartitionRegistry, coordinator: Coordinator, host: GroupHost,
+                 registry: PartitionRegistry, zookeeper: ZooKeeperClient, host: GroupHost,
                  metrics_registry: CollectorRegistry) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster
         self.registry = registry
-        self.coordinator = coordinator
+        self.zookeeper = zookeeper
         self.host = host
         self._shards: dict[int, _Shard] = {}
         self._loading: dict[int, asyncio.Lock] = {}
@@ -727,7 +727,7 @@ class GroupCoordinator:
         # closed segments, and 1 GiB ones would rarely close.
         await create_internal_topic(
             OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, config=self.config,
-            cluster=self.cluster, coordinator=self.coordinator, host=self.host,
+            cluster=self.cluster, zookeeper=self.zookeeper, host=self.host,
             topic_config={"segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
 
     # ------------------------------------------------------------------ shards

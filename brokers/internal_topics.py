@@ -30,7 +30,7 @@ from wire.errors import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from brokers.config import BrokerConfig
-    from brokers.coordination import BrokerRegistration, Coordinator
+    from brokers.coordination import BrokerRegistration, ZooKeeperClient
     from brokers.partition import Partition
     from brokers.services import GroupHost, MetadataCache
     from wire.protocol import ApiKey, Message
@@ -41,7 +41,7 @@ log = logging.getLogger("strata.brokers.internal_topics")
 
 
 async def create_internal_topic(name: str, partitions: int, *, config: BrokerConfig,
-                                cluster: MetadataCache, coordinator: Coordinator,
+                                cluster: MetadataCache, zookeeper: ZooKeeperClient,
                                 host: GroupHost, topic_config: dict[str, str]) -> None:
     """Create compacted internal topic ``name`` with ``offsets.topic.replication.factor``
     replicas, unless another broker did first. Raises COORDINATOR_NOT_AVAILABLE when too
@@ -67,7 +67,7 @@ async def create_internal_topic(name: str, partitions: int, *, config: BrokerCon
     definition = TopicDefinition(name, uuid.uuid4().hex,
                                  assign_replicas(live, partitions, replication))
     try:
-        await asyncio.to_thread(coordinator.create_topic, definition,
+        await asyncio.to_thread(zookeeper.create_topic, definition,
                                 {"cleanup.policy": "compact", **topic_config})
         log.info("created %s: %d partitions, replication factor %d", name, partitions,
                  replication)

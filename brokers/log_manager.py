@@ -54,7 +54,7 @@ from wire.errors import InvalidConfigError, LogStorageError, StrataError
 
 if TYPE_CHECKING:
     from brokers.config import BrokerConfig
-    from brokers.coordination import Coordinator, PartitionKey, TierProgress, TopicDefinition
+    from brokers.coordination import PartitionKey, TierProgress, TopicDefinition, ZooKeeperClient
     from brokers.log import LogConfig
     from brokers.metrics import BrokerMetrics
     from brokers.services import MetadataCache, PartitionRegistry
@@ -93,14 +93,14 @@ class LogManager:
     """Opens, closes and looks after the logs of the replicas hosted here."""
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
-                 registry: PartitionRegistry, coordinator: Coordinator,
+                 registry: PartitionRegistry, zookeeper: ZooKeeperClient,
                  metrics: BrokerMetrics) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.data_dir = config.data_dir
         self.cluster = cluster
         self.registry = registry
-        self.coordinator = coordinator
+        self.zookeeper = zookeeper
         self.metrics = metrics
         # Tier gauges as of the last retention pass: {(topic, p): (tiered_up_to, lag)}.
         self.tier_stats: dict[tuple[str, int], tuple[int, int]] = {}
@@ -213,7 +213,7 @@ class LogManager:
         out: dict[str, dict[int, TierProgress]] = {}
         for topic in topics:
             try:
-                out[topic] = await asyncio.to_thread(self.coordinator.tier_progress, topic)
+                out[topic] = await asyncio.to_thread(self.zookeeper.tier_progress, topic)
             except Exception as err:  # ZooKeeper trouble: skip the topic this pass
                 log.warning("reading the tier progress of %s failed: %r; its segments stay "
                             "until the next retention pass", topic, err)

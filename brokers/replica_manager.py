@@ -88,7 +88,7 @@ from wire.protocol import (
 
 if TYPE_CHECKING:
     from brokers.config import BrokerConfig
-    from brokers.coordination import Coordinator
+    from brokers.coordination import ZooKeeperClient
     from brokers.partition import Partition
     from brokers.services import MetadataCache, PartitionRegistry, ReplicaHost
 
@@ -119,13 +119,13 @@ class ReplicaManager:
     """Appends to, reads from and keeps the ISR of the partitions this broker leads."""
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
-                 registry: PartitionRegistry, coordinator: Coordinator,
+                 registry: PartitionRegistry, zookeeper: ZooKeeperClient,
                  host: ReplicaHost) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster
         self.registry = registry
-        self.coordinator = coordinator
+        self.zookeeper = zookeeper
         self.host = host
         self.fetch_sessions = FetchSessionCache()
         self._isr_writes: set[PartitionKey] = set()
@@ -552,7 +552,7 @@ class ReplicaManager:
                                              partition.state_version)
             try:
                 outcome = await asyncio.to_thread(
-                    self.coordinator.write_partition_states, states)
+                    self.zookeeper.write_partition_states, states)
             except Exception as err:  # ZooKeeper trouble: proposed again on the next round
                 log.warning("changing the ISR of %d partition(s) failed: %r", len(states), err)
                 outcome = None

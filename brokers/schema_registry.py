@@ -86,7 +86,7 @@ from wire.schema import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from brokers.config import BrokerConfig
-    from brokers.coordination import Coordinator
+    from brokers.coordination import ZooKeeperClient
     from brokers.partition import Partition
     from brokers.services import GroupHost, MetadataCache, PartitionRegistry
 
@@ -254,13 +254,13 @@ class SchemaRegistry:
     one; only the leader's answers anything but NOT_COORDINATOR)."""
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
-                 registry: PartitionRegistry, coordinator: Coordinator,
+                 registry: PartitionRegistry, zookeeper: ZooKeeperClient,
                  host: GroupHost) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster
         self.registry = registry
-        self.coordinator = coordinator
+        self.zookeeper = zookeeper
         self.host = host
         self._state: _State | None = None
         self._loading = asyncio.Lock()
@@ -314,7 +314,7 @@ class SchemaRegistry:
             if self._creating is None or self._creating.done():
                 self._creating = asyncio.create_task(create_internal_topic(
                     SCHEMAS_TOPIC, 1, config=self.config, cluster=self.cluster,
-                    coordinator=self.coordinator, host=self.host, topic_config={}))
+                    zookeeper=self.zookeeper, host=self.host, topic_config={}))
             await asyncio.shield(self._creating)
             raise CoordinatorNotAvailableError(
                 f"{SCHEMAS_TOPIC} is being created; retry in a moment")

@@ -9,7 +9,7 @@ each receive the pieces they use (the way Kafka's ``KafkaApis`` receives a
   cluster id), as last read from ZooKeeper;
 * :class:`PartitionRegistry`: the replicas hosted here, and the ones that could not be
   opened;
-* the coordination client (:class:`brokers.coordination.Coordinator`), the only path to
+* the coordination client (:class:`brokers.coordination.ZooKeeperClient`), the only path to
   ZooKeeper;
 * a host: a :class:`typing.Protocol` naming the few callbacks into the broker process a
   part needs (apply a partition state, re-read the topics or the live brokers, allocate

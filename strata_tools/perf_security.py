@@ -55,7 +55,7 @@ def _perf(kind: str, bootstrap: str, topic: str, records: int, size: int,
 
 
 def run_security(args: argparse.Namespace) -> int:
-    from brokers.coordination import Coordinator
+    from brokers.coordination import ZooKeeperClient
     from procs import kill_pid
     from strata.client import Admin, NewTopic
     from strata_tools.certs import CertificateAuthority
@@ -72,7 +72,7 @@ def run_security(args: argparse.Namespace) -> int:
         broker: subprocess.Popen[str] | None = None
         data_dir = root / "broker"
         try:
-            coordinator = Coordinator(zookeeper.connect_string)
+            coordinator = ZooKeeperClient(zookeeper.connect_string)
             coordinator.start()
             try:
                 coordinator.put_scram_credential(

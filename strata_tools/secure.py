@@ -81,12 +81,12 @@ class SecureStack:
 
     def ensure_users(self, zookeeper: str) -> None:
         """Write the stack's users to ZooKeeper unless they are there (idempotent)."""
-        from brokers.coordination import Coordinator
+        from brokers.coordination import ZooKeeperClient
         from wire.sasl import scram_credential
 
         values = self.secrets()
         digest = values["zookeeper"]
-        coordinator = Coordinator(zookeeper, digest=(digest["username"], digest["password"]))
+        coordinator = ZooKeeperClient(zookeeper, digest=(digest["username"], digest["password"]))
         coordinator.start()
         try:
             have = coordinator.scram_credentials()

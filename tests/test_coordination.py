@@ -14,9 +14,9 @@ from brokers.coordination import (
     BrokerRegistration,
     ConcurrentUpdateError,
     ControllerMovedError,
-    Coordinator,
     PartitionState,
     TopicDefinition,
+    ZooKeeperClient,
 )
 from wire.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from zookeeper.launcher import ZooKeeperServer
@@ -25,11 +25,11 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def coordinators(zookeeper_server: ZooKeeperServer) -> Iterator[list[Coordinator]]:
-    made: list[Coordinator] = []
+def coordinators(zookeeper_server: ZooKeeperServer) -> Iterator[list[ZooKeeperClient]]:
+    made: list[ZooKeeperClient] = []
 
-    def make() -> Coordinator:
-        c = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
+    def make() -> ZooKeeperClient:
+        c = ZooKeeperClient(zookeeper_server.connect_string, session_timeout_ms=4000)
         c.start()
         made.append(c)
         return c
@@ -43,7 +43,7 @@ def coordinators(zookeeper_server: ZooKeeperServer) -> Iterator[list[Coordinator
 
 
 def test_controller_election_fencing_and_failover(
-        zookeeper_server: ZooKeeperServer, coordinators: list[Coordinator]) -> None:
+        zookeeper_server: ZooKeeperServer, coordinators: list[ZooKeeperClient]) -> None:
     first, second = coordinators
     lease = first.try_become_controller(1)
     assert lease is not None
@@ -78,7 +78,7 @@ def test_controller_election_fencing_and_failover(
     assert new_lease is not None and new_lease.epoch == lease.epoch + 1
     assert changed.wait(10), seen
     # The deposed controller's lease no longer writes anything, even on a new session.
-    zombie = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
+    zombie = ZooKeeperClient(zookeeper_server.connect_string, session_timeout_ms=4000)
     zombie.start()
     try:
         fresh = zombie.partition_state(topic.name, 0)
@@ -90,7 +90,7 @@ def test_controller_election_fencing_and_failover(
 
 
 def test_broker_ids_topics_configs_and_producer_id_blocks(
-        coordinators: list[Coordinator]) -> None:
+        coordinators: list[ZooKeeperClient]) -> None:
     a, b = coordinators
     broker_id = 900 + uuid.uuid4().int % 99
     a.register_broker(BrokerRegistration(broker_id, "127.0.0.1", 1, 0))
@@ -117,7 +117,7 @@ def test_broker_ids_topics_configs_and_producer_id_blocks(
     blocks: list[range] = []
     lock = threading.Lock()
 
-    def claim(c: Coordinator) -> None:
+    def claim(c: ZooKeeperClient) -> None:
         for _ in range(5):
             block = c.allocate_producer_id_block(1, block_size=10)
             with lock:
@@ -133,7 +133,7 @@ def test_broker_ids_topics_configs_and_producer_id_blocks(
 
 
 def test_bulk_state_writes_are_chunked_fenced_and_report_each_conflict(
-        coordinators: list[Coordinator]) -> None:
+        coordinators: list[ZooKeeperClient]) -> None:
     """1,200 partitions (three multi-ops of at most 500 writes): conflicts in the middle
     of a chunk cost only their own write, and a deposed controller writes nothing."""
     controller, other = coordinators
@@ -186,7 +186,7 @@ def test_bulk_state_writes_are_chunked_fenced_and_report_each_conflict(
 
 
 def test_the_state_watcher_delivers_changes_in_batches(
-        coordinators: list[Coordinator]) -> None:
+        coordinators: list[ZooKeeperClient]) -> None:
     writer, follower = coordinators
     name = f"watch-{uuid.uuid4().hex[:8]}"
     keys = [(name, p) for p in range(300)]
@@ -240,11 +240,11 @@ def test_the_state_watcher_delivers_changes_in_batches(
 
 
 def test_controlled_shutdown_requests_end_with_the_session(
-        zookeeper_server: ZooKeeperServer, coordinators: list[Coordinator]) -> None:
+        zookeeper_server: ZooKeeperServer, coordinators: list[ZooKeeperClient]) -> None:
     observer = coordinators[0]
     seen: list[set[int]] = []
     observer.watch_shutting_down(seen.append)
-    leaving = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
+    leaving = ZooKeeperClient(zookeeper_server.connect_string, session_timeout_ms=4000)
     leaving.start()
     try:
         leaving.request_controlled_shutdown(7)

@@ -286,9 +286,9 @@ def test_kazoo_exceptions_leave_coordination_as_a_strata_error() -> None:
     the public method turns it into ZooKeeperUnavailableError (code 8, retriable)."""
     from kazoo.exceptions import KazooException
 
-    from brokers.coordination import Coordinator
+    from brokers.coordination import ZooKeeperClient
 
-    coordinator = Coordinator("127.0.0.1:1")
+    coordinator = ZooKeeperClient("127.0.0.1:1")
     with pytest.raises(ZooKeeperUnavailableError, match="did not complete list_topics") as err:
         coordinator.list_topics()
     assert err.value.code == 8 and isinstance(err.value.__cause__, KazooException)

@@ -2,7 +2,7 @@
 groundwork): a new leader epoch is recorded at the log end at once, new batches carry
 it, and losing leadership stops writes immediately and across a restart.
 
-The controller here is a test-side ``Coordinator`` holding the controller lease, so the
+The controller here is a test-side ``ZooKeeperClient`` holding the controller lease, so the
 writes are fenced exactly as the future controller loop's will be.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from brokers.coordination import ControllerLease, Coordinator, PartitionState
+from brokers.coordination import ControllerLease, PartitionState, ZooKeeperClient
 from tests.support.broker_process import BrokerProcess
 from tests.support.waiting import wait_for
 from tests.test_broker_api import call, create, fetch, produce, run
@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-def controller(zookeeper_server: ZooKeeperServer) -> Iterator[Coordinator]:
-    coordinator = Coordinator(zookeeper_server.connect_string, session_timeout_ms=10_000)
+def controller(zookeeper_server: ZooKeeperServer) -> Iterator[ZooKeeperClient]:
+    coordinator = ZooKeeperClient(zookeeper_server.connect_string, session_timeout_ms=10_000)
     coordinator.start()
     try:
         yield coordinator
@@ -46,7 +46,7 @@ def _epoch_in_metadata(broker: BrokerProcess, topic: str) -> tuple[int, int]:
     return meta.leader, meta.leader_epoch
 
 
-def _move(controller: Coordinator, lease: ControllerLease, topic: str, leader: int,
+def _move(controller: ZooKeeperClient, lease: ControllerLease, topic: str, leader: int,
           epoch: int) -> None:
     state = controller.partition_state(topic, 0)
     controller.update_partition_state_as_controller(
@@ -54,7 +54,7 @@ def _move(controller: Coordinator, lease: ControllerLease, topic: str, leader: i
 
 
 def test_a_new_epoch_and_a_lost_leadership_take_effect_without_a_restart(
-        broker_factory: Callable[..., BrokerProcess], controller: Coordinator) -> None:
+        broker_factory: Callable[..., BrokerProcess], controller: ZooKeeperClient) -> None:
     # Not eligible: the controller here is the test itself (the lease below).
     broker = broker_factory(broker_id=51, overrides={"controller.eligible": "false"})
     topic = "state-follow"

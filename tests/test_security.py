@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from brokers.config import BrokerConfig
-from brokers.coordination import Coordinator
+from brokers.coordination import ZooKeeperClient
 from procs import free_port
 from strata.client import (
     AclEntry,
@@ -85,7 +85,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def brokers(zookeeper_server: ZooKeeperServer, pki: Pki,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    coordinator = Coordinator(zookeeper_server.connect_string)
+    coordinator = ZooKeeperClient(zookeeper_server.connect_string)
     coordinator.start()
     try:  # the first users go straight to ZooKeeper, as Kafka's bootstrap credentials do
         for user, password in ((ADMIN, ADMIN_PASSWORD), ("broker", "broker-secret")):
@@ -725,7 +725,7 @@ def test_sessions_end_after_connections_max_reauth_ms_and_plain_can_be_allowed(
                                "connections.max.reauth.ms": "1000",
                                "sasl.plain.allow.plaintext": "true"})
     try:
-        coordinator = Coordinator(server.connect_string)
+        coordinator = ZooKeeperClient(server.connect_string)
         coordinator.start()
         try:
             for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):

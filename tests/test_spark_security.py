@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from brokers.coordination import Coordinator
+from brokers.coordination import ZooKeeperClient
 from spark_source._errors import StrataSparkOptionError
 from spark_source._options import parse_source_options
 from strata.client import AclEntry, Admin, Consumer, NewTopic, Producer, TopicPartition
@@ -54,7 +54,7 @@ def secured(zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPath
     root = tmp_path_factory.mktemp("spark-pki")
     ca = CertificateAuthority.create(root / "ca")
     cert = ca.issue(root, "broker")
-    coordinator = Coordinator(zookeeper_server.connect_string)
+    coordinator = ZooKeeperClient(zookeeper_server.connect_string)
     coordinator.start()
     try:
         for user, password in (("admin", "admin-pw"), ("spark", "spark-pw")):

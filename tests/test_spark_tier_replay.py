@@ -456,7 +456,7 @@ def test_spark_replays_full_history_across_the_tier_boundary(
     ``startingOffsets=earliest`` returns every offset once, batch and stream (also a
     stream whose checkpoint fell behind the log start); only offsets in neither tier are
     data loss."""
-    from brokers.coordination import Coordinator
+    from brokers.coordination import ZooKeeperClient
 
     topic = f"replay-{next(_names)}-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(topic, 1, 1, {
@@ -469,7 +469,7 @@ def test_spark_replays_full_history_across_the_tier_boundary(
                          endingOffsets=json.dumps({topic: {"0": 24}}))
     uri = write_tier(spark, tiered, tmp_path / topic, layout="range")
 
-    coordinator = Coordinator(zookeeper_server.connect_string)
+    coordinator = ZooKeeperClient(zookeeper_server.connect_string)
     coordinator.start()
     try:
         coordinator.set_tier_table(topic, uri)

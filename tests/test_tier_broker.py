@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from brokers.coordination import Coordinator, TierProgress, TopicDefinition
+from brokers.coordination import TierProgress, TopicDefinition, ZooKeeperClient
 from brokers.log import LogConfig, PartitionLog
 from strata.client import Admin, NewTopic, TopicTier
 from tests.support.broker_process import BrokerProcess
@@ -169,8 +169,8 @@ def test_closed_segments_reports_every_closed_segment(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def coordinator(zookeeper_server: ZooKeeperServer) -> Iterator[Coordinator]:
-    c = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
+def coordinator(zookeeper_server: ZooKeeperServer) -> Iterator[ZooKeeperClient]:
+    c = ZooKeeperClient(zookeeper_server.connect_string, session_timeout_ms=4000)
     c.start()
     try:
         yield c
@@ -178,14 +178,14 @@ def coordinator(zookeeper_server: ZooKeeperServer) -> Iterator[Coordinator]:
         c.stop()
 
 
-def _zk_topic(coordinator: Coordinator, partitions: int = 2) -> str:
+def _zk_topic(coordinator: ZooKeeperClient, partitions: int = 2) -> str:
     name = f"tierzk-{uuid.uuid4().hex[:8]}"
     coordinator.create_topic(TopicDefinition(name, uuid.uuid4().hex,
                                              {p: [1] for p in range(partitions)}), {})
     return name
 
 
-def test_tier_table_and_progress_only_move_forward(coordinator: Coordinator) -> None:
+def test_tier_table_and_progress_only_move_forward(coordinator: ZooKeeperClient) -> None:
     name = _zk_topic(coordinator)
     assert coordinator.tier_table(name) is None
     assert coordinator.tier_progress(name) == {}
@@ -209,12 +209,12 @@ def test_tier_table_and_progress_only_move_forward(coordinator: Coordinator) -> 
 
 
 def test_concurrent_progress_writers_keep_the_maximum(
-        zookeeper_server: ZooKeeperServer, coordinator: Coordinator) -> None:
+        zookeeper_server: ZooKeeperServer, coordinator: ZooKeeperClient) -> None:
     name = _zk_topic(coordinator, 1)
-    other = Coordinator(zookeeper_server.connect_string, session_timeout_ms=4000)
+    other = ZooKeeperClient(zookeeper_server.connect_string, session_timeout_ms=4000)
     other.start()
     try:
-        def write(c: Coordinator, values: range) -> None:
+        def write(c: ZooKeeperClient, values: range) -> None:
             for v in values:
                 c.advance_tier_progress(name, 0, tiered_up_to=v, tier_start=v // 2)
 
@@ -230,7 +230,7 @@ def test_concurrent_progress_writers_keep_the_maximum(
         other.stop()
 
 
-def test_deleting_a_topic_removes_its_tier_records(coordinator: Coordinator) -> None:
+def test_deleting_a_topic_removes_its_tier_records(coordinator: ZooKeeperClient) -> None:
     name = _zk_topic(coordinator)
     coordinator.set_tier_table(name, "file:///tmp/gone")
     coordinator.advance_tier_progress(name, 0, tiered_up_to=7, tier_start=0)
@@ -241,7 +241,7 @@ def test_deleting_a_topic_removes_its_tier_records(coordinator: Coordinator) -> 
 
 
 def test_tier_lease_is_exclusive_expires_and_fences_progress(
-        coordinator: Coordinator) -> None:
+        coordinator: ZooKeeperClient) -> None:
     name = _zk_topic(coordinator, 1)
     lease_a, topic_id, compacted = coordinator.acquire_tier_lease(name, "job-a@host1", 60_000)
     assert topic_id == coordinator.get_topic(name).topic_id and compacted == {}
@@ -419,7 +419,7 @@ def test_describe_tier_lists_closed_segments_on_each_leader(
 
 
 def test_tiered_topic_deletes_only_what_is_in_the_table(
-        admin: Admin, brokers: dict[int, BrokerProcess], coordinator: Coordinator) -> None:
+        admin: Admin, brokers: dict[int, BrokerProcess], coordinator: ZooKeeperClient) -> None:
     topic = _name("gate")
     _create(admin, topic, replication=2, tier_enable="true", tier_after_ms="0",
             local_retention_ms="0", retention_ms="3600000")

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from brokers.coordination import Coordinator
+from brokers.coordination import ZooKeeperClient
 from spark_jobs import (
     TierGapError,
     TierJob,
@@ -48,8 +48,8 @@ SEGMENT_BYTES = 64 * 1024
 
 
 @pytest.fixture
-def coordinator(zookeeper_server: ZooKeeperServer) -> Iterator[Coordinator]:
-    coord = Coordinator(zookeeper_server.connect_string)
+def coordinator(zookeeper_server: ZooKeeperServer) -> Iterator[ZooKeeperClient]:
+    coord = ZooKeeperClient(zookeeper_server.connect_string)
     coord.start()
     try:
         yield coord
@@ -179,7 +179,7 @@ def test_copy_pieces_cover_each_range_once_and_feed_every_core() -> None:
 
 def test_tiering_copies_closed_segments_exactly_and_a_rerun_adds_nothing(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ZooKeeperClient, tmp_path: Path) -> None:
     create_topic(strata_broker, "tier-exact")
     sent = produce(strata_broker, "tier-exact", 6_000)
     ends = closed_end(strata_broker, "tier-exact")
@@ -204,7 +204,7 @@ def test_tiering_copies_closed_segments_exactly_and_a_rerun_adds_nothing(
 
 def test_one_commit_per_round_covers_every_partition_with_its_own_txn(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ZooKeeperClient, tmp_path: Path) -> None:
     """The copy writes Arrow Parquet files and commits every partition's range at once:
     one Delta commit per round, one ``txn`` per partition (so reruns read each end back),
     statistics only for offset and timestamp, and ``date`` as Spark's ``to_date`` in the
@@ -299,7 +299,7 @@ def test_run_once_names_a_topic_without_tiering(
 
 def test_a_job_that_died_after_the_commit_is_caught_up_from_the_table(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ZooKeeperClient, tmp_path: Path) -> None:
     create_topic(strata_broker, "tier-gap", partitions=1)
     sent = produce(strata_broker, "tier-gap", 4_000, partitions=1)
     with TierJob(spark, settings(strata_broker, tmp_path,
@@ -346,7 +346,7 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 
 def test_sigkilled_mid_write_and_rerun_leaves_the_table_exact(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ZooKeeperClient, tmp_path: Path) -> None:
     topic = "tier-kill"
     create_topic(strata_broker, topic)
     sent = produce(strata_broker, topic, 8_000)
@@ -388,7 +388,7 @@ def _segment_files(broker: BrokerProcess, topic: str, partition: int) -> list[Pa
 
 def test_local_retention_deletes_only_tiered_segments_and_history_still_reads(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ZooKeeperClient, tmp_path: Path) -> None:
     topic = "tier-local"
     create_topic(strata_broker, topic, partitions=1, **{"local.retention.ms": "0"})
     sent = produce(strata_broker, topic, 5_000, partitions=1)
@@ -422,7 +422,7 @@ def test_local_retention_deletes_only_tiered_segments_and_history_still_reads(
 
 def test_total_retention_deletes_the_oldest_prefix_from_delta_and_never_a_hole(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ZooKeeperClient, tmp_path: Path) -> None:
     """Old records, new ones, then old ones again (a producer with a late clock): the
     old prefix goes, the late old records stay (deleting them would punch a hole readers
     cannot see), and ``tier_start`` moves to the first record kept."""
@@ -455,7 +455,7 @@ def test_total_retention_deletes_the_oldest_prefix_from_delta_and_never_a_hole(
 
 def test_a_recreated_topic_never_appends_to_the_old_history(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ZooKeeperClient, tmp_path: Path) -> None:
     """Neither its tier table nor (a compacted topic) its latest-per-key table: each
     records the topic id it belongs to and refuses another."""
     topic = "tier-again"
@@ -516,7 +516,7 @@ def test_records_deleted_before_tiering_stop_the_topic_with_tier_gap(
 
 def test_compacted_table_matches_a_latest_per_key_model(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ZooKeeperClient, tmp_path: Path) -> None:
     topic = "tier-compact"
     day = 24 * 3600 * 1000
     create_topic(strata_broker, topic, partitions=1,
@@ -573,7 +573,7 @@ def test_compacted_table_matches_a_latest_per_key_model(
 
 def test_a_failing_topic_is_reported_and_the_others_still_tier(
         spark: Any, strata_broker: BrokerProcess, zookeeper_server: ZooKeeperServer,
-        coordinator: Coordinator, tmp_path: Path) -> None:
+        coordinator: ZooKeeperClient, tmp_path: Path) -> None:
     create_topic(strata_broker, "tier-elsewhere", partitions=1)
     create_topic(strata_broker, "tier-fine", partitions=1)
     produce(strata_broker, "tier-elsewhere", 1_500, partitions=1)

@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE
 
-from brokers.coordination import Coordinator
+from brokers.coordination import ZooKeeperClient
 from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import REPO, BrokerProcess
 from wire.sasl import scram_credential
@@ -59,7 +59,7 @@ def test_secure_then_unsecure_an_existing_cluster(
         zookeeper_server: ZooKeeperServer, tmp_path: Path,
         kazoo_factory: Callable[[str], KazooClient]) -> None:
     zk = zookeeper_server.connect_string
-    coordinator = Coordinator(zk)  # no digest: what an unsecured cluster writes
+    coordinator = ZooKeeperClient(zk)  # no digest: what an unsecured cluster writes
     coordinator.start()
     try:
         coordinator.put_scram_credential("alice", scram_credential("SCRAM-SHA-256", "pw"))

@@ -199,7 +199,7 @@ class AdminApis(ApiFamily):
         # The ZooKeeper transactions of all of them at once: they pipeline on the one
         # session instead of costing a round trip (and a ZooKeeper fsync) each in turn.
         outcomes = await asyncio.gather(*(
-            asyncio.to_thread(self.coordinator.create_topic, definition, overrides)
+            asyncio.to_thread(self.zookeeper.create_topic, definition, overrides)
             for _, definition, overrides in writes), return_exceptions=True)
         for (index, _, _), outcome in zip(writes, outcomes, strict=True):
             if isinstance(outcome, StrataError):
@@ -298,7 +298,7 @@ class AdminApis(ApiFamily):
                         f"topic {name!r} is internal (the consumer groups' offsets and "
                         "membership): it cannot be deleted; delete groups with DeleteGroups "
                         "(strata group delete)")
-                await asyncio.to_thread(self.coordinator.delete_topic, name)
+                await asyncio.to_thread(self.zookeeper.delete_topic, name)
                 await self._await_topic(name, present=False, timeout_ms=request.timeout_ms)
                 results.append(TopicResult(name, 0, None))
             except StrataError as err:
@@ -332,7 +332,7 @@ class AdminApis(ApiFamily):
                     raise UnknownTopicOrPartitionError(f"topic {topic.name!r} does not exist")
                 for _ in range(5):
                     current, version = await asyncio.to_thread(
-                        self.coordinator.topic_configs, topic.name)
+                        self.zookeeper.topic_configs, topic.name)
                     updated = dict(current)
                     for key in topic.delete:
                         if key not in TOPIC_CONFIG_KEYS:
@@ -357,7 +357,7 @@ class AdminApis(ApiFamily):
                     if request.validate_only:
                         break
                     try:
-                        await asyncio.to_thread(self.coordinator.set_topic_configs,
+                        await asyncio.to_thread(self.zookeeper.set_topic_configs,
                                                 topic.name, updated, version)
                         await self.host.on_configs_changed(topic.name, updated)
                         break
@@ -396,15 +396,15 @@ class AdminApis(ApiFamily):
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
         self._require("ALTER", "CLUSTER")
         known, results = self._known_partitions(request.topics)
-        coordinator = self.coordinator
+        zookeeper = self.zookeeper
         by_topic: dict[str, list[ElectionPartitionResult]] = {}
         failure: StrataError | None = None
         if known:
             try:
-                await asyncio.to_thread(coordinator.request_preferred_election,
+                await asyncio.to_thread(zookeeper.request_preferred_election,
                                         None if request.topics is None else known)
                 deadline = time.monotonic() + max(request.timeout_ms, 1) / 1000
-                while await asyncio.to_thread(coordinator.preferred_election_pending):
+                while await asyncio.to_thread(zookeeper.preferred_election_pending):
                     if time.monotonic() >= deadline:
                         raise RequestTimedOutError(
                             f"the controller did not finish the election within "
@@ -418,7 +418,7 @@ class AdminApis(ApiFamily):
             if failure is not None:
                 answer = ElectionPartitionResult(p, failure.code, -1, failure.message)
             else:
-                state = await asyncio.to_thread(coordinator.partition_state, topic, p)
+                state = await asyncio.to_thread(zookeeper.partition_state, topic, p)
                 preferred = self.cluster.topics[topic].assignment[p][0]
                 answer = ElectionPartitionResult(p, 0, state.leader)
                 if state.leader != preferred:
@@ -458,13 +458,13 @@ class AdminApis(ApiFamily):
                 request.topics, lambda p: ElectionPartitionResult(p, 0, -1), check):
             answers.setdefault(name, []).extend(checked)
         if wanted:
-            coordinator = self.coordinator
+            zookeeper = self.zookeeper
             try:
                 for _ in range(10):
-                    pending, version = await asyncio.to_thread(coordinator.reassignments)
+                    pending, version = await asyncio.to_thread(zookeeper.reassignments)
                     pending.update(wanted)
                     try:
-                        await asyncio.to_thread(coordinator.write_reassignments, pending,
+                        await asyncio.to_thread(zookeeper.write_reassignments, pending,
                                                 version)
                         break
                     except ConcurrentUpdateError:
@@ -484,14 +484,14 @@ class AdminApis(ApiFamily):
     async def list_partition_reassignments(self, request: ListPartitionReassignmentsRequest
                                            ) -> ListPartitionReassignmentsResponse:
         self._require("DESCRIBE", "CLUSTER")
-        coordinator = self.coordinator
-        pending, _ = await asyncio.to_thread(coordinator.reassignments)
+        zookeeper = self.zookeeper
+        pending, _ = await asyncio.to_thread(zookeeper.reassignments)
         out = []
         for (topic, p), target in sorted(pending.items()):
             definition = self.cluster.topics.get(topic)
             current = definition.assignment.get(p, []) if definition else []
             try:
-                isr = (await asyncio.to_thread(coordinator.partition_state, topic, p)).isr
+                isr = (await asyncio.to_thread(zookeeper.partition_state, topic, p)).isr
             except StrataError:
                 isr = []
             # Joining: a target replica not in the replica set yet, or still copying.

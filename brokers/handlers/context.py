@@ -41,7 +41,7 @@ from wire.sasl import MECHANISMS
 if TYPE_CHECKING:
     from brokers.config import BrokerConfig
     from brokers.controller import Controller
-    from brokers.coordination import Coordinator
+    from brokers.coordination import ZooKeeperClient
     from brokers.group_coordinator import GroupCoordinator
     from brokers.replica_manager import ReplicaManager
     from brokers.services import HandlerHost, MetadataCache, PartitionRegistry
@@ -88,7 +88,7 @@ class ApiContext:
     """The services the API families are thin over, and the checks they share."""
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
-                 registry: PartitionRegistry, coordinator: Coordinator, *,
+                 registry: PartitionRegistry, zookeeper: ZooKeeperClient, *,
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
                  host: HandlerHost, authenticator: Authenticator | None = None,
                  acls: AclCache | None = None, quotas: QuotaManager | None = None,
@@ -99,7 +99,7 @@ class ApiContext:
         self.broker_id = config.broker_id
         self.cluster = cluster
         self.registry = registry
-        self.coordinator = coordinator
+        self.zookeeper = zookeeper
         self.controller = controller
         self.replicas = replicas
         self.groups = groups
@@ -176,7 +176,7 @@ class ApiFamily:
         self.broker_id = context.broker_id
         self.cluster = context.cluster
         self.registry = context.registry
-        self.coordinator = context.coordinator
+        self.zookeeper = context.zookeeper
         self.host = context.host
         # The shared checks, bound once.
         self._allowed = context.allowed

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from brokers.acl import AclCache
     from brokers.config import BrokerConfig
     from brokers.controller import Controller
-    from brokers.coordination import Coordinator
+    from brokers.coordination import ZooKeeperClient
     from brokers.group_coordinator import GroupCoordinator
     from brokers.quotas import QuotaManager
     from brokers.replica_manager import ReplicaManager
@@ -63,7 +63,7 @@ class RequestHandlers:
     """
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
-                 registry: PartitionRegistry, coordinator: Coordinator, *,
+                 registry: PartitionRegistry, zookeeper: ZooKeeperClient, *,
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
                  host: HandlerHost, authenticator: Authenticator | None = None,
                  acls: AclCache | None = None, quotas: QuotaManager | None = None,
@@ -71,7 +71,7 @@ class RequestHandlers:
         """``acls`` None: no authorization (every principal may do everything).
         ``schemas`` None: no schema registry (typed topics refuse every write)."""
         self.context = context = ApiContext(
-            config, cluster, registry, coordinator, controller=controller, replicas=replicas,
+            config, cluster, registry, zookeeper, controller=controller, replicas=replicas,
             groups=groups, host=host, authenticator=authenticator, acls=acls, quotas=quotas,
             schemas=schemas)
         self.admin = AdminApis(context)

@@ -161,7 +161,7 @@ class SecurityApis(ApiFamily):
     ) -> DescribeUserScramCredentialsResponse:
         try:
             self._require("DESCRIBE", "CLUSTER")
-            stored = await asyncio.to_thread(self.coordinator.scram_credentials)
+            stored = await asyncio.to_thread(self.zookeeper.scram_credentials)
         except StrataError as err:
             return DescribeUserScramCredentialsResponse(
                 [UserScramCredentials(u, *error_fields(err)) for u in request.users or []])
@@ -223,13 +223,13 @@ class SecurityApis(ApiFamily):
 
         def write(user: str) -> None:
             for deletion in request.deletions:
-                if deletion.user == user and not self.coordinator.delete_scram_credential(
+                if deletion.user == user and not self.zookeeper.delete_scram_credential(
                         user, deletion.mechanism):
                     raise ResourceNotFoundError(
                         f"user {user!r} has no {deletion.mechanism} credential to delete")
             for upsert in request.upsertions:
                 if upsert.user == user:
-                    self.coordinator.put_scram_credential(user, credential_from_salted(
+                    self.zookeeper.put_scram_credential(user, credential_from_salted(
                         upsert.mechanism, bytes(upsert.salt), upsert.iterations,
                         bytes(upsert.salted_password)))
 
@@ -260,7 +260,7 @@ class SecurityApis(ApiFamily):
                 results.append(AclResult(*error_fields(err)))
         if good:
             try:
-                await asyncio.to_thread(self.coordinator.add_acls, good)
+                await asyncio.to_thread(self.zookeeper.add_acls, good)
             except StrataError as err:
                 results = [r if r.error_code else AclResult(*error_fields(err)) for r in results]
         return CreateAclsResponse(results)
@@ -269,7 +269,7 @@ class SecurityApis(ApiFamily):
         try:
             self._require("DESCRIBE", "CLUSTER")
             wanted = _acl_filter(request.filter)
-            bindings = await asyncio.to_thread(self.coordinator.acl_bindings)
+            bindings = await asyncio.to_thread(self.zookeeper.acl_bindings)
         except StrataError as err:
             return DescribeAclsResponse(*error_fields(err))
         return DescribeAclsResponse(0, None, [b for b in bindings
@@ -284,7 +284,7 @@ class SecurityApis(ApiFamily):
         for entry in request.filters:
             try:
                 wanted = _acl_filter(entry)
-                removed = await asyncio.to_thread(self.coordinator.remove_acls,
+                removed = await asyncio.to_thread(self.zookeeper.remove_acls,
                                                   functools.partial(filter_matches, wanted))
                 results.append(DeleteAclsResult(0, None, removed))
             except StrataError as err:
@@ -295,7 +295,7 @@ class SecurityApis(ApiFamily):
                                      ) -> DescribeClientQuotasResponse:
         try:
             self._require("DESCRIBE", "CLUSTER")
-            stored = await asyncio.to_thread(self.coordinator.client_quotas)
+            stored = await asyncio.to_thread(self.zookeeper.client_quotas)
         except StrataError as err:
             return DescribeClientQuotasResponse(*error_fields(err))
         return DescribeClientQuotasResponse(0, None, [
@@ -322,7 +322,7 @@ class SecurityApis(ApiFamily):
                 changes.setdefault((change.user, change.client_id), {})[change.key] = \
                     None if change.remove else float(change.value)
             for (user, client_id), values in changes.items():
-                await asyncio.to_thread(self.coordinator.alter_client_quota, user, client_id,
+                await asyncio.to_thread(self.zookeeper.alter_client_quota, user, client_id,
                                         values)
         except StrataError as err:
             return AlterClientQuotasResponse(*error_fields(err))

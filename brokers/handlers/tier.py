@@ -88,8 +88,8 @@ class TierApis(ApiFamily):
         return DescribeTierResponse(topics)
 
     def _tier_records(self, topic: str) -> tuple[str | None, dict[int, TierProgress]]:
-        coordinator = self.coordinator
-        return coordinator.tier_table(topic), coordinator.tier_progress(topic)
+        zookeeper = self.zookeeper
+        return zookeeper.tier_table(topic), zookeeper.tier_progress(topic)
 
     def _describe_tier_partition(self, topic: str, p: int, progress: TierProgress | None
                                  ) -> DescribeTierPartitionResponse:
@@ -119,7 +119,7 @@ class TierApis(ApiFamily):
             if request.release:
                 if request.lease_id is None:
                     raise InvalidRequestError("release needs the lease_id being given up")
-                await asyncio.to_thread(self.coordinator.release_tier_lease, request.topic,
+                await asyncio.to_thread(self.zookeeper.release_tier_lease, request.topic,
                                         request.lease_id)
                 return TierLeaseResponse(0)
             if not _MIN_TIER_LEASE_MS <= request.ttl_ms <= _MAX_TIER_LEASE_MS:
@@ -128,11 +128,11 @@ class TierApis(ApiFamily):
                     f"{_MAX_TIER_LEASE_MS} ms and renew well within it")
             if request.lease_id is None:
                 lease_id, topic_id, compacted = await asyncio.to_thread(
-                    self.coordinator.acquire_tier_lease, request.topic, request.owner,
+                    self.zookeeper.acquire_tier_lease, request.topic, request.owner,
                     request.ttl_ms)
                 return TierLeaseResponse(0, None, lease_id, topic_id, [
                     CompactionProgress(p, merged) for p, merged in sorted(compacted.items())])
-            await asyncio.to_thread(self.coordinator.renew_tier_lease, request.topic,
+            await asyncio.to_thread(self.zookeeper.renew_tier_lease, request.topic,
                                     request.lease_id, request.ttl_ms)
             return TierLeaseResponse(0, None, request.lease_id)
         except StrataError as err:
@@ -163,19 +163,19 @@ class TierApis(ApiFamily):
         return UpdateTierResponse(0, None, stored)
 
     def _write_tier(self, request: UpdateTierRequest) -> list[TierProgressUpdate]:
-        coordinator, topic, lease = self.coordinator, request.topic, request.lease_id
+        zookeeper, topic, lease = self.zookeeper, request.topic, request.lease_id
         if request.table is not None:
-            coordinator.set_tier_table(topic, request.table, lease_id=lease)
+            zookeeper.set_tier_table(topic, request.table, lease_id=lease)
         out = []
         for update in request.partitions:
             answer = TierProgressUpdate(update.partition)
             if update.tiered_up_to >= 0:
-                saved = coordinator.advance_tier_progress(
+                saved = zookeeper.advance_tier_progress(
                     topic, update.partition, tiered_up_to=update.tiered_up_to,
                     tier_start=update.tier_start, topic_id=request.topic_id, lease_id=lease)
                 answer.tiered_up_to, answer.tier_start = saved.tiered_up_to, saved.tier_start
             if update.merged_up_to >= 0:
-                answer.merged_up_to = coordinator.advance_compaction_progress(
+                answer.merged_up_to = zookeeper.advance_compaction_progress(
                     topic, update.partition, update.merged_up_to, lease_id=lease)
             out.append(answer)
         return out

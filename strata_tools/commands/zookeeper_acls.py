@@ -47,10 +47,10 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from brokers.coordination import Coordinator, ZooKeeperUnavailableError
+    from brokers.coordination import ZooKeeperClient, ZooKeeperUnavailableError
 
     password = read_password(args.password_file, "digest password")
-    coordinator = Coordinator(args.zookeeper, digest=(args.digest_username, password))
+    coordinator = ZooKeeperClient(args.zookeeper, digest=(args.digest_username, password))
     try:
         coordinator.start()
     except Exception as err:

@@ -166,11 +166,11 @@ class ClusterSecurity:
     def bootstrap_zookeeper(self, connect: str) -> None:
         """Users and the ``app`` ACLs, straight into ZooKeeper under the digest identity."""
         from brokers.acl import CLUSTER_NAME
-        from brokers.coordination import Coordinator
+        from brokers.coordination import ZooKeeperClient
         from wire.protocol import AclEntry
         from wire.sasl import scram_credential
 
-        coordinator = Coordinator(connect, digest=self.DIGEST)
+        coordinator = ZooKeeperClient(connect, digest=self.DIGEST)
         coordinator.start()
         try:
             for user, password in self.USERS.items():
