@@ -60,9 +60,9 @@ from brokers.replica_manager import ReplicaManager
 from brokers.replication import ReplicaFetcherManager
 from brokers.schema_registry import SchemaRegistry
 from brokers.security import (
-    Authenticator,
     CredentialCache,
     Listener,
+    SaslAuthenticator,
     Session,
     check_mechanisms,
     server_ssl_context,
@@ -119,7 +119,7 @@ class Broker:
             super_users=[u.strip() for u in config.super_users.split(";") if u.strip()],
             allow_if_no_acl=config.allow_everyone_if_no_acl_found) \
             if config.authorizer_enable else None
-        self.authenticator = Authenticator(
+        self.authenticator = SaslAuthenticator(
             self.credentials, check_mechanisms(config.sasl_enabled_mechanisms),
             plain_over_plaintext=config.sasl_plain_allow_plaintext,
             reauth_ms=config.connections_max_reauth_ms)

@@ -166,7 +166,7 @@ if TYPE_CHECKING:
     from brokers.config import BrokerConfig
     from brokers.coordination import ZooKeeperClient
     from brokers.partition import Partition
-    from brokers.services import GroupHost, MetadataCache, PartitionRegistry
+    from brokers.services import InternalTopicHost, MetadataCache, PartitionRegistry
 
 __all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "coordinator_partition"]
 
@@ -670,7 +670,7 @@ class GroupCoordinator:
     """Coordinates the groups whose ``__consumer_offsets`` partitions this broker leads."""
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
-                 registry: PartitionRegistry, zookeeper: ZooKeeperClient, host: GroupHost,
+                 registry: PartitionRegistry, zookeeper: ZooKeeperClient, host: InternalTopicHost,
                  metrics_registry: CollectorRegistry) -> None:
         self.config = config
         self.broker_id = config.broker_id

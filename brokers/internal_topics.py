@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from brokers.config import BrokerConfig
     from brokers.coordination import BrokerRegistration, ZooKeeperClient
     from brokers.partition import Partition
-    from brokers.services import GroupHost, MetadataCache
+    from brokers.services import InternalTopicHost, MetadataCache
     from wire.protocol import ApiKey, Message
 
 __all__ = ["append_replicated", "ask_broker", "create_internal_topic"]
@@ -42,7 +42,7 @@ log = logging.getLogger("strata.brokers.internal_topics")
 
 async def create_internal_topic(name: str, partitions: int, *, config: BrokerConfig,
                                 cluster: MetadataCache, zookeeper: ZooKeeperClient,
-                                host: GroupHost, topic_config: dict[str, str]) -> None:
+                                host: InternalTopicHost, topic_config: dict[str, str]) -> None:
     """Create compacted internal topic ``name`` with ``offsets.topic.replication.factor``
     replicas, unless another broker did first. Raises COORDINATOR_NOT_AVAILABLE when too
     few brokers are live: created once with its factor for good, a single copy would

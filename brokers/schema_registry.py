@@ -88,7 +88,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from brokers.config import BrokerConfig
     from brokers.coordination import ZooKeeperClient
     from brokers.partition import Partition
-    from brokers.services import GroupHost, MetadataCache, PartitionRegistry
+    from brokers.services import InternalTopicHost, MetadataCache, PartitionRegistry
 
 __all__ = ["CHECK_TTL_S", "DEFAULT_COMPATIBILITY", "SchemaCheck", "SchemaRegistry"]
 
@@ -255,7 +255,7 @@ class SchemaRegistry:
 
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
                  registry: PartitionRegistry, zookeeper: ZooKeeperClient,
-                 host: GroupHost) -> None:
+                 host: InternalTopicHost) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster

@@ -8,7 +8,7 @@ once known, the principal (``User:<name>``: the SASL user, or on SSL with a clie
 certificate the certificate's subject; ``User:ANONYMOUS`` otherwise).
 
 On a SASL listener a session may send only ApiVersions, SaslHandshake and
-SaslAuthenticate until :class:`Authenticator` has accepted its credentials; anything
+SaslAuthenticate until :class:`SaslAuthenticator` has accepted its credentials; anything
 else is ILLEGAL_SASL_STATE and the connection is closed after the answer, as is a failed
 login. A session that has not authenticated within ``sasl.authentication.timeout.ms``
 is closed, and unauthenticated frames are capped at ``_UNAUTHENTICATED_FRAME_BYTES``, so
@@ -43,7 +43,7 @@ from wire.errors import (
 from wire.sasl import MECHANISMS, ScramCredential, ScramServer, check_plain, parse_plain
 from wire.security import SECURITY_PROTOCOLS, HasSecurityProtocol
 
-__all__ = ["ANONYMOUS", "Authenticator", "CredentialCache", "Listener", "Session",
+__all__ = ["ANONYMOUS", "CredentialCache", "Listener", "SaslAuthenticator", "Session",
            "check_mechanisms", "parse_listeners", "server_ssl_context"]
 
 log = logging.getLogger("strata.brokers.security")
@@ -212,8 +212,9 @@ class CredentialCache:
         return changed
 
 
-class Authenticator:
-    """SaslHandshake and SaslAuthenticate for sessions on one broker."""
+class SaslAuthenticator:
+    """Authenticates a connection's SASL login (PLAIN or SCRAM) against the credentials
+    in ZooKeeper: SaslHandshake and SaslAuthenticate for the sessions on one broker."""
 
     def __init__(self, credentials: CredentialCache, mechanisms: list[str], *,
                  plain_over_plaintext: bool, reauth_ms: int) -> None:

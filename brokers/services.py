@@ -42,8 +42,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from brokers.partition import Partition
     from wire.errors import StrataError
 
-__all__ = ["ControllerHost", "GroupHost", "HandlerHost", "MetadataCache", "PartitionRegistry",
-           "ReplicaHost"]
+__all__ = ["ControllerHost", "HandlerHost", "InternalTopicHost", "MetadataCache",
+           "PartitionRegistry", "ReplicaHost"]
 
 
 @dataclass
@@ -101,15 +101,18 @@ class ControllerHost(ReplicaHost, Protocol):
         ...
 
 
-class GroupHost(Protocol):
-    """What the group coordinator asks of the broker process."""
+class InternalTopicHost(Protocol):
+    """What the owners of the brokers' internal topics (the group coordinator with
+    ``__consumer_offsets``, the schema registry with ``__schemas``) ask of the broker
+    process: creating such a topic needs the live brokers and, once created, the topic
+    in the cache (``brokers/internal_topics.py``)."""
 
     async def refresh_brokers(self) -> None: ...
 
     async def sync_topics(self, names: list[str] | None = None) -> None: ...
 
 
-class HandlerHost(GroupHost, _Lifecycle, Protocol):
+class HandlerHost(InternalTopicHost, _Lifecycle, Protocol):
     """What the request handlers ask of the broker process."""
 
     @property

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from brokers.acl import CLUSTER_NAME, AclCache, RefusalLog
 from brokers.quotas import QuotaManager
 from brokers.schema_registry import SchemaCheck, SchemaRegistry
-from brokers.security import Authenticator, CredentialCache, Listener, Session
+from brokers.security import CredentialCache, Listener, SaslAuthenticator, Session
 from wire.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
@@ -90,7 +90,7 @@ class ApiContext:
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
                  registry: PartitionRegistry, zookeeper: ZooKeeperClient, *,
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
-                 host: HandlerHost, authenticator: Authenticator | None = None,
+                 host: HandlerHost, authenticator: SaslAuthenticator | None = None,
                  acls: AclCache | None = None, quotas: QuotaManager | None = None,
                  schemas: SchemaRegistry | None = None) -> None:
         """``acls`` None: no authorization (every principal may do everything).
@@ -109,7 +109,7 @@ class ApiContext:
         self.schemas = schemas
         self.schema_check = SchemaCheck(schemas) if schemas is not None else None
         self._refusals = RefusalLog(logging.getLogger("strata.brokers.audit"))
-        self.authenticator = authenticator or Authenticator(
+        self.authenticator = authenticator or SaslAuthenticator(
             CredentialCache(), list(MECHANISMS), plain_over_plaintext=False, reauth_ms=0)
 
     # ------------------------------------------------------------------ authorization

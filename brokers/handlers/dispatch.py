@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from brokers.quotas import QuotaManager
     from brokers.replica_manager import ReplicaManager
     from brokers.schema_registry import SchemaRegistry
-    from brokers.security import Authenticator, Session
+    from brokers.security import SaslAuthenticator, Session
     from brokers.services import HandlerHost, MetadataCache, PartitionRegistry
 
 __all__ = ["RequestHandlers"]
@@ -65,7 +65,7 @@ class RequestHandlers:
     def __init__(self, config: BrokerConfig, cluster: MetadataCache,
                  registry: PartitionRegistry, zookeeper: ZooKeeperClient, *,
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
-                 host: HandlerHost, authenticator: Authenticator | None = None,
+                 host: HandlerHost, authenticator: SaslAuthenticator | None = None,
                  acls: AclCache | None = None, quotas: QuotaManager | None = None,
                  schemas: SchemaRegistry | None = None) -> None:
         """``acls`` None: no authorization (every principal may do everything).
