@@ -1,6 +1,7 @@
 """The import contracts in pyproject.toml (``[tool.importlinter]``, run by ``make lint``)
 hold on the tree, and they catch a deliberate violation (between the top-level packages,
-and between the client's own layers); every test module declares one tier, and one that
+between the client's own layers and between the brokers' modules, whose README drawing
+must match the contract); every test module declares one tier, and one that
 does not fails collection.
 
 The violation is made in a copy: the packages' Python files, pyproject.toml and our own
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -94,6 +97,14 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
     ("strata/client/_cluster.py", "import strata.client._schemas", CLIENT_LAYERS),
     ("strata/client/admin.py", "import strata.client.consumer", CLIENT_LAYERS),
     ("strata/client/_stray.py", "import strata.client._common", CLIENT_LAYERS),
+    # Inside brokers/: the connections' security sits below the handlers that use it,
+    # a partition below the replica manager, and siblings stay apart.
+    ("brokers/security.py", "import brokers.handlers", "brokers modules import downward only"),
+    ("brokers/partition.py", "import brokers.replica_manager",
+     "brokers modules import downward only"),
+    ("brokers/network.py", "import brokers.handlers.dispatch",
+     "brokers modules import downward only"),
+    ("brokers/log/segment.py", "import brokers.metrics", "brokers modules import downward only"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, line: str,
                                                  contract: str) -> None:
@@ -104,6 +115,51 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, lin
     assert result.returncode != 0, result.stdout
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken, result.stdout
+
+
+def test_a_brokers_module_outside_every_layer_breaks_the_layers(tmp_path: Path) -> None:
+    """The brokers layers are exhaustive: a new module must be placed in one."""
+    root = _copy_tree(tmp_path)
+    (root / "brokers" / "newcomer.py").write_text('"""A module no layer names."""\n')
+    result = _lint(root)
+    assert result.returncode != 0, result.stdout
+    assert "newcomer" in result.stdout, result.stdout
+
+
+def _brokers_layers_contract() -> list[set[str]]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"]
+                   if c["id"] == "brokers-layers"]
+    assert contract["containers"] == ["brokers"] and contract["exhaustive"]
+    return [{name.strip() for name in layer.split("|")} for layer in contract["layers"]]
+
+
+def _brokers_readme_layers() -> list[list[str]]:
+    """The modules brokers/README.md draws inside brokers/, layer by layer (top first):
+    a module line starts with ``name.py`` or ``name/``; a line of ``▼`` ends a layer."""
+    text = (REPO / "brokers" / "README.md").read_text()
+    start = text.index("Inside `brokers/`")
+    block = text[text.index("```\n", start) + 4:]
+    block = block[:block.index("```")]
+    layers: list[list[str]] = [[]]
+    for line in block.splitlines():
+        if line.strip() == "▼":
+            layers.append([])
+        elif (found := re.match(r"([A-Za-z_]+)(?:\.py|/)\s", line)) is not None:
+            layers[-1].append(found.group(1))
+    return layers
+
+
+def test_the_brokers_readme_draws_the_layers_contract() -> None:
+    drawn = _brokers_readme_layers()
+    listed = [name for layer in drawn for name in layer]
+    assert len(listed) == len(set(listed)), f"listed twice: {sorted(listed)}"
+    modules = {path.stem for path in (REPO / "brokers").glob("*.py")} - {"__init__"}
+    modules |= {path.parent.name for path in (REPO / "brokers").glob("*/__init__.py")}
+    assert set(listed) - modules == set(), "the README lists modules that do not exist"
+    assert modules - set(listed) == set(), "brokers modules missing from the README"
+    assert [set(layer) for layer in drawn] == _brokers_layers_contract(), \
+        "brokers/README.md and the brokers-layers contract in pyproject.toml disagree"
 
 
 def test_private_means_a_leading_underscore_below_the_top_level() -> None:
