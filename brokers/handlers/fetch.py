@@ -9,6 +9,7 @@ the bytes answered.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable
 
 from brokers.answers import answer_each
@@ -45,9 +46,10 @@ class FetchApis(ApiFamily):
     def __init__(self, context: ApiContext) -> None:
         super().__init__(context)
         self.replicas = context.replicas
-        # The check and the quota the replica manager is given, bound once.
-        self._authorize_read = self._authorize_fetch
-        self._fetch_quota = self._quota_fetched
+        # The check and the quota the replica manager calls back, made once (not a
+        # bound method per request).
+        self._authorize_read = functools.partial(context.require, "READ", "TOPIC")
+        self._fetch_quota = functools.partial(context.throttle, "consumer_byte_rate")
 
     def apis(self) -> dict[ApiKey, Handler]:
         return {
@@ -61,12 +63,6 @@ class FetchApis(ApiFamily):
             self._require("CLUSTER_ACTION", "CLUSTER")
         return self.replicas.fetch_records(request, authorize=self._authorize_read,
                                            quota=self._fetch_quota)
-
-    def _authorize_fetch(self, topic: str) -> None:
-        self._require("READ", "TOPIC", topic)
-
-    def _quota_fetched(self, size: int) -> int:
-        return self._throttle("consumer_byte_rate", size)
 
     async def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
         def find(topic: str, part: ListOffsetsPartition,

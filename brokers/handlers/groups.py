@@ -145,6 +145,7 @@ class GroupApis(ApiFamily):
         refused = self._refusal("READ", "GROUP", request.group_id)
         if refused is not None:
             return answered(ConsumerGroupHeartbeatResponse(*error_fields(refused)))
-        # The client id of the request's header: the dispatcher sets it on the session
-        # before any handler runs.
+        # The client id of this request's header: the dispatcher sets it on the session
+        # just before it calls the handler, with no await in between, so it is this
+        # request's even when a connection pipelines requests.
         return self.groups.heartbeat(request, current_session().client_id)

@@ -13,6 +13,7 @@ there.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Iterable
 
 from brokers.acl import CLUSTER_NAME
@@ -65,10 +66,11 @@ class ProduceApis(ApiFamily):
         self.replicas = context.replicas
         self.schema_check = context.schema_check
         self.acls = context.acls
-        # The checks and the quota the replica manager is given, bound once.
+        # The checks and the quota the replica manager calls back, made once (not a
+        # bound method per request).
         self._admit_produce = self._admit_write
-        self._admit_commit = self._admit_commit_staged
-        self._produce_quota = self._quota_produced
+        self._admit_commit = functools.partial(context.require, "WRITE", "TOPIC")
+        self._produce_quota = functools.partial(context.throttle, "producer_byte_rate")
         self._schema_checks = self._schema_refusals
 
     def apis(self) -> dict[ApiKey, Handler]:
@@ -88,9 +90,6 @@ class ProduceApis(ApiFamily):
     def _admit_write(self, topic: str, part: ProducePartition) -> None:
         self._require("WRITE", "TOPIC", topic)
         self._check_write(topic, part.records)
-
-    def _quota_produced(self, size: int) -> int:
-        return self._throttle("producer_byte_rate", size)
 
     async def _schema_refusals(self, topics: Iterable[ProduceTopic | StageTopic]
                                ) -> dict[tuple[str, int], StrataError]:
@@ -187,9 +186,6 @@ class ProduceApis(ApiFamily):
 
     def commit_staged(self, request: CommitStagedRequest) -> Awaitable[CommitStagedResponse]:
         return self.replicas.commit_staged(request, admit=self._admit_commit)
-
-    def _admit_commit_staged(self, topic: str) -> None:
-        self._require("WRITE", "TOPIC", topic)
 
     async def abort_staged(self, request: AbortStagedRequest) -> AbortStagedResponse:
         def abort(topic: str, part: AbortPartition, answer: AbortPartitionResponse) -> None:
