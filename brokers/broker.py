@@ -22,6 +22,12 @@ ZooKeeper session (the registration vanishes).
 Partition states reach the broker through change notifications
 (:class:`~brokers.coordination.PartitionStateWatcher`) in batches, applied on the event
 loop with one log line per batch that changes what this broker leads.
+
+The broker decides which replicas it hosts and what state each is in; the parts it
+wires together do the rest: the log manager (``brokers/log_manager.py``) opens, closes
+and looks after the logs, the replica manager (``brokers/replica_manager.py``) is the
+leaders' side and the fetcher manager (``brokers/replication.py``) the followers', and
+the request handlers (``brokers/handlers/``) answer the clients.
 """
 
 from __future__ import annotations
@@ -87,15 +93,14 @@ META_FILE: Final = "meta.json"
 _LAG_PROBE_S: Final = 0.1
 
 
-
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.data_dir = config.data_dir
-        self.zookeeper = ZooKeeperClient(config.zookeeper_connect,
-                                       session_timeout_ms=config.zookeeper_session_timeout_ms,
-                                       digest=config.zookeeper_digest())
+        self.zookeeper = ZooKeeperClient(
+            config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms,
+            digest=config.zookeeper_digest())
         # The cluster as this broker last read it, and the replicas it hosts: the parts
         # below get these (brokers/services.py), never the broker itself.
         self.metadata = MetadataCache(config.broker_id)

@@ -1,16 +1,17 @@
 """What the broker's parts are given, instead of the whole :class:`~brokers.broker.Broker`.
 
-The request handlers, the controller, the replica manager and the group coordinator
-each receive the pieces they use (the way Kafka's ``KafkaApis`` receives a
-``ReplicaManager``, a ``GroupCoordinator`` and a ``MetadataCache``):
+The request handlers, the controller, the replica manager, the fetcher manager, the log
+manager, the group coordinator and the schema registry each receive the pieces they use
+(the way Kafka's ``KafkaApis`` receives a ``ReplicaManager``, a ``GroupCoordinator`` and
+a ``MetadataCache``):
 
 * :class:`MetadataCache`: this broker's view of the cluster (topics and their config
   overrides, partition states, live brokers, brokers in a controlled shutdown, the
   cluster id), as last read from ZooKeeper;
 * :class:`PartitionRegistry`: the replicas hosted here, and the ones that could not be
   opened;
-* the coordination client (:class:`brokers.coordination.ZooKeeperClient`), the only path to
-  ZooKeeper;
+* the ZooKeeper client (:class:`brokers.coordination.ZooKeeperClient`), the only path
+  to ZooKeeper;
 * a host: a :class:`typing.Protocol` naming the few callbacks into the broker process a
   part needs (apply a partition state, re-read the topics or the live brokers, allocate
   a producer id, schedule a callback from kazoo's thread onto the event loop).
@@ -81,7 +82,8 @@ class _Lifecycle(Protocol):
 
 
 class ReplicaHost(_Lifecycle, Protocol):
-    """What the replica manager (followers, ISR upkeep) asks of the broker process."""
+    """What the replica manager (ISR upkeep) and the fetcher manager (followers) ask of
+    the broker process."""
 
     @property
     def zookeeper_suspended(self) -> bool: ...
