@@ -85,7 +85,7 @@ def make_coordinator(counts: dict[str, int], store: FakeStore, *, max_size: int 
     cluster = MetadataCache(0, topics=topics)  # type: ignore[arg-type]
     registry = PartitionRegistry({("__consumer_offsets", 0): leader})  # type: ignore[dict-item]
     coordinator = GroupCoordinator(config, cluster, registry,  # type: ignore[arg-type]
-                                   coordinator=None, host=None,  # type: ignore[arg-type]
+                                   zookeeper=None, host=None,  # type: ignore[arg-type]
                                    metrics_registry=CollectorRegistry())
     coordinator._shards[0] = _Shard(0, 0)
     coordinator._write = store.write  # type: ignore[method-assign]
