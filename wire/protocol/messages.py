@@ -15,8 +15,9 @@ The classes live in one module per API family under ``wire/protocol/apis/``:
 configs), ``produce`` (and InitProducerId), ``fetch`` (and ListOffsets,
 OffsetForLeaderEpoch), ``sink`` (the Spark sink's staged commits), ``cluster``
 (elections, reassignments), ``tier``, ``security`` (SASL, SCRAM, ACLs, quotas),
-``groups`` and ``schema_registry``. This module keeps the API keys, each key's request
-and response class and the versions this build speaks, and re-exports every class:
+``groups``, ``schema_registry`` and ``transactions``. This module keeps the API keys,
+each key's request and response class and the versions this build speaks, and
+re-exports every class:
 ``from wire.protocol.messages import X`` and ``from wire.protocol import X`` both work.
 """
 
@@ -37,6 +38,7 @@ from wire.protocol.apis import (
     sink,
     tier,
     topics,
+    transactions,
 )
 from wire.protocol.apis.cluster import *
 from wire.protocol.apis.fetch import *
@@ -49,6 +51,7 @@ from wire.protocol.apis.security import *
 from wire.protocol.apis.sink import *
 from wire.protocol.apis.tier import *
 from wire.protocol.apis.topics import *
+from wire.protocol.apis.transactions import *
 from wire.protocol.codec import Message
 
 # Every name of every family (tests/test_docs.py checks this list against them).
@@ -107,6 +110,7 @@ __all__ = [
     "TierSegment",
     "ErrorResponse",
     "FetchPartition",
+    "AbortedTransactionEntry",
     "FetchPartitionResponse",
     "FetchRequest",
     "ForgottenTopic",
@@ -220,6 +224,34 @@ __all__ = [
     "SCHEMAS_TOPIC",
     "SchemaRegistryRequest",
     "SchemaRegistryResponse",
+    "TxnTopic",
+    "TxnPartitionResult",
+    "TxnTopicResult",
+    "AddPartitionsToTxnRequest",
+    "AddPartitionsToTxnResponse",
+    "AddOffsetsToTxnRequest",
+    "AddOffsetsToTxnResponse",
+    "EndTxnRequest",
+    "EndTxnResponse",
+    "TxnMarker",
+    "WriteTxnMarkersRequest",
+    "TxnMarkerResult",
+    "WriteTxnMarkersResponse",
+    "TxnOffsetCommitPartition",
+    "TxnOffsetCommitTopic",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitResponse",
+    "DescribeTransactionsRequest",
+    "DescribedTransaction",
+    "DescribeTransactionsResponse",
+    "ListTransactionsRequest",
+    "ListedTransaction",
+    "ListTransactionsResponse",
+    "DescribeProducersRequest",
+    "ActiveProducer",
+    "ProducersPartitionResult",
+    "ProducersTopicResult",
+    "DescribeProducersResponse",
 ]
 
 
@@ -261,6 +293,14 @@ class ApiKey(IntEnum):
     DESCRIBE_CLIENT_QUOTAS = 34
     ALTER_CLIENT_QUOTAS = 35
     SCHEMA_REGISTRY = 36
+    ADD_PARTITIONS_TO_TXN = 37
+    ADD_OFFSETS_TO_TXN = 38
+    END_TXN = 39
+    WRITE_TXN_MARKERS = 40
+    TXN_OFFSET_COMMIT = 41
+    DESCRIBE_TRANSACTIONS = 42
+    LIST_TRANSACTIONS = 43
+    DESCRIBE_PRODUCERS = 44
 
 
 # ----------------------------------------------------------------------------- registry
@@ -303,6 +343,14 @@ REQUEST_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.DESCRIBE_GROUPS: groups.DescribeGroupsRequest,
     ApiKey.DELETE_GROUPS: groups.DeleteGroupsRequest,
     ApiKey.SCHEMA_REGISTRY: schema_registry.SchemaRegistryRequest,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.AddPartitionsToTxnRequest,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.AddOffsetsToTxnRequest,
+    ApiKey.END_TXN: transactions.EndTxnRequest,
+    ApiKey.WRITE_TXN_MARKERS: transactions.WriteTxnMarkersRequest,
+    ApiKey.TXN_OFFSET_COMMIT: transactions.TxnOffsetCommitRequest,
+    ApiKey.DESCRIBE_TRANSACTIONS: transactions.DescribeTransactionsRequest,
+    ApiKey.LIST_TRANSACTIONS: transactions.ListTransactionsRequest,
+    ApiKey.DESCRIBE_PRODUCERS: transactions.DescribeProducersRequest,
 }
 
 RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
@@ -343,11 +391,23 @@ RESPONSE_TYPES: Final[dict[ApiKey, type[Message]]] = {
     ApiKey.DESCRIBE_GROUPS: groups.DescribeGroupsResponse,
     ApiKey.DELETE_GROUPS: groups.DeleteGroupsResponse,
     ApiKey.SCHEMA_REGISTRY: schema_registry.SchemaRegistryResponse,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.AddPartitionsToTxnResponse,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.AddOffsetsToTxnResponse,
+    ApiKey.END_TXN: transactions.EndTxnResponse,
+    ApiKey.WRITE_TXN_MARKERS: transactions.WriteTxnMarkersResponse,
+    ApiKey.TXN_OFFSET_COMMIT: transactions.TxnOffsetCommitResponse,
+    ApiKey.DESCRIBE_TRANSACTIONS: transactions.DescribeTransactionsResponse,
+    ApiKey.LIST_TRANSACTIONS: transactions.ListTransactionsResponse,
+    ApiKey.DESCRIBE_PRODUCERS: transactions.DescribeProducersResponse,
 }
 
 # Versions this build speaks, per API: (min, max). Bump max when a field is added.
 API_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     **{key: (0, 0) for key in ApiKey},
-    ApiKey.FETCH: (0, 1),  # 1: fetch sessions
+    ApiKey.FETCH: (0, 2),  # 1: fetch sessions; 2: last stable offset, aborted transactions
     ApiKey.METADATA: (0, 1),  # 1: a topic's value subject
+    ApiKey.PRODUCE: (0, 1),  # 1: transactional_id
+    ApiKey.INIT_PRODUCER_ID: (0, 1),  # 1: two-phase transactions
+    ApiKey.FIND_COORDINATOR: (0, 1),  # 1: key_type (transactions)
+    ApiKey.OFFSET_FETCH: (0, 1),  # 1: require_stable
 }

@@ -24,6 +24,7 @@ from wire.protocol.codec import (
 )
 
 __all__ = [
+    "AbortedTransactionEntry",
     "FetchPartition",
     "FetchPartitionResponse",
     "FetchRequest",
@@ -118,7 +119,11 @@ class FetchRequest(Message):
     exceed ``max_bytes``. Once ``max_bytes`` is used up, the partitions after it return
     no records (and no error).
 
-    ``isolation_level`` is accepted but not checked yet.
+    ``isolation_level`` 0 (read_uncommitted): consumers read up to the high watermark.
+    1 (read_committed, version 2): up to the last stable offset (no further than the
+    first offset of any transaction still open), and each partition's answer lists the
+    aborted transactions whose batches the records returned may hold, for the consumer
+    to skip (docs/transactions.md).
 
     Fetch sessions (version 1, followers only; Kafka's KIP-227 in small): a follower
     fetching thousands of partitions from one leader would otherwise send, and get back,
@@ -159,6 +164,16 @@ class FetchRequest(Message):
 
 
 @dataclass(slots=True)
+class AbortedTransactionEntry(Message):
+    """An aborted transaction in the range a read_committed fetch returned: its producer
+    and the offset of its first batch in the partition."""
+
+    producer_id: int
+    first_offset: int
+    FIELDS: ClassVar = (Field("producer_id", INT64), Field("first_offset", INT64))
+
+
+@dataclass(slots=True)
 class FetchPartitionResponse(Message):
     """``high_watermark``, ``log_start_offset``, ``log_end_offset``: the partition's
     offsets when it was read. With OFFSET_OUT_OF_RANGE, ``log_start_offset`` and
@@ -166,7 +181,8 @@ class FetchPartitionResponse(Message):
     is the log end offset). When the partition is unknown, not led by this broker or
     offline, all three are -1.
     ``records``: whole batches, sent straight from the segment files; null when there
-    is nothing to return.
+    is nothing to return. Version 2: ``last_stable_offset`` (-1 when unknown) and, at
+    read_committed, ``aborted_transactions``.
     """
 
     partition: int
@@ -176,6 +192,8 @@ class FetchPartitionResponse(Message):
     log_end_offset: int = -1
     records: Any = None  # whole batches (bytes / memoryview; a FileSlice on the server)
     error_message: str | None = None
+    last_stable_offset: int = -1  # version 2
+    aborted_transactions: list[AbortedTransactionEntry] = field(default_factory=list)
     FIELDS: ClassVar = (
         Field("partition", INT32),
         Field("error_code", INT16),
@@ -183,6 +201,8 @@ class FetchPartitionResponse(Message):
         Field("log_start_offset", INT64),
         Field("log_end_offset", INT64),
         Field("error_message", NULLABLE_STRING),
+        Field("last_stable_offset", INT64, since=2),
+        Field("aborted_transactions", Array(Struct(AbortedTransactionEntry)), since=2),
         Field("records", RECORDS),
     )
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Final, TypeVar
 
 from wire.protocol.codec import (
+    BOOL,
+    INT8,
     INT16,
     INT32,
     INT64,
@@ -77,10 +79,15 @@ class FindCoordinatorRequest(Message):
 
     Errors: COORDINATOR_NOT_AVAILABLE (the partition has no live leader yet, or the
     topic is being created: retry after a short back-off), INVALID_GROUP_ID (empty).
+
+    ``key_type`` (version 1): 0 a group (above), 1 a transactional id, whose coordinator
+    leads partition ``java_hash(key) mod N`` of ``__transaction_state`` (Kafka's rule,
+    docs/transactions.md).
     """
 
     key: str
-    FIELDS: ClassVar = (Field("key", STRING),)
+    key_type: int = 0
+    FIELDS: ClassVar = (Field("key", STRING), Field("key_type", INT8, since=1))
 
 
 @dataclass(slots=True)
@@ -285,29 +292,39 @@ class OffsetCommitResponse(Message):
 
 @dataclass(slots=True)
 class OffsetFetchRequest(Message):
-    """The group's committed offsets; ``topics`` null: every committed partition."""
+    """The group's committed offsets; ``topics`` null: every committed partition.
+
+    ``require_stable`` (version 1): a partition with offsets pending in an open
+    transaction (TxnOffsetCommit) answers UNSTABLE_OFFSET_COMMIT (retry shortly) instead
+    of the offset committed before it, as Kafka's read_committed consumers ask."""
 
     group_id: str
     topics: list[GroupTopicPartitions] | None = None
+    require_stable: bool = False
     FIELDS: ClassVar = (
         Field("group_id", STRING),
         Field("topics", Array(Struct(GroupTopicPartitions), nullable=True)),
+        Field("require_stable", BOOL, since=1),
     )
 
 
 @dataclass(slots=True)
 class OffsetFetchPartitionResponse(Message):
-    """``offset`` -1: nothing committed. ``commit_timestamp``: ms since the epoch."""
+    """``offset`` -1: nothing committed. ``commit_timestamp``: ms since the epoch.
+    ``error_code`` (version 1): UNSTABLE_OFFSET_COMMIT with ``require_stable`` when a
+    transaction holds offsets of the partition pending."""
 
     partition: int
     offset: int
     metadata: str | None = None
     commit_timestamp: int = -1
+    error_code: int = 0
     FIELDS: ClassVar = (
         Field("partition", INT32),
         Field("offset", INT64),
         Field("metadata", NULLABLE_STRING),
         Field("commit_timestamp", INT64),
+        Field("error_code", INT16, since=1),
     )
 
 

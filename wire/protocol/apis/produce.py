@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from wire.protocol.codec import (
+    BOOL,
     INT16,
     INT32,
     INT64,
@@ -98,15 +99,24 @@ class ProduceRequest(Message):
     and an error in one does not stop the others from being written. A partition not
     led by this broker answers NOT_LEADER_OR_FOLLOWER; an unknown one
     UNKNOWN_TOPIC_OR_PARTITION; one whose log could not be opened STORAGE_ERROR.
+
+    ``transactional_id`` (version 1): set when the batches are transactional (the
+    transactional bit, docs/transactions.md). Before the first transactional batch of a
+    producer in a partition the leader asks the transaction's coordinator whether the
+    partition was added to the producer's open transaction (KIP-890 part 1); one that
+    was not gets TRANSACTION_ABORTABLE and nothing is written. A non-transactional
+    batch while the producer has a transaction open in the partition: INVALID_TXN_STATE.
     """
 
     acks: int  # 0, 1 or -1 (all)
     timeout_ms: int
     topics: list[ProduceTopic]
+    transactional_id: str | None = None
     FIELDS: ClassVar = (
         Field("acks", INT16),
         Field("timeout_ms", INT32),
         Field("topics", Array(Struct(ProduceTopic))),
+        Field("transactional_id", NULLABLE_STRING, since=1),
     )
 
 
@@ -160,23 +170,36 @@ class ProduceResponse(Message):
 
 @dataclass(slots=True)
 class InitProducerIdRequest(Message):
-    """Gets an id for an idempotent producer.
+    """Gets an id for an idempotent or transactional producer.
 
-    ``transactional_id`` must be null: transactions are not supported yet (else
-    INVALID_REQUEST). ``transaction_timeout_ms`` is ignored. ``producer_id`` and
-    ``producer_epoch`` must both be -1, which requests a new id (anything else is
-    INVALID_REQUEST: bumping the epoch of an existing id needs transactions).
+    ``transactional_id`` null: a new id with epoch 0 for an idempotent producer
+    (``producer_id`` and ``producer_epoch`` must both be -1; ``transaction_timeout_ms``
+    is ignored). Set: to that id's transaction coordinator (FindCoordinator with
+    ``key_type`` 1), which bumps the epoch (fencing the previous incarnation and aborting
+    its open transaction: CONCURRENT_TRANSACTIONS, retry) and answers the id and epoch
+    (docs/transactions.md). ``producer_id``/``producer_epoch``: the caller's current
+    ones when it recovers (KIP-360), else -1. ``transaction_timeout_ms`` within the
+    broker's ``transaction.max.timeout.ms`` (else INVALID_TRANSACTION_TIMEOUT).
+
+    Version 1 (Strata's two-phase commit, in the spirit of Kafka's KIP-939):
+    ``two_phase`` makes the transactional id's transactions immune to their timeout;
+    ``keep_prepared`` (with ``two_phase``) hands an open transaction back unchanged
+    instead of aborting it, and the answer's ``state`` and ``tag`` say what it is.
     """
 
     transactional_id: str | None = None
     transaction_timeout_ms: int = 60_000
     producer_id: int = -1
     producer_epoch: int = -1
+    two_phase: bool = False
+    keep_prepared: bool = False
     FIELDS: ClassVar = (
         Field("transactional_id", NULLABLE_STRING),
         Field("transaction_timeout_ms", INT32),
         Field("producer_id", INT64),
         Field("producer_epoch", INT16),
+        Field("two_phase", BOOL, since=1),
+        Field("keep_prepared", BOOL, since=1),
     )
 
 
@@ -191,9 +214,13 @@ class InitProducerIdResponse(Message):
     producer_id: int = -1
     producer_epoch: int = -1
     error_message: str | None = None
+    state: str = ""  # version 1: the transaction's state (with keep_prepared)
+    tag: str | None = None  # version 1: its tag
     FIELDS: ClassVar = (
         Field("error_code", INT16),
         Field("producer_id", INT64),
         Field("producer_epoch", INT16),
         Field("error_message", NULLABLE_STRING),
+        Field("state", STRING, since=1),
+        Field("tag", NULLABLE_STRING, since=1),
     )
