@@ -41,18 +41,24 @@ from typing import Any, Final
 from brokers.log import AppendInfo, FileSlice, FlushPolicy, LogConfig, PartitionLog
 from brokers.log.checkpoint import OffsetCheckpoint
 from brokers.log.cleaner import require_keys
-from brokers.producer_state import ProducerStateManager
+from brokers.log.txn_index import AbortedTxn
+from brokers.producer_state import CompletedTxn, ProducerStateManager
 from brokers.staging import StagedPart, StagingArea
 from wire.errors import (
     InvalidRecordBatchError,
     InvalidRequestError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    TransactionAbortableError,
 )
 from wire.record_batch import (
     BROKER_ONLY_ATTRIBUTE_BITS,
     SINK_PRODUCER_ID_BASE,
+    BatchHeader,
+    ControlType,
+    build_control_batch,
     iter_batches,
+    parse_control,
     peek_header,
     stamp_sink_commit,
 )
@@ -95,6 +101,8 @@ class SinkCommit:
 
 
 _INT32_MAX: Final = 2**31 - 1
+# Attribute bits a produced batch may never carry (the transactional bit it may).
+_CLIENT_FORBIDDEN_BITS: Final = BROKER_ONLY_ATTRIBUTE_BITS & ~0x10
 
 
 def _now_ms() -> int:
@@ -218,8 +226,30 @@ class Partition:
         return f"Partition({self.topic}-{self.partition}, leader={self.leader_id})"
 
     def _load_producer_state(self) -> None:
-        snapshot = self.producers.load(self.log.log_end_offset)
-        self.producers.replay(self.log.batch_headers(max(snapshot, self.log.log_start_offset)))
+        """Producer state from its newest snapshot and the batches after it; the markers
+        among them rebuild the aborted-transaction index (a segment whose index was lost
+        has the whole log replayed)."""
+        snapshot = 0 if self.log.txn_index_lost else self.producers.load(
+            self.log.log_end_offset)
+        if self.log.txn_index_lost:
+            self.producers.clear()
+
+        def items() -> Any:
+            for header in self.log.batch_headers(max(snapshot, self.log.log_start_offset)):
+                if header.is_control and header.producer_id < SINK_PRODUCER_ID_BASE:
+                    control, coordinator_epoch = self.log.read_control(header.base_offset)
+                    yield header, control, coordinator_epoch
+                else:
+                    yield header
+
+        for done in self.producers.replay(items()):
+            self._index_completed(done)
+        self.producers.on_high_watermark(getattr(self, "high_watermark", 0))
+
+    def _index_completed(self, done: CompletedTxn) -> None:
+        if done.aborted:
+            self.log.add_aborted(AbortedTxn(done.producer_id, done.first_offset,
+                                            done.last_offset, self.last_stable_offset))
 
     @property
     def name(self) -> str:
@@ -287,25 +317,52 @@ class Partition:
         self._load_producer_state()
 
     # ------------------------------------------------------------------ writes
-    def append_as_leader(self, batch: memoryview | bytes) -> LeaderAppend:
+    def needs_verification(self, batch: memoryview | bytes) -> BatchHeader | None:
+        """The header of a transactional batch that would open its producer's transaction
+        here: before appending it, the leader asks the transaction coordinator that this
+        partition was added to that transaction (KIP-890 part 1). None: no need."""
+        header = peek_header(batch)
+        return header if self.producers.needs_verification(header) else None
+
+    def append_as_leader(self, batch: memoryview | bytes, *, verified: bool = False,
+                         coordinator: bool = False) -> LeaderAppend:
         """Validate, deduplicate and append one produced batch (no fsync wait).
 
-        Raises the log's validation errors and the producer-state errors; nothing is
-        written when one is raised.
+        A transactional batch (the transactional bit and an ordinary producer id) that
+        opens its producer's transaction here must be ``verified`` (see
+        ``needs_verification``). ``coordinator``: a group coordinator's transactional
+        write of a producer's offsets (TxnOffsetCommit), which carries no sequence: only
+        the epoch fence applies. Raises the log's validation errors and the
+        producer-state errors; nothing is written when one is raised.
         """
         self.check_leadership()
         header = self.log.validate(batch)
         if self.log.config.cleanup_policy.compacts:
             require_keys(batch, self.topic)  # docs/compaction.md: keyless records refused
-        if header.attributes & BROKER_ONLY_ATTRIBUTE_BITS:
+        if header.attributes & _CLIENT_FORBIDDEN_BITS:
             raise InvalidRecordBatchError(
-                "produced batches must not set the transactional, control or commit-end "
-                "attribute bits: only a sink commit (CommitStaged) writes those")
+                "produced batches must not set the control or commit-end attribute bits: "
+                "only the brokers write transaction markers and sink commits")
+        if header.is_transactional and (header.producer_id < 0 or
+                                        (header.base_sequence < 0 and not coordinator)):
+            raise InvalidRecordBatchError(
+                "a transactional batch needs the producer id and sequence of a "
+                "transactional producer (InitProducerId with a transactional id)")
+        if header.is_transactional and not verified and \
+                self.producers.needs_verification(header):
+            raise TransactionAbortableError(
+                f"{self.name}: the first transactional batch of producer "
+                f"{header.producer_id} here was not verified with its coordinator; abort "
+                "the transaction and retry")
         if header.producer_id >= SINK_PRODUCER_ID_BASE:
             raise InvalidRecordBatchError(
                 f"producer id {header.producer_id} is in the range reserved for sinks "
                 f"(>= {SINK_PRODUCER_ID_BASE}); use the id InitProducerId returned")
-        duplicate = self.producers.check(header)
+        if coordinator:
+            self.producers.check_epoch(header)
+            duplicate = None
+        else:
+            duplicate = self.producers.check(header)
         if duplicate is not None:
             return LeaderAppend(duplicate.first_offset, duplicate.last_offset, -1, True)
         self._vouch_caught_up_followers()
@@ -314,6 +371,36 @@ class Partition:
         self.producers.update(header, info.first_offset)
         self._advance_high_watermark()
         return LeaderAppend(info.first_offset, info.last_offset, info.log_append_time, False)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, control: ControlType,
+                      coordinator_epoch: int) -> int | None:
+        """Append a transaction marker (WriteTxnMarkers) as the leader: end the
+        producer's transaction here. Returns the marker's offset, or None for a repeat of
+        a marker already written (nothing appended). Raises
+        TRANSACTION_COORDINATOR_FENCED / INVALID_PRODUCER_EPOCH when the marker is
+        stale."""
+        self.check_leadership()
+        batch = bytearray(build_control_batch(producer_id, producer_epoch, control,
+                                              coordinator_epoch, _now_ms()))
+        header = peek_header(batch)
+        if not self.producers.check_marker(header, coordinator_epoch):
+            return None
+        self._vouch_caught_up_followers()
+        info = self.log.append(batch, leader_epoch=self.leader_epoch, validated=header,
+                               wait_for_flush=False)
+        done = self.producers.complete(header, info.first_offset, control, coordinator_epoch)
+        if done is not None:
+            self._index_completed(done)
+        self._advance_high_watermark()
+        return info.first_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What a read_committed consumer may read up to: the first offset of the oldest
+        transaction not decided (and replicated) yet, at most the high watermark."""
+        unstable = self.producers.first_unstable_offset()
+        hw = getattr(self, "high_watermark", 0)
+        return hw if unstable is None else min(unstable, hw)
 
     def stage(self, staging_id: str, chunk_sequence: int, batch: memoryview | bytes) -> bool:
         """Stage a sink writer's chunk (invisible until committed); True for a resend."""
@@ -402,7 +489,14 @@ class Partition:
             if header.last_offset < self.log.log_end_offset:
                 continue
             info = self.log.append_as_follower(batch)
-            self.producers.update(header, info.first_offset)
+            if header.is_control and header.producer_id < SINK_PRODUCER_ID_BASE:
+                control, coordinator_epoch = parse_control(batch)
+                done = self.producers.complete(header, info.first_offset, control,
+                                               coordinator_epoch)
+                if done is not None:
+                    self._index_completed(done)
+            else:
+                self.producers.update(header, info.first_offset)
             appended += 1
         self.update_follower_high_watermark(leader_high_watermark)
         if appended:
@@ -413,6 +507,7 @@ class Partition:
         new = min(leader_high_watermark, self.log.log_end_offset)
         if new > self.high_watermark:
             self.high_watermark = new
+            self.producers.on_high_watermark(new)
 
     def truncate_divergent_tail(self, offset: int) -> int:
         """A follower drops what the leader does not have (KIP-279); returns the new end.
@@ -540,6 +635,7 @@ class Partition:
             if new > self.high_watermark:
                 self.high_watermark = new
                 self._open_groups = [g for g in self._open_groups if g[1] > new]
+                self.producers.on_high_watermark(new)
         self._notify()
 
     def _notify(self) -> None:
@@ -604,10 +700,12 @@ class Partition:
         return self._data_arrived.wait()
 
     # ------------------------------------------------------------------ reads
-    def read(self, offset: int, max_bytes: int, *, for_follower: bool = False) -> FileSlice | None:
-        """Whole batches from ``offset``; consumers see only committed data (< HW).
+    def read(self, offset: int, max_bytes: int, *, for_follower: bool = False,
+             committed: bool = False) -> FileSlice | None:
+        """Whole batches from ``offset``; consumers see only committed data (< HW), and
+        read_committed ones (``committed``) only stable data (< the last stable offset).
 
-        A consumer offset between the HW and the log end is not out of range but not
+        A consumer offset between that bound and the log end is not out of range but not
         readable yet (after a failover the new leader's HW may trail what its
         predecessor had exposed until the followers report in): nothing is returned.
         """
@@ -617,13 +715,20 @@ class Partition:
                                         else self.high_watermark)
         if for_follower:
             return self.log.read(offset, max_bytes)
-        if offset >= self.high_watermark:
+        upper = self.last_stable_offset if committed else self.high_watermark
+        if offset >= upper:
             return None
-        return self.log.read(offset, max_bytes, upper_offset=self.high_watermark)
+        return self.log.read(offset, max_bytes, upper_offset=upper)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed read of ``[start, end)`` needs."""
+        return self.log.aborted_transactions(start, end)
 
     def snapshot_producer_state(self) -> None:
         """Snapshot the producer state as of the log end (at close, and before retention
-        deletes the segments whose headers are its only other record)."""
+        deletes the segments whose headers are its only other record). The aborted-
+        transaction entries are written first: a replay starts after the snapshot."""
+        self.log.persist_txn_indexes()
         self.producers.write_snapshot(self.log.log_end_offset)
 
     # ------------------------------------------------------------------ lifecycle

@@ -173,6 +173,22 @@ class ProducerStateManager:
                 "expected: an earlier batch is missing; the producer must retry in order")
         return None
 
+    def check_epoch(self, header: BatchHeader) -> None:
+        """Only the producer-epoch fence (a coordinator's own transactional write, which
+        carries no sequence: TxnOffsetCommit's offsets)."""
+        entry = self._producers.get(header.producer_id)
+        if entry is not None and header.producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {header.producer_id} epoch {header.producer_epoch} is older than "
+                f"the current epoch {entry.epoch}: a newer instance fenced this producer")
+
+    def describe(self) -> list[tuple[int, int, int, int, int, int]]:
+        """Per producer: id, epoch, last sequence, last timestamp, coordinator epoch and
+        the open transaction's first offset (-1: none), for DescribeProducers."""
+        return [(pid, e.epoch, e.last_sequence, e.last_timestamp, e.coordinator_epoch,
+                 -1 if e.txn_first_offset is None else e.txn_first_offset)
+                for pid, e in sorted(self._producers.items()) if not e.is_sink]
+
     # ------------------------------------------------------------------ transactions
     def in_transaction(self, producer_id: int) -> bool:
         """Whether the producer has a transaction open in this partition."""

@@ -96,6 +96,7 @@ from brokers.log.segment import (
     LogSegment,
     segment_file_name,
 )
+from brokers.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from wire.errors import (
     CorruptRecordError,
     InvalidRecordBatchError,
@@ -106,7 +107,10 @@ from wire.errors import (
     RecordTooLargeError,
 )
 from wire.record_batch import (
+    HEADER_SIZE,
     BatchHeader,
+    ControlType,
+    parse_control,
     peek_header,
     set_base_offset,
     set_log_append_time,
@@ -205,7 +209,7 @@ class PartitionLog:
         stems = (name[: -len(LOG_SUFFIX)] for name in names if name.endswith(LOG_SUFFIX))
         bases = sorted(int(stem) for stem in stems if stem.isdigit())
         live = {f"{b:020d}" for b in bases}
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             for name in names:
                 if name.endswith(suffix) and name[: -len(suffix)] not in live:
                     (self.directory / name).unlink()
@@ -773,6 +777,50 @@ class PartitionLog:
                 return found
         return None
 
+    # ------------------------------------------------------------------ transactions
+    @property
+    def txn_index_lost(self) -> bool:
+        """A segment's aborted-transaction index could not be read at open: the owner
+        must replay the whole log (from its start) to rebuild it."""
+        return any(s.txn_index_lost for s in self.segments)
+
+    def add_aborted(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction in the segment holding its ABORT marker."""
+        with self._lock:
+            segment = self._segment_holding(entry.last_offset)
+            if segment is not None:
+                segment.add_aborted(entry)
+
+    def _segment_holding(self, offset: int) -> LogSegment | None:
+        i = bisect_right(self._base_offsets, offset) - 1
+        return self._segments[i] if i >= 0 else None
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start, end)``, from the segments whose
+        markers may describe it (the one holding ``start`` and every later one: a
+        transaction that began in the range may end later)."""
+        segments = self.segments
+        i = max(bisect_right([s.base_offset for s in segments], start) - 1, 0)
+        found: list[AbortedTxn] = []
+        for segment in segments[i:]:
+            found += segment.txn_index.aborted_in(start, end)
+        return found
+
+    def persist_txn_indexes(self) -> None:
+        """Write every segment's aborted-transaction entries not yet on disk (before a
+        producer-state snapshot, so a replay after it never needs the entries before)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.txn_index.persist(fsync=False)
+
+    def read_control(self, offset: int) -> tuple[ControlType, int]:
+        """``(type, coordinator epoch)`` of the control batch at ``offset``."""
+        found = self.read(offset, HEADER_SIZE + 64)
+        if found is None:
+            raise InvalidRecordBatchError(f"no batch at offset {offset}")
+        data = found.read_bytes()
+        return parse_control(data[:peek_header(data).size])
+
     def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one holding ``from_offset`` to the log end."""
         self._check_open()
@@ -963,6 +1011,7 @@ class PartitionLog:
                     old.log_path.unlink()
                     old.offset_index.delete()
                     old.time_index.delete()
+                    old.txn_index.delete()
                     _remove_cleaned(self.directory, base)
                     fsync_directory(self.directory)
                     old.detach()

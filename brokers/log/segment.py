@@ -67,6 +67,7 @@ import pyarrow.compute as pc
 from brokers.log.index_file import IndexCorruptError
 from brokers.log.offset_index import OffsetIndex
 from brokers.log.time_index import TimeIndex
+from brokers.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from wire.errors import CorruptRecordError, InvalidRecordBatchError, LogClosedError
 from wire.record_batch import (
     HEADER_SIZE,
@@ -179,6 +180,13 @@ class LogSegment:
             directory / (segment_file_name(base_offset, INDEX_SUFFIX) + extra))
         self.time_index = TimeIndex(
             directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + extra))
+        # Aborted transactions whose ABORT marker is in this segment (brokers/log/
+        # txn_index.py): derived data, rebuilt from the log if lost.
+        self.txn_index = TransactionIndex(
+            directory / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + extra))
+        #: The txn index could not be read at load: the partition must replay its whole
+        #: log to rebuild it (``PartitionLog.txn_index_lost``).
+        self.txn_index_lost = False
         self._file: SegmentFile | None = SegmentFile(self.log_path, create=create)
         self.size = os.fstat(self._file.fd).st_size
         self.next_offset = base_offset
@@ -195,6 +203,7 @@ class LogSegment:
         if create:
             self.offset_index.clear()
             self.time_index.clear()
+            self.txn_index.clear()
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"
@@ -234,6 +243,7 @@ class LogSegment:
         Raises ``CorruptRecordError`` (file and byte position) when the batch headers
         themselves do not line up; the ``.log`` is never modified here.
         """
+        self._load_txn_index()
         try:
             if self.size and not (self.offset_index.path.exists()
                                   and self.time_index.path.exists()):
@@ -256,6 +266,24 @@ class LogSegment:
             self.rebuild_indexes()
             return
         self._set_rolled_at_from_first_batch()
+
+    def _load_txn_index(self) -> None:
+        try:
+            self.txn_index.load()
+        except IndexCorruptError as err:
+            log.warning("%s: %s; the aborted-transaction index is rebuilt from the log",
+                        self.log_path.name, err)
+            self.txn_index.clear()
+            self.txn_index_lost = True
+
+    def add_aborted(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction whose ABORT marker this segment holds (a repeat
+        of the newest entry, as a log replay makes, is skipped)."""
+        entries = self.txn_index.entries
+        if entries and entries[-1].last_offset >= entry.last_offset:
+            return
+        with self._lock:
+            self.txn_index.append(entry)
 
     def _load_tail(self) -> None:
         """Walk the headers after the last offset-index entry to find the segment's end."""
@@ -335,6 +363,7 @@ class LogSegment:
             if truncated:
                 os.ftruncate(file.fd, position)
                 self.size = position
+            self.txn_index.truncate_to(self.next_offset)  # markers of the torn tail
             self._verified = [(0, self.size)] if self.size else []
             self._set_rolled_at_from_first_batch()
             return truncated
@@ -414,12 +443,14 @@ class LogSegment:
         os.fdatasync(self.file.fd)
         self.offset_index.persist(fsync=True)
         self.time_index.persist(fsync=True)
+        self.txn_index.persist(fsync=True)
 
     def seal(self) -> None:
         """The segment stops being active: record the final max timestamp in the time index."""
         self._maybe_append_time_entry()
         self.offset_index.persist(fsync=False)
         self.time_index.persist(fsync=False)
+        self.txn_index.persist(fsync=False)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch whose last offset is >= ``offset`` (whole batches only)."""
@@ -437,6 +468,7 @@ class LogSegment:
             self.size = position
             self._verified = [(s, min(e, position)) for s, e in self._verified if s < position]
             self._rebuild_indexes()
+            self.txn_index.truncate_to(offset)
 
     def close(self, *, seal: bool = True) -> None:
         """Stop using the segment: seal it (skipped after a disk error), drop the file.
@@ -454,6 +486,7 @@ class LogSegment:
         never touch the files that now carry those names again."""
         self._detached = True
         self.offset_index.path = self.time_index.path = Path(os.devnull)
+        self.txn_index.path = Path(os.devnull)
 
     def delete(self) -> None:
         """Unlink the files; open ``FileSlice``s keep the descriptor until they are gone."""
@@ -463,6 +496,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self._file = None
 
     # ------------------------------------------------------------------ reading
