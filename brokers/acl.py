@@ -1,9 +1,9 @@
 """Authorization: ACL bindings and the decision a broker makes for every request.
 
 An ACL binding says *principal* may (ALLOW) or may not (DENY) do *operation* on
-resources of one *type* (TOPIC, GROUP, CLUSTER) named by a *pattern* (LITERAL: that
-name, ``*`` for every name; PREFIXED: every name starting with it), from *host* (``*``:
-anywhere). Kafka's rules decide:
+resources of one *type* (TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID) named by a *pattern*
+(LITERAL: that name, ``*`` for every name; PREFIXED: every name starting with it), from
+*host* (``*``: anywhere). Kafka's rules decide:
 
 1. a principal in ``super.users`` may do everything;
 2. a matching DENY refuses, whatever ALLOW says;
@@ -39,7 +39,7 @@ __all__ = ["CLUSTER_NAME", "OPERATIONS", "PATTERN_TYPES", "PERMISSIONS", "RESOUR
            "AclCache", "RefusalLog", "check_binding", "filter_matches", "grants",
            "matches_resource", "pattern_key"]
 
-RESOURCE_TYPES: Final = ("TOPIC", "GROUP", "CLUSTER")
+RESOURCE_TYPES: Final = ("TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID")
 PATTERN_TYPES: Final = ("LITERAL", "PREFIXED")
 OPERATIONS: Final = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE",
                      "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")

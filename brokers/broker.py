@@ -74,6 +74,7 @@ from brokers.security import (
     server_ssl_context,
 )
 from brokers.services import MetadataCache, PartitionRegistry
+from brokers.transaction_coordinator import TransactionCoordinator
 from wire.errors import (
     ClusterIdMismatchError,
     DataDirLockedError,
@@ -154,10 +155,17 @@ class Broker:
         self.groups = GroupCoordinator(*parts, host=self,
                                        metrics_registry=self.metrics.registry)
         self.schemas = SchemaRegistry(*parts, host=self)
+        # Markers this broker writes as a coordinator to partitions it leads go through
+        # the handlers' path too (the group coordinator sees its offsets' markers).
+        self.transactions = TransactionCoordinator(
+            *parts, host=self, next_producer_id=self.next_producer_id,
+            local_markers=lambda request: self.handlers.transactions.write_txn_markers(
+                request))
         self.handlers = RequestHandlers(*parts, controller=self.controller,
                                         replicas=self.replicas, groups=self.groups, host=self,
                                         authenticator=self.authenticator, acls=self.acls,
-                                        quotas=self.quotas, schemas=self.schemas)
+                                        quotas=self.quotas, schemas=self.schemas,
+                                        transactions=self.transactions)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -204,6 +212,7 @@ class Broker:
         self.replicas.start()
         self.controller.start()
         self.groups.start()
+        self.transactions.start()
         self.log_manager.start()
         self._tasks.append(asyncio.create_task(self._watch_event_loop()))
         self.heap.start()
@@ -370,6 +379,7 @@ class Broker:
             task.cancel()
         self.heap.stop()
         await self.groups.stop()
+        await self.transactions.stop()
         for connection in list(self._connections):
             connection.stop_reading()
         for partition in self.registry.hosted.values():

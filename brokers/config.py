@@ -172,6 +172,24 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "group_lag_interval_ms", int, 10_000,
         "how often a coordinator refreshes the strata_group_lag_records gauge of its groups",
         lambda v: v >= 100, ">= 100"),
+    # ------------------------------------------------------------- transactions
+    "transaction.state.log.num.partitions": _BrokerKey(
+        "transaction_state_log_num_partitions", int, 8,
+        "partitions of the internal topic __transaction_state (fixed once it exists): the "
+        "transaction coordinators are spread over their leaders; it has "
+        "offsets.topic.replication.factor replicas", lambda v: 1 <= v <= 1000, "1..1000"),
+    "transaction.max.timeout.ms": _BrokerKey(
+        "transaction_max_timeout_ms", int, 900_000,
+        "largest transaction_timeout_ms a producer may ask for (larger: "
+        "INVALID_TRANSACTION_TIMEOUT)", lambda v: v >= 1, ">= 1"),
+    "transactional.id.expiration.ms": _BrokerKey(
+        "transactional_id_expiration_ms", int, 604_800_000,
+        "a transactional id with no transaction for this long is forgotten (its next "
+        "producer starts afresh)", lambda v: v >= 1, ">= 1"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": _BrokerKey(
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms", int, 10_000,
+        "how often a coordinator aborts the transactions open past their timeout",
+        lambda v: v >= 1, ">= 1"),
     # ------------------------------------------------------------- security (docs/security.md)
     "listeners": _BrokerKey(
         "listeners", str, "",
@@ -291,6 +309,10 @@ class BrokerConfig:
     group_max_size: int = 1000
     offset_metadata_max_bytes: int = 4096
     group_lag_interval_ms: int = 10_000
+    transaction_state_log_num_partitions: int = 8
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     listeners: str = ""
     advertised_listeners: str = ""
     listener_security_protocol_map: str = ""

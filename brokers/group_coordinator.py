@@ -96,7 +96,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -118,16 +118,19 @@ from wire.errors import (
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     InvalidGroupIdError,
+    InvalidRecordBatchError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
     NotCoordinatorError,
     OffsetMetadataTooLargeError,
+    RequestTimedOutError,
     StaleMemberEpochError,
     StrataError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     UnreleasedInstanceIdError,
+    UnstableOffsetCommitError,
     UnsupportedAssignorError,
 )
 from wire.protocol import (
@@ -155,10 +158,20 @@ from wire.protocol import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchTopicResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnPartitionResult,
+    TxnTopicResult,
     group_by_topic,
     group_topic_partitions,
 )
-from wire.record_batch import batches_to_table, build_batch
+from wire.record_batch import (
+    ControlType,
+    batches_to_table,
+    build_batch,
+    iter_batches,
+    parse_control,
+)
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -173,6 +186,14 @@ __all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "coordinator_partition"]
 log = logging.getLogger("strata.brokers.groups")
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
+_UNSTABLE: Final = UnstableOffsetCommitError.code
+#: One record of a load: key, value, the producer id of a transaction's offsets (None:
+#: an ordinary record), and for a marker (key None) whether it commits.
+_Event = tuple[dict[str, Any] | None, dict[str, Any] | None, Any, bool | None]
+#: Asks the transaction coordinator whether partitions are in a producer's open
+#: transaction (``TransactionCoordinator.verify``).
+Verify = Callable[[str, int, int, list[tuple[str, int]]],
+                  Awaitable[Mapping[tuple[str, int], StrataError | None]]]
 OFFSETS_SEGMENT_BYTES: Final = 100 * 1024 * 1024
 MAX_GROUP_ID_LENGTH: Final = 249
 #: Replaced static member ids a group remembers for FENCED_INSTANCE_ID (``Group.replaced``).
@@ -644,11 +665,26 @@ def _group(shard: _Shard, group_id: str) -> Group:
 
 @dataclass(slots=True)
 class _Shard:
-    """The groups of one ``__consumer_offsets`` partition, as loaded at ``leader_epoch``."""
+    """The groups of one ``__consumer_offsets`` partition, as loaded at ``leader_epoch``.
+
+    ``pending``: offsets committed inside open transactions (TxnOffsetCommit), per
+    producer id and group, not visible until the transaction's marker reaches this
+    partition (COMMIT: they become committed offsets; ABORT: dropped)."""
 
     partition: int
     leader_epoch: int
     groups: dict[str, Group] = field(default_factory=dict)
+    pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = field(
+        default_factory=dict)
+
+    def complete(self, producer_id: int, committed: bool) -> None:
+        for group_id, offsets in self.pending.pop(producer_id, {}).items():
+            if committed:
+                _group(self, group_id).offsets.update(offsets)
+
+    def unstable(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of the group with offsets pending in an open transaction."""
+        return {tp for groups in self.pending.values() for tp in groups.get(group_id, {})}
 
 
 class _LagCollector(Collector):
@@ -768,7 +804,7 @@ class GroupCoordinator:
             records = 0
             offset = partition.log.log_start_offset
             end = partition.log.log_end_offset
-            parsed: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+            parsed: list[_Event] = []
             while offset < end:
                 chunk = partition.log.read(offset, _LOAD_READ_BYTES)
                 if chunk is None or chunk.next_offset <= offset:
@@ -778,8 +814,15 @@ class GroupCoordinator:
                 offset = chunk.next_offset
             # Sessions start now, after the load: a long load must not expire everyone.
             now = time.monotonic()
-            for key, value in parsed:
-                self._replay(shard, key, value, now)
+            for key, value, producer_id, marker in parsed:
+                if marker is not None:  # a transaction's end: its offsets apply or go
+                    shard.complete(producer_id, marker)
+                    continue
+                assert key is not None
+                if producer_id is not None:
+                    self._replay_pending(shard, key, value, producer_id)
+                else:
+                    self._replay(shard, key, value, now)
                 records += 1
             self._shards[p] = shard
             log.info("loaded %s-%d at leader epoch %d: %d groups from %d records in %.3f s",
@@ -788,22 +831,45 @@ class GroupCoordinator:
             return shard
 
     @staticmethod
-    def _decode_chunk(data: bytes, p: int, offset: int
-                      ) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    def _decode_chunk(data: bytes, p: int, offset: int) -> list[_Event]:
         """Records of one read, parsed (runs in a worker thread: JSON for a large
-        partition must not stall the event loop)."""
-        table = batches_to_table(data, topic=OFFSETS_TOPIC, partition=p, start_offset=offset)
-        parsed: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
-        for key, value in zip(table.column("key").to_pylist(),
-                              table.column("value").to_pylist(), strict=True):
-            if key is None:
+        partition must not stall the event loop), with the producer id of a
+        transaction's offsets and its markers (``(None, None, pid, committed)``)."""
+        parsed: list[_Event] = []
+        for header, view in iter_batches(data):
+            if header.next_offset <= offset:
                 continue
-            try:
-                parsed.append((json.loads(key), None if value is None else json.loads(value)))
-            except ValueError as err:
-                log.error("%s-%d: skipping an unreadable record %r: %r", OFFSETS_TOPIC, p,
-                          key[:200], err)
+            if header.is_control:
+                with contextlib.suppress(InvalidRecordBatchError):
+                    control, _ = parse_control(view)
+                    parsed.append((None, None, header.producer_id,
+                                   control is ControlType.COMMIT))
+                continue
+            table = batches_to_table(view, topic=OFFSETS_TOPIC, partition=p,
+                                     start_offset=offset)
+            producer = header.producer_id if header.is_transactional else None
+            for key, value in zip(table.column("key").to_pylist(),
+                                  table.column("value").to_pylist(), strict=True):
+                if key is None:
+                    continue
+                try:
+                    parsed.append((json.loads(key), None if value is None
+                                   else json.loads(value), producer, None))
+                except ValueError as err:
+                    log.error("%s-%d: skipping an unreadable record %r: %r", OFFSETS_TOPIC,
+                              p, key[:200], err)
         return parsed
+
+    @staticmethod
+    def _replay_pending(shard: _Shard, k: dict[str, Any], v: dict[str, Any] | None,
+                        producer_id: int) -> None:
+        """A transaction's offset record: pending until its marker."""
+        if k.get("type") != "offset" or v is None:
+            return
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            shard.pending.setdefault(producer_id, {}).setdefault(k["group"], {})[
+                (k["topic"], int(k["partition"]))] = CommittedOffset(
+                v["offset"], v["metadata"], v["timestamp"], v.get("topic_id"))
 
     @staticmethod
     def _replay(shard: _Shard, k: dict[str, Any], v: dict[str, Any] | None, now: float
@@ -1386,12 +1452,110 @@ class GroupCoordinator:
         offsets = self._current_offsets(group) if group is not None else {}
         wanted = sorted(offsets) if request.topics is None else \
             sorted(_from_wire(request.topics))
+        unstable = shard.unstable(request.group_id) if request.require_stable else set()
         by_topic = group_by_topic(
-            (topic, OffsetFetchPartitionResponse(p, -1) if found is None else
+            (topic, OffsetFetchPartitionResponse(p, -1, error_code=_UNSTABLE)
+             if (topic, p) in unstable else OffsetFetchPartitionResponse(p, -1)
+             if found is None else
              OffsetFetchPartitionResponse(p, found.offset, found.metadata, found.timestamp))
             for topic, p in wanted for found in [offsets.get((topic, p))])
         return OffsetFetchResponse(0, None, [OffsetFetchTopicResponse(t, ps)
                                              for t, ps in by_topic.items()])
+
+    # ------------------------------------------------------------------ transactions
+    def is_offsets_topic(self, topic: str) -> bool:
+        return topic == OFFSETS_TOPIC
+
+    async def offsets_partition(self, group_id: str) -> tuple[str, int]:
+        """The ``__consumer_offsets`` partition holding the group (AddOffsetsToTxn)."""
+        self._check_group_id(group_id)
+        topic = self.cluster.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            await self.find(group_id)  # creates the topic, answers "not yet"
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created; retry")
+        return OFFSETS_TOPIC, coordinator_partition(group_id, topic.partition_count)
+
+    def complete_transaction(self, p: int, producer_id: int, committed: bool) -> None:
+        """A marker of the producer's transaction reached ``__consumer_offsets-p``: its
+        pending offsets become committed (COMMIT) or are dropped (ABORT)."""
+        shard = self._shards.get(p)
+        if shard is not None:
+            shard.complete(producer_id, committed)
+
+    async def txn_commit(self, request: TxnOffsetCommitRequest, *,
+                         verify: Verify | None) -> TxnOffsetCommitResponse:
+        """Offsets committed inside a transaction (KIP-447): checked like a member's
+        commit, written as the producer's transactional batch (acks=all) and held
+        pending until the transaction's marker (``complete_transaction``)."""
+        answers: dict[str, list[TxnPartitionResult]] = {}
+
+        def everything(err: StrataError) -> TxnOffsetCommitResponse:
+            return TxnOffsetCommitResponse([TxnTopicResult(t.name, [
+                TxnPartitionResult(p.partition, err.code, err.message)
+                for p in t.partitions]) for t in request.topics])
+
+        try:
+            shard = await self._shard(request.group_id)
+            group = _group(shard, request.group_id)
+            accepted: list[tuple[str, int, int, str | None]] = await self._run(
+                shard, group, lambda g, change: (self._txn_check(g, request, answers), [],
+                                                 None))
+            if not accepted:
+                return TxnOffsetCommitResponse([TxnTopicResult(t, a)
+                                                for t, a in answers.items()])
+            if verify is not None:
+                verdict = await verify(request.transactional_id, request.producer_id,
+                                       request.producer_epoch,
+                                       [(OFFSETS_TOPIC, shard.partition)])
+                refused = verdict.get((OFFSETS_TOPIC, shard.partition))
+                if refused is not None:
+                    return everything(refused)
+            now_ms = int(time.time() * 1000)
+            ids = {t: self.cluster.topics[t].topic_id for t, *_ in accepted}
+            offsets = {(t, p): CommittedOffset(o, m, now_ms, ids[t]) for t, p, o, m in accepted}
+            batch = build_batch(
+                [_value({"offset": o, "metadata": m, "timestamp": now_ms, "topic_id": ids[t]})
+                 for t, p, o, m in accepted],
+                keys=[_key(group=request.group_id, partition=p, topic=t, type="offset")
+                      for t, p, o, m in accepted],
+                producer_id=request.producer_id, producer_epoch=request.producer_epoch,
+                transactional=True)
+            partition = self._leader_partition(shard.partition)
+            result = partition.append_as_leader(batch, verified=True, coordinator=True)
+            await asyncio.wait_for(partition.wait_durable(result.last_offset + 1),
+                                   _WRITE_TIMEOUT_S)
+            if not await partition.wait_replicated(result.last_offset + 1, _WRITE_TIMEOUT_S):
+                raise NotCoordinatorError(
+                    f"{OFFSETS_TOPIC}-{shard.partition} changed leader while the offsets "
+                    "were written; find the coordinator again and retry")
+            shard.pending.setdefault(request.producer_id, {}).setdefault(
+                request.group_id, {}).update(offsets)
+        except TimeoutError:
+            return everything(RequestTimedOutError(
+                "the in-sync replicas did not confirm the offsets in time; retry"))
+        except StrataError as err:
+            return everything(err)
+        return TxnOffsetCommitResponse([TxnTopicResult(t, a) for t, a in answers.items()])
+
+    def _txn_check(self, group: Group, request: TxnOffsetCommitRequest,
+                   answers: dict[str, list[TxnPartitionResult]]
+                   ) -> list[tuple[str, int, int, str | None]]:
+        """The member checks of a transactional commit, at the group's turn."""
+        member = self._check_committer(group, OffsetCommitRequest(
+            request.group_id, request.member_id, request.member_epoch, []))
+        holds = member.holds() if member is not None else None
+        accepted = []
+        for topic in request.topics:
+            out = answers.setdefault(topic.name, [])
+            for part in topic.partitions:
+                try:
+                    self._check_commit(member, holds, topic.name, part.partition,
+                                       part.offset, part.metadata)
+                    accepted.append((topic.name, part.partition, part.offset, part.metadata))
+                    out.append(TxnPartitionResult(part.partition))
+                except StrataError as err:
+                    out.append(TxnPartitionResult(part.partition, err.code, err.message))
+        return accepted
 
     def _current_offsets(self, group: Group) -> dict[TopicPartition, CommittedOffset]:
         """The group's committed offsets, less those of a topic that was deleted and

@@ -68,6 +68,7 @@ from wire.errors import (
     UnknownTopicOrPartitionError,
 )
 from wire.protocol import (
+    AbortedTransactionEntry,
     CommitPartition,
     CommitPartitionResponse,
     CommitStagedRequest,
@@ -84,7 +85,13 @@ from wire.protocol import (
     ProduceResponse,
     ProduceTopic,
     ProduceTopicResponse,
+    TxnMarkerResult,
+    TxnPartitionResult,
+    TxnTopicResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
+from wire.record_batch import ControlType
 
 if TYPE_CHECKING:
     from brokers.config import BrokerConfig
@@ -101,6 +108,11 @@ PartitionKey = tuple[str, int]
 
 #: ``acks=-1``: wait for every in-sync replica.
 ACKS_ALL: Final = -1
+#: Fetch ``isolation_level`` 1: read_committed (docs/transactions.md).
+READ_COMMITTED: Final = 1
+#: How long a marker waits for the in-sync replicas before the coordinator is told to
+#: retry it.
+_MARKER_TIMEOUT_MS: Final = 30_000
 _VALID_ACKS: Final = (0, 1, ACKS_ALL)
 #: Longest stretch of ISR upkeep before it lets waiting requests run.
 _UPKEEP_SLICE_S: Final = 0.0005
@@ -113,6 +125,11 @@ AdmitWrite = Callable[[str, ProducePartition], None]
 Refusals = Callable[[list[ProduceTopic]], Awaitable[Mapping[PartitionKey, StrataError]]]
 #: Counts a request's bytes against the caller's quota; returns the throttle (ms).
 Quota = Callable[[int], int]
+#: Asks the transaction coordinator of ``transactional_id`` whether these partitions are
+#: in producer (id, epoch)'s open transaction (KIP-890 part 1): the error per partition
+#: (None: it is).
+Verify = Callable[[str, int, int, list[PartitionKey]],
+                  Awaitable[Mapping[PartitionKey, StrataError | None]]]
 
 
 class ReplicaManager:
@@ -180,8 +197,9 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ appends
     async def append_records(self, acks: int, timeout_ms: int, topics: list[ProduceTopic],
-                             *, admit: AdmitWrite, refusals: Refusals, quota: Quota
-                             ) -> ProduceResponse | None:
+                             *, admit: AdmitWrite, refusals: Refusals, quota: Quota,
+                             transactional_id: str | None = None,
+                             verify: Verify | None = None) -> ProduceResponse | None:
         """A produce: append each partition's batch as its leader and answer once every
         write is acknowledged as ``acks`` asks (None for ``acks=0``).
 
@@ -189,6 +207,12 @@ class ReplicaManager:
         ``refusals`` found for it, the min-ISR check for ``acks=all``, the append. An
         invalid ``acks`` refuses every partition and writes nothing. ``quota`` gets the
         request's record bytes once the appends are done, before any wait.
+
+        A transactional batch that would open its producer's transaction in a partition
+        is appended only once ``verify`` (the transaction coordinator of
+        ``transactional_id``) says the partition is in that transaction (KIP-890 part
+        1): one question per request for all such partitions, asked before anything of
+        the request is written.
         """
         if acks not in _VALID_ACKS:
             err: StrataError = InvalidRequiredAcksError(
@@ -198,6 +222,9 @@ class ReplicaManager:
                 for p in t.partitions]) for t in topics])
         waits: list[Awaitable[None]] = []
         refused = await refusals(topics)
+        verified = await self._verify_transactional(topics, transactional_id, verify)
+        if verified:
+            refused = {**refused, **{tp: e for tp, e in verified.items() if e is not None}}
 
         def append(topic: str, part: ProducePartition, answer: ProducePartitionResponse
                    ) -> None:
@@ -215,7 +242,8 @@ class ReplicaManager:
                     "the ISR); a topic whose replication factor is below "
                     "min.insync.replicas never takes acks=all writes")
             assert part.records is not None  # checked by admit
-            result = partition.append_as_leader(part.records)
+            result = partition.append_as_leader(
+                part.records, verified=bool(verified) and (topic, part.partition) in verified)
             answer.base_offset = result.first_offset
             answer.log_append_time = result.log_append_time
             answer.log_start_offset = partition.log.log_start_offset
@@ -231,6 +259,75 @@ class ReplicaManager:
         if waits:
             await asyncio.gather(*waits)
         return ProduceResponse([ProduceTopicResponse(t, a) for t, a in answered], throttle)
+
+    async def _verify_transactional(self, topics: list[ProduceTopic],
+                                    transactional_id: str | None, verify: Verify | None
+                                    ) -> dict[PartitionKey, StrataError | None]:
+        """The coordinator's word on each partition whose transactional batch would open
+        its producer's transaction here (empty: none needs it)."""
+        wanted: dict[tuple[int, int], list[PartitionKey]] = {}
+        missing_id: list[PartitionKey] = []
+        for topic in topics:
+            for part in topic.partitions:
+                partition = self.registry.hosted.get((topic.name, part.partition))
+                if partition is None or part.records is None or not partition.is_leader:
+                    continue  # the append answers why
+                try:
+                    header = partition.needs_verification(part.records)
+                except StrataError:
+                    continue  # a malformed batch: the append's validation answers
+                if header is None:
+                    continue
+                if transactional_id is None or verify is None:
+                    missing_id.append((topic.name, part.partition))
+                    continue
+                wanted.setdefault((header.producer_id, header.producer_epoch), []).append(
+                    (topic.name, part.partition))
+        out: dict[PartitionKey, StrataError | None] = dict.fromkeys(
+            missing_id, InvalidRequestError(
+                "a transactional batch needs the producer's transactional_id in the "
+                "produce request (version 1)"))
+        for (pid, epoch), tps in wanted.items():
+            assert transactional_id is not None and verify is not None
+            out.update(await verify(transactional_id, pid, epoch, tps))
+        return out
+
+    async def write_markers(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+        """The transaction coordinator's markers: each appended as the partition's leader
+        and answered once acknowledged as an ``acks=all`` produce would be; a repeat of
+        a marker already written is answered without writing it again."""
+        waits: list[Awaitable[None]] = []
+        results: list[TxnMarkerResult] = []
+        for marker in request.markers:
+            control = ControlType.COMMIT if marker.committed else ControlType.ABORT
+            topics: list[TxnTopicResult] = []
+            for topic in marker.topics:
+                answers: list[TxnPartitionResult] = []
+                for p in topic.partitions:
+                    answer = TxnPartitionResult(p)
+                    answers.append(answer)
+                    try:
+                        partition = self.leader_partition(topic.name, p)
+                        if len(partition.isr) < partition.config.min_insync_replicas:
+                            raise NotEnoughReplicasError(
+                                f"{partition.name} has {len(partition.isr)} in-sync "
+                                "replica(s), below min.insync.replicas: the marker waits")
+                        offset = partition.append_marker(
+                            marker.producer_id, marker.producer_epoch, control,
+                            marker.coordinator_epoch)
+                        end = partition.log.log_end_offset if offset is None else offset + 1
+                        waits.append(self._await_ack(partition, end, ACKS_ALL,
+                                                     _MARKER_TIMEOUT_MS, answer))
+                    except StrataError as err:
+                        answer.error_code, answer.error_message = error_fields(err)
+                    except OSError as err:
+                        answer.error_code, answer.error_message = error_fields(
+                            LogStorageError(f"{topic.name}-{p}: {err}"))
+                topics.append(TxnTopicResult(topic.name, answers))
+            results.append(TxnMarkerResult(marker.producer_id, topics))
+        if waits:
+            await asyncio.gather(*waits)
+        return WriteTxnMarkersResponse(results)
 
     async def commit_staged(self, request: CommitStagedRequest, *,
                             admit: Callable[[str], None]) -> CommitStagedResponse:
@@ -407,17 +504,27 @@ class ReplicaManager:
             limit = max(1, min(part.partition_max_bytes, budget))
             if budget <= 0:
                 return
+            committed = request.isolation_level == READ_COMMITTED and request.replica_id < 0
             try:
                 found = partition.read(part.fetch_offset, limit,
-                                       for_follower=request.replica_id >= 0)
+                                       for_follower=request.replica_id >= 0,
+                                       committed=committed)
             except OffsetOutOfRangeError as err:
                 answer.log_start_offset = err.log_start_offset
                 answer.high_watermark = err.log_end_offset
                 raise
+            answer.last_stable_offset = partition.last_stable_offset
             if found is not None and (not total or found.length <= limit):
                 answer.records = found
                 total += found.length
                 budget -= found.length
+                if committed:
+                    # Of the same log the data comes from (Redpanda's lesson: never
+                    # another source's list).
+                    answer.aborted_transactions = [
+                        AbortedTransactionEntry(a.producer_id, a.first_offset)
+                        for a in partition.aborted_transactions(found.first_offset,
+                                                                found.next_offset)]
 
         answered = answer_each(request.topics, lambda p: FetchPartitionResponse(p, 0), read)
         return FetchResponse([FetchTopicResponse(t, a) for t, a in answered]), total, waitable

@@ -34,6 +34,7 @@ from wire.errors import (
     GroupAuthorizationFailedError,
     StrataError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from wire.protocol import ApiKey, Message
 from wire.sasl import MECHANISMS
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from brokers.group_coordinator import GroupCoordinator
     from brokers.replica_manager import ReplicaManager
     from brokers.services import HandlerHost, MetadataCache, PartitionRegistry
+    from brokers.transaction_coordinator import TransactionCoordinator
 
 __all__ = ["BEFORE_LOGIN", "INTERNAL_PREFIX", "INTERNAL_SESSION", "ApiContext", "ApiFamily",
            "Handler", "answered", "bind_session", "current_session"]
@@ -92,9 +94,11 @@ class ApiContext:
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
                  host: HandlerHost, authenticator: SaslAuthenticator | None = None,
                  acls: AclCache | None = None, quotas: QuotaManager | None = None,
-                 schemas: SchemaRegistry | None = None) -> None:
+                 schemas: SchemaRegistry | None = None,
+                 transactions: TransactionCoordinator | None = None) -> None:
         """``acls`` None: no authorization (every principal may do everything).
-        ``schemas`` None: no schema registry (typed topics refuse every write)."""
+        ``schemas`` None: no schema registry (typed topics refuse every write).
+        ``transactions`` None: no transaction coordinator (transactional APIs refused)."""
         self.config = config
         self.broker_id = config.broker_id
         self.cluster = cluster
@@ -107,6 +111,7 @@ class ApiContext:
         self.acls = acls
         self.quotas = quotas or QuotaManager()
         self.schemas = schemas
+        self.transactions = transactions
         self.schema_check = SchemaCheck(schemas) if schemas is not None else None
         self._refusals = RefusalLog(logging.getLogger("strata.brokers.audit"))
         self.authenticator = authenticator or SaslAuthenticator(
@@ -135,11 +140,12 @@ class ApiContext:
             return
         principal = current_session().principal
         error = {"TOPIC": TopicAuthorizationFailedError, "GROUP": GroupAuthorizationFailedError,
-                 "CLUSTER": ClusterAuthorizationFailedError}[resource_type]
+                 "CLUSTER": ClusterAuthorizationFailedError,
+                 "TRANSACTIONAL_ID": TransactionalIdAuthorizationFailedError}[resource_type]
         where = "the cluster" if resource_type == "CLUSTER" else \
-            f"{resource_type.lower()} {name!r}"
+            f"{resource_type.lower().replace('_', ' ')} {name!r}"
         flag = "--cluster" if resource_type == "CLUSTER" else \
-            f"--{resource_type.lower()} {name}"
+            f"--{resource_type.lower().replace('_', '-')} {name}"
         raise error(f"{principal} may not {operation} {where}; an administrator can allow it "
                     f"with `strata acl add --allow-principal {principal} --operation "
                     f"{operation} {flag}`")

@@ -27,6 +27,7 @@ from brokers.handlers.produce import ProduceApis
 from brokers.handlers.schemas import SchemaRegistryApis
 from brokers.handlers.security import SecurityApis
 from brokers.handlers.tier import TierApis
+from brokers.handlers.transactions import TransactionApis
 from wire.errors import IllegalSaslStateError, UnsupportedVersionError
 from wire.protocol import (
     API_VERSIONS,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from brokers.schema_registry import SchemaRegistry
     from brokers.security import SaslAuthenticator, Session
     from brokers.services import HandlerHost, MetadataCache, PartitionRegistry
+    from brokers.transaction_coordinator import TransactionCoordinator
 
 __all__ = ["RequestHandlers"]
 
@@ -67,13 +69,15 @@ class RequestHandlers:
                  controller: Controller, replicas: ReplicaManager, groups: GroupCoordinator,
                  host: HandlerHost, authenticator: SaslAuthenticator | None = None,
                  acls: AclCache | None = None, quotas: QuotaManager | None = None,
-                 schemas: SchemaRegistry | None = None) -> None:
+                 schemas: SchemaRegistry | None = None,
+                 transactions: TransactionCoordinator | None = None) -> None:
         """``acls`` None: no authorization (every principal may do everything).
-        ``schemas`` None: no schema registry (typed topics refuse every write)."""
+        ``schemas`` None: no schema registry (typed topics refuse every write).
+        ``transactions`` None: no transaction coordinator (transactional APIs refused)."""
         self.context = context = ApiContext(
             config, cluster, registry, zookeeper, controller=controller, replicas=replicas,
             groups=groups, host=host, authenticator=authenticator, acls=acls, quotas=quotas,
-            schemas=schemas)
+            schemas=schemas, transactions=transactions)
         self.admin = AdminApis(context)
         self.produce = ProduceApis(context)
         self.fetch = FetchApis(context)
@@ -81,8 +85,10 @@ class RequestHandlers:
         self.security = SecurityApis(context)
         self.tier = TierApis(context)
         self.schemas = SchemaRegistryApis(context)
+        self.transactions = TransactionApis(context)
         families: tuple[ApiFamily, ...] = (self.admin, self.produce, self.fetch, self.groups,
-                                           self.security, self.tier, self.schemas)
+                                           self.security, self.tier, self.schemas,
+                                           self.transactions)
         self._table: dict[ApiKey, Handler] = {}
         for family in families:
             for api, handler in family.apis().items():

@@ -1,5 +1,6 @@
-"""Consumer groups: FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit, OffsetFetch,
-ListGroups, DescribeGroups and DeleteGroups.
+"""Consumer groups: FindCoordinator (of a group, or of a transactional id: key_type 1),
+ConsumerGroupHeartbeat, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups and
+DeleteGroups.
 
 Thin over the group coordinator (``brokers/group_coordinator.py``, docs/consumer-groups.md);
 this family decides who may do what: READ on the group for a member, ALTER to move a
@@ -21,7 +22,7 @@ from brokers.handlers.context import (
     answered,
     current_session,
 )
-from wire.errors import StrataError
+from wire.errors import CoordinatorNotAvailableError, InvalidRequestError, StrataError
 from wire.protocol import (
     ApiKey,
     ConsumerGroupHeartbeatRequest,
@@ -44,7 +45,11 @@ from wire.protocol import (
     OffsetFetchResponse,
 )
 
-__all__ = ["GroupApis"]
+__all__ = ["KEY_TYPE_GROUP", "KEY_TYPE_TRANSACTION", "GroupApis"]
+
+#: FindCoordinator's ``key_type``: a consumer group, or a transactional id.
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 class GroupApis(ApiFamily):
@@ -68,8 +73,20 @@ class GroupApis(ApiFamily):
 
     async def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
         try:
-            self._require("DESCRIBE", "GROUP", request.key)
-            node, host, port = await self.groups.find(request.key)
+            if request.key_type == KEY_TYPE_TRANSACTION:
+                self._require("DESCRIBE", "TRANSACTIONAL_ID", request.key)
+                transactions = self.context.transactions
+                if transactions is None:
+                    raise CoordinatorNotAvailableError(
+                        "this broker has no transaction coordinator; upgrade it")
+                node, host, port = await transactions.find(request.key)
+            elif request.key_type == KEY_TYPE_GROUP:
+                self._require("DESCRIBE", "GROUP", request.key)
+                node, host, port = await self.groups.find(request.key)
+            else:
+                raise InvalidRequestError(
+                    f"key_type {request.key_type} is not known: 0 a group, 1 a "
+                    "transactional id")
         except StrataError as err:
             return FindCoordinatorResponse(*error_fields(err))
         return FindCoordinatorResponse(0, None, node, host, port)

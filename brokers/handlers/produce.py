@@ -1,14 +1,14 @@
-"""Writes: Produce, InitProducerId, and the Spark sink's StageRecords, CommitStaged and
-AbortStaged.
+"""Writes: Produce, and the Spark sink's StageRecords, CommitStaged and AbortStaged.
 
 Thin over the replica manager, which appends, waits for the acknowledgement ``acks``
 asks for and answers (``ReplicaManager.append_records``, ``commit_staged``); this
 family adds what it is given as checks: WRITE on the topic, records present, no client
 writes to an internal topic, and typed topics' batches matching their value schema
 (checked before anything of the request is written, docs/typed-topics.md), and counts
-the bytes against the producer quota. Transactions, when they come, are a family of
-their own (``transactions.py``); InitProducerId with a transactional id would move
-there.
+the bytes against the producer quota. A produce naming a transactional id also needs
+WRITE on it, and its first transactional batch per partition is verified with the
+transaction coordinator (``transactions.py`` answers the transaction APIs and
+InitProducerId).
 """
 
 from __future__ import annotations
@@ -16,15 +16,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Iterable
 
-from brokers.acl import CLUSTER_NAME
 from brokers.answers import answer_each
 from brokers.handlers.context import (
     INTERNAL_PREFIX,
-    INTERNAL_SESSION,
     ApiContext,
     ApiFamily,
     Handler,
-    current_session,
 )
 from wire.errors import (
     InvalidRequestError,
@@ -41,8 +38,6 @@ from wire.protocol import (
     ApiKey,
     CommitStagedRequest,
     CommitStagedResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
     ProducePartition,
     ProduceRequest,
     ProduceResponse,
@@ -76,16 +71,35 @@ class ProduceApis(ApiFamily):
     def apis(self) -> dict[ApiKey, Handler]:
         return {
             ApiKey.PRODUCE: self.produce,
-            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.STAGE_RECORDS: self.stage_records,
             ApiKey.COMMIT_STAGED: self.commit_staged,
             ApiKey.ABORT_STAGED: self.abort_staged,
         }
 
     def produce(self, request: ProduceRequest) -> Awaitable[ProduceResponse | None]:
+        if request.transactional_id is not None:
+            return self._transactional_produce(request)
         return self.replicas.append_records(
             request.acks, request.timeout_ms, request.topics, admit=self._admit_produce,
             refusals=self._schema_checks, quota=self._produce_quota)
+
+    async def _transactional_produce(self, request: ProduceRequest) -> ProduceResponse | None:
+        """A produce naming a transactional id: WRITE on it, and the first transactional
+        batch of a producer in a partition verified with its coordinator."""
+        assert request.transactional_id is not None
+        refused = self._refusal("WRITE", "TRANSACTIONAL_ID", request.transactional_id)
+        if refused is not None:
+            def deny(topic: str, part: ProducePartition) -> None:
+                raise refused
+            admit = deny
+        else:
+            admit = self._admit_produce
+        transactions = self.context.transactions
+        return await self.replicas.append_records(
+            request.acks, request.timeout_ms, request.topics, admit=admit,
+            refusals=self._schema_checks, quota=self._produce_quota,
+            transactional_id=request.transactional_id,
+            verify=transactions.verify if transactions is not None else None)
 
     def _admit_write(self, topic: str, part: ProducePartition) -> None:
         self._require("WRITE", "TOPIC", topic)
@@ -139,31 +153,6 @@ class ProduceApis(ApiFamily):
             raise PolicyViolationError(
                 f"topic {topic!r} is internal: only the group coordinator writes to it "
                 "(commit offsets with OffsetCommit)")
-
-    async def init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:
-        session = current_session()
-        if self.acls is not None and session is not INTERNAL_SESSION and not (
-                self._allowed("IDEMPOTENT_WRITE", "CLUSTER", CLUSTER_NAME, audit=False)
-                or self.acls.allows_any(session.principal, session.host, "WRITE", "TOPIC")):
-            # Kafka's rule: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
-            refused = self._refusal("IDEMPOTENT_WRITE", "CLUSTER", CLUSTER_NAME)
-            if refused is not None:
-                return InitProducerIdResponse(refused.code, error_message=refused.message)
-        if request.transactional_id is not None:
-            err = InvalidRequestError("transactions are not supported yet; use "
-                                      "transactional_id = null for an idempotent producer")
-            return InitProducerIdResponse(err.code, error_message=err.message)
-        if request.producer_id != -1 or request.producer_epoch != -1:
-            # Bumping the epoch of an existing id would let any client fence any other;
-            # that needs a transactional id, which does not exist yet.
-            err = InvalidRequestError(
-                "an idempotent producer asks for a new id: send producer_id=-1 and "
-                "producer_epoch=-1 (epoch bumps need transactions, not supported yet)")
-            return InitProducerIdResponse(err.code, error_message=err.message)
-        try:
-            return InitProducerIdResponse(0, await self.host.next_producer_id(), 0)
-        except StrataError as err:  # ZooKeeperUnavailableError: retriable
-            return InitProducerIdResponse(err.code, error_message=err.message)
 
     async def stage_records(self, request: StageRecordsRequest) -> StageRecordsResponse:
         refused = await self._schema_refusals(request.topics)
