@@ -80,6 +80,7 @@ from strata.client.consumer import (
     ConsumerConfig,
     ConsumerOptions,
     ConsumerRecord,
+    GroupMetadata,
     IdleTimer,
     OffsetResetStrategy,
     PartitionsCallback,
@@ -88,6 +89,7 @@ from strata.client.consumer import (
 )
 from strata.client.producer import (
     RECORD_OVERHEAD,
+    AbortableTransactionError,
     AsyncProducer,
     BatchMetadata,
     BufferFullError,
@@ -95,11 +97,13 @@ from strata.client.producer import (
     DeliveryFailedError,
     DeliveryFailure,
     DeliveryTimeoutError,
+    FatalTransactionError,
     Producer,
     ProducerClosedError,
     ProducerConfig,
     ProducerOptions,
     RecordMetadata,
+    TransactionStateError,
 )
 from wire.errors import (
     ConcurrentUpdateError,
@@ -198,7 +202,11 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerOptions",
     "ConsumerRecord",
+    "GroupMetadata",
     "IdleTimer",
+    "AbortableTransactionError",
+    "FatalTransactionError",
+    "TransactionStateError",
     "Records",
     "ElectionResult",
     "CorruptRecordError",

@@ -244,11 +244,12 @@ class Batch:
         return unused
 
     def encode(self, compression: Compression, producer_id: int, producer_epoch: int,
-               base_sequence: int) -> bytes:
+               base_sequence: int, transactional: bool = False) -> bytes:
         if self.arrow is not None:
             return encode_record_batch(self.arrow, compression=compression,
                                        producer_id=producer_id, producer_epoch=producer_epoch,
-                                       base_sequence=base_sequence)
+                                       base_sequence=base_sequence,
+                                       transactional=transactional)
         # ns to ms as a unit cast (truncating), not a division: pyarrow imports pandas
         # the first time it is handed a Python scalar.
         timestamps = pa.array(self.timestamps, pa.timestamp("ns")).cast(
@@ -262,7 +263,8 @@ class Batch:
         return build_batch(values, keys=self.keys, timestamps=timestamps,
                            headers=self.headers, compression=compression,
                            producer_id=producer_id, producer_epoch=producer_epoch,
-                           base_sequence=base_sequence, value_schema_id=schema_id)
+                           base_sequence=base_sequence, value_schema_id=schema_id,
+                           transactional=transactional)
 
     def unwatched(self) -> int:
         """Records nobody holds a future or callback for (``produce`` without one)."""
@@ -923,6 +925,19 @@ class Accumulator:
             self._sticky_batches.clear()
             self._space.notify_all()
         self._wake_space_waiters()
+
+    def take_unsent(self) -> list[tuple[PartitionQueue, Batch]]:
+        """Every batch not sent yet (open or queued, not the one in flight), taken out
+        of its queue: a transaction's abort drops them."""
+        out: list[tuple[PartitionQueue, Batch]] = []
+        with self.lock:
+            for st in self.partitions.values():
+                self._close_open(st)
+                keep = [st.queue[0]] if st.queue and st.in_flight else []
+                out.extend((st, b) for b in list(st.queue)[len(keep):])
+                st.queue.clear()
+                st.queue.extend(keep)
+        return out
 
     def take_all(self) -> list[Batch]:
         """Empty every queue (at close): the batches that were still in them."""

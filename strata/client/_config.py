@@ -106,6 +106,8 @@ class ProducerOptions(SecurityOptions, total=False):
     retries: int
     retry_backoff_ms: int
     client_id: str
+    transactional_id: str | None
+    transaction_timeout_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +137,13 @@ class ProducerConfig:
     - ``delivery_timeout_ms``: give up on a batch this long after it was created (120 s).
     - ``retries``: resend attempts per batch (default unbounded; the delivery timeout
       bounds them). ``retry_backoff_ms``: first backoff (100 ms), doubling up to 1 s.
+    - ``transactional_id``: makes the producer transactional (docs/transactions.md):
+      ``init_transactions()`` once, then each ``begin_transaction()`` ...
+      ``commit_transaction()`` writes atomically across partitions. Implies idempotence
+      and ``acks='all'`` (contradicting settings are refused). One live producer per id:
+      a new one fences the old. ``transaction_timeout_ms`` (default 60,000): the
+      coordinator aborts a transaction left open longer (within the broker's
+      ``transaction.max.timeout.ms``).
     """
 
     bootstrap_servers: str | list[str]
@@ -153,8 +162,24 @@ class ProducerConfig:
     retry_backoff_ms: int = 100
     client_id: str = "strata-producer"
     security: ClientSecurity = PLAINTEXT
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
+        if self.transactional_id is not None:
+            if not isinstance(self.transactional_id, str) or not self.transactional_id.strip():
+                raise ValueError(f"transactional_id={self.transactional_id!r} is not valid; "
+                                 "give a non-empty name, one per live producer")
+            if not self.idempotent or self.acks != _ACKS_ALL:
+                raise ValueError(
+                    "a transactional producer is idempotent with acks='all': drop "
+                    "enable_idempotence=False / acks=0|1, or drop transactional_id")
+            if isinstance(self.transaction_timeout_ms, bool) or \
+                    not isinstance(self.transaction_timeout_ms, int) or \
+                    self.transaction_timeout_ms < 1:
+                raise ValueError(f"transaction_timeout_ms={self.transaction_timeout_ms!r} is "
+                                 "not valid; use ms >= 1 (at most the broker's "
+                                 "transaction.max.timeout.ms)")
         if isinstance(self.acks, bool) or self.acks not in (_ACKS_ALL, 0, 1):
             raise ValueError(f"acks={self.acks!r} is not valid; a ProducerConfig holds 0, 1 "
                              "or -1 (all); from_options also takes 'all'")
@@ -187,6 +212,12 @@ class ProducerConfig:
         acks = _parse_acks(options.get("acks", "all"))
         retries = options.get("retries", _INT32_MAX)
         explicit = options.get("enable_idempotence")
+        if options.get("transactional_id") is not None:
+            if explicit is False or acks != _ACKS_ALL:
+                raise ValueError(
+                    "a transactional producer is idempotent with acks='all': drop "
+                    "enable_idempotence=False / acks=0|1, or drop transactional_id")
+            explicit = True
         if explicit is True:
             _check_idempotence(acks, retries)
         idempotent = acks == _ACKS_ALL and retries > 0 if explicit is None else explicit
@@ -256,7 +287,12 @@ class ConsumerOptions(SecurityOptions, total=False):
     auto_commit_interval_ms: int
     value_format: ValueFormat
     value_schema_version: int | str
+    isolation_level: IsolationLevel
 
+
+#: ``read_uncommitted`` (Kafka's default) or ``read_committed`` (docs/transactions.md).
+IsolationLevel: TypeAlias = Literal["read_uncommitted", "read_committed"]
+_ISOLATION_LEVELS: Final = ("read_uncommitted", "read_committed")
 
 #: How a typed topic's values reach the caller (docs/typed-topics.md).
 ValueFormat: TypeAlias = Literal["arrow", "json", "confluent"]
@@ -305,6 +341,12 @@ class ConsumerConfig:
     bytes, for Kafka-style tools downstream. Every value is read under one reader
     schema per topic: ``value_schema_version`` of the topic's subject (``"latest"``,
     the default: the latest version when the consumer first meets the topic).
+
+    Transactions (docs/transactions.md): ``isolation_level`` ``"read_uncommitted"``
+    (default, as Kafka: every record, aborted ones included, up to the high watermark)
+    or ``"read_committed"`` (only committed transactions' records, and none past the
+    first offset of a transaction still open; markers and aborted batches are skipped
+    batch by batch).
     """
 
     bootstrap_servers: str | list[str]
@@ -328,10 +370,14 @@ class ConsumerConfig:
     value_format: ValueFormat = "arrow"
     value_schema_version: int | str = "latest"
     security: ClientSecurity = PLAINTEXT
+    isolation_level: IsolationLevel = "read_uncommitted"
 
     def __post_init__(self) -> None:
         """``ValueError`` naming the option, before anything is sent."""
         _check_group_options(self)
+        if self.isolation_level not in _ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level={self.isolation_level!r} is not valid; use "
+                             "'read_uncommitted' or 'read_committed'")
         if self.value_format not in _VALUE_FORMATS:
             raise ValueError(f"value_format={self.value_format!r} is not valid; use one of "
                              f"{', '.join(_VALUE_FORMATS)}")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ from strata.client._schemas import MissingSchemas, SchemaSource, TopicSchemas, T
 from strata.client._subscription import Chunk, PartitionState, Subscription
 from wire.errors import OffsetOutOfRangeError, StrataError
 from wire.protocol import (
+    AbortedTransactionEntry,
     ApiKey,
     FetchPartition,
     FetchRequest,
@@ -53,7 +55,13 @@ from wire.protocol import (
     FetchTopic,
     group_by_topic,
 )
-from wire.record_batch import batches_to_table
+from wire.record_batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    AbortedTransaction,
+    batches_to_table,
+    peek_header,
+)
 
 __all__ = ["Fetcher", "InFlight"]
 
@@ -171,14 +179,16 @@ class Fetcher:
 
         topics = group_by_topic((tp.topic, wanted(tp, offset))
                                 for tp, (offset, _) in specs.items())
+        committed = config.isolation_level == "read_committed"
         request = FetchRequest([FetchTopic(name, parts) for name, parts in topics.items()],
                                max_wait_ms=config.fetch_max_wait_ms,
                                min_bytes=config.fetch_min_bytes,
-                               max_bytes=config.fetch_max_bytes)
+                               max_bytes=config.fetch_max_bytes,
+                               isolation_level=1 if committed else 0)
         connection = await self._cluster.connection(node)
         self.requests_sent += 1
         response = await asyncio.wait_for(
-            connection.request(ApiKey.FETCH, request),
+            connection.request(ApiKey.FETCH, request, version=2 if committed else 0),
             (config.request_timeout_ms + config.fetch_max_wait_ms) / 1000)
         assert isinstance(response, FetchResponse)
         if response.error_code:
@@ -244,7 +254,8 @@ class Fetcher:
                 if answer.log_end_offset >= 0:
                     state.log_end_offset = answer.log_end_offset
                 if answer.error_code == 0:
-                    self._buffer(tp, state, fetch_offset, answer.records)
+                    self._buffer(tp, state, fetch_offset, answer.records,
+                                 answer.aborted_transactions)
                 else:
                     self._partition_error(tp, state, fetch_offset,
                                           error_from_code(answer.error_code,
@@ -252,21 +263,31 @@ class Fetcher:
                                           answer.log_start_offset, answer.high_watermark)
 
     def _buffer(self, tp: TopicPartition, state: PartitionState, fetch_offset: int,
-                records: Any) -> None:
+                records: Any, aborted: list[AbortedTransactionEntry] | None = None) -> None:
         if not records:
             return
         try:
-            table = batches_to_table(records, topic=tp.topic, partition=tp.partition,
-                                     start_offset=fetch_offset,
-                                     resolve_value=self.typed.resolver(tp.topic))
+            table = batches_to_table(
+                records, topic=tp.topic, partition=tp.partition, start_offset=fetch_offset,
+                resolve_value=self.typed.resolver(tp.topic),
+                aborted=[AbortedTransaction(a.producer_id, a.first_offset)
+                         for a in aborted] if aborted else None)
         except MissingSchemas:
             return  # nothing buffered: fetched again once ``typed.load`` ran
         except StrataError as err:
             self._errors.append(err)
             return
+        # Past the last whole batch returned: markers and aborted transactions have no
+        # row, and the position must still move past them.
+        end = _batches_end(records, fetch_offset)
         if table.num_rows:
-            end = int(table.column("offset")[-1].as_py()) + 1
+            end = max(end, int(table.column("offset")[-1].as_py()) + 1)
             state.chunks.append(Chunk(table, end, len(records)))
+        elif end > fetch_offset:
+            if state.chunks:
+                state.chunks[-1].end_offset = end
+            else:
+                state.position = end
 
     def _partition_error(self, tp: TopicPartition, state: PartitionState, fetch_offset: int,
                          err: StrataError, log_start: int, high_watermark: int) -> None:
@@ -352,3 +373,19 @@ class Fetcher:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _batches_end(records: Any, fetch_offset: int) -> int:
+    """The offset after the last whole batch in a fetch answer (headers only)."""
+    view = memoryview(records)
+    position, end = 0, fetch_offset
+    while len(view) - position >= HEADER_SIZE:
+        (length,) = _LENGTH.unpack_from(view, position + 8)
+        if position + LOG_OVERHEAD + length > len(view):
+            break
+        end = max(end, peek_header(view, position).next_offset)
+        position += LOG_OVERHEAD + length
+    return end
+
+
+_LENGTH = struct.Struct(">i")

@@ -51,6 +51,7 @@ from wire.errors import (
     StrataError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
 )
 from wire.protocol import (
     JOIN_EPOCH,
@@ -353,12 +354,14 @@ class CoordinatorAddress:
 
 
 class CoordinatorLink:
-    """Finds a group's coordinator and sends requests to it, retrying while it moves."""
+    """Finds a group's coordinator (``key_type`` 0), or a transactional id's (1), and
+    sends requests to it, retrying while it moves."""
 
     def __init__(self, cluster: Cluster, group_id: str, *, request_timeout_ms: int,
-                 retry_backoff_ms: int) -> None:
+                 retry_backoff_ms: int, key_type: int = 0) -> None:
         self.cluster = cluster
         self.group_id = group_id
+        self.key_type = key_type
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_ms = retry_backoff_ms
         self.coordinator: CoordinatorAddress | None = None
@@ -379,9 +382,10 @@ class CoordinatorLink:
                 # a whole request timeout while the others could answer.
                 response = await asyncio.wait_for(
                     self.cluster.send_any(ApiKey.FIND_COORDINATOR,
-                                          FindCoordinatorRequest(self.group_id),
+                                          FindCoordinatorRequest(self.group_id, self.key_type),
                                           per_broker_timeout_s=min(
-                                              self.request_timeout_s, _FIND_TIMEOUT_S)),
+                                              self.request_timeout_s, _FIND_TIMEOUT_S),
+                                          version=1 if self.key_type else 0),
                     max(deadline - time.monotonic(), 0.001))
                 assert isinstance(response, FindCoordinatorResponse)
                 if response.error_code == 0:
@@ -393,10 +397,12 @@ class CoordinatorLink:
                 error = as_strata_error(err)
             if not is_transient(error) or time.monotonic() >= deadline:
                 if isinstance(error, CoordinatorNotAvailableError):
+                    what, topic = ("transactional id", "__transaction_state") \
+                        if self.key_type else ("group", "__consumer_offsets")
                     raise CoordinatorNotAvailableError(
-                        f"group {self.group_id!r}: no broker coordinates it yet "
+                        f"{what} {self.group_id!r}: no broker coordinates it yet "
                         f"({error.message}); check that the brokers are up (strata "
-                        "cluster describe) and that __consumer_offsets has live leaders")
+                        f"cluster describe) and that {topic} has live leaders")
                 raise error
             await self._backoff(attempt, deadline)
             attempt += 1
@@ -407,7 +413,7 @@ class CoordinatorLink:
 
     async def request(self, api: ApiKey, body: Message, *, timeout_s: float | None = None,
                       check: Callable[[Message], StrataError | None] | None = None,
-                      attempt_timeout_s: float | None = None) -> Message:
+                      attempt_timeout_s: float | None = None, version: int = 0) -> Message:
         """Send ``body`` to the coordinator and return its answer.
 
         ``check`` returns the error an answer carries (None: none). Coordinator errors,
@@ -428,7 +434,8 @@ class CoordinatorLink:
                 connection = await self.cluster.connection_to((coordinator.host,
                                                                coordinator.port))
                 response = await asyncio.wait_for(
-                    connection.request(api, body), min(remaining, per_attempt))
+                    connection.request(api, body, version=version),
+                    min(remaining, per_attempt))
                 error = check(response) if check is not None else None
                 if error is None:
                     return response
@@ -505,28 +512,60 @@ class CoordinatorLink:
         return committed, failed
 
     async def fetch_offsets(self, partitions: Iterable[TopicPartition] | None, *,
-                            timeout_s: float | None = None) -> OffsetFetchResponse:
-        """``OffsetFetch`` (``None``: every partition the group committed)."""
+                            timeout_s: float | None = None,
+                            require_stable: bool = False) -> OffsetFetchResponse:
+        """``OffsetFetch`` (``None``: every partition the group committed).
+        ``require_stable``: a partition whose offsets wait in an open transaction answers
+        UNSTABLE_OFFSET_COMMIT instead of the offset committed before it (version 1)."""
         request = OffsetFetchRequest(
-            self.group_id, None if partitions is None else group_partitions(partitions))
+            self.group_id, None if partitions is None else group_partitions(partitions),
+            require_stable=require_stable)
         response = await self.request(ApiKey.OFFSET_FETCH, request, timeout_s=timeout_s,
-                                      check=_top_level_error)
+                                      check=_top_level_error,
+                                      version=1 if require_stable else 0)
         assert isinstance(response, OffsetFetchResponse)
         return response
 
     async def committed(self, partitions: Iterable[TopicPartition], *,
-                        timeout_s: float | None = None) -> dict[TopicPartition, int | None]:
-        """The committed offset per partition (None: nothing committed)."""
+                        timeout_s: float | None = None,
+                        require_stable: bool = False) -> dict[TopicPartition, int | None]:
+        """The committed offset per partition (None: nothing committed).
+
+        ``require_stable`` (a read_committed consumer, KIP-447): offsets a transaction
+        is still committing are waited for, so a consumer taking over a partition from a
+        transactional producer starts after that producer's last transaction, not
+        before it. Raises UnstableOffsetCommitError when they stay pending past
+        ``timeout_s``."""
         wanted = list(partitions)
-        if not wanted:
-            return {}
-        response = await self.fetch_offsets(wanted, timeout_s=timeout_s)
         out: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
-        for topic in response.topics:
-            for answer in topic.partitions:
-                tp = TopicPartition(topic.name, answer.partition)
-                if tp in out:
-                    out[tp] = answer.offset if answer.offset >= 0 else None
+        deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None
+                                       else timeout_s)
+        attempt = 0
+        while wanted:
+            response = await self.fetch_offsets(
+                wanted, timeout_s=max(deadline - time.monotonic(), 0.001),
+                require_stable=require_stable)
+            unstable: list[TopicPartition] = []
+            for topic in response.topics:
+                for answer in topic.partitions:
+                    tp = TopicPartition(topic.name, answer.partition)
+                    if tp not in out:
+                        continue
+                    if answer.error_code == UnstableOffsetCommitError.code:
+                        unstable.append(tp)
+                    elif answer.error_code:
+                        raise error_from_code(answer.error_code, None)
+                    else:
+                        out[tp] = answer.offset if answer.offset >= 0 else None
+            if not unstable:
+                break
+            if time.monotonic() >= deadline:
+                raise UnstableOffsetCommitError(
+                    f"group {self.group_id}: offsets of {sorted(unstable)} are still being "
+                    "committed by an open transaction; retry, or raise the timeout")
+            await self._backoff(attempt, deadline)
+            attempt += 1
+            wanted = unstable
         return out
 
 

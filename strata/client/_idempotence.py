@@ -63,10 +63,24 @@ class Idempotence:
         self._shared: tuple[int, int] | None = None
         self._shared_task: asyncio.Task[None] | None = None
         self.sequences: dict[tuple[str, int], PartitionSequence] = {}
+        # A transactional producer gets its id and epoch from its transaction
+        # coordinator (``use``), never by itself; a failed batch waits for the next.
+        self.transactional = config.transactional_id is not None
 
     def start(self) -> None:
         """Fetch the shared id now, so the first batch need not wait (on the loop)."""
-        self._shared_task = self._wakeup.loop.create_task(self._init_shared())
+        if not self.transactional:
+            self._shared_task = self._wakeup.loop.create_task(self._init_shared())
+
+    def use(self, producer_id: int, producer_epoch: int) -> None:
+        """A transactional producer's id and epoch from its coordinator (after
+        InitProducerId, and after every EndTxn bumped the epoch): every partition starts
+        again at sequence 0 with them."""
+        self._shared = (producer_id, producer_epoch)
+        for st in self.sequences.values():
+            st.producer_id, st.producer_epoch = producer_id, producer_epoch
+            st.next_sequence = 0
+            st.wants_fresh_id = False
 
     def _sequence(self, key: tuple[str, int]) -> PartitionSequence:
         sequence = self.sequences.get(key)
@@ -80,6 +94,12 @@ class Idempotence:
         if st.producer_id != NO_PRODUCER_ID:
             return True
         loop = self._wakeup.loop
+        if self.transactional:
+            if self._shared is None or st.wants_fresh_id:
+                return False  # until the coordinator's id (or the next transaction's)
+            st.producer_id, st.producer_epoch = self._shared
+            st.next_sequence = 0
+            return True
         if st.wants_fresh_id:
             if st.task is None or st.task.done():
                 st.task = loop.create_task(self._fresh(key, st))

@@ -214,6 +214,11 @@ class Offsets:
     def _timeout_s(self) -> float:
         return self._config.request_timeout_ms / 1000
 
+    @property
+    def _read_committed(self) -> bool:
+        """A read_committed consumer waits for offsets an open transaction commits."""
+        return self._config.isolation_level == "read_committed"
+
     # ------------------------------------------------------------------ positions
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         """Make ``offset`` the next record ``poll`` returns for ``partition``."""
@@ -304,7 +309,8 @@ class Offsets:
         try:
             found = await self._group.link.committed(
                 list(lookup), timeout_s=self._timeout_s if retry
-                else self._config.retry_backoff_ms / 1000 + 1.0)
+                else self._config.retry_backoff_ms / 1000 + 1.0,
+                require_stable=self._read_committed)
         except StrataError as err:
             if retry or not is_transient(err):
                 raise
@@ -502,7 +508,8 @@ class Offsets:
         """The group's committed offset per partition (None: nothing committed)."""
         group = self.require_group("committed()")
         return await group.link.committed(topic_partitions(partitions),
-                                          timeout_s=self._timeout_s)
+                                          timeout_s=self._timeout_s,
+                                          require_stable=self._read_committed)
 
     def changed_positions(self, partitions: Iterable[TopicPartition] | None = None
                           ) -> dict[TopicPartition, int]:

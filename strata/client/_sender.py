@@ -31,6 +31,7 @@ import concurrent.futures
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Final, cast
 
 import pyarrow as pa
@@ -53,6 +54,7 @@ from strata.client._delivery import (
 )
 from strata.client._idempotence import Idempotence
 from strata.client._schemas import TopicSchemas
+from strata.client._transactions import Transactions
 from wire.errors import (
     BrokerNotAvailableError,
     DuplicateSequenceError,
@@ -133,6 +135,15 @@ class Sender:
         self.topic_schemas: TopicSchemas | None = None
         self.idempotence = Idempotence(self.cluster, config, self.wakeup) \
             if config.idempotent else None
+        self.transactions: Transactions | None = None
+        if config.transactional_id is not None:
+            self.transactions = Transactions(self)
+            assert self.idempotence is not None
+            txn_ready, id_ready = self.transactions.ready, self.idempotence.ready
+            self._has_id: Callable[[tuple[str, int]], bool] | None = \
+                lambda key: txn_ready(key) and id_ready(key)
+        else:
+            self._has_id = self.idempotence.ready if self.idempotence is not None else None
         self._stopping = False
         self._flushing = 0
         self._task: asyncio.Task[None] | None = None
@@ -217,6 +228,24 @@ class Sender:
             self._closed = True
         self.report_failures()
 
+    # ------------------------------------------------------------------ transactions
+    def use_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """The transaction coordinator's producer id and epoch (after InitProducerId and
+        each EndTxn): sequences start again at 0."""
+        assert self.idempotence is not None
+        self.idempotence.use(producer_id, producer_epoch)
+        self.wakeup.set()
+
+    def fail_unsent(self, error: StrataError) -> None:
+        """Fail every batch not sent yet (an abort drops them; the ones in flight finish
+        first)."""
+        for st, batch in self.accumulator.take_unsent():
+            self._finish_failed(st, batch, error)
+
+    def fail_transaction_batches(self, error: StrataError) -> None:
+        """The transaction cannot commit: what was not sent yet will never be."""
+        self.fail_unsent(error)
+
     # ------------------------------------------------------------------ metadata
     def cached_partition_count(self, topic: str) -> int | None:
         partitions = self.cluster.topics.get(topic)
@@ -297,9 +326,8 @@ class Sender:
 
     def _sender_pass(self, now: float) -> float | None:
         """One round: expire, close lingered batches, send; return the next deadline."""
-        ready, next_wake, expired = self.accumulator.ready(
-            now, self._flushing > 0,
-            self.idempotence.ready if self.idempotence is not None else None)
+        ready, next_wake, expired = self.accumulator.ready(now, self._flushing > 0,
+                                                           self._has_id)
         for st, batch in expired:
             self._finish_failed(st, batch, DeliveryTimeoutError(
                 f"{batch.count} record(s) for {batch.topic}-{batch.partition} were not "
@@ -359,7 +387,8 @@ class Sender:
                 stamp = self.idempotence.stamp(st.key, batch.count)
                 if stamp is None:
                     return False
-                batch.encoded = batch.encode(compression, *stamp)
+                batch.encoded = batch.encode(compression, *stamp,
+                                             transactional=self.transactions is not None)
                 batch.base_sequence = stamp[2]
                 self.idempotence.advance(st.key, batch.count)
             else:
@@ -380,7 +409,9 @@ class Sender:
         topics = group_by_topic((b.topic, ProducePartition(b.partition, b.encoded))
                                 for b in batches)
         request = ProduceRequest(config.acks, config.request_timeout_ms,
-                                 [ProduceTopic(name, parts) for name, parts in topics.items()])
+                                 [ProduceTopic(name, parts) for name, parts in topics.items()],
+                                 config.transactional_id)
+        version = 1 if config.transactional_id is not None else 0
         try:
             try:
                 connection = await self.cluster.connection(node)
@@ -393,7 +424,7 @@ class Sender:
                         self._finish_ok(batch, -1, -1)
                     return
                 response = await asyncio.wait_for(
-                    connection.request(ApiKey.PRODUCE, request),
+                    connection.request(ApiKey.PRODUCE, request, version=version),
                     config.request_timeout_ms / 1000 + 0.5)
             except TimeoutError:
                 self._retry_all(batches, RequestTimedOutError(
@@ -499,6 +530,8 @@ class Sender:
                 and self.idempotence is not None:
             # Outcome unknown or sequence consumed: restart this partition's numbering.
             self.idempotence.restart(st.key)
+        if self.transactions is not None:
+            self.transactions.batch_failed(error)
         if batch.group is not None:
             if not batch.group.failed:
                 batch.group.failed = True

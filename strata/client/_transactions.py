@@ -34,11 +34,15 @@ Thread-safety: none; the producer's event loop owns it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from enum import Enum
-from typing import ClassVar, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
-from strata.client._common import TopicPartition
+from strata.client._common import TopicPartition, error_from_code
+from strata.client._group import CoordinatorLink
 from wire.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
@@ -48,15 +52,35 @@ from wire.errors import (
     InvalidTxnStateError,
     NotCoordinatorError,
     ProducerFencedError,
+    RequestTimedOutError,
     StrataError,
     TransactionalIdAuthorizationFailedError,
     UnknownProducerIdError,
 )
+from wire.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    ApiKey,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    Message,
+    TxnOffsetCommitPartition,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitTopic,
+    TxnTopic,
+)
+
+if TYPE_CHECKING:
+    from strata.client._sender import Sender
 
 __all__ = [
     "AbortableTransactionError",
     "FatalTransactionError",
+    "GroupMetadata",
     "TransactionManager",
+    "Transactions",
     "TransactionStateError",
     "TxnClientState",
     "classify",
@@ -155,11 +179,13 @@ class TransactionManager:
         self.producer_epoch = -1
         self.error: StrataError | None = None  # what put it in an error state
         #: Partitions the coordinator has added to the open transaction.
-        self.partitions: set[TopicPartition] = set()
+        self.partitions: set[tuple[str, int]] = set()
         #: Partitions written to but not yet added (AddPartitionsToTxn goes first).
-        self.new_partitions: set[TopicPartition] = set()
+        self.new_partitions: set[tuple[str, int]] = set()
         #: Groups whose offsets were sent to the open transaction.
         self.groups: set[str] = set()
+        #: The open transaction was handed back by the coordinator (two-phase).
+        self.resumed = False
 
     def __repr__(self) -> str:
         return (f"TransactionManager({self.transactional_id!r}, {self.state.value}, "
@@ -213,11 +239,11 @@ class TransactionManager:
             f"{what} on transactional producer {self.transactional_id!r} needs an open "
             f"transaction: call begin_transaction() first (it is {self.state.value})")
 
-    def wrote(self, partitions: Iterable[TopicPartition]) -> None:
+    def wrote(self, partitions: Iterable[tuple[str, int]]) -> None:
         """The application sent to these partitions: add those not in the transaction."""
         self.new_partitions.update(tp for tp in partitions if tp not in self.partitions)
 
-    def added(self, partitions: Iterable[TopicPartition]) -> None:
+    def added(self, partitions: Iterable[tuple[str, int]]) -> None:
         done = set(partitions)
         self.partitions |= done
         self.new_partitions -= done
@@ -229,10 +255,15 @@ class TransactionManager:
         self._to(S.ABORTING)
 
     @property
+    def failed(self) -> bool:
+        """In an error state (the open transaction cannot commit)."""
+        return self.state in (S.ABORTABLE_ERROR, S.FATAL_ERROR)
+
+    @property
     def started(self) -> bool:
         """Whether the coordinator knows of the open transaction (an EndTxn is needed):
         a transaction that wrote nothing and sent no offsets ends locally."""
-        return bool(self.partitions or self.groups)
+        return bool(self.partitions or self.groups or self.resumed)
 
     def completed(self, producer_id: int, producer_epoch: int) -> None:
         """EndTxn answered: the next transaction uses this id and epoch (KIP-890)."""
@@ -241,6 +272,7 @@ class TransactionManager:
         self.partitions.clear()
         self.new_partitions.clear()
         self.groups.clear()
+        self.resumed = False
         self.error = None
         self._to(S.READY)
 
@@ -269,3 +301,264 @@ class TransactionManager:
         fatal = isinstance(error, ProducerFencedError |
                            TransactionalIdAuthorizationFailedError)
         return self.fail(error, fatal=fatal)
+
+
+# ----------------------------------------------------------------------------- I/O
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadata:
+    """What a consumer in a group tells a transactional producer committing its offsets
+    (``Consumer.group_metadata()``, Kafka's ConsumerGroupMetadata): the coordinator
+    refuses the offsets of a member that is no longer in the group (KIP-447)."""
+
+    group_id: str
+    member_id: str | None = None
+    member_epoch: int = -1
+    group_instance_id: str | None = None
+
+
+#: First pause before an AddPartitionsToTxn the coordinator answered with
+#: CONCURRENT_TRANSACTIONS (the previous transaction is still completing), as Kafka.
+_ADD_RETRY_BACKOFF_S: Final = 0.02
+
+
+class Transactions:
+    """The transactional producer's requests to its coordinator, over the sender.
+
+    ``ready`` is the accumulator's hook (see ``Sender``): a partition not yet in the open
+    transaction holds its batches back until an AddPartitionsToTxn (one for every new
+    partition at that moment) added it. ``init``, ``send_offsets``, ``commit`` and
+    ``abort`` are the producer's calls. Loop only."""
+
+    def __init__(self, sender: Sender) -> None:
+        config = sender.config
+        assert config.transactional_id is not None
+        self.sender = sender
+        self.config = config
+        self.tm = TransactionManager(config.transactional_id, config.transaction_timeout_ms)
+        self.link = CoordinatorLink(sender.cluster, config.transactional_id,
+                                    request_timeout_ms=config.request_timeout_ms,
+                                    retry_backoff_ms=config.retry_backoff_ms, key_type=1)
+        self._add_task: asyncio.Task[None] | None = None
+        self.init_state = ""  # the coordinator's word on an open transaction (two-phase)
+        self.init_tag: str | None = None
+
+    # ------------------------------------------------------------------ requests
+    async def _call(self, api: ApiKey, body: Message, *, deadline: float,
+                    check: Callable[[Message], StrataError | None], version: int = 0,
+                    backoff_s: float | None = None) -> Message:
+        """A request to the coordinator: CONCURRENT_TRANSACTIONS, a moved coordinator
+        and other transient errors are retried until ``deadline``; anything else is
+        raised."""
+        attempt = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimedOutError(
+                    f"transactional id {self.tm.transactional_id!r}: {api.name} did not "
+                    f"succeed within max_block_ms={self.config.max_block_ms}")
+            try:
+                answer = await self.link.request(api, body, timeout_s=remaining,
+                                                 check=check, version=version)
+                return answer
+            except StrataError as err:
+                if classify(err) != "retry":
+                    raise
+                if isinstance(err, COORDINATOR_MOVED):
+                    self.link.invalidate()
+                pause = backoff_s if backoff_s is not None and attempt == 0 else \
+                    self.config.backoff_s(attempt + 1)
+                attempt += 1
+                await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.config.max_block_ms / 1000
+
+    # ------------------------------------------------------------------ init
+    async def init(self, *, two_phase: bool = False, keep_prepared: bool = False) -> None:
+        """InitProducerId: fences every earlier producer with this transactional id and
+        aborts its open transaction (unless ``keep_prepared`` hands a two-phase one
+        back)."""
+        self.tm.begin_init()
+        request = InitProducerIdRequest(
+            self.tm.transactional_id, self.config.transaction_timeout_ms,
+            two_phase=two_phase, keep_prepared=keep_prepared)
+        try:
+            answer = await self._call(ApiKey.INIT_PRODUCER_ID, request,
+                                      deadline=self._deadline(), check=_top_error,
+                                      version=1)
+        except StrataError as err:
+            raise self.tm.fail(err, fatal=True) from err
+        assert isinstance(answer, InitProducerIdResponse)
+        self.init_state, self.init_tag = answer.state, answer.tag
+        self.tm.initialized(answer.producer_id, answer.producer_epoch)
+        self.sender.use_producer_id(answer.producer_id, answer.producer_epoch)
+        if keep_prepared and answer.state == "Ongoing":
+            # A two-phase transaction handed back: it is this producer's to end.
+            self.tm.begin()
+            self.tm.resumed = True
+
+    # ------------------------------------------------------------------ partitions
+    def ready(self, key: tuple[str, int]) -> bool:
+        """The accumulator's hook: may partition ``key`` send a new batch now?"""
+        tm = self.tm
+        if tm.state not in (TxnClientState.IN_TRANSACTION, TxnClientState.COMMITTING):
+            return False  # an error state: abort fails what is queued
+        if key in tm.partitions:
+            return True
+        tm.new_partitions.add(key)
+        if self._add_task is None or self._add_task.done():
+            self._add_task = self.sender.loop.create_task(self._add_partitions())
+        return False
+
+    async def _add_partitions(self, tag: str | None = None) -> None:
+        tm = self.tm
+        while tm.new_partitions and tm.state in (TxnClientState.IN_TRANSACTION,
+                                                 TxnClientState.COMMITTING):
+            adding = sorted(tm.new_partitions)
+            topics: dict[str, list[int]] = {}
+            for topic, p in adding:
+                topics.setdefault(topic, []).append(p)
+            request = AddPartitionsToTxnRequest(
+                tm.transactional_id, tm.producer_id, tm.producer_epoch,
+                [TxnTopic(t, ps) for t, ps in topics.items()], tag=tag)
+            try:
+                await self._call(ApiKey.ADD_PARTITIONS_TO_TXN, request,
+                                 deadline=self._deadline(), check=_partitions_error,
+                                 backoff_s=_ADD_RETRY_BACKOFF_S)
+            except StrataError as err:
+                tm.fail(err)
+                self.sender.fail_transaction_batches(tm.error or err)
+                break
+            tm.added(adding)
+            self.sender.wakeup.set()
+
+    async def add_partitions_now(self, partitions: list[tuple[str, int]],
+                                 tag: str | None = None) -> None:
+        """Add partitions before writing (the Spark sink's staged commit; ``tag`` labels
+        the transaction)."""
+        self.tm.require_open("add_partitions")
+        self.tm.new_partitions.update(p for p in partitions if p not in self.tm.partitions)
+        if not self.tm.new_partitions and tag is None:
+            return
+        if tag is not None and not self.tm.new_partitions:
+            self.tm.new_partitions.update(partitions)  # the tag travels with an add
+        await self._add_partitions(tag)
+        if self.tm.state is TxnClientState.ABORTABLE_ERROR:
+            raise AbortableTransactionError(
+                f"the partitions could not join the transaction: {self.tm.error}",
+                self.tm.error)
+
+    # ------------------------------------------------------------------ offsets
+    async def send_offsets(self, offsets: Mapping[TopicPartition, int],
+                           group: GroupMetadata) -> None:
+        """Commit a consumer group's offsets as part of the open transaction (KIP-447)."""
+        tm = self.tm
+        tm.require_open("send_offsets_to_transaction()")
+        if not offsets:
+            return
+        deadline = self._deadline()
+        try:
+            if group.group_id not in tm.groups:
+                await self._call(ApiKey.ADD_OFFSETS_TO_TXN, AddOffsetsToTxnRequest(
+                    tm.transactional_id, tm.producer_id, tm.producer_epoch, group.group_id),
+                    deadline=deadline, check=_top_error, backoff_s=_ADD_RETRY_BACKOFF_S)
+                tm.groups.add(group.group_id)
+            by_topic: dict[str, list[TxnOffsetCommitPartition]] = {}
+            for tp, offset in sorted(offsets.items()):
+                by_topic.setdefault(tp.topic, []).append(
+                    TxnOffsetCommitPartition(tp.partition, offset))
+            group_link = CoordinatorLink(self.sender.cluster, group.group_id,
+                                         request_timeout_ms=self.config.request_timeout_ms,
+                                         retry_backoff_ms=self.config.retry_backoff_ms)
+            await self._call_group(group_link, TxnOffsetCommitRequest(
+                tm.transactional_id, group.group_id, tm.producer_id, tm.producer_epoch,
+                group.member_id, group.member_epoch, group.group_instance_id,
+                [TxnOffsetCommitTopic(t, ps) for t, ps in by_topic.items()]), deadline)
+        except StrataError as err:
+            raise tm.fail(err) from err
+
+    async def _call_group(self, link: CoordinatorLink, request: TxnOffsetCommitRequest,
+                          deadline: float) -> None:
+        attempt = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimedOutError("TxnOffsetCommit did not succeed in time")
+            try:
+                await link.request(ApiKey.TXN_OFFSET_COMMIT, request, timeout_s=remaining,
+                                   check=_partitions_error)
+                return
+            except StrataError as err:
+                if classify(err) != "retry":
+                    raise
+                attempt += 1
+                await asyncio.sleep(self.config.backoff_s(attempt))
+
+    # ------------------------------------------------------------------ end
+    async def commit(self) -> None:
+        tm = self.tm
+        if tm.state is TxnClientState.ABORTABLE_ERROR:
+            raise AbortableTransactionError(
+                f"the transaction of {tm.transactional_id!r} cannot commit: {tm.error}. "
+                "Call abort_transaction() and run it again", tm.error)
+        tm.begin_commit()
+        await self.sender.flush(report=False)  # every batch acknowledged, or failed
+        if self._add_task is not None:
+            await asyncio.shield(self._add_task)
+        if tm.failed:
+            raise AbortableTransactionError(
+                f"the transaction of {tm.transactional_id!r} cannot commit: {tm.error}. "
+                "Call abort_transaction() and run it again", tm.error)
+        await self._end(True)
+
+    async def abort(self) -> None:
+        tm = self.tm
+        tm.begin_abort()
+        # What was sent must be decided before the abort: wait for the requests in
+        # flight; what was never sent is dropped.
+        self.sender.fail_unsent(AbortableTransactionError(
+            f"the transaction of {tm.transactional_id!r} was aborted before these records "
+            "were sent"))
+        await self.sender.flush(report=False)
+        await self._end(False)
+
+    async def _end(self, commit: bool) -> None:
+        tm = self.tm
+        if not tm.started:
+            tm.completed(-1, -1)  # nothing reached the coordinator: nothing to end
+            return
+        try:
+            answer = await self._call(ApiKey.END_TXN, EndTxnRequest(
+                tm.transactional_id, tm.producer_id, tm.producer_epoch, commit),
+                deadline=self._deadline(), check=_top_error)
+        except StrataError as err:
+            if classify(err) == "fatal":
+                raise tm.fail(err) from err
+            # Unknown outcome (a timeout): the coordinator may or may not have taken it.
+            raise tm.fail(err, fatal=commit) from err
+        assert isinstance(answer, EndTxnResponse)
+        tm.completed(answer.producer_id, answer.producer_epoch)
+        self.sender.use_producer_id(tm.producer_id, tm.producer_epoch)
+
+    def batch_failed(self, error: StrataError) -> None:
+        """A batch of the open transaction failed for good: the transaction cannot
+        commit (abortable, or fatal for PRODUCER_FENCED)."""
+        if self.tm.state in (TxnClientState.IN_TRANSACTION, TxnClientState.COMMITTING,
+                             TxnClientState.ABORTABLE_ERROR):
+            self.tm.write_failed(error)
+
+
+def _top_error(response: Message) -> StrataError | None:
+    code = getattr(response, "error_code", 0)
+    return error_from_code(code, getattr(response, "error_message", None)) if code else None
+
+
+def _partitions_error(response: Message) -> StrataError | None:
+    """The first partition error of an AddPartitionsToTxn / TxnOffsetCommit answer."""
+    for topic in getattr(response, "topics", []):
+        for result in topic.partitions:
+            if result.error_code:
+                return error_from_code(result.error_code, result.error_message)
+    return None

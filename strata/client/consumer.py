@@ -113,6 +113,7 @@ from strata.client._group import CommitFailedError, GroupMember
 from strata.client._offsets import CommitCallback, Offsets, OffsetsToCommit
 from strata.client._subscription import GroupEvent, PartitionsCallback, Subscription
 from strata.client._sync import EventLoopThread
+from strata.client._transactions import GroupMetadata
 from wire.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from wire.record_batch import CONSUMER_SCHEMA, TimestampType
 
@@ -124,6 +125,7 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerOptions",
     "ConsumerRecord",
+    "GroupMetadata",
     "IdleTimer",
     "OffsetResetStrategy",
     "Records",
@@ -426,6 +428,19 @@ class AsyncConsumer:
     @property
     def member_epoch(self) -> int:
         return self._group.membership.member_epoch if self._group is not None else -1
+
+    def group_metadata(self) -> GroupMetadata:
+        """What a transactional producer needs to commit this consumer's offsets in its
+        transaction (``send_offsets_to_transaction``, KIP-447): the group, and this
+        member's id and epoch, so a member that lost its partitions cannot commit."""
+        if self.config.group_id is None:
+            raise ValueError("group_metadata() needs a group_id: only a group's offsets "
+                             "are committed in a transaction")
+        m = self._group.membership if self._group is not None else None
+        member_id = m.member_id if m is not None and m.joined else None
+        return GroupMetadata(self.config.group_id, member_id,
+                             m.member_epoch if member_id is not None and m is not None
+                             else -1, self.config.group_instance_id)
 
     # ------------------------------------------------------------------ positions
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
@@ -824,6 +839,10 @@ class Consumer:
     @property
     def member_epoch(self) -> int:
         return self._consumer.member_epoch
+
+    def group_metadata(self) -> GroupMetadata:
+        """See ``AsyncConsumer.group_metadata``."""
+        return self._call(self._consumer.group_metadata)
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Replace the assignment (see ``AsyncConsumer.assign``)."""

@@ -97,13 +97,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, TypeAlias, Unpack, cast
 
 import pyarrow as pa
 
 from strata.client._accumulator import RECORD_OVERHEAD, Headers, Key, Value, Watcher
+from strata.client._common import TopicPartition
 from strata.client._config import ProducerConfig, ProducerOptions, config_of
 from strata.client._delivery import (
     BatchMetadata,
@@ -120,8 +122,18 @@ from strata.client._delivery import (
 from strata.client._schemas import SchemaSource, TopicSchemas, TypedValue
 from strata.client._sender import Sender
 from strata.client._sync import EventLoopThread
+from strata.client._transactions import (
+    AbortableTransactionError,
+    FatalTransactionError,
+    GroupMetadata,
+    Transactions,
+    TransactionStateError,
+    TxnClientState,
+)
+from wire.errors import StrataError
 
 __all__ = [
+    "AbortableTransactionError",
     "AsyncProducer",
     "BatchMetadata",
     "BufferFullError",
@@ -129,12 +141,15 @@ __all__ = [
     "DeliveryFailedError",
     "DeliveryFailure",
     "DeliveryTimeoutError",
+    "FatalTransactionError",
+    "GroupMetadata",
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
     "ProducerOptions",
     "RECORD_OVERHEAD",
     "RecordMetadata",
+    "TransactionStateError",
 ]
 
 log = logging.getLogger("strata.client.producer")
@@ -202,6 +217,8 @@ class AsyncProducer:
         costs about as much as the rest of ``send``: ``produce`` is the cheaper way when
         the outcome need not be awaited record by record.
         """
+        if self._sender is not None and self._sender.transactions is not None:
+            self._sender.transactions.tm.require_open("send()")
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         if type(value) is not bytes and isinstance(value, Mapping):
             value = await self._typed_value(topic, value)
@@ -223,6 +240,8 @@ class AsyncProducer:
         ``DeliveryFailedError`` naming it. Awaiting ``produce`` waits only for metadata
         and buffer space, as ``send`` does.
         """
+        if self._sender is not None and self._sender.transactions is not None:
+            self._sender.transactions.tm.require_open("produce()")
         if type(value) is not bytes and isinstance(value, Mapping):
             value = await self._typed_value(topic, value)
         sender = self._sender
@@ -273,6 +292,8 @@ class AsyncProducer:
         ``timestamp_ms`` (default: now). The future resolves to one ``BatchMetadata`` per
         wire batch, in send order, or fails with the first error.
         """
+        if self._sender is not None and self._sender.transactions is not None:
+            self._sender.transactions.tm.require_open("send_batch()")
         num_partitions = await self._partition_count(topic, partition)
         sender = self._running()
         accumulator = sender.accumulator
@@ -300,6 +321,64 @@ class AsyncProducer:
         if self._sender is None:
             await self.start()
         return await self._topic_schemas().typed_value(topic, value)
+
+    # ------------------------------------------------------------------ transactions
+    def _transactions(self) -> Transactions:
+        sender = self._running()
+        if sender.transactions is None:
+            raise TransactionStateError(
+                "this producer has no transactional_id: create it with "
+                "AsyncProducer(..., transactional_id='...') to use transactions")
+        return sender.transactions
+
+    async def init_transactions(self, *, two_phase: bool = False,
+                                keep_prepared: bool = False) -> None:
+        """Register the transactional id with its coordinator (once, before the first
+        transaction): any earlier producer with the id is fenced and its open transaction
+        aborted. ``two_phase`` / ``keep_prepared``: docs/transactions.md, "Two-phase
+        commit" (an open transaction survives its timeout and is handed back)."""
+        if self._sender is None:
+            await self.start()
+        await self._transactions().init(two_phase=two_phase, keep_prepared=keep_prepared)
+
+    async def begin_transaction(self) -> None:
+        """Start a transaction: what is sent until ``commit_transaction`` becomes
+        visible to read_committed consumers all at once, or never."""
+        self._transactions().tm.begin()
+
+    async def commit_transaction(self) -> None:
+        """Flush, then commit: every record sent in the transaction becomes visible at
+        once. ``AbortableTransactionError``: abort and run it again;
+        ``FatalTransactionError``: close the producer."""
+        await self._transactions().commit()
+
+    async def abort_transaction(self) -> None:
+        """Abort: nothing sent in the transaction becomes visible; the producer may
+        begin the next one."""
+        await self._transactions().abort()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
+                                          group_metadata: GroupMetadata) -> None:
+        """Commit a consumer group's offsets (``{partition: next offset}``) inside the
+        open transaction (consume-transform-produce: the input's position moves exactly
+        when the output becomes visible). ``group_metadata``: the consumer's
+        ``group_metadata()``; a member that left the group cannot commit."""
+        await self._transactions().send_offsets(offsets, group_metadata)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncProducer]:
+        """``async with producer.transaction():`` begins, commits on success and aborts
+        on an exception (which then propagates)."""
+        await self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            transactions = self._transactions()
+            if transactions.tm.state is not TxnClientState.FATAL_ERROR:
+                with contextlib.suppress(StrataError):
+                    await self.abort_transaction()
+            raise
+        await self.commit_transaction()
 
     async def flush(self) -> None:
         """Send everything buffered now, ignoring ``linger_ms``; wait for every outcome.
@@ -379,6 +458,8 @@ class Producer:
         Blocks only for metadata of a new topic or for buffer space (``on_buffer_full``).
         ``produce`` is the cheaper way when the outcome need not be awaited per record.
         """
+        if self._sender.transactions is not None:
+            self._sender.transactions.tm.require_open("send()")
         future = DeliveryFuture()
         if type(value) is not bytes and isinstance(value, Mapping):
             value = self._typed_value(topic, value)
@@ -398,6 +479,8 @@ class Producer:
         heard: the next ``flush()`` or ``close()`` raises ``DeliveryFailedError`` for
         it. Blocks only as ``send`` does.
         """
+        if self._sender.transactions is not None:
+            self._sender.transactions.tm.require_open("produce()")
         if type(value) is not bytes and isinstance(value, Mapping):
             value = self._typed_value(topic, value)
         if self._accumulator.add(topic, value, key, headers, partition, timestamp_ms,
@@ -420,6 +503,8 @@ class Producer:
                    partition: int | None = None, timestamp_ms: int | None = None
                    ) -> concurrent.futures.Future[list[BatchMetadata]]:
         """The columnar fast path; see ``AsyncProducer.send_batch``."""
+        if self._sender.transactions is not None:
+            self._sender.transactions.tm.require_open("send_batch()")
         if self._closed:
             raise ProducerClosedError("send_batch() after close(): create a new producer")
         accumulator = self._sender.accumulator
@@ -453,6 +538,58 @@ class Producer:
 
     def _typed_value(self, topic: str, value: Mapping[str, Any]) -> TypedValue:
         return self._thread.run(self._typed_value_async(topic, value), timeout=self._block_s())
+
+    # ------------------------------------------------------------------ transactions
+    def _transactions(self) -> Transactions:
+        if self._sender.transactions is None:
+            raise TransactionStateError(
+                "this producer has no transactional_id: create it with "
+                "Producer(..., transactional_id='...') to use transactions")
+        return self._sender.transactions
+
+    def init_transactions(self, *, two_phase: bool = False, keep_prepared: bool = False
+                          ) -> None:
+        """See ``AsyncProducer.init_transactions``."""
+        transactions = self._transactions()
+        self._thread.run(transactions.init(two_phase=two_phase, keep_prepared=keep_prepared),
+                         timeout=self._block_s())
+
+    def begin_transaction(self) -> None:
+        """See ``AsyncProducer.begin_transaction``."""
+        transactions = self._transactions()
+
+        async def begin() -> None:
+            transactions.tm.begin()
+
+        self._thread.run(begin())
+
+    def commit_transaction(self) -> None:
+        """See ``AsyncProducer.commit_transaction``."""
+        self._thread.run(self._transactions().commit())
+
+    def abort_transaction(self) -> None:
+        """See ``AsyncProducer.abort_transaction``."""
+        self._thread.run(self._transactions().abort())
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
+                                    group_metadata: GroupMetadata) -> None:
+        """See ``AsyncProducer.send_offsets_to_transaction``."""
+        self._thread.run(self._transactions().send_offsets(offsets, group_metadata),
+                         timeout=self._block_s())
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Producer]:
+        """``with producer.transaction():`` begins, commits on success and aborts on an
+        exception (which then propagates)."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if self._transactions().tm.state is not TxnClientState.FATAL_ERROR:
+                with contextlib.suppress(StrataError):
+                    self.abort_transaction()
+            raise
+        self.commit_transaction()
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now and wait for every outcome (``TimeoutError`` if not
