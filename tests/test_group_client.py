@@ -305,7 +305,8 @@ class FakeLink:
         return done, failed
 
     async def committed(self, partitions: Iterable[TopicPartition], *,
-                        timeout_s: float | None = None) -> dict[TopicPartition, int | None]:
+                        timeout_s: float | None = None,
+                        require_stable: bool = False) -> dict[TopicPartition, int | None]:
         return {tp: self.offsets.get(tp) for tp in partitions}
 
 

@@ -258,7 +258,7 @@ def test_zookeeper_trouble_is_a_retriable_error_not_a_crash(setup: Setup) -> Non
         [CreatableTopic("later", 1, 1, [], [])], 5_000, False)))
     assert response.topics[0].error_code == 8  # BROKER_NOT_AVAILABLE: retry
     assert "ZooKeeper did not complete" in (response.topics[0].error_message or "")
-    produced_id = run(setup.handlers.produce.init_producer_id(
+    produced_id = run(setup.handlers.transactions.init_producer_id(
         InitProducerIdRequest(None, 60_000, -1, -1)))
     assert produced_id.error_code == 8
 
