@@ -154,6 +154,12 @@ def test_read_committed_never_passes_an_open_transaction(cluster: Cluster,
             while time.monotonic() < end:
                 got += [r.value or b"" for r in c.poll(timeout_ms=200)]
             assert got == []
+            tp = TopicPartition(topic, 0)
+            for isolation, end_offset in (("read_committed", 0), ("read_uncommitted", 2)):
+                # The end a consumer seeks to is the last stable offset at read_committed.
+                with Consumer(cluster.bootstrap, isolation_level=isolation) as probe:
+                    probe.assign([tp])
+                    assert probe.seek_to_end([tp]) == {tp: end_offset}, isolation
             txn.commit_transaction()
             end = time.monotonic() + 10
             while len(got) < 2 and time.monotonic() < end:

@@ -65,6 +65,8 @@ class FetchApis(ApiFamily):
                                            quota=self._fetch_quota)
 
     async def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        committed = request.isolation_level == 1
+
         def find(topic: str, part: ListOffsetsPartition,
                  answer: ListOffsetsPartitionResponse) -> None:
             self._require("DESCRIBE", "TOPIC", topic)
@@ -73,14 +75,16 @@ class FetchApis(ApiFamily):
             if part.timestamp == EARLIEST_TIMESTAMP:
                 answer.offset = partition.log.log_start_offset
             elif part.timestamp == LATEST_TIMESTAMP:
-                answer.offset = partition.high_watermark
+                answer.offset = partition.last_stable_offset if committed \
+                    else partition.high_watermark
             elif part.timestamp < 0:
                 raise InvalidRequestError(
                     f"timestamp {part.timestamp} is not valid: use -2 (earliest), -1 "
                     "(latest) or milliseconds since the epoch")
             else:
                 found = partition.log.find_by_timestamp(part.timestamp)
-                if found is not None and found[0] < partition.high_watermark:
+                end = partition.last_stable_offset if committed else partition.high_watermark
+                if found is not None and found[0] < end:
                     answer.offset, answer.timestamp = found
 
         answered = answer_each(request.topics, lambda p: ListOffsetsPartitionResponse(p, 0),

@@ -83,12 +83,14 @@ CommitCallback: TypeAlias = Callable[[dict[TopicPartition, int], StrataError | N
 
 
 async def list_offsets_once(
-    cluster: Cluster, specs: Mapping[TopicPartition, int], timeout_s: float
+    cluster: Cluster, specs: Mapping[TopicPartition, int], timeout_s: float, *,
+    isolation_level: int = 0
 ) -> dict[TopicPartition, ListOffsetsPartitionResponse | StrataError]:
     """One ``ListOffsets`` round per leader, in parallel; per-partition answer or error.
 
     ``specs`` maps a partition to ``EARLIEST_TIMESTAMP``, ``LATEST_TIMESTAMP`` or a
-    timestamp in ms. Nothing is retried here: callers decide what is transient.
+    timestamp in ms. ``isolation_level`` 1 (read_committed): "latest" is the last stable
+    offset. Nothing is retried here: callers decide what is transient.
     """
     out: dict[TopicPartition, ListOffsetsPartitionResponse | StrataError] = {}
     by_leader: dict[int, list[TopicPartition]] = {}
@@ -103,7 +105,8 @@ async def list_offsets_once(
     async def ask(node: int, tps: list[TopicPartition]) -> None:
         topics = group_by_topic((tp.topic, ListOffsetsPartition(tp.partition, specs[tp]))
                                 for tp in tps)
-        request = ListOffsetsRequest([ListOffsetsTopic(t, ps) for t, ps in topics.items()])
+        request = ListOffsetsRequest([ListOffsetsTopic(t, ps) for t, ps in topics.items()],
+                                     isolation_level=isolation_level)
         try:
             connection = await cluster.connection(node)
             response = await asyncio.wait_for(
@@ -127,7 +130,8 @@ async def list_offsets_once(
 
 
 async def list_offsets(
-    cluster: Cluster, specs: Mapping[TopicPartition, int], *, timeout_s: float
+    cluster: Cluster, specs: Mapping[TopicPartition, int], *, timeout_s: float,
+    isolation_level: int = 0
 ) -> dict[TopicPartition, ListOffsetsPartitionResponse]:
     """``ListOffsets`` with retries: transient errors (leader moved, connection lost,
     broker still loading the partition) are retried with a metadata refresh and back-off
@@ -140,7 +144,8 @@ async def list_offsets(
     refreshed = False
     while pending:
         remaining = max(deadline - time.monotonic(), 0.001)
-        answers = await list_offsets_once(cluster, pending, remaining)
+        answers = await list_offsets_once(cluster, pending, remaining,
+                                          isolation_level=isolation_level)
         last_error: StrataError | None = None
         for tp, answer in answers.items():
             if isinstance(answer, ListOffsetsPartitionResponse):
@@ -219,6 +224,12 @@ class Offsets:
         """A read_committed consumer waits for offsets an open transaction commits."""
         return self._config.isolation_level == "read_committed"
 
+    @property
+    def _isolation(self) -> int:
+        """ListOffsets' isolation: a read_committed consumer's end is the last stable
+        offset (``seek_to_end``, ``auto_offset_reset="latest"``)."""
+        return 1 if self._read_committed else 0
+
     # ------------------------------------------------------------------ positions
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         """Make ``offset`` the next record ``poll`` returns for ``partition``."""
@@ -234,12 +245,14 @@ class Offsets:
                           ) -> dict[TopicPartition, int]:
         """What ``ListOffsets`` finds for each partition's timestamp spec (a timestamp
         past the last record: the end), for the ``seek_to_*`` methods."""
-        answers = await list_offsets(self._cluster, specs, timeout_s=self._timeout_s)
+        answers = await list_offsets(self._cluster, specs, timeout_s=self._timeout_s,
+                                     isolation_level=self._isolation)
         offsets = {tp: a.offset for tp, a in answers.items()}
         past_end = [tp for tp, offset in offsets.items() if offset < 0]
         if past_end:
             ends = await list_offsets(self._cluster, dict.fromkeys(past_end, LATEST_TIMESTAMP),
-                                      timeout_s=self._timeout_s)
+                                      timeout_s=self._timeout_s,
+                                      isolation_level=self._isolation)
             offsets.update({tp: a.offset for tp, a in ends.items()})
         return offsets
 
@@ -338,10 +351,12 @@ class Offsets:
     async def _list(self, specs: dict[TopicPartition, int], retry: bool
                     ) -> dict[TopicPartition, int]:
         if retry:
-            answers = await list_offsets(self._cluster, specs, timeout_s=self._timeout_s)
+            answers = await list_offsets(self._cluster, specs, timeout_s=self._timeout_s,
+                                         isolation_level=self._isolation)
             return {tp: a.offset for tp, a in answers.items()}
         found: dict[TopicPartition, int] = {}
-        raw = await list_offsets_once(self._cluster, specs, self._timeout_s)
+        raw = await list_offsets_once(self._cluster, specs, self._timeout_s,
+                                      isolation_level=self._isolation)
         for tp, answer in raw.items():
             if isinstance(answer, ListOffsetsPartitionResponse):
                 found[tp] = answer.offset

@@ -271,8 +271,10 @@ class ListOffsetsTopic(Message):
 
 @dataclass(slots=True)
 class ListOffsetsRequest(Message):
-    """Looks up offsets by time on partition leaders. ``replica_id`` and
-    ``isolation_level`` are accepted but not used yet."""
+    """Looks up offsets by time on partition leaders. ``replica_id`` is accepted but
+    not used. ``isolation_level`` 1 (read_committed): "latest" is the last stable offset
+    and a timestamp lookup finds only records below it, as Kafka answers (a
+    read_committed consumer's end of the log and lag)."""
 
     topics: list[ListOffsetsTopic]
     replica_id: int = -1
