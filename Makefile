@@ -55,11 +55,13 @@ bench: setup
 # The fault tests as a soak: each replication scenario (tests/test_faults.py) keeps
 # injecting its fault, the network nemesis (tests/test_network_partitions.py) keeps
 # cutting links, and the consumer group nemesis (tests/test_group_faults.py) keeps
-# running rounds of its faults, for SOAK_SECONDS (per test) before the checker runs.
-# STRATA_SEED=N / STRATA_NET_SEED=N replay the printed random schedules.
+# running rounds of its faults, and the transaction nemesis (tests/test_txn_faults.py)
+# keeps killing coordinators, leaders and writers, for SOAK_SECONDS (per test) before
+# the checker runs. STRATA_SEED=N / STRATA_NET_SEED=N / STRATA_TXN_SEED=N replay the
+# printed random schedules.
 SOAK_SECONDS ?= 300
 soak: setup
-	STRATA_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest tests/test_faults.py tests/test_network_partitions.py tests/test_group_faults.py -p no:cacheprovider -s $(PYTEST_ARGS)
+	STRATA_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest tests/test_faults.py tests/test_network_partitions.py tests/test_group_faults.py tests/test_txn_faults.py -p no:cacheprovider -s $(PYTEST_ARGS)
 
 # Headless locust against the `make up` stack's gateway (scripts/load.sh, load_tests/README.md):
 # LOAD_SECONDS, LOAD_USERS, LOAD_CLASSES; GATEWAY_URL / GATEWAY_TOKEN override `strata status`.

@@ -23,6 +23,7 @@ from tests.support.txn_checker import (
     check,
     decode_value,
     encode_value,
+    exactly_once,
     load,
 )
 
@@ -197,3 +198,14 @@ def test_load_reads_a_directory_and_takes_the_last_outcome(tmp_path: Path) -> No
     assert [t.outcome for t in history.txns] == ["committed"]
     report = check(history)
     assert report.ok and report.live_reads == 1, report.render()
+
+
+def test_exactly_once_passes_a_clean_output_and_names_each_bad_one() -> None:
+    inputs = [b"a", b"b", b"c"]
+    assert exactly_once(inputs, [b"C", b"A", b"B"]) == []
+    assert [v.check for v in exactly_once(inputs, [b"A", b"B"])] == ["LOST-WRITE"]
+    assert [v.check for v in exactly_once(inputs, [b"A", b"B", b"C", b"B"])] == ["DUPLICATE"]
+    assert [v.check for v in exactly_once(inputs, [b"A", b"B", b"C", b"x"])] == ["FOREIGN"]
+    bad = exactly_once(inputs, [b"A", b"A", None])
+    assert [v.check for v in bad] == ["LOST-WRITE", "DUPLICATE", "FOREIGN"]
+    assert "e.g. [b'B', b'C']" in bad[0].detail

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 __all__ = ["Outcome", "Read", "Record", "Report", "Txn", "TxnHistory", "Violation", "check",
-           "decode_value", "encode_value", "load"]
+           "decode_value", "encode_value", "exactly_once", "load"]
 
 Outcome = Literal["committed", "aborted", "unknown"]
 _OUTCOMES = ("committed", "aborted", "unknown")
@@ -355,6 +355,31 @@ def _check_live(history: TxnHistory, txns: Mapping[tuple[str, int], Txn],
         report.violations.append(Violation(
             "LIVE", f"live reader {reader}: " + "; ".join(parts or ["differs"]),
             partition=p))
+
+
+def exactly_once(inputs: Iterable[bytes], outputs: Iterable[bytes | None]) -> list[Violation]:
+    """A consume-transform-produce job's output (read at read_committed) against its
+    input: each input value's upper-cased transform exactly once (the ctp job of
+    tests/support/ctp_job.py). LOST-WRITE: an input with no output; DUPLICATE: an
+    output twice or more; FOREIGN: an output no input explains."""
+    want = {value.upper() for value in inputs}
+    counts: dict[bytes | None, int] = defaultdict(int)
+    for value in outputs:
+        counts[value] += 1
+    out: list[Violation] = []
+    missing = sorted(want - set(counts))
+    if missing:
+        out.append(Violation("LOST-WRITE", f"{len(missing)} input record(s) have no output, "
+                             f"e.g. {missing[:5]}"))
+    twice = sorted((v, n) for v, n in counts.items() if n > 1 and v in want)
+    if twice:
+        out.append(Violation("DUPLICATE", f"{len(twice)} output(s) written more than once, "
+                             f"e.g. {twice[:5]}"))
+    foreign = sorted(repr(v) for v in counts if v not in want)
+    if foreign:
+        out.append(Violation("FOREIGN", f"{len(foreign)} output(s) no input explains, e.g. "
+                             f"{foreign[:5]}"))
+    return out
 
 
 # ----------------------------------------------------------------------------- files
