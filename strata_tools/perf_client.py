@@ -16,6 +16,12 @@ handed to the producer to its acknowledgement (per chunk for ``--api batch``, ev
 ``batch`` and ``send`` use the asyncio client: one thread, so no GIL hand-off between
 the caller and the client's I/O loop sits inside the measured latency.
 
+``--transactional-id ID`` runs the records in transactions (Kafka's
+``--transactional-id``; implies ``--acks all``): one every ``--transaction-records``
+records or, as Kafka's ``--transaction-duration-ms``, every that many milliseconds
+(default 100 ms). The result adds the transactions committed and the commit latency
+(``commit_transaction`` from call to return: flush of what is left, EndTxn, answer).
+
 consume: reads ``--num-records`` records from the start of every partition with
 ``poll_arrow`` (columns, no per-record Python) and reports throughput. Its latency is
 each record's age when it was consumed (now - record timestamp): run it while a
@@ -63,7 +69,8 @@ def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record-size", type=_positive, default=100)
     parser.add_argument("--throughput", type=float, default=-1,
                         help="records/s cap; -1 for as fast as possible")
-    parser.add_argument("--acks", choices=("0", "1", "all"), default="1")
+    parser.add_argument("--acks", choices=("0", "1", "all"), default=None,
+                        help="default 1, or all with --transactional-id")
     parser.add_argument("--batch-size", type=_positive, default=512 << 10,
                         help="producer batch_size in bytes (default 512 KiB: a 1,000-record "
                         "chunk of 100-byte records travels as one batch, and batches stay "
@@ -74,6 +81,14 @@ def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
                         default="batch")
     parser.add_argument("--chunk-records", type=_positive, default=1000,
                         help="records per send_batch call with --api batch")
+    parser.add_argument("--transactional-id", default=None, metavar="ID",
+                        help="write in transactions with this transactional id "
+                        "(implies --acks all; docs/transactions.md)")
+    parser.add_argument("--transaction-duration-ms", type=_positive, default=None,
+                        metavar="MS", help="commit a transaction every MS ms (Kafka's "
+                        "option; default 100 when --transaction-records is not given)")
+    parser.add_argument("--transaction-records", type=_positive, default=None, metavar="N",
+                        help="commit a transaction every N records")
 
 
 def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +96,10 @@ def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout-ms", type=_positive, default=60_000,
                         help="give up once polls that together waited this long came "
                         "back empty")
+    parser.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                        default="read_uncommitted",
+                        help="read_committed: only committed transactions, up to the "
+                        "last stable offset")
     parser.add_argument("--api", choices=("arrow", "records", "async-records"),
                         default="arrow",
                         help="arrow: AsyncConsumer.poll_arrow, columns (default); records: "
@@ -126,6 +145,12 @@ def _print(result: dict[str, Any], fmt: str, what: str) -> None:
         line += (f", latency ms avg {latency['avg']} p50 {latency['p50']} p95 "
                  f"{latency['p95']} p99 {latency['p99']} p99.9 {latency['p999']} "
                  f"max {latency['max']}")
+    commits = result.get("commit_ms")
+    if "transactions" in result:
+        line += f"; {result['transactions']} transactions"
+        if commits:
+            line += (f", commit ms p50 {commits['p50']} p99 {commits['p99']} "
+                     f"max {commits['max']}")
     print(line)
 
 
@@ -141,7 +166,65 @@ def _bootstrap(args: argparse.Namespace) -> str:
     return bootstrap_of(args)
 
 
+class _Transactions:
+    """When to commit (``--transaction-records`` / ``--transaction-duration-ms``) and how
+    long each commit took."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.records: int | None = args.transaction_records
+        self.duration_s = None if self.records else (args.transaction_duration_ms or 100) / 1000
+        self.opened_at = 0.0
+        self.in_txn = 0
+        self.commits_ms: list[float] = []
+
+    def opened(self) -> None:
+        self.opened_at = time.perf_counter()
+        self.in_txn = 0
+
+    def due(self, added: int) -> bool:
+        """Count ``added`` records; True when the open transaction should commit."""
+        self.in_txn += added
+        if self.records is not None and self.in_txn >= self.records:
+            return True
+        return self.duration_s is not None and \
+            time.perf_counter() - self.opened_at >= self.duration_s
+
+    def chunk(self, wanted: int) -> int:
+        """Records to hand over in one call so no transaction exceeds its count."""
+        return wanted if self.records is None else min(wanted, self.records - self.in_txn)
+
+    def result(self) -> dict[str, Any]:
+        ordered = sorted(self.commits_ms)
+        out: dict[str, Any] = {"transactions": len(ordered)}
+        if ordered:
+            out["commit_ms"] = {"p50": percentile(ordered, 0.5, 3),
+                                "p99": percentile(ordered, 0.99, 3),
+                                "max": round(ordered[-1], 3)}
+        return out
+
+
+def _check_transactional(args: argparse.Namespace) -> str | None:
+    """Resolve ``--acks`` (default 1, or all with transactions); the problem, if any."""
+    transactional = args.transactional_id is not None
+    if args.acks is None:
+        args.acks = "all" if transactional else "1"
+    if not transactional:
+        if args.transaction_records or args.transaction_duration_ms:
+            return ("--transaction-records and --transaction-duration-ms need "
+                    "--transactional-id ID")
+        return None
+    if args.acks != "all":
+        return "--transactional-id needs --acks all (transactions are idempotent, acks=all)"
+    if args.transaction_records and args.transaction_duration_ms:
+        return "give --transaction-records or --transaction-duration-ms, not both"
+    return None
+
+
 def run_produce(args: argparse.Namespace) -> int:
+    problem = _check_transactional(args)
+    if problem is not None:
+        print(f"strata perf produce: [INVALID_CONFIG] {problem}")
+        return 2
     if args.api in ("produce", "blocking-send"):
         return _produce_records(args)
     return asyncio.run(_produce(args))
@@ -179,12 +262,36 @@ def _produce_records(args: argparse.Namespace) -> int:
             if ahead > 0:
                 time.sleep(ahead)
 
+    txn = _Transactions(args) if args.transactional_id else None
+
+    def maybe_commit(producer: Any, i: int) -> None:
+        if txn is not None and txn.due(1):
+            began = time.perf_counter()
+            producer.commit_transaction()
+            txn.commits_ms.append((time.perf_counter() - began) * 1000)
+            txn.in_txn = 0
+            if i + 1 < n:
+                producer.begin_transaction()
+                txn.opened()
+
+    def finish(producer: Any) -> None:
+        """Commit the last, partly filled transaction."""
+        assert txn is not None
+        began = time.perf_counter()
+        producer.commit_transaction()
+        txn.commits_ms.append((time.perf_counter() - began) * 1000)
+
     with Producer(_bootstrap(args), security=_security(args), acks=acks,
                   batch_size=args.batch_size, linger_ms=args.linger_ms,
-                  compression=args.compression,
+                  compression=args.compression, transactional_id=args.transactional_id,
                   enable_idempotence=None if args.acks == "all" else False) as producer:
         producer.partitions_for(topic)  # metadata before the clock starts
+        if txn is not None:
+            producer.init_transactions()
         start = time.perf_counter()
+        if txn is not None:
+            producer.begin_transaction()
+            txn.opened()
         if args.api == "produce":
             from strata.client import DeliveryFailedError
 
@@ -196,6 +303,10 @@ def _produce_records(args: argparse.Namespace) -> int:
                         produce(topic, payload, on_delivery=timed(time.perf_counter()))
                     else:
                         produce(topic, payload)
+                    if txn is not None:
+                        maybe_commit(producer, i)
+                if txn is not None and txn.in_txn:
+                    finish(producer)
                 producer.flush()
             except DeliveryFailedError as err:
                 errors.append(err)
@@ -210,6 +321,10 @@ def _produce_records(args: argparse.Namespace) -> int:
                     futures.append(future)
                 else:
                     futures.append(send(topic, payload))
+                if txn is not None:
+                    maybe_commit(producer, i)
+            if txn is not None and txn.in_txn:
+                finish(producer)
             producer.flush()
             errors.extend(e for f in futures if (e := f.exception()) is not None)
         seconds = time.perf_counter() - start
@@ -218,6 +333,8 @@ def _produce_records(args: argparse.Namespace) -> int:
         return 1
     result = summarize(n, n * args.record_size, seconds, latencies)
     result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})
+    if txn is not None:
+        result.update(txn.result())
     _print(result, args.format, "produce")
     return 0
 
@@ -247,29 +364,57 @@ async def _produce(args: argparse.Namespace) -> int:
                 latencies.extend([elapsed] * count)
         return done
 
+    txn = _Transactions(args) if args.transactional_id else None
+
+    async def maybe_commit(producer: Any, added: int, more: bool) -> None:
+        if txn is not None and txn.due(added):
+            began = time.perf_counter()
+            await producer.commit_transaction()
+            txn.commits_ms.append((time.perf_counter() - began) * 1000)
+            txn.in_txn = 0
+            if more:
+                await producer.begin_transaction()
+                txn.opened()
+
     async with AsyncProducer(_bootstrap(args), security=_security(args), acks=acks,
                              batch_size=args.batch_size, linger_ms=args.linger_ms,
                              compression=args.compression,
+                             transactional_id=args.transactional_id,
                              enable_idempotence=None if args.acks == "all" else False
                              ) as producer:
         await producer.partitions_for(args.topic)  # metadata before the clock starts
+        if txn is not None:
+            await producer.init_transactions()
         start = time.perf_counter()
+        if txn is not None:
+            await producer.begin_transaction()
+            txn.opened()
         sent = 0
         if args.api == "batch":
             chunk = pa.array([payload] * args.chunk_records, pa.binary())
             while sent < args.num_records:
                 n = min(args.chunk_records, args.num_records - sent)
+                if txn is not None:
+                    n = txn.chunk(n)
                 await _pace(args.throughput, sent, start)
                 began = time.perf_counter()
                 future = await producer.send_batch(args.topic, chunk.slice(0, n))
                 future.add_done_callback(on_done(began, n))
                 sent += n
+                if txn is not None:
+                    await maybe_commit(producer, n, sent < args.num_records)
         else:
             for i in range(args.num_records):
                 if i % 100 == 0:
                     await _pace(args.throughput, i, start)
                 acked = await producer.send(args.topic, payload)
                 acked.add_done_callback(on_done(time.perf_counter(), 1))
+                if txn is not None:
+                    await maybe_commit(producer, 1, i + 1 < args.num_records)
+        if txn is not None and txn.in_txn:
+            began = time.perf_counter()
+            await producer.commit_transaction()
+            txn.commits_ms.append((time.perf_counter() - began) * 1000)
         await producer.flush()
         seconds = time.perf_counter() - start
     if errors:
@@ -277,6 +422,8 @@ async def _produce(args: argparse.Namespace) -> int:
         return 1
     result = summarize(len(latencies), len(latencies) * args.record_size, seconds, latencies)
     result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})
+    if txn is not None:
+        result.update(txn.result())
     _print(result, args.format, "produce")
     return 0
 
@@ -317,7 +464,8 @@ def _consume_records(args: argparse.Namespace) -> int:
     records = value_bytes = 0
     latencies: list[float] = []
     with Consumer(bootstrap, security=_security(args), auto_offset_reset="earliest",
-                  max_partition_fetch_bytes=4 << 20) as consumer:
+                  max_partition_fetch_bytes=4 << 20,
+                  isolation_level=args.isolation_level) as consumer:
         consumer.assign(partitions)
         consumer.seek_to_beginning(partitions)
         start = last = time.perf_counter()
@@ -357,7 +505,8 @@ async def _consume(args: argparse.Namespace) -> int:
     records = 0
     value_bytes = 0
     async with AsyncConsumer(bootstrap, security=_security(args), auto_offset_reset="earliest",
-                             max_partition_fetch_bytes=4 << 20) as consumer:
+                             max_partition_fetch_bytes=4 << 20,
+                             isolation_level=args.isolation_level) as consumer:
         consumer.assign(partitions)
         await consumer.seek_to_beginning(partitions)
         start = time.perf_counter()
@@ -397,5 +546,6 @@ async def _consume(args: argparse.Namespace) -> int:
         return 1
     result = summarize(records, value_bytes, seconds, latencies)
     result["api"] = args.api
+    result["isolation_level"] = args.isolation_level
     _print(result, args.format, "consume")
     return 0

@@ -199,6 +199,37 @@ def test_consume_from_a_timestamp(broker: BrokerProcess) -> None:
     fails(strata(broker, "consume", topic, "--timestamp", "-5", "-n", "1"), "not valid")
 
 
+def test_perf_produce_in_transactions_and_consume_read_committed(
+        broker: BrokerProcess) -> None:
+    ok(strata(broker, "topic", "create", "cli-perf-txn", "-p", "3"))
+    for api, per_txn in (("batch", "1000"), ("send", "100"), ("produce", "100")):
+        report = json.loads(ok(strata(
+            broker, "perf", "produce", "--topic", "cli-perf-txn", "--num-records", "3000",
+            "--api", api, "--transactional-id", f"perf-{api}", "--transaction-records",
+            per_txn, "--format", "json")))
+        assert report["records"] == 3000 and report["acks"] == "all", report
+        assert report["transactions"] == 3000 // int(per_txn), report
+        assert 0 < report["commit_ms"]["p50"] <= report["commit_ms"]["max"], report
+    timed = json.loads(ok(strata(
+        broker, "perf", "produce", "--topic", "cli-perf-txn", "--num-records", "2000",
+        "--transactional-id", "perf-timed", "--transaction-duration-ms", "50",
+        "--throughput", "4000", "--chunk-records", "100", "--format", "json")))
+    assert timed["transactions"] >= 5, timed  # ~0.5 s of records, a commit every 50 ms
+    consumed = json.loads(ok(strata(
+        broker, "perf", "consume", "--topic", "cli-perf-txn", "--num-records", "11000",
+        "--isolation-level", "read_committed", "--format", "json")))
+    assert consumed["records"] == 11000 and consumed["isolation_level"] == "read_committed"
+    for bad, says in ((["--acks", "1"], "needs --acks all"),
+                      (["--transaction-records", "5", "--transaction-duration-ms", "5"],
+                       "not both")):
+        refused = strata(broker, "perf", "produce", "--topic", "cli-perf-txn",
+                         "--num-records", "10", "--transactional-id", "perf-bad", *bad)
+        assert refused.returncode == 2 and says.encode() in refused.stdout, refused
+    refused = strata(broker, "perf", "produce", "--topic", "cli-perf-txn", "--num-records",
+                     "10", "--transaction-records", "5")
+    assert refused.returncode == 2 and b"need --transactional-id" in refused.stdout, refused
+
+
 def test_perf_log_smoke() -> None:
     report = json.loads(ok(strata(None, "perf", "log", "--seconds", "0.2", "--record-sizes",
                                   "100", "--batch-sizes", "10", "--format", "json")))
