@@ -35,6 +35,7 @@ Thread-safety: none; the producer's event loop owns it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -516,6 +517,14 @@ class Transactions:
     async def abort(self) -> None:
         tm = self.tm
         tm.begin_abort()
+        # An AddPartitionsToTxn still being retried belongs to this transaction: were it
+        # left running it would reach the coordinator after the EndTxn, with this
+        # transaction's epoch, and be fenced (a fatal error for the next one).
+        adding, self._add_task = self._add_task, None
+        if adding is not None and not adding.done():
+            adding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await adding
         # What was sent must be decided before the abort: wait for the requests in
         # flight; what was never sent is dropped.
         self.sender.fail_unsent(AbortableTransactionError(
