@@ -110,7 +110,12 @@ from brokers.group_assignors import (
     TopicPartition,
     assign,
 )
-from brokers.internal_topics import append_replicated, ask_broker, create_internal_topic
+from brokers.internal_topics import (
+    KeyedTopic,
+    append_replicated,
+    ask_broker,
+    create_internal_topic,
+)
 from wire.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
@@ -721,7 +726,8 @@ class GroupCoordinator:
         self._lag_task: asyncio.Task[None] | None = None
         self.lag: dict[tuple[str, str, int], int] = {}
         self._runners: set[asyncio.Task[None]] = set()  # see _run
-        self._creating: asyncio.Task[None] | None = None  # see find
+        self._topic = KeyedTopic(OFFSETS_TOPIC, "group", cluster, coordinator_partition,
+                                 self._create_offsets_topic)
         metrics_registry.register(_LagCollector(self))
 
     # ------------------------------------------------------------------ lifecycle
@@ -740,23 +746,7 @@ class GroupCoordinator:
     async def find(self, group_id: str) -> tuple[int, str, int]:
         """(node id, host, port) of the group's coordinator."""
         self._check_group_id(group_id)
-        topic = self.cluster.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            # One creation at a time: a thousand consumers starting together must not each
-            # go to ZooKeeper (and hold their FindCoordinator that long).
-            if self._creating is None or self._creating.done():
-                self._creating = asyncio.create_task(self._create_offsets_topic())
-            await asyncio.shield(self._creating)
-            raise CoordinatorNotAvailableError(
-                f"{OFFSETS_TOPIC} is being created; retry in a moment")
-        p = coordinator_partition(group_id, topic.partition_count)
-        state = self.cluster.partition_states.get((OFFSETS_TOPIC, p))
-        leader = self.cluster.live_brokers.get(state.leader) if state is not None else None
-        if leader is None:
-            raise CoordinatorNotAvailableError(
-                f"{OFFSETS_TOPIC}-{p} (group {group_id!r}) has no live leader right now; "
-                "retry after a short back-off")
-        return leader.broker_id, leader.host, leader.port
+        return await self._topic.find(group_id)
 
     async def _create_offsets_topic(self) -> None:
         # 100 MiB segments (Kafka's choice for this topic): compaction only ever cleans

@@ -1,8 +1,9 @@
 """What the brokers' internal, compacted topics share: creating one, writing to it, and
 asking the broker that leads one (a one-off request over the inter-broker listener).
 
-``__consumer_offsets`` (the groups' state, ``group_coordinator.py``) and ``__schemas``
-(the schema registry, ``schema_registry.py``) are both stored the way Kafka stores its
+``__consumer_offsets`` (the groups' state, ``group_coordinator.py``),
+``__transaction_state`` (``transaction_coordinator.py``) and ``__schemas`` (the schema
+registry, ``schema_registry.py``) are all stored the way Kafka stores its
 internal topics: a compacted topic whose partition leader is the one broker that
 writes it, and whose every write waits for the in-sync replicas (acks=all) before
 anything is answered, so a new leader that loads the partition sees every answer
@@ -17,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING
 
 from wire.errors import (
@@ -35,9 +37,43 @@ if TYPE_CHECKING:  # pragma: no cover
     from brokers.services import InternalTopicHost, MetadataCache
     from wire.protocol import ApiKey, Message
 
-__all__ = ["append_replicated", "ask_broker", "create_internal_topic"]
+__all__ = ["KeyedTopic", "append_replicated", "ask_broker", "create_internal_topic"]
 
 log = logging.getLogger("strata.brokers.internal_topics")
+
+
+class KeyedTopic:
+    """An internal topic whose partition leaders coordinate keys (group ids, transactional
+    ids): ``find`` answers FindCoordinator. The topic is created on first use, one
+    creation at a time (a thousand clients starting together must not each go to
+    ZooKeeper, nor hold their FindCoordinator that long)."""
+
+    def __init__(self, name: str, noun: str, cluster: MetadataCache,
+                 partition_of: Callable[[str, int], int],
+                 create: Callable[[], Coroutine[object, object, None]]) -> None:
+        self.name, self.noun, self.cluster = name, noun, cluster
+        self.partition_of = partition_of
+        self._create = create
+        self._creating: asyncio.Task[None] | None = None
+
+    async def find(self, key: str) -> tuple[int, str, int]:
+        """(node id, host, port) of the live leader of ``key``'s partition; retriable
+        COORDINATOR_NOT_AVAILABLE while the topic is created or the partition has none."""
+        topic = self.cluster.topics.get(self.name)
+        if topic is None:
+            if self._creating is None or self._creating.done():
+                self._creating = asyncio.create_task(self._create())
+            await asyncio.shield(self._creating)
+            raise CoordinatorNotAvailableError(f"{self.name} is being created; retry in a "
+                                               "moment")
+        p = self.partition_of(key, topic.partition_count)
+        state = self.cluster.partition_states.get((self.name, p))
+        leader = self.cluster.live_brokers.get(state.leader) if state is not None else None
+        if leader is None:
+            raise CoordinatorNotAvailableError(
+                f"{self.name}-{p} ({self.noun} {key!r}) has no live leader right now; "
+                "retry after a short back-off")
+        return leader.broker_id, leader.host, leader.port
 
 
 async def create_internal_topic(name: str, partitions: int, *, config: BrokerConfig,

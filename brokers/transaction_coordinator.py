@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from brokers.internal_topics import append_replicated, create_internal_topic
+from brokers.internal_topics import KeyedTopic, append_replicated, create_internal_topic
 from brokers.transaction_state import (
     Step,
     TxnMetadata,
@@ -165,7 +165,8 @@ class TransactionCoordinator:
         self._shards: dict[int, _Shard] = {}
         self._loading: dict[int, asyncio.Lock] = {}
         self._spare_ids: list[int] = []
-        self._creating: asyncio.Task[None] | None = None
+        self._topic = KeyedTopic(TXN_TOPIC, "transactional id", cluster, txn_partition,
+                                 self._create_topic)
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: dict[int, BrokerConnection] = {}
         self._stopping = False
@@ -193,21 +194,7 @@ class TransactionCoordinator:
     async def find(self, transactional_id: str) -> tuple[int, str, int]:
         """(node id, host, port) of the id's coordinator."""
         self._check_id(transactional_id)
-        topic = self.cluster.topics.get(TXN_TOPIC)
-        if topic is None:
-            if self._creating is None or self._creating.done():
-                self._creating = asyncio.create_task(self._create_topic())
-            await asyncio.shield(self._creating)
-            raise CoordinatorNotAvailableError(
-                f"{TXN_TOPIC} is being created; retry in a moment")
-        p = txn_partition(transactional_id, topic.partition_count)
-        state = self.cluster.partition_states.get((TXN_TOPIC, p))
-        leader = self.cluster.live_brokers.get(state.leader) if state is not None else None
-        if leader is None:
-            raise CoordinatorNotAvailableError(
-                f"{TXN_TOPIC}-{p} (transactional id {transactional_id!r}) has no live "
-                "leader right now; retry after a short back-off")
-        return leader.broker_id, leader.host, leader.port
+        return await self._topic.find(transactional_id)
 
     async def _create_topic(self) -> None:
         await create_internal_topic(
