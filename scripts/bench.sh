@@ -11,7 +11,9 @@
 # section (`strata perf scale`: a three-broker stack of its own; SCALE_PARTITIONS,
 # SCALE_TOPICS and SCALE_GROUP_MEMBERS change its size); `scripts/bench.sh security` the
 # TLS/SASL cost and the ACL/user propagation delay; `scripts/bench.sh records` the
-# per-record Python API next to the columnar one.
+# per-record Python API next to the columnar one; `scripts/bench.sh transactions` the
+# transactional producer and read_committed consumer; `scripts/bench.sh standing` the
+# same-run table of Strata beside Apache Kafka that opens docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=.venv/bin/strata
@@ -161,6 +163,52 @@ if [[ "${1:-}" == "security" ]]; then
   bench_security
   exit 0
 fi
+
+# `scripts/bench.sh standing`: the table that opens docs/benchmarks.md, Strata beside
+# Apache Kafka 4.1 (strata_tools/kafka_local.py: jars from Maven Central) on stacks of
+# their own, case by case, A, B, A, B. Transactions: `strata perf produce
+# --transactional-id` next to ProducerPerformance --transactional-id.
+bench_standing() {
+  echo "== today's standing: Strata beside Apache Kafka, same run (strata_tools/perf_standing.py)"
+  "$PYTHON" -m strata_tools.perf_standing --rounds "${STANDING_ROUNDS:-2}"
+}
+if [[ "${1:-}" == "standing" ]]; then
+  bench_standing
+  exit 0
+fi
+# The [3.3] transaction figures: idempotent vs transactions of 100, 1,000 and 10,000
+# records (1 KiB, acks=all, RF 3) and read_committed vs read_uncommitted consumption.
+bench_transactions() {
+  local base bootstrap
+  base=$(free_base 0 10 11 12 40 41 42 70)
+  "$STRATA" up --data-dir "$DATA3" --base-port "$base" --brokers 3 --no-tier >/dev/null
+  bootstrap="127.0.0.1:$((base + 10)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 12))"
+  "$STRATA" topic create bench-txn -p 8 -r 3 -c min.insync.replicas=2 \
+    --bootstrap "$bootstrap" >/dev/null
+  echo "== RF 3, acks=all, 1 KiB records, 8 partitions: idempotent, then transactions"
+  for round in 1 2; do
+    "$STRATA" perf produce --bootstrap "$bootstrap" --topic bench-txn --num-records 300000 \
+      --record-size 1024 --acks all
+    for per in 100 1000 10000; do
+      "$STRATA" perf produce --bootstrap "$bootstrap" --topic bench-txn --num-records 300000 \
+        --record-size 1024 --transactional-id "bench-$round-$per" --transaction-records "$per"
+    done
+    "$STRATA" perf produce --bootstrap "$bootstrap" --topic bench-txn --num-records 300000 \
+      --record-size 1024 --transactional-id "bench-$round-100ms" --transaction-duration-ms 100
+  done
+  echo "== consume the same topic: read_uncommitted, read_committed, alternately"
+  for round in 1 2; do
+    for isolation in read_uncommitted read_committed; do
+      "$STRATA" perf consume --bootstrap "$bootstrap" --topic bench-txn \
+        --num-records 3000000 --isolation-level "$isolation"
+    done
+  done
+  "$STRATA" down --data-dir "$DATA3" >/dev/null
+}
+if [[ "${1:-}" == "transactions" ]]; then
+  bench_transactions
+  exit 0
+fi
 if [[ "${1:-}" == "gateway" ]]; then
   bash scripts/bench_gateway.sh
   exit 0
@@ -207,9 +255,11 @@ echo "== Delta tiering (local[2]): 4,000,000 100-byte random records, 4 partitio
 
 bench_records
 bench_replication
+bench_transactions
 bench_groups
 bench_scale
 bench_security
 
 echo "== HTTP ingest gateway (scripts/bench_gateway.sh: its own stack)"
 bash scripts/bench_gateway.sh
+bench_standing
