@@ -18,9 +18,10 @@ What runs where
     WriteTxnMarkers to the leader of every partition of the transaction (retrying a
     moved or unavailable leader; a deleted partition counts as done) and then persists
     COMPLETE_*. A broker that becomes the leader of a ``__transaction_state`` partition
-    (failover, reassignment) replays it before it answers for its ids, and starts a
-    completion task for every transaction it finds in a PREPARE state; ONGOING ones are
-    left to their timeout.
+    (failover, reassignment) replays it before it answers for its ids, and at the latest
+    at the timeout loop's next pass (or a ListTransactions) without waiting for a
+    request, and starts a completion task for every transaction it finds in a PREPARE
+    state; ONGOING ones are left to their timeout.
 
 Background work: every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``
 the open transactions past their ``transaction_timeout_ms`` (never a two-phase one) are
@@ -58,6 +59,7 @@ from brokers.transaction_state import (
     encode_record,
 )
 from wire.errors import (
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     InvalidProducerIdMappingError,
     InvalidRequestError,
@@ -279,6 +281,36 @@ class TransactionCoordinator:
                      len(shard.txns), len(prepared), time.monotonic() - started)
             return shard
 
+    async def _load_led(self, *, strict: bool = False) -> None:
+        """Load every ``__transaction_state`` partition this broker leads and has not
+        loaded at its current leader epoch. A shard is otherwise loaded by the first
+        request for one of its ids; ListTransactions (``find-hanging`` relies on it
+        listing every open transaction) and the timeout loop (which completes the
+        prepared transactions a new coordinator finds, and aborts the timed-out ones)
+        must not wait for a client to ask. ``strict``: raise COORDINATOR_LOAD_IN_PROGRESS
+        for a partition the metadata says this broker leads but that it cannot load yet
+        (its replica still opening), instead of leaving its ids out."""
+        topic = self.cluster.topics.get(TXN_TOPIC)
+        if topic is None:
+            return
+        for p in range(topic.partition_count):
+            state = self.cluster.partition_states.get((TXN_TOPIC, p))
+            partition = self.registry.hosted.get((TXN_TOPIC, p))
+            if state is None or state.leader != self.broker_id:
+                continue
+            shard = self._shards.get(p)
+            if partition is not None and shard is not None and \
+                    shard.epoch == partition.leader_epoch:
+                continue
+            try:
+                await self._load(p)
+            except (StrataError, OSError) as err:
+                if strict:
+                    raise CoordinatorLoadInProgressError(
+                        f"{TXN_TOPIC}-{p} is not loaded on broker {self.broker_id} yet "
+                        f"({err}); retry shortly") from err
+                log.info("%s-%d not loaded: %s", TXN_TOPIC, p, err)
+
     @staticmethod
     def _decode(data: bytes, p: int, offset: int) -> list[tuple[str, TxnRecord | None]]:
         table = batches_to_table(data, topic=TXN_TOPIC, partition=p, start_offset=offset)
@@ -493,7 +525,9 @@ class TransactionCoordinator:
                 r.tag))
         return out
 
-    def list_transactions(self, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    async def list_transactions(self, request: ListTransactionsRequest
+                                ) -> ListTransactionsResponse:
+        await self._load_led(strict=True)  # every id it coordinates, loaded or not
         now = _now_ms()
         states = set(request.state_filters)
         pids = set(request.producer_id_filters)
@@ -636,6 +670,7 @@ class TransactionCoordinator:
         last_expiry = time.monotonic()
         while not self._stopping:
             await asyncio.sleep(interval / 1000)
+            await self._load_led()
             now = _now_ms()
             for shard in list(self._shards.values()):
                 for meta in list(shard.txns.values()):
