@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -113,6 +114,7 @@ _MARKER_TIMEOUT_S: Final = 35.0
 _MARKER_BACKOFF_S: Final = (0.02, 0.1, 0.5, 1.0)
 _EXPIRY_INTERVAL_S: Final = 600.0
 _VERIFY_TIMEOUT_S: Final = 5.0
+_LOGGED_ATTEMPTS: Final = (0, 5)
 
 PartitionKey = tuple[str, int]
 #: Writes a marker request locally (the replica manager's ``write_markers``).
@@ -554,8 +556,14 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------ markers
     def _complete_later(self, shard: _Shard, meta: TxnMetadata) -> None:
+        # A fresh context: the completion is the broker's own work, not the client's
+        # whose EndTxn (or InitProducerId) started it. Inheriting that request's session
+        # would authorize the markers this broker writes locally as that client, and a
+        # client may not CLUSTER_ACTION: with ACLs on, every transaction with a
+        # partition led by its coordinator would stay in PREPARE_* for ever.
         task = asyncio.create_task(self._complete(shard, meta),
-                                   name=f"txn-markers-{meta.record.transactional_id}")
+                                   name=f"txn-markers-{meta.record.transactional_id}",
+                                   context=contextvars.Context())
         shard.completions.add(task)
         task.add_done_callback(shard.completions.discard)
 
@@ -576,7 +584,7 @@ class TransactionCoordinator:
                     continue
                 by_leader.setdefault(state.leader, []).append(tp)
             results = await asyncio.gather(*(
-                self._send_markers(leader, record, committed, shard.epoch, tps)
+                self._send_markers(leader, record, committed, shard.epoch, tps, attempt)
                 for leader, tps in by_leader.items()))
             for done in results:
                 pending -= done
@@ -599,9 +607,11 @@ class TransactionCoordinator:
                 attempt += 1
 
     async def _send_markers(self, leader: int, record: TxnRecord, committed: bool,
-                            coordinator_epoch: int, partitions: list[PartitionKey]
-                            ) -> set[PartitionKey]:
-        """One WriteTxnMarkers to a leader; the partitions it is done with."""
+                            coordinator_epoch: int, partitions: list[PartitionKey],
+                            attempt: int = 0) -> set[PartitionKey]:
+        """One WriteTxnMarkers to a leader; the partitions it is done with. A partition
+        that refused is logged on the first attempts, then every 60th: a marker that
+        keeps failing holds its partition's last stable offset."""
         topics: dict[str, list[int]] = {}
         for topic, p in partitions:
             topics.setdefault(topic, []).append(p)
@@ -628,6 +638,11 @@ class TransactionCoordinator:
                         done.add(tp)
                         continue
                     error = error_for_code(result.error_code)(result.error_message or "")
+                    if attempt in _LOGGED_ATTEMPTS or attempt % 60 == 0:
+                        log.log(logging.INFO if attempt < 10 else logging.WARNING,
+                                "%s: broker %d did not write the marker of %s-%d (attempt "
+                                "%d): %s; retrying", record.transactional_id, leader, tp[0],
+                                tp[1], attempt + 1, error)
                     if error.name in ("TRANSACTION_COORDINATOR_FENCED",
                                       "INVALID_PRODUCER_EPOCH"):
                         # A newer coordinator or epoch owns the partition's producer: this
