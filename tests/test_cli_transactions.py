@@ -204,7 +204,7 @@ def test_admin_describes_lists_and_sees_the_producers_of_an_open_transaction(
 
     with pytest.raises(TransactionalIdNotFoundError, match="never used, or expired"):
         admin.describe_transactions([_name("never-used")])
-    with pytest.raises(UnknownTopicOrPartitionError, match="partitions 0..1"):
+    with pytest.raises(UnknownTopicOrPartitionError, match=r"partitions 0\.\.1"):
         admin.describe_producers(topic, 5)
     with pytest.raises(UnknownTopicOrPartitionError):
         admin.describe_producers(_name("no-such-topic"), 0)
@@ -375,7 +375,7 @@ def test_find_hanging_finds_a_transaction_its_coordinator_lost_and_abort_ends_it
     assert header.split()[:8] == ["Topic", "Partition", "ProducerId", "ProducerEpoch",
                                   "CoordinatorEpoch", "StartOffset", "LastTimestamp",
                                   "Duration(min)"]
-    assert [r.split()[:2] + [r.split()[5]] for r in rows[:2]] == \
+    assert [[*r.split()[:2], r.split()[5]] for r in rows[:2]] == \
         [[topic, "0", "2"], [topic, "1", "0"]]
     assert f"strata transactions abort --topic {topic} --partition 0 --start-offset 2" \
         in text
