@@ -18,9 +18,10 @@ What runs where
     WriteTxnMarkers to the leader of every partition of the transaction (retrying a
     moved or unavailable leader; a deleted partition counts as done) and then persists
     COMPLETE_*. A broker that becomes the leader of a ``__transaction_state`` partition
-    (failover, reassignment) replays it before it answers for its ids, and starts a
-    completion task for every transaction it finds in a PREPARE state; ONGOING ones are
-    left to their timeout.
+    (failover, reassignment) replays it before it answers for its ids, and at the latest
+    at the timeout loop's next pass (or a ListTransactions) without waiting for a
+    request, and starts a completion task for every transaction it finds in a PREPARE
+    state; ONGOING ones are left to their timeout.
 
 Background work: every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``
 the open transactions past their ``transaction_timeout_ms`` (never a two-phase one) are
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -58,6 +60,7 @@ from brokers.transaction_state import (
     encode_record,
 )
 from wire.errors import (
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     InvalidProducerIdMappingError,
     InvalidRequestError,
@@ -111,6 +114,7 @@ _MARKER_TIMEOUT_S: Final = 35.0
 _MARKER_BACKOFF_S: Final = (0.02, 0.1, 0.5, 1.0)
 _EXPIRY_INTERVAL_S: Final = 600.0
 _VERIFY_TIMEOUT_S: Final = 5.0
+_LOGGED_ATTEMPTS: Final = (0, 5)
 
 PartitionKey = tuple[str, int]
 #: Writes a marker request locally (the replica manager's ``write_markers``).
@@ -265,6 +269,36 @@ class TransactionCoordinator:
                      "transaction(s) to complete, in %.3f s", TXN_TOPIC, p, shard.epoch,
                      len(shard.txns), len(prepared), time.monotonic() - started)
             return shard
+
+    async def _load_led(self, *, strict: bool = False) -> None:
+        """Load every ``__transaction_state`` partition this broker leads and has not
+        loaded at its current leader epoch. A shard is otherwise loaded by the first
+        request for one of its ids; ListTransactions (``find-hanging`` relies on it
+        listing every open transaction) and the timeout loop (which completes the
+        prepared transactions a new coordinator finds, and aborts the timed-out ones)
+        must not wait for a client to ask. ``strict``: raise COORDINATOR_LOAD_IN_PROGRESS
+        for a partition the metadata says this broker leads but that it cannot load yet
+        (its replica still opening), instead of leaving its ids out."""
+        topic = self.cluster.topics.get(TXN_TOPIC)
+        if topic is None:
+            return
+        for p in range(topic.partition_count):
+            state = self.cluster.partition_states.get((TXN_TOPIC, p))
+            partition = self.registry.hosted.get((TXN_TOPIC, p))
+            if state is None or state.leader != self.broker_id:
+                continue
+            shard = self._shards.get(p)
+            if partition is not None and shard is not None and \
+                    shard.epoch == partition.leader_epoch:
+                continue
+            try:
+                await self._load(p)
+            except (StrataError, OSError) as err:
+                if strict:
+                    raise CoordinatorLoadInProgressError(
+                        f"{TXN_TOPIC}-{p} is not loaded on broker {self.broker_id} yet "
+                        f"({err}); retry shortly") from err
+                log.info("%s-%d not loaded: %s", TXN_TOPIC, p, err)
 
     @staticmethod
     def _decode(data: bytes, p: int, offset: int) -> list[tuple[str, TxnRecord | None]]:
@@ -480,7 +514,9 @@ class TransactionCoordinator:
                 r.tag))
         return out
 
-    def list_transactions(self, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    async def list_transactions(self, request: ListTransactionsRequest
+                                ) -> ListTransactionsResponse:
+        await self._load_led(strict=True)  # every id it coordinates, loaded or not
         now = _now_ms()
         states = set(request.state_filters)
         pids = set(request.producer_id_filters)
@@ -507,8 +543,14 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------ markers
     def _complete_later(self, shard: _Shard, meta: TxnMetadata) -> None:
+        # A fresh context: the completion is the broker's own work, not the client's
+        # whose EndTxn (or InitProducerId) started it. Inheriting that request's session
+        # would authorize the markers this broker writes locally as that client, and a
+        # client may not CLUSTER_ACTION: with ACLs on, every transaction with a
+        # partition led by its coordinator would stay in PREPARE_* for ever.
         task = asyncio.create_task(self._complete(shard, meta),
-                                   name=f"txn-markers-{meta.record.transactional_id}")
+                                   name=f"txn-markers-{meta.record.transactional_id}",
+                                   context=contextvars.Context())
         shard.completions.add(task)
         task.add_done_callback(shard.completions.discard)
 
@@ -529,7 +571,7 @@ class TransactionCoordinator:
                     continue
                 by_leader.setdefault(state.leader, []).append(tp)
             results = await asyncio.gather(*(
-                self._send_markers(leader, record, committed, shard.epoch, tps)
+                self._send_markers(leader, record, committed, shard.epoch, tps, attempt)
                 for leader, tps in by_leader.items()))
             for done in results:
                 pending -= done
@@ -552,9 +594,11 @@ class TransactionCoordinator:
                 attempt += 1
 
     async def _send_markers(self, leader: int, record: TxnRecord, committed: bool,
-                            coordinator_epoch: int, partitions: list[PartitionKey]
-                            ) -> set[PartitionKey]:
-        """One WriteTxnMarkers to a leader; the partitions it is done with."""
+                            coordinator_epoch: int, partitions: list[PartitionKey],
+                            attempt: int = 0) -> set[PartitionKey]:
+        """One WriteTxnMarkers to a leader; the partitions it is done with. A partition
+        that refused is logged on the first attempts, then every 60th: a marker that
+        keeps failing holds its partition's last stable offset."""
         topics: dict[str, list[int]] = {}
         for topic, p in partitions:
             topics.setdefault(topic, []).append(p)
@@ -581,6 +625,11 @@ class TransactionCoordinator:
                         done.add(tp)
                         continue
                     error = error_for_code(result.error_code)(result.error_message or "")
+                    if attempt in _LOGGED_ATTEMPTS or attempt % 60 == 0:
+                        log.log(logging.INFO if attempt < 10 else logging.WARNING,
+                                "%s: broker %d did not write the marker of %s-%d (attempt "
+                                "%d): %s; retrying", record.transactional_id, leader, tp[0],
+                                tp[1], attempt + 1, error)
                     if error.name in ("TRANSACTION_COORDINATOR_FENCED",
                                       "INVALID_PRODUCER_EPOCH"):
                         # A newer coordinator or epoch owns the partition's producer: this
@@ -623,6 +672,7 @@ class TransactionCoordinator:
         last_expiry = time.monotonic()
         while not self._stopping:
             await asyncio.sleep(interval / 1000)
+            await self._load_led()
             now = _now_ms()
             for shard in list(self._shards.values()):
                 for meta in list(shard.txns.values()):

@@ -11,9 +11,16 @@
     strata consume TOPIC [--from-beginning|--offset N|--timestamp MS] [--partition P]
                          [-n COUNT] [--timeout-ms MS] [--group G]
                          [--value-format json|confluent]
+                         [--isolation-level read_uncommitted|read_committed]
     strata group list|describe G|delete G ...
     strata group reset-offsets G --topic T (--to-earliest|--to-latest|--to-offset N|
                                --to-datetime ISO) [--partition P ...] [--execute]
+    strata transactions list [--state S ...] [--producer-id ID ...] [--duration-filter MS]
+    strata transactions describe ID
+    strata transactions describe-producers --topic T --partition P
+    strata transactions abort --topic T --partition P --start-offset O
+    strata transactions find-hanging [--topic T [--partition P]]
+                                     [--max-transaction-timeout MIN]
     strata gateway [--bootstrap ...] [--host H] [--port P] [--workers N]
                    (--auth-config FILE | --no-auth) [--tls-cert FILE --tls-key FILE]
     strata tier run [--topic T ...] [--once | --every SECONDS] [--warehouse DIR]
@@ -157,12 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
         schema,
         tier,
         topic,
+        transactions,
         user,
         zookeeper_acls,
     )
 
-    for module in (broker, topic, cluster, produce, consume, group, gateway, tier, user, acl,
-                   quota, schema, zookeeper_acls):
+    for module in (broker, topic, cluster, produce, consume, group, transactions, gateway,
+                   tier, user, acl, quota, schema, zookeeper_acls):
         module.register(sub)
 
     perf = sub.add_parser("perf", help="benchmarks")

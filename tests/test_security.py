@@ -36,9 +36,11 @@ from strata.client import (
     AclFilterEntry,
     Admin,
     Consumer,
+    FatalTransactionError,
     NewTopic,
     Producer,
     TopicPartition,
+    TransactionalIdAuthorizationFailedError,
 )
 from strata_tools.certs import CertificateAuthority
 from tests.support.broker_process import REPO, BrokerProcess
@@ -548,6 +550,111 @@ def test_users_and_acls_from_the_command_line(brokers: list[BrokerProcess], pki:
     assert wrong.returncode == 1 and "unknown key 'sasl.kerberos'" in wrong.stderr
     no_password = _strata("user", "create", _name("x"), *common, stdin="")
     assert no_password.returncode == 1 and "no password given" in no_password.stderr
+
+
+def test_transactional_ids_need_their_own_acls(brokers: list[BrokerProcess], pki: Pki,
+                                               tmp_path: Path) -> None:
+    """Kafka's model: a transactional producer needs WRITE on its TRANSACTIONAL_ID (and on
+    the topics); DESCRIBE on the id governs describing and listing it; aborting another
+    producer's transaction is a coordinator's act (CLUSTER_ACTION)."""
+    tina, dora = _name("tina"), _name("dora")
+    topic, txn_id = _name("txn-acl"), f"{tina}-orders"
+    servers = bootstrap(brokers, "SASL_SSL")
+    as_tina = sasl("SASL_SSL", pki, user=tina, password="tina-pw")
+    as_dora = sasl("SASL_SSL", pki, user=dora, password="dora-pw")
+    config = tmp_path / "admin.properties"
+    config.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+                      f"sasl.username={ADMIN}\nsasl.password={ADMIN_PASSWORD}\n"
+                      f"ssl.ca.location={pki.ca.certfile}\n")
+    common = ["--bootstrap", servers, "--command-config", str(config)]
+    with Admin(servers, security=sasl("SASL_SSL", pki)) as admin:
+        admin.upsert_scram_credential(tina, "tina-pw")
+        admin.upsert_scram_credential(dora, "dora-pw")
+        admin.create_topics([NewTopic(topic, 2, 2)])
+        admin.create_acls([_allow(f"User:{tina}", "WRITE", "TOPIC", topic),
+                           _allow(f"User:{dora}", "READ", "TOPIC", topic)])
+        _eventually(lambda: metadata(brokers[0], "SASL_SSL", as_tina), timeout=10)
+        _eventually(lambda: metadata(brokers[0], "SASL_SSL", as_dora), timeout=10)
+
+        def commit_one(value: bytes) -> None:
+            """One transaction over both partitions: their leaders are the two brokers,
+            so one is the coordinator's own (it writes that marker locally, as itself)."""
+            with Producer(servers, security=as_tina, transactional_id=txn_id,
+                          max_block_ms=5000) as producer:
+                producer.init_transactions()
+                with producer.transaction():
+                    producer.send(topic, value, partition=0)
+                    producer.send(topic, value, partition=1)
+
+        # WRITE on the topic is not enough: the id itself must be allowed.
+        with pytest.raises(FatalTransactionError) as fatal:
+            commit_one(b"refused")
+        cause = fatal.value.cause
+        assert isinstance(cause, TransactionalIdAuthorizationFailedError) and cause.code == 53
+        assert f"strata acl add --allow-principal User:{tina}" in str(cause)
+        assert f"--transactional-id {txn_id}" in str(cause) and "needs WRITE" in str(cause)
+
+        # WRITE on the id (every id starting with the user's name), from the command line.
+        added = _strata("acl", "add", *common, "--allow-principal", f"User:{tina}",
+                        "--operation", "write", "--transactional-id", f"{tina}-",
+                        "--resource-pattern-type", "prefixed")
+        assert added.returncode == 0 and "1 binding(s) added" in added.stdout, added.stderr
+        shown = _strata("acl", "list", *common, "--transactional-id", txn_id,
+                        "--format", "json")
+        assert [(a["resource_type"], a["pattern_type"], a["operation"])
+                for a in json.loads(shown.stdout)] == [("TRANSACTIONAL_ID", "PREFIXED",
+                                                        "WRITE")]
+        wrong = _strata("acl", "add", *common, "--allow-principal", f"User:{tina}",
+                        "--operation", "READ", "--transactional-id", txn_id)
+        assert wrong.returncode == 1 and "use WRITE, DESCRIBE, ALL" in wrong.stderr
+        _eventually(lambda: commit_one(b"committed"), timeout=20)
+        with Consumer(servers, security=sasl("SASL_SSL", pki), auto_offset_reset="earliest",
+                      isolation_level="read_committed") as consumer:
+            consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+            got: list[bytes | None] = []
+            deadline = time.monotonic() + 15
+            while len(got) < 2 and time.monotonic() < deadline:
+                got += [r.value for r in consumer.poll(timeout_ms=500)]
+        assert got == [b"committed", b"committed"]
+        leaders = {p.leader for p in admin.describe_topics([topic])[topic].partitions}
+        assert leaders == {b.broker_id for b in brokers}
+        _eventually(lambda: _assert(admin.describe_transactions([txn_id])[txn_id].state
+                                    == "CompleteCommit"))
+
+        # DESCRIBE governs describe and list: nothing for dora until she has it.
+        with Admin(servers, security=as_dora) as as_dora_admin:
+            with pytest.raises(TransactionalIdAuthorizationFailedError) as hidden:
+                as_dora_admin.describe_transactions([txn_id])
+            assert hidden.value.code == 53
+            assert txn_id not in {t.transactional_id
+                                  for t in as_dora_admin.list_transactions()}
+            admin.create_acls([_allow(f"User:{dora}", "DESCRIBE", "TRANSACTIONAL_ID",
+                                      txn_id)])
+            _eventually(lambda: as_dora_admin.describe_transactions([txn_id]))
+            assert txn_id in {t.transactional_id for t in as_dora_admin.list_transactions()}
+            # DESCRIBE does not let her use the id.
+            with pytest.raises(FatalTransactionError) as not_hers, \
+                    Producer(servers, security=as_dora, transactional_id=txn_id,
+                             max_block_ms=5000) as producer:
+                producer.init_transactions()
+            assert not_hers.value.cause is not None and not_hers.value.cause.code == 53
+            assert "--operation WRITE" in str(not_hers.value.cause)
+            # READ on the topic shows its producers; aborting is a coordinator's act.
+            opener = Producer(servers, security=as_tina, transactional_id=f"{tina}-open")
+            try:
+                opener.init_transactions()
+                opener.begin_transaction()
+                opener.send(topic, b"open", partition=1)
+                opener.flush()
+                open_at = [p.current_txn_start_offset
+                           for p in as_dora_admin.describe_producers(topic, 1)
+                           if p.current_txn_start_offset is not None]
+                assert len(open_at) == 1
+                with pytest.raises(ClusterAuthorizationFailedError, match="CLUSTER_ACTION"):
+                    as_dora_admin.abort_transaction(topic, 1, open_at[0])
+                opener.abort_transaction()
+            finally:
+                opener.close()
 
 
 # ----------------------------------------------------------------------------- ZooKeeper

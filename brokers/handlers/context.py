@@ -135,7 +135,8 @@ class ApiContext:
         return False
 
     def require(self, operation: str, resource_type: str, name: str = CLUSTER_NAME) -> None:
-        """Raise TOPIC/GROUP/CLUSTER_AUTHORIZATION_FAILED unless ``allowed``."""
+        """Raise TOPIC/GROUP/CLUSTER/TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless
+        ``allowed``."""
         if self.allowed(operation, resource_type, name):
             return
         principal = current_session().principal
@@ -146,9 +147,13 @@ class ApiContext:
             f"{resource_type.lower().replace('_', ' ')} {name!r}"
         flag = "--cluster" if resource_type == "CLUSTER" else \
             f"--{resource_type.lower().replace('_', '-')} {name}"
+        # A transactional producer is refused DESCRIBE first (FindCoordinator), but
+        # DESCRIBE alone would only get it refused again at InitProducerId.
+        note = " (a transactional producer needs WRITE, which implies DESCRIBE)" if \
+            resource_type == "TRANSACTIONAL_ID" and operation == "DESCRIBE" else ""
         raise error(f"{principal} may not {operation} {where}; an administrator can allow it "
                     f"with `strata acl add --allow-principal {principal} --operation "
-                    f"{operation} {flag}`")
+                    f"{operation} {flag}`{note}")
 
     def refusal(self, operation: str, resource_type: str, name: str) -> StrataError | None:
         """The error ``require`` would raise, or None."""

@@ -210,7 +210,7 @@ class TransactionApis(ApiFamily):
     async def list_transactions(self, request: ListTransactionsRequest
                                 ) -> ListTransactionsResponse:
         try:
-            listed = self.transactions.list_transactions(request)
+            listed = await self.transactions.list_transactions(request)
         except StrataError as err:
             return ListTransactionsResponse(*error_fields(err)[:1], [],
                                             error_fields(err)[1])

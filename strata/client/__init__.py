@@ -37,7 +37,8 @@ Modules, one job each: ``producer`` (the producer's faces) over ``_accumulator``
 poll loop and rebalance steps) over ``_subscription``, ``_fetcher``, ``_offsets`` and
 ``_group``; ``admin`` (the admin faces) over one module per API family,
 ``_admin_topics``, ``_admin_cluster``, ``_admin_groups``, ``_admin_security``,
-``_admin_tier`` and ``_admin_schemas``, which share ``_admin_common``; ``sink``; and the
+``_admin_tier``, ``_admin_schemas`` and ``_admin_transactions``, which share
+``_admin_common``; ``sink``; and the
 shared ``_config``, ``_cluster``, ``_common`` and ``_sync``.
 """
 
@@ -45,6 +46,8 @@ from strata.client._cluster import parse_bootstrap
 from strata.client._config import ValueFormat
 from strata.client._schemas import RegisteredSchema, TypedValue
 from strata.client.admin import (
+    TRANSACTION_STATES,
+    AbortTransactionSpec,
     Admin,
     AsyncAdmin,
     ClusterDescription,
@@ -55,6 +58,7 @@ from strata.client.admin import (
     ElectionResult,
     GroupDescription,
     GroupListing,
+    HangingTransaction,
     ListOffsetsResult,
     MemberDescription,
     NewTopic,
@@ -63,6 +67,7 @@ from strata.client.admin import (
     PartitionDescription,
     PartitionLag,
     PartitionTier,
+    ProducerState,
     Reassignment,
     ResetPlan,
     ResetTarget,
@@ -71,6 +76,8 @@ from strata.client.admin import (
     TierLease,
     TopicDescription,
     TopicTier,
+    TransactionDescription,
+    TransactionListing,
 )
 from strata.client.consumer import (
     AsyncConsumer,
@@ -106,6 +113,8 @@ from strata.client.producer import (
     TransactionStateError,
 )
 from wire.errors import (
+    ClusterAuthorizationFailedError,
+    ConcurrentTransactionsError,
     ConcurrentUpdateError,
     CoordinatorNotAvailableError,
     CorruptRecordError,
@@ -117,11 +126,14 @@ from wire.errors import (
     InvalidGroupIdError,
     InvalidPartitionsError,
     InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
     InvalidRecordBatchError,
     InvalidReplicationFactorError,
     InvalidSchemaError,
     InvalidSessionTimeoutError,
     InvalidTopicError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
     NetworkError,
     NonEmptyGroupError,
     NotEnoughReplicasError,
@@ -129,6 +141,7 @@ from wire.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     PolicyViolationError,
+    ProducerFencedError,
     RecordTooLargeError,
     RequestTimedOutError,
     SchemaMismatchError,
@@ -138,9 +151,15 @@ from wire.errors import (
     TierJobBusyError,
     TierLeaseLostError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    TransactionAbortableError,
+    TransactionalIdAuthorizationFailedError,
+    TransactionalIdNotFoundError,
+    TransactionCoordinatorFencedError,
     UnknownMemberIdError,
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
     UnsupportedAssignorError,
 )
 from wire.protocol import AclEntry, AclFilterEntry
@@ -207,6 +226,24 @@ __all__ = [
     "AbortableTransactionError",
     "FatalTransactionError",
     "TransactionStateError",
+    "AbortTransactionSpec",
+    "HangingTransaction",
+    "ProducerState",
+    "TRANSACTION_STATES",
+    "TransactionDescription",
+    "TransactionListing",
+    "ClusterAuthorizationFailedError",
+    "ConcurrentTransactionsError",
+    "InvalidProducerIdMappingError",
+    "InvalidTransactionTimeoutError",
+    "InvalidTxnStateError",
+    "ProducerFencedError",
+    "TopicAuthorizationFailedError",
+    "TransactionAbortableError",
+    "TransactionalIdAuthorizationFailedError",
+    "TransactionalIdNotFoundError",
+    "TransactionCoordinatorFencedError",
+    "UnstableOffsetCommitError",
     "Records",
     "ElectionResult",
     "CorruptRecordError",

@@ -4,9 +4,10 @@
 APIs is one private module under it: ``_admin_topics`` (topics, configs, offsets),
 ``_admin_cluster`` (brokers, preferred-leader elections, reassignments),
 ``_admin_groups`` (consumer groups), ``_admin_security`` (ACLs, SCRAM users, quotas),
-``_admin_tier`` (the Delta tiering job's APIs) and ``_admin_schemas`` (the schema
-registry). Every family reads the one ``AdminContext`` of its admin client: the
-connection to the cluster and the timeouts.
+``_admin_tier`` (the Delta tiering job's APIs), ``_admin_schemas`` (the schema
+registry) and ``_admin_transactions`` (transactional ids, open transactions). Every
+family reads the one ``AdminContext`` of its admin client: the connection to the
+cluster and the timeouts.
 """
 
 from __future__ import annotations

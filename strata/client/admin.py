@@ -1,6 +1,6 @@
 """The Strata admin client: topics, configs and offsets; the cluster (preferred-leader
 election, partition reassignment); consumer groups; ACLs, SCRAM users and quotas; the
-tiering job's APIs; the schema registry.
+tiering job's APIs; the schema registry; transactions.
 
 Two faces over one implementation: ``AsyncAdmin`` (asyncio) and ``Admin`` (blocking, on a
 private event-loop thread). This module keeps only the faces, and re-exports the result
@@ -17,6 +17,9 @@ split, and says how its calls travel and fail:
 - ``_admin_tier``: what the Delta tiering job plans from (``describe_tier``), its lease
   and its progress (``TopicTier``, ``TierLease``, ...).
 - ``_admin_schemas``: the schema registry and typed topics' value subjects.
+- ``_admin_transactions``: transactional ids and open transactions: describe, list,
+  the producers of a partition, aborting and finding hanging transactions
+  (``TransactionDescription``, ``TransactionListing``, ``ProducerState``, ...).
 - ``_admin_common``: ``AdminContext``, the cluster connection and timeouts they share.
 
 Errors are the typed ``wire.errors`` classes. Calls on many topics or groups
@@ -67,6 +70,16 @@ from strata.client._admin_topics import (
     TopicAdmin,
     TopicDescription,
 )
+from strata.client._admin_transactions import (
+    DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
+    TRANSACTION_STATES,
+    AbortTransactionSpec,
+    HangingTransaction,
+    ProducerState,
+    TransactionAdmin,
+    TransactionDescription,
+    TransactionListing,
+)
 from strata.client._cluster import Cluster
 from strata.client._common import TopicPartition
 from strata.client._config import SecurityOptions, security_of
@@ -78,8 +91,14 @@ from wire.protocol import AclEntry, AclFilterEntry, SchemaRegistryRequest
 from wire.sasl import MIN_ITERATIONS
 
 __all__ = [
+    "AbortTransactionSpec",
     "Admin",
     "AsyncAdmin",
+    "HangingTransaction",
+    "ProducerState",
+    "TRANSACTION_STATES",
+    "TransactionDescription",
+    "TransactionListing",
     "ClusterDescription",
     "CommittedOffset",
     "ConfigValue",
@@ -141,6 +160,7 @@ class AsyncAdmin:
         self._security_admin = SecurityAdmin(self._context)
         self._tier_admin = TierAdmin(self._context)
         self._schema_admin = SchemaAdmin(self._context, self.schemas)
+        self._transaction_admin = TransactionAdmin(self._context, self._topic_admin)
 
     @property
     def request_timeout_ms(self) -> int:
@@ -407,6 +427,59 @@ class AsyncAdmin:
         return await self._tier_admin.update_tier(topic, lease_id, topic_id, table=table,
                                                   progress=progress, merged=merged)
 
+    # ------------------------------------------------------------------ transactions
+    async def describe_transactions(self, transactional_ids: Iterable[str]
+                                    ) -> dict[str, TransactionDescription]:
+        """State, producer id and epoch, timeout, start and partitions of each
+        transactional id, from its coordinator. Raises ``TransactionalIdNotFoundError``
+        for an id with no state (never used, or expired) and
+        ``TransactionalIdAuthorizationFailedError`` without DESCRIBE on it."""
+        return await self._transaction_admin.describe_transactions(transactional_ids)
+
+    async def list_transactions(self, states: Iterable[str] | None = None,
+                                producer_ids: Iterable[int] | None = None,
+                                duration_ms: int | None = None) -> list[TransactionListing]:
+        """Every transactional id of the cluster, sorted (each live broker lists those it
+        coordinates), optionally only in ``states`` (``TRANSACTION_STATES``), of
+        ``producer_ids``, or open at least ``duration_ms``. Without DESCRIBE on the
+        cluster, only the ids the principal may describe are listed."""
+        return await self._transaction_admin.list_transactions(states, producer_ids,
+                                                               duration_ms)
+
+    async def describe_producers(self, topic: str, partition: int) -> list[ProducerState]:
+        """The producers with state in one partition, from its leader, each with the
+        first offset of its open transaction there (None: none); needs READ on the
+        topic."""
+        return await self._transaction_admin.describe_producers(topic, partition)
+
+    async def abort_transaction(self, topic: str, partition: int, start_offset: int
+                                ) -> AbortTransactionSpec:
+        """End a hanging transaction in one partition: the one whose first offset there
+        is ``start_offset`` (``describe_producers``, ``find_hanging``) gets an ABORT
+        marker, as its coordinator would have written; the last stable offset then moves
+        past it and read_committed readers skip its records. Needs CLUSTER_ACTION on the
+        cluster. Raises ``InvalidTxnStateError`` (nothing written) when no open
+        transaction starts there; ``InvalidProducerEpochError`` /
+        ``TransactionCoordinatorFencedError`` when the producer or a coordinator moved on
+        meanwhile. Only for transactions their coordinator will never end: aborting one
+        it still tracks ends it in this partition alone."""
+        return await self._transaction_admin.abort_transaction(topic, partition,
+                                                               start_offset)
+
+    async def find_hanging(self, topics: Iterable[str] | None = None, *,
+                           partition: int | None = None,
+                           max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+                           ) -> list[HangingTransaction]:
+        """Open transactions no coordinator will end (Kafka's ``find-hanging``): in the
+        partitions of ``topics`` (None: every topic; ``partition``: one partition of
+        one topic), those whose producer wrote nothing for longer than
+        ``max_transaction_timeout_ms`` (the brokers' ``transaction.max.timeout.ms``;
+        a coordinator aborts any transaction it knows of by then) and that no
+        coordinator lists as open with that partition. End each with
+        ``abort_transaction``."""
+        return await self._transaction_admin.find_hanging(
+            topics, partition=partition, max_transaction_timeout_ms=max_transaction_timeout_ms)
+
     # ------------------------------------------------------------------ schema registry
     async def schema_request(self, request: SchemaRegistryRequest) -> RegistryAnswer:
         """Any registry operation, answered as Confluent's REST API would (the gateway's
@@ -618,6 +691,32 @@ class Admin:
 
     def delete_group(self, group_id: str) -> None:
         self._run(self._admin.delete_group(group_id))
+
+    def describe_transactions(self, transactional_ids: Iterable[str]
+                              ) -> dict[str, TransactionDescription]:
+        return self._run(self._admin.describe_transactions(list(transactional_ids)))
+
+    def list_transactions(self, states: Iterable[str] | None = None,
+                          producer_ids: Iterable[int] | None = None,
+                          duration_ms: int | None = None) -> list[TransactionListing]:
+        return self._run(self._admin.list_transactions(
+            None if states is None else list(states),
+            None if producer_ids is None else list(producer_ids), duration_ms))
+
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerState]:
+        return self._run(self._admin.describe_producers(topic, partition))
+
+    def abort_transaction(self, topic: str, partition: int, start_offset: int
+                          ) -> AbortTransactionSpec:
+        return self._run(self._admin.abort_transaction(topic, partition, start_offset))
+
+    def find_hanging(self, topics: Iterable[str] | None = None, *,
+                     partition: int | None = None,
+                     max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+                     ) -> list[HangingTransaction]:
+        return self._run(self._admin.find_hanging(
+            None if topics is None else list(topics), partition=partition,
+            max_transaction_timeout_ms=max_transaction_timeout_ms))
 
     def register_schema(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
         return self._run(self._admin.register_schema(subject, schema, schema_type))

@@ -1,9 +1,13 @@
 """``strata acl add|remove|list``: ACL bindings (Kafka's ``kafka-acls``).
 
 ``add --allow-principal User:alice --operation READ --topic orders`` (or
-``--deny-principal``; ``--group G``, ``--cluster``; ``--resource-pattern-type prefixed``;
-``--host``). ``remove`` takes the same options as a filter and removes every binding it
-matches (``--force`` needed when the filter names no principal and no resource).
+``--deny-principal``; ``--group G``, ``--cluster``, ``--transactional-id ID``;
+``--resource-pattern-type prefixed``; ``--host``). A transactional id takes WRITE (use it:
+init, produce, add partitions and offsets, commit, abort), DESCRIBE (see it: describe,
+list, find its coordinator) or ALL, as Kafka's model has it; other operations are refused
+before anything is written. ``remove`` takes the same options as a filter and removes
+every binding it matches (``--force`` needed when the filter names no principal and no
+resource).
 ``list`` shows the bindings, optionally for one principal or resource.
 """
 
@@ -23,8 +27,10 @@ from strata_tools.commands.common import (
     security_of_args,
 )
 
-__all__ = ["register"]
+__all__ = ["TRANSACTIONAL_ID_OPERATIONS", "register"]
 
+#: What a TRANSACTIONAL_ID binding may name (Kafka's model).
+TRANSACTIONAL_ID_OPERATIONS = ("WRITE", "DESCRIBE", "ALL")
 
 
 def register(sub: Any) -> None:
@@ -40,6 +46,9 @@ def register(sub: Any) -> None:
         resource.add_argument("--topic", help="a topic (or '*': every topic)")
         resource.add_argument("--group", help="a consumer group (or '*')")
         resource.add_argument("--cluster", action="store_true", help="the cluster itself")
+        resource.add_argument("--transactional-id", default=None, metavar="ID",
+                              help="a transactional producer's id (or '*'); operations "
+                              f"{', '.join(TRANSACTIONAL_ID_OPERATIONS)}")
         parser.add_argument("--resource-pattern-type", choices=("literal", "prefixed"),
                             default="literal" if parser is add else None,
                             help="prefixed: every name starting with the one given")
@@ -66,7 +75,22 @@ def _resource(args: argparse.Namespace) -> tuple[str | None, str | None]:
         return "TOPIC", args.topic
     if args.group is not None:
         return "GROUP", args.group
+    if args.transactional_id is not None:
+        return "TRANSACTIONAL_ID", args.transactional_id
     return None, None
+
+
+def _check_operations(resource_type: str | None, operations: list[str]) -> None:
+    """Kafka's model: a transactional id is used (WRITE) or seen (DESCRIBE), nothing
+    else; refused here, before anything is written."""
+    if resource_type != "TRANSACTIONAL_ID":
+        return
+    wrong = [op for op in operations if op not in TRANSACTIONAL_ID_OPERATIONS]
+    if wrong:
+        raise CommandError(
+            f"--operation {wrong[0]} does not apply to a transactional id; use "
+            f"{', '.join(TRANSACTIONAL_ID_OPERATIONS)} (WRITE: run transactions with it, "
+            "DESCRIBE: see it)")
 
 
 def _permissions(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -80,6 +104,7 @@ def _add(args: argparse.Namespace) -> int:
     if not _permissions(args) or not args.operation:
         raise CommandError("give at least one --allow-principal or --deny-principal and one "
                            "--operation")
+    _check_operations(resource_type, args.operation)
     entries = [AclEntry(resource_type, args.resource_pattern_type.upper(), name, principal,
                         args.host, operation, permission)
                for permission, principal in _permissions(args) for operation in args.operation]
@@ -95,6 +120,7 @@ def _remove(args: argparse.Namespace) -> int:
     if resource_type is None and not _permissions(args) and not args.force:
         raise CommandError("this filter removes every binding of every principal; name a "
                            "principal or resource, or pass --force")
+    _check_operations(resource_type, args.operation)
     who: list[tuple[str | None, str | None]] = [*_permissions(args)] or [(None, None)]
     filters = [AclFilterEntry(resource_type, pattern, name, principal, args.host
                               if args.host != "*" else None, operation, permission)

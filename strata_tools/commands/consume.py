@@ -14,6 +14,11 @@ the position it started at, so its next owner does not reset to the end again an
 records produced in between (as Kafka's console consumer does). Ctrl-C or SIGTERM
 commit and leave the group cleanly.
 
+``--isolation-level read_committed`` prints only records of committed transactions (and
+plain records), never reading past the first transaction still open; the offsets of
+aborted records and of transaction markers are skipped, so printed offsets can have gaps
+(docs/transactions.md). The default, ``read_uncommitted``, prints every record written.
+
 Stops after ``-n COUNT`` records, or once polls that together waited ``--timeout-ms``
 came back empty, or on Ctrl-C / SIGTERM. Only time spent waiting in polls counts, as in
 Kafka's console consumer: time spent printing (a pipe whose reader is slow or not reading
@@ -85,6 +90,12 @@ def register(sub: Any) -> None:
                          help="a typed topic's values as JSON documents (default) or as "
                          "Confluent's wire format (magic 0, schema id, Avro body); bytes "
                          "topics print as they are")
+    consume.add_argument("--isolation-level", default="read_uncommitted",
+                         choices=("read_uncommitted", "read_committed"),
+                         help="read_committed: only records of committed transactions, "
+                         "and nothing past the first open one (the last stable offset); "
+                         "read_uncommitted (default, as Kafka): every record written, "
+                         "aborted ones included (docs/transactions.md)")
     consume.add_argument("--group", default=None, metavar="G",
                          help="join consumer group G: print the partitions it gives this "
                          "process, from its committed offsets, and commit what was printed")
@@ -126,7 +137,8 @@ def _consume(args: argparse.Namespace) -> int:
     # An explicit --offset outside the log is an error to report, not to paper over.
     reset: OffsetResetStrategy = "none" if args.offset is not None else "earliest"
     with Consumer(bootstrap, auto_offset_reset=reset, security=security_of_args(args),
-                  value_format=args.value_format) as consumer:
+                  value_format=args.value_format,
+                  isolation_level=args.isolation_level) as consumer:
         consumer.assign(tps)
         if args.from_beginning:
             consumer.seek_to_beginning(tps)
@@ -206,7 +218,7 @@ def _consume_group(args: argparse.Namespace) -> int:
     consumer = Consumer(bootstrap, group_id=args.group, auto_offset_reset=reset,
                         security=security_of_args(args), value_format=args.value_format,
                         enable_auto_commit=False, client_id="strata-console-consumer",
-                        **options)
+                        isolation_level=args.isolation_level, **options)
 
     def commit() -> None:
         """Commit the positions of this member's partitions. Every record a poll returned

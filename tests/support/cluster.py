@@ -125,7 +125,8 @@ class ClusterSecurity:
     - one SASL_SSL listener per broker, also the inter-broker one (brokers log in to each
       other as ``broker``), with certificates from a CA made for the cluster;
     - SCRAM users ``admin`` and ``broker`` (super users) and ``app``, who may only
-      write and read topics named ``faults-*`` (PREFIXED ACLs) and write idempotently;
+      write and read topics named ``faults-*`` (PREFIXED ACLs), write idempotently, and
+      run transactions with transactional ids named ``faults-*``;
       ``authorizer.enable`` with ``allow.everyone.if.no.acl.found`` left false;
     - znodes owned by a digest identity (``zookeeper.set.acl``).
 
@@ -180,7 +181,9 @@ class ClusterSecurity:
                 *(AclEntry("TOPIC", "PREFIXED", self.TOPIC_PREFIX, "User:app", "*",
                            operation, "ALLOW") for operation in ("WRITE", "READ")),
                 AclEntry("CLUSTER", "LITERAL", CLUSTER_NAME, "User:app", "*",
-                         "IDEMPOTENT_WRITE", "ALLOW")])
+                         "IDEMPOTENT_WRITE", "ALLOW"),
+                AclEntry("TRANSACTIONAL_ID", "PREFIXED", self.TOPIC_PREFIX, "User:app", "*",
+                         "WRITE", "ALLOW")])
         finally:
             coordinator.stop()
 
