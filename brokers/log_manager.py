@@ -298,7 +298,7 @@ class LogManager:
             try:
                 if not cleaner.needs_cleaning(lg, upper):
                     continue
-                partition.producers.write_snapshot(lg.log_end_offset)
+                partition.snapshot_producer_state()  # aborted-txn entries first
                 stats = await asyncio.to_thread(cleaner.clean, lg, upper, force=True)
             except Exception as err:  # one replica's failure must not stop the others
                 self.metrics.cleaner_errors.inc()

@@ -216,6 +216,10 @@ class Partition:
         # acknowledged by its only replica), or a brand-new empty one.
         self.high_watermark = self.log.log_end_offset if recorded is None \
             else max(self.log.log_start_offset, min(recorded, self.log.log_end_offset))
+        # Transactions the replay completed below it are stable: without this the last
+        # stable offset would stay at the first of them until the next write moved the
+        # high watermark (the replay ran before the high watermark was known).
+        self.producers.on_high_watermark(self.high_watermark)
         self._data_arrived = asyncio.Event()
         # Futures of long polls parked on many partitions at once (see ``watch_data``).
         self._data_watchers: set[asyncio.Future[None]] = set()
@@ -725,9 +729,11 @@ class Partition:
         return self.log.aborted_transactions(start, end)
 
     def snapshot_producer_state(self) -> None:
-        """Snapshot the producer state as of the log end (at close, and before retention
-        deletes the segments whose headers are its only other record). The aborted-
-        transaction entries are written first: a replay starts after the snapshot."""
+        """Snapshot the producer state as of the log end (at close, before retention
+        deletes the segments whose headers are its only other record, and before each
+        cleaner pass, so a restart never replays cleaned headers). The aborted-
+        transaction entries are written (and fsynced) first: a replay starts after the
+        snapshot."""
         self.log.persist_txn_indexes()
         self.producers.write_snapshot(self.log.log_end_offset)
 

@@ -5,6 +5,9 @@ Directory layout::
     <dir>/00000000000000000000.log        segments, named by base offset (20 digits)
     <dir>/00000000000000000000.index      sparse offset index of that segment
     <dir>/00000000000000000000.timeindex  sparse time index of that segment
+    <dir>/00000000000000000000.txnindex   aborted transactions whose ABORT marker is in
+                                          that segment (brokers/log/txn_index.py; only
+                                          once it has one)
     <dir>/recovery-point                  offset below which everything is fsynced
                                           and CRC-checked (``OffsetCheckpoint``)
     <dir>/log-start-offset                first readable offset (``OffsetCheckpoint``)
@@ -367,6 +370,7 @@ class PartitionLog:
         segment.log_path.rename(target)
         segment.offset_index.delete()
         segment.time_index.delete()
+        segment.txn_index.delete()
         segment.close(seal=False)
         return target
 
@@ -807,11 +811,13 @@ class PartitionLog:
         return found
 
     def persist_txn_indexes(self) -> None:
-        """Write every segment's aborted-transaction entries not yet on disk (before a
-        producer-state snapshot, so a replay after it never needs the entries before)."""
+        """Write and fsync every segment's aborted-transaction entries not yet on disk
+        (before a producer-state snapshot, so a replay after it never needs the entries
+        before; only indexes with new entries cost an fsync)."""
         with self._lock:
             for segment in self._segments:
-                segment.txn_index.persist(fsync=False)
+                if segment.txn_index.unpersisted:
+                    segment.txn_index.persist(fsync=True)
 
     def read_control(self, offset: int) -> tuple[ControlType, int]:
         """``(type, coordinator epoch)`` of the control batch at ``offset``."""
