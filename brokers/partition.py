@@ -345,8 +345,9 @@ class Partition:
             require_keys(batch, self.topic)  # docs/compaction.md: keyless records refused
         if header.attributes & _CLIENT_FORBIDDEN_BITS:
             raise InvalidRecordBatchError(
-                "produced batches must not set the control or commit-end attribute bits: "
-                "only the brokers write transaction markers and sink commits")
+                "produced batches must not set the control, commit-end or delete-horizon "
+                "attribute bits: only the brokers write transaction markers and sink "
+                "commits")
         if header.is_transactional and (header.producer_id < 0 or
                                         (header.base_sequence < 0 and not coordinator)):
             raise InvalidRecordBatchError(

@@ -726,8 +726,9 @@ class LogSegment:
         file = self.file
         start_offset = max(self.base_offset + self.time_index.start_for(timestamp), min_offset)
         for position, header in self._headers_from_index(start_offset, self.size, file):
-            if header.max_timestamp < timestamp or header.last_offset < min_offset:
-                continue
+            if header.max_timestamp < timestamp or header.last_offset < min_offset \
+                    or header.is_control:
+                continue  # (a transaction marker is no record an application reads)
             skip = max(0, min_offset - header.base_offset)
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
                 return header.base_offset + skip, header.max_timestamp
