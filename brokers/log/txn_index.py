@@ -176,6 +176,21 @@ class TransactionIndex:
         os.replace(temporary, self.path)
         self._persisted = len(self.entries)
 
+    def write(self, entries: list[AbortedTxn]) -> None:
+        """Write the whole file with ``entries`` (none: an empty file) and fsync it: the
+        log cleaner's ``.txnindex.cleaned``, which its swap renames over the live index
+        (brokers/log/cleaner.py)."""
+        self.entries = list(entries)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"".join(_ENTRY.pack(_VERSION, e.producer_id, e.first_offset,
+                                              e.last_offset, e.last_stable_offset)
+                                  for e in self.entries))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._persisted = len(self.entries)
+
     def delete(self) -> None:
         self.path.unlink(missing_ok=True)
 
