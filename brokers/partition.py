@@ -402,10 +402,21 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         """What a read_committed consumer may read up to: the first offset of the oldest
-        transaction not decided (and replicated) yet, at most the high watermark."""
+        transaction not decided (and replicated) yet, at most the high watermark. The
+        log cleaner never cleans at or past it, and the tiering job is offered only
+        segments below it.
+
+        Retention (and DeleteRecords) may move the log start past the first offset of a
+        transaction still open, as Kafka allows: the records of it below the new start
+        are simply gone. The LSO is then the log start (Kafka clamps it the same way):
+        read_committed readers wait there until the transaction ends; if it commits
+        they read the rest of it, if it aborts its index entry (whose ``first_offset``
+        lies below the log start) still makes them skip the rest."""
         unstable = self.producers.first_unstable_offset()
         hw = getattr(self, "high_watermark", 0)
-        return hw if unstable is None else min(unstable, hw)
+        if unstable is None:
+            return hw
+        return min(max(unstable, self.log.log_start_offset), hw)
 
     def stage(self, staging_id: str, chunk_sequence: int, batch: memoryview | bytes) -> bool:
         """Stage a sink writer's chunk (invisible until committed); True for a resend."""

@@ -337,6 +337,41 @@ def test_nothing_at_or_past_the_last_stable_offset_is_cleaned(tmp_path: Path) ->
     p.close()
 
 
+def test_retention_moving_the_log_start_past_an_open_transaction(tmp_path: Path) -> None:
+    model = Model()
+    p = _partition(tmp_path, LogConfig.from_mapping({"segment.bytes": "1500"}))
+    plain, txn, aborter = Writer(p, model, 1), Writer(p, model, 2), Writer(p, model, 3)
+    aborter.send([(b"a", b"aborted-early")], transactional=True)
+    txn_first = txn.send([(b"t", b"in-txn-1")], transactional=True)
+    _fill(plain, 20)
+    aborter.send([(b"a", b"aborted-late")], transactional=True)
+    txn.send([(b"t", b"in-txn-2")], transactional=True)
+    abort = aborter.end(commit=False)
+    p.log.roll()
+    # retention.bytes keeps the segments from the one with the late aborted record on.
+    keep_from = max(s.base_offset for s in p.log.segments if s.base_offset <= abort - 1)
+    kept = sum(s.size for s in p.log.segments if s.base_offset >= keep_from)
+    p.set_config(LogConfig.from_mapping({"segment.bytes": "1500",
+                                         "retention.bytes": str(kept)}))
+    deleted = p.log.apply_retention(before_delete=p.snapshot_producer_state)
+    assert deleted and p.log.log_start_offset > txn_first
+    # The LSO is the log start (Kafka's clamp), and read_committed readers wait there.
+    assert p.last_stable_offset == p.log.log_start_offset
+    assert _read_committed(p) == []
+    # The deleted segments' .txnindex files went with them; the aborted transaction's
+    # entry (its marker survives) still names its first offset, below the log start.
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".txnindex")
+                and int(f[:20]) < p.log.log_start_offset]
+    assert _index(p) == [(3, 0, abort)]
+    txn.end(commit=True)
+    got = _read_committed(p)
+    values = [v for _, _, v in got]
+    # The rest of the committed transaction shows; nothing of the aborted one does.
+    assert b"in-txn-2" in values and b"in-txn-1" not in values
+    assert not any(v is not None and v.startswith(b"aborted") for v in values)
+    p.close()
+
+
 # ----------------------------------------------------------------------- model check
 
 @pytest.mark.parametrize("seed", range(6))
