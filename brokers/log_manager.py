@@ -277,17 +277,20 @@ class LogManager:
     async def clean_logs(self, cleaner: Any) -> int:
         """One cleaner pass over every hosted replica of a compacted topic (leaders and
         followers alike: each compacts its own copy), below its high watermark and, with
-        ``tier.enable=true``, below what the Delta table holds. The rewrite runs on a
-        worker thread; a producer snapshot at the log end is written first (on the loop,
-        which owns the producer state) so a restart never replays cleaned headers.
-        Returns the records removed."""
+        ``tier.enable=true``, below what the Delta table holds; never at or past its
+        last stable offset (the first offset of a transaction still open: the cleaner
+        removes aborted transactions' records, so it must only see decided ones). The
+        rewrite runs on a worker thread; a producer snapshot at the log end is written
+        first (on the loop, which owns the producer state), after the aborted-
+        transaction entries it covers, so a restart never replays cleaned headers and
+        never needs to. Returns the records removed."""
         removed = 0
         tier_progress: dict[str, dict[int, TierProgress]] | None = None
         for (topic, p), partition in list(self.registry.hosted.items()):
             lg = partition.log
             if lg.is_offline or not lg.config.cleanup_policy.compacts:
                 continue
-            upper = partition.high_watermark
+            upper = partition.last_stable_offset  # at most the high watermark
             if lg.config.tier_enable:
                 if tier_progress is None:
                     tier_progress = await self.read_tier_progress()
@@ -298,7 +301,7 @@ class LogManager:
             try:
                 if not cleaner.needs_cleaning(lg, upper):
                     continue
-                partition.producers.write_snapshot(lg.log_end_offset)
+                partition.snapshot_producer_state()  # aborted-txn entries first
                 stats = await asyncio.to_thread(cleaner.clean, lg, upper, force=True)
             except Exception as err:  # one replica's failure must not stop the others
                 self.metrics.cleaner_errors.inc()
@@ -314,9 +317,11 @@ class LogManager:
                 self.metrics.cleaner_bytes_before.inc(stats.bytes_before)
                 self.metrics.cleaner_bytes_after.inc(stats.bytes_after)
                 log.info("cleaned %s up to offset %d: %d segment(s) rewritten, %d records "
-                         "removed (%d tombstones), %d -> %d bytes in %.3f s", partition.name,
-                         stats.cleaned_up_to, stats.segments_rewritten, stats.records_removed,
-                         stats.tombstones_removed, stats.bytes_before, stats.bytes_after,
+                         "removed (%d tombstones, %d aborted, %d markers), %d -> %d bytes "
+                         "in %.3f s", partition.name, stats.cleaned_up_to,
+                         stats.segments_rewritten, stats.records_removed,
+                         stats.tombstones_removed, stats.aborted_removed,
+                         stats.markers_removed, stats.bytes_before, stats.bytes_after,
                          stats.seconds)
         return removed
 

@@ -216,6 +216,10 @@ class Partition:
         # acknowledged by its only replica), or a brand-new empty one.
         self.high_watermark = self.log.log_end_offset if recorded is None \
             else max(self.log.log_start_offset, min(recorded, self.log.log_end_offset))
+        # Transactions the replay completed below it are stable: without this the last
+        # stable offset would stay at the first of them until the next write moved the
+        # high watermark (the replay ran before the high watermark was known).
+        self.producers.on_high_watermark(self.high_watermark)
         self._data_arrived = asyncio.Event()
         # Futures of long polls parked on many partitions at once (see ``watch_data``).
         self._data_watchers: set[asyncio.Future[None]] = set()
@@ -341,8 +345,9 @@ class Partition:
             require_keys(batch, self.topic)  # docs/compaction.md: keyless records refused
         if header.attributes & _CLIENT_FORBIDDEN_BITS:
             raise InvalidRecordBatchError(
-                "produced batches must not set the control or commit-end attribute bits: "
-                "only the brokers write transaction markers and sink commits")
+                "produced batches must not set the control, commit-end or delete-horizon "
+                "attribute bits: only the brokers write transaction markers and sink "
+                "commits")
         if header.is_transactional and (header.producer_id < 0 or
                                         (header.base_sequence < 0 and not coordinator)):
             raise InvalidRecordBatchError(
@@ -397,10 +402,21 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         """What a read_committed consumer may read up to: the first offset of the oldest
-        transaction not decided (and replicated) yet, at most the high watermark."""
+        transaction not decided (and replicated) yet, at most the high watermark. The
+        log cleaner never cleans at or past it, and the tiering job is offered only
+        segments below it.
+
+        Retention (and DeleteRecords) may move the log start past the first offset of a
+        transaction still open, as Kafka allows: the records of it below the new start
+        are simply gone. The LSO is then the log start (Kafka clamps it the same way):
+        read_committed readers wait there until the transaction ends; if it commits
+        they read the rest of it, if it aborts its index entry (whose ``first_offset``
+        lies below the log start) still makes them skip the rest."""
         unstable = self.producers.first_unstable_offset()
         hw = getattr(self, "high_watermark", 0)
-        return hw if unstable is None else min(unstable, hw)
+        if unstable is None:
+            return hw
+        return min(max(unstable, self.log.log_start_offset), hw)
 
     def stage(self, staging_id: str, chunk_sequence: int, batch: memoryview | bytes) -> bool:
         """Stage a sink writer's chunk (invisible until committed); True for a resend."""
@@ -725,9 +741,11 @@ class Partition:
         return self.log.aborted_transactions(start, end)
 
     def snapshot_producer_state(self) -> None:
-        """Snapshot the producer state as of the log end (at close, and before retention
-        deletes the segments whose headers are its only other record). The aborted-
-        transaction entries are written first: a replay starts after the snapshot."""
+        """Snapshot the producer state as of the log end (at close, before retention
+        deletes the segments whose headers are its only other record, and before each
+        cleaner pass, so a restart never replays cleaned headers). The aborted-
+        transaction entries are written (and fsynced) first: a replay starts after the
+        snapshot."""
         self.log.persist_txn_indexes()
         self.producers.write_snapshot(self.log.log_end_offset)
 

@@ -29,6 +29,15 @@ driver for the pass (``TierValue``; ``Consumer(value_schema_version=N)``), and w
 ``value`` as a struct in the Arrow types Spark reads back as the table's column types
 (microsecond timestamps, binary for fixed, Spark's list and map field names).
 
+Transactions (docs/spark.md, "Transactions and the tier"): the tasks read at
+read_committed, so a table holds committed records only. The brokers offer only
+segments below the last stable offset (DescribeTier), so every range is decided when it
+is copied, and the consumer drops aborted transactions batch by batch with the aborted
+list of the same fetch answer that carried the batches (never another source's).
+Markers and aborted records get no row: their offsets are gaps in the table, and a
+piece is done when the consumer's position (which moves past them) reaches its end,
+not its last row.
+
 Thread-safety: the driver functions run in the job's thread; ``write_pieces`` runs in
 Spark's Python workers, one call per task, and shares nothing. A task that fails
 deletes the files it had open; one killed outright leaves them to ``VACUUM``.
@@ -270,7 +279,8 @@ def write_pieces(pieces: Iterable[CopyPiece], *, root: str, bootstrap: str,
 def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity,
                 value: TierValue | None = None) -> Iterator[pa.Table]:
     """Offsets ``[start, end)`` of the piece's partition, as they arrive, in the file's
-    columns."""
+    columns: committed records only (read_committed; the piece lies below the last
+    stable offset)."""
     from strata.client import Consumer, IdleTimer, TopicPartition
     from wire.errors import OffsetOutOfRangeError
 
@@ -278,7 +288,7 @@ def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity,
     fetch_bytes = max(1 << 20, min(64 << 20, (piece.end - piece.start) * 256))
     with Consumer(bootstrap, client_id="strata-tier", security=security,
                   auto_offset_reset="none", max_partition_fetch_bytes=fetch_bytes,
-                  fetch_max_bytes=fetch_bytes,
+                  fetch_max_bytes=fetch_bytes, isolation_level="read_committed",
                   value_schema_version="latest" if value is None else value.version
                   ) as consumer:
         consumer.assign([tp])
@@ -298,6 +308,13 @@ def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity,
                     "at the gap") from None
             idle.stop(polled.num_rows)
             if polled.num_rows == 0:
+                # Markers and aborted transactions have no row; the consumer's position
+                # moves past them all the same (maybe to the end of the piece).
+                moved = min(consumer.position(tp), piece.end)
+                if moved > position:
+                    position = moved
+                    idle.progress()
+                    continue
                 if idle.expired:
                     raise TimeoutError(
                         f"no records of {tp.topic}-{tp.partition} arrived for "
@@ -309,6 +326,8 @@ def _read_piece(piece: CopyPiece, bootstrap: str, security: ClientSecurity,
             if last >= piece.end:
                 polled = polled.slice(0, pc.sum(pc.less(offsets, piece.end)).as_py() or 0)
             position = min(last + 1, piece.end)
+            if position < piece.end:  # rows may be followed by markers up to the end
+                position = max(position, min(consumer.position(tp), piece.end))
             if polled.num_rows:
                 yield _file_columns(polled, value)
 

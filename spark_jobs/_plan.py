@@ -6,8 +6,10 @@ Rules, per partition:
   progress in ZooKeeper, ``committed`` the end offset of the last write the Delta table
   holds for this partition (its ``txnVersion``). The two differ only when a job died
   between the Delta commit and the ZooKeeper write; the table is then ahead and wins.
-* Only closed segments below the high watermark are candidates (the leader lists no
-  others), taken oldest first while their newest record is older than ``tier.after.ms``.
+* Only closed segments below the last stable offset (at most the high watermark) are
+  candidates (the leader lists no others: nothing a follower may lose, nothing of a
+  transaction not decided yet), taken oldest first while their newest record is older
+  than ``tier.after.ms``.
   The first segment that is too young stops the plan: tiered history never has holes.
 * One write covers at most ``max_bytes`` of segments (at least one segment), so a killed
   job redoes at most that much, and a write's end offset is always a segment's end.

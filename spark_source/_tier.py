@@ -17,6 +17,14 @@ record, offsets unique within a partition, no deletion vectors, timestamps store
 ``TIMESTAMP_MICROS``. Offsets may have gaps (control and aborted records are never
 there) and rows below the partition's tier start may be gone (tier retention).
 
+Transactions (docs/spark.md, "Transactions and the tier"): the table holds committed
+records only (the job copies below the last stable offset, at read_committed), so the
+rows read here are never filtered by an aborted-transaction list: the aborted ranges a
+reader applies must come from the source its data comes from, and for Delta rows that
+filtering already happened when they were copied. Records read from the brokers are
+filtered by the consumer with the aborted list of their own fetch. A read_uncommitted
+reader gets the same committed-only rows from here.
+
 How a range is read, and why that way:
 
 * **Pruning from the Delta log.** The log's add actions carry each file's partition

@@ -17,7 +17,10 @@ so the fields a Kafka operator knows sit where they expect them)::
                                         bit 3 timestamp type (0 create, 1 log-append),
                                         bit 4 transactional (a transaction's batch, or a
                                         sink commit's), bit 5 control (a transaction
-                                        marker), bit 6 ends a sink commit; others 0
+                                        marker), bit 6 ends a sink commit, bit 7 delete
+                                        horizon (a control batch only: the log cleaner
+                                        stamped it, first_timestamp holds the horizon);
+                                        others 0
     23      4   last_offset_delta int32 record_count - 1
     27      8   first_timestamp int64   smallest record timestamp, ms since the epoch
     35      8   max_timestamp  int64    largest record timestamp (log-append time when
@@ -105,6 +108,7 @@ __all__ = [
     "peek_header",
     "set_base_offset",
     "set_log_append_time",
+    "stamp_delete_horizon",
     "stamp_sink_commit",
     "validate",
     "warm_up_encoder",
@@ -140,6 +144,7 @@ _MAGIC_AT: Final = 16
 _CRC_AT: Final = 17
 _CRC_FROM: Final = 21
 _ATTRIBUTES_AT: Final = 21
+_FIRST_TIMESTAMP_AT: Final = 27
 _MAX_TIMESTAMP_AT: Final = 35
 
 NO_PRODUCER_ID: Final = -1
@@ -157,10 +162,18 @@ _CONTROL_BIT: Final = 0x20
 # The last batch of one sink commit's group in a partition (see brokers/staging.py): a
 # group without it at the log's tail is a torn commit, which recovery removes.
 _COMMIT_END_BIT: Final = 0x40
-_KNOWN_ATTRIBUTE_BITS: Final = 0x7F
-# Bits only the broker may set (a sink commit); a produced or staged batch carrying one
-# is refused, so no client can forge a commit or hide records from the dedupe.
-BROKER_ONLY_ATTRIBUTE_BITS: Final = _TRANSACTIONAL_BIT | _CONTROL_BIT | _COMMIT_END_BIT
+# Set by the log cleaner (brokers/log/cleaner.py) on a transaction marker whose
+# transaction has no data left in the log; ``first_timestamp`` then holds the marker's
+# delete horizon (ms since the epoch), from which a later pass may remove it (Kafka's
+# KIP-534 delete horizon, bit 6 there). Only ever on a control batch.
+_DELETE_HORIZON_BIT: Final = 0x80
+_KNOWN_ATTRIBUTE_BITS: Final = 0xFF
+# Bits only the broker may set (a sink commit, a marker, the cleaner's horizon); a
+# produced or staged batch carrying one is refused (the transactional bit is allowed in
+# Produce from a transactional producer), so no client can forge a commit or hide
+# records from the dedupe.
+BROKER_ONLY_ATTRIBUTE_BITS: Final = (_TRANSACTIONAL_BIT | _CONTROL_BIT | _COMMIT_END_BIT
+                                     | _DELETE_HORIZON_BIT)
 
 PAYLOAD_SCHEMA: Final = pa.schema(
     [
@@ -278,6 +291,12 @@ class BatchHeader:
         return bool(self.attributes & _COMMIT_END_BIT)
 
     @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the log cleaner may remove this transaction marker (ms since the epoch),
+        once it stamped one (``stamp_delete_horizon``); ``None``: not stamped."""
+        return self.first_timestamp if self.attributes & _DELETE_HORIZON_BIT else None
+
+    @property
     def last_sequence(self) -> int:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
@@ -316,6 +335,18 @@ def parse_control(batch: bytes | bytearray | memoryview) -> tuple[ControlType, i
             f"unknown control record (key version {key_version}, type {kind}, value "
             f"version {value_version})")
     return ControlType(kind), coordinator_epoch
+
+
+def stamp_delete_horizon(batch: bytearray, horizon_ms: int) -> None:
+    """Mark a whole control batch with the log cleaner's delete horizon (in place):
+    the delete-horizon bit, ``first_timestamp = horizon_ms``, a new CRC. The marker's
+    own time stays in ``max_timestamp`` (the time index and retention read that)."""
+    header = peek_header(batch)
+    if not header.is_control:
+        raise InvalidRecordBatchError("only a transaction marker gets a delete horizon")
+    struct.pack_into(">h", batch, _ATTRIBUTES_AT, header.attributes | _DELETE_HORIZON_BIT)
+    struct.pack_into(">q", batch, _FIRST_TIMESTAMP_AT, horizon_ms)
+    struct.pack_into(">I", batch, _CRC_AT, crc_of(batch))
 
 
 def crc_of(batch: bytes | bytearray | memoryview) -> int:
@@ -361,7 +392,12 @@ def _check_header_fields(h: BatchHeader) -> None:
         )
     if h.attributes & ~_KNOWN_ATTRIBUTE_BITS or (h.attributes & _COMPRESSION_MASK) > 2:
         raise InvalidRecordBatchError(f"unknown attribute bits 0x{h.attributes & 0xFFFF:04x}")
-    if h.max_timestamp < h.first_timestamp and not h.attributes & _TIMESTAMP_TYPE_BIT:
+    if h.attributes & _DELETE_HORIZON_BIT and not h.attributes & _CONTROL_BIT:
+        raise InvalidRecordBatchError(
+            "the delete-horizon attribute bit (7) is set on a batch that is not a "
+            "transaction marker; only the log cleaner sets it, on control batches")
+    if h.max_timestamp < h.first_timestamp and \
+            not h.attributes & (_TIMESTAMP_TYPE_BIT | _DELETE_HORIZON_BIT):
         raise InvalidRecordBatchError(
             f"max_timestamp {h.max_timestamp} is before first_timestamp {h.first_timestamp}"
         )

@@ -1,8 +1,8 @@
 """Tiering: DescribeTier, TierLease and UpdateTier, what the tiering job asks of the
 brokers (docs/spark.md).
 
-DescribeTier answers from the leader's log (closed segments below the high watermark,
-through the replica manager) and ZooKeeper (the table and the progress); TierLease and
+DescribeTier answers from the leader's log (closed segments below the last stable
+offset, through the replica manager) and ZooKeeper (the table and the progress); TierLease and
 UpdateTier are ZooKeeper writes fenced by the job's lease. Each needs DESCRIBE or ALTER
 on the topic.
 """
@@ -97,12 +97,14 @@ class TierApis(ApiFamily):
         try:
             partition = self.replicas.leader_partition(topic, p)
             high_watermark = partition.high_watermark
-            # Closed segments only, and only below the high watermark: a segment a
-            # follower could still lose (or the active one, still growing) is never
-            # offered for tiering.
+            # Closed segments only, and only below the last stable offset (at most the
+            # high watermark): a segment a follower could still lose, the active one
+            # (still growing), or one holding a record of a transaction not decided yet
+            # (the Delta tier holds committed records only) is never offered.
+            stable = partition.last_stable_offset
             answer.segments = [
                 TierSegment(s.base_offset, s.next_offset, s.max_timestamp, s.size_bytes)
-                for s in partition.log.closed_segments() if s.next_offset <= high_watermark]
+                for s in partition.log.closed_segments() if s.next_offset <= stable]
             answer.log_start_offset = partition.log.log_start_offset
             answer.high_watermark = high_watermark
             if progress is not None:

@@ -4,36 +4,63 @@
 Kafka's LogCleaner does, in one pass per log:
 
 1. **Cleanable range.** The closed segments that end at or below ``upper_offset``
-   (``PartitionLog.cleanable_segments``): the caller passes the high watermark, and for
-   a topic with ``tier.enable=true`` at most ``tiered_up_to``, so the tiering job still
-   copies the full history to Delta. The active segment is never touched.
-2. **Offset map.** One scan of the range builds ``key -> offset of its latest record``.
-3. **Rewrite.** Each segment of the range that holds a record to drop is copied to
-   ``<base>.log.cleaned`` (plus ``.index.cleaned`` and ``.timeindex.cleaned``) keeping
-   a record when it is the latest of its key, except a tombstone (null value) whose
-   timestamp is older than ``delete.retention.ms`` (the batch's ``max_timestamp`` for a
-   LogAppendTime batch); records without a key (possible only from before the topic
-   was compacted: produce refuses them) are dropped, as Kafka does. The very last
-   record of the range is always kept, so every gap has a record after it below the
-   high watermark and a reader at an offset inside a gap always gets the next batch.
-   Segments with nothing to drop are left as they are.
-4. **Swap.** ``PartitionLog.replace_segment`` swaps the fsynced files in under the log's
+   (``PartitionLog.cleanable_segments``): the caller passes the partition's last stable
+   offset (at most the high watermark; never past the first offset of a transaction
+   still open, so nothing undecided is ever rewritten), and for a topic with
+   ``tier.enable=true`` at most ``tiered_up_to``, so the tiering job still copies the
+   full history to Delta. The active segment is never touched.
+2. **Offset map.** One scan of the range builds ``key -> offset of its latest record``,
+   over the records a read_committed reader sees: transaction markers and the records
+   of aborted transactions are left out, so an aborted write never shadows the
+   committed record of its key.
+3. **Rewrite.** Each segment of the range that holds a record to drop (or a marker to
+   stamp or drop, below) is copied to ``<base>.log.cleaned`` (plus ``.index.cleaned``,
+   ``.timeindex.cleaned`` and, when it has or had aborted transactions,
+   ``.txnindex.cleaned``) keeping a record when it is the latest of its key, except a
+   tombstone (null value) whose timestamp is older than ``delete.retention.ms`` (the
+   batch's ``max_timestamp`` for a LogAppendTime batch); records without a key
+   (possible only from before the topic was compacted: produce refuses them) are
+   dropped, as Kafka does. The very last record of the range is always kept, so every
+   gap has a record after it below the high watermark and a reader at an offset inside
+   a gap always gets the next batch. Segments with nothing to change are left as they
+   are.
+4. **Transactions** (docs/transactions.md, Kafka's rules). A transactional batch is
+   aborted when the aborted-transaction indexes (``.txnindex``, the same source a
+   read_committed fetch takes its aborted list from) have an entry with the batch's
+   producer id whose ``[first_offset, last_offset]`` holds the batch: such batches are
+   dropped whole. A committed transaction's records compact by key like any other.
+   A COMMIT or ABORT marker stays as long as this pass read any batch of its
+   transaction (the producer's transactional batches since its previous marker), so
+   the pass that removes a transaction's last record never removes its marker too.
+   Once a pass finds no batch of its transaction, the marker is stamped with a delete
+   horizon, ``now + delete.retention.ms`` (``stamp_delete_horizon``: attribute bit 7,
+   the horizon in ``first_timestamp``, Kafka's KIP-534), and the first pass after the
+   horizon removes it, with its ``.txnindex`` entry. So a consumer that read a
+   transaction's data still finds its marker if it reads on within
+   ``delete.retention.ms``, and an index entry never outlives its marker (a reader
+   given an entry without its marker would skip that producer's later transactions).
+   The rewritten ``.txnindex`` holds exactly the old entries whose marker stays.
+5. **Swap.** ``PartitionLog.replace_segment`` swaps the fsynced files in under the log's
    lock (the only moment the cleaner holds it); an emptied segment other than the
    first is removed instead, the previous one covering its offsets.
 
 Output format. Records carry no per-record offset (record *i* of a batch has offset
 ``base_offset + i``), so each maximal run of surviving records of one input batch
 becomes one output batch: ``base_offset`` the run's first offset, the input's leader
-epoch, producer id and epoch, attributes (compression, timestamp type, a sink commit's
-transactional bit; the commit-end bit only on the batch's last run), ``base_sequence``
-advanced by the run's position (a sink batch keeps its batch id), and for a
+epoch, producer id and epoch, attributes (compression, timestamp type, the
+transactional bit; a sink commit's commit-end bit only on the batch's last run),
+``base_sequence`` advanced by the run's position (a sink batch keeps its batch id), and for a
 LogAppendTime batch the input's append time. Offsets never change and never go
 backwards; a dropped record leaves a gap (``compacted-below``, see
 ``brokers/log/partition_log.py``).
 
 Invariants after a pass, for the cleaned range ``[log start, cleaned_up_to)``:
-- reading it returns, in offset order, exactly one record per key (its latest in the
-  range) except expired tombstones (and keeps the range's last record);
+- reading it returns, in offset order, exactly one record per key (its latest committed
+  or non-transactional record in the range) except expired tombstones (and keeps the
+  range's last record); no record of an aborted transaction is left in it (but the
+  range's last one); a read_committed read of the log gives the same records before
+  and after the pass (less the superseded ones), since the markers and index entries
+  of every transaction with a record left are unchanged;
 - every surviving record has the offset, key, value, timestamp and headers it had;
 - the active segment and every segment at or above ``upper_offset`` are byte for byte
   unchanged; the log start, the log end, the leader-epoch checkpoint and the producer
@@ -45,8 +72,14 @@ changes; ``compacted-below`` is raised (fsynced) before the first rename; the re
 of the ``.log.cleaned`` to ``.log.swap`` is the commit point. A ``kill -9`` at any
 moment leaves the old segment, or the new one complete in ``.swap`` files that the
 next open renames into place (``PartitionLog._finish_swaps``); uncommitted ``.cleaned``
-or ``.swap`` files, truncated or not, are deleted on open. Indexes are disposable and
-rebuilt when they do not match.
+or ``.swap`` files, truncated or not, are deleted on open. The ``.txnindex`` goes
+through the same ``.cleaned`` -> ``.swap`` renames, before the ``.log``, so after a
+crash a segment has the index that matches its markers: the old pair or the new pair.
+A marker's delete horizon is inside the batch, so it is swapped in (or not) with the
+data it describes. The offset and time indexes are disposable and rebuilt when they
+do not match; a ``.txnindex`` that does not read back, or whose entries do not lie in
+their segment in order, is rebuilt by replaying the whole log (``LogSegment``,
+``Partition``).
 
 Thread-safety: ``clean`` runs on a worker thread (the broker calls it through
 ``asyncio.to_thread``) one log at a time; it reads segment files with ``pread``
@@ -66,7 +99,8 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -75,17 +109,21 @@ import pyarrow as pa
 
 from brokers.log.partition_log import CLEANED_SUFFIX, PartitionLog, _remove_cleaned
 from brokers.log.segment import GapBound, LogSegment
+from brokers.log.txn_index import AbortedTxn
 from wire.errors import CorruptRecordError, InvalidRecordBatchError, LogClosedError
 from wire.record_batch import (
     HEADER,
     LOG_OVERHEAD,
     MAGIC,
     NO_SEQUENCE,
+    SINK_PRODUCER_ID_BASE,
     BatchHeader,
     TimestampType,
     crc_of,
     decode_batch,
     encode_record_batch,
+    stamp_delete_horizon,
+    validate,
 )
 
 __all__ = ["CleanerStats", "LogCleaner", "require_keys"]
@@ -107,11 +145,13 @@ class CleanerStats:
 
     cleaned_up_to: int  # exclusive end offset of the cleaned range
     segments_rewritten: int
-    records_removed: int
+    records_removed: int  # every record dropped (superseded, tombstones, aborted, markers)
     tombstones_removed: int
     bytes_before: int  # of the rewritten segments
     bytes_after: int
     seconds: float
+    aborted_removed: int = 0  # records of aborted transactions
+    markers_removed: int = 0  # transaction markers past their delete horizon
 
 
 @dataclass(slots=True)
@@ -119,16 +159,97 @@ class _LogState:
     cleaned_up_to: int = 0
     # When the oldest tombstone kept by the last pass expires (ms; -1: none kept).
     tombstone_due_ms: int = -1
+    # When a transaction marker kept by the last pass may be stamped or removed (ms;
+    # -1: none).
+    marker_due_ms: int = -1
+
+
+class _Aborted:
+    """The aborted transactions a pass applies, per producer id, from the
+    ``.txnindex`` entries that overlap the cleaned range."""
+
+    def __init__(self, entries: Sequence[AbortedTxn]) -> None:
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for entry in entries:
+            ranges.setdefault(entry.producer_id, []).append(
+                (entry.first_offset, entry.last_offset))
+        self._firsts = {pid: [f for f, _ in sorted(r)] for pid, r in ranges.items()}
+        self._lasts = {pid: [last for _, last in sorted(r)] for pid, r in ranges.items()}
+
+    def holds(self, header: BatchHeader) -> bool:
+        """Whether ``header`` is a batch of an aborted transaction (a producer's
+        transactions in one partition never overlap, so one range can hold it)."""
+        if not _is_txn_data(header):
+            return False
+        firsts = self._firsts.get(header.producer_id)
+        if firsts is None:
+            return False
+        i = bisect_right(firsts, header.base_offset) - 1
+        return i >= 0 and self._lasts[header.producer_id][i] >= header.base_offset
 
 
 @dataclass(slots=True)
 class _Scan:
+    aborted: _Aborted
     latest: dict[bytes, int] = field(default_factory=dict)
     last_offset: int = -1
 
 
+@dataclass(slots=True)
+class _Walk:
+    """A pass's walk over the range in offset order, for the markers: per producer whose
+    transactional batches the pass read since that producer's last marker, whether a
+    record of them survives the pass."""
+
+    now_ms: int
+    retention_ms: int
+    open: dict[int, bool] = field(default_factory=dict)
+    due_ms: int = -1  # when the next pass has a marker to stamp or remove (-1: none)
+
+    def data(self, header: BatchHeader, survives: bool) -> None:
+        if _is_txn_data(header):
+            self.open[header.producer_id] = self.open.get(header.producer_id, False) \
+                or survives
+
+    def due(self, at_ms: int) -> None:
+        self.due_ms = at_ms if self.due_ms < 0 else min(self.due_ms, at_ms)
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What a rewrite does with one batch: the runs ``[i, j)`` of records that survive
+    (none: dropped whole) and, for a marker, the delete horizon to stamp on it."""
+
+    position: int
+    header: BatchHeader
+    runs: list[tuple[int, int]]
+    stamp_ms: int | None = None
+
+
+@dataclass(slots=True)
+class _SegmentResult:
+    removed: int = 0
+    tombstones: int = 0
+    aborted: int = 0
+    markers: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    oldest_tombstone: int = -1
+    rewritten: bool = False
+
+
 class _Stopped(Exception):
     pass
+
+
+def _is_txn_data(header: BatchHeader) -> bool:
+    """A transactional producer's data batch (not a marker, not a sink commit)."""
+    return (header.is_transactional and not header.is_control
+            and 0 <= header.producer_id < SINK_PRODUCER_ID_BASE)
+
+
+def _is_marker(header: BatchHeader) -> bool:
+    return header.is_control and 0 <= header.producer_id < SINK_PRODUCER_ID_BASE
 
 
 class LogCleaner:
@@ -146,8 +267,9 @@ class LogCleaner:
         self._stopping.set()
 
     def needs_cleaning(self, partition_log: PartitionLog, upper_offset: int) -> bool:
-        """New closed segments below ``upper_offset`` since the last pass, or a kept
-        tombstone that has expired since."""
+        """New closed segments below ``upper_offset`` since the last pass, a kept
+        tombstone that has expired since, or a transaction marker due to be stamped or
+        removed."""
         if not partition_log.config.cleanup_policy.compacts:
             return False
         try:
@@ -161,13 +283,15 @@ class LogCleaner:
             return True
         # A pass drops tombstones older than delete.retention.ms (stamp < now - retention),
         # so the oldest kept one is droppable only once now is past its due time.
-        return 0 <= state.tombstone_due_ms < self._clock()
+        now = self._clock()
+        return 0 <= state.tombstone_due_ms < now or 0 <= state.marker_due_ms < now
 
     def clean(self, partition_log: PartitionLog, upper_offset: int, *,
               force: bool = False) -> CleanerStats | None:
         """One pass over ``partition_log`` up to ``upper_offset`` (exclusive; only whole
-        closed segments). ``None`` when there was nothing to do (``force``: clean even
-        if nothing changed since the last pass) or the log went away meanwhile."""
+        closed segments; the caller passes at most the last stable offset). ``None``
+        when there was nothing to do (``force``: clean even if nothing changed since the
+        last pass) or the log went away meanwhile."""
         if not force and not self.needs_cleaning(partition_log, upper_offset):
             return None
         started = time.monotonic()
@@ -177,27 +301,37 @@ class LogCleaner:
             if not segments:
                 return None
             end = segments[-1].next_offset
-            scan = self._scan(segments)
             config = partition_log.config
-            horizon = self._clock() - config.delete_retention_ms
-            rewritten = removed = tombstones = before = after = 0
+            # The same entries a read_committed fetch of the range is answered with:
+            # every aborted transaction whose records may lie in it (its marker may
+            # lie later, up to the last stable offset).
+            aborted = _Aborted(partition_log.aborted_transactions(
+                segments[0].base_offset, end))
+            scan = self._scan(segments, aborted)
+            now = self._clock()
+            horizon = now - config.delete_retention_ms
+            walk = _Walk(now, config.delete_retention_ms)
+            total = _SegmentResult()
+            rewritten = 0
             due = -1
             complete = True
             for segment in segments:
-                result = self._rewrite(partition_log, segment, scan, horizon, end,
+                result = self._rewrite(partition_log, segment, scan, walk, horizon, end,
                                        truncations)
                 if result is None:
                     complete = False  # the next pass tries again
                     continue
-                seg_removed, seg_tombstones, seg_before, seg_after, seg_due = result
-                removed += seg_removed
-                tombstones += seg_tombstones
-                if seg_due >= 0:
-                    due = seg_due if due < 0 else min(due, seg_due)
-                if seg_before != seg_after or seg_removed:
+                total.removed += result.removed
+                total.tombstones += result.tombstones
+                total.aborted += result.aborted
+                total.markers += result.markers
+                if result.oldest_tombstone >= 0:
+                    due = result.oldest_tombstone if due < 0 else \
+                        min(due, result.oldest_tombstone)
+                if result.rewritten:
                     rewritten += 1
-                    before += seg_before
-                    after += seg_after
+                    total.bytes_before += result.bytes_before
+                    total.bytes_after += result.bytes_after
         except (_Stopped, LogClosedError):
             return None
         except OSError:
@@ -206,123 +340,213 @@ class LogCleaner:
             raise
         if complete:
             self._state[partition_log] = _LogState(
-                end, -1 if due < 0 else due + config.delete_retention_ms)
-        return CleanerStats(end, rewritten, removed, tombstones, before, after,
-                            time.monotonic() - started)
+                end, -1 if due < 0 else due + config.delete_retention_ms, walk.due_ms)
+        return CleanerStats(end, rewritten, total.removed, total.tombstones,
+                            total.bytes_before, total.bytes_after,
+                            time.monotonic() - started, total.aborted, total.markers)
 
     # ------------------------------------------------------------------ scanning
-    def _batches(self, segment: LogSegment
-                 ) -> Iterator[tuple[int, bytes, BatchHeader, pa.RecordBatch]]:
+    def _batches(self, segment: LogSegment, undecoded: Callable[[BatchHeader], bool]
+                 ) -> Iterator[tuple[int, bytes, BatchHeader, pa.RecordBatch | None]]:
         """``(position, bytes, header, payload)`` of each batch, CRC-checked; one batch
-        in memory at a time."""
+        in memory at a time. The payload is ``None`` for a marker (not Arrow) and for
+        the batches ``undecoded`` names (no record of theirs is looked at)."""
         file = segment.file  # held: the descriptor outlives a concurrent delete
         size = segment.size
         for position, header in segment.iter_headers(0, size, file):
             if self._stopping.is_set():
                 raise _Stopped
-            yield position, *self._read_batch(segment, file.fd, position, header)
+            data = self._read_checked(segment, file.fd, position, header)
+            if header.is_control or undecoded(header):
+                yield position, data, header, None
+            else:
+                yield position, data, header, self._decode(segment, data, position, header)
 
     @staticmethod
-    def _read_batch(segment: LogSegment, fd: int, position: int, header: BatchHeader
-                    ) -> tuple[bytes, BatchHeader, pa.RecordBatch]:
+    def _read_checked(segment: LogSegment, fd: int, position: int, header: BatchHeader
+                      ) -> bytes:
         data = os.pread(fd, header.size, position)
         try:
-            decoded, payload = decode_batch(data, verify=True)
+            validate(data)
+        except InvalidRecordBatchError as err:
+            raise CorruptRecordError(
+                f"the cleaner cannot read this batch: {err.message}",
+                segment=str(segment.log_path), position=position,
+                offset=header.base_offset) from err
+        return data
+
+    @staticmethod
+    def _decode(segment: LogSegment, data: bytes, position: int, header: BatchHeader
+                ) -> pa.RecordBatch:
+        try:
+            _, payload = decode_batch(data, verify=False)
         except InvalidRecordBatchError as err:
             raise CorruptRecordError(
                 f"the cleaner cannot decode this batch: {err.message}",
                 segment=str(segment.log_path), position=position,
                 offset=header.base_offset) from err
-        return data, decoded, payload
+        return payload
 
-    def _scan(self, segments: list[LogSegment]) -> _Scan:
-        scan = _Scan()
+    def _scan(self, segments: list[LogSegment], aborted: _Aborted) -> _Scan:
+        scan = _Scan(aborted)
         latest = scan.latest
         for segment in segments:
-            for _, _, header, payload in self._batches(segment):
+            for _, _, header, payload in self._batches(segment, aborted.holds):
+                scan.last_offset = header.last_offset
+                if payload is None:
+                    continue  # a marker, or an aborted transaction's batch: no key counts
                 offset = header.base_offset
                 for key in payload.column(0).to_pylist():
                     if key is not None:
                         latest[key] = offset
                     offset += 1
-                scan.last_offset = header.last_offset
         return scan
 
     # ------------------------------------------------------------------ rewriting
     def _rewrite(self, partition_log: PartitionLog, segment: LogSegment, scan: _Scan,
-                 horizon: int, end: int, truncations: int
-                 ) -> tuple[int, int, int, int, int] | None:
-        """Rewrite one segment if it holds a record to drop; swap it in.
+                 walk: _Walk, horizon: int, end: int, truncations: int
+                 ) -> _SegmentResult | None:
+        """Rewrite one segment if it holds a record to drop or a marker to stamp; swap
+        it in.
 
         A first read decides, batch by batch, which runs of records survive (only
-        positions and runs are kept in memory); a second read writes them. Returns
-        ``(records removed, tombstones removed, bytes before, bytes after, oldest kept
-        tombstone timestamp or -1)``, or ``None`` when the swap did not happen (the
-        segment left the log, or the log was truncated, meanwhile).
+        positions and runs are kept in memory); a second read writes them. Returns what
+        changed, or ``None`` when the swap did not happen (the segment left the log, or
+        the log was truncated, meanwhile).
         """
-        plans: list[tuple[int, BatchHeader, list[tuple[int, int]]]] = []
-        removed = tombstones = 0
-        oldest_tombstone = -1
-        for position, _, header, payload in self._batches(segment):
+        plans: list[_Plan] = []
+        result = _SegmentResult(bytes_before=segment.size, bytes_after=segment.size)
+        last = scan.last_offset
+        stamped = False
+        dropped_markers: set[int] = set()
+
+        def undecoded(header: BatchHeader) -> bool:  # dropped whole: no record looked at
+            return scan.aborted.holds(header) and header.last_offset != last
+
+        for position, _, header, payload in self._batches(segment, undecoded):
+            if header.is_control:
+                plan = self._plan_marker(position, header, walk, last)
+                if plan.stamp_ms is not None:
+                    stamped = True
+                if not plan.runs:
+                    result.removed += 1
+                    result.markers += 1
+                    dropped_markers.add(header.base_offset)
+                plans.append(plan)
+                continue
+            if payload is None or scan.aborted.holds(header):
+                # An aborted transaction's batch: gone whole (but the range's last record).
+                keep = [(header.record_count - 1, header.record_count)] \
+                    if header.last_offset == last else []
+                dropped = header.record_count - len(keep)
+                result.removed += dropped
+                result.aborted += dropped
+                walk.data(header, bool(keep))
+                plans.append(_Plan(position, header, keep))
+                continue
             keys = payload.column(0).to_pylist()
             null_values = payload.column(1).is_null().to_pylist()
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
                 stamps = [header.max_timestamp] * header.record_count
             else:
                 stamps = payload.column(2).to_pylist()
-            keep: list[tuple[int, int]] = []  # runs [i, j) of surviving records
+            keep = []  # runs [i, j) of surviving records
             for i, key in enumerate(keys):
                 offset = header.base_offset + i
-                kept = offset == scan.last_offset or (
+                kept = offset == last or (
                     key is not None and scan.latest.get(key) == offset)
-                if kept and null_values[i] and offset != scan.last_offset:
+                if kept and null_values[i] and offset != last:
                     if stamps[i] < horizon:
                         kept = False
-                        tombstones += 1
-                    elif oldest_tombstone < 0 or stamps[i] < oldest_tombstone:
-                        oldest_tombstone = stamps[i]
+                        result.tombstones += 1
+                    elif result.oldest_tombstone < 0 or stamps[i] < result.oldest_tombstone:
+                        result.oldest_tombstone = stamps[i]
                 if not kept:
-                    removed += 1
+                    result.removed += 1
                 elif keep and keep[-1][1] == i:
                     keep[-1] = (keep[-1][0], i + 1)
                 else:
                     keep.append((i, i + 1))
-            plans.append((position, header, keep))
-        if not removed:
-            return 0, 0, segment.size, segment.size, oldest_tombstone
-        size_before = segment.size
-        self._write_cleaned(partition_log, segment, plans)
+            walk.data(header, bool(keep))
+            plans.append(_Plan(position, header, keep))
+        if not result.removed and not stamped:
+            return result
+        entries = [e for e in segment.txn_index.entries
+                   if e.last_offset not in dropped_markers]
+        self._write_cleaned(partition_log, segment, plans, entries)
         size_after = partition_log.replace_segment(segment, end, truncations=truncations)
         if size_after is None:
             return None
-        return removed, tombstones, size_before, size_after, oldest_tombstone
+        result.bytes_after = size_after
+        result.rewritten = True
+        return result
+
+    @staticmethod
+    def _plan_marker(position: int, header: BatchHeader, walk: _Walk, last: int) -> _Plan:
+        """Keep, stamp or drop a transaction marker (see the module docstring, 4.)."""
+        whole = [(0, header.record_count)]
+        if not _is_marker(header):
+            return _Plan(position, header, whole)  # not a transaction's: left alone
+        pid = header.producer_id
+        if pid in walk.open:
+            # The pass read batches of its transaction: the marker stays as it is. If
+            # none of them survives, the next pass stamps it.
+            if not walk.open.pop(pid):
+                walk.due(walk.now_ms)
+            return _Plan(position, header, whole)
+        deadline = header.delete_horizon_ms
+        if deadline is None:
+            deadline = walk.now_ms + walk.retention_ms
+            if header.base_offset != last:
+                walk.due(deadline)
+            return _Plan(position, header, whole, deadline)
+        if header.base_offset == last:
+            return _Plan(position, header, whole)  # the range's last record stays
+        if deadline < walk.now_ms:
+            return _Plan(position, header, [])
+        walk.due(deadline)
+        return _Plan(position, header, whole)
 
     def _write_cleaned(self, partition_log: PartitionLog, segment: LogSegment,
-                       plans: list[tuple[int, BatchHeader, list[tuple[int, int]]]]) -> None:
+                       plans: list[_Plan], entries: list[AbortedTxn]) -> None:
         """Write and fsync ``<base>.log.cleaned`` and its indexes. A batch kept whole is
-        copied byte for byte; one with dropped records is re-encoded run by run."""
+        copied byte for byte (a marker stamped with its delete horizon); one with
+        dropped records is re-encoded run by run. The ``.txnindex.cleaned`` holds
+        ``entries`` and is written when there are any or ``segment`` had an index file
+        (its swap then replaces that file, even by an empty one)."""
         directory = partition_log.directory
         _remove_cleaned(directory, segment.base_offset)  # a failed earlier pass's leftovers
         path = Path(f"{segment.log_path}{CLEANED_SUFFIX}")
+        had_index = bool(segment.txn_index.entries) or segment.txn_index.path.exists()
         out = LogSegment(directory, segment.base_offset,
                          partition_log.config.index_interval_bytes, create=True,
                          gaps=GapBound(segment.next_offset), log_path=path)
         try:
             fd = segment.file.fd
-            for position, header, runs in plans:
+            for plan in plans:
                 if self._stopping.is_set():
                     raise _Stopped
+                header = plan.header
+                runs = plan.runs
                 if not runs:
                     continue
-                data, _, payload = self._read_batch(segment, fd, position, header)
+                data = self._read_checked(segment, fd, plan.position, header)
+                if plan.stamp_ms is not None:
+                    stamped = bytearray(data)
+                    stamp_delete_horizon(stamped, plan.stamp_ms)
+                    out.append(stamped, _header(stamped))
+                    continue
                 if runs == [(0, header.record_count)]:
                     out.append(data, header)
                     continue
+                payload = self._decode(segment, data, plan.position, header)
                 for n, (i, j) in enumerate(runs):
                     batch = _run_batch(header, payload, i, j, last=n == len(runs) - 1)
                     out.append(batch, _header(batch))
             out.seal()
             out.flush()
+            if entries or had_index:
+                out.txn_index.write(entries)
             if out.is_empty and segment.max_timestamp >= 0:
                 # Time retention (compact,delete) reads an empty segment's age from its
                 # mtime: the records it held, not the moment of the rewrite.
@@ -362,7 +586,7 @@ def _run_batch(header: BatchHeader, payload: pa.RecordBatch, i: int, j: int, *,
     attributes = header.attributes
     if not last:
         attributes &= ~_COMMIT_END_BIT
-    if header.base_sequence == NO_SEQUENCE or header.is_transactional:
+    if header.base_sequence == NO_SEQUENCE or header.producer_id >= SINK_PRODUCER_ID_BASE:
         sequence = header.base_sequence  # none, or a sink's batch id
     else:
         sequence = header.base_sequence + i

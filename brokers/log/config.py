@@ -260,7 +260,9 @@ TOPIC_CONFIG_KEYS: Final[dict[str, _Key]] = {
     "delete.retention.ms": _Key(
         "delete_retention_ms", _int, lambda v: 0 <= v <= _INT64_MAX, f"0..{_INT64_MAX}",
         "with cleanup.policy=compact, how long a tombstone (null value) is kept by the "
-        "cleaner after its timestamp (and stays in the tiered compacted table)"),
+        "cleaner after its timestamp (and stays in the tiered compacted table), and how "
+        "long a transaction marker is kept once the cleaner found no record of its "
+        "transaction left (docs/compaction.md)"),
     "min.insync.replicas": _Key(
         "min_insync_replicas", _int, lambda v: 1 <= v <= 1000, "1..1000",
         "with acks=all, the fewest in-sync replicas that must hold a write"),

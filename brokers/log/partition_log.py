@@ -5,6 +5,9 @@ Directory layout::
     <dir>/00000000000000000000.log        segments, named by base offset (20 digits)
     <dir>/00000000000000000000.index      sparse offset index of that segment
     <dir>/00000000000000000000.timeindex  sparse time index of that segment
+    <dir>/00000000000000000000.txnindex   aborted transactions whose ABORT marker is in
+                                          that segment (brokers/log/txn_index.py; only
+                                          once it has one)
     <dir>/recovery-point                  offset below which everything is fsynced
                                           and CRC-checked (``OffsetCheckpoint``)
     <dir>/log-start-offset                first readable offset (``OffsetCheckpoint``)
@@ -128,7 +131,10 @@ CORRUPT_SUFFIX: Final = ".corrupt"  # segments set aside by recovery: <base>.log
 COMPACTED_BELOW_FILE: Final = "compacted-below"
 CLEANED_SUFFIX: Final = ".cleaned"  # a cleaner's output being written: <base>.log.cleaned
 SWAP_SUFFIX: Final = ".swap"  # a complete cleaner output being swapped in: <base>.log.swap
-_SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+_SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+# The order a swap renames a segment's files in: the indexes first, the ``.log`` (the
+# commit point) last.
+_SWAP_ORDER: Final = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX)
 
 
 def _now_ms() -> int:
@@ -367,6 +373,7 @@ class PartitionLog:
         segment.log_path.rename(target)
         segment.offset_index.delete()
         segment.time_index.delete()
+        segment.txn_index.delete()
         segment.close(seal=False)
         return target
 
@@ -807,11 +814,13 @@ class PartitionLog:
         return found
 
     def persist_txn_indexes(self) -> None:
-        """Write every segment's aborted-transaction entries not yet on disk (before a
-        producer-state snapshot, so a replay after it never needs the entries before)."""
+        """Write and fsync every segment's aborted-transaction entries not yet on disk
+        (before a producer-state snapshot, so a replay after it never needs the entries
+        before; only indexes with new entries cost an fsync)."""
         with self._lock:
             for segment in self._segments:
-                segment.txn_index.persist(fsync=False)
+                if segment.txn_index.unpersisted:
+                    segment.txn_index.persist(fsync=True)
 
     def read_control(self, offset: int) -> tuple[ControlType, int]:
         """``(type, coordinator epoch)`` of the control batch at ``offset``."""
@@ -975,14 +984,18 @@ class PartitionLog:
 
     def replace_segment(self, old: LogSegment, compacted_below: int, *,
                         truncations: int | None = None) -> int | None:
-        """Swap in the cleaner's rewrite of ``old``: ``<base>.log.cleaned`` and its two
-        ``.cleaned`` indexes, complete and fsynced. Takes the lock only for the renames.
+        """Swap in the cleaner's rewrite of ``old``: ``<base>.log.cleaned`` and its
+        ``.cleaned`` indexes (offset and time index; the aborted-transaction index too
+        when ``old`` had one or the rewrite has entries), complete and fsynced. Takes
+        the lock only for the renames.
 
         Order (each step durable before the next): ``compacted-below`` is raised to
         ``compacted_below`` (it only relaxes checks, so raising it early is harmless);
         the indexes, then the log, are renamed ``.cleaned`` -> ``.swap`` (the rename of
         the log is the commit point); the ``.swap`` files are renamed over the live
-        names. ``_finish_swaps`` completes a committed swap on open and discards an
+        names. The ``.txnindex`` thus changes together with the markers it describes: a
+        crash leaves the old segment with its old index, or the new one with its new
+        index, never a mix. ``_finish_swaps`` completes a committed swap on open and discards an
         uncommitted one. A rewrite that came out empty replaces a segment other than the
         first by nothing: ``old``'s files are deleted (the ``.log`` first: the commit
         point) and the previous segment covers its offsets, as a reopen also concludes
@@ -1019,8 +1032,11 @@ class PartitionLog:
                     del self._segments[i]
                     self._base_offsets = [s.base_offset for s in self._segments]
                     return 0
-                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
+                for suffix in _SWAP_ORDER:
                     name = self.directory / segment_file_name(base, suffix)
+                    if suffix == TXN_INDEX_SUFFIX and \
+                            not os.path.exists(f"{name}{CLEANED_SUFFIX}"):
+                        continue  # neither the old segment nor the rewrite has one
                     os.replace(f"{name}{CLEANED_SUFFIX}", f"{name}{SWAP_SUFFIX}")
                 fsync_directory(self.directory)
                 _complete_swap(self.directory, base)
@@ -1174,7 +1190,7 @@ def _remove_cleaned(directory: Path, base_offset: int) -> None:
 
 def _complete_swap(directory: Path, base_offset: int) -> None:
     """Rename a committed swap's ``.swap`` files over the live names, indexes first."""
-    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
+    for suffix in _SWAP_ORDER:
         name = directory / segment_file_name(base_offset, suffix)
         swap = Path(f"{name}{SWAP_SUFFIX}")
         if swap.exists():

@@ -244,6 +244,10 @@ class LogSegment:
         themselves do not line up; the ``.log`` is never modified here.
         """
         self._load_txn_index()
+        self._load_log_indexes()
+        self._check_txn_index()
+
+    def _load_log_indexes(self) -> None:
         try:
             if self.size and not (self.offset_index.path.exists()
                                   and self.time_index.path.exists()):
@@ -271,10 +275,21 @@ class LogSegment:
         try:
             self.txn_index.load()
         except IndexCorruptError as err:
-            log.warning("%s: %s; the aborted-transaction index is rebuilt from the log",
-                        self.log_path.name, err)
-            self.txn_index.clear()
-            self.txn_index_lost = True
+            self._lose_txn_index(err)
+
+    def _check_txn_index(self) -> None:
+        """Once the segment's extent is known: every entry's marker lies in it, in order
+        (a duplicate or stray entry makes the whole index be rebuilt from the log)."""
+        try:
+            self.txn_index.check(self.base_offset, self.next_offset)
+        except IndexCorruptError as err:
+            self._lose_txn_index(err)
+
+    def _lose_txn_index(self, err: IndexCorruptError) -> None:
+        log.warning("%s: %s; the aborted-transaction index is rebuilt from the log",
+                    self.log_path.name, err)
+        self.txn_index.clear()
+        self.txn_index_lost = True
 
     def add_aborted(self, entry: AbortedTxn) -> None:
         """Record an aborted transaction whose ABORT marker this segment holds (a repeat
@@ -335,6 +350,9 @@ class LogSegment:
         ``CorruptRecordError`` names the file and position.
         """
         with self._lock:
+            # The aborted-transaction index on disk holds every entry persisted before
+            # the crash (a replay from the producer snapshot adds the later ones).
+            self._load_txn_index()
             file = self.file
             self.offset_index.clear()
             self.time_index.clear()
@@ -364,6 +382,7 @@ class LogSegment:
                 os.ftruncate(file.fd, position)
                 self.size = position
             self.txn_index.truncate_to(self.next_offset)  # markers of the torn tail
+            self._check_txn_index()
             self._verified = [(0, self.size)] if self.size else []
             self._set_rolled_at_from_first_batch()
             return truncated
@@ -707,8 +726,9 @@ class LogSegment:
         file = self.file
         start_offset = max(self.base_offset + self.time_index.start_for(timestamp), min_offset)
         for position, header in self._headers_from_index(start_offset, self.size, file):
-            if header.max_timestamp < timestamp or header.last_offset < min_offset:
-                continue
+            if header.max_timestamp < timestamp or header.last_offset < min_offset \
+                    or header.is_control:
+                continue  # (a transaction marker is no record an application reads)
             skip = max(0, min_offset - header.base_offset)
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
                 return header.base_offset + skip, header.max_timestamp

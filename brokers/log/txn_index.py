@@ -28,12 +28,23 @@ overlaps a fetched range ``[start, end)``. A fetch asks the segments from the on
 transaction began earlier), so the caller also asks the segments after the range until
 it finds one whose base is past every open transaction (``PartitionLog`` does this).
 
-Recovery: the index is derived data. On a clean open the file is loaded and checked
-(``check``); a segment that is recovered (its tail re-validated after a crash) has its
-index rebuilt from the ABORT markers found by replaying the batch headers, with the
-first offsets known from the producer state rebuilt on the way. Truncation drops the
-entries at or above the truncation offset. The file is created lazily, at the first
-``persist`` after an entry, like the other indexes: most segments never hold one.
+Recovery: the index is derived data. On every open (clean, or a segment recovered
+after a crash) the file is loaded and, once the segment's extent is known, checked
+(``check``); a recovered segment drops the entries of a torn tail. The entries whose
+markers follow the newest producer-state snapshot are then added again by the replay
+of the batch headers after it (a repeat of an entry already there is skipped); the
+entries before the snapshot were written (``persist``) before the snapshot was. A file
+that does not read back or fails the check is cleared and the partition replays its
+whole log to rebuild every index (``PartitionLog.txn_index_lost``). Truncation drops
+the entries at or above the truncation offset. The file is created lazily, at the
+first ``persist`` after an entry, like the other indexes: most segments never hold one.
+
+Compaction and retention: the log cleaner rewrites a segment's index together with its
+data (``write`` into ``<base>.txnindex.cleaned``, swapped in before the ``.log``),
+dropping exactly the entries whose marker it removed, so an entry lives as long as its
+ABORT marker (brokers/log/cleaner.py). Retention and delete-records delete the file
+with its segment: the markers of those entries are gone too, and so are their
+transactions' records, which precede the markers.
 
 Thread-safety: not thread-safe; mutated under the partition log's lock by the owning
 segment. Readers take a snapshot of the entry list (entries are only appended or
@@ -111,6 +122,11 @@ class TransactionIndex:
                     f"segment [{base_offset}, {next_offset})")
             previous = entry.last_offset
 
+    @property
+    def unpersisted(self) -> bool:
+        """Entries not written to the file yet."""
+        return self._persisted < len(self.entries)
+
     # ----------------------------------------------------------------- mutation
     def append(self, entry: AbortedTxn) -> None:
         if self.entries and entry.last_offset <= self.entries[-1].last_offset:
@@ -158,6 +174,21 @@ class TransactionIndex:
             _ENTRY.pack(_VERSION, e.producer_id, e.first_offset, e.last_offset,
                         e.last_stable_offset) for e in self.entries))
         os.replace(temporary, self.path)
+        self._persisted = len(self.entries)
+
+    def write(self, entries: list[AbortedTxn]) -> None:
+        """Write the whole file with ``entries`` (none: an empty file) and fsync it: the
+        log cleaner's ``.txnindex.cleaned``, which its swap renames over the live index
+        (brokers/log/cleaner.py)."""
+        self.entries = list(entries)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"".join(_ENTRY.pack(_VERSION, e.producer_id, e.first_offset,
+                                              e.last_offset, e.last_stable_offset)
+                                  for e in self.entries))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self._persisted = len(self.entries)
 
     def delete(self) -> None:

@@ -63,8 +63,9 @@ class SegmentInfo:
 class PartitionTier:
     """One partition for the tiering job, as its leader and ZooKeeper see it.
 
-    ``segments``: the closed segments that end at or below the high watermark, oldest
-    first (never the active one). ``tiered_up_to``: exclusive end offset of the records
+    ``segments``: the closed segments that end at or below the last stable offset (at
+    most the high watermark; never past a transaction not decided yet), oldest first
+    (never the active one). ``tiered_up_to``: exclusive end offset of the records
     in the Delta table; ``tier_start_offset``: the first one still there (0 and 0
     before anything was tiered).
     """

@@ -85,11 +85,13 @@ class TierSegment(Message):
 @dataclass(slots=True)
 class DescribeTierPartitionResponse(Message):
     """``segments``: the closed segments (never the active one) that end at or below the
-    high watermark, oldest first; the first may begin below ``log_start_offset`` (after
-    DeleteRecords) and the records below it are not served. ``tiered_up_to``: exclusive
-    end offset of the records in the Delta table, ``tier_start_offset``: the first one
-    still there (both from ZooKeeper, 0 when nothing was tiered; ``log_start_offset``
-    may be above ``tiered_up_to``, e.g. after retention before tiering was enabled).
+    last stable offset (at most the high watermark: no segment holding a record of a
+    transaction not decided yet), oldest first; the first may begin below
+    ``log_start_offset`` (after DeleteRecords) and the records below it are not served.
+    ``tiered_up_to``: exclusive end offset of the records in the Delta table,
+    ``tier_start_offset``: the first one still there (both from ZooKeeper, 0 when
+    nothing was tiered; ``log_start_offset`` may be above ``tiered_up_to``, e.g. after
+    retention before tiering was enabled).
 
     Errors: NOT_LEADER_OR_FOLLOWER (this broker does not lead the partition: retry on
     the leader), UNKNOWN_TOPIC_OR_PARTITION (no such partition), STORAGE_ERROR.
