@@ -223,7 +223,7 @@ def _bad_batches() -> dict[str, bytes]:
             MAX_RECORDS_PER_BATCH),
         "record_count vs last_offset_delta": _with_field(good, "i", 23, 5),
         "delete-horizon bit 7 on a data batch": _with_field(good, "h", 21, 0x80),
-        "unknown attribute bit 8": _with_field(good, "h", 21, 0x100),
+        "unknown attribute bit 9": _with_field(good, "h", 21, 0x200),
         "unknown attribute high bit": _with_field(good, "h", 21, -0x8000),
         "unknown compression 3": _with_field(good, "h", 21, 3),
         "max_timestamp before first (create time)": _with_field(good, "q", 35, 0),

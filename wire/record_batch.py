@@ -19,7 +19,8 @@ so the fields a Kafka operator knows sit where they expect them)::
                                         sink commit's), bit 5 control (a transaction
                                         marker), bit 6 ends a sink commit, bit 7 delete
                                         horizon (a control batch only: the log cleaner
-                                        stamped it, first_timestamp holds the horizon);
+                                        stamped it, first_timestamp holds the horizon),
+                                        bit 8 a sink commit inside a transaction;
                                         others 0
     23      4   last_offset_delta int32 record_count - 1
     27      8   first_timestamp int64   smallest record timestamp, ms since the epoch
@@ -167,13 +168,17 @@ _COMMIT_END_BIT: Final = 0x40
 # delete horizon (ms since the epoch), from which a later pass may remove it (Kafka's
 # KIP-534 delete horizon, bit 6 there). Only ever on a control batch.
 _DELETE_HORIZON_BIT: Final = 0x80
-_KNOWN_ATTRIBUTE_BITS: Final = 0xFF
+# A batch of a sink commit made inside a transaction (the exactly-once Spark sink): it
+# carries the transactional producer's id and epoch, so the transaction's marker commits
+# or aborts it, and ``base_sequence`` is the sink's batch id (see ``stamp_sink_commit``).
+_TXN_SINK_BIT: Final = 0x100
+_KNOWN_ATTRIBUTE_BITS: Final = 0x1FF
 # Bits only the broker may set (a sink commit, a marker, the cleaner's horizon); a
 # produced or staged batch carrying one is refused (the transactional bit is allowed in
 # Produce from a transactional producer), so no client can forge a commit or hide
 # records from the dedupe.
 BROKER_ONLY_ATTRIBUTE_BITS: Final = (_TRANSACTIONAL_BIT | _CONTROL_BIT | _COMMIT_END_BIT
-                                     | _DELETE_HORIZON_BIT)
+                                     | _DELETE_HORIZON_BIT | _TXN_SINK_BIT)
 
 PAYLOAD_SCHEMA: Final = pa.schema(
     [
@@ -289,6 +294,12 @@ class BatchHeader:
     def ends_commit(self) -> bool:
         """The last batch of a sink commit's group (``base_sequence`` is its batch id)."""
         return bool(self.attributes & _COMMIT_END_BIT)
+
+    @property
+    def in_txn_sink_commit(self) -> bool:
+        """A batch of a sink commit's group appended inside a transaction: the producer
+        id and epoch are the transaction's, ``base_sequence`` the sink's batch id."""
+        return bool(self.attributes & _TXN_SINK_BIT)
 
     @property
     def delete_horizon_ms(self) -> int | None:
@@ -444,19 +455,27 @@ _SINK_FIELDS = struct.Struct(">qhi")  # at 43: producer_id, producer_epoch, base
 
 
 def stamp_sink_commit(batch: bytearray | memoryview, producer_id: int, batch_id: int,
-                      *, ends_commit: bool) -> None:
+                      *, ends_commit: bool, producer_epoch: int | None = None) -> None:
     """Mark a staged batch as part of sink commit ``batch_id`` of ``producer_id`` (in place).
 
     Sets the transactional bit (and the commit-end bit on the group's last batch), the
-    sink's producer id, epoch 0 and ``base_sequence = batch_id``, then recomputes the CRC.
+    producer id, ``base_sequence = batch_id`` and the epoch, then recomputes the CRC.
     Producer state reads these fields back from the log to recognise a replayed commit.
+
+    ``producer_epoch`` None: a sink's own commit (``producer_id`` the sink's, >= 2^62,
+    epoch 0). Given: a commit inside a transaction, whose marker decides it
+    (``producer_id``/``producer_epoch`` the transactional producer's; the transactional
+    sink bit is set too).
     """
     (attributes,) = struct.unpack_from(">h", batch, _ATTRIBUTES_AT)
     attributes = (attributes & ~BROKER_ONLY_ATTRIBUTE_BITS) | _TRANSACTIONAL_BIT
     if ends_commit:
         attributes |= _COMMIT_END_BIT
+    if producer_epoch is not None:
+        attributes |= _TXN_SINK_BIT
     struct.pack_into(">h", batch, _ATTRIBUTES_AT, attributes)
-    _SINK_FIELDS.pack_into(batch, 43, producer_id, 0, batch_id)
+    _SINK_FIELDS.pack_into(batch, 43, producer_id,
+                           0 if producer_epoch is None else producer_epoch, batch_id)
     struct.pack_into(">I", batch, _CRC_AT, crc_of(batch))
 
 

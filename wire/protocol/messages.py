@@ -410,4 +410,5 @@ API_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 1),  # 1: two-phase transactions
     ApiKey.FIND_COORDINATOR: (0, 1),  # 1: key_type (transactions)
     ApiKey.OFFSET_FETCH: (0, 1),  # 1: require_stable
+    ApiKey.COMMIT_STAGED: (0, 1),  # 1: a commit inside a transaction
 }

@@ -161,17 +161,37 @@ class CommitStagedRequest(Message):
     hold exactly ``chunks`` chunks and ``records`` records, else STAGED_DATA_MISSING and
     nothing is appended in that partition. The answer waits (up to ``timeout_ms``) until
     the group is fsynced under ``flush.policy=always`` and below the high watermark.
+
+    Version 1, a commit inside a transaction (the exactly-once Spark sink,
+    docs/spark.md): ``transactional_id`` set, and ``txn_producer_id`` /
+    ``txn_producer_epoch`` the producer id and epoch of its open transaction. Needs
+    WRITE on the transactional id too. Each partition must have been added to that
+    transaction (AddPartitionsToTxn; the leader verifies with the coordinator before
+    the transaction's first write there, as for a transactional produce). The group is
+    stamped with the transaction's producer id and epoch (``base_sequence`` still the
+    batch id), so it belongs to the transaction: invisible to read_committed consumers
+    (it holds back the last stable offset) until the COMMIT marker, skipped by them
+    after an ABORT marker. A partition where the open transaction already holds
+    ``batch_id`` answers ``duplicate`` (a driver that resumes the transaction after a
+    crash re-runs the commit); one where the sink (``producer_id``) committed
+    ``batch_id`` or later without a transaction answers ``duplicate`` as in version 0.
     """
 
     producer_id: int
     batch_id: int
     timeout_ms: int
     topics: list[CommitTopic]
+    transactional_id: str | None = None
+    txn_producer_id: int = -1
+    txn_producer_epoch: int = -1
     FIELDS: ClassVar = (
         Field("producer_id", INT64),
         Field("batch_id", INT64),
         Field("timeout_ms", INT32),
         Field("topics", Array(Struct(CommitTopic))),
+        Field("transactional_id", NULLABLE_STRING, since=1),
+        Field("txn_producer_id", INT64, since=1),
+        Field("txn_producer_epoch", INT16, since=1),
     )
 
 
