@@ -45,8 +45,11 @@ from brokers.log.txn_index import AbortedTxn
 from brokers.producer_state import CompletedTxn, ProducerStateManager
 from brokers.staging import StagedPart, StagingArea
 from wire.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
     InvalidRecordBatchError,
     InvalidRequestError,
+    InvalidTxnStateError,
     NotLeaderError,
     OffsetOutOfRangeError,
     TransactionAbortableError,
@@ -425,7 +428,13 @@ class Partition:
             require_keys(batch, self.topic)  # as for produce: docs/compaction.md
         return self.staging.stage(staging_id, chunk_sequence, batch, header)
 
-    def commit_staged(self, producer_id: int, batch_id: int, parts: list[StagedPart]
+    def needs_txn_verification(self, producer_id: int) -> bool:
+        """A sink commit inside ``producer_id``'s transaction would open it here: the
+        leader asks the coordinator first, as for a transactional produce (KIP-890)."""
+        return not self.producers.in_transaction(producer_id)
+
+    def commit_staged(self, producer_id: int, batch_id: int, parts: list[StagedPart], *,
+                      txn: tuple[int, int] | None = None, verified: bool = False
                       ) -> SinkCommit:
         """Append the staged ``parts`` as sink ``producer_id``'s commit ``batch_id``.
 
@@ -434,6 +443,13 @@ class Partition:
         appended. Otherwise the files are checked against the writers' counts
         (``STAGED_DATA_MISSING`` if they differ; nothing is appended) and appended as one
         group whose last batch ends the commit. No fsync wait: the caller does that.
+
+        ``txn``: (producer id, epoch) of the open transaction the commit belongs to. The
+        group is stamped with them, so the transaction's marker decides it; a commit
+        that would open the transaction here must be ``verified`` with its coordinator
+        (``needs_txn_verification``). A partition whose open transaction already holds
+        the group of ``batch_id`` answers ``duplicate`` (a resumed transaction re-runs
+        its commit); one holding another batch id's group refuses (INVALID_TXN_STATE).
         """
         if producer_id < SINK_PRODUCER_ID_BASE:
             raise InvalidRequestError(
@@ -448,12 +464,23 @@ class Partition:
         if batch_id <= last:
             self.staging.discard(ids)
             return SinkCommit(-1, -1, True, last)
+        if txn is not None:
+            self.check_leadership()
+            self._check_txn_commit(txn, batch_id, verified)
+            if self.producers.txn_sink_batch(*txn) == batch_id:
+                self.staging.discard(ids)
+                return SinkCommit(-1, -1, True, batch_id)
         if len(set(ids)) != len(ids):
             raise InvalidRequestError(
                 f"a commit names a staging id twice in {self.name}; name each once")
         batches = self.staging.collect(parts)
         for i, data in enumerate(batches):
-            stamp_sink_commit(data, producer_id, batch_id, ends_commit=i == len(batches) - 1)
+            if txn is None:
+                stamp_sink_commit(data, producer_id, batch_id,
+                                  ends_commit=i == len(batches) - 1)
+            else:
+                stamp_sink_commit(data, txn[0], batch_id, ends_commit=i == len(batches) - 1,
+                                  producer_epoch=txn[1])
         group_start = self.log.log_end_offset
         self._vouch_caught_up_followers()
         try:
@@ -474,6 +501,36 @@ class Partition:
         if self.log.config.flush_policy is FlushPolicy.INTERVAL:
             self.log.flush_if_due()
         return SinkCommit(info.first_offset, info.last_offset, False, batch_id)
+
+    def _check_txn_commit(self, txn: tuple[int, int], batch_id: int, verified: bool) -> None:
+        """Refuse a sink commit inside transaction ``txn`` that must not be appended."""
+        pid, epoch = txn
+        if not 0 <= pid < SINK_PRODUCER_ID_BASE or epoch < 0:
+            raise InvalidRequestError(
+                f"producer {pid} epoch {epoch} is not a transactional producer's (use the "
+                "id and epoch InitProducerId returned for the transactional id)")
+        current = self.producers.producer_epoch(pid)
+        if current is not None and epoch < current:
+            raise InvalidProducerEpochError(
+                f"{self.name}: producer {pid} epoch {epoch} is older than its epoch "
+                f"{current} here: a newer instance of the transactional id fenced it")
+        if not self.producers.in_transaction(pid):
+            if not verified:
+                raise TransactionAbortableError(
+                    f"{self.name}: the first write of producer {pid}'s transaction here "
+                    "was not verified with its coordinator; abort the transaction and "
+                    "retry")
+            return
+        if current is not None and epoch > current:
+            raise ConcurrentTransactionsError(
+                f"{self.name}: producer {pid}'s previous transaction (epoch {current}) is "
+                "not ended here yet (its marker is on its way); retry shortly")
+        held = self.producers.txn_sink_batch(pid, epoch)
+        if held is not None and held != batch_id:
+            raise InvalidTxnStateError(
+                f"{self.name}: the open transaction of producer {pid} already holds sink "
+                f"batch {held}; one transaction commits one batch (commit or abort it "
+                f"before committing batch {batch_id})")
 
     def abort_staged(self, staging_ids: list[str]) -> int:
         return self.staging.discard(staging_ids)

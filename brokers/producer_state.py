@@ -34,6 +34,15 @@ unstable offset (``first_unstable_offset``) is the first offset of the oldest op
 transaction, or of a completed one whose marker is not yet below the high watermark:
 the last stable offset a read_committed fetch stops at never passes either.
 
+The exactly-once Spark sink commits inside a transaction (docs/spark.md): its groups'
+batches carry the transactional producer's id and epoch, the transactional sink bit
+and ``base_sequence = the sink's batch id``. They open the producer's transaction here
+like any transactional batch (the marker decides them), and the state also keeps, for
+the open transaction, the batch id whose group is complete here (``txn_sink_batch``: a
+driver resuming the transaction after a crash re-runs the commit, and a partition that
+has the group already must not append it again) and, as for sink commits, the first
+offset of a group whose end batch is missing (``open_commit``: a torn group).
+
 Persistence: ``<offset, 20 digits>.snapshot`` files in the partition directory (JSON,
 written atomically) capture the state as of ``offset``. On open the newest snapshot at
 or below the log end is loaded and the batch headers after it are replayed (headers
@@ -107,6 +116,9 @@ class _ProducerEntry:
     # open) and the highest coordinator epoch a marker of theirs carried.
     txn_first_offset: int | None = None
     coordinator_epoch: int = -1
+    # A sink committing inside the transaction: the batch id whose group is complete in
+    # the open transaction here (None: none).
+    txn_sink_batch: int | None = None
 
     @property
     def last_sequence(self) -> int:
@@ -236,6 +248,8 @@ class ProducerStateManager:
             entry = self._producers[pid] = fresh
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        entry.txn_sink_batch = None
+        entry.open_commit_offset = None  # a torn group's head is decided by the marker too
         first, entry.txn_first_offset = entry.txn_first_offset, None
         if first is None:
             return None
@@ -263,6 +277,20 @@ class ProducerStateManager:
         """Batch id of the sink's last completed commit in this partition (-1: none)."""
         entry = self._producers.get(producer_id)
         return entry.last_commit if entry is not None and entry.is_sink else -1
+
+    def txn_sink_batch(self, producer_id: int, producer_epoch: int) -> int | None:
+        """The batch id of the sink commit group complete in the producer's open
+        transaction here, at that epoch (None: none)."""
+        entry = self._producers.get(producer_id)
+        if entry is None or entry.txn_first_offset is None or \
+                entry.epoch != producer_epoch:
+            return None
+        return entry.txn_sink_batch
+
+    def producer_epoch(self, producer_id: int) -> int | None:
+        """The producer's current epoch here (None: unknown)."""
+        entry = self._producers.get(producer_id)
+        return None if entry is None else entry.epoch
 
     def open_commit(self) -> int | None:
         """First offset of a sink commit group without its end batch (torn), if any."""
@@ -301,9 +329,20 @@ class ProducerStateManager:
             if entry is not None:  # a new epoch keeps what a marker must still end
                 fresh.txn_first_offset = entry.txn_first_offset
                 fresh.coordinator_epoch = entry.coordinator_epoch
+                fresh.txn_sink_batch = entry.txn_sink_batch
             entry = self._producers[pid] = fresh
         if header.is_transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = first_offset
+        if header.in_txn_sink_commit:
+            # A sink's group in the transaction: no sequences (base_sequence is the batch
+            # id); the group's end completes it here.
+            if entry.open_commit_offset is None:
+                entry.open_commit_offset = first_offset
+            if header.ends_commit:
+                entry.txn_sink_batch = header.base_sequence
+                entry.open_commit_offset = None
+            entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+            return
         entry.batches.append(BatchMetadata(
             header.base_sequence, header.last_sequence, first_offset,
             first_offset + header.last_offset_delta))
@@ -375,7 +414,9 @@ class ProducerStateManager:
                        **({"txn_first_offset": e.txn_first_offset}
                           if e.txn_first_offset is not None else {}),
                        **({"coordinator_epoch": e.coordinator_epoch}
-                          if e.coordinator_epoch >= 0 else {})}
+                          if e.coordinator_epoch >= 0 else {}),
+                       **({"txn_sink_batch": e.txn_sink_batch}
+                          if e.txn_sink_batch is not None else {})}
             for pid, e in self._producers.items()
         }
         snapshot = {"version": 1, "offset": offset, "producers": state}
@@ -406,6 +447,7 @@ class ProducerStateManager:
                 value = json.loads(raw.decode("ascii"))
                 for pid, entry in value["producers"].items():
                     first = entry.get("txn_first_offset")
+                    sink_batch = entry.get("txn_sink_batch")
                     producer = _ProducerEntry(int(entry["epoch"]),
                                               last_timestamp=int(entry.get("last_timestamp", -1)),
                                               last_commit=int(entry.get("last_commit", -1)),
@@ -413,7 +455,9 @@ class ProducerStateManager:
                                               txn_first_offset=None if first is None
                                               else int(first),
                                               coordinator_epoch=int(
-                                                  entry.get("coordinator_epoch", -1)))
+                                                  entry.get("coordinator_epoch", -1)),
+                                              txn_sink_batch=None if sink_batch is None
+                                              else int(sink_batch))
                     for fs, ls, fo, lo in entry["batches"]:
                         producer.batches.append(BatchMetadata(fs, ls, fo, lo))
                     self._producers[int(pid)] = producer

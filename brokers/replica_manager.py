@@ -54,6 +54,7 @@ from brokers.coordination import PartitionState
 from brokers.fetch_session import FetchSession, FetchSessionCache
 from brokers.staging import StagedPart
 from wire.errors import (
+    CoordinatorNotAvailableError,
     FencedLeaderEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
@@ -330,18 +331,32 @@ class ReplicaManager:
         return WriteTxnMarkersResponse(results)
 
     async def commit_staged(self, request: CommitStagedRequest, *,
-                            admit: Callable[[str], None]) -> CommitStagedResponse:
+                            admit: Callable[[str], None],
+                            verify: Verify | None = None) -> CommitStagedResponse:
         """A sink's commit: append each partition's staged chunks as its leader
         (``Partition.commit_staged``) and answer once each is acknowledged as an
-        ``acks=all`` produce would be. ``admit(topic)`` is the handlers' check."""
+        ``acks=all`` produce would be. ``admit(topic)`` is the handlers' check.
+
+        A commit inside a transaction (``request.transactional_id``) that would open
+        the transaction in a partition is appended only once ``verify`` (the
+        transaction coordinator) says the partition is in it: one question for all such
+        partitions, before anything is written."""
         waits: list[Awaitable[None]] = []
+        txn: tuple[int, int] | None = None
+        refused: Mapping[PartitionKey, StrataError | None] = {}
+        if request.transactional_id is not None:
+            txn = (request.txn_producer_id, request.txn_producer_epoch)
+            refused = await self._verify_txn_commit(request, verify)
 
         def commit(topic: str, part: CommitPartition, answer: CommitPartitionResponse) -> None:
             admit(topic)
             partition = self.leader_partition(topic, part.partition)
+            if (error := refused.get((topic, part.partition))) is not None:
+                raise error
             result = partition.commit_staged(
                 request.producer_id, request.batch_id,
-                [StagedPart(p.staging_id, p.chunks, p.records) for p in part.parts])
+                [StagedPart(p.staging_id, p.chunks, p.records) for p in part.parts],
+                txn=txn, verified=(topic, part.partition) in refused)
             answer.duplicate = result.duplicate
             answer.base_offset = result.first_offset
             answer.last_offset = result.last_offset
@@ -359,6 +374,28 @@ class ReplicaManager:
         if waits:
             await asyncio.gather(*waits)
         return CommitStagedResponse([CommitTopicResponse(t, a) for t, a in answered])
+
+    async def _verify_txn_commit(self, request: CommitStagedRequest, verify: Verify | None
+                                 ) -> Mapping[PartitionKey, StrataError | None]:
+        """The coordinator's word on each partition where the commit would open its
+        transaction (the keys are exactly those partitions; None: verified)."""
+        assert request.transactional_id is not None
+        wanted: list[PartitionKey] = []
+        for topic in request.topics:
+            for part in topic.partitions:
+                partition = self.registry.hosted.get((topic.name, part.partition))
+                if partition is None or not partition.is_leader:
+                    continue  # the commit answers why
+                if partition.needs_txn_verification(request.txn_producer_id):
+                    wanted.append((topic.name, part.partition))
+        if not wanted:
+            return {}
+        if verify is None:
+            return dict.fromkeys(wanted, CoordinatorNotAvailableError(
+                "this broker has no transaction coordinator to verify the transaction "
+                "with; upgrade it"))
+        return await verify(request.transactional_id, request.txn_producer_id,
+                            request.txn_producer_epoch, wanted)
 
     async def _await_ack(self, partition: Partition, end_offset: int, acks: int,
                          timeout_ms: int, answer: PartitionAnswer) -> None:

@@ -164,3 +164,43 @@ def test_open_transactions_survive_snapshots_and_replay(tmp_path: Path) -> None:
                                (_marker(7, 1, 7, ControlType.ABORT), ControlType.ABORT, 2)])
     assert [(c.producer_id, c.first_offset, c.aborted) for c in completed] == [(7, 0, True)]
     assert loaded.open_transactions() == {9: 5}
+
+
+def _txn_sink_header(pid: int, epoch: int, batch_id: int, *, ends: bool,
+                     base: int = 0) -> BatchHeader:
+    batch = bytearray(build_batch([b"v", b"w"], timestamps=[1000, 1000]))
+    stamp_sink_commit(batch, pid, batch_id, ends_commit=ends, producer_epoch=epoch)
+    set_base_offset(batch, base, 0)
+    return peek_header(batch)
+
+
+def test_sink_commits_inside_a_transaction_open_it_and_the_marker_decides_them(
+        tmp_path: Path) -> None:
+    """The exactly-once Spark sink's groups in a transaction: stamped with the
+    transactional producer's id and epoch, they open its transaction (the LSO stops at
+    the group's first offset), the group's end records the batch id held in the open
+    transaction (a resumed commit must not append it twice), a group without its end is
+    torn, and the marker ends all of it."""
+    state = ProducerStateManager(tmp_path)
+    head = _txn_sink_header(7, 3, 12, ends=False, base=20)
+    assert head.is_transactional and head.in_txn_sink_commit and head.producer_epoch == 3
+    assert state.needs_verification(head)
+    state.update(head, 20)
+    assert state.open_transactions() == {7: 20} and state.first_unstable_offset() == 20
+    assert state.open_commit() == 20 and state.txn_sink_batch(7, 3) is None  # torn so far
+    state.update(_txn_sink_header(7, 3, 12, ends=True, base=22), 22)
+    assert state.open_commit() is None and state.txn_sink_batch(7, 3) == 12
+    assert state.txn_sink_batch(7, 2) is None  # another epoch: another transaction
+    assert state.producer_epoch(7) == 3 and state.last_commit(7) == -1
+    # Kept by a snapshot (a restart between the commit and the marker).
+    state.write_snapshot(24)
+    loaded = ProducerStateManager(tmp_path)
+    assert loaded.load(24) == 24
+    assert loaded.txn_sink_batch(7, 3) == 12 and loaded.open_transactions() == {7: 20}
+    done = loaded.complete(_marker(7, 4, 24), 24, ControlType.COMMIT, 1)
+    assert done is not None and (done.first_offset, done.aborted) == (20, False)
+    assert loaded.txn_sink_batch(7, 4) is None and loaded.open_transactions() == {}
+    # Rebuilt from the log alone (no snapshot): the same state.
+    replayed = ProducerStateManager(tmp_path / "x")
+    replayed.replay([head, _txn_sink_header(7, 3, 12, ends=True, base=22)])
+    assert replayed.txn_sink_batch(7, 3) == 12 and replayed.open_transactions() == {7: 20}

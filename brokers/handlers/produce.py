@@ -8,13 +8,14 @@ writes to an internal topic, and typed topics' batches matching their value sche
 the bytes against the producer quota. A produce naming a transactional id also needs
 WRITE on it, and its first transactional batch per partition is verified with the
 transaction coordinator (``transactions.py`` answers the transaction APIs and
-InitProducerId).
+InitProducerId). So does a CommitStaged inside a transaction (version 1: the
+exactly-once Spark sink's commit).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from brokers.answers import answer_each
 from brokers.handlers.context import (
@@ -174,7 +175,22 @@ class ProduceApis(ApiFamily):
         return StageRecordsResponse([StageTopicResponse(t, a) for t, a in answered])
 
     def commit_staged(self, request: CommitStagedRequest) -> Awaitable[CommitStagedResponse]:
-        return self.replicas.commit_staged(request, admit=self._admit_commit)
+        if request.transactional_id is None:
+            return self.replicas.commit_staged(request, admit=self._admit_commit)
+        # A commit inside a transaction (the exactly-once Spark sink): WRITE on the
+        # transactional id too, and its first write per partition verified with the
+        # transaction coordinator, as for a transactional produce.
+        refused = self._refusal("WRITE", "TRANSACTIONAL_ID", request.transactional_id)
+        if refused is not None:
+            def deny(topic: str) -> None:
+                raise refused
+            admit: Callable[[str], None] = deny
+        else:
+            admit = self._admit_commit
+        transactions = self.context.transactions
+        return self.replicas.commit_staged(
+            request, admit=admit,
+            verify=transactions.verify if transactions is not None else None)
 
     async def abort_staged(self, request: AbortStagedRequest) -> AbortStagedResponse:
         def abort(topic: str, part: AbortPartition, answer: AbortPartitionResponse) -> None:
