@@ -32,6 +32,7 @@ from typing import Literal, NamedTuple, TypeAlias
 
 from strata.client._admin_common import AdminContext
 from strata.client._common import TopicPartition, error_from_code
+from strata.client._config import IsolationLevel
 from strata.client._offsets import list_offsets, list_offsets_once
 from wire.errors import OffsetOutOfRangeError, StrataError
 from wire.protocol import (
@@ -267,13 +268,18 @@ class TopicAdmin:
         assert isinstance(response, AlterConfigsResponse)
         topic_results(response.topics, raise_errors=True)
 
-    async def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec]
+    async def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], *,
+                           isolation_level: IsolationLevel = "read_uncommitted"
                            ) -> dict[TopicPartition, ListOffsetsResult]:
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ValueError(f"isolation_level {isolation_level!r} is not valid; use "
+                             "read_uncommitted or read_committed")
         wanted = {TopicPartition(*tp): spec_timestamp(TopicPartition(*tp), spec)
                   for tp, spec in specs.items()}
         if not wanted:
             return {}
         answers = await list_offsets(self._cluster, wanted,
-                                     timeout_s=self.context.request_timeout_s)
+                                     timeout_s=self.context.request_timeout_s,
+                                     isolation_level=int(isolation_level == "read_committed"))
         return {tp: ListOffsetsResult(a.offset, a.timestamp, a.leader_epoch)
                 for tp, a in answers.items()}

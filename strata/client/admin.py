@@ -82,7 +82,7 @@ from strata.client._admin_transactions import (
 )
 from strata.client._cluster import Cluster
 from strata.client._common import TopicPartition
-from strata.client._config import SecurityOptions, security_of
+from strata.client._config import IsolationLevel, SecurityOptions, security_of
 from strata.client._group import CoordinatorAddress
 from strata.client._schemas import RegisteredSchema, RegistryAnswer, SchemaSource
 from strata.client._sync import EventLoopThread
@@ -219,12 +219,16 @@ class AsyncAdmin:
         """
         await self._topic_admin.alter_configs(name, set, delete, validate_only=validate_only)
 
-    async def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec]
+    async def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], *,
+                           isolation_level: IsolationLevel = "read_uncommitted"
                            ) -> dict[TopicPartition, ListOffsetsResult]:
         """Offsets per partition: ``"earliest"`` (log start), ``"latest"`` (high
         watermark: the next committed offset) or the first offset whose timestamp is at or
-        after a timestamp in ms (``-1`` when none is)."""
-        return await self._topic_admin.list_offsets(specs)
+        after a timestamp in ms (``-1`` when none is). ``isolation_level=
+        "read_committed"``: ``"latest"`` is the last stable offset (the first offset of
+        the oldest undecided transaction, at most the high watermark), and timestamps
+        find only records below it, as a read_committed consumer would read."""
+        return await self._topic_admin.list_offsets(specs, isolation_level=isolation_level)
 
     # ------------------------------------------------------------------ cluster, replicas
     async def describe_cluster(self) -> ClusterDescription:
@@ -652,9 +656,10 @@ class Admin:
     def list_partition_reassignments(self) -> dict[TopicPartition, Reassignment]:
         return self._run(self._admin.list_partition_reassignments())
 
-    def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec]
+    def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], *,
+                     isolation_level: IsolationLevel = "read_uncommitted"
                      ) -> dict[TopicPartition, ListOffsetsResult]:
-        return self._run(self._admin.list_offsets(specs))
+        return self._run(self._admin.list_offsets(specs, isolation_level=isolation_level))
 
     def find_coordinator(self, group_id: str) -> CoordinatorAddress:
         return self._run(self._admin.find_coordinator(group_id))
