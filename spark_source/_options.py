@@ -13,6 +13,13 @@ over by changing ``format("kafka")`` to ``format("strata")``. Spark hands a Pyth
 source its options in a case-insensitive dictionary whose keys are lower-cased; this
 module lower-cases keys itself too, so a plain ``dict`` behaves the same.
 
+Isolation (``kafka.isolation.level``, Spark's Kafka option name, or ``isolation.level``,
+the same name without the prefix as for every Kafka client property this source takes):
+``read_committed`` by default, unlike Spark's Kafka source (whose Kafka consumer
+defaults to ``read_uncommitted``), because Strata's own exactly-once sink writes every
+micro-batch as one transaction and only a read_committed reader sees it whole. A batch
+then ends at the last stable offset, not the high watermark (docs/spark.md).
+
 Offsets, as Spark checkpoints them, are ``{"topic": {"partition": offset}}`` with topics
 sorted by name and partitions by number: Spark compares offsets as JSON text, so equal
 offsets must serialise identically (spark_source/README.md, "Offsets and invariants"). It
@@ -36,8 +43,11 @@ from strata.client import TopicPartition
 from wire.security import PLAINTEXT, SECURITY_PROPERTIES, ClientSecurity
 
 __all__ = [
+    "DEFAULT_ISOLATION",
     "EARLIEST",
     "ENV_BOOTSTRAP",
+    "ISOLATION_LEVELS",
+    "IsolationLevel",
     "LATEST",
     "OPTION_NAMES",
     "Offsets",
@@ -80,6 +90,8 @@ OPTION_NAMES: Final[dict[str, str]] = {
         "valueFormat",
         "valueSchemaVersion",
         "path",
+        "kafka.isolation.level",
+        "isolation.level",
     )
 }
 
@@ -127,6 +139,14 @@ VALUE_FORMATS: Final[tuple[ValueFormat, ...]] = ("struct", "binary", "json")
 CONSUMER_VALUE_FORMAT: Final[dict[str, str]] = {
     "struct": "arrow", "binary": "confluent", "json": "json"}
 
+#: ``kafka.isolation.level`` / ``isolation.level``: which records a read returns.
+#: ``read_committed`` (the default): only committed transactions' records, up to the last
+#: stable offset; ``read_uncommitted``: everything up to the high watermark, aborted and
+#: still-open transactions included (Spark's Kafka source's default).
+IsolationLevel: TypeAlias = Literal["read_committed", "read_uncommitted"]
+ISOLATION_LEVELS: Final[tuple[IsolationLevel, ...]] = ("read_committed", "read_uncommitted")
+DEFAULT_ISOLATION: Final[IsolationLevel] = "read_committed"
+
 #: Offsets keyed by partition: the reader's working form.
 Offsets: TypeAlias = dict[TopicPartition, int]
 #: Offsets as Spark stores them in the checkpoint: ``{"topic": {"partition": offset}}``.
@@ -157,6 +177,7 @@ class SourceOptions:
     streaming: bool
     security: ClientSecurity = PLAINTEXT
     value_format: ValueFormat = "struct"
+    isolation_level: IsolationLevel = DEFAULT_ISOLATION
     #: Set by the reader from the schema the query was planned with (``_reader``), for
     #: typed topics only: the subject version every task reads under (so all tasks
     #: agree), the schema's text and type (for defaults of fields older Delta files
@@ -265,7 +286,32 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool,
         ending_offsets=ending, max_offsets_per_trigger=max_offsets,
         min_partitions=min_partitions, fail_on_data_loss=fail_on_data_loss,
         streaming=streaming, security=security_of(opts), value_format=value_format_of(opts),
-        value_schema_version=value_schema_version_of(opts))
+        value_schema_version=value_schema_version_of(opts),
+        isolation_level=isolation_level_of(opts))
+
+
+def isolation_level_of(opts: Mapping[str, str]) -> IsolationLevel:
+    """``kafka.isolation.level`` / ``isolation.level`` of the (lower-cased) options;
+    ``read_committed`` when neither is set."""
+    kafka = opts.get("kafka.isolation.level")
+    plain = opts.get("isolation.level")
+    if kafka is not None and plain is not None and \
+            kafka.strip().lower() != plain.strip().lower():
+        raise StrataSparkOptionError(
+            "kafka.isolation.level", f"is {kafka!r} but isolation.level is {plain!r}; set "
+            "only one of them")
+    name = "kafka.isolation.level" if kafka is not None else "isolation.level"
+    raw = kafka if kafka is not None else plain
+    if raw is None:
+        return DEFAULT_ISOLATION
+    text = raw.strip().lower()
+    for level in ISOLATION_LEVELS:
+        if text == level:
+            return level
+    raise StrataSparkOptionError(
+        name, f"{raw!r} is not valid; use read_committed (the default: only committed "
+        "transactions, up to the last stable offset) or read_uncommitted (everything up to "
+        "the high watermark, aborted and open transactions included)")
 
 
 def value_schema_version_of(opts: Mapping[str, str]) -> int | None:
@@ -308,7 +354,8 @@ def subscription_of(options: Mapping[str, str], environ: Mapping[str, str] | Non
         starting_offsets=None, starting_timestamp=None, ending_offsets=None,
         max_offsets_per_trigger=None, min_partitions=None, fail_on_data_loss=True,
         streaming=False, security=security_of(opts), value_format=value_format_of(opts),
-        value_schema_version=value_schema_version_of(opts))
+        value_schema_version=value_schema_version_of(opts),
+        isolation_level=isolation_level_of(opts))
 
 
 def security_of(opts: Mapping[str, str]) -> ClientSecurity:
@@ -334,8 +381,9 @@ def _reject_unknown(opts: Mapping[str, str]) -> None:
         if key.startswith("kafka."):
             raise StrataSparkOptionError(
                 key, "the strata source passes no kafka.* settings to a Kafka client "
-                "(it has none); kafka.bootstrap.servers and the security options "
-                "(kafka.security.protocol, kafka.sasl.*, ssl.*: docs/spark.md) are accepted")
+                "(it has none); kafka.bootstrap.servers, kafka.isolation.level and the "
+                "security options (kafka.security.protocol, kafka.sasl.*, ssl.*: "
+                "docs/spark.md) are accepted")
         known = ", ".join(sorted(OPTION_NAMES.values()))
         raise StrataSparkOptionError(
             key, f"is not a strata source option; remove it or fix its spelling "

@@ -241,6 +241,11 @@ class PartitionOffsets:
     """A partition's readable range right now: ``[log_start, high_watermark)`` on the
     brokers, plus what its Delta tier holds below that (``tier``).
 
+    ``high_watermark`` is where a read may end: the high watermark at read_uncommitted,
+    the last stable offset at read_committed (the first offset of the oldest
+    transaction not decided yet, at most the high watermark), so a task never waits for
+    an open transaction.
+
     ``log_end``: the leader's log end (-1: unknown). Right after a failover the new
     leader's high watermark can trail offsets the query already read (it catches up once
     the followers report in); only an offset past the log end means records are gone.
@@ -364,8 +369,33 @@ class ClusterView:
             latest = self.admin.list_offsets(dict.fromkeys(unknown, "latest"))
             for tp in unknown:
                 out[tp] = PartitionOffsets(earliest[tp].offset, latest[tp].offset)
+        if opts.isolation_level == "read_committed" and out:
+            out = self._stable(out)
         out = dict(sorted(out.items()))
         return self.with_tiers(out, described) if tiers else out
+
+    def _stable(self, snapshot: dict[TopicPartition, PartitionOffsets]
+                ) -> dict[TopicPartition, PartitionOffsets]:
+        """``snapshot`` with each partition's end moved down to its last stable offset
+        (read_committed). A topic deleted since the snapshot is left out, as
+        ``snapshot`` leaves out a topic that does not exist."""
+        def ask(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+            found = self.admin.list_offsets(dict.fromkeys(tps, "latest"),
+                                            isolation_level="read_committed")
+            return {tp: r.offset for tp, r in found.items()}
+
+        try:
+            stable = ask(list(snapshot))
+        except UnknownTopicOrPartitionError:
+            stable = {}
+            for topic in sorted({tp.topic for tp in snapshot}):
+                with contextlib.suppress(UnknownTopicOrPartitionError):
+                    stable.update(ask([tp for tp in snapshot if tp.topic == topic]))
+        # The stable offsets alone, all of one moment (one ListOffsets per leader), not
+        # mixed with the high watermarks read before: a transaction committed in between
+        # is then in the cut in every partition of a leader or in none.
+        return {tp: replace(o, high_watermark=stable[tp])
+                for tp, o in snapshot.items() if tp in stable}
 
     def with_tiers(self, snapshot: Mapping[TopicPartition, PartitionOffsets],
                    topics: Iterable[str]) -> dict[TopicPartition, PartitionOffsets]:

@@ -4,7 +4,12 @@
 there (which is why nothing here keeps a connection between tasks). ``read_range`` reads
 exactly ``[start, end)`` from the partition leader with a ``strata.client.Consumer``
 (manual assignment + seek; it follows leader changes through metadata, and the broker
-serves only committed records, below the high watermark) and yields
+serves only committed records, below the high watermark) at the query's isolation
+level: at read_committed the fetch stops at the last stable offset and the consumer
+drops aborted transactions batch by batch, with the aborted list of the same fetch
+answer; transaction markers and aborted records have no row, so a range is done when
+the consumer's position (which moves past them) reaches its end, not its last row. It
+yields
 ``pyarrow.RecordBatch``es built column-wise from the fetched batches (``_arrow``): no
 per-record Python. A range planned from the Delta tier, and offsets the broker no longer
 has when the task runs (retention deleted what the tiering job had already copied), are
@@ -70,7 +75,8 @@ def _consumer(options: SourceOptions, records: int) -> Consumer:
                     auto_offset_reset="none", max_partition_fetch_bytes=fetch_bytes,
                     fetch_max_bytes=fetch_bytes,
                     value_format=CONSUMER_VALUE_FORMAT[options.value_format],  # type: ignore[arg-type]
-                    value_schema_version="latest" if version is None else version)
+                    value_schema_version="latest" if version is None else version,
+                    isolation_level=options.isolation_level)
 
 
 def read_ranges(options: SourceOptions, ranges: tuple[OffsetRange, ...]
@@ -127,6 +133,13 @@ def read_range(options: SourceOptions, rng: OffsetRange,
                 continue
             idle.stop(table.num_rows)
             if table.num_rows == 0:
+                # Markers and aborted transactions have no row: the consumer's position
+                # moves past them all the same (maybe to the end of the range).
+                moved = min(consumer.position(tp), rng.end)
+                if moved > position:
+                    position = moved
+                    idle.progress()
+                    continue
                 if idle.expired:
                     raise RequestTimedOutError(
                         f"no records of {tp} arrived for {STALL_TIMEOUT_S:.0f} s while "
@@ -138,6 +151,8 @@ def read_range(options: SourceOptions, rng: OffsetRange,
             if last >= rng.end:  # offsets ascend: keep the rows below the end
                 table = table.slice(0, pc.sum(pc.less(offsets, rng.end)).as_py() or 0)
             position = min(last + 1, rng.end)
+            if position < rng.end:  # rows may be followed by markers up to the end
+                position = max(position, min(consumer.position(tp), rng.end))
             if table.num_rows:
                 yield from to_spark_table(table, options.value_arrow_type).combine_chunks() \
                     .to_batches(max_chunksize=SPARK_BATCH_ROWS)
