@@ -3,12 +3,24 @@
 Exactly once (the default, ``deliveryGuarantee=exactly-once``): every Spark task stages
 its rows on the partition leaders under a fresh staging id (``StagingWriter``); no
 consumer sees staged records. When every task of the micro-batch has succeeded, Spark
-calls ``commit(messages, batchId)`` on the driver, which asks each leader to append
-exactly the staged files the tasks reported, stamped with the sink's producer id and
-the batch id (``CommitStaged``). The broker remembers, in the log itself, the last batch
-id each sink committed per partition, so a batch Spark re-runs after a crash, or a
-commit Spark repeats, appends nothing the second time. Failed batches are aborted
-(staged files deleted); staged files nobody commits expire on the broker.
+calls ``commit(messages, batchId)`` on the driver, which commits the whole batch as ONE
+transaction across every partition it writes (``TransactionalSinkCommitter``): the
+transactional id is ``strata-sink:<sink id>``, two-phase (never aborted by its timeout;
+a restarted driver gets an open one back), AddPartitionsToTxn tags the transaction with
+the batch id, each leader appends exactly the staged files the tasks reported inside it
+(``CommitStaged`` version 1), the tag is marked prepared, and EndTxn commits. So a
+read_committed reader sees a micro-batch all at once or not at all. The coordinator's
+last transaction tells a re-run batch (Spark re-runs the last batch after a crash) from
+a new one: a batch id already committed appends nothing. A driver that died before
+EndTxn left the transaction open: the restarted query's commit of that batch resumes it
+(partitions that hold the batch already answer ``duplicate``) and commits it; an open
+transaction of another batch is committed if prepared and aborted if not. Failed
+batches are aborted (staged files deleted); staged files nobody commits expire on the
+broker. docs/spark.md has every failure case.
+
+``STRATA_SPARK_SINK_TEST_HOLD_AFTER_PREPARE=1`` in the environment of the process that
+starts a query (``TEST_HOLD_ENV``) is a test hook: the driver's commit stops for good
+after phase one, so a test can SIGKILL it between prepare and EndTxn.
 
 The sink's identity (``sinkId``) must be the same every time the query restarts from
 its checkpoint: by default it is the ``checkpointLocation`` option's absolute path.
@@ -69,8 +81,8 @@ from spark_source._options import SECURITY_OPTION_NAMES, _bootstrap, security_of
 from wire.errors import SchemaMismatchError
 from wire.security import PLAINTEXT, ClientSecurity
 
-__all__ = ["SinkOptions", "StrataCommitMessage", "batch_writer", "checkpoint_identity",
-           "parse_sink_options", "stream_writer"]
+__all__ = ["TEST_HOLD_ENV", "SinkOptions", "StrataCommitMessage", "batch_writer",
+           "checkpoint_identity", "parse_sink_options", "stream_writer"]
 
 log = logging.getLogger("strata.spark_source.sink")
 
@@ -445,7 +457,9 @@ def _merge(messages: list[WriterCommitMessage | None]) -> dict[Any, list[Any]]:
 
 def _commit(options: SinkOptions, sink_id: str, batch_id: int,
             messages: list[WriterCommitMessage | None]) -> None:
-    from strata.client.sink import SinkCommitter, sink_producer_id
+    """The driver's commit of one batch: one transaction across every partition it
+    writes (``TransactionalSinkCommitter``; docs/spark.md, "Exactly once")."""
+    from strata.client.sink import TransactionalSinkCommitter
 
     if options.delivery == AT_LEAST_ONCE:
         return  # the tasks' produce requests were the writes
@@ -455,14 +469,39 @@ def _commit(options: SinkOptions, sink_id: str, batch_id: int,
             "largest the exactly-once sink records; start the query from a new checkpoint "
             "with a new sinkId")
     parts = _merge(messages)
-    if not parts:
-        return
-    with SinkCommitter(options.bootstrap, security=options.security) as committer:
-        results = committer.commit(sink_producer_id(sink_id), batch_id, parts)
-    replays = sorted(str(tp) for tp, r in results.items() if r.duplicate)
+    # With no parts there is nothing to append, but a transaction of this batch an
+    # earlier driver left open must still be ended (else it would hold back every
+    # read_committed reader of its partitions).
+    with TransactionalSinkCommitter(options.bootstrap, sink_id, security=options.security,
+                                    client_id="strata-spark-sink-committer",
+                                    on_prepared=_test_hold()) as committer:
+        result = committer.commit_batch(batch_id, parts)
+    if result.outcome == "already-committed":
+        log.info("sink %s batch %d was already committed; nothing appended", sink_id,
+                 batch_id)
+    replays = sorted(str(tp) for tp, r in result.results.items() if r.duplicate)
     if replays:
-        log.info("sink %s batch %d was already committed in %s; nothing appended there",
+        log.info("sink %s batch %d: the resumed transaction already held it in %s",
                  sink_id, batch_id, ", ".join(replays))
+
+
+#: Test hook (tests/test_spark_sink_txn.py): set in the environment of the process that
+#: starts the query, it makes the driver's commit stop for good right after phase one
+#: (every partition's commit is in the transaction, tagged prepared) and before EndTxn,
+#: so a test can SIGKILL the driver there. Never set it in production.
+TEST_HOLD_ENV: Final = "STRATA_SPARK_SINK_TEST_HOLD_AFTER_PREPARE"
+
+
+def _test_hold() -> Any:
+    if os.environ.get(TEST_HOLD_ENV) != "1":
+        return None
+
+    def hold(batch_id: int) -> None:
+        log.warning("%s is set: holding batch %d's prepared transaction open", TEST_HOLD_ENV,
+                    batch_id)
+        time.sleep(3600)
+
+    return hold
 
 
 def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None]) -> None:

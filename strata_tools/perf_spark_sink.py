@@ -192,7 +192,10 @@ def bench_spark_e2e(bootstrap: str, *, rate: int = 5000, seconds: int = 30, warm
             while not query.recentProgress:  # the query runs before records flow
                 time.sleep(0.2)
             producer.start()
-            with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+            # read_committed: a record counts when the exactly-once sink's transaction
+            # made it visible, not when its leader appended it.
+            with Consumer(bootstrap, auto_offset_reset="earliest",
+                          isolation_level="read_committed") as consumer:
                 consumer.assign([TopicPartition(sink, p) for p in range(partitions)])
                 count_from = time.monotonic() + warmup
                 end = count_from + seconds

@@ -113,7 +113,8 @@ class Driver:
 
 
 def _sink_records(bootstrap: str) -> list[bytes]:
-    with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200) as consumer:
+    with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                  isolation_level="read_committed") as consumer:
         consumer.assign([TopicPartition("cluster-b", p) for p in range(PARTITIONS)])
         values: list[bytes] = []
         quiet_since = time.monotonic()

@@ -1,5 +1,7 @@
 """The Spark source, the exactly-once sink and the tiering job on a secured broker:
-SASL_SSL with SCRAM, the authorizer on, the Spark principal allowed only what it needs.
+SASL_SSL with SCRAM, the authorizer on, the Spark principal allowed only what it needs
+(READ on the source topic; WRITE on the target topic and on the PREFIXED transactional
+id ``strata-sink:``, under which the exactly-once sink commits).
 
 The options are Kafka's names (``kafka.security.protocol``, ``kafka.sasl.mechanism``,
 ``kafka.sasl.jaas.config``) plus the CA file; what a wrong or missing setting gives is
@@ -93,7 +95,15 @@ def test_source_and_exactly_once_sink_on_a_secured_broker(spark: Any,
     options = secured.spark_options("spark", "spark-pw")
     frame = spark.read.format("strata").options(**options).option("subscribe", source).load()
     assert frame.count() == 500
-    # The exactly-once sink (stage, then commit through the driver's committer).
+    # The exactly-once sink (stage, then commit through the driver's committer) commits
+    # in a transaction: without WRITE on its transactional id it is refused, with
+    # Kafka's code, and nothing is written.
+    with pytest.raises(Exception, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED"):
+        (frame.select("value").write.format("strata").options(**options)
+         .option("topic", target).mode("append").save())
+    with Admin(secured.bootstrap, security=admin_security) as admin:
+        admin.create_acls([AclEntry("TRANSACTIONAL_ID", "PREFIXED", "strata-sink:",
+                                    "User:spark", "*", "WRITE", "ALLOW")])
     (frame.select("value").write.format("strata").options(**options)
      .option("topic", target).mode("append").save())
     with Consumer(secured.bootstrap, security=admin_security,
