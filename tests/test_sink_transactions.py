@@ -89,8 +89,10 @@ class _Leftover:
     tagged as holding every partition). Built from the client's own pieces."""
 
     def __init__(self, bootstrap: str, sink_id: str, batch_id: int, parts: Parts,
-                 done: list[TopicPartition], *, prepared: bool = False) -> None:
-        producer = Producer(bootstrap, transactional_id=sink_transactional_id(sink_id))
+                 done: list[TopicPartition], *, prepared: bool = False,
+                 timeout_ms: int = 60_000) -> None:
+        producer = Producer(bootstrap, transactional_id=sink_transactional_id(sink_id),
+                            transaction_timeout_ms=timeout_ms)
         try:
             producer.init_transactions(two_phase=True, keep_prepared=True)
             producer.begin_transaction()
@@ -151,7 +153,8 @@ def test_a_batch_is_one_transaction_seen_whole_at_read_committed(
         assert later.outcome == "committed"
         assert c.commit_batch(0, _stage(bootstrap, topic, rows)).outcome == \
             "already-committed"
-        assert c.describe() == ("CompleteCommit", "batch=1;prepared")
+        assert c.describe() in (("PrepareCommit", "batch=1;prepared"),
+                                ("CompleteCommit", "batch=1;prepared"))
     expected = {p: rows[p] + _rows(1, 3)[p] for p in range(3)}
     _wait_visible(bootstrap, topic, 3, expected)
     assert _read(bootstrap, topic, 3, committed=False) == expected
@@ -205,10 +208,33 @@ def test_an_open_batch_with_nothing_to_commit_again_is_still_ended(
     _Leftover(bootstrap, "q-empty", 2, staged, [TopicPartition(topic, 2)])
     with TransactionalSinkCommitter(bootstrap, "q-empty") as c:
         assert c.commit_batch(2, {}).settled == (2, False)
-        assert c.describe() == ("CompleteAbort", "batch=2")
+        # EndTxn is answered once PrepareAbort is durable; the markers follow.
+        assert c.describe() in (("PrepareAbort", "batch=2"), ("CompleteAbort", "batch=2"))
         assert c.commit_batch(3, {}).outcome == "nothing"
+    deadline = time.monotonic() + 20
+    while _stable(bootstrap, topic, 3)[2] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _stable(bootstrap, topic, 3)[2] > 0
     assert _read(bootstrap, topic, 3, settle_s=0.5) == {0: [], 1: [], 2: []}
+
+
+def test_the_transaction_timeout_never_aborts_a_sink_transaction(
+        broker_factory: Callable[..., BrokerProcess]) -> None:
+    """Two-phase: however long the driver takes to come back, its batch is not aborted
+    under it (a 1 s transaction timeout, checked every 100 ms, over 3 s)."""
+    process = broker_factory(broker_id=52, overrides={
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"})
+    create(process, "stx-timeout", 2)
+    bootstrap = process.bootstrap
+    rows = _rows(5, 2)
+    _Leftover(bootstrap, "q-timeout", 5, _stage(bootstrap, "stx-timeout", rows),
+              [TopicPartition("stx-timeout", 0)], timeout_ms=1000)
+    time.sleep(3)
+    with TransactionalSinkCommitter(bootstrap, "q-timeout") as c:
+        assert c.describe() == ("Ongoing", "batch=5")
+        result = c.commit_batch(5, _stage(bootstrap, "stx-timeout", rows))
+    assert result.resumed and result.results[TopicPartition("stx-timeout", 0)].duplicate
+    _wait_visible(bootstrap, "stx-timeout", 2, rows)
 
 
 def test_a_resumed_commit_survives_a_broker_sigkill(
