@@ -87,6 +87,12 @@ __all__ = ["Broker", "run_broker"]
 log = logging.getLogger("strata.brokers.broker")
 
 LOCK_FILE: Final = ".lock"
+#: Written (holding this process's pid) when a shutdown begins and removed when it ends:
+#: it tells ``strata up`` that a broker which no longer answers is on its way out, so it
+#: waits for the exit and starts it again instead of failing. A stale file (the process
+#: was SIGKILLed while closing) is harmless: its pid is no longer this broker's, and the
+#: next start removes it.
+SHUTTING_DOWN_FILE: Final = "shutting-down"
 
 
 META_FILE: Final = "meta.json"
@@ -365,6 +371,7 @@ class Broker:
         if self._stopped.is_set() or self._shutting_down:
             return
         self._shutting_down = True
+        self._mark_shutting_down(True)
         try:
             # Bounded as a whole: a ZooKeeper call that hangs must not hold the stop up.
             await asyncio.wait_for(self._controlled_shutdown(),
@@ -400,6 +407,7 @@ class Broker:
         self.metrics.stop()
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self.zookeeper.stop)
+        self._mark_shutting_down(False)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -478,6 +486,18 @@ class Broker:
         for connection in list(self._connections):
             connection.close()
 
+    def _mark_shutting_down(self, on: bool) -> None:
+        """Write or remove :data:`SHUTTING_DOWN_FILE`; only while this process holds the
+        data-dir lock (it must never touch another broker's directory)."""
+        if self._lock_fd < 0:
+            return
+        path = self.data_dir / SHUTTING_DOWN_FILE
+        with contextlib.suppress(OSError):
+            if on:
+                path.write_text(f"{os.getpid()}\n")
+            else:
+                path.unlink(missing_ok=True)
+
     def _lock_data_dir(self) -> None:
         fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -488,6 +508,7 @@ class Broker:
                 f"data directory {self.data_dir} is in use by another broker process; stop "
                 "it or give this broker its own log.dirs") from None
         self._lock_fd = fd
+        self._mark_shutting_down(False)  # left by a process killed while it closed
 
     # ------------------------------------------------------------------ connections
     async def _listen(self, listener: Listener) -> None:

@@ -54,6 +54,7 @@ from strata_tools.extras import MissingExtraError, extra_for_missing_module, req
 from strata_tools.secure import SecureStack
 from strata_tools.stack import (
     DEFAULT_DATA_DIR,
+    SHUTDOWN_WAIT_S,
     ZOOKEEPER_NODE_CHOICES,
     Stack,
     StackError,
@@ -135,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not start the tiering job (a running one is left running); e.g. for a "
         "benchmark that runs its own",
     )
+    up.add_argument(
+        "--shutdown-wait", type=float, default=SHUTDOWN_WAIT_S, metavar="S",
+        help="a broker still shutting down (SIGTERMed a moment ago, e.g. by hand or by "
+        "`strata down` in another shell) is waited for up to S seconds, then started "
+        f"again (default {SHUTDOWN_WAIT_S:.0f})")
     _add_format(up)
     up.set_defaults(handler=_cmd_up)
 
@@ -288,7 +294,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
             "runs Spark)")
     require("gateway", "`strata up` (it runs the HTTP ingest gateway)")
     stack = Stack(args.data_dir, brokers=args.brokers, zookeeper_nodes=args.zookeeper_nodes,
-                  tier=args.tier, secure=args.secure)
+                  tier=args.tier, secure=args.secure, progress=progress_to_stderr,
+                  shutdown_wait=args.shutdown_wait)
     status = stack.up(base_port=args.base_port)
     _print_status(status, args.format, f"Strata stack is up (data dir {stack.data_dir})")
     if args.format == "text":
@@ -307,6 +314,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
         headline = f"No Strata stack running in {stack.data_dir}; start one with `strata up`"
     _print_status(status, args.format, headline)
     return 0 if status.all_up else 1
+
+
+def progress_to_stderr(message: str) -> None:
+    """Progress of a long stack operation: stderr, so stdout stays the result."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def _cmd_down(args: argparse.Namespace) -> int:

@@ -21,6 +21,12 @@ the caller and the client's I/O loop sits inside the measured latency.
 records or, as Kafka's ``--transaction-duration-ms``, every that many milliseconds
 (default 100 ms). The result adds the transactions committed and the commit latency
 (``commit_transaction`` from call to return: flush of what is left, EndTxn, answer).
+After the timed run, outside its figures, ``LSO_PROBES`` small transactions (one record
+to each partition) measure how soon a commit becomes readable: ``lso_lag_ms``, from
+``commit_transaction``'s return until ListOffsets at read_committed (the last stable
+offset) equals the log end on every partition (the coordinator answers EndTxn once the
+PrepareCommit is durable and writes the markers after), next to ``append_ms``, one
+acks=all record's round trip (one replicated append), the yardstick of both.
 
 consume: reads ``--num-records`` records from the start of every partition with
 ``poll_arrow`` (columns, no per-record Python) and reports throughput. Its latency is
@@ -151,7 +157,55 @@ def _print(result: dict[str, Any], fmt: str, what: str) -> None:
         if commits:
             line += (f", commit ms p50 {commits['p50']} p99 {commits['p99']} "
                      f"max {commits['max']}")
+    lso, append = result.get("lso_lag_ms"), result.get("append_ms")
+    if lso and append:
+        line += (f"; commit to LSO = log end ms p50 {lso['p50']} max {lso['max']}; one "
+                 f"acks=all append ms p50 {append['p50']}")
     print(line)
+
+
+#: Transactions the LSO probe runs after a transactional ``perf produce``.
+LSO_PROBES = 20
+
+
+def lso_probe(args: argparse.Namespace) -> dict[str, Any]:
+    """``lso_lag_ms`` and ``append_ms`` (module docstring), ``LSO_PROBES`` samples each."""
+    from strata.client import Admin, Producer, TopicPartition
+
+    topic = args.topic
+    lags: list[float] = []
+    appends: list[float] = []
+    with Producer(_bootstrap(args), security=_security(args), acks="all", linger_ms=0,
+                  transactional_id=f"{args.transactional_id}-lso-probe") as producer, \
+            Admin(_bootstrap(args), security=_security(args)) as admin:
+        partitions = list(range(producer.partitions_for(topic)))
+        tps = [TopicPartition(topic, p) for p in partitions]
+        producer.init_transactions()
+        for _ in range(LSO_PROBES):
+            producer.begin_transaction()
+            began = time.perf_counter()
+            producer.send(topic, b"lso-probe", partition=partitions[0]).result()
+            appends.append((time.perf_counter() - began) * 1000)
+            for p in partitions[1:]:
+                producer.send(topic, b"lso-probe", partition=p)
+            producer.commit_transaction()
+            committed = time.perf_counter()
+            while True:
+                stable = admin.list_offsets(dict.fromkeys(tps, "latest"),
+                                            isolation_level="read_committed")
+                ends = admin.list_offsets(dict.fromkeys(tps, "latest"))
+                if all(stable[tp].offset == ends[tp].offset for tp in tps):
+                    break
+                if time.perf_counter() - committed > 30:
+                    raise RuntimeError("the last stable offset did not reach the log end "
+                                       "within 30 s of a commit")
+            lags.append((time.perf_counter() - committed) * 1000)
+
+    def figures(values: list[float]) -> dict[str, float]:
+        ordered = sorted(values)
+        return {"p50": percentile(ordered, 0.5, 3), "max": round(ordered[-1], 3)}
+
+    return {"lso_lag_ms": figures(lags), "append_ms": figures(appends)}
 
 
 def _security(args: argparse.Namespace) -> ClientSecurity:
@@ -335,6 +389,7 @@ def _produce_records(args: argparse.Namespace) -> int:
     result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})
     if txn is not None:
         result.update(txn.result())
+        result.update(lso_probe(args))
     _print(result, args.format, "produce")
     return 0
 
@@ -424,6 +479,7 @@ async def _produce(args: argparse.Namespace) -> int:
     result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})
     if txn is not None:
         result.update(txn.result())
+        result.update(lso_probe(args))
     _print(result, args.format, "produce")
     return 0
 

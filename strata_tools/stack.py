@@ -23,9 +23,16 @@ Port plan for base port P (:data:`ZOOKEEPER_PEER_OFFSET` and friends)::
     ingest gateway (HTTP)         P+9
     tiering job metrics (HTTP)    P+70
 
-A single ZooKeeper uses only P. Services of a *group* (the members of an ensemble) are
-launched together and only then waited for as a whole, because no ensemble member
-serves before a quorum of them runs.
+A single ZooKeeper uses only P. Services of a *group* are launched together and only
+then waited for as a whole: the members of an ensemble (no member serves before a quorum
+of them runs) and the brokers (each opens its logs on its own; started one after another
+a 10,000-partition cluster took the sum of their start times). ``up`` reports each broker
+as it answers, and ``down`` stops a group's members in parallel.
+
+A broker that no longer answers because it is shutting down (it writes
+``broker-<i>/logs/shutting-down`` with its pid for the length of its shutdown) is waited
+for, with progress, until it exits (at most ``--shutdown-wait`` seconds), then started
+again: that is what a rolling restart needs (:meth:`Stack.rolling_restart`).
 
 Layout of a data dir::
 
@@ -50,6 +57,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from procs import PortInUseError, check_port_free, cmdline, kill_pid, pid_alive
 from strata_tools.secure import SecureStack
-from wire.security import ClientSecurity
+from wire.security import PLAINTEXT, ClientSecurity
 
 if TYPE_CHECKING:
     from zookeeper.launcher import ZooKeeperEnsemble, ZooKeeperServer
@@ -65,10 +73,15 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_BASE_PORT",
     "DEFAULT_DATA_DIR",
+    "ROLLING_RESTART_GRACE_S",
     "SERVICES",
+    "SHUTDOWN_WAIT_S",
+    "SYNC_TIMEOUT_S",
     "ZOOKEEPER_NODE_CHOICES",
     "Launched",
+    "ProcessRecord",
     "ProcessState",
+    "RestartedBroker",
     "ServiceSpec",
     "Stack",
     "StackContext",
@@ -96,6 +109,11 @@ class StackContext:
     host: str
     endpoints: dict[str, str]  # endpoint key -> "host:port[,host:port]" of services so far
     base_port: int = DEFAULT_BASE_PORT
+    progress: Callable[[str], None] | None = None  # one line per step, e.g. to stderr
+
+    def say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
 
 
 @dataclass(frozen=True)
@@ -120,11 +138,14 @@ class ServiceSpec:
     ``healthy(host, port)`` is a quick probe used by ``status`` and by ``up`` for
     processes that are already running.
 
-    Grouped services (``group`` set, consecutive in the stack, e.g. the members of a
-    ZooKeeper ensemble) differ: ``start`` only launches the process and returns at once,
-    and once every member of the group runs (already, or launched by this ``up``),
-    ``group_wait(ctx)`` of the first member blocks until the whole group is healthy or
-    raises. If it raises, ``up`` stops the members it launched.
+    Grouped services (``group`` set, consecutive in the stack: the members of a ZooKeeper
+    ensemble, the brokers) differ: ``start`` only launches the process and returns at
+    once, and once every member of the group runs (already, or launched by this ``up``),
+    ``group_wait(ctx, records)`` of the first member blocks until the whole group is
+    healthy or raises. If it raises, ``up`` stops the members it launched.
+
+    ``closing(record)``, if set, says that a running process is shutting down (alive, no
+    longer serving, about to exit): ``up`` then waits for it to exit and starts it again.
     """
 
     name: str
@@ -133,7 +154,8 @@ class ServiceSpec:
     start: Callable[[StackContext, int], Launched]
     healthy: Callable[[str, int], bool]
     group: str | None = None
-    group_wait: Callable[[StackContext], None] | None = None
+    group_wait: Callable[[StackContext, Sequence[ProcessRecord]], None] | None = None
+    closing: Callable[[ProcessRecord], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -290,8 +312,8 @@ def _start_ensemble_member(k: int, nodes: int) -> Callable[[StackContext, int], 
     return start
 
 
-def _wait_ensemble(nodes: int) -> Callable[[StackContext], None]:
-    def wait(ctx: StackContext) -> None:
+def _wait_ensemble(nodes: int) -> Callable[[StackContext, Sequence[ProcessRecord]], None]:
+    def wait(ctx: StackContext, records: Sequence[ProcessRecord]) -> None:
         _ensemble(ctx, nodes).wait_until_healthy()
 
     return wait
@@ -352,8 +374,9 @@ def _start_broker(broker_id: int, brokers: int) -> Callable[[StackContext, int],
         args = [sys.executable, "-m", "brokers", "--broker-id", str(broker_id), *where,
                 "--data-dir", str(data / "logs"), "--zookeeper", zookeeper,
                 "--metrics-port", str(metrics_port), *replication_defaults(brokers)]
+        # Launched only: the brokers are waited for together (_wait_brokers).
         return _launch(args, log_path, str(data / "logs"), f"broker-{broker_id}", port,
-                       f"{ctx.host}:{port}", lambda: _broker_healthy(ctx.host, port))
+                       f"{ctx.host}:{port}", None)
 
     return start
 
@@ -361,16 +384,45 @@ def _start_broker(broker_id: int, brokers: int) -> Callable[[StackContext, int],
 #: How long ``strata up`` waits for one service to answer. A broker serves once every
 #: log it hosts is open: with ten thousand partitions that takes a while.
 START_TIMEOUT_S = 300.0
+#: How long ``strata up`` waits for a broker that is shutting down to exit before it
+#: starts it again (``--shutdown-wait``). A broker's shutdown is bounded by its
+#: controlled.shutdown.timeout.ms and shutdown.timeout.ms plus the time to close its logs.
+SHUTDOWN_WAIT_S = 300.0
+#: A rolling restart's SIGTERM-to-SIGKILL grace per broker: a clean shutdown (no log
+#: recovery at the next start) matters more here than the time.
+ROLLING_RESTART_GRACE_S = 120.0
+#: How long a rolling restart waits for every partition to be back in sync.
+SYNC_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class RestartedBroker:
+    """One step of :meth:`Stack.rolling_restart`; durations in seconds."""
+
+    name: str
+    old_pid: int
+    new_pid: int
+    stop_s: float  # SIGTERM until the process had exited
+    start_s: float  # start until it answered
+    total_s: float  # SIGTERM until every partition was in sync again
+
+
+def _broker_id(name: str) -> int:
+    return int(name.rsplit("-", 1)[1])
 
 
 def _launch(args: list[str], log_path: Path, marker: str, what: str, port: int,
-            endpoint: str, healthy: Callable[[], bool]) -> Launched:
+            endpoint: str, healthy: Callable[[], bool] | None) -> Launched:
     """Start ``args`` in a session of its own (output appended to ``log_path``) and wait
-    up to :data:`START_TIMEOUT_S` until ``healthy()``. If it exits or times out first (or
-    on Ctrl-C), it is killed: nothing is left running that stack.json won't know."""
+    up to :data:`START_TIMEOUT_S` until ``healthy()`` (``None``: return at once, the
+    group's wait does it). If it exits or times out first (or on Ctrl-C), it is killed:
+    nothing is left running that stack.json won't know."""
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_file,
                                    stderr=subprocess.STDOUT, start_new_session=True)
+    if healthy is None:
+        return Launched(pid=process.pid, port=port, marker=marker, endpoint=endpoint,
+                        log=str(log_path))
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
         while not healthy():
@@ -458,11 +510,49 @@ ZOOKEEPER_SERVICE = ServiceSpec(
 )
 
 
+def _wait_brokers(ctx: StackContext, records: Sequence[ProcessRecord]) -> None:
+    """Wait until every broker of ``records`` answers, reporting each as it does; raise
+    (with the end of its log) as soon as one exits, or after :data:`START_TIMEOUT_S`."""
+    started = time.monotonic()
+    pending = list(records)
+    while pending:
+        for record in list(pending):
+            if _broker_healthy(ctx.host, record.port):
+                pending.remove(record)
+                ctx.say(f"{record.name} answers on {record.endpoint} (pid {record.pid}, "
+                        f"{time.monotonic() - started:.1f} s)")
+            elif not pid_alive(record.pid):
+                # The pid, not ``alive()``: until the child has exec'd, its command line
+                # is still this process's and would not show the marker.
+                tail = Path(record.log).read_text(errors="replace")[-2000:]
+                raise StackError(f"{record.name} did not start; end of {record.log}:\n{tail}")
+        if not pending:
+            return
+        if time.monotonic() - started > START_TIMEOUT_S:
+            names = ", ".join(r.name for r in pending)
+            raise StackError(
+                f"{names} did not answer within {START_TIMEOUT_S:.0f} s (a broker serves "
+                "once every log it hosts is open); see broker-<i>/broker.log in "
+                f"{ctx.data_dir}")
+        time.sleep(0.1)
+
+
+def _broker_closing(record: ProcessRecord) -> bool:
+    """The broker of ``record`` has begun its shutdown (brokers/broker.py writes the file
+    with its pid and removes it when done)."""
+    try:
+        text = (Path(record.marker) / "shutting-down").read_text().strip()
+    except OSError:
+        return False
+    return text.isdigit() and int(text) == record.pid
+
+
 def broker_service(broker_id: int, brokers: int = 1) -> ServiceSpec:
     """Broker ``broker_id`` of a stack of ``brokers`` (which sets its replication defaults)."""
     return ServiceSpec(name=f"broker-{broker_id}", port_offset=BROKER_PORT_OFFSET + broker_id,
                        endpoint_key="bootstrap", start=_start_broker(broker_id, brokers),
-                       healthy=_broker_healthy)
+                       healthy=_broker_healthy, group="brokers", group_wait=_wait_brokers,
+                       closing=_broker_closing)
 
 
 # -- the ingest gateway -----------------------------------------------------------------
@@ -649,10 +739,15 @@ class Stack:
         health_wait: float = 30.0,
         tier: bool = True,
         secure: bool = False,
+        progress: Callable[[str], None] | None = None,
+        shutdown_wait: float = SHUTDOWN_WAIT_S,
     ) -> None:
         """``brokers`` None: as many as the data dir has broker directories
         (``DEFAULT_BROKERS`` if none).
-        ``zookeeper_nodes`` None: as many as it has ZooKeeper directories (1 if none)."""
+        ``zookeeper_nodes`` None: as many as it has ZooKeeper directories (1 if none).
+        ``progress`` gets one line per step of a long operation (the CLI prints them to
+        stderr). ``shutdown_wait``: how long ``up`` waits for a process that is shutting
+        down to exit before it gives up."""
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self._fixed_services = tuple(services) if services is not None else None
@@ -660,6 +755,8 @@ class Stack:
         self.zookeeper_nodes = zookeeper_nodes
         self.health_wait = health_wait
         self.tier = tier
+        self.progress = progress
+        self.shutdown_wait = shutdown_wait
         self.security = SecureStack(self.data_dir)
         if secure:
             self.security.ensure()
@@ -769,53 +866,64 @@ class Stack:
         ``base_port`` defaults to the one recorded in the data dir, else 2181.
         """
         with self._locked():
-            recorded_base, records = self._load()
-            live = [r for r in records if r.alive()]
-            if (
-                base_port is not None
-                and recorded_base is not None
-                and base_port != recorded_base
-                and live
-            ):
-                raise StackError(
-                    f"the stack in {self.data_dir} is running on base port {recorded_base}; "
-                    f"run `strata down --data-dir {self.data_dir}` first to move it to "
-                    f"{base_port}, or omit --base-port"
-                )
-            if base_port is not None:
-                base = base_port
-            elif recorded_base is not None:
-                base = recorded_base
-            else:
-                base = DEFAULT_BASE_PORT
-            self._check_zookeeper_layout()
-            services = self.services
-            by_name = {r.name: r for r in live}
-            kept: list[ProcessRecord] = []
-            states: list[ProcessState] = []
-            endpoints: dict[str, str] = {}
-            self._not_reached = live
-            try:
-                for group in _groups(services):
-                    if group[0].group is None:
-                        (spec,) = group
-                        self._up_one(spec, base, by_name.get(spec.name), kept, states,
-                                     endpoints)
-                    else:
-                        self._up_group(group, base, by_name, kept, states, endpoints)
-            finally:
-                self._not_reached = []
-            # Live processes of services this version does not know (e.g. recorded on
-            # another branch) stay recorded, so `down` can still stop them.
-            known = {spec.name for spec in services}
-            kept.extend(r for r in live if r.name not in known)
-            self._save(base, kept)
-            return self._status_of(states)
+            return self._up(base_port)
+
+    def _say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
+
+    def _context(self, base: int, endpoints: dict[str, str]) -> StackContext:
+        return StackContext(self.data_dir, self.host, dict(endpoints), base, self.progress)
+
+    def _up(self, base_port: int | None) -> StackStatus:
+        recorded_base, records = self._load()
+        live = [r for r in records if r.alive()]
+        if (
+            base_port is not None
+            and recorded_base is not None
+            and base_port != recorded_base
+            and live
+        ):
+            raise StackError(
+                f"the stack in {self.data_dir} is running on base port {recorded_base}; "
+                f"run `strata down --data-dir {self.data_dir}` first to move it to "
+                f"{base_port}, or omit --base-port"
+            )
+        if base_port is not None:
+            base = base_port
+        elif recorded_base is not None:
+            base = recorded_base
+        else:
+            base = DEFAULT_BASE_PORT
+        self._check_zookeeper_layout()
+        services = self.services
+        by_name = {r.name: r for r in live}
+        kept: list[ProcessRecord] = []
+        states: list[ProcessState] = []
+        endpoints: dict[str, str] = {}
+        self._not_reached = live
+        try:
+            for group in _groups(services):
+                if group[0].group is None:
+                    (spec,) = group
+                    self._up_one(spec, base, by_name.get(spec.name), kept, states,
+                                 endpoints)
+                else:
+                    self._up_group(group, base, by_name, kept, states, endpoints)
+        finally:
+            self._not_reached = []
+        # Live processes of services this version does not know (e.g. recorded on
+        # another branch) stay recorded, so `down` can still stop them.
+        known = {spec.name for spec in services}
+        kept.extend(r for r in live if r.name not in known)
+        self._save(base, kept)
+        return self._status_of(states)
 
     def _up_one(self, spec: ServiceSpec, base: int, existing: ProcessRecord | None,
                 kept: list[ProcessRecord], states: list[ProcessState],
                 endpoints: dict[str, str]) -> None:
         state: State
+        existing = self._past_shutdown(spec, existing)
         if existing is not None:
             if not self._wait_healthy(spec, existing.port):
                 raise StackError(
@@ -840,7 +948,7 @@ class Stack:
         added: list[ProcessRecord] = []
         try:
             for spec in group:
-                existing = by_name.get(spec.name)
+                existing = self._past_shutdown(spec, by_name.get(spec.name))
                 state: State
                 if existing is not None:
                     record, state = existing, "running"
@@ -854,7 +962,7 @@ class Stack:
                 self._save(base, kept)  # recorded as soon as it runs, so `down` finds it
             wait = group[0].group_wait
             if wait is not None:
-                wait(StackContext(self.data_dir, self.host, dict(endpoints), base))
+                wait(self._context(base, endpoints), added)
         except BaseException:
             # Not healthy (or Ctrl-C): stop what this call launched; members that were
             # running before stay as they were.
@@ -880,7 +988,7 @@ class Stack:
                 "it) or start the stack on other ports with `strata up --base-port P` "
                 f"({spec.name} uses port P+{spec.port_offset})."
             ) from None
-        ctx = StackContext(self.data_dir, self.host, dict(endpoints), base)
+        ctx = self._context(base, endpoints)
         try:
             launched = spec.start(ctx, port)
         except PortInUseError as exc:
@@ -900,6 +1008,37 @@ class Stack:
             log=launched.log,
             pid_file=launched.pid_file,
         )
+
+    def _past_shutdown(self, spec: ServiceSpec, existing: ProcessRecord | None
+                       ) -> ProcessRecord | None:
+        """``existing``, or None once it has exited if it was shutting down: a broker
+        SIGTERMed a moment ago (by hand, ``strata down`` in another shell, a rolling
+        restart) no longer answers while it closes its logs, and ``up`` then waits for it
+        to exit (reporting every few seconds) and starts it again."""
+        if existing is None or spec.closing is None or not spec.closing(existing):
+            return existing
+        started = time.monotonic()
+        self._say(f"{existing.name} (pid {existing.pid}) is shutting down; waiting for it "
+                  "to exit to start it again")
+        reported = started
+        while existing.alive():
+            now = time.monotonic()
+            if now - started > self.shutdown_wait:
+                raise StackError(
+                    f"{existing.name} (pid {existing.pid}) is still shutting down after "
+                    f"{self.shutdown_wait:.0f} s; see {existing.log}. Wait for it and run "
+                    "`strata up` again (`--shutdown-wait S` waits longer), or stop it at once "
+                    f"with `strata down --data-dir {self.data_dir} --grace 0` (its logs are "
+                    "then recovered at the next start)")
+            if now - reported >= 5:
+                reported = now
+                self._say(f"  still waiting for {existing.name} (pid {existing.pid}) to "
+                          f"exit ({now - started:.0f} s)")
+            time.sleep(0.1)
+        self._say(f"{existing.name} exited after {time.monotonic() - started:.1f} s")
+        if existing.pid_file:
+            Path(existing.pid_file).unlink(missing_ok=True)
+        return None
 
     def _wait_healthy(self, spec: ServiceSpec, port: int) -> bool:
         deadline = time.monotonic() + self.health_wait
@@ -943,27 +1082,161 @@ class Stack:
         with self._locked():
             base, records = self._load()
             outcome: list[tuple[ProcessRecord, str]] = []
-            for record in reversed(records):
-                if record.alive():
-                    try:
-                        kill_pid(record.pid, grace, expect=record.marker)
-                    except TimeoutError:
-                        raise StackError(
-                            f"{record.name} (pid {record.pid}) survived SIGKILL; it is probably "
-                            "stuck in the kernel (e.g. on a hung disk). Check `ps -o stat "
-                            f"{record.pid}` and run `strata down` again later."
-                        ) from None
-                    what = "stopped"
-                elif pid_alive(record.pid):
-                    what = "pid reused"
-                else:
-                    what = "not running"
-                if record.pid_file and not record.alive():
-                    Path(record.pid_file).unlink(missing_ok=True)
-                outcome.append((record, what))
+            for wave in self._stop_waves(records):
+                if len(wave) == 1:
+                    outcome.append(self._stop(wave[0], grace))
+                    continue
+                # A group's members at once: each broker's controlled shutdown skips the
+                # others, which are leaving too, so stopping them together costs one
+                # broker's shutdown instead of the sum.
+                with ThreadPoolExecutor(len(wave)) as pool:
+                    outcome.extend(pool.map(lambda r: self._stop(r, grace), wave))
             if base is not None:
                 self._save(base, [])
             return outcome
+
+    def rolling_restart(self, *, grace: float = ROLLING_RESTART_GRACE_S,
+                        sync_timeout: float = SYNC_TIMEOUT_S) -> list[RestartedBroker]:
+        """Restart each broker in turn, the controller's last, so that the cluster keeps
+        serving throughout (Kafka's rolling restart).
+
+        Before the first broker and after each one, every partition of every topic must
+        be led and have all its replicas in the ISR (waited for up to ``sync_timeout``
+        seconds, with progress): stopping a broker while another is still catching up
+        could leave partitions below ``min.insync.replicas`` or without a leader. Each
+        broker gets SIGTERM (its controlled shutdown moves its leaderships first; SIGKILL
+        after ``grace`` seconds), is started again on the same data and port, and is
+        waited for until it answers. At the end leaderships go back to the preferred
+        replicas. Raises :class:`StackError` (saying what to do) when a broker is not
+        running, does not come back, or the partitions do not get back in sync.
+        """
+        from strata.client import Admin
+
+        with self._locked():
+            base, records = self._load()
+            brokers = [r for r in records if r.name.startswith("broker-")]
+            if base is None or not brokers:
+                raise StackError(f"no brokers recorded in {self.data_dir}; start the stack "
+                                 "with `strata up` first")
+            for record in brokers:
+                if not record.alive():
+                    raise StackError(
+                        f"{record.name} is not running; `strata up --data-dir "
+                        f"{self.data_dir}` starts it, then run the rolling restart")
+            security = self.security.client() if self.security.enabled else None
+            bootstrap = ",".join(r.endpoint for r in brokers)
+            done: list[RestartedBroker] = []
+            with Admin(bootstrap, security=security or PLAINTEXT) as admin:
+                controller = admin.describe_cluster().controller_id
+                brokers.sort(key=lambda r: _broker_id(r.name) == controller)
+                self._wait_in_sync(admin, sync_timeout, "before the first restart")
+                for old in brokers:
+                    started = time.monotonic()
+                    self._say(f"{old.name}: stopping (pid {old.pid})")
+                    self._stop(old, grace)
+                    stopped = time.monotonic()
+                    self._say(f"{old.name}: stopped in {stopped - started:.1f} s; starting it")
+                    new = self._restart_broker(old, base, records)
+                    records = [new if r.name == old.name else r for r in records]
+                    self._save(base, records)
+                    answered = time.monotonic()
+                    self._wait_in_sync(admin, sync_timeout, f"after restarting {old.name}")
+                    done.append(RestartedBroker(old.name, old.pid, new.pid,
+                                                stopped - started, answered - stopped,
+                                                time.monotonic() - started))
+                results = admin.elect_preferred_leaders()
+                preferred = sum(1 for r in results.values() if r.message is None)
+                self._say(f"preferred leaders elected: {preferred} of {len(results)} "
+                          "partition(s) led by their preferred replica")
+            return done
+
+    def _restart_broker(self, old: ProcessRecord, base: int,
+                        records: Sequence[ProcessRecord]) -> ProcessRecord:
+        specs = {s.name: s for s in self.services}
+        spec = specs.get(old.name)
+        if spec is None:
+            raise StackError(f"{old.name} is recorded but not part of this stack's layout "
+                             f"in {self.data_dir}; run `strata up` to repair it")
+        endpoints: dict[str, str] = {}
+        for record in records:
+            if record.name != old.name and record.endpoint_key == "zookeeper":
+                _add_endpoint(endpoints, record)
+        new = self._start(spec, base, endpoints)
+        try:
+            _wait_brokers(self._context(base, endpoints), [new])
+        except BaseException:
+            with contextlib.suppress(TimeoutError):
+                kill_pid(new.pid, 5.0, expect=new.marker)
+            raise
+        return new
+
+    def _wait_in_sync(self, admin: Any, timeout: float, when: str) -> None:
+        """Every partition led and all its replicas in the ISR, or StackError."""
+        started = time.monotonic()
+        reported = started
+        while True:
+            lagging: list[str] = []
+            try:
+                topics = admin.describe_topics()
+            except Exception as exc:  # a broker in the middle of a restart: ask again
+                lagging = [f"(metadata unavailable: {exc})"]
+            else:
+                for topic in topics.values():
+                    for part in topic.partitions:
+                        if part.leader < 0 or not set(part.replicas) <= set(part.isr):
+                            lagging.append(f"{topic.name}-{part.partition}")
+            now = time.monotonic()
+            if not lagging:
+                self._say(f"every partition in sync {when} ({now - started:.1f} s)")
+                return
+            if now - started > timeout:
+                raise StackError(
+                    f"{len(lagging)} partition(s) are not fully in sync {when} after "
+                    f"{timeout:.0f} s (e.g. {', '.join(lagging[:5])}); the rolling restart "
+                    "stopped here so that no partition loses its last in-sync replica. Look "
+                    "at `strata topic describe` and the brokers' logs, then run it again "
+                    "(`--sync-timeout S` waits longer)")
+            if now - reported >= 5:
+                reported = now
+                self._say(f"  waiting for {len(lagging)} partition(s) to be in sync {when} "
+                          f"({now - started:.0f} s)")
+            time.sleep(0.5)
+
+    def _stop_waves(self, records: Sequence[ProcessRecord]) -> list[list[ProcessRecord]]:
+        """Recorded processes last started first, consecutive members of one group (the
+        brokers, an ensemble) together."""
+        specs = ({s.name: s for s in self._fixed_services} if self._fixed_services is not None
+                 else _all_known_services())
+        waves: list[list[ProcessRecord]] = []
+        last_group: str | None = None
+        for record in reversed(records):
+            spec = specs.get(record.name)
+            group = spec.group if spec is not None else None
+            if waves and group is not None and group == last_group:
+                waves[-1].append(record)
+            else:
+                waves.append([record])
+            last_group = group
+        return waves
+
+    def _stop(self, record: ProcessRecord, grace: float) -> tuple[ProcessRecord, str]:
+        if record.alive():
+            try:
+                kill_pid(record.pid, grace, expect=record.marker)
+            except TimeoutError:
+                raise StackError(
+                    f"{record.name} (pid {record.pid}) survived SIGKILL; it is probably "
+                    "stuck in the kernel (e.g. on a hung disk). Check `ps -o stat "
+                    f"{record.pid}` and run `strata down` again later."
+                ) from None
+            what = "stopped"
+        elif pid_alive(record.pid):
+            what = "pid reused"
+        else:
+            what = "not running"
+        if record.pid_file and not record.alive():
+            Path(record.pid_file).unlink(missing_ok=True)
+        return record, what
 
 
 def _groups(services: Sequence[ServiceSpec]) -> list[list[ServiceSpec]]:

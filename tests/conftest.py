@@ -29,11 +29,12 @@ KAZOO_CONNECT_TIMEOUT = 15.0
 #: workers (pytest-xdist, ``--dist loadfile``) in collection order, and a long module
 #: started last would leave the other worker idle until it ends.
 LONGEST_MODULES_FIRST = (
-    "test_notebooks", "test_spark_cluster", "test_tiering", "test_faults", "test_cli_stack",
-    "test_network_partitions",
-    "test_spark_exactly_once", "test_spark_tier_replay", "test_perf_spark",
-    "test_group_faults", "test_perf_scale", "test_spark_sink", "test_spark_source",
-    "test_replication", "test_cli_cluster", "test_cli_client",
+    "test_notebooks", "test_spark_cluster", "test_tiering", "test_faults", "test_txn_faults",
+    "test_spark_txn", "test_cli_stack", "test_tier_transactions", "test_network_partitions",
+    "test_spark_exactly_once", "test_stack_rolling_restart", "test_spark_tier_replay",
+    "test_perf_spark", "test_group_faults", "test_perf_scale", "test_sink_transactions",
+    "test_spark_sink", "test_spark_source", "test_transactions", "test_cli_transactions",
+    "test_compaction_txn_broker", "test_replication", "test_cli_cluster", "test_cli_client",
 )
 
 

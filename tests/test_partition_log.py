@@ -856,7 +856,7 @@ def _invalid_batches() -> dict[str, bytes]:
             _with(good, "i", 57, MAX_RECORDS_PER_BATCH + 1, fix_crc=True), "i", 23,
             MAX_RECORDS_PER_BATCH, fix_crc=True),
         "record count vs last offset delta": _with(good, "i", 23, 0, fix_crc=True),
-        "unknown attributes": _with(good, "h", 21, 0x100, fix_crc=True),
+        "unknown attributes": _with(good, "h", 21, 0x200, fix_crc=True),
     }
 
 

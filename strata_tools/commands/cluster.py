@@ -1,4 +1,9 @@
-"""``strata cluster describe|elect-preferred-leaders``.
+"""``strata cluster describe|elect-preferred-leaders|rolling-restart``.
+
+``rolling-restart`` restarts the brokers of a ``strata up`` stack one at a time
+(:meth:`strata_tools.stack.Stack.rolling_restart`): progress on stderr, one line per
+broker on stdout (or JSON), exit 1 with what to do when a broker does not come back or
+the partitions do not get back in sync.
 
 ``elect-preferred-leaders`` exits 1 when some partition is still not led by its
 preferred replica afterwards (that replica is down or not in sync), like Kafka's
@@ -9,6 +14,8 @@ those partitions.
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from typing import Any
 
 from strata.client import Admin, TopicPartition
@@ -20,6 +27,12 @@ from strata_tools.commands.common import (
     emit_json,
     parse_non_negative_int,
     security_of_args,
+)
+from strata_tools.stack import (
+    DEFAULT_DATA_DIR,
+    ROLLING_RESTART_GRACE_S,
+    SYNC_TIMEOUT_S,
+    Stack,
 )
 
 __all__ = ["register"]
@@ -46,6 +59,42 @@ def register(sub: Any) -> None:
     for parser in (describe, elect):
         add_bootstrap(parser)
         add_format(parser)
+
+    rolling = actions.add_parser(
+        "rolling-restart",
+        help="restart the brokers of a `strata up` stack one at a time (the controller's "
+        "last), each after every partition is back in sync")
+    rolling.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                         help=f"the stack's data dir (default: {DEFAULT_DATA_DIR})")
+    rolling.add_argument("--grace", type=float, default=ROLLING_RESTART_GRACE_S, metavar="S",
+                         help="seconds between a broker's SIGTERM and SIGKILL (default "
+                         f"{ROLLING_RESTART_GRACE_S:.0f})")
+    rolling.add_argument("--sync-timeout", type=float, default=SYNC_TIMEOUT_S, metavar="S",
+                         help="how long to wait for every partition to be back in sync "
+                         f"before the next broker (default {SYNC_TIMEOUT_S:.0f})")
+    add_format(rolling)
+    rolling.set_defaults(handler=_rolling_restart)
+
+
+def _rolling_restart(args: argparse.Namespace) -> int:
+    if args.grace < 0 or args.sync_timeout <= 0:
+        raise CommandError("--grace must be >= 0 and --sync-timeout > 0 seconds")
+    stack = Stack(args.data_dir, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    started = time.monotonic()
+    steps = stack.rolling_restart(grace=args.grace, sync_timeout=args.sync_timeout)
+    if args.format == "json":
+        emit_json({"brokers": [
+            {"name": s.name, "old_pid": s.old_pid, "new_pid": s.new_pid,
+             "stop_s": round(s.stop_s, 3), "start_s": round(s.start_s, 3),
+             "total_s": round(s.total_s, 3)} for s in steps],
+            "total_s": round(time.monotonic() - started, 3)})
+        return 0
+    for s in steps:
+        print(f"  {s.name:<10} pid {s.old_pid} -> {s.new_pid}: stopped in {s.stop_s:.1f} s, "
+              f"answered {s.start_s:.1f} s later, in sync after {s.total_s:.1f} s")
+    print(f"Rolling restart done: {len(steps)} broker(s) in "
+          f"{time.monotonic() - started:.1f} s")
+    return 0
 
 
 def _describe(args: argparse.Namespace) -> int:

@@ -1,0 +1,168 @@
+"""`strata up` / `strata down` / `strata cluster rolling-restart` as a user runs them
+(issue [3.4] item 4), with a real ZooKeeper, three broker processes and a producer load.
+
+Checked:
+
+- ``strata cluster rolling-restart`` on a 3-broker stack under an idempotent ``acks=all``
+  load: every broker gets a new pid, one at a time (the controller's last), each only
+  after every partition was back in sync; no send fails, and every acknowledged record
+  is read back at its offset, once, in producer order (tests/support/nemesis.py's
+  checker);
+- ``strata up`` while a broker is in the middle of its shutdown (SIGTERM, then SIGSTOP
+  once it wrote its ``shutting-down`` file, so the shutdown lasts as long as the test
+  wants): ``up`` waits, says so on stderr, and starts the broker again once it has
+  exited (SIGCONT); with a short ``--shutdown-wait`` it fails instead, saying what to do,
+  and leaves the broker alone;
+- ``strata down`` stops the three brokers in parallel and ``strata up`` starts them in
+  parallel, reporting each as it answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from procs import pid_alive
+from strata.client import Admin, NewTopic
+from tests.support.nemesis import Workload, check, read_partitions
+from tests.test_cli_stack import _strata_command, _track_recorded, ok, strata, up_on_free_ports
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(420)]
+
+TOPIC = "rolling"
+PARTITIONS = 6
+
+
+def _records(data_dir: Path) -> dict[str, dict[str, Any]]:
+    state = json.loads((data_dir / "stack.json").read_text())
+    return {p["name"]: p for p in state["processes"]}
+
+
+def _brokers(data_dir: Path) -> dict[str, dict[str, Any]]:
+    return {name: p for name, p in _records(data_dir).items() if name.startswith("broker-")}
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def test_rolling_restart_under_load_loses_nothing(tmp_path: Path, reaper: Any) -> None:
+    data_dir = tmp_path / "stack"
+    try:
+        _, info = up_on_free_ports(data_dir, tmp_path, reaper, "--no-tier", brokers=3)
+        bootstrap = info["bootstrap"]
+        with Admin(bootstrap) as admin:
+            admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])
+        before = _brokers(data_dir)
+        workload = Workload(bootstrap, TOPIC, PARTITIONS, producers=2, rate=60.0, keys=64)
+        workload.start()
+        try:
+            workload.wait_for_acks(100, since=0.0, timeout=60)
+            result = subprocess.run(
+                [*_strata_command(), "cluster", "rolling-restart", "--data-dir", str(data_dir),
+                 "--format", "json", "--sync-timeout", "120"],
+                cwd=tmp_path, capture_output=True, text=True, timeout=360,
+                stdin=subprocess.DEVNULL)
+            _track_recorded(reaper, data_dir)
+            assert result.returncode == 0, (result.stdout, result.stderr)
+            steps = json.loads(result.stdout)["brokers"]
+            # Writes go on after the last restart.
+            workload.wait_for_acks(100, since=time.monotonic(), timeout=60)
+        finally:
+            workload.stop()
+        after = _brokers(data_dir)
+        assert sorted(s["name"] for s in steps) == sorted(before)
+        for step in steps:
+            assert step["old_pid"] == before[step["name"]]["pid"]
+            assert step["new_pid"] == after[step["name"]]["pid"] != step["old_pid"]
+            assert not pid_alive(step["old_pid"])
+        # One at a time, each after the partitions were back in sync (progress on stderr).
+        lines = result.stderr.splitlines()
+        order = [line.split(":")[0] for line in lines if line.endswith(")") and
+                 ": stopping (pid" in line]
+        assert order == [s["name"] for s in steps], result.stderr
+        synced = [i for i, line in enumerate(lines) if line.startswith("every partition in sync")]
+        stops = [i for i, line in enumerate(lines) if ": stopping (pid" in line]
+        assert len(synced) == len(stops) + 1, result.stderr
+        assert all(synced[k] < stops[k] < synced[k + 1] for k in range(len(stops))), \
+            result.stderr
+
+        with Admin(bootstrap) as admin:
+            topic = admin.describe_topics([TOPIC])[TOPIC]
+        high_watermarks = {p.partition: p.high_watermark for p in topic.partitions}
+        found = check(workload, read_partitions(bootstrap, TOPIC, high_watermarks),
+                      high_watermarks)
+        failed = [o.error for o in workload.snapshot() if o.error is not None]
+        assert failed == [], failed[:10]
+        assert found.ok, (found.summary("rolling restart"), found.problems)
+        assert found.acknowledged > 200
+    finally:
+        ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
+        reaper.reap()
+
+
+def test_up_waits_for_a_broker_that_is_shutting_down(tmp_path: Path, reaper: Any) -> None:
+    data_dir = tmp_path / "stack"
+    try:
+        _, info = up_on_free_ports(data_dir, tmp_path, reaper, "--no-tier", brokers=3)
+        broker = _brokers(data_dir)["broker-1"]
+        pid = broker["pid"]
+        marker = Path(broker["marker"]) / "shutting-down"
+        os.kill(pid, signal.SIGTERM)
+        _wait_for(marker.exists, 30, "the broker wrote its shutting-down file")
+        os.kill(pid, signal.SIGSTOP)  # a shutdown that takes as long as the test wants
+        try:
+            # Bounded: with a short --shutdown-wait, `up` gives up and says what to do.
+            short = strata("up", "--data-dir", str(data_dir), "--shutdown-wait", "2",
+                           cwd=tmp_path)
+            assert short.returncode == 1, (short.stdout, short.stderr)
+            assert "is still shutting down after 2 s" in short.stderr, short.stderr
+            assert "--shutdown-wait" in short.stderr and "Traceback" not in short.stderr
+            assert pid_alive(pid)  # left alone
+            assert _brokers(data_dir)["broker-1"]["pid"] == pid
+
+            waiting = subprocess.Popen(
+                [*_strata_command(), "up", "--data-dir", str(data_dir), "--format", "json"],
+                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                stdin=subprocess.DEVNULL)
+            time.sleep(4)
+            assert waiting.poll() is None, waiting.communicate()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        out, err = waiting.communicate(timeout=120)
+        _track_recorded(reaper, data_dir)
+        assert waiting.returncode == 0, (out, err)
+        assert f"broker-1 (pid {pid}) is shutting down; waiting for it to exit" in err, err
+        assert "broker-1 exited after" in err and "broker-1 answers on" in err, err
+        assert not pid_alive(pid)
+        states = {p["name"]: p for p in json.loads(out)["processes"]}
+        assert states["broker-1"]["state"] == "started"
+        assert states["broker-1"]["pid"] != pid
+        assert states["broker-0"]["state"] == states["broker-2"]["state"] == "running"
+        assert not marker.exists()  # the new process's shutdown has not begun
+
+        # Down in parallel, up in parallel, each broker reported as it answers.
+        ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
+        assert not any(pid_alive(p["pid"]) for p in info["processes"])
+        again = strata("up", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
+        _track_recorded(reaper, data_dir)
+        assert again.returncode == 0, again.stderr
+        for name in ("broker-0", "broker-1", "broker-2"):
+            assert f"{name} answers on" in again.stderr, again.stderr
+        launched = [p["started_at"] for p in _brokers(data_dir).values()]
+        # Launched together, not each after the previous one answered (seconds apart).
+        assert max(launched) - min(launched) < 1.0, launched
+    finally:
+        ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
+        reaper.reap()
