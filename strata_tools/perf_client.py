@@ -26,7 +26,8 @@ to each partition) measure how soon a commit becomes readable: ``lso_lag_ms``, f
 ``commit_transaction``'s return until ListOffsets at read_committed (the last stable
 offset) equals the log end on every partition (the coordinator answers EndTxn once the
 PrepareCommit is durable and writes the markers after), next to ``append_ms``, one
-acks=all record's round trip (one replicated append), the yardstick of both.
+acks=all record's round trip (one replicated append), the yardstick of both. The
+probe's records (``b"lso-probe"``) land in the topic too.
 
 consume: reads ``--num-records`` records from the start of every partition with
 ``poll_arrow`` (columns, no per-record Python) and reports throughput. Its latency is

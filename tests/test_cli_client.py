@@ -210,6 +210,8 @@ def test_perf_produce_in_transactions_and_consume_read_committed(
         assert report["records"] == 3000 and report["acks"] == "all", report
         assert report["transactions"] == 3000 // int(per_txn), report
         assert 0 < report["commit_ms"]["p50"] <= report["commit_ms"]["max"], report
+        assert 0 <= report["lso_lag_ms"]["p50"] <= report["lso_lag_ms"]["max"], report
+        assert report["append_ms"]["p50"] > 0, report
     timed = json.loads(ok(strata(
         broker, "perf", "produce", "--topic", "cli-perf-txn", "--num-records", "2000",
         "--transactional-id", "perf-timed", "--transaction-duration-ms", "50",
