@@ -114,6 +114,10 @@ _MARKER_TIMEOUT_S: Final = 35.0
 _MARKER_BACKOFF_S: Final = (0.02, 0.1, 0.5, 1.0)
 _EXPIRY_INTERVAL_S: Final = 600.0
 _VERIFY_TIMEOUT_S: Final = 5.0
+#: How long an AddPartitionsToTxn waits for the previous transaction to complete
+#: (``_settled``); well below a client's request timeout.
+_SETTLE_WAIT_S: Final = 2.0
+_PREPARE_STATES: Final = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 _LOGGED_ATTEMPTS: Final = (0, 5)
 
 PartitionKey = tuple[str, int]
@@ -144,6 +148,9 @@ class _Shard:
     epoch: int  # the partition's leader epoch: the coordinator epoch of its markers
     txns: dict[str, TxnMetadata] = field(default_factory=dict)
     completions: set[asyncio.Task[None]] = field(default_factory=set)
+    #: Set (and replaced) whenever a state write of one of its ids ends: what a request
+    #: parked by ``_settled`` waits for.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def _now_ms() -> int:
@@ -320,6 +327,14 @@ class TransactionCoordinator:
         """Write ``record`` (acks=all) and make it current; on failure nothing changed."""
         meta.begin(record)
         try:
+            await self._write_state(shard, meta, record, fence)
+        finally:
+            changed, shard.changed = shard.changed, asyncio.Event()
+            changed.set()
+
+    async def _write_state(self, shard: _Shard, meta: TxnMetadata, record: TxnRecord,
+                           fence: bool) -> None:
+        try:
             partition = self._leader_partition(shard.partition)
             if partition.leader_epoch != shard.epoch or \
                     self._shards.get(shard.partition) is not shard:
@@ -339,6 +354,26 @@ class TransactionCoordinator:
                 f"{TXN_TOPIC}-{shard.partition} moved while the state was written; find "
                 "the transaction coordinator again")
         meta.complete(record)
+
+    async def _settled(self, shard: _Shard, meta: TxnMetadata) -> None:
+        """Wait (at most ``_SETTLE_WAIT_S``) while ``meta`` is between states: a state
+        write in flight, or the previous transaction's markers still being written.
+
+        A producer begins its next transaction as soon as EndTxn is answered, which is
+        once PREPARE_COMMIT is durable; its first AddPartitionsToTxn then arrives while
+        the markers are written. Kafka answers CONCURRENT_TRANSACTIONS and the client
+        retries after 20 ms, every transaction; parked here it is answered the moment
+        the transaction completes (a marker round trip). After the wait the state
+        machine decides as before (CONCURRENT_TRANSACTIONS if still not settled)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _SETTLE_WAIT_S
+        while (meta.pending is not None or meta.record.state in _PREPARE_STATES) \
+                and not self._stopping and self._shards.get(shard.partition) is shard:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(shard.changed.wait(), remaining)
 
     async def _spare_id(self) -> None:
         """Keep one producer id at hand: a transition that needs one (a new id, an
@@ -404,6 +439,7 @@ class TransactionCoordinator:
             if request.verify_only:
                 return _partition_answers(request.topics, meta.verify(
                     request.producer_id, request.producer_epoch, wanted))
+            await self._settled(shard, meta)
             unknown = [tp for tp in wanted if not self._exists(*tp)]
             if unknown:
                 return _partition_answers(request.topics, {
