@@ -4,6 +4,11 @@
 #
 #   scripts/ab_bench.sh ROUNDS DIR...      e.g. git worktree add /tmp/before <commit>
 #                                          scripts/ab_bench.sh 2 /tmp/before .
+#   AB_CASES=transactions scripts/ab_bench.sh ROUNDS DIR...
+#
+# AB_CASES=transactions instead runs, per round and DIR on a fresh 3-broker stack
+# (1 KiB records, acks=all, RF 3): the idempotent producer (300,000 records), a
+# transaction every 100 ms (300,000), transactions of 100 records (30,000).
 #
 # Each DIR is a checkout (a `git worktree` of the commit to compare); they all run on
 # this checkout's venv, with PYTHONPATH=DIR, so `strata up` starts brokers of that
@@ -45,8 +50,27 @@ side() {
   (cd "$dir" && $S down --data-dir "$data" >/dev/null); rm -rf "$data"
   unset PYTHONPATH
 }
+transactions() {
+  local dir data base bs S
+  dir=$(cd "$1" && pwd)
+  S="$PYTHON -m strata_tools.cli"
+  export PYTHONPATH=$dir
+  data=$(mktemp -d /tmp/strata-ab.XXXXXX); base=$(free_base 0 9 10 11 12 40 41 42 70)
+  (cd "$dir" && $S up --data-dir "$data" --base-port "$base" --brokers 3 --no-tier >/dev/null 2>&1)
+  bs=127.0.0.1:$((base + 10)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 12))
+  (cd "$dir" && $S topic create ab-txn -p 8 -r 3 -c min.insync.replicas=2 --bootstrap "$bs" >/dev/null
+   echo "$1 round $2 idempotent: $($S perf produce --bootstrap "$bs" --topic ab-txn --num-records 300000 --record-size 1024 --acks all)"
+   echo "$1 round $2 every 100 ms: $($S perf produce --bootstrap "$bs" --topic ab-txn --num-records 300000 --record-size 1024 --transactional-id "ab-$2-ms" --transaction-duration-ms 100)"
+   echo "$1 round $2 100 records: $($S perf produce --bootstrap "$bs" --topic ab-txn --num-records 30000 --record-size 1024 --transactional-id "ab-$2-rec" --transaction-records 100)")
+  (cd "$dir" && $S down --data-dir "$data" >/dev/null); rm -rf "$data"
+  unset PYTHONPATH
+}
 for round in $(seq 1 "$ROUNDS"); do
   for dir in "$@"; do
-    side "$dir" "$round"
+    if [[ "${AB_CASES:-throughput}" == transactions ]]; then
+      transactions "$dir" "$round"
+    else
+      side "$dir" "$round"
+    fi
   done
 done
