@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 
 from procs import free_port, kill_pid
 from tests.support.broker_process import BrokerProcess
-from tests.support.fixtures import admin, bootstrap  # noqa: F401  (shared fixtures)
+from tests.support.fixtures import admin, bootstrap, pipelines  # noqa: F401  (shared fixtures)
 from zookeeper.launcher import ZooKeeperServer
 
 #: Seconds a test waits for a kazoo connection before failing.

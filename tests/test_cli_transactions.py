@@ -39,6 +39,7 @@ from strata.client import (
 )
 from strata_tools.cli import main
 from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -194,7 +195,10 @@ def test_admin_describes_lists_and_sees_the_producers_of_an_open_transaction(
             admin.abort_transaction(topic, 0, 0)
         producer.commit_transaction()
 
-    after = admin.describe_transactions([txn_id])[txn_id]
+    # commit_transaction returns once PrepareCommit is durable; the markers follow.
+    after = wait_for("the commit to complete",
+                     lambda: admin.describe_transactions([txn_id])[txn_id],
+                     lambda d: d.state != "PrepareCommit", 30)
     assert after.state == "CompleteCommit" and after.partitions == ()
     assert after.producer_epoch == epoch + 1  # KIP-890: bumped at every EndTxn
     ended = [p for p in admin.describe_producers(topic, 0) if p.producer_id == pid]

@@ -16,6 +16,7 @@ import pytest
 
 from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import BrokerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -76,7 +77,9 @@ def test_consume_transform_produce(broker: BrokerProcess,
         committed = group.committed([TopicPartition("orders", p) for p in range(2)])
     with Admin(broker.bootstrap) as admin:
         ends = admin.list_offsets({TopicPartition("orders", p): "latest" for p in range(2)})
-        state = admin.describe_transactions(["upper-casing-0"])["upper-casing-0"].state
+        # The last commit returned once PrepareCommit was durable; the markers follow.
+        state = wait_for("the last commit to complete", lambda: admin.describe_transactions(
+            ["upper-casing-0"])["upper-casing-0"].state, lambda s: s != "PrepareCommit", 30)
     # Each partition's last record processed, committed with the output; in partition 0
     # the aborted record and its marker follow it, never handed over.
     assert committed == {TopicPartition("orders", 0): ends[TopicPartition("orders", 0)].offset

@@ -13,21 +13,17 @@ can be replayed (``STRATA_EO_SEED``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from tests.support.broker_process import REPO, BrokerProcess
+from tests.support.broker_process import BrokerProcess
+from tests.support.pipeline_process import PipelineProcess, read_values
 
 pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -37,49 +33,9 @@ SINK_PARTITIONS = 3
 KILLS = 2  # each kill-and-resume costs ~30 s of the suite; two still hit mid-stream
 
 
-class Pipeline:
-    """One run of the child pipeline; killed by process group (its own session)."""
-
-    def __init__(self, bootstrap: str, checkpoint: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.spark_pipeline", "--bootstrap", bootstrap,
-             "--source", "eo-a", "--sink", "eo-b", "--checkpoint", str(checkpoint),
-             "--max-offsets", "4000"],
-            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        self.lines: list[str] = []
-        self.started = threading.Event()
-        self.done = threading.Event()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-            if line.startswith("pipeline started"):
-                self.started.set()
-            elif line.startswith("pipeline done"):
-                self.done.set()
-
-    def kill(self) -> None:
-        """SIGKILL the pipeline's process group (a crash of the driver host)."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
-
-    def output(self) -> str:
-        return "".join(self.lines[-60:])
-
-
-@pytest.fixture
-def pipelines() -> Iterator[list[Pipeline]]:
-    started: list[Pipeline] = []
-    try:
-        yield started
-    finally:
-        for pipeline in started:
-            pipeline.kill()
+def start_pipeline(bootstrap: str, checkpoint: Path) -> PipelineProcess:
+    """One run of the child pipeline from eo-a into eo-b."""
+    return PipelineProcess(bootstrap, "eo-a", "eo-b", checkpoint, max_offsets=4000)
 
 
 class Watcher(threading.Thread):
@@ -118,20 +74,11 @@ def _sink_size(bootstrap: str) -> int:
 
 def _committed(bootstrap: str) -> list[bytes]:
     """Every record of B a read_committed consumer reads from the start."""
-    out: list[bytes] = []
-    with Consumer(bootstrap, auto_offset_reset="earliest",
-                  isolation_level="read_committed") as consumer:
-        consumer.assign([TopicPartition("eo-b", p) for p in range(SINK_PARTITIONS)])
-        idle = 0
-        while idle < 8:
-            records = consumer.poll(timeout_ms=250)
-            out.extend(r.value for r in records if r.value is not None)
-            idle = 0 if records else idle + 1
-    return out
+    return read_values(bootstrap, "eo-b", SINK_PARTITIONS, "read_committed", idle_polls=8)
 
 
 def test_pipeline_killed_at_random_points_writes_every_record_exactly_once(
-        broker: BrokerProcess, tmp_path: Path, pipelines: list[Pipeline]) -> None:
+        broker: BrokerProcess, tmp_path: Path, pipelines: list[PipelineProcess]) -> None:
     seed = int(os.environ.get("STRATA_EO_SEED", random.randrange(1 << 30)))
     print(f"kill schedule seed: {seed} (rerun with STRATA_EO_SEED={seed})")
     rng = random.Random(seed)
@@ -153,7 +100,7 @@ def test_pipeline_killed_at_random_points_writes_every_record_exactly_once(
     interrupted_mid_stream = 0
     try:
         for kill in range(KILLS):
-            pipeline = Pipeline(bootstrap, checkpoint)
+            pipeline = start_pipeline(bootstrap, checkpoint)
             pipelines.append(pipeline)
             assert pipeline.started.wait(180), pipeline.output()
             if kill % 2 == 0:
@@ -175,7 +122,7 @@ def test_pipeline_killed_at_random_points_writes_every_record_exactly_once(
             print(f"killed: finished={finished} sink holds {written} records")
             if not finished and 0 < written < RECORDS:  # markers count: a mid-stream bound
                 interrupted_mid_stream += 1
-        final = Pipeline(bootstrap, checkpoint)
+        final = start_pipeline(bootstrap, checkpoint)
         pipelines.append(final)
         assert final.process.wait(300) == 0, final.output()
         assert final.done.is_set(), final.output()

@@ -24,11 +24,6 @@ Checked:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -43,7 +38,8 @@ from spark_source._options import parse_source_options
 from spark_source._sink import TEST_HOLD_ENV, checkpoint_identity
 from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from strata.client.sink import TransactionalSinkCommitter, sink_transactional_id
-from tests.support.broker_process import REPO, BrokerProcess
+from tests.support.broker_process import BrokerProcess
+from tests.support.pipeline_process import PipelineProcess, read_values
 from tests.support.tagged_source import TaggedSource, parse_value
 
 pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(600)]
@@ -272,65 +268,18 @@ def test_a_read_committed_reader_never_sees_part_of_a_micro_batch(
     assert partitions == {0, 1, 2}
 
 
-class Pipeline:
-    """``tests/support/spark_pipeline.py`` as a child process (its own session, killed
-    by process group: the Python driver, the Spark JVM and its Python workers)."""
-
-    def __init__(self, bootstrap: str, source: str, sink: str, checkpoint: Path, *,
-                 hold: bool) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        env.pop(TEST_HOLD_ENV, None)
-        if hold:
-            env[TEST_HOLD_ENV] = "1"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.spark_pipeline", "--bootstrap", bootstrap,
-             "--source", source, "--sink", sink, "--checkpoint", str(checkpoint),
-             "--max-offsets", "300"],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
-        self.lines: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
-
-    def output(self) -> str:
-        return "".join(self.lines[-60:])
-
-
-@pytest.fixture
-def pipelines() -> Iterator[list[Pipeline]]:
-    started: list[Pipeline] = []
-    try:
-        yield started
-    finally:
-        for pipeline in started:
-            pipeline.kill()
-
-
-def _read(bootstrap: str, topic: str, partitions: int, level: str) -> list[bytes]:
-    out: list[bytes] = []
-    with Consumer(bootstrap, auto_offset_reset="earliest", isolation_level=level) as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-        idle = 0
-        while idle < 6:
-            records = consumer.poll(timeout_ms=250)
-            out.extend(r.value for r in records if r.value is not None)
-            idle = 0 if records else idle + 1
-    return out
+def start_pipeline(bootstrap: str, source: str, sink: str, checkpoint: Path, *,
+                   hold: bool) -> PipelineProcess:
+    """The child pipeline; ``hold`` parks its driver between the two phases of a
+    micro-batch's commit (``STRATA_SPARK_SINK_TEST_HOLD_AFTER_PREPARE``)."""
+    return PipelineProcess(bootstrap, source, sink, checkpoint, max_offsets=300,
+                           env={TEST_HOLD_ENV: "1"} if hold else None,
+                           env_drop=(TEST_HOLD_ENV,))
 
 
 def test_a_driver_killed_between_prepare_and_commit_is_completed_by_the_restart(
         broker: BrokerProcess, admin: Admin, tmp_path: Path,
-        pipelines: list[Pipeline]) -> None:
+        pipelines: list[PipelineProcess]) -> None:
     bootstrap = broker.bootstrap
     source, sink = _topic(admin, "crash-in", 2), _topic(admin, "crash-out", 3)
     values = [f"record-{i:05d}".encode() for i in range(1200)]
@@ -342,7 +291,7 @@ def test_a_driver_killed_between_prepare_and_commit_is_completed_by_the_restart(
     sink_id = "checkpoint:" + checkpoint_identity(str(checkpoint))
     transactional_id = sink_transactional_id(sink_id)
 
-    held = Pipeline(bootstrap, source, sink, checkpoint, hold=True)
+    held = start_pipeline(bootstrap, source, sink, checkpoint, hold=True)
     pipelines.append(held)
     deadline = time.monotonic() + 240
     state = None
@@ -357,24 +306,24 @@ def test_a_driver_killed_between_prepare_and_commit_is_completed_by_the_restart(
 
     # Prepared, not committed: in the log, invisible at read_committed, and kept open
     # (two-phase: the transaction timeout never aborts it).
-    uncommitted = _read(bootstrap, sink, 3, "read_uncommitted")
+    uncommitted = read_values(bootstrap, sink, 3, "read_uncommitted")
     assert uncommitted and len(uncommitted) == len(set(uncommitted)) <= 300
-    assert _read(bootstrap, sink, 3, "read_committed") == []
+    assert read_values(bootstrap, sink, 3, "read_committed") == []
     with TransactionalSinkCommitter(bootstrap, sink_id) as probe:
         assert probe.describe() == ("Ongoing", "batch=0;prepared")
     stable = admin.list_offsets({TopicPartition(sink, p): "latest" for p in range(3)},
                                 isolation_level="read_committed")
     assert {r.offset for r in stable.values()} == {0}  # every partition held at batch 0
 
-    final = Pipeline(bootstrap, source, sink, checkpoint, hold=False)
+    final = start_pipeline(bootstrap, source, sink, checkpoint, hold=False)
     pipelines.append(final)
     assert final.process.wait(300) == 0, final.output()
     assert any(line.startswith("pipeline done") for line in final.lines), final.output()
-    committed = _read(bootstrap, sink, 3, "read_committed")
+    committed = read_values(bootstrap, sink, 3, "read_committed")
     assert len(committed) == len(values), f"{len(committed)} rows for {len(values)}"
     assert sorted(committed) == sorted(b"T:" + v for v in values)
     # Nothing was appended twice or aborted: the resumed batch 0 kept its first commit.
-    assert sorted(_read(bootstrap, sink, 3, "read_uncommitted")) == sorted(committed)
+    assert sorted(read_values(bootstrap, sink, 3, "read_uncommitted")) == sorted(committed)
     with TransactionalSinkCommitter(bootstrap, sink_id) as probe:
         last = probe.describe()
     assert last is not None and last[0] in ("PrepareCommit", "CompleteCommit")

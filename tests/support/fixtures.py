@@ -13,6 +13,7 @@ import pytest
 
 from strata.client import Admin
 from tests.support.broker_process import BrokerProcess
+from tests.support.pipeline_process import PipelineProcess
 
 
 @pytest.fixture(scope="module")
@@ -26,3 +27,14 @@ def admin(bootstrap: str) -> Iterator[Admin]:
     """One ``Admin`` on ``bootstrap``, shared by a module's tests."""
     with Admin(bootstrap) as client:
         yield client
+
+
+@pytest.fixture
+def pipelines() -> Iterator[list[PipelineProcess]]:
+    """The pipelines a test starts (it appends them); each is killed at teardown."""
+    started: list[PipelineProcess] = []
+    try:
+        yield started
+    finally:
+        for pipeline in started:
+            pipeline.kill()
