@@ -278,9 +278,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="multiply every record count (0.1 for a quick look)")
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="run only the cases whose name contains TEXT (repeatable), "
+                        "e.g. to measure one case again after a change")
     args = parser.parse_args(argv)
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-    case_list = cases(args.scale)
+    case_list = [c for c in cases(args.scale)
+                 if not args.only or any(text in c.name for text in args.only)]
+    if not case_list:
+        parser.error(f"--only {args.only}: no case matches; the cases are: "
+                     + "; ".join(c.name for c in cases(args.scale)))
     results: dict[str, dict[str, list[dict[str, float]]]] = {
         c.name: {"strata": [], "kafka": []} for c in case_list}
     stacks = Stacks()
