@@ -24,17 +24,21 @@ from zookeeper.launcher import ZooKeeperServer
 #: Seconds a test waits for a kazoo connection before failing.
 KAZOO_CONNECT_TIMEOUT = 15.0
 
-#: The modules that take a minute or more (Spark, Delta, whole stacks, fault schedules),
-#: longest first. They run before the others: `make test` hands whole modules to two
-#: workers (pytest-xdist, ``--dist loadfile``) in collection order, and a long module
-#: started last would leave the other worker idle until it ends.
+#: The modules that take half a minute or more (Spark, Delta, whole stacks, fault
+#: schedules), longest first, as measured in a full run (2026-11-29). They run before the
+#: others: `make test` hands whole modules to the workers (pytest-xdist, ``--dist
+#: loadfile --no-loadscope-reorder``; without the latter xdist orders modules by their
+#: number of tests, which put most of these last) in collection order, and a long module
+#: started last would leave the other workers idle until it ends.
 LONGEST_MODULES_FIRST = (
-    "test_notebooks", "test_spark_cluster", "test_tiering", "test_faults", "test_txn_faults",
-    "test_spark_txn", "test_cli_stack", "test_tier_transactions", "test_network_partitions",
-    "test_spark_exactly_once", "test_stack_rolling_restart", "test_spark_tier_replay",
-    "test_perf_spark", "test_group_faults", "test_perf_scale", "test_sink_transactions",
-    "test_spark_sink", "test_spark_source", "test_transactions", "test_cli_transactions",
-    "test_compaction_txn_broker", "test_replication", "test_cli_cluster", "test_cli_client",
+    "test_faults", "test_spark_cluster", "test_spark_exactly_once", "test_tiering",
+    "test_notebooks", "test_cli_stack", "test_txn_faults", "test_spark_txn",
+    "test_replication", "test_group_faults", "test_cli_client", "test_network_partitions",
+    "test_spark_source", "test_consumer_groups", "test_spark_typed", "test_transactions",
+    "test_security", "test_spark_sink", "test_perf_spark", "test_package", "test_cli_cluster",
+    "test_spark_tier_replay", "test_cli_transactions", "test_gateway",
+    "test_stack_rolling_restart", "test_perf_scale", "test_sink_protocol",
+    "test_typed_topics", "test_gateway_schema",
 )
 
 
@@ -201,12 +205,17 @@ def strata_broker(
 
 
 @pytest.fixture(scope="module")
-def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+def spark(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One SparkSession per test module (``conf/spark-defaults.conf``, ``local[2]``),
-    stopped when the module is done so the next module starts from a clean JVM state."""
+    stopped when the module is done so the next module starts from a clean JVM state.
+    Its catalog lives in a temp dir: Spark's default ``./spark-warehouse`` would put the
+    tier job's ``strata`` databases into the checkout."""
     from strata.spark import spark_session
 
-    session = spark_session(f"strata-{request.module.__name__.rsplit('.', 1)[-1]}")
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = spark_session(f"strata-{request.module.__name__.rsplit('.', 1)[-1]}",
+                            {"spark.sql.warehouse.dir": str(warehouse)})
     try:
         yield session
     finally:

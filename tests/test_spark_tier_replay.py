@@ -70,12 +70,14 @@ DELTA_WRITE = {"delta.enableDeletionVectors": "false"}
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The module's session: repository defaults plus the tier contract's timestamp
     encoding (delta-rs cannot read Spark's legacy INT96)."""
     from strata_spark import spark_session
 
     session = spark_session("strata-test_spark_tier_replay", {
+        # The catalog in a temp dir, not ./spark-warehouse in the checkout.
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     })

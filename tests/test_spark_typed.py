@@ -170,10 +170,12 @@ def bootstrap(cluster: Cluster) -> str:
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from strata_spark import spark_session
 
     session = spark_session("strata-test_spark_typed", {
+        # The catalog in a temp dir, not ./spark-warehouse in the checkout.
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.session.timeZone": "UTC",
