@@ -17,7 +17,9 @@ every leadership another in-sync replica can take, and takes this broker out of 
 ISR; bounded by ``controlled.shutdown.timeout.ms``), then stop accepting connections,
 let in-flight requests finish (up to ``shutdown.timeout.ms``), close every log (flush,
 producer-state snapshot, clean-shutdown marker; several at once), then close the
-ZooKeeper session (the registration vanishes).
+ZooKeeper session (the registration vanishes). For the length of the shutdown the data
+dir holds ``shutting-down`` with this process's pid, so that ``strata up`` can tell a
+broker on its way out from a hung one (:data:`SHUTTING_DOWN_FILE`).
 
 Partition states reach the broker through change notifications
 (:class:`~brokers.coordination.PartitionStateWatcher`) in batches, applied on the event
