@@ -194,7 +194,14 @@ class _JvmStream:
         self._read_fd, self.write_fd = os.pipe()
         self._lock = threading.Lock()
         self._held: bytearray | None = bytearray()
-        threading.Thread(target=self._pump, name=f"strata-spark-fd{target}", daemon=True).start()
+        self._reader = threading.Thread(target=self._pump, name=f"strata-spark-fd{target}",
+                                        daemon=True)
+        self._reader.start()
+
+    def drain(self, timeout: float = 5.0) -> None:
+        """After a failed start: wait until everything the (exited) JVM wrote has been
+        read, so that ``release`` prints all of it. Our write end must be closed first."""
+        self._reader.join(timeout)
 
     def _pump(self) -> None:
         try:
@@ -262,11 +269,15 @@ def _launch_jvm(options: Mapping[str, str]) -> None:
             conf, popen_kwargs={"stdout": streams[0].write_fd, "stderr": streams[1].write_fd})
     except BaseException:
         for stream in streams:
+            os.close(stream.write_fd)
+        # The JVM has exited: read what is left in the pipes before printing, or this
+        # process could end (the exception) before the readers saw the last lines.
+        for stream in streams:
+            stream.drain()
             stream.release(started=False)
         raise
-    finally:
-        for stream in streams:
-            os.close(stream.write_fd)  # the JVM holds its own copies
+    for stream in streams:
+        os.close(stream.write_fd)  # the JVM holds its own copies
     SparkContext._ensure_initialized(gateway=gateway)
     for stream in streams:
         stream.release(started=True)

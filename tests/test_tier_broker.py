@@ -343,8 +343,9 @@ def _produce(broker: BrokerProcess, topic: str, p: int, timestamps: list[int]) -
                     answer = response.topics[0].partitions[0]
                     # A leader learns of a new topic through its own ZooKeeper watch, a
                     # moment after the broker that answered CreateTopics: retriable, as
-                    # UNKNOWN_TOPIC_OR_PARTITION is in Kafka.
-                    if answer.error_code != 3:
+                    # UNKNOWN_TOPIC_OR_PARTITION is in Kafka, and so is NOT_LEADER
+                    # while it has yet to apply the state the metadata already shows.
+                    if answer.error_code not in (3, 6):
                         break
                     await asyncio.sleep(0.05)
                 assert answer.error_code == 0, answer
