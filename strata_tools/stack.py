@@ -1111,6 +1111,7 @@ class Stack:
         running, does not come back, or the partitions do not get back in sync.
         """
         from strata.client import Admin
+        from wire.errors import StrataError
 
         with self._locked():
             base, records = self._load()
@@ -1144,10 +1145,15 @@ class Stack:
                     done.append(RestartedBroker(old.name, old.pid, new.pid,
                                                 stopped - started, answered - stopped,
                                                 time.monotonic() - started))
-                results = admin.elect_preferred_leaders()
-                preferred = sum(1 for r in results.values() if r.message is None)
-                self._say(f"preferred leaders elected: {preferred} of {len(results)} "
-                          "partition(s) led by their preferred replica")
+                try:
+                    results = admin.elect_preferred_leaders()
+                except StrataError as err:  # every broker is back: report, do not fail
+                    self._say(f"preferred-leader election failed ({err}); run `strata "
+                              "cluster elect-preferred-leaders` to spread leadership again")
+                else:
+                    preferred = sum(1 for r in results.values() if r.message is None)
+                    self._say(f"preferred leaders elected: {preferred} of {len(results)} "
+                              "partition(s) led by their preferred replica")
             return done
 
     def _restart_broker(self, old: ProcessRecord, base: int,
