@@ -31,7 +31,7 @@ lint: setup
 # halve the wall time (23 -> 11-13 min measured). TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
 test: setup lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # The tiers (each test module declares one, `pytestmark = pytest.mark.unit`, and
 # tests/conftest.py fails the collection of a module that does not): unit is pure
@@ -44,10 +44,10 @@ unit: setup
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 integration: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m integration $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m integration $(PYTEST_ARGS)
 
 system: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m system $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m system $(PYTEST_ARGS)
 
 bench: setup
 	@bash scripts/bench.sh
