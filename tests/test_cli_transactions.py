@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -29,7 +28,6 @@ import pytest
 from brokers.transaction_coordinator import TXN_TOPIC, txn_partition
 from strata.client import (
     Admin,
-    Consumer,
     InvalidTxnStateError,
     NewTopic,
     Producer,
@@ -39,6 +37,7 @@ from strata.client import (
 )
 from strata_tools.cli import main
 from tests.support.broker_process import BrokerProcess
+from tests.support.reading import read_for
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -86,13 +85,7 @@ def _topic(admin: Admin, partitions: int = 2) -> str:
 def _read(bootstrap: str, topic: str, isolation: str, partitions: int = 1,
           seconds: float = 2.0) -> list[tuple[int, int, bytes]]:
     """(partition, offset, value) of what a fresh consumer reads in ``seconds``."""
-    out: list[tuple[int, int, bytes]] = []
-    with Consumer(bootstrap, isolation_level=isolation, auto_offset_reset="earliest") as c:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            out += [(r.partition, r.offset, r.value or b"") for r in c.poll(timeout_ms=200)]
-    return sorted(out)
+    return sorted(read_for(bootstrap, topic, partitions, isolation, seconds))
 
 
 # ----------------------------------------------------------------------------- no broker

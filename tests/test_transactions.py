@@ -28,6 +28,7 @@ from strata.client import (
     TransactionStateError,
 )
 from tests.support.cluster import Cluster
+from tests.support.reading import read_for
 from tests.support.waiting import wait_for
 from wire.connection import BrokerConnection
 from wire.errors import ProducerFencedError, TransactionAbortableError
@@ -73,13 +74,7 @@ def topic(cluster: Cluster) -> str:
 def read(bootstrap: str, topic: str, isolation: str, *, partitions: int = 3,
          seconds: float = 3.0) -> list[tuple[int, int, bytes]]:
     """(partition, offset, value) of every record a fresh consumer reads in ``seconds``."""
-    out: list[tuple[int, int, bytes]] = []
-    with Consumer(bootstrap, isolation_level=isolation, auto_offset_reset="earliest") as c:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            out += [(r.partition, r.offset, r.value or b"") for r in c.poll(timeout_ms=200)]
-    return sorted(out)
+    return sorted(read_for(bootstrap, topic, partitions, isolation, seconds))
 
 
 def values(records: list[tuple[int, int, bytes]]) -> list[bytes]:

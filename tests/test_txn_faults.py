@@ -51,6 +51,7 @@ from tests.support.cluster import Cluster
 from tests.support.delay_proxy import DelayProxy
 from tests.support.nemesis import soak_seconds
 from tests.support.netns import unavailable
+from tests.support.reading import read_for
 from tests.support.txn_checker import TxnHistory, check, exactly_once, load
 from tests.support.txn_workload import LiveReader, final_reads, wait_until_stable, writer_command
 from tests.support.waiting import wait_for
@@ -162,13 +163,7 @@ def _end(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
 
 def _read_all(bootstrap: str, topic: str, partitions: int, isolation: str,
               seconds: float = 3.0) -> list[tuple[int, int, bytes]]:
-    out: list[tuple[int, int, bytes]] = []
-    with Consumer(bootstrap, isolation_level=isolation, auto_offset_reset="earliest") as c:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            out += [(r.partition, r.offset, r.value or b"") for r in c.poll(timeout_ms=200)]
-    return out
+    return read_for(bootstrap, topic, partitions, isolation, seconds)
 
 
 # ----------------------------------------------------------------------------- the nemesis
