@@ -261,6 +261,7 @@ def test_the_broker_refuses_batches_that_do_not_match(cluster: Cluster,
                                                       admin: Admin) -> None:
     topic = "strict"
     _typed_topic(admin, topic)
+    cluster.wait_until_healthy(topic)  # raw requests go straight to a leader: it must lead
     schema_id = admin.register_schema(f"{topic}-value", ORDER_V1)
     wrong = pa.array([{"id": 1, "customer": 7}], pa.struct([
         pa.field("id", pa.int64(), nullable=False), pa.field("customer", pa.int64())]))
@@ -287,6 +288,7 @@ def test_a_refused_schema_id_is_accepted_once_registered(cluster: Cluster,
     on the other one (which cached the refusal; versions are cached for 30 s)."""
     topic = "later"
     _typed_topic(admin, topic)
+    cluster.wait_until_healthy(topic)  # raw requests go straight to a leader: it must lead
     admin.register_schema(f"{topic}-value", ORDER_V1)
     elsewhere = admin.register_schema("elsewhere-value", ORDER_V2)  # its id, not here
     values = records_to_arrow([{**o, "channel": "app"} for o in _orders(0, 3)],
