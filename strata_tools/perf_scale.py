@@ -15,32 +15,50 @@ truth, is read with kazoo's connection in multiRead requests of 500 znodes
 *led* when its state names a leader registered under ``/strata/brokers/ids``; a poll
 takes ``_POLL_S`` plus the time to read the znodes, so each time is late by at most that.
 
+Every leadership figure comes twice: as ZooKeeper records it (``..._s``) and as clients
+see it (``..._clients_s``): the leaders of a fresh Metadata answer from a broker
+(``AsyncAdmin.describe_topics(offsets=False)``, the request every producer and consumer
+makes), which lag ZooKeeper by the controller's propagation to the brokers. The
+clients' figures are the user path of issue [3.4]; ``scripts/scale_user_path.sh`` prints
+them as that issue's table.
+
 Phases, in order (``--skip`` leaves any but the first out), and the JSON keys:
 
 1. ``create_all_leaders_s``: create the T topics with ``Admin.create_topics``, 10 per
    request, one request after the other; time from the first request until every
-   partition is led (``create_requests_s``: until the last request returned).
-2. ``produce``: a fresh ``AsyncProducer`` (acks=all, idempotent) first looks up every
-   topic (``produce_metadata_s``), then sends one 100-byte record to every partition
-   (explicit partition numbers), flushes and checks every acknowledgement
-   (``produce_one_each_s``, from the first send to the last acknowledgement).
+   partition is led (``create_requests_s``: until the last request returned;
+   ``create_all_led_clients_s``: until the clients' metadata names a leader for each).
+2. ``produce``: first as a user writes: a new blocking ``Producer`` (acks=all, defaults
+   otherwise) sends one 100-byte record to every new partition, then waits for the
+   ``result()`` of each (``produce_one_each_user_s``, metadata lookups included). Then
+   a fresh ``AsyncProducer`` (acks=all, idempotent, linger 5 ms) first looks up every
+   topic (``produce_metadata_s``), then sends one more record to every partition,
+   flushes and checks every acknowledgement (``produce_one_each_s``, from the first send
+   to the last acknowledgement): the split of the user's figure.
 3. ``controlled-shutdown``: once every ISR is full, a background ``AsyncProducer``
    (acks=all, client retries on, idempotent) writes ``--background-rate`` records/s
    round-robin over every partition; the non-controller broker that leads the most
    partitions is sent SIGTERM. ``controlled_shutdown_s``: until no partition it led
-   names it as leader; ``controlled_shutdown_exit_s``: until its process is gone;
+   names it as leader (``..._clients_s``: in the clients' metadata);
+   ``controlled_shutdown_exit_s``: until its process is gone;
    ``controlled_shutdown_failed_requests``: records sent from the SIGTERM until the
    process exited whose ``send`` raised or whose future failed (after the client's
-   retries, waited for to the end), out of ``controlled_shutdown_requests``. Then
-   ``strata up --data-dir D`` restarts it (``controlled_shutdown_restart_s``) and the
-   run waits until it is registered and back in every ISR (``..._isr_full_s``, from the
-   restart).
+   retries, waited for to the end), out of ``controlled_shutdown_requests``. As soon as
+   the clients see it lead nothing, ``strata up --data-dir D`` is run, as a rolling
+   restart does, while the broker may still be closing: ``up`` waits for it to exit and
+   starts it again (``controlled_shutdown_up_s``: the whole ``up`` call;
+   ``controlled_shutdown_restart_s``: from the exit until ``up`` returned, that is until
+   the new process answers). Then the run waits until it is registered and back in
+   every ISR (``..._isr_full_s``, from ``up``'s return).
 4. ``sigkill-controller``: once every ISR is full, the broker named by
    ``/strata/controller`` is SIGKILLed; ``sigkill_controller_s``: until every partition
    is led by a registered broker other than it (``sigkill_new_controller_s``: until
-   ``/strata/controller`` names another broker). Restarted and waited for as in 3.
+   ``/strata/controller`` names another broker; ``sigkill_controller_clients_s``: until
+   the clients' metadata names another leader for every partition). Restarted (after it
+   is gone) and waited for as in 3.
 5. ``restart``: ``strata down`` then ``strata up`` of the whole stack;
-   ``full_restart_s``: from the ``strata up`` call until every partition is led (a
+   ``full_restart_s``: from the ``strata up`` call until every partition is led
+   (``full_restart_clients_s``: in the clients' metadata; a
    broker registers before it has loaded its partitions, so also
    ``full_restart_writable_s``: until a fresh producer, started then, has one acks=all
    record acknowledged by every partition; its retry back-off, up to 1 s, is in it).
@@ -108,7 +126,7 @@ from typing import Any, TypeVar
 from strata_tools.perf_zookeeper import Key, ZooKeeperView
 
 __all__ = ["PHASES", "ScaleError", "ScaleOptions", "add_scale_arguments", "bench_scale",
-           "run_scale"]
+           "run_scale", "user_path_table"]
 
 #: Phases ``--skip`` may leave out (the topics are always created).
 PHASES = ("produce", "controlled-shutdown", "sigkill-controller", "restart", "resources",
@@ -118,6 +136,7 @@ REPLICATION_FACTOR = 3
 _POLL_S = 0.1
 _CONNECT_CONCURRENCY = 50
 _STRATA_UP_TIMEOUT_S = 300.0
+_VIEW_REQUEST_TIMEOUT_MS = 5000
 
 
 class ScaleError(RuntimeError):
@@ -490,6 +509,73 @@ async def _wait(what: str, check: Callable[[], tuple[bool, str]], timeout: float
         await asyncio.sleep(_POLL_S)
 
 
+async def _wait_async(what: str, check: Callable[[], Awaitable[tuple[bool, str]]],
+                      timeout: float, abort: Callable[[], None] | None = None) -> float:
+    """``_wait`` for a check that is a coroutine (the clients' view)."""
+    deadline = time.perf_counter() + timeout
+    while True:
+        met, detail = await check()
+        now = time.perf_counter()
+        if met:
+            return now
+        if abort is not None:
+            abort()
+        if now > deadline:
+            raise ScaleError(f"timed out after {timeout:.0f} s waiting for {what}: {detail}")
+        await asyncio.sleep(_POLL_S)
+
+
+class _Clients:
+    """What a client sees: the leaders of one Metadata answer (``AsyncAdmin.describe_topics``
+    with ``offsets=False``, the request every producer and consumer makes). ZooKeeper may
+    name a leader before the brokers' metadata does; the benchmark reports both."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        self.admin: Any = None
+
+    async def __aenter__(self) -> _Clients:
+        from strata.client import AsyncAdmin
+
+        self.admin = AsyncAdmin(self.run.stack.bootstrap, client_id="strata-perf-scale-view",
+                                request_timeout_ms=_VIEW_REQUEST_TIMEOUT_MS,
+                                retry_backoff_ms=50)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self.admin.close()
+
+    async def leaders(self, topics: Sequence[str]) -> dict[Key, int] | str:
+        from strata.client import StrataError
+
+        try:
+            described = await asyncio.wait_for(
+                self.admin.describe_topics(topics, offsets=False),
+                _VIEW_REQUEST_TIMEOUT_MS / 1000 + 1)
+        except (StrataError, OSError, TimeoutError) as err:
+            return f"Metadata: {err!r}"
+        return {(t, p.partition): p.leader for t, d in described.items() for p in d.partitions}
+
+    async def led(self, keys: Sequence[Key], avoid: int | None = None) -> tuple[bool, str]:
+        """Every partition of ``keys`` has a leader (other than ``avoid``) in metadata."""
+        leaders = await self.leaders(sorted({t for t, _ in keys}))
+        if isinstance(leaders, str):
+            return False, leaders
+        bad = [f"{t}-{p} (leader {leaders.get((t, p))})" for t, p in keys
+               if leaders.get((t, p), -1) < 0 or leaders.get((t, p)) == avoid]
+        return not bad, f"{len(bad)} partition(s) without a leader in the clients' " \
+                        f"metadata, e.g. {', '.join(bad[:3])}"
+
+    async def not_led_by(self, keys: Sequence[Key], broker: int) -> tuple[bool, str]:
+        leaders = await self.leaders(sorted({t for t, _ in keys}))
+        if isinstance(leaders, str):
+            return False, leaders
+        bad = [f"{t}-{p}" for t, p in keys if leaders.get((t, p)) == broker]
+        return not bad, f"{len(bad)} partition(s) still led by broker {broker} in the " \
+                        f"clients' metadata, e.g. {', '.join(bad[:3])}"
+
+
 async def _within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
     """``awaitable``'s result, or a ScaleError naming ``what`` after ``timeout`` s."""
     try:
@@ -599,15 +685,21 @@ class _Run:
         requests_done = time.perf_counter()
         done = await self.wait_led(self.keys, "every partition of the new topics to have a "
                                    "leader")
+        async with _Clients(self) as clients:
+            seen = await _wait_async("every partition of the new topics to have a leader in "
+                                     "the clients' metadata", lambda: clients.led(self.keys),
+                                     self.options.timeout)
         self.assignment = await asyncio.to_thread(self.z.assignments, self.topics)
         reading = time.perf_counter()
         await asyncio.to_thread(self.z.states, self.keys)
         read_s = time.perf_counter() - reading
         self.result["create_requests_s"] = _seconds(requests_done - began)
         self.result["create_all_leaders_s"] = _seconds(done - began)
+        self.result["create_all_led_clients_s"] = _seconds(seen - began)
         self.result["zk_state_read_s"] = _seconds(read_s)
         self.log(f"  every partition led {done - began:.2f} s after the first request "
-                 f"(requests returned after {requests_done - began:.2f} s); one pipelined "
+                 f"in ZooKeeper, {seen - began:.2f} s in the clients' metadata (requests "
+                 f"returned after {requests_done - began:.2f} s); one pipelined "
                  f"read of the {len(self.keys)} state znodes takes {read_s:.3f} s")
 
     # 2 ---------------------------------------------------------------------------------
@@ -628,8 +720,26 @@ class _Run:
                              f"failed; first: {failed[0]}")
         return sending - began, done - sending
 
+    def produce_as_a_user(self) -> float:
+        """A new blocking ``Producer`` (acks=all, the defaults otherwise): ``send`` one
+        record to every partition, then ``result()`` of each; seconds from the first
+        ``send`` (the producer's metadata lookups included) to the last result."""
+        from strata.client import Producer
+
+        with Producer(self.stack.bootstrap, acks="all", client_id="strata-perf-scale-user",
+                      max_block_ms=int(self.options.timeout * 1000)) as producer:
+            began = time.perf_counter()
+            futures = [producer.send(t, self.payload, partition=p) for t, p in self.keys]
+            for future in futures:
+                future.result(timeout=self.options.timeout)
+            return time.perf_counter() - began
+
     async def phase_produce(self) -> None:
-        self.log(f"one acks=all record to each of {len(self.keys)} partitions")
+        self.log(f"one acks=all record to each of {len(self.keys)} new partitions (a new "
+                 "blocking Producer: send each, then result of each)")
+        user_s = await asyncio.to_thread(self.produce_as_a_user)
+        self.result["produce_one_each_user_s"] = _seconds(user_s)
+        self.log(f"  {user_s:.2f} s; again with an AsyncProducer, metadata first")
         async with self.producer(linger_ms=5) as producer:
             metadata_s, produce_s = await self.produce_one_each(producer)
         self.result["produce_metadata_s"] = _seconds(metadata_s)
@@ -657,39 +767,51 @@ class _Run:
                  f"controller is {controller}) under {o.background_rate} records/s")
         background = _Background(self.keys, o.background_rate, self.payload)
         stop = asyncio.Event()
-        async with self.producer(linger_ms=5, retries=2_147_483_647) as producer:
+        up: asyncio.Task[float] | None = None
+        async with self.producer(linger_ms=5, retries=2_147_483_647) as producer, \
+                _Clients(self) as clients:
             for topic in self.topics:
                 await producer.partitions_for(topic)
             sender = asyncio.create_task(background.run(producer, stop))
-            restart_tried = False
             try:
                 await asyncio.sleep(2.0)  # steady writing before the signal
                 if sender.done():
                     await sender  # it failed: raise its error
                 began = time.perf_counter()
                 _signal(pid, marker, signal.SIGTERM)
-                gone_at: float | None = None
+                gone_at: float | None = None  # in ZooKeeper
+                seen_at: float | None = None  # in the clients' metadata
                 exited_at: float | None = None
                 deadline = began + o.timeout
-                while gone_at is None or exited_at is None:
+                while gone_at is None or seen_at is None or exited_at is None:
                     if exited_at is None and not pid_alive(pid):
                         exited_at = time.perf_counter()
                     if gone_at is None:
                         met, detail = await asyncio.to_thread(self.z.not_led_by, led, victim)
                         if met:
                             gone_at = time.perf_counter()
+                    if seen_at is None:
+                        met, seen_detail = await clients.not_led_by(led, victim)
+                        if met:
+                            seen_at = time.perf_counter()
+                            # As a rolling restart does: `strata up` at once, while the
+                            # broker may still be closing (up waits for it to exit).
+                            up = asyncio.create_task(self.restart_missing())
                     now = time.perf_counter()
                     if now > deadline:
-                        what = "no partition to name it as leader" if gone_at is None \
+                        what = "no partition to name it as leader in ZooKeeper: " + detail \
+                            if gone_at is None else "no partition to name it as leader in " \
+                            "the clients' metadata: " + seen_detail if seen_at is None \
                             else "its process to exit"
                         if exited_at is None:
                             with contextlib.suppress(ScaleError, ProcessLookupError):
                                 _signal(pid, marker, signal.SIGKILL)
                         raise ScaleError(f"timed out after {o.timeout:.0f} s after SIGTERM to "
-                                         f"broker {victim} waiting for {what}"
-                                         + (f": {detail}" if gone_at is None else ""))
+                                         f"broker {victim} waiting for {what}")
                     if exited_at is None and sender.done():
                         await sender
+                    if up is not None and up.done():
+                        await up  # `strata up` failed: raise its error
                     await asyncio.sleep(_POLL_S / 2)
                 stop.set()
                 await sender
@@ -698,32 +820,41 @@ class _Run:
                 await _within(producer.flush(), o.timeout,
                               "the background producer's flush after the shutdown")
                 await background.settled(o.timeout)
-                restart_tried = True
-                restart_s = await self.restart_missing()
+                assert up is not None
+                up_s = await up
+                up_returned = time.perf_counter()
             finally:
                 stop.set()
                 if not sender.done():
                     sender.cancel()
-                if not restart_tried:  # leave the stack as it was found
+                if up is None:  # leave the stack as it was found
                     await self.restart_quietly()
+                elif not up.done():
+                    with contextlib.suppress(Exception):
+                        await up
         restarted_at = time.perf_counter()
         isr_s = await self.wait_healthy("after restarting the broker") - restarted_at
-        assert gone_at is not None and exited_at is not None
+        assert gone_at is not None and exited_at is not None and seen_at is not None
         sent, failed, first = background.window(began, exited_at)
         self.result.update({
             "controlled_shutdown_victim": victim,
             "controlled_shutdown_led_partitions": len(led),
             "controlled_shutdown_s": _seconds(gone_at - began),
+            "controlled_shutdown_clients_s": _seconds(seen_at - began),
             "controlled_shutdown_exit_s": _seconds(exited_at - began),
             "controlled_shutdown_requests": sent,
             "controlled_shutdown_failed_requests": failed,
             "controlled_shutdown_first_error": first,
-            "controlled_shutdown_restart_s": _seconds(restart_s),
+            "controlled_shutdown_up_s": _seconds(up_s),
+            "controlled_shutdown_restart_s": _seconds(up_returned - exited_at),
             "controlled_shutdown_restart_isr_full_s": _seconds(isr_s),
         })
-        self.log(f"  leaders moved off it after {gone_at - began:.2f} s, process exited after "
-                 f"{exited_at - began:.2f} s; {failed} of {sent} records sent in between "
-                 f"failed; restarted in {restart_s:.2f} s, ISRs full {isr_s:.2f} s later")
+        self.log(f"  leaders moved off it after {gone_at - began:.2f} s in ZooKeeper, "
+                 f"{seen_at - began:.2f} s in the clients' metadata; `strata up` called then; "
+                 f"the process exited after {exited_at - began:.2f} s; {failed} of {sent} "
+                 f"records sent in between failed; `strata up` returned (the broker answers) "
+                 f"{up_returned - exited_at:.2f} s after the exit, ISRs full {isr_s:.2f} s "
+                 "later")
 
     # 4 ---------------------------------------------------------------------------------
     async def phase_sigkill_controller(self) -> None:
@@ -761,6 +892,11 @@ class _Run:
                 await asyncio.sleep(0.01)
             done = await _wait(f"every partition to be led by a live broker other than the "
                                f"killed controller {controller}", check, self.options.timeout)
+            async with _Clients(self) as clients:
+                seen = await _wait_async(
+                    f"every partition to be led by a broker other than the killed controller "
+                    f"{controller} in the clients' metadata",
+                    lambda: clients.led(self.keys, avoid=controller), self.options.timeout)
             restart_tried = True
             restart_s = await self.restart_missing()
         finally:
@@ -772,12 +908,14 @@ class _Run:
             "sigkill_controller_victim": controller,
             "sigkill_controller_led_partitions": len(led),
             "sigkill_controller_s": _seconds(done - began),
+            "sigkill_controller_clients_s": _seconds(seen - began),
             "sigkill_new_controller_s": _seconds(new_controller[0] - began)
             if new_controller else None,
             "sigkill_controller_restart_s": _seconds(restart_s),
             "sigkill_controller_restart_isr_full_s": _seconds(isr_at - restarted_at),
         })
-        self.log(f"  every partition led by a live broker after {done - began:.2f} s; "
+        self.log(f"  every partition led by a live broker after {done - began:.2f} s in "
+                 f"ZooKeeper, {seen - began:.2f} s in the clients' metadata; "
                  f"restarted in {restart_s:.2f} s, ISRs full {isr_at - restarted_at:.2f} s "
                  "later")
 
@@ -815,8 +953,13 @@ class _Run:
                                          f"ZooKeeper to come back: {err}") from None
             led_at = await _wait("every partition to be led after the full restart",
                                  lambda: self.z.led(self.keys), o.timeout, abort)
-            self.log(f"  every partition led {led_at - began:.2f} s after `strata up`; "
-                     "writing one record to each")
+            async with _Clients(self) as clients:
+                seen_at = await _wait_async(
+                    "every partition to have a leader in the clients' metadata after the "
+                    "full restart", lambda: clients.led(self.keys), o.timeout, abort)
+            self.log(f"  every partition led {led_at - began:.2f} s after `strata up` in "
+                     f"ZooKeeper, {seen_at - began:.2f} s in the clients' metadata; writing "
+                     "one record to each")
             async with self.producer(linger_ms=5) as producer:
                 await self.produce_one_each(producer)
             writable_at = time.perf_counter()
@@ -829,6 +972,7 @@ class _Run:
         self.result.update({
             "full_restart_down_s": _seconds(down_s),
             "full_restart_s": _seconds(led_at - began),
+            "full_restart_clients_s": _seconds(seen_at - began),
             "full_restart_writable_s": _seconds(writable_at - began),
             "full_restart_up_returned_s": _seconds(up_returned[0] - began),
         })
@@ -1286,8 +1430,58 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip", type=_phases, default=frozenset(),
                         metavar="PHASE[,PHASE...]",
                         help=f"phases to leave out: {', '.join(PHASES)}")
+    parser.add_argument("--format", choices=("json", "user-path"), default="json",
+                        help="json: every figure (default); user-path: the table of the "
+                        "user's commands (issue [3.4]), clients' view beside ZooKeeper's")
     parser.add_argument("--keep-topics", action="store_true",
                         help="on a running stack given with --data-dir, keep the topics")
+
+
+#: The rows of issue [3.4]'s table: (what, JSON key, target in seconds or None).
+USER_PATH_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("create (groups of 10 topics) + every partition led (clients' metadata)",
+     "create_all_led_clients_s", "<= 10 s"),
+    ("one acks=all record to each new partition (one `Producer`, `send` + `result`)",
+     "produce_one_each_user_s", "<= 3 s"),
+    ("SIGTERM of a broker -> no partition led by it (clients' metadata)",
+     "controlled_shutdown_clients_s", "<= 3 s"),
+    ("failed sends meanwhile (acks=all, SIGTERM to exit)",
+     "controlled_shutdown_failed_requests", "0"),
+    ("SIGTERM -> the process has exited", "controlled_shutdown_exit_s", "<= 10 s"),
+    ("`strata up` bringing that broker back -> it answers (from its exit)",
+     "controlled_shutdown_restart_s", "<= 10 s"),
+    ("SIGKILL of the controller's broker -> all led again (clients' metadata)",
+     "sigkill_controller_clients_s", "<= 8 s"),
+    ("`strata down`, `strata up` -> every partition led (clients' metadata)",
+     "full_restart_clients_s", "<= 30 s"),
+    ("`strata down`, `strata up` -> every partition took a write",
+     "full_restart_writable_s", ""),
+    ("broker memory (RSS, MB, per broker)", "broker_rss_mb", ""),
+)
+
+
+def user_path_table(result: dict[str, Any]) -> str:
+    """Issue [3.4]'s table (Markdown) from a run's figures, with the ZooKeeper figure
+    beside each clients' one where there is one."""
+    zookeeper = {"create_all_led_clients_s": "create_all_leaders_s",
+                 "controlled_shutdown_clients_s": "controlled_shutdown_s",
+                 "sigkill_controller_clients_s": "sigkill_controller_s",
+                 "full_restart_clients_s": "full_restart_s"}
+    lines = [f"{result.get('partitions')} partitions in {result.get('topics')} topics, RF "
+             f"{result.get('replication_factor')}, {result.get('brokers')} brokers", "",
+             "| | measured | in ZooKeeper | target |", "|---|---:|---:|---:|"]
+    for what, key, target in USER_PATH_ROWS:
+        value = result.get(key)
+        if isinstance(value, dict):
+            shown = ", ".join(f"{v:g}" for v in value.values())
+        elif value is None:
+            shown = "skipped"
+        else:
+            shown = f"{value:g}" + (" s" if key.endswith("_s") else "")
+        beside = result.get(zookeeper.get(key, ""), "")
+        beside_text = f"{beside:g} s" if isinstance(beside, int | float) else ""
+        lines.append(f"| {what} | {shown} | {beside_text} | {target} |")
+    return "\n".join(lines)
 
 
 def run_scale(args: argparse.Namespace) -> int:
@@ -1313,5 +1507,5 @@ def run_scale(args: argparse.Namespace) -> int:
         if err.result:  # what was measured before it failed, and why it stopped
             print(json.dumps({**err.result, "error": str(err)}))
         return 1
-    print(json.dumps(result))
+    print(user_path_table(result) if args.format == "user-path" else json.dumps(result))
     return 0

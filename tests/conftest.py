@@ -25,11 +25,11 @@ from zookeeper.launcher import ZooKeeperServer
 KAZOO_CONNECT_TIMEOUT = 15.0
 
 #: The modules that take half a minute or more (Spark, Delta, whole stacks, fault
-#: schedules), longest first, as measured in a full run (2026-11-29). Collection puts
-#: them first. Note: pytest-xdist (``--dist loadfile``) reorders modules by their number
-#: of tests unless given ``--no-loadscope-reorder``; `make test` keeps xdist's order for
-#: now, because a run in this order paired modules differently and two timing-sensitive
-#: tests (network partitions' advertised address, Spark's failed-start report) failed.
+#: schedules), longest first, as measured in a full run (2026-11-29). They run before the
+#: others: `make test` hands whole modules to the workers (pytest-xdist, ``--dist
+#: loadfile --no-loadscope-reorder``; without the latter xdist orders modules by their
+#: number of tests, which put most of these last) in collection order, and a long module
+#: started last would leave the other workers idle until it ends.
 LONGEST_MODULES_FIRST = (
     "test_faults", "test_spark_cluster", "test_spark_exactly_once", "test_tiering",
     "test_notebooks", "test_cli_stack", "test_txn_faults", "test_spark_txn",

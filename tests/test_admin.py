@@ -51,6 +51,9 @@ def test_create_list_describe_delete(admin: Admin, bootstrap: str) -> None:
     assert [(p.log_start_offset, p.log_end_offset, p.high_watermark) for p in partitions] == \
         [(0, 0, 0), (0, 5, 5), (0, 0, 0)]
     assert "orders" in admin.describe_topics()  # None: every topic
+    metadata_only = admin.describe_topics(["orders"], offsets=False)["orders"].partitions
+    assert [(p.leader, p.isr, p.log_end_offset, p.high_watermark) for p in metadata_only] \
+        == [(0, (0,), -1, -1)] * 3
 
     # Broker defaults for partitions and replication factor.
     admin.create_topics([NewTopic("defaults")])

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from strata.client import Admin
+from strata_tools.perf_scale import USER_PATH_ROWS, user_path_table
 from tests.test_cli_stack import _track_recorded, ok, strata, up_on_free_ports
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(420)]
@@ -75,6 +76,9 @@ def test_scale_benchmark_reports_every_figure(tmp_path: Path, reaper: Any) -> No
         assert result["skipped"] == []
         assert (result["topics"], result["partitions"], result["brokers"]) == (2, 12, 3)
         for key in ("create_requests_s", "create_all_leaders_s", "produce_one_each_s",
+                    "create_all_led_clients_s", "produce_one_each_user_s",
+                    "controlled_shutdown_clients_s", "controlled_shutdown_up_s",
+                    "sigkill_controller_clients_s", "full_restart_clients_s",
                     "controlled_shutdown_s", "controlled_shutdown_exit_s",
                     "controlled_shutdown_restart_s", "sigkill_controller_s",
                     "sigkill_controller_restart_s", "full_restart_s",
@@ -107,6 +111,14 @@ def test_scale_benchmark_reports_every_figure(tmp_path: Path, reaper: Any) -> No
         assert isinstance(per_connection, int | float) and math.isfinite(per_connection)
         assert result["idle_connections"] == 20 == result["idle_connections_still_open"]
         assert isinstance(result["group_client_cpu_bound"], bool)
+
+        # The user-path table (scripts/scale_user_path.sh) shows every row's figure.
+        table = user_path_table(result).splitlines()
+        assert len(table) == 4 + len(USER_PATH_ROWS)
+        for line, (_, key, _) in zip(table[4:], USER_PATH_ROWS, strict=True):
+            assert "skipped" not in line and "None" not in line, line
+            if key.endswith("_s"):
+                assert f"| {result[key]:g} s |" in line, (key, line)
 
         # The stack it was given runs again (every process restarted: the full restart),
         # and the topics it created are gone.

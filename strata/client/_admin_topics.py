@@ -187,29 +187,29 @@ class TopicAdmin:
         response = await self._cluster.refresh()
         return sorted(t.name for t in response.topics if t.error_code == 0)
 
-    async def describe_topics(self, names: Iterable[str] | None = None
-                              ) -> dict[str, TopicDescription]:
+    async def describe_topics(self, names: Iterable[str] | None = None, *,
+                              offsets: bool = True) -> dict[str, TopicDescription]:
         wanted = None if names is None else list(names)
         if wanted == []:
             return {}
         response = await self.context.existing_topics(wanted)
         by_leader: dict[int, list[TopicPartition]] = {}
-        for topic in response.topics:
+        for topic in response.topics if offsets else ():
             for p in topic.partitions:
                 if p.leader >= 0:
                     by_leader.setdefault(p.leader, []).append(TopicPartition(topic.name,
                                                                              p.partition))
-        offsets: dict[TopicPartition, tuple[int, int, int]] = {}
+        known: dict[TopicPartition, tuple[int, int, int]] = {}
         found = await asyncio.gather(*(self._log_offsets(node, tps)
                                        for node, tps in by_leader.items()))
         for part in found:
-            offsets.update(part)
+            known.update(part)
         out: dict[str, TopicDescription] = {}
         for topic in sorted(response.topics, key=lambda t: t.name):
             partitions = []
             for p in sorted(topic.partitions, key=lambda p: p.partition):
-                start, end, hw = offsets.get(TopicPartition(topic.name, p.partition),
-                                             (-1, -1, -1))
+                start, end, hw = known.get(TopicPartition(topic.name, p.partition),
+                                           (-1, -1, -1))
                 partitions.append(PartitionDescription(
                     p.partition, p.leader, p.leader_epoch, tuple(p.replicas), tuple(p.isr),
                     start, end, hw))

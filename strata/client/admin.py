@@ -197,14 +197,16 @@ class AsyncAdmin:
         """Every topic name, sorted."""
         return await self._topic_admin.list_topics()
 
-    async def describe_topics(self, names: Iterable[str] | None = None
-                              ) -> dict[str, TopicDescription]:
+    async def describe_topics(self, names: Iterable[str] | None = None, *,
+                              offsets: bool = True) -> dict[str, TopicDescription]:
         """Per partition: leader, replicas, ISR, log start, log end and high watermark.
 
         ``names=None`` describes every topic. Raises ``UnknownTopicOrPartitionError`` for a
-        topic that does not exist.
+        topic that does not exist. ``offsets=False`` answers from one Metadata request
+        (what every client sees of leaders and ISRs), without asking each leader for its
+        offsets: the three offsets are then -1.
         """
-        return await self._topic_admin.describe_topics(names)
+        return await self._topic_admin.describe_topics(names, offsets=offsets)
 
     async def describe_configs(self, names: Iterable[str]) -> dict[str, dict[str, ConfigValue]]:
         """Every topic config key with its effective value, per topic."""
@@ -580,9 +582,10 @@ class Admin:
     def describe_cluster(self) -> ClusterDescription:
         return self._run(self._admin.describe_cluster())
 
-    def describe_topics(self, names: Iterable[str] | None = None
-                        ) -> dict[str, TopicDescription]:
-        return self._run(self._admin.describe_topics(None if names is None else list(names)))
+    def describe_topics(self, names: Iterable[str] | None = None, *,
+                        offsets: bool = True) -> dict[str, TopicDescription]:
+        return self._run(self._admin.describe_topics(None if names is None else list(names),
+                                                     offsets=offsets))
 
     def describe_tier(self, names: Iterable[str]) -> dict[str, TopicTier]:
         return self._run(self._admin.describe_tier(list(names)))
