@@ -374,12 +374,22 @@ class Broker:
             return
         self._shutting_down = True
         self._mark_shutting_down(True)
+        steps: list[tuple[str, float]] = []  # (step, seconds): logged at the end
+        clock = time.monotonic()
+
+        def step(name: str) -> None:
+            nonlocal clock
+            now = time.monotonic()
+            steps.append((name, now - clock))
+            clock = now
+
         try:
             # Bounded as a whole: a ZooKeeper call that hangs must not hold the stop up.
             await asyncio.wait_for(self._controlled_shutdown(),
                                    self.config.controlled_shutdown_timeout_ms / 1000 + 1)
         except Exception as err:  # never let it keep the broker from stopping
             log.warning("controlled shutdown failed: %r; stopping without it", err)
+        step("controlled shutdown")
         self._stopped.set()
         for server in self._servers:
             server.close()
@@ -389,32 +399,41 @@ class Broker:
         self.heap.stop()
         await self.groups.stop()
         await self.transactions.stop()
+        step("coordinators")
         for connection in list(self._connections):
             connection.stop_reading()
         for partition in self.registry.hosted.values():
             partition.wake_waiters()  # parked long polls answer now instead of at timeout
         await self.replicas.stop()
         await self.fetchers.stop()
+        step("replication")
         await self._drain_connections()
+        step("connections")
         # A topic sync running since before the SIGTERM must finish first: one that went
         # on after the partitions were closed would find their directories unhosted and
         # set them aside as strays (it re-checks ``stopping`` after every await, too).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._sync_lock.acquire(),
                                    self.config.shutdown_timeout_ms / 1000)
+        step("topic sync")
+        closing = len(self.registry.hosted)
         await self.log_manager.close_logs(list(self.registry.hosted.values()))
         self.registry.hosted.clear()
+        step(f"{closing} logs")
         if self._state_watcher is not None:
             self._state_watcher.close()
         self.metrics.stop()
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self.zookeeper.stop)
+        step("ZooKeeper session")
         self._mark_shutting_down(False)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
         if self.started:
-            log.info("broker %d stopped cleanly", self.broker_id)
+            log.info("broker %d stopped cleanly in %.1f s (%s)", self.broker_id,
+                     sum(seconds for _, seconds in steps),
+                     ", ".join(f"{name} {seconds:.2f} s" for name, seconds in steps))
 
     async def _controlled_shutdown(self) -> None:
         """Hand every leadership another in-sync replica can take over to it, and leave

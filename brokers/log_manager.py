@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from brokers.log import FlushPolicy
+from brokers.log import FlushPolicy, durability
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
 from wire.errors import InvalidConfigError, LogStorageError, StrataError
 
@@ -162,13 +162,28 @@ class LogManager:
 
     async def close_logs(self, partitions: list[Partition]) -> None:
         """Close every log (snapshots, checkpoints, clean-shutdown markers), several at
-        once: each close is a dozen fsyncs, and ten thousand of them one after the other
-        would take minutes. Nothing else touches the partitions any more."""
+        once, with two file-system syncs instead of a dozen fsyncs per log (10,000 logs:
+        120,000 fsyncs, about 35 s on the 2-core VM). Nothing else touches the
+        partitions any more.
+
+        Order, so a machine crash at any point leaves no marker that lies: (1) every log
+        is closed with its fsyncs deferred and no marker (``durability``); (2) one
+        ``syncfs`` makes all of that durable; (3) the markers of the logs that closed
+        intact are written, again deferred; (4) a second ``syncfs``. A crash before (4)
+        loses some markers (those logs are recovered at the next start), never data.
+        A sync that fails leaves every marker unwritten.
+        """
         def close(partition: Partition) -> None:
             try:
-                partition.close()
+                with durability.deferred_fsyncs():
+                    partition.close(mark_clean=False)
             except Exception:
                 log.exception("closing %s failed", partition)
+
+        def mark(chunk: list[Partition]) -> None:
+            with durability.deferred_fsyncs():
+                for partition in chunk:
+                    partition.mark_clean()
 
         if not partitions:
             return
@@ -177,6 +192,20 @@ class LogManager:
                                 thread_name_prefix="strata-log-close") as pool:
             await asyncio.gather(*(loop.run_in_executor(pool, close, partition)
                                    for partition in partitions))
+            try:
+                await asyncio.to_thread(durability.sync_filesystem, self.data_dir)
+            except OSError as err:
+                log.error("the logs could not be made durable (%s): no clean-shutdown "
+                          "markers are written, the next start recovers every log", err)
+                return
+            size = max(1, len(partitions) // _LOG_OPENERS + 1)
+            await asyncio.gather(*(loop.run_in_executor(pool, mark, partitions[i:i + size])
+                                   for i in range(0, len(partitions), size)))
+        try:
+            await asyncio.to_thread(durability.sync_filesystem, self.data_dir)
+        except OSError as err:
+            log.error("the clean-shutdown markers could not be made durable (%s): the next "
+                      "start may recover some logs", err)
 
     # ------------------------------------------------------------------ stray directories
     def remove_stray_dirs(self) -> None:

@@ -807,14 +807,19 @@ class Partition:
         self.producers.write_snapshot(self.log.log_end_offset)
 
     # ------------------------------------------------------------------ lifecycle
-    def close(self) -> None:
+    def close(self, *, mark_clean: bool = True) -> None:
+        """Snapshot, checkpoint and close the log (``PartitionLog.close``, whose
+        ``mark_clean`` this passes on; :meth:`mark_clean` writes the marker later)."""
         # After a disk error the state in memory may not match what is on disk (a torn
         # sink group, a write that half failed): no snapshot, so the next open rebuilds
         # the state from the log itself.
         if not self.log.is_offline:
             self.snapshot_producer_state()
             self.write_high_watermark_checkpoint(sync=True)
-        self.log.close()
+        self.log.close(mark_clean=mark_clean)
+
+    def mark_clean(self) -> None:
+        self.log.mark_clean()
 
     def delete(self) -> None:
         try:

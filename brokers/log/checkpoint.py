@@ -31,6 +31,8 @@ import os
 from pathlib import Path
 from typing import Final
 
+from brokers.log import durability
+
 __all__ = ["CleanShutdownMarker", "OffsetCheckpoint", "fsync_directory", "fsync_file",
            "write_atomically"]
 
@@ -52,7 +54,7 @@ def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
         while view:
             view = view[os.write(fd, view):]
         if sync:
-            os.fsync(fd)
+            durability.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -64,18 +66,13 @@ def fsync_file(path: Path) -> None:
     """Make a file written with ``write_atomically(sync=False)`` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        durability.fsync(fd)
     finally:
         os.close(fd)
     fsync_directory(path.parent)
 
 
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+fsync_directory = durability.fsync_directory
 
 
 class OffsetCheckpoint:
@@ -139,7 +136,7 @@ class CleanShutdownMarker:
     def write(self) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.fsync(fd)
+            durability.fsync(fd)
         finally:
             os.close(fd)
         fsync_directory(self.path.parent)

@@ -22,6 +22,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
+from brokers.log import durability
+
 __all__ = ["IndexCorruptError", "SortedEntryIndex"]
 
 
@@ -104,7 +106,7 @@ class SortedEntryIndex:
                 os.write(fd, tail)
                 self._persisted = len(self.keys)
             if fsync:
-                os.fsync(fd)
+                durability.fsync(fd)
         finally:
             os.close(fd)
 

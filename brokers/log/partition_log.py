@@ -85,6 +85,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from brokers.log import durability
 from brokers.log.checkpoint import CleanShutdownMarker, OffsetCheckpoint, fsync_directory
 from brokers.log.config import FlushPolicy, LogConfig, TimestampTypeConfig
 from brokers.log.group_commit import GroupCommit, OffsetsTruncatedError
@@ -177,6 +178,7 @@ class PartitionLog:
         self._segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
         self._closed = False
+        self._closed_intact = False  # closed with everything flushed (marker may follow)
         self._offline: BaseException | None = None
         self._recovery_checkpoint = OffsetCheckpoint(self.directory / RECOVERY_POINT_FILE)
         self._start_checkpoint = OffsetCheckpoint(self.directory / LOG_START_FILE)
@@ -668,7 +670,7 @@ class PartitionLog:
             file = segment.file
             truncations = self._truncations
         try:
-            os.fdatasync(file.fd)
+            durability.fdatasync(file.fd)
         except OSError as err:
             with self._lock:
                 raise self._storage_failed(f"fsync of {segment.log_path}", err) from err
@@ -1148,13 +1150,18 @@ class PartitionLog:
         return self._delete_segments_below(new_start)
 
     # ------------------------------------------------------------------ closing
-    def close(self) -> None:
+    def close(self, *, mark_clean: bool = True) -> None:
         """Flush everything, write the checkpoints and the clean-shutdown marker.
 
         Segments let go of their files without closing them: a ``FileSlice`` still being
         sent keeps its descriptor until it is dropped. After a disk error (the log is
         offline, or this flush fails) nothing more is written, no clean-shutdown marker
         either, and the error is raised once the log is closed.
+
+        ``mark_clean=False`` leaves the marker to :meth:`mark_clean`, for a caller that
+        closes many logs with their fsyncs deferred (``durability.deferred_fsyncs``):
+        the marker vouches for the files, so it is written only once a file-system sync
+        made them durable.
         """
         with self._lock:
             if self._closed:
@@ -1167,13 +1174,27 @@ class PartitionLog:
                         self._start_checkpoint.write(self.log_start_offset)
                         for segment in self._segments:
                             segment.close()
-                        self._clean_marker.write()
+                        self._closed_intact = True
+                        if mark_clean:
+                            self._clean_marker.write()
                     except OSError as err:
                         raise self._storage_failed(f"close of {self.directory}", err) from err
             finally:
                 for segment in self._segments:
                     segment.close(seal=False)
                 self._closed = True
+
+    def mark_clean(self) -> None:
+        """Write the clean-shutdown marker of a log closed with ``mark_clean=False``
+        (nothing if that close failed); call once its files are durable."""
+        with self._lock:
+            if not (self._closed and self._closed_intact):
+                return
+            try:
+                self._clean_marker.write()
+            except OSError as err:
+                log.error("%s: the clean-shutdown marker could not be written (%s): the "
+                          "next start recovers this log", self.directory, err)
 
     def __enter__(self) -> PartitionLog:
         return self

@@ -64,6 +64,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from brokers.log import durability
 from brokers.log.index_file import IndexCorruptError
 from brokers.log.offset_index import OffsetIndex
 from brokers.log.time_index import TimeIndex
@@ -459,7 +460,7 @@ class LogSegment:
 
     def flush(self) -> None:
         """fdatasync the log and persist + fsync the indexes."""
-        os.fdatasync(self.file.fd)
+        durability.fdatasync(self.file.fd)
         self.offset_index.persist(fsync=True)
         self.time_index.persist(fsync=True)
         self.txn_index.persist(fsync=True)

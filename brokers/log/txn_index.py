@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from brokers.log import durability
 from brokers.log.index_file import IndexCorruptError
 
 __all__ = ["TXN_INDEX_SUFFIX", "AbortedTxn", "TransactionIndex"]
@@ -160,7 +161,7 @@ class TransactionIndex:
                 os.write(fd, tail)
             self._persisted = len(self.entries)
             if fsync:
-                os.fsync(fd)
+                durability.fsync(fd)
         finally:
             os.close(fd)
 
@@ -186,7 +187,7 @@ class TransactionIndex:
             os.write(fd, b"".join(_ENTRY.pack(_VERSION, e.producer_id, e.first_offset,
                                               e.last_offset, e.last_stable_offset)
                                   for e in self.entries))
-            os.fsync(fd)
+            durability.fsync(fd)
         finally:
             os.close(fd)
         self._persisted = len(self.entries)

@@ -60,6 +60,7 @@ class BrokerProcess:
         self.overrides.setdefault("offsets.topic.replication.factor", "1")
         self.process: subprocess.Popen[str] | None = None
         self.output: deque[str] = deque(maxlen=400)
+        self._pump: threading.Thread | None = None  # reads the process's output
         self.metrics_port = -1
 
     @property
@@ -117,7 +118,8 @@ class BrokerProcess:
                     self.metrics_port = int(line.rsplit(" ", 1)[1])
                     ready.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         deadline = time.monotonic() + timeout
         while not ready.wait(0.05):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -132,10 +134,14 @@ class BrokerProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(timeout)
+            code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise
+        # Its last lines (``stopped cleanly``) may still be in the pipe: read them all.
+        if self._pump is not None:
+            self._pump.join(10)
+        return code
 
     def kill(self) -> None:
         """SIGKILL (a crash), only if the PID is still this broker."""

@@ -1,0 +1,118 @@
+"""Deferred fsyncs (``brokers.log.durability``) and the two-step close that uses them:
+a log closed without its marker is recovered at the next open, one marked after the
+sync opens cleanly, a failed close is never marked, and deferral is per thread.
+
+The fsync counts come from wrapping ``os.fsync``/``os.fdatasync`` in this process (the
+storage code calls them through ``durability``): the property under test is how many
+of those system calls a close makes, which a file's contents cannot show.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from brokers.log import LogConfig, PartitionLog, durability
+from brokers.log.partition_log import CLEAN_SHUTDOWN_FILE
+from wire.record_batch import build_batch
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every fsync/fdatasync this process makes, by thread name."""
+    calls: list[str] = []
+
+    def counting(real: Callable[[int], None]) -> Callable[[int], None]:
+        def call(fd: int) -> None:
+            calls.append(threading.current_thread().name)
+            real(fd)
+        return call
+
+    monkeypatch.setattr(os, "fsync", counting(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", counting(os.fdatasync))
+    return calls
+
+
+def _log_with_records(directory: Path) -> PartitionLog:
+    log = PartitionLog(directory, LogConfig(segment_bytes=4096))
+    for i in range(20):
+        log.append(build_batch([b"x" * 300, str(i).encode()]))
+    return log
+
+
+def test_a_close_inside_deferred_fsyncs_makes_no_fsync(tmp_path: Path,
+                                                       fsyncs: list[str]) -> None:
+    log = _log_with_records(tmp_path / "deferred")
+    fsyncs.clear()
+    with durability.deferred_fsyncs():
+        log.close(mark_clean=False)
+    assert fsyncs == []
+    assert not (tmp_path / "deferred" / CLEAN_SHUTDOWN_FILE).exists()
+
+    other = _log_with_records(tmp_path / "direct")
+    fsyncs.clear()
+    other.close()  # the ordinary close: a dozen or so
+    assert len(fsyncs) >= 5
+    assert (tmp_path / "direct" / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_deferral_is_per_thread(tmp_path: Path, fsyncs: list[str]) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"data")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with durability.deferred_fsyncs():
+            durability.fsync(fd)  # skipped here
+            worker = threading.Thread(target=durability.fsync, args=(fd,), name="other")
+            worker.start()
+            worker.join()
+            with durability.deferred_fsyncs():  # nested: still deferred after the inner
+                pass
+            durability.fsync(fd)
+        durability.fsync(fd)  # after the block: real again
+    finally:
+        os.close(fd)
+    assert fsyncs == ["other", threading.current_thread().name]
+
+
+def test_unmarked_logs_recover_and_marked_ones_open_cleanly(tmp_path: Path) -> None:
+    log = _log_with_records(tmp_path / "p")
+    end = log.log_end_offset
+    with durability.deferred_fsyncs():
+        log.close(mark_clean=False)
+    durability.sync_filesystem(tmp_path)
+    reopened = PartitionLog(tmp_path / "p", LogConfig(segment_bytes=4096))
+    assert not reopened.opened_cleanly  # no marker: recovered, and nothing was lost
+    assert reopened.log_end_offset == end
+    reopened.close(mark_clean=False)
+    reopened.mark_clean()
+    again = PartitionLog(tmp_path / "p", LogConfig(segment_bytes=4096))
+    assert again.opened_cleanly and again.log_end_offset == end
+    again.close()
+
+
+def test_a_log_whose_close_failed_is_never_marked(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _log_with_records(tmp_path / "p")
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(Exception, match="Input/output error"):
+        log.close(mark_clean=False)
+    monkeypatch.undo()
+    log.mark_clean()
+    assert not (tmp_path / "p" / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_sync_filesystem_reports_a_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        durability.sync_filesystem(tmp_path / "absent")
+    durability.sync_filesystem(tmp_path)  # and works on a real one
