@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from brokers.log import FlushPolicy, durability
+from brokers.log.partition_log import CLEAN_SHUTDOWN_FILE
 from brokers.partition import METADATA_FILE, Partition, read_topic_id
 from wire.errors import InvalidConfigError, LogStorageError, StrataError
 
@@ -135,19 +136,50 @@ class LogManager:
 
     async def open_logs(self, hosted: list[tuple[TopicDefinition, int, LogConfig]]
                         ) -> list[Partition | StrataError]:
-        """Open (and where needed recover) the logs, several at once."""
+        """Open (and where needed recover) the logs, several at once.
+
+        A new log (its directory does not exist) or one closed cleanly (its marker is
+        there) is opened with its fsyncs deferred (``durability``): creating one is a
+        handful of fsyncs, opening a clean one is one (removing the marker), ten
+        thousand of each on a 2-core VM took seconds. One ``syncfs`` then makes all of
+        them durable before any of these logs is served, so no append can land while a
+        removed marker could still come back after a machine crash. A log that needs
+        recovery fsyncs as it goes, as always.
+        """
         if not hosted:
             return []
         loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(max_workers=min(_LOG_OPENERS, len(hosted)),
                                 thread_name_prefix="strata-log-open") as pool:
-            return list(await asyncio.gather(*(
-                loop.run_in_executor(pool, self.open_log, topic, p, config)
+            opened = list(await asyncio.gather(*(
+                loop.run_in_executor(pool, self._open_log_deferring, topic, p, config)
                 for topic, p, config in hosted)))
+        try:
+            await asyncio.to_thread(durability.sync_filesystem, self.data_dir)
+        except OSError as err:
+            log.error("the opened logs could not be made durable (%s): they stay offline",
+                      err)
+            failed = LogStorageError(f"syncing {self.data_dir} after opening logs failed: "
+                                     f"{err}; check the disk, then restart the broker")
+            for partition in opened:
+                if isinstance(partition, Partition):
+                    with contextlib.suppress(Exception):
+                        partition.close(mark_clean=False)
+            return [failed] * len(opened)
+        return opened
+
+    def _open_log_deferring(self, topic: TopicDefinition, p: int, config: LogConfig
+                            ) -> Partition | StrataError:
+        directory = self.data_dir / f"{topic.name}-{p}"
+        if directory.exists() and not (directory / CLEAN_SHUTDOWN_FILE).exists():
+            return self.open_log(topic, p, config)  # recovery: fsyncs as it goes
+        with durability.deferred_fsyncs():
+            return self.open_log(topic, p, config)
 
     def open_log(self, topic: TopicDefinition, p: int, config: LogConfig
                  ) -> Partition | StrataError:
-        """Open one replica's log (on a worker thread); the error when it stays offline."""
+        """Open one replica's log (on a worker thread); the error when it stays offline.
+        Its writes are durable when this returns unless the caller deferred them."""
         directory = self.data_dir / f"{topic.name}-{p}"
         try:
             if directory.exists() and read_topic_id(directory) not in (None, topic.topic_id):

@@ -9,6 +9,7 @@ of those system calls a close makes, which a file's contents cannot show.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable
@@ -16,8 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from brokers.config import BrokerConfig
+from brokers.coordination import TopicDefinition
 from brokers.log import LogConfig, PartitionLog, durability
 from brokers.log.partition_log import CLEAN_SHUTDOWN_FILE
+from brokers.log_manager import LogManager
+from brokers.partition import Partition
+from brokers.services import PartitionRegistry
 from wire.record_batch import build_batch
 
 pytestmark = pytest.mark.unit
@@ -116,3 +122,46 @@ def test_sync_filesystem_reports_a_missing_path(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         durability.sync_filesystem(tmp_path / "absent")
     durability.sync_filesystem(tmp_path)  # and works on a real one
+
+
+def _manager(data_dir: Path) -> LogManager:
+    # open_logs/close_logs touch only the data dir and the registry: the cluster view,
+    # ZooKeeper and metrics are not used on these paths.
+    config = BrokerConfig(broker_id=0, log_dir=str(data_dir))
+    return LogManager(config, None, PartitionRegistry(), None, None)  # type: ignore[arg-type]
+
+
+def test_opening_new_and_clean_logs_is_one_sync_and_recovery_fsyncs(
+        tmp_path: Path, fsyncs: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    syncs: list[Path] = []
+    real_sync = durability.sync_filesystem
+
+    def counted_sync(path: Path) -> None:
+        syncs.append(path)
+        real_sync(path)
+
+    monkeypatch.setattr(durability, "sync_filesystem", counted_sync)
+    manager = _manager(tmp_path)
+    topic = TopicDefinition("t", "id-1", {p: [0] for p in range(30)})
+    hosted = [(topic, p, LogConfig(segment_bytes=4096)) for p in range(30)]
+
+    opened = asyncio.run(manager.open_logs(hosted))  # thirty new logs
+    assert all(isinstance(p, Partition) for p in opened)
+    assert fsyncs == [] and syncs == [tmp_path]
+    for partition in opened:
+        assert isinstance(partition, Partition)
+        partition.log.append(build_batch([b"v"]))
+    syncs.clear()
+    asyncio.run(manager.close_logs([p for p in opened if isinstance(p, Partition)]))
+    assert fsyncs == [] and syncs == [tmp_path, tmp_path]  # data, then the markers
+    assert all((tmp_path / f"t-{p}" / CLEAN_SHUTDOWN_FILE).exists() for p in range(30))
+
+    (tmp_path / "t-7" / CLEAN_SHUTDOWN_FILE).unlink()  # as after a crash
+    syncs.clear()
+    again = asyncio.run(manager.open_logs(hosted))
+    assert syncs == [tmp_path]
+    assert fsyncs, "recovering t-7 fsyncs as it goes"
+    assert [p.log.opened_cleanly for p in again if isinstance(p, Partition)] == \
+        [p != 7 for p in range(30)]
+    assert all(p.log.log_end_offset == 1 for p in again if isinstance(p, Partition))
+    asyncio.run(manager.close_logs([p for p in again if isinstance(p, Partition)]))
