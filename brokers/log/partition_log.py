@@ -210,7 +210,9 @@ class PartitionLog:
         for name in names:
             if name.endswith(".tmp"):
                 (self.directory / name).unlink()
-        self._gaps.below = self._gaps_persisted = self._gaps_checkpoint.read() or 0
+        present = set(names)  # checkpoints that are absent are not opened (10,000 logs)
+        self._gaps.below = self._gaps_persisted = (
+            self._gaps_checkpoint.read() if COMPACTED_BELOW_FILE in present else None) or 0
         if any(name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for name in names):
             self._finish_swaps()
             names = os.listdir(self.directory)
@@ -221,8 +223,11 @@ class PartitionLog:
             for name in names:
                 if name.endswith(suffix) and name[: -len(suffix)] not in live:
                     (self.directory / name).unlink()
-        self.opened_cleanly = self._clean_marker.exists()
-        stored_recovery_point = self._recovery_checkpoint.read()
+        self.opened_cleanly = CLEAN_SHUTDOWN_FILE in present
+        stored_recovery_point = self._recovery_checkpoint.read() \
+            if RECOVERY_POINT_FILE in present else None
+        checkpointed_start = self._start_checkpoint.read() if LOG_START_FILE in present \
+            else None
         recovery_point = stored_recovery_point or 0
         checkpointed_recovery_point = recovery_point
         segments = [LogSegment(self.directory, b, self.config.index_interval_bytes, create=False,
@@ -233,12 +238,11 @@ class PartitionLog:
             segments = self._recover(segments, recovery_point)
             recovery_point = segments[-1].next_offset if segments else 0
         if not segments:
-            start = self._start_checkpoint.read() or 0
+            start = checkpointed_start or 0
             segments = [self._new_segment(start)]
         self._segments = segments
         self._base_offsets = [s.base_offset for s in segments]
         self.recovery_point = recovery_point
-        checkpointed_start = self._start_checkpoint.read()
         self.log_start_offset = max(segments[0].base_offset, checkpointed_start or 0)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._load_epochs(scan_from=None if self.opened_cleanly else checkpointed_recovery_point)
