@@ -837,6 +837,8 @@ class _Run:
         assert gone_at is not None and exited_at is not None and seen_at is not None
         sent, failed, first = background.window(began, exited_at)
         self.result.update({
+            "controlled_shutdown_broker_said": _last_line(
+                self.stack.data_dir / f"broker-{victim}" / "broker.log", "stopped cleanly"),
             "controlled_shutdown_victim": victim,
             "controlled_shutdown_led_partitions": len(led),
             "controlled_shutdown_s": _seconds(gone_at - began),
@@ -1255,6 +1257,19 @@ class _Background:
         failed = sorted((t, e) for t, e in self.failed if start <= t <= end)
         return (sum(1 for t in self.sent if start <= t <= end), len(failed),
                 failed[0][1] if failed else None)
+
+
+def _last_line(path: Path, containing: str) -> str | None:
+    """The last line of ``path`` containing ``containing`` (a broker's own account of a
+    step, e.g. how long each part of its stop took), without its timestamp prefix."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 1_000_000))
+            lines = [line for line in f.read().decode("utf-8", "replace").splitlines()
+                     if containing in line]
+    except OSError:
+        return None
+    return lines[-1].split(": ", 1)[-1] if lines else None
 
 
 def _cpu_seconds() -> float:

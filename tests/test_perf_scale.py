@@ -111,6 +111,9 @@ def test_scale_benchmark_reports_every_figure(tmp_path: Path, reaper: Any) -> No
         assert isinstance(per_connection, int | float) and math.isfinite(per_connection)
         assert result["idle_connections"] == 20 == result["idle_connections_still_open"]
         assert isinstance(result["group_client_cpu_bound"], bool)
+        # The SIGTERMed broker's own account of its stop, step by step.
+        assert "stopped cleanly in" in result["controlled_shutdown_broker_said"], result
+        assert "logs" in result["controlled_shutdown_broker_said"]
 
         # The user-path table (scripts/scale_user_path.sh) shows every row's figure.
         table = user_path_table(result).splitlines()
