@@ -108,15 +108,17 @@ bench_groups() {
 }
 
 # `scripts/bench.sh scale`: many partitions on three brokers (issue [2.2]). `strata perf
-# scale` starts its own stack on free ports in a temp dir and stops it; it prints one JSON
+# scale` starts its own stack on free ports in a temp dir and stops it (SCALE_GROUP_PROCESSES:
+# the processes the group members are spread over, default 10); it prints one JSON
 # object (progress goes to stderr). A phase that fails ends it with the figures so far and
 # an "error" key; that is a finding for [2.2], so `make bench` goes on to the next section.
 bench_scale() {
   local partitions=${SCALE_PARTITIONS:-10000} topics=${SCALE_TOPICS:-100}
-  local members=${SCALE_GROUP_MEMBERS:-100}
-  echo "== many partitions: $partitions partitions over $topics topics, RF 3, min ISR 2, three brokers; 1,000 idle connections; $members group members on 1,000 partitions"
+  local members=${SCALE_GROUP_MEMBERS:-100} processes=${SCALE_GROUP_PROCESSES:-10}
+  echo "== many partitions: $partitions partitions over $topics topics, RF 3, min ISR 2, three brokers; 1,000 idle connections; $members group members in $processes processes on 1,000 partitions"
   "$STRATA" perf scale --partitions "$partitions" --topics "$topics" \
     --idle-connections 1000 --group-members "$members" --group-partitions 1000 \
+    --group-processes "$processes" \
     || echo "== strata perf scale FAILED (exit $?): its error is above"
 }
 

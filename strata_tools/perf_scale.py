@@ -95,7 +95,12 @@ Phases, in order (``--skip`` leaves any but the first out), and the JSON keys:
    others are balanced (ceil(G/(M-1))). All members share this process's one
    interpreter: ``group_client_cpu_s`` is its CPU time over the phase and
    ``group_client_cpu_bound`` is true when that is above 90 % of the wall time (then the
-   figures measure this process, not the brokers).
+   figures measure this process, not the brokers). ``--group-processes P`` spreads the
+   members over P worker processes instead (``strata_tools.perf_scale_group``, each
+   reporting its members' assignments as JSON lines), as deployments run them; then
+   ``group_client_cpu_s`` is the workers' CPU. ``group_broker_cpu_s``: the CPU the
+   brokers used from the first ``subscribe`` until balanced, the coordinator's share of
+   the balance time (the other brokers serve the members' fetches).
 
 Figures of a skipped phase are ``null``; ``skipped`` lists the phases left out.
 """
@@ -159,6 +164,7 @@ class ScaleOptions:
     background_rate: int = 1000
     group_members: int = 0
     group_partitions: int = 1000
+    group_processes: int = 1
     record_size: int = 100
     timeout: float = 600.0  # every single wait
     skip: frozenset[str] = field(default_factory=frozenset)
@@ -1121,7 +1127,11 @@ class _Run:
         await self.create([topic], {topic: partitions})
         await self.wait_led([(topic, p) for p in range(partitions)],
                             f"every partition of {topic} to have a leader")
+        if o.group_processes > 1:
+            await self.group_in_processes(topic, group)
+            return
         self.log(f"{members} consumers in group {group} on {partitions} partitions")
+        brokers_cpu = _brokers_cpu_seconds(self.stack.data_dir)
         consumers = [AsyncConsumer(self.stack.bootstrap, group_id=group,
                                    client_id=f"strata-perf-scale-{i}",
                                    enable_auto_commit=False) for i in range(members)]
@@ -1161,6 +1171,7 @@ class _Run:
                 tasks.append(asyncio.create_task(member(consumer, stop)))
             balanced_at = await until_balanced(consumers, f"{members} members to balance "
                                                f"{partitions} partitions")
+            broker_cpu = _brokers_cpu_seconds(self.stack.data_dir) - brokers_cpu
             self.log(f"  balanced {balanced_at - subscribed:.2f} s after the last subscribe")
             if members > 1:
                 leaving = time.perf_counter()
@@ -1188,6 +1199,118 @@ class _Run:
             "group_client_cpu_s": _seconds(cpu),
             "group_client_wall_s": _seconds(wall),
             "group_client_cpu_bound": cpu > 0.9 * wall,
+            "group_processes": 1,
+            "group_broker_cpu_s": _seconds(broker_cpu),
+        })
+
+    async def group_in_processes(self, topic: str, group: str) -> None:
+        """The group phase with the members spread over ``--group-processes`` worker
+        processes (``strata_tools.perf_scale_group``), each reporting its members'
+        assignments; balanced means the same as in one process."""
+        o = self.options
+        members, partitions, processes = o.group_members, o.group_partitions, \
+            min(o.group_processes, o.group_members)
+        shares = [members // processes + (1 if i < members % processes else 0)
+                  for i in range(processes)]
+        self.log(f"{members} consumers in group {group} on {partitions} partitions, in "
+                 f"{processes} processes")
+        owned: list[dict[str, list[int]]] = [{} for _ in shares]
+        subscribed: list[float] = []
+        errors: list[str] = []
+        workers: list[asyncio.subprocess.Process] = []
+        readers: list[asyncio.Task[None]] = []
+
+        async def read(i: int, worker: asyncio.subprocess.Process) -> None:
+            assert worker.stdout is not None
+            async for line in worker.stdout:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("ev") == "owned":
+                    owned[i] = event["owned"]
+                elif event.get("ev") == "subscribed":
+                    subscribed.append(float(event["t"]))
+                elif event.get("ev") == "error":
+                    errors.append(str(event.get("message")))
+
+        def balanced(expected: int) -> bool:
+            lists = [p for share in owned for p in share.values()]
+            if len(lists) != expected:
+                return False
+            cap = math.ceil(partitions / expected)
+            flat = [p for ps in lists for p in ps]
+            return all(len(ps) <= cap for ps in lists) and len(flat) == partitions \
+                and set(flat) == set(range(partitions))
+
+        async def until_balanced(expected: int, what: str) -> float:
+            deadline = time.perf_counter() + o.timeout
+            while not balanced(expected):
+                if errors:
+                    raise ScaleError(f"a group member failed: {errors[0]}")
+                for worker in workers:
+                    if worker.returncode is not None:
+                        raise ScaleError(f"a group worker process exited ({worker.returncode})")
+                if time.perf_counter() > deadline:
+                    sizes = sorted(len(ps) for share in owned for ps in share.values())
+                    raise ScaleError(f"timed out after {o.timeout:.0f} s waiting for {what}: "
+                                     f"members own {sizes} partitions")
+                await asyncio.sleep(0.02)
+            return time.time()
+
+        children_before = _children_cpu_seconds()
+        brokers_before = _brokers_cpu_seconds(self.stack.data_dir)
+        wall_began = time.perf_counter()
+        leave_s: float | None = None
+        try:
+            for i, share in enumerate(shares):
+                worker = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "strata_tools.perf_scale_group", "worker",
+                    "--bootstrap", self.stack.bootstrap, "--topic", topic, "--group", group,
+                    "--name", f"w{i}", "--members", str(share),
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL)
+                workers.append(worker)
+                readers.append(asyncio.create_task(read(i, worker)))
+            balanced_at = await until_balanced(members, f"{members} members in {processes} "
+                                               f"processes to balance {partitions} partitions")
+            broker_cpu = _brokers_cpu_seconds(self.stack.data_dir) - brokers_before
+            last_subscribe = max(subscribed)
+            self.log(f"  balanced {balanced_at - last_subscribe:.2f} s after the last "
+                     f"subscribe; the brokers used {broker_cpu:.1f} s of CPU meanwhile")
+            if members > 1:
+                leaving = time.time()
+                assert workers[0].stdin is not None
+                workers[0].stdin.write(b"leave\n")
+                await workers[0].stdin.drain()
+                again = await until_balanced(members - 1, f"{members - 1} members to balance "
+                                             f"{partitions} partitions after one left")
+                leave_s = again - leaving
+                self.log(f"  one member left: balanced again after {leave_s:.2f} s")
+        finally:
+            for worker in workers:
+                if worker.returncode is None and worker.stdin is not None:
+                    with contextlib.suppress(OSError):
+                        worker.stdin.write(b"stop\n")
+                        worker.stdin.close()
+            for worker in workers:
+                try:
+                    await asyncio.wait_for(worker.wait(), 60)
+                except TimeoutError:
+                    worker.kill()  # our own child, not yet reaped: its PID is its own
+                    await worker.wait()
+            await asyncio.gather(*readers, return_exceptions=True)
+        wall = time.perf_counter() - wall_began
+        self.result.update({
+            "group_members": members,
+            "group_partitions": partitions,
+            "group_processes": processes,
+            "group_balance_s": _seconds(balanced_at - last_subscribe),
+            "group_rebalance_after_leave_s": None if leave_s is None else _seconds(leave_s),
+            "group_client_cpu_s": _seconds(_children_cpu_seconds() - children_before),
+            "group_client_wall_s": _seconds(wall),
+            "group_client_cpu_bound": False,  # the members have processes of their own
+            "group_broker_cpu_s": _seconds(broker_cpu),
         })
 
     async def delete_created(self) -> None:
@@ -1270,6 +1393,24 @@ def _last_line(path: Path, containing: str) -> str | None:
     except OSError:
         return None
     return lines[-1].split(": ", 1)[-1] if lines else None
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _brokers_cpu_seconds(data_dir: Path) -> float:
+    """CPU seconds (user + system) the stack's broker processes have used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid, _ in _brokers(data_dir).values():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
 
 
 def _cpu_seconds() -> float:
@@ -1438,6 +1579,10 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
                         default=defaults.group_partitions,
                         help="partitions of the group phase's topic "
                         f"(default {defaults.group_partitions})")
+    parser.add_argument("--group-processes", type=_positive,
+                        default=defaults.group_processes,
+                        help="processes the group members are spread over (default 1: all "
+                        "in this one)")
     parser.add_argument("--record-size", type=_positive, default=defaults.record_size)
     parser.add_argument("--timeout", type=_positive_float, default=defaults.timeout,
                         help="seconds any single wait may take before the run fails "
@@ -1505,6 +1650,7 @@ def run_scale(args: argparse.Namespace) -> int:
         produce_rate=args.produce_rate, produce_seconds=args.produce_seconds,
         latency_partitions=args.latency_partitions, background_rate=args.background_rate,
         group_members=args.group_members, group_partitions=args.group_partitions,
+        group_processes=args.group_processes,
         record_size=args.record_size, timeout=args.timeout, skip=args.skip,
         keep_topics=args.keep_topics)
     began = time.monotonic()

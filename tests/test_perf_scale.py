@@ -123,6 +123,19 @@ def test_scale_benchmark_reports_every_figure(tmp_path: Path, reaper: Any) -> No
             if key.endswith("_s"):
                 assert f"| {result[key]:g} s |" in line, (key, line)
 
+        # The group again, its members spread over two worker processes.
+        spread = _run_bench("--data-dir", str(data_dir), "--topics", "1", "--partitions", "1",
+                            "--skip", "produce,controlled-shutdown,sigkill-controller,restart,"
+                            "resources,idle-connections", "--group-members", "4",
+                            "--group-processes", "2", "--group-partitions", "8",
+                            "--timeout", "120", cwd=tmp_path)
+        assert spread.returncode == 0, spread.stderr[-4000:]
+        spread_result = json.loads(spread.stdout)
+        assert spread_result["group_processes"] == 2, spread_result
+        for key in ("group_balance_s", "group_rebalance_after_leave_s", "group_client_cpu_s",
+                    "group_broker_cpu_s"):
+            assert _positive(spread_result[key]), (key, spread_result)
+
         # The stack it was given runs again (every process restarted: the full restart),
         # and the topics it created are gone.
         status = json.loads(ok(strata("status", "--data-dir", str(data_dir), "--format",
