@@ -1131,7 +1131,8 @@ class _Run:
             await self.group_in_processes(topic, group)
             return
         self.log(f"{members} consumers in group {group} on {partitions} partitions")
-        brokers_cpu = _brokers_cpu_seconds(self.stack.data_dir)
+        pids = _broker_pids(self.stack.data_dir)
+        brokers_cpu = _brokers_cpu_seconds(pids)
         consumers = [AsyncConsumer(self.stack.bootstrap, group_id=group,
                                    client_id=f"strata-perf-scale-{i}",
                                    enable_auto_commit=False) for i in range(members)]
@@ -1171,7 +1172,7 @@ class _Run:
                 tasks.append(asyncio.create_task(member(consumer, stop)))
             balanced_at = await until_balanced(consumers, f"{members} members to balance "
                                                f"{partitions} partitions")
-            broker_cpu = _brokers_cpu_seconds(self.stack.data_dir) - brokers_cpu
+            broker_cpu = _brokers_cpu_seconds(pids) - brokers_cpu
             self.log(f"  balanced {balanced_at - subscribed:.2f} s after the last subscribe")
             if members > 1:
                 leaving = time.perf_counter()
@@ -1259,7 +1260,8 @@ class _Run:
             return time.time()
 
         children_before = _children_cpu_seconds()
-        brokers_before = _brokers_cpu_seconds(self.stack.data_dir)
+        pids = _broker_pids(self.stack.data_dir)
+        brokers_before = _brokers_cpu_seconds(pids)
         wall_began = time.perf_counter()
         leave_s: float | None = None
         try:
@@ -1274,7 +1276,7 @@ class _Run:
                 readers.append(asyncio.create_task(read(i, worker)))
             balanced_at = await until_balanced(members, f"{members} members in {processes} "
                                                f"processes to balance {partitions} partitions")
-            broker_cpu = _brokers_cpu_seconds(self.stack.data_dir) - brokers_before
+            broker_cpu = _brokers_cpu_seconds(pids) - brokers_before
             last_subscribe = max(subscribed)
             self.log(f"  balanced {balanced_at - last_subscribe:.2f} s after the last "
                      f"subscribe; the brokers used {broker_cpu:.1f} s of CPU meanwhile")
@@ -1400,11 +1402,17 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _brokers_cpu_seconds(data_dir: Path) -> float:
-    """CPU seconds (user + system) the stack's broker processes have used so far."""
+def _broker_pids(data_dir: Path) -> list[int]:
+    return [pid for pid, _ in _brokers(data_dir).values()]
+
+
+def _brokers_cpu_seconds(pids: Iterable[int]) -> float:
+    """CPU seconds (user + system) the broker processes ``pids`` have used so far (the
+    pids are looked up once per phase: the stack's status probes a broker, which a
+    loaded machine may not answer in time)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
-    for pid, _ in _brokers(data_dir).values():
+    for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
