@@ -498,26 +498,19 @@ async def _wait(what: str, check: Callable[[], tuple[bool, str]], timeout: float
     time it was seen met. ``abort()`` may raise to give up early."""
     from kazoo.exceptions import KazooException
 
-    deadline = time.perf_counter() + timeout
-    detail = "not checked yet"
-    while True:
+    async def in_thread() -> tuple[bool, str]:
         try:
-            met, detail = await asyncio.to_thread(check)
+            return await asyncio.to_thread(check)
         except KazooException as err:
-            met, detail = False, f"ZooKeeper: {err!r}"
-        now = time.perf_counter()
-        if met:
-            return now
-        if abort is not None:
-            abort()
-        if now > deadline:
-            raise ScaleError(f"timed out after {timeout:.0f} s waiting for {what}: {detail}")
-        await asyncio.sleep(_POLL_S)
+            return False, f"ZooKeeper: {err!r}"
+
+    return await _wait_async(what, in_thread, timeout, abort)
 
 
 async def _wait_async(what: str, check: Callable[[], Awaitable[tuple[bool, str]]],
                       timeout: float, abort: Callable[[], None] | None = None) -> float:
-    """``_wait`` for a check that is a coroutine (the clients' view)."""
+    """``_wait`` for a check that is a coroutine (the clients' view, or ``_wait``'s
+    check run in a thread)."""
     deadline = time.perf_counter() + timeout
     while True:
         met, detail = await check()
