@@ -794,6 +794,35 @@ def test_accumulator_reservations_and_sparse_columns(monkeypatch: pytest.MonkeyP
         loop.close()
 
 
+def test_a_sender_pass_looks_only_at_partitions_with_batches() -> None:
+    """``ready`` visits the queues that hold a batch, not every partition ever written
+    (at 10,000 partitions a pass over all of them cost ~10 ms of the I/O thread per
+    acknowledgement); a queue emptied by its acknowledgement drops out and comes back
+    with its next record, which is then sent as before."""
+    loop = asyncio.new_event_loop()
+    try:
+        wakeup = Wakeup(loop)
+        accumulator = Accumulator(ProducerConfig.from_options("h:1", {}), wakeup,
+                                  {"t": dict.fromkeys(range(1000))})
+        loop.call_soon(wakeup.start)
+        loop.run_until_complete(asyncio.sleep(0))
+        for p in range(1000):
+            assert accumulator.add("t", b"x", None, None, p, None, None, True)
+        ready, _, _ = accumulator.ready(time.monotonic(), True, None)
+        assert len(ready) == 1000 and len(accumulator._active) == 1000
+        for st in ready:  # every batch acknowledged
+            assert accumulator.release(st, st.queue[0])
+        assert accumulator.ready(time.monotonic(), True, None)[0] == []
+        assert accumulator._active == {} and len(accumulator.partitions) == 1000
+        assert accumulator.add("t", b"y", None, None, 7, None, None, True)
+        ready, _, _ = accumulator.ready(time.monotonic(), True, None)
+        assert [st.key for st in ready] == [("t", 7)]
+        assert [b.values for b in ready[0].queue] == [[b"y"]]
+        assert accumulator.buffered == ready[0].queue[0].size
+    finally:
+        loop.close()
+
+
 def test_a_typed_batch_never_mixes_schema_versions() -> None:
     """Records converted under another schema version (the subject's latest moved while
     a batch was open) start a new batch, whatever the ids' order: a text keeps the id it
