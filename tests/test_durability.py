@@ -158,10 +158,18 @@ def test_opening_new_and_clean_logs_is_one_sync_and_recovery_fsyncs(
 
     (tmp_path / "t-7" / CLEAN_SHUTDOWN_FILE).unlink()  # as after a crash
     syncs.clear()
-    again = asyncio.run(manager.open_logs(hosted))
+    # All three kinds at once (clean, recovered, new: each on its own threads), the
+    # answers in the order asked.
+    grown = TopicDefinition("t", "id-1", {p: [0] for p in range(32)})
+    again = asyncio.run(manager.open_logs(
+        [(grown, 31, LogConfig(segment_bytes=4096)), *hosted,
+         (grown, 30, LogConfig(segment_bytes=4096))]))
     assert syncs == [tmp_path]
     assert fsyncs, "recovering t-7 fsyncs as it goes"
+    assert all(isinstance(p, Partition) for p in again)
+    assert [p.partition for p in again if isinstance(p, Partition)] == [31, *range(31)]
     assert [p.log.opened_cleanly for p in again if isinstance(p, Partition)] == \
-        [p != 7 for p in range(30)]
-    assert all(p.log.log_end_offset == 1 for p in again if isinstance(p, Partition))
+        [False] + [p != 7 for p in range(30)] + [False]
+    assert [p.log.log_end_offset for p in again if isinstance(p, Partition)] == \
+        [0] + [1] * 30 + [0]
     asyncio.run(manager.close_logs([p for p in again if isinstance(p, Partition)]))
