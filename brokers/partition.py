@@ -199,7 +199,8 @@ class Partition:
         # (ten thousand partitions would mean twenty thousand per round). A machine
         # crash can only leave a lower HW, which the leader moves up again; a clean
         # close makes it durable.
-        self._hw_checkpoint = OffsetCheckpoint(directory / HIGH_WATERMARK_FILE, sync=False)
+        self._hw_checkpoint = OffsetCheckpoint(directory / HIGH_WATERMARK_FILE, sync=False,
+                                               in_place_when_deferred=True)
         recorded = self._hw_checkpoint.read()
         torn = self.producers.open_commit()
         if torn is not None and (recorded is None or torn >= recorded):
@@ -815,7 +816,9 @@ class Partition:
         # the state from the log itself.
         if not self.log.is_offline:
             self.snapshot_producer_state()
-            self.write_high_watermark_checkpoint(sync=True)
+            # A log that never held a record reads its missing HW as 0 already.
+            if self.log.log_end_offset or self._hw_checkpoint.path.exists():
+                self.write_high_watermark_checkpoint(sync=True)
         self.log.close(mark_clean=mark_clean)
 
     def mark_clean(self) -> None:

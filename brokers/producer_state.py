@@ -423,6 +423,9 @@ class ProducerStateManager:
                           if e.txn_sink_batch is not None else {})}
             for pid, e in self._producers.items()
         }
+        if offset == 0 and not state and not self._unreplicated \
+                and not self._snapshot_path(0).exists():
+            return  # a log that never held a record: ``load`` finds nothing, rightly
         snapshot = {"version": 1, "offset": offset, "producers": state}
         if self._unreplicated:
             snapshot["unreplicated"] = [list(t) for t in self._unreplicated]

@@ -173,3 +173,41 @@ def test_opening_new_and_clean_logs_is_one_sync_and_recovery_fsyncs(
     assert [p.log.log_end_offset for p in again if isinstance(p, Partition)] == \
         [0] + [1] * 30 + [0]
     asyncio.run(manager.close_logs([p for p in again if isinstance(p, Partition)]))
+
+
+def test_a_bulk_close_writes_only_what_a_reopen_needs(tmp_path: Path) -> None:
+    """Closing in bulk (fsyncs deferred): a log that never held a record gets nothing
+    but its marker (its missing checkpoints, snapshot and indexes read as empty), a
+    written log gets its checkpoints, the high watermark and recovery point in the
+    fixed-length in-place form; both reopen cleanly to the same state."""
+    manager = _manager(tmp_path)
+    topic = TopicDefinition("t", "id-1", {p: [0] for p in range(2)})
+    hosted = [(topic, p, LogConfig(segment_bytes=4096)) for p in range(2)]
+    empty, written = asyncio.run(manager.open_logs(hosted))
+    assert isinstance(empty, Partition) and isinstance(written, Partition)
+    for i in range(3):
+        written.log.append(build_batch([str(i).encode()]))
+    written.high_watermark = 2  # as replication would have moved it
+    before = set(os.listdir(tmp_path / "t-0"))
+    asyncio.run(manager.close_logs([empty, written]))
+    assert set(os.listdir(tmp_path / "t-0")) - before == {CLEAN_SHUTDOWN_FILE}
+    files = set(os.listdir(tmp_path / "t-1"))
+    assert {"high-watermark", "recovery-point", "leader-epoch-checkpoint",
+            f"{3:020d}.snapshot", f"{0:020d}.index", f"{0:020d}.timeindex"} <= files
+    assert (tmp_path / "t-1" / "high-watermark").read_text() == f"0\n{2:020d}\n"
+    assert (tmp_path / "t-1" / "recovery-point").read_text() == f"0\n{3:020d}\n"
+    assert not any(name.endswith(".tmp") for name in files)
+
+    again = asyncio.run(manager.open_logs(hosted))
+    assert all(isinstance(p, Partition) and p.log.opened_cleanly for p in again)
+    empty, written = (p for p in again if isinstance(p, Partition))
+    assert (empty.log.log_end_offset, empty.high_watermark, empty.log.log_start_offset) == \
+        (0, 0, 0)
+    assert (written.log.log_end_offset, written.high_watermark,
+            written.log.recovery_point) == (3, 2, 3)
+    written.log.append(build_batch([b"more"]))  # the reopened logs take writes
+    empty.log.append(build_batch([b"first"]))
+    asyncio.run(manager.close_logs([empty, written]))
+    reopened = asyncio.run(manager.open_logs(hosted))
+    assert [p.log.log_end_offset for p in reopened if isinstance(p, Partition)] == [1, 4]
+    asyncio.run(manager.close_logs([p for p in reopened if isinstance(p, Partition)]))

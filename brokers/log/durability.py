@@ -28,13 +28,20 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["deferred_fsyncs", "fdatasync", "fsync", "fsync_directory", "sync_filesystem"]
+__all__ = ["deferred_fsyncs", "deferring", "fdatasync", "fsync", "fsync_directory",
+           "sync_filesystem"]
 
 _local = threading.local()
 
 
 def _deferred() -> bool:
     return bool(getattr(_local, "deferred", False))
+
+
+def deferring() -> bool:
+    """Whether this thread is inside ``deferred_fsyncs()`` (a ``sync_filesystem`` will
+    make its writes durable before anything relies on them)."""
+    return _deferred()
 
 
 @contextlib.contextmanager

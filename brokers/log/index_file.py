@@ -47,6 +47,7 @@ class SortedEntryIndex:
         self.keys: array[int] = array(self.key_code)
         self.values: array[int] = array(self.value_code)
         self._persisted = 0
+        self._on_disk = False  # the file exists (loaded from it, or persisted)
 
     # ----------------------------------------------------------------- loading
     def load(self) -> None:
@@ -55,8 +56,10 @@ class SortedEntryIndex:
         self.values = array(self.value_code)
         try:
             data = self.path.read_bytes()
+            self._on_disk = True
         except FileNotFoundError:
             data = b""
+            self._on_disk = False
         if len(data) % self.entry.size:
             raise IndexCorruptError(
                 f"{self.path.name}: size {len(data)} is not a multiple of {self.entry.size}"
@@ -89,12 +92,14 @@ class SortedEntryIndex:
         self.keys = array(self.key_code)
         self.values = array(self.value_code)
         self._persisted = 0
+        self._on_disk = False
         self.path.unlink(missing_ok=True)
 
     def persist(self, fsync: bool) -> None:
         """Append the entries not yet on disk; fsync the file when asked."""
-        if self._persisted == len(self.keys) and not fsync:
-            return
+        if self._persisted == len(self.keys) and (
+                not fsync or (self._on_disk and durability.deferring())):
+            return  # (a deferred fsync: the file-system sync to come covers it)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             if self._persisted < len(self.keys):
@@ -109,8 +114,10 @@ class SortedEntryIndex:
                 durability.fsync(fd)
         finally:
             os.close(fd)
+        self._on_disk = True
 
     def delete(self) -> None:
+        self._on_disk = False
         self.path.unlink(missing_ok=True)
 
     # ----------------------------------------------------------------- lookup

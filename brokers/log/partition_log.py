@@ -180,7 +180,9 @@ class PartitionLog:
         self._closed = False
         self._closed_intact = False  # closed with everything flushed (marker may follow)
         self._offline: BaseException | None = None
-        self._recovery_checkpoint = OffsetCheckpoint(self.directory / RECOVERY_POINT_FILE)
+        # An older recovery point only makes recovery re-read more of the log.
+        self._recovery_checkpoint = OffsetCheckpoint(self.directory / RECOVERY_POINT_FILE,
+                                                     in_place_when_deferred=True)
         self._start_checkpoint = OffsetCheckpoint(self.directory / LOG_START_FILE)
         self._clean_marker = CleanShutdownMarker(self.directory / CLEAN_SHUTDOWN_FILE)
         self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
@@ -228,6 +230,11 @@ class PartitionLog:
             if RECOVERY_POINT_FILE in present else None
         checkpointed_start = self._start_checkpoint.read() if LOG_START_FILE in present \
             else None
+        # Absent, both read as 0 (below): a new log's close need not write them.
+        if RECOVERY_POINT_FILE not in present:
+            self._recovery_checkpoint.absent(reads_as=0)
+        if LOG_START_FILE not in present:
+            self._start_checkpoint.absent(reads_as=0)
         recovery_point = stored_recovery_point or 0
         checkpointed_recovery_point = recovery_point
         segments = [LogSegment(self.directory, b, self.config.index_interval_bytes, create=False,

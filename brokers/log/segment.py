@@ -459,8 +459,12 @@ class LogSegment:
             self.time_index.append(self.max_timestamp, self._relative_offset_of_max_timestamp)
 
     def flush(self) -> None:
-        """fdatasync the log and persist + fsync the indexes."""
+        """fdatasync the log and persist + fsync the indexes (in a bulk close, an empty
+        segment without index entries gets no index files: the first close of ten
+        thousand new logs would otherwise create twenty thousand empty files)."""
         durability.fdatasync(self.file.fd)
+        if self._nothing_to_index():
+            return
         self.offset_index.persist(fsync=True)
         self.time_index.persist(fsync=True)
         self.txn_index.persist(fsync=True)
@@ -468,9 +472,18 @@ class LogSegment:
     def seal(self) -> None:
         """The segment stops being active: record the final max timestamp in the time index."""
         self._maybe_append_time_entry()
+        if self._nothing_to_index():
+            return
         self.offset_index.persist(fsync=False)
         self.time_index.persist(fsync=False)
         self.txn_index.persist(fsync=False)
+
+    def _nothing_to_index(self) -> bool:
+        """Empty, no entries, and closing (or opening) in bulk: ``load`` takes absent
+        index files as empty. (The cleaner's ``.cleaned`` files are always created: its
+        swap renames each of them.)"""
+        return self.size == 0 and not self.offset_index and not self.time_index \
+            and not self.txn_index and durability.deferring()
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch whose last offset is >= ``offset`` (whole batches only)."""
