@@ -374,7 +374,8 @@ class Broker:
             return
         self._shutting_down = True
         self._mark_shutting_down(True)
-        steps: list[tuple[str, float]] = []  # (step, seconds): logged at the end
+        # (step, seconds[, how the time split]): logged at the end
+        steps: list[tuple[str, float] | tuple[str, float, str]] = []
         clock = time.monotonic()
 
         def step(name: str) -> None:
@@ -417,9 +418,11 @@ class Broker:
                                    self.config.shutdown_timeout_ms / 1000)
         step("topic sync")
         closing = len(self.registry.hosted)
-        await self.log_manager.close_logs(list(self.registry.hosted.values()))
+        phases = await self.log_manager.close_logs(list(self.registry.hosted.values()))
         self.registry.hosted.clear()
         step(f"{closing} logs")
+        if phases:
+            steps[-1] = (f"{closing} logs", steps[-1][1], phases)
         if self._state_watcher is not None:
             self._state_watcher.close()
         self.metrics.stop()
@@ -432,8 +435,10 @@ class Broker:
             self._lock_fd = -1
         if self.started:
             log.info("broker %d stopped cleanly in %.1f s (%s)", self.broker_id,
-                     sum(seconds for _, seconds in steps),
-                     ", ".join(f"{name} {seconds:.2f} s" for name, seconds in steps))
+                     sum(entry[1] for entry in steps),
+                     ", ".join(f"{entry[0]} {entry[1]:.2f} s"
+                               + (f" ({entry[2]})" if len(entry) > 2 else "")
+                               for entry in steps))
 
     async def _controlled_shutdown(self) -> None:
         """Hand every leadership another in-sync replica can take over to it, and leave

@@ -228,7 +228,7 @@ class LogManager:
             return err if isinstance(err, StrataError) else \
                 LogStorageError(f"opening {directory} failed: {err}")
 
-    async def close_logs(self, partitions: list[Partition]) -> None:
+    async def close_logs(self, partitions: list[Partition]) -> str:
         """Close every log (snapshots, checkpoints, clean-shutdown markers), several at
         once, with two file-system syncs instead of a dozen fsyncs per log (10,000 logs:
         120,000 fsyncs, about 35 s on the 2-core VM). Nothing else touches the
@@ -239,7 +239,8 @@ class LogManager:
         ``syncfs`` makes all of that durable; (3) the markers of the logs that closed
         intact are written, again deferred; (4) a second ``syncfs``. A crash before (4)
         loses some markers (those logs are recovered at the next start), never data.
-        A sync that fails leaves every marker unwritten.
+        A sync that fails leaves every marker unwritten. Returns where the time went
+        (for the broker's "stopped cleanly" line), e.g. ``close 4.1 s, sync 9.0 s, ...``.
         """
         def close(partition: Partition) -> None:
             try:
@@ -253,27 +254,41 @@ class LogManager:
                 for partition in chunk:
                     partition.mark_clean()
 
+        phases: list[str] = []
+        began = time.monotonic()
+
+        def phase(name: str) -> None:
+            nonlocal began
+            now = time.monotonic()
+            phases.append(f"{name} {now - began:.2f} s")
+            began = now
+
         if not partitions:
-            return
+            return ""
         loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(max_workers=min(_LOG_OPENERS, len(partitions)),
                                 thread_name_prefix="strata-log-close") as pool:
             await asyncio.gather(*(loop.run_in_executor(pool, close, partition)
                                    for partition in partitions))
+            phase("close")
             try:
                 await asyncio.to_thread(durability.sync_filesystem, self.data_dir)
             except OSError as err:
                 log.error("the logs could not be made durable (%s): no clean-shutdown "
                           "markers are written, the next start recovers every log", err)
-                return
+                return ", ".join(phases)
+            phase("sync")
             size = max(1, len(partitions) // _LOG_OPENERS + 1)
             await asyncio.gather(*(loop.run_in_executor(pool, mark, partitions[i:i + size])
                                    for i in range(0, len(partitions), size)))
+            phase("markers")
         try:
             await asyncio.to_thread(durability.sync_filesystem, self.data_dir)
         except OSError as err:
             log.error("the clean-shutdown markers could not be made durable (%s): the next "
                       "start may recover some logs", err)
+        phase("sync")
+        return ", ".join(phases)
 
     # ------------------------------------------------------------------ stray directories
     def remove_stray_dirs(self) -> None:
