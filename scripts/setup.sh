@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up: .venv with the package (editable) and its pinned tools, plus the
-# Delta jars in ~/.m2 so Spark's spark.jars.packages resolver finds them with no network.
+# Delta and S3A jars in ~/.m2 so Spark's spark.jars.packages resolver finds them with no
+# network.
 # A second run on a ready machine checks two stamps and exits: no pip, no mvn, no download.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +13,18 @@ VENV=.venv
 DELTA_ARTIFACT=io.delta:delta-spark_4.2_2.13:4.4.0
 DELTA_JAR="$HOME/.m2/repository/io/delta/delta-spark_4.2_2.13/4.4.0/delta-spark_4.2_2.13-4.4.0.jar"
 DELTA_STORAGE_JAR="$HOME/.m2/repository/io/delta/delta-storage/4.4.0/delta-storage-4.4.0.jar"
+# The S3A connector for an object-store warehouse (strata_spark/_warehouse.py), matching
+# pyspark 4.2.0's Hadoop 3.5.0 client jars; it brings the AWS SDK v2 bundle (~690 MB).
+S3A_ARTIFACT=org.apache.hadoop:hadoop-aws:3.5.0
+S3A_JAR="$HOME/.m2/repository/org/apache/hadoop/hadoop-aws/3.5.0/hadoop-aws-3.5.0.jar"
+S3A_SDK_JAR="$HOME/.m2/repository/software/amazon/awssdk/bundle/2.35.4/bundle-2.35.4.jar"
 STAMP=$VENV/.strata-setup-stamp
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
-    && [ -f "$DELTA_JAR" ] && [ -f "$DELTA_STORAGE_JAR" ]; then
-  echo "setup: up to date (.venv and Delta jars ready)"
+    && [ -f "$DELTA_JAR" ] && [ -f "$DELTA_STORAGE_JAR" ] && [ -f "$S3A_JAR" ] \
+    && [ -f "$S3A_SDK_JAR" ]; then
+  echo "setup: up to date (.venv, Delta and S3A jars ready)"
   exit 0
 fi
 
@@ -54,6 +61,10 @@ echo "setup: installing strata (editable) and its pinned dependencies"
 if [ ! -f "$DELTA_JAR" ] || [ ! -f "$DELTA_STORAGE_JAR" ]; then
   echo "setup: fetching $DELTA_ARTIFACT and its dependencies from Maven Central into ~/.m2"
   mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.6.1:get -Dartifact="$DELTA_ARTIFACT"
+fi
+if [ ! -f "$S3A_JAR" ] || [ ! -f "$S3A_SDK_JAR" ]; then
+  echo "setup: fetching $S3A_ARTIFACT and the AWS SDK bundle from Maven Central into ~/.m2"
+  mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.6.1:get -Dartifact="$S3A_ARTIFACT"
 fi
 echo "$want" > "$STAMP"
 echo "setup: done"

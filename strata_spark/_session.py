@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - import only for the annotation
     from pyspark.sql import SparkSession
 
 __all__ = ["BIND_CONF_KEYS", "BIND_ENV_VARS", "IVY_SETTINGS", "LOOPBACK", "REPO_CONF_DIR",
-           "is_startup_noise", "loopback_defaults", "spark_session"]
+           "configured_packages", "is_startup_noise", "loopback_defaults", "spark_session"]
 
 #: The Spark configuration shipped with the package (``strata_spark/conf/``; the
 #: checkout's ``conf/`` is a link to it), so an installed wheel configures Spark as a
@@ -104,6 +104,14 @@ def _properties(path: Path) -> dict[str, str]:
         else:
             out[line] = ""
     return out
+
+
+def configured_packages() -> str | None:
+    """``spark.jars.packages`` of the configuration a session here starts from
+    (``SPARK_CONF_DIR``'s spark-defaults.conf, else the package's): what a session that
+    sets the key itself must keep, e.g. Delta's package beside the S3A connector."""
+    conf_dir = Path(os.environ.get("SPARK_CONF_DIR") or REPO_CONF_DIR)
+    return _properties(conf_dir / "spark-defaults.conf").get("spark.jars.packages")
 
 
 def _submit_args(text: str) -> tuple[str | None, dict[str, str]]:

@@ -37,7 +37,7 @@ LONGEST_MODULES_FIRST = (
     "test_spark_source", "test_consumer_groups", "test_spark_typed", "test_transactions",
     "test_security", "test_spark_sink", "test_perf_spark", "test_package", "test_cli_cluster",
     "test_spark_tier_replay", "test_cli_transactions", "test_gateway",
-    "test_stack_rolling_restart", "test_perf_scale", "test_sink_protocol",
+    "test_stack_rolling_restart", "test_perf_scale", "test_warehouse_s3", "test_sink_protocol",
     "test_typed_topics", "test_gateway_schema",
 )
 
