@@ -74,6 +74,7 @@ import pyarrow.dataset as pads
 
 from spark_source._arrow import spark_arrow_schema
 from spark_source._errors import StrataSparkTierError
+from strata_spark import Warehouse
 
 __all__ = [
     "TIER_COLUMNS",
@@ -109,8 +110,9 @@ class TierFile:
 class TierTable:
     """One Delta tier table, opened once (its log replayed once) for several questions.
 
-    ``uri`` is whatever delta-rs accepts: a local path, ``file://``, or an object-store
-    URI whose credentials come from the environment.
+    ``uri`` is a local path, ``file://`` URI, or ``s3://`` (``s3a://``) URI: an object
+    store's credentials and endpoint come from the environment of the Spark worker
+    (``strata_spark.Warehouse``: the standard AWS variables), never from the URI.
     """
 
     def __init__(self, uri: str) -> None:
@@ -125,7 +127,8 @@ class TierTable:
                 "install the project's dependencies in the interpreter PYSPARK_PYTHON "
                 "names") from None
         try:
-            self._table = DeltaTable(uri)
+            location, options = _delta_location(uri)
+            self._table = DeltaTable(location, storage_options=options or None)
             names = set(self._table.schema().to_arrow().names)
             actions = pa.table(self._table.get_add_actions(flatten=True))
             # Only supplies delta-rs's filesystem (local or object store, with the table's
@@ -276,6 +279,16 @@ class TierTable:
         dataset = self._dataset
         fragment: pads.Fragment = dataset.format.make_fragment(path, dataset.filesystem)
         return fragment
+
+
+def _delta_location(uri: str) -> tuple[str, dict[str, str]]:
+    """delta-rs's URI and storage options for a table URI (``s3a://`` becomes ``s3://``;
+    a plain-HTTP S3-compatible endpoint is allowed). A malformed object-store URI raises
+    ``InvalidWarehouseError`` before any request."""
+    if uri.lower().startswith(("s3://", "s3a://")):
+        table = Warehouse.parse(uri)
+        return table.delta_uri(), table.storage_options()
+    return uri, {}
 
 
 def read_tier_range(table_uri: str, topic: str, partition: int, start: int, end: int, *,
