@@ -19,12 +19,13 @@ crash; after a machine crash the file holds the old or the new value (a 23-byte 
 inside one sector, and a file that does not change size), or for a first write the old
 state, a missing or empty file, which reads as ``None``. Ten thousand of them take
 0.04 s where temporary files and renames took 0.46 s (measured on the 2-core VM).
-A checkpoint that may go back to its old value after a machine crash
-(``in_place_when_deferred``: the high watermark, the recovery point) is written the same
-way when its writer's fsyncs are deferred (``durability.deferred_fsyncs``, a broker
-closing or opening thousands of logs): the file-system sync that follows makes it
-durable, and a crash before that sync leaves no clean-shutdown marker, so recovery
-starts from the old value or the new one, both safe.
+The high watermark (``in_place_when_deferred``) is written the same way at close when
+its writer's fsyncs are deferred (``durability.deferred_fsyncs``, a broker closing
+thousands of logs): the file-system sync that follows makes it durable, and a value
+that reached the disk before the log data it covers is cut to the log end when read.
+Not so the recovery point: an overwrite in place is not ordered after the log's own
+writes (a rename is, on ext4), and a recovery point ahead of the durable data would make
+recovery refuse the log; it is always replaced atomically.
 
 ``CleanShutdownMarker``: an empty file whose presence says the previous process closed
 the log cleanly (all data flushed, indexes written). The log deletes it as soon as it

@@ -180,9 +180,10 @@ class PartitionLog:
         self._closed = False
         self._closed_intact = False  # closed with everything flushed (marker may follow)
         self._offline: BaseException | None = None
-        # An older recovery point only makes recovery re-read more of the log.
-        self._recovery_checkpoint = OffsetCheckpoint(self.directory / RECOVERY_POINT_FILE,
-                                                     in_place_when_deferred=True)
+        # Always replaced atomically, never in place: on ext4 a rename is ordered after
+        # the log data appended before it, an overwrite in place is not, and a recovery
+        # point ahead of the durable data would make recovery refuse the log.
+        self._recovery_checkpoint = OffsetCheckpoint(self.directory / RECOVERY_POINT_FILE)
         self._start_checkpoint = OffsetCheckpoint(self.directory / LOG_START_FILE)
         self._clean_marker = CleanShutdownMarker(self.directory / CLEAN_SHUTDOWN_FILE)
         self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
