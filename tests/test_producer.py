@@ -796,9 +796,9 @@ def test_accumulator_reservations_and_sparse_columns(monkeypatch: pytest.MonkeyP
 
 def test_a_sender_pass_looks_only_at_partitions_with_batches() -> None:
     """``ready`` visits the queues that hold a batch, not every partition ever written
-    (at 10,000 partitions a pass over all of them cost ~10 ms of the I/O thread per
-    acknowledgement); a queue emptied by its acknowledgement drops out and comes back
-    with its next record, which is then sent as before."""
+    (after a first write to 10,000 partitions, every pass of the I/O thread visited all
+    of them); a queue emptied by its acknowledgement drops out and comes back with its
+    next record, which is then sent as before."""
     loop = asyncio.new_event_loop()
     try:
         wakeup = Wakeup(loop)
