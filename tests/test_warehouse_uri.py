@@ -85,3 +85,25 @@ def test_s3_settings_come_from_the_environment_and_hold_no_secret(
     assert wh.storage_options() == {}
     settings = [*wh.spark_conf().values(), *wh.storage_options().values()]
     assert not any("not-in-any-setting" in value for value in settings)
+
+
+@pytest.mark.parametrize(("location", "code"), [
+    ("s3://strata-lake/wh", "[INVALID_TIER_SETTING]"),   # valid, but not for the job yet
+    ("gs://strata-lake/wh", "[INVALID_WAREHOUSE]"),
+    ("s3://KEY:s3cr3t-value@strata-lake/wh", "[INVALID_WAREHOUSE]"),
+])
+def test_tier_run_refuses_before_writing_anything(
+        location: str, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`strata tier run --warehouse` checks the location before any I/O: an object store
+    (not written by the job yet) or a malformed location is refused with its code, and
+    nothing appears in the current directory (``Path("s3://b/x")`` would have made a
+    local ``s3:/b/x``)."""
+    from strata_tools.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["tier", "run", "--bootstrap", "127.0.0.1:1", "--warehouse", location,
+                 "--once"]) == 1
+    error = capsys.readouterr().err
+    assert code in error and "s3cr3t-value" not in error
+    assert list(tmp_path.iterdir()) == []

@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     warehouse = args.warehouse or os.environ.get(WAREHOUSE_ENV, "")
     if not warehouse:
         raise CommandError(f"no warehouse given: pass --warehouse DIR or export {WAREHOUSE_ENV}")
-    settings = TierSettings(bootstrap_of(args), Path(warehouse),
+    settings = TierSettings(bootstrap_of(args), _local_warehouse(warehouse),
                             security=security_of_args(args),
                             max_bytes_per_write=args.max_bytes_per_write,
                             vacuum_retain_hours=args.vacuum_retain_hours,
@@ -156,3 +156,20 @@ def _print(report: dict[str, Any], fmt: str) -> None:
             print(f"  {p['topic']}-{p['partition']}: tiered up to {p['tiered_up_to']} "
                   f"(from {p['tier_start']}), +{p['records']} records, lag "
                   f"{p['lag_records']} records / {p['lag_ms']} ms", flush=True)
+
+
+def _local_warehouse(text: str) -> Path:
+    """The warehouse directory ``--warehouse`` names, checked before anything is written:
+    a malformed location raises ``INVALID_WAREHOUSE``; an object store, which the tier
+    job does not write to yet, ``INVALID_TIER_SETTING`` (a path like ``s3://b/x`` would
+    otherwise become a local directory ``s3:/b/x``)."""
+    from spark_jobs import TierConfigError
+    from strata_spark import Warehouse
+
+    warehouse = Warehouse.parse(text)
+    if warehouse.path is None:
+        raise TierConfigError(
+            f"--warehouse {warehouse.uri}: the tiering job writes to a local or mounted "
+            "directory only for now (an object-store warehouse is being built: "
+            "docs/deployment.md, section 10); give a directory")
+    return warehouse.path
