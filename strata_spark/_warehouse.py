@@ -1,7 +1,8 @@
 """Where the Delta warehouse lives: a local directory, or a prefix of an S3 bucket.
 
-Accepted by :meth:`Warehouse.parse` (``strata up --warehouse``, the tier job, the Spark
-source, the notebooks' helpers):
+Accepted by :meth:`Warehouse.parse` (today: ``strata tier run --warehouse``, which still
+refuses an object store, and the Spark source's tier reader; the tier job, ``strata up``
+and the notebooks' helpers are next, issue [3.5]):
 
 =============================== ===============================================
 ``/data/warehouse``, ``wh``      a local directory (relative: from the current one)
