@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,10 +96,25 @@ def test_the_store_refuses_a_second_put_if_absent(s3: S3Server) -> None:
     assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"first"
 
 
-def test_concurrent_delta_rs_commits_lose_nothing(s3_env: dict[str, str]) -> None:
-    """Four writers append at once, ten commits each: every commit gets its own version
-    and every row is in the table (a store without put-if-absent would let two writers
-    both write version N, and one commit would vanish)."""
+_APPENDER = textwrap.dedent("""
+    import sys, time
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from strata_spark import Warehouse
+    table, writer, start_at = Warehouse.parse(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    time.sleep(max(0.0, start_at - time.time()))  # every writer imported: go together
+    for n in range(10):
+        write_deltalake(table.delta_uri(), pa.table({"writer": [writer], "n": [n]}),
+                        mode="append", storage_options=table.storage_options() or None)
+""")
+
+
+def test_concurrent_delta_rs_commits_lose_nothing(s3_env: dict[str, str],
+                                                 tmp_path: Path) -> None:
+    """Four writer processes append at once, ten commits each: every commit gets its own
+    version and every row is in the table (a store without put-if-absent would let two
+    writers both write version N, and one commit would vanish). Processes, not threads:
+    delta-rs holds the GIL while it commits, so threads would take turns."""
     from deltalake import DeltaTable, write_deltalake
 
     warehouse = Warehouse.parse(f"s3://{BUCKET}/concurrent")
@@ -107,22 +122,14 @@ def test_concurrent_delta_rs_commits_lose_nothing(s3_env: dict[str, str]) -> Non
     options = warehouse.storage_options()
     write_deltalake(uri, pa.table({"writer": pa.array([], pa.int64()),
                                    "n": pa.array([], pa.int64())}), storage_options=options)
-    errors: list[BaseException] = []
-
-    def writer(w: int) -> None:
-        try:
-            for n in range(10):
-                write_deltalake(uri, pa.table({"writer": [w], "n": [n]}), mode="append",
-                                storage_options=options)
-        except BaseException as err:  # reported by the assertion below
-            errors.append(err)
-
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors, errors
+    start_at = time.time() + 5
+    env = {**os.environ, **s3_env}
+    writers = [subprocess.Popen([sys.executable, "-c", _APPENDER, uri, str(w), str(start_at)],
+                                env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+               for w in range(4)]
+    for writer in writers:
+        _, err = writer.communicate(timeout=180)
+        assert writer.returncode == 0, err[-2000:]
     table = DeltaTable(uri, storage_options=options)
     rows = sorted(zip(*table.to_pyarrow_table().to_pydict().values(), strict=True))
     assert rows == [(w, n) for w in range(4) for n in range(10)]
