@@ -119,9 +119,17 @@ def test_up_waits_for_a_broker_that_is_shutting_down(tmp_path: Path, reaper: Any
         broker = _brokers(data_dir)["broker-1"]
         pid = broker["pid"]
         marker = Path(broker["marker"]) / "shutting-down"
-        os.kill(pid, signal.SIGTERM)
-        _wait_for(marker.exists, 30, "the broker wrote its shutting-down file")
-        os.kill(pid, signal.SIGSTOP)  # a shutdown that takes as long as the test wants
+        # Catch the broker inside its shutdown: with ZooKeeper stopped, it cannot close
+        # its session, the last step before the file goes (a broker without partitions
+        # otherwise stops in ~40 ms, faster than a poll can be sure to see the file).
+        zookeeper = _records(data_dir)["zookeeper"]["pid"]
+        os.kill(zookeeper, signal.SIGSTOP)
+        try:
+            os.kill(pid, signal.SIGTERM)
+            _wait_for(marker.exists, 30, "the broker wrote its shutting-down file")
+            os.kill(pid, signal.SIGSTOP)  # a shutdown that takes as long as the test wants
+        finally:
+            os.kill(zookeeper, signal.SIGCONT)
         try:
             # Bounded: with a short --shutdown-wait, `up` gives up and says what to do.
             short = strata("up", "--data-dir", str(data_dir), "--shutdown-wait", "2",
