@@ -280,6 +280,10 @@ class ReplicaManager:
                 if header is None:
                     continue
                 if transactional_id is None or verify is None:
+                    try:
+                        partition.log.validate(part.records)
+                    except StrataError:
+                        continue  # damaged: CORRUPT_MESSAGE or INVALID_RECORD says more
                     missing_id.append((topic.name, part.partition))
                     continue
                 wanted.setdefault((header.producer_id, header.producer_epoch), []).append(

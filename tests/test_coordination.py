@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -239,6 +239,12 @@ def test_the_state_watcher_delivers_changes_in_batches(
     watcher.close()
 
 
+def _wait_until(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_controlled_shutdown_requests_end_with_the_session(
         zookeeper_server: ZooKeeperServer, coordinators: list[ZooKeeperClient]) -> None:
     observer = coordinators[0]
@@ -250,10 +256,11 @@ def test_controlled_shutdown_requests_end_with_the_session(
         leaving.request_controlled_shutdown(7)
         leaving.request_controlled_shutdown(7)  # asking twice is harmless
         assert observer.shutting_down_brokers() == {7}
+        # The watch is told while the request stands (it re-reads the children when it
+        # fires: waiting here, not after the session ends, is what lets it see {7}).
+        _wait_until(lambda: {7} in seen, 10)
     finally:
         leaving.stop()
     assert observer.shutting_down_brokers() == set()
-    deadline = time.monotonic() + 10
-    while (not seen or seen[-1]) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_until(lambda: seen[-1] == set(), 10)  # and told again when the session ends
     assert {7} in seen and seen[-1] == set(), seen
