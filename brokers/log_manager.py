@@ -47,7 +47,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from brokers.log import FlushPolicy, durability
 from brokers.log.partition_log import CLEAN_SHUTDOWN_FILE
@@ -160,7 +160,7 @@ class LogManager:
             return []
         loop = asyncio.get_running_loop()
         kinds = await asyncio.to_thread(self._log_kinds, hosted)
-        opened: list[Partition | StrataError | None] = [None] * len(hosted)
+        opened: dict[int, Partition | StrataError] = {}  # by index into ``hosted``
         # One kind at a time, each on the threads that suit it (see the constants).
         for kind, workers, open_one in (
                 ("clean", _CLEAN_LOG_OPENERS, self._open_deferred),
@@ -173,15 +173,10 @@ class LogManager:
                                     thread_name_prefix=f"strata-log-open-{kind}") as pool:
                 results = await asyncio.gather(*(
                     loop.run_in_executor(pool, open_one, *hosted[i]) for i in indexes))
-            for i, result in zip(indexes, results, strict=True):
-                opened[i] = result
-        assert all(partition is not None for partition in opened)
-        done = cast("list[Partition | StrataError]", opened)
-        try:
-            await asyncio.to_thread(durability.sync_filesystem, self.data_dir)
-        except OSError as err:
-            log.error("the opened logs could not be made durable (%s): they stay offline",
-                      err)
+            opened.update(zip(indexes, results, strict=True))
+        done = [opened[i] for i in range(len(hosted))]
+        err = await self._sync("the opened logs could not be made durable; they stay offline")
+        if err is not None:
             failed = LogStorageError(f"syncing {self.data_dir} after opening logs failed: "
                                      f"{err}; check the disk, then restart the broker")
             for partition in done:
@@ -271,24 +266,28 @@ class LogManager:
             await asyncio.gather(*(loop.run_in_executor(pool, close, partition)
                                    for partition in partitions))
             phase("close")
-            try:
-                await asyncio.to_thread(durability.sync_filesystem, self.data_dir)
-            except OSError as err:
-                log.error("the logs could not be made durable (%s): no clean-shutdown "
-                          "markers are written, the next start recovers every log", err)
+            if await self._sync("the logs could not be made durable; no clean-shutdown "
+                                "markers are written, the next start recovers every log"):
                 return ", ".join(phases)
             phase("sync")
             size = max(1, len(partitions) // _LOG_OPENERS + 1)
             await asyncio.gather(*(loop.run_in_executor(pool, mark, partitions[i:i + size])
                                    for i in range(0, len(partitions), size)))
             phase("markers")
+        await self._sync("the clean-shutdown markers could not be made durable; the next "
+                         "start may recover some logs")
+        phase("sync")
+        return ", ".join(phases)
+
+    async def _sync(self, failure: str) -> OSError | None:
+        """One ``syncfs`` of the data directory's file system (``durability``); on a
+        failure, logs ``failure`` with the error and returns the error."""
         try:
             await asyncio.to_thread(durability.sync_filesystem, self.data_dir)
         except OSError as err:
-            log.error("the clean-shutdown markers could not be made durable (%s): the next "
-                      "start may recover some logs", err)
-        phase("sync")
-        return ", ".join(phases)
+            log.error("%s: %s", failure, err)
+            return err
+        return None
 
     # ------------------------------------------------------------------ stray directories
     def remove_stray_dirs(self) -> None:

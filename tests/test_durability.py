@@ -24,6 +24,7 @@ from brokers.log.partition_log import CLEAN_SHUTDOWN_FILE
 from brokers.log_manager import LogManager
 from brokers.partition import Partition
 from brokers.services import PartitionRegistry
+from wire.errors import LogStorageError
 from wire.record_batch import build_batch
 
 pytestmark = pytest.mark.unit
@@ -212,3 +213,31 @@ def test_a_bulk_close_writes_only_what_a_reopen_needs(tmp_path: Path) -> None:
     reopened = asyncio.run(manager.open_logs(hosted))
     assert [p.log.log_end_offset for p in reopened if isinstance(p, Partition)] == [1, 4]
     asyncio.run(manager.close_logs([p for p in reopened if isinstance(p, Partition)]))
+
+
+def test_a_failed_sync_leaves_no_marker_and_keeps_opened_logs_offline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+        ) -> None:
+    """A ``syncfs`` that fails: a close writes no clean-shutdown marker (the next start
+    recovers every log), and an open answers each log with a storage error instead of
+    serving files that may not be on disk."""
+    manager = _manager(tmp_path)
+    topic = TopicDefinition("t", "id-1", {p: [0] for p in range(3)})
+    hosted = [(topic, p, LogConfig(segment_bytes=4096)) for p in range(3)]
+    opened = asyncio.run(manager.open_logs(hosted))
+    for partition in opened:
+        assert isinstance(partition, Partition)
+        partition.log.append(build_batch([b"v"]))
+
+    def failing(path: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(durability, "sync_filesystem", failing)
+    phases = asyncio.run(manager.close_logs([p for p in opened if isinstance(p, Partition)]))
+    assert phases.startswith("close ") and "markers" not in phases
+    assert not any((tmp_path / f"t-{p}" / CLEAN_SHUTDOWN_FILE).exists() for p in range(3))
+    assert "no clean-shutdown markers are written" in caplog.text
+
+    again = asyncio.run(manager.open_logs(hosted))
+    assert all(isinstance(p, LogStorageError) for p in again), again
+    assert "check the disk" in str(again[0])
