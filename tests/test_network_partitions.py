@@ -77,9 +77,14 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def test_partitions_lose_no_acknowledged_record(cluster: Cluster) -> None:
     # Hosts of their own: metadata gives the clients the namespaces' addresses only.
+    # Every broker is registered in ZooKeeper when the cluster is up; the broker that
+    # answers may still be waiting for the controller's metadata naming the last one.
+    expected = {b: (cluster.node_of_broker(b).address, 9092) for b in cluster.brokers}
     with Admin(cluster.bootstrap) as admin:
-        brokers = admin.describe_cluster().brokers
-    assert brokers == {b: (cluster.node_of_broker(b).address, 9092) for b in cluster.brokers}
+        brokers = cluster.wait_for("metadata naming every broker",
+                                   lambda: admin.describe_cluster().brokers,
+                                   lambda seen: set(seen) == set(expected), 30)
+    assert brokers == expected
     assert not any(host.startswith("127.") for host, _ in brokers.values())
     seed = int(os.environ.get("STRATA_NET_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
