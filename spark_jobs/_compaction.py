@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from deltalake import DeltaTable
 
-from spark_jobs._tables import compacted_path, ensure_table
+from spark_jobs._tables import TableLocation, compacted_table, ensure_table
+from strata_spark import Warehouse
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -50,46 +49,47 @@ def compacted_ddl(value_type: pa.StructType | None) -> str:
     return COMPACTED_DDL.replace("value BINARY", struct, 1)
 
 
-def compact_range(spark: SparkSession, warehouse: Path, topic: str, tier_table: Path,
+def compact_range(spark: SparkSession, warehouse: Warehouse, topic: str,
+                  tier_table: TableLocation,
                   partition: int, start: int, end: int, *,
                   value_type: pa.StructType | None = None,
                   properties: dict[str, str] | None = None) -> int:
     """Merge offsets ``[start, end)`` of ``partition`` (read from the tier table) into the
     compacted table; returns how many keys the range carried. ``value_type``: a typed
     topic's value struct (the table is created with it, and ``properties``)."""
-    target = compacted_path(warehouse.resolve(), topic)
+    target = compacted_table(warehouse, topic)
     ensure_table(spark, target, compacted_ddl(value_type), "partition", properties)
     view = f"strata_compact_{uuid.uuid4().hex}"
     latest = spark.sql(f"""
         SELECT key, value, partition, offset, timestamp, headers FROM (
           SELECT *, row_number() OVER (PARTITION BY partition, key ORDER BY offset DESC) AS n
-          FROM delta.`{tier_table}`
+          FROM {tier_table.sql}
           WHERE partition = {partition} AND offset >= {start} AND offset < {end}
             AND key IS NOT NULL)
         WHERE n = 1""")
     latest.createOrReplaceTempView(view)
     try:
         spark.sql(f"""
-            MERGE INTO delta.`{target}` AS t USING {view} AS s
+            MERGE INTO {target.sql} AS t USING {view} AS s
             ON t.partition = s.partition AND t.key = s.key
             WHEN MATCHED AND s.offset > t.offset THEN UPDATE SET *
             WHEN NOT MATCHED THEN INSERT *""")
     finally:
         spark.catalog.dropTempView(view)
-    history = DeltaTable(str(target)).history(1)
+    history = target.open().history(1)
     metrics = history[0].get("operationMetrics") or {} if history else {}
     return int(metrics.get("numSourceRows", 0))
 
 
-def drop_tombstones(spark: SparkSession, warehouse: Path, topic: str,
+def drop_tombstones(spark: SparkSession, warehouse: Warehouse, topic: str,
                     delete_retention_ms: int) -> None:
     """Delete tombstones older than ``delete.retention.ms`` from the compacted table;
     skipped (no commit) when the file statistics show no null value old enough."""
-    target = compacted_path(warehouse.resolve(), topic)
-    if not DeltaTable.is_deltatable(str(target)):
+    target = compacted_table(warehouse, topic)
+    if not target.exists():
         return
     cutoff_ms = int(time.time() * 1000) - delete_retention_ms
-    files = pa.table(DeltaTable(str(target)).get_add_actions(flatten=True))
+    files = pa.table(target.open().get_add_actions(flatten=True))
     if "null_count.value" in files.column_names and "min.timestamp" in files.column_names:
         candidates = [ts for nulls, ts in zip(files.column("null_count.value").to_pylist(),
                                               files.column("min.timestamp").to_pylist(),
@@ -97,5 +97,5 @@ def drop_tombstones(spark: SparkSession, warehouse: Path, topic: str,
                       if nulls and ts is not None and ts.timestamp() * 1000 < cutoff_ms]
         if not candidates:
             return
-    spark.sql(f"DELETE FROM delta.`{target}` WHERE value IS NULL "
+    spark.sql(f"DELETE FROM {target.sql} WHERE value IS NULL "
               f"AND timestamp < timestamp_millis({cutoff_ms})")

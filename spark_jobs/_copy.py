@@ -55,7 +55,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
@@ -63,7 +62,7 @@ import pyarrow.compute as pc
 
 from spark_jobs._errors import TierGapError, TierLeaseLostError, TierTableMismatchError
 from spark_jobs._plan import TierRange
-from spark_jobs._tables import app_id
+from spark_jobs._tables import TableLocation, app_id
 from wire.security import ClientSecurity
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -168,16 +167,17 @@ def pieces_of(ranges: Sequence[TierRange], parallelism: int) -> list[CopyPiece]:
     return pieces
 
 
-def copy_ranges(spark: SparkSession, path: Path, ranges: Sequence[TierRange], *,
+def copy_ranges(spark: SparkSession, table: TableLocation, ranges: Sequence[TierRange], *,
                 bootstrap: str, security: ClientSecurity,
                 value: TierValue | None = None) -> list[WrittenFile]:
-    """Write the records of ``ranges`` as Parquet files under ``path`` (one Spark job, a
-    task per piece); the files, not yet in any commit. ``value``: a typed topic's."""
+    """Write the records of ``ranges`` as Parquet files under ``table`` (one Spark job, a
+    task per piece); the files, not yet in any commit. ``value``: a typed topic's. The
+    tasks reach an object store with their own process's AWS environment."""
     context = spark.sparkContext
     pieces = pieces_of(ranges, context.defaultParallelism)
     if not pieces:
         return []
-    writer = partial(write_pieces, root=str(path), bootstrap=bootstrap, security=security,
+    writer = partial(write_pieces, root=table.uri, bootstrap=bootstrap, security=security,
                      time_zone=spark.conf.get("spark.sql.session.timeZone") or "UTC",
                      value=value)
     topics = sorted({r.topic for r in ranges})
@@ -189,8 +189,8 @@ def copy_ranges(spark: SparkSession, path: Path, ranges: Sequence[TierRange], *,
         context.setJobDescription(None)  # type: ignore[arg-type]
 
 
-def commit_files(path: Path, ranges: Sequence[TierRange], files: Sequence[WrittenFile]
-                 ) -> dict[int, int]:
+def commit_files(table: TableLocation, ranges: Sequence[TierRange],
+                 files: Sequence[WrittenFile]) -> dict[int, int]:
     """Commit ``files`` in one Delta commit carrying every range's ``txnAppId`` and
     ``txnVersion``; records written per partition.
 
@@ -202,9 +202,9 @@ def commit_files(path: Path, ranges: Sequence[TierRange], files: Sequence[Writte
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
     try:
-        table = DeltaTable(str(path))
+        delta: DeltaTable = table.open()
         for rng in ranges:
-            done = table.transaction_version(app_id(rng.topic, rng.partition)) or 0
+            done = delta.transaction_version(app_id(rng.topic, rng.partition)) or 0
             if done > rng.start:
                 raise TierLeaseLostError(
                     f"{rng.topic}-{rng.partition}: the table already holds offsets up to "
@@ -215,9 +215,9 @@ def commit_files(path: Path, ranges: Sequence[TierRange], files: Sequence[Writte
         actions: list[AddAction | RemoveAction] = [
             AddAction(f.path, f.size, {"partition": str(f.partition), "date": f.date},
                       now_ms, True, f.stats) for f in files]
-        table.create_write_transaction(
-            actions, "append", table.schema(),
-            partition_by=list(table.metadata().partition_columns),
+        delta.create_write_transaction(
+            actions, "append", delta.schema(),
+            partition_by=list(delta.metadata().partition_columns),
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id(r.topic, r.partition), r.end, now_ms)
                                   for r in ranges],
@@ -231,9 +231,11 @@ def commit_files(path: Path, ranges: Sequence[TierRange], files: Sequence[Writte
                         "numOutputRows": str(sum(f.records for f in files)),
                         "numOutputBytes": str(sum(f.size for f in files))}}))
     except BaseException:
+        filesystem, root = table.filesystem()
         for written in files:
-            with contextlib.suppress(OSError):  # gone: VACUUM removes whatever is left
-                os.unlink(path / written.path)
+            # Gone, or the store is unreachable: VACUUM removes whatever is left.
+            with contextlib.suppress(OSError):
+                filesystem.delete_file(f"{root}/{written.path}")
         raise
     records: dict[int, int] = {}
     for written in files:
@@ -249,7 +251,10 @@ def write_pieces(pieces: Iterable[CopyPiece], *, root: str, bootstrap: str,
                  value: TierValue | None = None) -> Iterator[WrittenFile]:
     """A Spark task: read each piece with the client and stream it into Parquet under
     ``root``: a new file every ``FILE_ROWS`` rows and for each date the piece spans
-    (memory: about one row group a date)."""
+    (memory: about one row group a date). ``root``: the table's ``TableLocation.uri``."""
+    from pyarrow import fs
+
+    filesystem, base = fs.FileSystem.from_uri(root)
     for piece in pieces:
         files: dict[str, _FileWriter] = {}
         try:
@@ -263,7 +268,7 @@ def write_pieces(pieces: Iterable[CopyPiece], *, root: str, bootstrap: str,
                     name = day.isoformat()
                     writer = files.get(name)
                     if writer is None:
-                        writer = files[name] = _FileWriter(root, piece, name,
+                        writer = files[name] = _FileWriter(filesystem, base, piece, name,
                                                            _file_schema(value))
                     writer.add(rows)
                     if writer.records >= FILE_ROWS:  # roll: replays read file by file
@@ -356,7 +361,7 @@ class _FileWriter:
     """One data file of a piece: rows gathered into row groups of ``ROW_GROUP_ROWS``,
     statistics kept as they pass; ``abandon`` deletes a file never closed."""
 
-    def __init__(self, root: str, piece: CopyPiece, day: str,
+    def __init__(self, filesystem: Any, root: str, piece: CopyPiece, day: str,
                  schema: pa.Schema = _FILE_SCHEMA) -> None:
         import pyarrow.parquet as pq
 
@@ -364,11 +369,13 @@ class _FileWriter:
         self.day = day
         self.relative = (f"partition={piece.partition}/date={day}/"
                          f"part-{piece.index:05d}-{uuid.uuid4()}.c000.snappy.parquet")
-        self.full = os.path.join(root, self.relative)
-        os.makedirs(os.path.dirname(self.full), exist_ok=True)
+        self.full = f"{root}/{self.relative}"
+        self._fs = filesystem
+        if filesystem.type_name == "local":  # an object store has no directories to make
+            os.makedirs(os.path.dirname(self.full), exist_ok=True)
         self._writer: Any = pq.ParquetWriter(
-            self.full, schema, compression="snappy", use_dictionary=DICTIONARY_COLUMNS,
-            write_statistics=list(STATS_COLUMNS))
+            self.full, schema, filesystem=filesystem, compression="snappy",
+            use_dictionary=DICTIONARY_COLUMNS, write_statistics=list(STATS_COLUMNS))
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self.records = 0
@@ -406,7 +413,8 @@ class _FileWriter:
             "maxValues": {"offset": high, "timestamp": _delta_timestamp(last)},
             "nullCount": {"offset": 0, "timestamp": 0},
         })
-        return WrittenFile(self.relative, os.path.getsize(self.full), self.piece.partition,
+        return WrittenFile(self.relative, self._fs.get_file_info(self.full).size,
+                           self.piece.partition,
                            self.day, self.records, stats)
 
     def abandon(self) -> None:
@@ -415,7 +423,7 @@ class _FileWriter:
             with contextlib.suppress(Exception):
                 self._writer.close()
             with contextlib.suppress(OSError):
-                os.unlink(self.full)
+                self._fs.delete_file(self.full)
 
 
 def _delta_timestamp(value: Any) -> str:

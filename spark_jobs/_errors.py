@@ -11,7 +11,7 @@ from __future__ import annotations
 from wire.errors import StrataError, TierLeaseLostError
 
 __all__ = ["TierConfigError", "TierGapError", "TierLeaseLostError", "TierNotEnabledError",
-           "TierTableMismatchError"]
+           "TierStoreUnreachableError", "TierTableMismatchError"]
 
 
 class TierConfigError(StrataError):
@@ -48,3 +48,16 @@ class TierGapError(StrataError):
 
     code = 1403
     name = "TIER_GAP"
+
+
+class TierStoreUnreachableError(StrataError):
+    """The warehouse's object store did not answer during a pass (down, unreachable, or
+    refusing the credentials).
+
+    Nothing is lost: a Delta commit either happened or not, the recorded progress never
+    runs ahead of the table, and brokers free local segments only below that progress,
+    so they keep every record the store does not hold. The next pass catches up.
+    """
+
+    code = 1406
+    name = "TIER_STORE_UNREACHABLE"

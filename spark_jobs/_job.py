@@ -70,6 +70,7 @@ from spark_jobs._errors import (
     TierGapError,
     TierLeaseLostError,
     TierNotEnabledError,
+    TierStoreUnreachableError,
     TierTableMismatchError,
 )
 from spark_jobs._plan import TierRange, plan_partition
@@ -78,18 +79,25 @@ from spark_jobs._tables import (
     TOPIC_ID_PROPERTY,
     VALUE_SUBJECT_PROPERTY,
     VALUE_VERSION_PROPERTY,
+    TableLocation,
+    as_warehouse,
     committed_offsets,
-    compacted_path,
+    compacted_table,
     ensure_table,
     register_tables,
-    table_path,
     table_properties,
     table_topic_id,
     tier_ddl,
+    tier_table,
 )
 from strata.client import Admin, StoredTierProgress, TierLease
-from strata_spark import spark_type
-from wire.errors import BrokerNotAvailableError, TierJobBusyError, UnknownTopicOrPartitionError
+from strata_spark import Warehouse, spark_type
+from wire.errors import (
+    BrokerNotAvailableError,
+    StrataError,
+    TierJobBusyError,
+    UnknownTopicOrPartitionError,
+)
 from wire.security import PLAINTEXT, ClientSecurity
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,7 +112,9 @@ log = logging.getLogger("strata.spark_jobs.tier")
 @dataclass(frozen=True, slots=True)
 class TierSettings:
     bootstrap: str
-    warehouse: Path
+    #: A directory, ``file:///path`` or ``s3://bucket[/prefix]`` (``strata_spark.
+    #: Warehouse``); held as a ``Warehouse`` once the settings are made.
+    warehouse: Warehouse | Path | str
     #: Segment bytes copied by one Delta commit at most, over all of a topic's partitions
     #: (each gets an equal share, at least one segment): a killed job redoes at most this.
     max_bytes_per_write: int = 1024 * 1024 * 1024
@@ -122,6 +132,8 @@ class TierSettings:
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
     def __post_init__(self) -> None:
+        # Parsed first: a location Strata cannot use is refused before anything else.
+        object.__setattr__(self, "warehouse", as_warehouse(self.warehouse))
         if not self.bootstrap:
             raise TierConfigError("no brokers given: pass --bootstrap HOST:PORT")
         if self.max_bytes_per_write < 1:
@@ -213,6 +225,12 @@ class TierJob:
         return self._spark
 
     @property
+    def _warehouse(self) -> Warehouse:
+        where = self.settings.warehouse
+        assert isinstance(where, Warehouse)  # TierSettings.__post_init__ parsed it
+        return where
+
+    @property
     def spark_started(self) -> bool:
         return not callable(self._spark)
 
@@ -240,16 +258,46 @@ class TierJob:
         report = TierReport(started_ms=int(time.time() * 1000))
         for name in names:
             try:
-                report.topics.append(self._tier_topic(name))
+                try:
+                    report.topics.append(self._tier_topic(name))
+                except Exception as err:
+                    unreachable = self._store_unreachable(err)
+                    if unreachable is None:
+                        raise
+                    raise unreachable from err
             except Exception as err:
                 if not keep_going:
                     raise
                 log.exception("tiering %s failed; the next pass retries it", name)
                 report.topics.append(TopicReport(name, error=f"{type(err).__name__}: {err}"))
         if self.spark_started and any(t.table for t in report.topics):
-            register_tables(self.spark, self.settings.warehouse)
+            register_tables(self.spark, self._warehouse)
         report.seconds = round(time.monotonic() - began, 3)
         return report
+
+    def _store_unreachable(self, err: Exception) -> TierStoreUnreachableError | None:
+        """For an object-store warehouse, what ``err`` means when the store itself does not
+        answer now (one listing of the warehouse root, through pyarrow): Spark, delta-rs
+        and pyarrow each word a network failure their own way, so the store is asked
+        rather than the message parsed. None: the store answers (or the warehouse is
+        local, or ``err`` is one of Strata's own), and ``err`` stands."""
+        from pyarrow import fs
+
+        where = self._warehouse
+        if where.is_local or isinstance(err, StrataError):
+            return None
+        try:
+            filesystem, root = fs.FileSystem.from_uri(where.delta_uri())
+            filesystem.get_file_info(root)
+        except Exception as probe:
+            first = str(probe).strip().splitlines()[0] if str(probe).strip() else ""
+            return TierStoreUnreachableError(
+                f"the warehouse {where.uri} did not answer ({type(probe).__name__}: "
+                f"{first[:300]}); nothing was committed by the failed step, and brokers "
+                "keep every segment not yet in the table. Check the store, AWS_ENDPOINT_URL"
+                " and the AWS credentials of the job and its Spark executors; the next "
+                "pass catches up")
+        return None
 
     def _topics(self, wanted: Sequence[str] | None) -> list[str]:
         if wanted:
@@ -305,7 +353,7 @@ class TierJob:
             lease = held.lease
             described = self.admin.describe_tier([topic])[topic]
             path = self._table_for(topic, described)
-            report.table = str(path) if _is_table(path) else None
+            report.table = str(path) if path.exists() else None
             configs = {k: v.value for k, v in self.admin.describe_configs([topic])[topic].items()}
             parts = sorted(described.partitions)
             committed = committed_offsets(path, topic, parts)
@@ -375,8 +423,8 @@ class TierJob:
                     report.compacted_keys = self._compact(topic, path, report, configs,
                                                           value)
                 report.optimized = self._maintain(path)
-            compacted = compacted_path(self.settings.warehouse.resolve(), topic)
-            if _is_table(compacted):
+            compacted = compacted_table(self._warehouse, topic)
+            if compacted.exists():
                 self._maintain(compacted)
         return report
 
@@ -402,13 +450,14 @@ class TierJob:
         keeper.check()
         return keeper.lease
 
-    def _table_for(self, topic: str, described: TopicTier) -> Path:
-        path = table_path(self.settings.warehouse.resolve(), topic)
+    def _table_for(self, topic: str, described: TopicTier) -> TableLocation:
+        path = tier_table(self._warehouse, topic)
         recorded = described.table
-        if recorded is not None and Path(recorded) != path:
+        if recorded is not None and recorded != path.uri:
+            holder = recorded.rsplit("/", 2)[0] if recorded.count("/") >= 2 else recorded
             raise TierTableMismatchError(
                 f"topic {topic!r} is tiered into {recorded}, not {path}; run the job with "
-                f"the warehouse that holds that table (--warehouse {Path(recorded).parent.parent})")
+                f"the warehouse that holds that table (--warehouse {holder})")
         if recorded is None:
             lease = self._check_lease(topic)
             _refuse_earlier_topic_table(
@@ -416,7 +465,7 @@ class TierJob:
                 "Move that table away, with compacted/<topic> beside it for a compacted "
                 "topic (or use another --warehouse), to tier the new topic; it is never "
                 "appended to the old history")
-            self.admin.update_tier(topic, lease.lease_id, lease.topic_id, table=str(path))
+            self.admin.update_tier(topic, lease.lease_id, lease.topic_id, table=path.uri)
         return path
 
     # ------------------------------------------------------------------ typed topics
@@ -430,7 +479,7 @@ class TierJob:
         return _TypedValue(subject, registered.version, parsed.arrow_type,
                            TierValue(registered.version, file_value_type(parsed.arrow_type)))
 
-    def _evolve(self, topic: str, path: Path, value: _TypedValue) -> None:
+    def _evolve(self, topic: str, path: TableLocation, value: _TypedValue) -> None:
         """Bring the table's ``value`` to ``value``'s version: add the fields it adds
         (``ALTER TABLE ADD COLUMNS``, each after the field it follows), then record the
         version. Anything else is refused before a row is written."""
@@ -446,7 +495,7 @@ class TierJob:
                 "the job starts a new one")
         if properties.get(VALUE_VERSION_PROPERTY) == str(value.version):
             return
-        current = self.spark.read.format("delta").load(str(path)).schema["value"].dataType
+        current = self.spark.read.format("delta").load(path.spark_uri).schema["value"].dataType
         target = spark_type(value.arrow_type)
         if not isinstance(current, StructType):
             raise TierTableMismatchError(
@@ -462,15 +511,14 @@ class TierJob:
                 "Register a version that only adds fields (with defaults), or move the "
                 "table away (and its history with it) so that the job starts a new one")
         self._check_lease(topic)
-        sql_path = str(path).replace("`", "``")
         for column in added:
-            self.spark.sql(f"ALTER TABLE delta.`{sql_path}` ADD COLUMNS ({column})")
-        self.spark.sql(f"ALTER TABLE delta.`{sql_path}` SET TBLPROPERTIES "
+            self.spark.sql(f"ALTER TABLE {path.sql} ADD COLUMNS ({column})")
+        self.spark.sql(f"ALTER TABLE {path.sql} SET TBLPROPERTIES "
                        f"('{VALUE_VERSION_PROPERTY}' = '{value.version}')")
         log.info("%s: value evolved to %s version %d (%s)", path, value.subject,
                  value.version, ", ".join(added) or "no new field")
 
-    def _copy(self, topic: str, path: Path, ranges: list[TierRange],
+    def _copy(self, topic: str, path: TableLocation, ranges: list[TierRange],
               report: TopicReport, value: TierValue | None = None) -> None:
         """One Delta commit for ``ranges`` (``_copy.py``), then one progress write for
         all of their partitions."""
@@ -503,7 +551,7 @@ class TierJob:
                  sum(written.values()), len(files), elapsed)
 
     # ------------------------------------------------------------------ retention
-    def _retention(self, topic: str, path: Path, configs: dict[str, str | None],
+    def _retention(self, topic: str, path: TableLocation, configs: dict[str, str | None],
                    report: TopicReport) -> None:
         """``retention.ms`` on the table, as Kafka applies it to segments: per partition,
         the longest run of oldest files whose every row is older than the cutoff goes.
@@ -516,13 +564,11 @@ class TierJob:
         treats offsets below X as gone even while they are still being deleted, and a
         job killed in between finds the same X on its next pass and finishes the DELETE.
         """
-        from deltalake import DeltaTable
-
         retention_ms = int(configs.get("retention.ms") or -1)
         if retention_ms < 0:
             return
         cutoff_ms = int(time.time() * 1000) - retention_ms
-        table = DeltaTable(str(path))
+        table = path.open()
         cuts = _retention_cuts(table, cutoff_ms)
         if not cuts:
             return
@@ -535,27 +581,25 @@ class TierJob:
         began = time.monotonic()
         predicate = " OR ".join(f"(partition = {p} AND offset < {x})" for p, x in cuts.items())
         self._check_lease(topic)
-        self.spark.sql(f"DELETE FROM delta.`{path}` WHERE {predicate}")
+        self.spark.sql(f"DELETE FROM {path.sql} WHERE {predicate}")
         log.info("retention DELETE on %s (%s) took %.2f s", path, predicate,
                  time.monotonic() - began)
-        table = DeltaTable(str(path))
+        table = path.open()
         if table.version() > before:
             metrics = table.history(1)[0].get("operationMetrics") or {}
             report.retention_deleted_records += int(metrics.get("numDeletedRows", 0))
         self._vacuum(path)
         report.vacuumed = True
 
-    def _vacuum(self, path: Path) -> None:
+    def _vacuum(self, path: TableLocation) -> None:
         began = time.monotonic()
-        self.spark.sql(f"VACUUM delta.`{path}` RETAIN {self.settings.vacuum_retain_hours} HOURS")
+        self.spark.sql(f"VACUUM {path.sql} RETAIN {self.settings.vacuum_retain_hours} HOURS")
         log.info("VACUUM of %s took %.2f s", path, time.monotonic() - began)
 
-    def _maintain(self, path: Path) -> bool:
+    def _maintain(self, path: TableLocation) -> bool:
         """OPTIMIZE then VACUUM ``path`` when its last OPTIMIZE is older than the interval
         (or none is among its last 100 commits and the table is at least that old)."""
-        from deltalake import DeltaTable
-
-        table = DeltaTable(str(path))
+        table = path.open()
         history = table.history(100)
         optimized = [int(h.get("timestamp", 0)) for h in history
                      if h.get("operation") == "OPTIMIZE"]
@@ -568,13 +612,13 @@ class TierJob:
         if time.time() * 1000 - last < self.settings.optimize_interval_s * 1000:
             return False
         began = time.monotonic()
-        self.spark.sql(f"OPTIMIZE delta.`{path}`")
+        self.spark.sql(f"OPTIMIZE {path.sql}")
         log.info("OPTIMIZE of %s took %.2f s", path, time.monotonic() - began)
         self._vacuum(path)  # the files OPTIMIZE replaced go once the retain period passes
         return True
 
     # ------------------------------------------------------------------ compaction
-    def _compact(self, topic: str, path: Path, report: TopicReport,
+    def _compact(self, topic: str, path: TableLocation, report: TopicReport,
                  configs: dict[str, str | None], value: _TypedValue | None = None) -> int:
         """Merge every tiered range the compacted table lacks (its own recorded progress,
         written after each MERGE, so a MERGE that failed or was killed is redone by the
@@ -584,7 +628,7 @@ class TierJob:
         lease = self._check_lease(topic)
         merged = dict(lease.compacted)
         keys = 0
-        compacted = compacted_path(self.settings.warehouse.resolve(), topic)
+        compacted = compacted_table(self._warehouse, topic)
         _refuse_earlier_topic_table(
             compacted, "the latest record per key", topic, lease.topic_id,
             "Move that table away (or use another --warehouse) to compact the new topic; "
@@ -593,14 +637,14 @@ class TierJob:
         if value is not None:
             properties.update({VALUE_SUBJECT_PROPERTY: value.subject,
                                VALUE_VERSION_PROPERTY: str(value.version)})
-            if _is_table(compacted):
+            if compacted.exists():
                 self._evolve(topic, compacted, value)
         for part in report.partitions:
             start = max(merged.get(part.partition, 0), part.tier_start)
             if start >= part.tiered_up_to:
                 continue
             self._check_lease(topic)
-            keys += compact_range(self.spark, self.settings.warehouse, topic, path,
+            keys += compact_range(self.spark, self._warehouse, topic, path,
                                   part.partition, start, part.tiered_up_to,
                                   value_type=None if value is None else value.arrow_type,
                                   properties=properties)
@@ -608,7 +652,7 @@ class TierJob:
             self.admin.update_tier(topic, lease.lease_id, lease.topic_id,
                                    merged={part.partition: part.tiered_up_to})
             merged[part.partition] = part.tiered_up_to
-        drop_tombstones(self.spark, self.settings.warehouse, topic,
+        drop_tombstones(self.spark, self._warehouse, topic,
                         int(configs.get("delete.retention.ms") or 86_400_000))
         return keys
 
@@ -624,7 +668,7 @@ class _TypedValue:
 
 
 
-def _refuse_earlier_topic_table(path: Path, holding: str, topic: str, topic_id: str,
+def _refuse_earlier_topic_table(path: TableLocation, holding: str, topic: str, topic_id: str,
                               what_to_do: str) -> None:
     """``TierTableMismatchError`` when the table at ``path`` records another topic id (its
     ``strata.topicId``): a topic deleted and re-created never writes into its tables."""
@@ -695,12 +739,6 @@ def _retention_cuts(table: Any, cutoff_ms: int) -> dict[int, int]:
         if cut > spans[0][0] >= 0:
             cuts[p] = cut
     return cuts
-
-
-def _is_table(path: Path) -> bool:
-    from deltalake import DeltaTable
-
-    return bool(DeltaTable.is_deltatable(str(path)))
 
 
 def _epoch_ms(value: Any) -> int:

@@ -32,6 +32,7 @@ KAZOO_CONNECT_TIMEOUT = 15.0
 #: started last would leave the other workers idle until it ends.
 LONGEST_MODULES_FIRST = (
     "test_faults", "test_spark_cluster", "test_spark_exactly_once", "test_tiering",
+    "test_tier_s3",
     "test_notebooks", "test_cli_stack", "test_txn_faults", "test_spark_txn",
     "test_replication", "test_group_faults", "test_cli_client", "test_network_partitions",
     "test_spark_source", "test_consumer_groups", "test_spark_typed", "test_transactions",

@@ -268,8 +268,10 @@ def test_a_refused_commit_leaves_no_files_behind(
         tmp_path: Path) -> None:
     """A commit refused because the table already holds the range (another job wrote
     it) deletes the files this copy wrote: no commit will ever name them."""
+    from spark_jobs import tier_table
     from spark_jobs._copy import commit_files, copy_ranges
     from spark_jobs._plan import TierRange
+    from strata_spark import Warehouse
 
     topic = "tier-refused"
     create_topic(strata_broker, topic, partitions=1)
@@ -280,11 +282,12 @@ def test_a_refused_commit_leaves_no_files_behind(
     before = sorted(path.rglob("*.parquet"))
     end = closed_end(strata_broker, topic)[0]
     again = [TierRange(topic, 0, 0, end, 1, 1, 0)]
-    files = copy_ranges(spark, path, again, bootstrap=strata_broker.bootstrap,
+    table = tier_table(Warehouse(path=tmp_path.resolve()), topic)
+    files = copy_ranges(spark, table, again, bootstrap=strata_broker.bootstrap,
                         security=settings(strata_broker, tmp_path).security)
     assert files and sorted(path.rglob("*.parquet")) != before
     with pytest.raises(TierLeaseLostError, match="another job wrote meanwhile"):
-        commit_files(path, again, files)
+        commit_files(table, again, files)
     assert sorted(path.rglob("*.parquet")) == before
 
 

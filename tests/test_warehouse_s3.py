@@ -1,13 +1,9 @@
 """An object-store warehouse end to end, against a real S3 API server on 127.0.0.1
-(moto's standalone server, ``tests/support/s3_server.py``): Spark writes Delta through
-the S3A connector the set-up put in ~/.m2, with only what ``Warehouse.spark_conf``
-gives it and the standard AWS variables; delta-rs reads the same table with
-``Warehouse.storage_options``; and concurrent delta-rs commits on the store lose
-nothing, which rests on the store's conditional writes (``If-None-Match``), shown
-directly.
-
-Spark runs in a subprocess: a JVM keeps the packages it started with, and this
-worker's may already have one without the S3A connector.
+(moto's standalone server, ``tests/support/s3_server.py``): concurrent delta-rs
+commits on the store lose nothing, which rests on the store's conditional writes
+(``If-None-Match``), shown directly; the Spark source's tier reader replays a range
+from the store. Spark through S3A (the tier job, a read, OPTIMIZE) is
+tests/test_tier_s3.py's.
 """
 
 from __future__ import annotations
@@ -47,39 +43,6 @@ def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     for key, value in s3.environment().items():
         monkeypatch.setenv(key, value)
     return s3.environment()
-
-
-_SPARK_WRITER = textwrap.dedent("""
-    import sys
-    from strata_spark import Warehouse, spark_session
-    warehouse = Warehouse.parse(sys.argv[1])
-    spark = spark_session("warehouse-s3-test", warehouse.spark_conf())
-    table = warehouse.spark_uri("topics", "events")
-    spark.range(0, 100).selectExpr("id AS offset", "CAST(id AS STRING) AS value") \\
-        .write.format("delta").save(table)
-    spark.range(100, 150).selectExpr("id AS offset", "CAST(id AS STRING) AS value") \\
-        .write.format("delta").mode("append").save(table)
-    print("rows", spark.read.format("delta").load(table).count())
-    spark.stop()
-""")
-
-
-def test_spark_writes_and_delta_rs_reads_the_object_store(
-        s3_env: dict[str, str], tmp_path: Path) -> None:
-    from deltalake import DeltaTable
-
-    warehouse = Warehouse.parse(f"s3://{BUCKET}/spark")
-    env = {**os.environ, **s3_env}
-    done = subprocess.run([sys.executable, "-c", _SPARK_WRITER, warehouse.uri], env=env,
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "rows 150" in done.stdout
-    assert s3_env["AWS_SECRET_ACCESS_KEY"] not in done.stdout + done.stderr
-    table = DeltaTable(warehouse.delta_uri("topics", "events"),
-                       storage_options=warehouse.storage_options())
-    assert table.version() == 1
-    offsets = sorted(table.to_pyarrow_table().column("offset").to_pylist())
-    assert offsets == list(range(150))
 
 
 def test_the_store_refuses_a_second_put_if_absent(s3: S3Server) -> None:

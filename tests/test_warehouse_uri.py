@@ -88,17 +88,16 @@ def test_s3_settings_come_from_the_environment_and_hold_no_secret(
 
 
 @pytest.mark.parametrize(("location", "code"), [
-    ("s3://strata-lake/wh", "[INVALID_TIER_SETTING]"),   # valid, but not for the job yet
     ("gs://strata-lake/wh", "[INVALID_WAREHOUSE]"),
+    ("s3://strata-lake:9000/wh", "[INVALID_WAREHOUSE]"),
     ("s3://KEY:s3cr3t-value@strata-lake/wh", "[INVALID_WAREHOUSE]"),
 ])
 def test_tier_run_refuses_before_writing_anything(
         location: str, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """`strata tier run --warehouse` checks the location before any I/O: an object store
-    (not written by the job yet) or a malformed location is refused with its code, and
-    nothing appears in the current directory (``Path("s3://b/x")`` would have made a
-    local ``s3:/b/x``)."""
+    """`strata tier run --warehouse` checks the location before any I/O: a malformed
+    location is refused with its code (brokers are not even asked), and nothing appears
+    in the current directory (``Path("s3://b/x")`` would have made a local ``s3:/b/x``)."""
     from strata_tools.cli import main
 
     monkeypatch.chdir(tmp_path)

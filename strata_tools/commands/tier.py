@@ -1,6 +1,6 @@
 """``strata tier run``: copy aged segments into Delta (spark_jobs/README.md).
 
-    strata tier run [--topic T ...] [--once | --every SECONDS] --warehouse DIR
+    strata tier run [--topic T ...] [--once | --every SECONDS] --warehouse LOCATION
                     [--bootstrap ...] [--lease-ttl-s S] [--metrics-port P]
 
 Each pass prints one JSON line (``--format json``) or a short table: segments, records and
@@ -33,6 +33,8 @@ from strata_tools.commands.common import (
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
+    from strata_spark import Warehouse
+
 __all__ = ["register", "tier_spark_session"]
 
 WAREHOUSE_ENV = "STRATA_WAREHOUSE"
@@ -44,8 +46,10 @@ def register(sub: Any) -> None:
     run = tier_sub.add_parser("run", help="run the tiering job once or every N seconds")
     add_bootstrap(run)
     add_format(run)
-    run.add_argument("--warehouse", default=None, metavar="DIR",
-                     help=f"directory of the Delta tables (default: ${WAREHOUSE_ENV})")
+    run.add_argument("--warehouse", default=None, metavar="LOCATION",
+                     help="where the Delta tables are: a directory, file:///path or "
+                     "s3://bucket[/prefix] (credentials and endpoint from the AWS "
+                     f"environment, never here; default: ${WAREHOUSE_ENV})")
     run.add_argument("--topic", action="append", default=None, metavar="T",
                      help="tier only this topic (repeatable; default: every topic with "
                      "tier.enable=true)")
@@ -74,13 +78,18 @@ def register(sub: Any) -> None:
     run.set_defaults(handler=_run)
 
 
-def tier_spark_session(vacuum_retain_hours: float = 168.0) -> SparkSession:
+def tier_spark_session(vacuum_retain_hours: float = 168.0,
+                       warehouse: Warehouse | None = None) -> SparkSession:
     """The job's SparkSession: ``strata_spark.spark_session`` (``conf/``, the driver on
     127.0.0.1 for a local master unless configured otherwise) with 2 shuffle partitions,
-    and Delta's retention check off when VACUUM may keep less than Delta's 7 days."""
+    Delta's retention check off when VACUUM may keep less than Delta's 7 days, and what
+    an object-store ``warehouse`` needs (``Warehouse.spark_conf``: the S3A connector,
+    the endpoint; no credential)."""
     from strata_spark import spark_session
 
     conf = {"spark.sql.shuffle.partitions": "2"}
+    if warehouse is not None:
+        conf.update(warehouse.spark_conf())
     if vacuum_retain_hours < 168:
         conf["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
     return spark_session("strata-tier", conf)
@@ -96,8 +105,10 @@ def _run(args: argparse.Namespace) -> int:
         raise CommandError(f"--every must be a positive number of seconds, not {args.every}")
     warehouse = args.warehouse or os.environ.get(WAREHOUSE_ENV, "")
     if not warehouse:
-        raise CommandError(f"no warehouse given: pass --warehouse DIR or export {WAREHOUSE_ENV}")
-    settings = TierSettings(bootstrap_of(args), _local_warehouse(warehouse),
+        raise CommandError(f"no warehouse given: pass --warehouse LOCATION or export "
+                           f"{WAREHOUSE_ENV}")
+    # The location is parsed (INVALID_WAREHOUSE) before anything is read or written.
+    settings = TierSettings(bootstrap_of(args), warehouse,
                             security=security_of_args(args),
                             max_bytes_per_write=args.max_bytes_per_write,
                             vacuum_retain_hours=args.vacuum_retain_hours,
@@ -109,7 +120,9 @@ def _run(args: argparse.Namespace) -> int:
         stop.set()
 
     metrics = JobMetrics(args.metrics_port) if args.metrics_port is not None else None
-    job = TierJob(lambda: tier_spark_session(settings.vacuum_retain_hours), settings)
+    where = settings.warehouse
+    assert not isinstance(where, (str, Path))  # parsed by TierSettings
+    job = TierJob(lambda: tier_spark_session(settings.vacuum_retain_hours, where), settings)
     try:
         if args.every is not None:
             signal.signal(signal.SIGTERM, on_signal)
@@ -156,20 +169,3 @@ def _print(report: dict[str, Any], fmt: str) -> None:
             print(f"  {p['topic']}-{p['partition']}: tiered up to {p['tiered_up_to']} "
                   f"(from {p['tier_start']}), +{p['records']} records, lag "
                   f"{p['lag_records']} records / {p['lag_ms']} ms", flush=True)
-
-
-def _local_warehouse(text: str) -> Path:
-    """The warehouse directory ``--warehouse`` names, checked before anything is written:
-    a malformed location raises ``INVALID_WAREHOUSE``; an object store, which the tier
-    job does not write to yet, ``INVALID_TIER_SETTING`` (a path like ``s3://b/x`` would
-    otherwise become a local directory ``s3:/b/x``)."""
-    from spark_jobs import TierConfigError
-    from strata_spark import Warehouse
-
-    warehouse = Warehouse.parse(text)
-    if warehouse.path is None:
-        raise TierConfigError(
-            f"--warehouse {warehouse.uri}: the tiering job writes to a local or mounted "
-            "directory only for now (an object-store warehouse is being built: "
-            "docs/deployment.md, section 10); give a directory")
-    return warehouse.path
