@@ -39,6 +39,7 @@ from spark_jobs._tables import (
     register_tables,
     table_path,
     tier_table,
+    tiered_topics,
 )
 
 __all__ = [
@@ -65,4 +66,5 @@ __all__ = [
     "register_tables",
     "table_path",
     "tier_table",
+    "tiered_topics",
 ]

@@ -222,6 +222,7 @@ class TierJob:
     def spark(self) -> SparkSession:
         if callable(self._spark):
             self._spark = self._spark()
+            self._warehouse.unsafe_settings(dict(self._spark.sparkContext.getConf().getAll()))
         return self._spark
 
     @property
@@ -254,6 +255,11 @@ class TierJob:
         table's txnVersion and the recorded progress by the next pass.
         """
         began = time.monotonic()
+        # Before anything is read or written (UNSAFE_WAREHOUSE); a session given to the
+        # job is checked here, one the job makes when it first needs it.
+        self._warehouse.unsafe_settings(
+            None if callable(self._spark)
+            else dict(self._spark.sparkContext.getConf().getAll()))
         names = self._topics(topics)
         report = TierReport(started_ms=int(time.time() * 1000))
         for name in names:

@@ -56,7 +56,7 @@ __all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "TIER_PROPERTIES", "TOPIC_I
            "VALUE_SUBJECT_PROPERTY", "VALUE_VERSION_PROPERTY", "TableLocation", "app_id",
            "as_warehouse", "catalog_name", "committed_offsets", "compacted_path",
            "compacted_table", "ensure_table", "register_tables", "table_path",
-           "table_properties", "table_topic_id", "tier_ddl", "tier_table"]
+           "table_properties", "table_topic_id", "tier_ddl", "tier_table", "tiered_topics"]
 
 log = logging.getLogger("strata.spark_jobs.tables")
 
@@ -231,6 +231,12 @@ def committed_offsets(table: TableLocation, topic: str, partitions: list[int]
         return dict.fromkeys(partitions, 0)
     opened = table.open()
     return {p: opened.transaction_version(app_id(topic, p)) or 0 for p in partitions}
+
+
+def tiered_topics(warehouse: Warehouse | str | os.PathLike[str]) -> list[str]:
+    """The topics that have a tier table in ``warehouse`` (sorted)."""
+    where = as_warehouse(warehouse)
+    return [topic for topic in _topics_in(where, "topics") if tier_table(where, topic).exists()]
 
 
 def _topics_in(warehouse: Warehouse, folder: str) -> list[str]:

@@ -32,6 +32,7 @@ from strata_spark._types import spark_arrow_type, spark_ddl, spark_type
 from strata_spark._warehouse import (
     HADOOP_AWS_PACKAGE,
     InvalidWarehouseError,
+    UnsafeWarehouseError,
     Warehouse,
     s3_endpoint,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidWarehouseError",
     "LOOPBACK",
     "REPO_CONF_DIR",
+    "UnsafeWarehouseError",
     "Warehouse",
     "configured_packages",
     "is_startup_noise",

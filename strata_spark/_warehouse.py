@@ -1,8 +1,9 @@
 """Where the Delta warehouse lives: a local directory, or a prefix of an S3 bucket.
 
-Accepted by :meth:`Warehouse.parse` (today: ``strata tier run --warehouse``, which still
-refuses an object store, and the Spark source's tier reader; the tier job, ``strata up``
-and the notebooks' helpers are next, issue [3.5]):
+Accepted by :meth:`Warehouse.parse` everywhere a warehouse is named: ``strata up
+--warehouse``, ``strata tier run --warehouse``, ``TierSettings``, the notebooks' helpers
+(what ``strata status`` records), and the Spark source's tier reader (the table URI
+ZooKeeper records):
 
 =============================== ===============================================
 ``/data/warehouse``, ``wh``      a local directory (relative: from the current one)
@@ -29,6 +30,12 @@ variables itself; :meth:`Warehouse.storage_options` adds only ``AWS_ALLOW_HTTP``
 ``http://`` endpoint. Settings a user gives Spark (``spark.hadoop.fs.s3a.*``) win over
 these.
 
+**Who may commit**: every Delta commit on the store must be a put-if-absent of the next
+log file, or two writers could both commit version N and one commit would silently
+replace the other. :meth:`Warehouse.unsafe_settings` refuses (``UNSAFE_WAREHOUSE``, 1407)
+the settings known to turn it into an overwrite: delta-rs's
+``AWS_S3_ALLOW_UNSAFE_RENAME=true`` and S3A's ``fs.s3a.create.performance=true``.
+
 Thread-safety: a ``Warehouse`` is immutable; the environment is read when a method is
 called.
 """
@@ -45,7 +52,8 @@ from urllib.parse import urlsplit
 from strata_spark._session import configured_packages
 from wire.errors import StrataError
 
-__all__ = ["HADOOP_AWS_PACKAGE", "InvalidWarehouseError", "Warehouse", "s3_endpoint"]
+__all__ = ["HADOOP_AWS_PACKAGE", "InvalidWarehouseError", "UnsafeWarehouseError", "Warehouse",
+           "s3_endpoint"]
 
 #: The S3A connector matching the Hadoop client jars of pyspark 4.2.0 (Hadoop 3.5.0);
 #: it brings the AWS SDK v2 bundle. The set-up (scripts/setup.sh) puts both in ~/.m2.
@@ -63,6 +71,27 @@ class InvalidWarehouseError(StrataError):
 
     code = 1405
     name = "INVALID_WAREHOUSE"
+
+
+class UnsafeWarehouseError(StrataError):
+    """The settings would let two writers both commit one version of a Delta table on the
+    object store (one commit silently replacing the other). Nothing was written."""
+
+    code = 1407
+    name = "UNSAFE_WAREHOUSE"
+
+
+#: Settings under which a commit to an S3 table is no longer a put-if-absent (see
+#: ``Warehouse.unsafe_settings``): (where, key, the value that makes it unsafe, why).
+_UNSAFE_ENV: Final = (
+    ("AWS_S3_ALLOW_UNSAFE_RENAME", "true",
+     "delta-rs then commits with a plain PUT, which replaces a version another writer "
+     "just committed"),
+)
+_UNSAFE_SPARK: Final = (
+    ("spark.hadoop.fs.s3a.create.performance", "true",
+     "S3A then turns Delta's create-if-absent of the next log file into an overwrite"),
+)
 
 
 def s3_endpoint() -> str | None:
@@ -176,6 +205,28 @@ class Warehouse:
         if endpoint is not None and endpoint.lower().startswith("http://"):
             return {"AWS_ALLOW_HTTP": "true"}
         return {}
+
+    def unsafe_settings(self, spark_conf: dict[str, str] | None = None) -> None:
+        """Raise ``UnsafeWarehouseError`` when, for an object-store warehouse, the
+        environment or ``spark_conf`` (a session's settings) turns a Delta commit into
+        something other than a put-if-absent, so that two writers could both commit
+        version N. A local warehouse has nothing to check (its commits are atomic
+        creates)."""
+        if self.path is not None:
+            return
+        found = [(f"the environment's {key}={os.environ[key]}", why)
+                 for key, bad, why in _UNSAFE_ENV
+                 if os.environ.get(key, "").strip().lower() == bad]
+        found += [(f"Spark's {key}={(spark_conf or {})[key]}", why)
+                  for key, bad, why in _UNSAFE_SPARK
+                  if str((spark_conf or {}).get(key, "")).strip().lower() == bad]
+        if found:
+            what, why = found[0]
+            raise UnsafeWarehouseError(
+                f"warehouse {self.uri}: {what} is not safe for Delta commits on an object "
+                f"store: {why}. Remove it; Strata's commits rely on S3's conditional writes "
+                "(If-None-Match), which S3 and current S3-compatible stores provide "
+                "(docs/deployment.md, section 10)")
 
     def spark_conf(self, packages: str | None = None) -> dict[str, str]:
         """Spark settings a session needs for this warehouse: for S3, the S3A connector

@@ -132,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         "listeners, SCRAM users admin/broker/gateway/tier, ACLs, ZooKeeper ACLs; prints "
         "the client config to use. A data dir secured once stays secured")
     up.add_argument(
+        "--warehouse", default=None, metavar="LOCATION",
+        help="where the tiering job keeps the Delta tables: a directory, file:///path or "
+        "s3://bucket[/prefix] (credentials and an S3-compatible endpoint come from the "
+        "AWS environment of `strata up`, never from here; default: the one the data dir "
+        "recorded, else DIR/warehouse)",
+    )
+    up.add_argument(
         "--no-tier", dest="tier", action="store_false",
         help="do not start the tiering job (a running one is left running); e.g. for a "
         "benchmark that runs its own",
@@ -274,7 +281,8 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
     print(f"ZooKeeper: {endpoints['zookeeper'] or '-'}")
     print(f"Bootstrap: {endpoints['bootstrap'] or '-'}")
     print(f"Gateway:   {endpoints['gateway'] or '-'}")
-    print(f"Warehouse: {status.data_dir / 'warehouse'}  (Delta tables of tiered topics; "
+    print(f"Warehouse: {status.warehouse or status.data_dir / 'warehouse'}  (Delta tables of "
+          "tiered topics; "
           f"tier job metrics {endpoints['tier_metrics'] or '-'})")
     if status.gateway_api_key:
         print(f"API key:   {status.gateway_api_key}  (development key, all access; send "
@@ -295,7 +303,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     require("gateway", "`strata up` (it runs the HTTP ingest gateway)")
     stack = Stack(args.data_dir, brokers=args.brokers, zookeeper_nodes=args.zookeeper_nodes,
                   tier=args.tier, secure=args.secure, progress=progress_to_stderr,
-                  shutdown_wait=args.shutdown_wait)
+                  shutdown_wait=args.shutdown_wait, warehouse=args.warehouse)
     status = stack.up(base_port=args.base_port)
     _print_status(status, args.format, f"Strata stack is up (data dir {stack.data_dir})")
     if args.format == "text":

@@ -41,6 +41,9 @@ from wire.security import ClientSecurity
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
+    from spark_jobs import TableLocation
+    from strata_spark import Warehouse
+
 __all__ = ["DATA_DIR_ENV", "TOPIC_ENV", "Sample", "Stack", "StackNotRunningError",
            "broker_samples", "data_dir", "find_stack", "notebook_spark", "pick_topic",
            "repo_root", "scrape", "seed_topic", "tier_lag_rows", "tier_passes"]
@@ -85,7 +88,8 @@ class Stack:
     bootstrap: str
     zookeeper: str | None
     gateway: str | None
-    warehouse: Path
+    #: The tier's warehouse: a directory or ``s3://bucket[/prefix]`` (``location``).
+    warehouse: str
     tier_metrics: str | None
     processes: list[dict[str, Any]] = field(default_factory=list)
     #: ``strata status``'s ``security`` object on a ``strata up --secure`` stack.
@@ -123,12 +127,24 @@ class Stack:
                 urls.append(f"http://{host}:{int(proc['port']) + _BROKER_METRICS_SHIFT}/metrics")
         return urls
 
+    @property
+    def location(self) -> Warehouse:
+        """The warehouse parsed (its Spark settings: ``location.spark_conf()``)."""
+        from strata_spark import Warehouse
+
+        return Warehouse.parse(self.warehouse)
+
+    def table(self, topic: str) -> TableLocation:
+        """``topic``'s Delta table: ``.sql`` for a query, ``.spark_uri`` for a load."""
+        from spark_jobs import tier_table
+
+        return tier_table(self.location, topic)
+
     def table_topics(self) -> list[str]:
         """Topics that have a Delta table in the warehouse (sorted)."""
-        root = self.warehouse / "topics"
-        if not root.is_dir():
-            return []
-        return sorted(p.name for p in root.iterdir() if (p / "_delta_log").is_dir())
+        from spark_jobs import tiered_topics
+
+        return tiered_topics(self.location)
 
 
 def _strata_command() -> list[str]:
@@ -158,7 +174,7 @@ def find_stack(directory: Path | str | None = None) -> Stack:
             f"`strata up --data-dir {where}`, or point ${DATA_DIR_ENV} at the right data dir")
     return Stack(data_dir=Path(info.get("data_dir") or where), bootstrap=info["bootstrap"],
                  zookeeper=info.get("zookeeper"), gateway=info.get("gateway"),
-                 warehouse=Path(info.get("warehouse") or where / "warehouse"),
+                 warehouse=str(info.get("warehouse") or where / "warehouse"),
                  tier_metrics=info.get("tier_metrics"),
                  processes=list(info.get("processes") or []),
                  security=info.get("security"))
@@ -183,8 +199,12 @@ def pick_topic(stack: Stack, default: str | None = None) -> str:
     return tables[0]
 
 
-def notebook_spark(app_name: str, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
+def notebook_spark(app_name: str, extra_conf: Mapping[str, str] | None = None, *,
+                   stack: Stack | None = None) -> SparkSession:
     """A session for a notebook: ``strata_spark.spark_session`` plus
+
+    * what ``stack``'s warehouse needs (``Warehouse.spark_conf``: for ``s3://``, the S3A
+      connector and the endpoint; the credentials come from the kernel's environment);
 
     * a throwaway ``spark.sql.warehouse.dir``: the ``strata`` databases are empty
       directories (the tables stay where the tier job wrote them), which would otherwise
@@ -198,6 +218,8 @@ def notebook_spark(app_name: str, extra_conf: Mapping[str, str] | None = None) -
     conf = {"spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="strata-notebook-"),
             "spark.sql.shuffle.partitions": "2",
             "spark.databricks.delta.snapshotPartitions": "1"}
+    if stack is not None:
+        conf.update(stack.location.spark_conf())
     conf.update(extra_conf or {})
     return spark_session(app_name, conf)
 

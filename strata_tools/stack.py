@@ -110,6 +110,8 @@ class StackContext:
     endpoints: dict[str, str]  # endpoint key -> "host:port[,host:port]" of services so far
     base_port: int = DEFAULT_BASE_PORT
     progress: Callable[[str], None] | None = None  # one line per step, e.g. to stderr
+    #: The tier's warehouse: a directory or ``s3://bucket[/prefix]`` (``Stack.warehouse``).
+    warehouse: str = ""
 
     def say(self, message: str) -> None:
         if self.progress is not None:
@@ -200,6 +202,8 @@ class StackStatus:
     processes: list[ProcessState]
     #: Bearer token of the development API key while the gateway runs, else None.
     gateway_api_key: str | None = None
+    #: The tier's warehouse (``Stack.warehouse``); "" means ``<data-dir>/warehouse``.
+    warehouse: str = ""
 
     @property
     def all_up(self) -> bool:
@@ -223,7 +227,7 @@ class StackStatus:
         return {
             "data_dir": str(self.data_dir),
             **self.endpoints(),
-            "warehouse": str(self.data_dir / WAREHOUSE_DIR),
+            "warehouse": self.warehouse or str(self.data_dir / WAREHOUSE_DIR),
             "gateway_api_key": self.gateway_api_key,
             "processes": [p.to_json() for p in self.processes],
         }
@@ -671,13 +675,16 @@ def _start_tier(ctx: StackContext, port: int) -> Launched:
     if not bootstrap:
         raise StackError("the tiering job needs the brokers, which are not running")
     (ctx.data_dir / TIER_DIR).mkdir(parents=True, exist_ok=True)
-    warehouse = ctx.data_dir / WAREHOUSE_DIR
-    warehouse.mkdir(parents=True, exist_ok=True)
+    warehouse = ctx.warehouse or str(ctx.data_dir / WAREHOUSE_DIR)
+    if "://" not in warehouse:
+        Path(warehouse).mkdir(parents=True, exist_ok=True)
+    # An object store's credentials reach the job through its environment (inherited
+    # from `strata up`'s), never through this command line.
     args = [sys.executable, "-m", "strata_tools.cli", "tier", "run", "--bootstrap", bootstrap,
-            "--warehouse", str(warehouse), "--every",
+            "--warehouse", warehouse, "--every",
             str(TIER_EVERY_S), "--format", "json", "--metrics-port", str(port),
             *_command_config(ctx, "tier")]
-    return _launch(args, ctx.data_dir / TIER_DIR / "tier.log", str(warehouse), "the tiering job",
+    return _launch(args, ctx.data_dir / TIER_DIR / "tier.log", warehouse, "the tiering job",
                    port, f"http://{ctx.host}:{port}/metrics",
                    lambda: _metrics_healthy(ctx.host, port))
 
@@ -741,14 +748,23 @@ class Stack:
         secure: bool = False,
         progress: Callable[[str], None] | None = None,
         shutdown_wait: float = SHUTDOWN_WAIT_S,
+        warehouse: str | None = None,
     ) -> None:
         """``brokers`` None: as many as the data dir has broker directories
         (``DEFAULT_BROKERS`` if none).
         ``zookeeper_nodes`` None: as many as it has ZooKeeper directories (1 if none).
         ``progress`` gets one line per step of a long operation (the CLI prints them to
         stderr). ``shutdown_wait``: how long ``up`` waits for a process that is shutting
-        down to exit before it gives up."""
+        down to exit before it gives up. ``warehouse``: where the tiering job keeps the
+        Delta tables (a directory, ``file:///path`` or ``s3://bucket[/prefix]``;
+        ``INVALID_WAREHOUSE`` otherwise, before anything starts); None: the one recorded
+        in the data dir, else ``<data-dir>/warehouse``."""
         self.data_dir = Path(data_dir).resolve()
+        self._warehouse_arg: str | None = None
+        if warehouse is not None:
+            from strata_spark import Warehouse
+
+            self._warehouse_arg = Warehouse.parse(warehouse).uri
         self.host = host
         self._fixed_services = tuple(services) if services is not None else None
         self.brokers = brokers
@@ -762,6 +778,7 @@ class Stack:
             self.security.ensure()
         _SECURE_CLIENT[:] = [self.security.client()] if self.security.enabled else []
         self._not_reached: list[ProcessRecord] = []
+        self._warehouse_now = ""  # fixed by each `up` (Stack.warehouse), then recorded
 
     @property
     def services(self) -> tuple[ServiceSpec, ...]:
@@ -827,6 +844,18 @@ class Stack:
                 "`strata up` again."
             ) from exc
 
+    @property
+    def warehouse(self) -> str:
+        """The tier's warehouse: the one given, else the one recorded in the data dir
+        (a stack keeps its warehouse across `down`/`up`), else ``<data-dir>/warehouse``."""
+        if self._warehouse_arg is not None:
+            return self._warehouse_arg
+        try:
+            recorded = json.loads(self.state_path.read_text()).get("warehouse")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        return str(recorded) if recorded else str(self.data_dir / WAREHOUSE_DIR)
+
     def _save(self, base_port: int, records: list[ProcessRecord]) -> None:
         # While `up` works through the services, the live ones it has not reached yet
         # stay recorded: if it fails half-way, `down` must still find them.
@@ -836,6 +865,7 @@ class Stack:
             "version": _STATE_VERSION,
             "host": self.host,
             "base_port": base_port,
+            "warehouse": self._warehouse_now or self.warehouse,
             "processes": [asdict(r) for r in records],
         }
         tmp = self.state_path.with_suffix(".json.tmp")
@@ -873,10 +903,12 @@ class Stack:
             self.progress(message)
 
     def _context(self, base: int, endpoints: dict[str, str]) -> StackContext:
-        return StackContext(self.data_dir, self.host, dict(endpoints), base, self.progress)
+        return StackContext(self.data_dir, self.host, dict(endpoints), base, self.progress,
+                            self._warehouse_now)
 
     def _up(self, base_port: int | None) -> StackStatus:
         recorded_base, records = self._load()
+        self._warehouse_now = self.warehouse
         live = [r for r in records if r.alive()]
         if (
             base_port is not None
@@ -1071,7 +1103,8 @@ class Stack:
         gateway_up = any(p.record.endpoint_key == "gateway" and p.state in ("started", "running")
                          for p in states)
         return StackStatus(self.data_dir, states,
-                           read_dev_token(self.data_dir) if gateway_up else None)
+                           read_dev_token(self.data_dir) if gateway_up else None,
+                           self.warehouse)
 
     def down(self, grace: float = 30.0) -> list[tuple[ProcessRecord, str]]:
         """Stop exactly the recorded PIDs, last started first; data stays on disk.

@@ -5,7 +5,10 @@ ZooKeeper, 3 brokers with default replication factor 3 and min.insync.replicas 2
 gateway and the tiering job; on free ports in a temp data dir, killed by PID at
 teardown even when a test fails), secured (`--secure`: SASL_SSL only, ACLs, ZooKeeper
 ACLs), which the notebooks must read unchanged: they find the stack's admin credentials
-through `strata status` (``find_stack``). A secured stack is the stricter case; the
+through `strata status` (``find_stack``). Its warehouse is a bucket of an S3 API server
+on 127.0.0.1 (``strata up --warehouse s3://...`` with the AWS variables exported, issue
+[3.5]): the tier job, the notebooks' Spark (S3A) and delta-rs all reach it from the
+environment. A secured stack is the stricter case; the
 plaintext one differs only in those options being empty (tests/test_cli_stack.py seeds
 a plaintext stack the same way). The topic is seeded with the command
 notebooks/README.md gives (`python -m strata_tools.notebook seed`, run in this process: the
@@ -46,6 +49,7 @@ from strata.client import Admin
 from strata_tools.notebook import find_stack
 from strata_tools.notebook import main as notebook_main
 from tests.conftest import ProcessReaper
+from tests.support.s3_server import SECRET_KEY, S3Server
 from tests.test_cli_stack import ok, strata, up_on_free_ports
 
 pytestmark = pytest.mark.system
@@ -57,6 +61,10 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 TOPIC = "web.clicks-v1"
 #: The typed topic of notebooks/typed_topic.ipynb (seeded with ``seed --typed``).
 TYPED_TOPIC = "clicks-typed"
+#: The stack's warehouse: a bucket of the suite's S3 API server (issue [3.5]); the
+#: notebooks reach it through what `strata status` says and the kernel's AWS environment.
+BUCKET = "strata-notebooks"
+WAREHOUSE = f"s3://{BUCKET}/lake"
 RECORDS = 3000
 HOURS = 6.0
 CELL_TIMEOUT_S = 120
@@ -105,7 +113,7 @@ from spark_jobs import TierJob as _TierJob, TierSettings as _TierSettings
 from strata_tools.notebook import find_stack as _find_stack, notebook_spark as _notebook_spark
 
 _stack = _find_stack()
-with _TierJob(_notebook_spark("test-notebooks-tier"),
+with _TierJob(_notebook_spark("test-notebooks-tier", stack=_stack),
               _TierSettings(_stack.bootstrap, _stack.warehouse, lease_wait_s=240,
                             security=_stack.client_security)) as _job:
     _report = _job.run_once([_os.environ["STRATA_TOPIC"], _os.environ["STRATA_TYPED_TOPIC"]])
@@ -144,10 +152,19 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
     tmp = tmp_path_factory.mktemp("notebooks")
     data_dir = tmp / "stack"
     reaper = ProcessReaper()
+    store = S3Server(tmp)
+    environment = pytest.MonkeyPatch()
     try:
+        store.start()
+        store.create_bucket(BUCKET)
+        # The AWS variables of `strata up` (its tier job inherits them), the seeding and
+        # the kernel, as a user exports them in a shell.
+        for key, value in store.environment().items():
+            environment.setenv(key, value)
         # No --brokers: the CLI's default, as `make up` runs it (3 brokers, RF 3, min ISR 2).
-        _, info = up_on_free_ports(data_dir, tmp, reaper, "--secure", brokers=3,
-                                   size_flag=False)
+        _, info = up_on_free_ports(data_dir, tmp, reaper, "--secure", "--warehouse",
+                                   WAREHOUSE, brokers=3, size_flag=False)
+        assert info["warehouse"] == WAREHOUSE and SECRET_KEY not in str(info)
         assert info["security"]["security_protocol"] == "SASL_SSL"
         assert [p["name"] for p in info["processes"] if p["name"].startswith("broker-")] \
             == ["broker-0", "broker-1", "broker-2"]
@@ -176,6 +193,8 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
                 ok(strata("down", "--data-dir", str(data_dir), cwd=tmp))
         finally:
             reaper.reap()
+            store.stop()
+            environment.undo()
 
 
 @pytest.mark.spark
@@ -220,11 +239,11 @@ def test_notebooks_run_top_to_bottom(seeded_stack: SeededStack, tmp_path: Path) 
                                             cells=combined.cells[first:last])
             nbformat.write(copy, tmp_path / path.name)
     seconds = time.monotonic() - began
-    table = Path(seeded_stack.info["warehouse"]) / "topics" / TOPIC
     from deltalake import DeltaTable
 
     # Only the active segment of each partition stays out of Delta.
-    assert 0 < DeltaTable(str(table)).to_pyarrow_dataset().count_rows() <= RECORDS
+    table = DeltaTable(f"{WAREHOUSE}/topics/{TOPIC}", storage_options={"AWS_ALLOW_HTTP": "true"})
+    assert 0 < table.to_pyarrow_dataset().count_rows() <= RECORDS
     for path, first, last in [(Path("tier pass"), 0, 1), *spans]:
         cells = combined.cells[first:last]
         errors = [o for cell in cells if cell.cell_type == "code"

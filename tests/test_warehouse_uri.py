@@ -106,3 +106,50 @@ def test_tier_run_refuses_before_writing_anything(
     error = capsys.readouterr().err
     assert code in error and "s3cr3t-value" not in error
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_settings_that_unmake_put_if_absent_are_refused(
+        local: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """UNSAFE_WAREHOUSE: delta-rs told to commit with a plain PUT, or S3A told to create
+    files by overwriting, would let two writers both commit version N on a store; a local
+    warehouse (atomic creates) has nothing to refuse."""
+    from strata_spark import UnsafeWarehouseError
+
+    wh = Warehouse.parse(str(tmp_path) if local else "s3://strata-lake/wh")
+    wh.unsafe_settings({"spark.hadoop.fs.s3a.create.performance": "false"})
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")
+    if local:
+        wh.unsafe_settings({"spark.hadoop.fs.s3a.create.performance": "true"})
+        return
+    with pytest.raises(UnsafeWarehouseError, match="AWS_S3_ALLOW_UNSAFE_RENAME=true"):
+        wh.unsafe_settings()
+    monkeypatch.delenv("AWS_S3_ALLOW_UNSAFE_RENAME")
+    with pytest.raises(UnsafeWarehouseError, match=r"fs\.s3a\.create\.performance=True"):
+        wh.unsafe_settings({"spark.hadoop.fs.s3a.create.performance": "True"})
+
+
+def test_tier_run_refuses_an_unsafe_store_setting_before_anything_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from strata_tools.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")
+    assert main(["tier", "run", "--bootstrap", "127.0.0.1:1", "--warehouse",
+                 "s3://strata-lake/wh", "--once"]) == 1
+    error = capsys.readouterr().err
+    assert "[UNSAFE_WAREHOUSE]" in error and "If-None-Match" in error, error
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_up_refuses_a_bad_warehouse_before_starting_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from strata_tools.cli import main
+
+    data_dir = tmp_path / "stack"
+    assert main(["up", "--data-dir", str(data_dir), "--warehouse",
+                 "s3://KEY:s3cr3t-value@strata-lake/wh"]) == 1
+    error = capsys.readouterr().err
+    assert "[INVALID_WAREHOUSE]" in error and "s3cr3t-value" not in error, error
+    assert not data_dir.exists()
