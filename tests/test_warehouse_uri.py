@@ -143,13 +143,17 @@ def test_tier_run_refuses_an_unsafe_store_setting_before_anything_else(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_up_refuses_a_bad_warehouse_before_starting_anything(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from strata_tools.cli import main
+def test_up_refuses_a_bad_warehouse_before_starting_anything(tmp_path: Path) -> None:
+    """`strata up --warehouse` (run as a user runs it) checks the location first."""
+    import subprocess
+    import sys
 
     data_dir = tmp_path / "stack"
-    assert main(["up", "--data-dir", str(data_dir), "--warehouse",
-                 "s3://KEY:s3cr3t-value@strata-lake/wh"]) == 1
-    error = capsys.readouterr().err
-    assert "[INVALID_WAREHOUSE]" in error and "s3cr3t-value" not in error, error
+    done = subprocess.run(
+        [sys.executable, "-m", "strata_tools.cli", "up", "--data-dir", str(data_dir),
+         "--warehouse", "s3://KEY:s3cr3t-value@strata-lake/wh"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "[INVALID_WAREHOUSE]" in done.stderr and "s3cr3t-value" not in done.stderr, \
+        done.stderr
     assert not data_dir.exists()
