@@ -6,7 +6,8 @@
 # failover), and stops exactly those stacks.
 # `scripts/bench.sh replication` runs only the three-broker section; `scripts/bench.sh
 # gateway` only the HTTP ingest gateway section (scripts/bench_gateway.sh, its own stack),
-# which `make bench` runs last; `scripts/bench.sh tier`, `scripts/bench.sh groups` and
+# which `make bench` runs last; `scripts/bench.sh tier` (`tier-s3`: on an object store),
+# `scripts/bench.sh groups` and
 # `scripts/bench.sh scale` run only the tiering, the consumer group or the many-partitions
 # section (`strata perf scale`: a three-broker stack of its own; SCALE_PARTITIONS,
 # SCALE_TOPICS and SCALE_GROUP_MEMBERS change its size); `scripts/bench.sh security` the
@@ -23,6 +24,7 @@ DATA3=$(mktemp -d /tmp/strata-bench-rf3.XXXXXX)
 DATA_SECURE=$(mktemp -d /tmp/strata-bench-secure.XXXXXX)
 . scripts/free_base.sh
 cleanup() {
+  if [[ -n "${MOTO_PID:-}" ]]; then kill "$MOTO_PID" 2>/dev/null || true; fi
   for dir in "$DATA" "$DATA3" "$DATA_SECURE"; do
     "$STRATA" down --data-dir "$dir" >/dev/null 2>&1 || true
     rm -rf "$dir"
@@ -95,6 +97,49 @@ bench_tier() {
   "$STRATA" down --data-dir "$DATA" >/dev/null
 }
 
+# `scripts/bench.sh tier-s3`: the tier on an object store (issue [3.5]) beside a local
+# warehouse, A, B, A, B on one stack: moto's S3 server (a Python process on these same
+# cores, so the object-store figures are a lower bound) on a free port, the AWS variables
+# exported as a user would; 100-byte records, then 1 MiB values.
+bench_tier_s3() {
+  local base s3port moto records big rounds
+  records=${TIER_S3_RECORDS:-1000000}
+  big=${TIER_S3_BIG_RECORDS:-200}
+  rounds=${TIER_S3_ROUNDS:-2}
+  base=$(free_base 0 10 40 70)
+  s3port=$(free_base 0)
+  STRATA_LOG_RETENTION_CHECK_INTERVAL_MS=1000 \
+    "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
+  "$PYTHON" -m moto.server -H 127.0.0.1 -p "$s3port" >"$DATA/moto.log" 2>&1 &
+  moto=$!
+  MOTO_PID=$moto
+  export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1 \
+    AWS_ENDPOINT_URL="http://127.0.0.1:$s3port"
+  for _ in $(seq 50); do
+    "$PYTHON" -c "import boto3; boto3.client('s3').create_bucket(Bucket='strata-bench')" \
+      2>/dev/null && break
+    sleep 0.2
+  done
+  for round in $(seq "$rounds"); do
+    for where in local s3; do
+      local wh=()
+      [[ $where == s3 ]] && wh=(--warehouse "s3://strata-bench/r$round")
+      echo "== round $round, $where warehouse: $records 100-byte records, 4 partitions"
+      "$STRATA" perf tier --bootstrap "127.0.0.1:$((base + 10))" "${wh[@]}" \
+        --topic "t-$where-$round" --num-records "$records" --partitions 4 --runs 1 \
+        --segment-bytes 8388608 --format json
+      echo "== round $round, $where warehouse: $big 1 MiB values, 4 partitions"
+      "$STRATA" perf tier --bootstrap "127.0.0.1:$((base + 10))" "${wh[@]}" \
+        --topic "big-$where-$round" --num-records "$big" --record-size 1048576 \
+        --partitions 4 --runs 1 --segment-bytes 16777216 --format json
+    done
+  done
+  kill "$moto"
+  wait "$moto" 2>/dev/null || true
+  MOTO_PID=
+  "$STRATA" down --data-dir "$DATA" >/dev/null
+}
+
 # `scripts/bench.sh groups`: consumer group rebalance pauses and group throughput, on its
 # own one-broker stack (every consumer a process of its own).
 bench_groups() {
@@ -134,6 +179,10 @@ if [[ "${1:-}" == "records" ]]; then
 fi
 if [[ "${1:-}" == "tier" ]]; then
   bench_tier
+  exit 0
+fi
+if [[ "${1:-}" == "tier-s3" ]]; then
+  bench_tier_s3
   exit 0
 fi
 if [[ "${1:-}" == "groups" ]]; then

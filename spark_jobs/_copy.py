@@ -231,11 +231,13 @@ def commit_files(table: TableLocation, ranges: Sequence[TierRange],
                         "numOutputRows": str(sum(f.records for f in files)),
                         "numOutputBytes": str(sum(f.size for f in files))}}))
     except BaseException:
-        filesystem, root = table.filesystem()
-        for written in files:
-            # Gone, or the store is unreachable: VACUUM removes whatever is left.
-            with contextlib.suppress(OSError):
-                filesystem.delete_file(f"{root}/{written.path}")
+        # VACUUM removes whatever is left: a store that does not answer ends the clean-up
+        # at its first failure (it would fail every file, each after its retries).
+        with contextlib.suppress(Exception):
+            filesystem, root = table.filesystem()
+            for written in files:
+                with contextlib.suppress(FileNotFoundError):
+                    filesystem.delete_file(f"{root}/{written.path}")
         raise
     records: dict[int, int] = {}
     for written in files:

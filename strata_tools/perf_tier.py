@@ -30,9 +30,12 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:  # pragma: no cover
+    from strata_spark import Warehouse
 
 __all__ = ["TierBenchResult", "add_tier_arguments", "run_tier"]
 
@@ -66,8 +69,10 @@ def _positive(text: str) -> int:
 def add_tier_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", default=None, metavar="HOST:PORT[,...]",
                         help="brokers (default: $STRATA_BOOTSTRAP)")
-    parser.add_argument("--warehouse", default=None,
-                        help="Delta warehouse directory (default: a temporary one)")
+    parser.add_argument("--warehouse", default=None, metavar="LOCATION",
+                        help="Delta warehouse: a directory or s3://bucket[/prefix] (the AWS "
+                        "environment gives credentials and endpoint; default: a temporary "
+                        "directory)")
     parser.add_argument("--topic", default="bench-tier")
     parser.add_argument("--num-records", type=_positive, default=4_000_000)
     parser.add_argument("--record-size", type=_positive, default=100)
@@ -78,10 +83,11 @@ def add_tier_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_tier(args: argparse.Namespace) -> int:
+    from strata_spark import Warehouse
     from strata_tools.commands.common import bootstrap_of
 
     with tempfile.TemporaryDirectory(prefix="strata-perf-tier-") as scratch:
-        warehouse = Path(args.warehouse or scratch)
+        warehouse = Warehouse.parse(args.warehouse or scratch)
         result = bench_tier(bootstrap_of(args), warehouse, args.topic,
                             args.num_records, args.record_size, args.partitions,
                             args.segment_bytes, args.runs)
@@ -113,22 +119,28 @@ def _random_values(count: int, size: int) -> pa.Array:
 
 def _fill(bootstrap: str, topic: str, num_records: int, record_size: int, partitions: int,
           segment_bytes: int) -> None:
+    """Batches of up to 1,000 records and about 512 KiB; a topic whose
+    ``max.message.bytes`` takes one batch (1 MiB values go one per batch)."""
     from strata.client import Admin, NewTopic, Producer
 
+    per_batch = max(1, min(1000, (512 << 10) // record_size))
+    configs = {"tier.enable": "true", "tier.after.ms": "0", "local.retention.ms": "0",
+               "segment.bytes": str(max(segment_bytes, 2 * per_batch * record_size))}
+    if per_batch * record_size > (1 << 20) - (64 << 10):
+        configs["max.message.bytes"] = str(per_batch * record_size + (64 << 10))
     with Admin(bootstrap) as admin:
         if topic in admin.list_topics():
             raise SystemExit(f"topic {topic} exists; give a fresh --topic (the figures need "
                              "a topic with exactly --num-records records)")
-        admin.create_topics([NewTopic(topic, partitions, 1, {
-            "tier.enable": "true", "tier.after.ms": "0", "local.retention.ms": "0",
-            "segment.bytes": str(segment_bytes)})])
-    with Producer(bootstrap, acks=1, batch_size=512 << 10, enable_idempotence=False) as producer:
+        admin.create_topics([NewTopic(topic, partitions, 1, configs)])
+    with Producer(bootstrap, acks=1, batch_size=512 << 10, enable_idempotence=False,
+                  buffer_memory=max(32 << 20, 8 * per_batch * record_size)) as producer:
         futures = []
         sent = 0
         while sent < num_records:
-            n = min(1000, num_records - sent)
+            n = min(per_batch, num_records - sent)
             futures.append(producer.send_batch(topic, _random_values(n, record_size),
-                                               partition=(sent // 1000) % partitions))
+                                               partition=(sent // per_batch) % partitions))
             sent += n
         producer.flush()
         for future in futures:
@@ -149,12 +161,15 @@ def _replay(spark: Any, bootstrap: str, topic: str, ends: dict[int, int], runs: 
     return best
 
 
-def bench_tier(bootstrap: str, warehouse: Path, topic: str, num_records: int,
+def bench_tier(bootstrap: str, warehouse: Warehouse | Path, topic: str, num_records: int,
                record_size: int, partitions: int, segment_bytes: int,
                runs: int) -> TierBenchResult:
-    from spark_jobs import TierJob, TierSettings, table_path
+    from spark_jobs import TierJob, TierSettings, tier_table
     from strata.client import Admin
-    from strata_spark import spark_session
+    from strata_spark import Warehouse, spark_session
+
+    if not isinstance(warehouse, Warehouse):
+        warehouse = Warehouse(path=Path(warehouse).resolve())
 
     _fill(bootstrap, topic, num_records, record_size, partitions, segment_bytes)
     with Admin(bootstrap) as admin:
@@ -162,13 +177,13 @@ def bench_tier(bootstrap: str, warehouse: Path, topic: str, num_records: int,
     ends = {p: (t.segments[-1].next_offset if t.segments else t.log_start_offset)
             for p, t in tier.partitions.items()}
     log_bytes = sum(s.size_bytes for t in tier.partitions.values() for s in t.segments)
-    spark = spark_session("strata-perf-tier", {"spark.sql.shuffle.partitions": "2"})
+    spark = spark_session("strata-perf-tier", {"spark.sql.shuffle.partitions": "2",
+                                               **warehouse.spark_conf()})
     try:
         hot = _replay(spark, bootstrap, topic, ends, runs)
         with TierJob(spark, TierSettings(bootstrap, warehouse)) as job:
             first = _timed_pass(job, topic)
-            path = table_path(warehouse.resolve(), topic)
-            delta_bytes = sum(f.stat().st_size for f in path.rglob("*.parquet"))
+            delta_bytes = _parquet_bytes(tier_table(warehouse, topic).uri)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 with Admin(bootstrap) as admin:
@@ -191,6 +206,16 @@ def bench_tier(bootstrap: str, warehouse: Path, topic: str, num_records: int,
         first.pass_seconds, first.pass_rate,
         round(log_bytes / copied, 1) if copied else 0.0,
         round(delta_bytes / copied, 1) if copied else 0.0, round(hot), round(cold))
+
+
+def _parquet_bytes(uri: str) -> int:
+    """Bytes of the Parquet files under ``uri`` (a directory or an object-store prefix)."""
+    from pyarrow import fs
+
+    filesystem, root = fs.FileSystem.from_uri(uri)
+    infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True,
+                                                     allow_not_found=True))
+    return sum(i.size or 0 for i in infos if i.path.endswith(".parquet"))
 
 
 @dataclass(frozen=True, slots=True)
