@@ -43,7 +43,17 @@ def extra_for_missing_module(error: ModuleNotFoundError) -> str | None:
 
 
 def require(extra: str, what: str) -> None:
-    """Raise :class:`MissingExtraError` unless every module of ``extra`` is importable."""
+    """Raise :class:`MissingExtraError` unless every module of ``extra`` is importable.
+
+    A lookup that fails rather than answering (a process that ran Spark keeps the jars
+    of its stopped session on ``sys.path``, and looking into a deleted one raises) is
+    not taken as a missing extra: the import itself then says what is wrong."""
     for module in EXTRA_MODULES[extra]:
-        if importlib.util.find_spec(module) is None:
+        try:
+            found = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            found = None
+        except (ImportError, OSError, ValueError):
+            continue
+        if found is None:
             raise MissingExtraError(_advice(extra, module, what))

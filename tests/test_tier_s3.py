@@ -101,13 +101,15 @@ def _tier_state(broker: BrokerProcess) -> dict[int, tuple[int, int, int]]:
 
 
 def _wait(what: str, probe: object, timeout: float, process: subprocess.Popen[bytes],
-          log: Path) -> None:
+          log: Path, interval: float = 0.25) -> None:
+    """Poll ``probe`` (every ``interval`` s: each probe is a request to the store or the
+    broker, on the cores the job needs) until it is true or ``process`` exits."""
     deadline = time.monotonic() + timeout
     while not probe():  # type: ignore[operator]
         if process.poll() is not None or time.monotonic() > deadline:
             raise AssertionError(f"{what}: not seen (job exit {process.poll()}):\n"
                                  + log.read_text(errors="replace")[-4000:])
-        time.sleep(0.01)
+        time.sleep(interval)
 
 
 _REPLAY = textwrap.dedent("""
@@ -149,7 +151,12 @@ def test_tier_to_the_object_store_survives_a_kill_and_an_outage_and_replays(
         # 1. Killed once its tasks have written a data file, before the commit.
         job = _tier_job(strata_broker, s3, log, "--once")
         started.append(job)
-        _wait("a data file in the store", lambda: s3.keys(BUCKET, data), 180, job, log)
+        # The table is created (through S3A) before any data file is written: poll
+        # slowly until then, then fast enough to catch the files before their commit.
+        _wait("the table created", lambda: bool(s3.keys(BUCKET, f"wh/topics/{TOPIC}/")),
+              180, job, log)
+        _wait("a data file in the store", lambda: s3.keys(BUCKET, data), 180, job, log,
+              interval=0.02)
         _kill_group(job)
         assert first_commit not in s3.keys(BUCKET, "wh/"), "killed too late: committed"
         orphans = s3.keys(BUCKET, data)
@@ -160,7 +167,7 @@ def test_tier_to_the_object_store_survives_a_kill_and_an_outage_and_replays(
         job = _tier_job(strata_broker, s3, log, "--every", "1", "--log-level", "warning")
         started.append(job)
         _wait("the second job's data file", lambda: s3.keys(BUCKET, data) - orphans, 180,
-              job, log)
+              job, log, interval=0.02)
         s3.outage()
         try:
             _wait("the pass failing with TIER_STORE_UNREACHABLE",

@@ -96,6 +96,10 @@ def tier_spark_session(vacuum_retain_hours: float = 168.0,
 
 
 def _run(args: argparse.Namespace) -> int:
+    from strata_tools.extras import require
+
+    # The job runs Spark and writes with delta-rs: say which extra is missing first.
+    require("spark", "`strata tier run` (the tiering job runs Spark and delta-rs)")
     from spark_jobs import TierJob, TierSettings
     from spark_jobs.metrics import JobMetrics
 
