@@ -152,49 +152,47 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
     tmp = tmp_path_factory.mktemp("notebooks")
     data_dir = tmp / "stack"
     reaper = ProcessReaper()
-    store = S3Server(tmp)
-    environment = pytest.MonkeyPatch()
-    try:
-        store.start()
-        store.create_bucket(BUCKET)
-        # The AWS variables of `strata up` (its tier job inherits them), the seeding and
-        # the kernel, as a user exports them in a shell.
-        for key, value in store.environment().items():
-            environment.setenv(key, value)
-        # No --brokers: the CLI's default, as `make up` runs it (3 brokers, RF 3, min ISR 2).
-        _, info = up_on_free_ports(data_dir, tmp, reaper, "--secure", "--warehouse",
-                                   WAREHOUSE, brokers=3, size_flag=False)
-        assert info["warehouse"] == WAREHOUSE and SECRET_KEY not in str(info)
-        assert info["security"]["security_protocol"] == "SASL_SSL"
-        assert [p["name"] for p in info["processes"] if p["name"].startswith("broker-")] \
-            == ["broker-0", "broker-1", "broker-2"]
-        # Seeded as notebooks/README.md says, with the stack's replication factor (its
-        # acks=all writes need 2 of the 3 replicas in sync).
-        code, out, err = _seed(["seed", "--data-dir", str(data_dir), "--topic", TOPIC,
-                                "--records", str(RECORDS), "--partitions", "2",
-                                "--hours", str(HOURS)])
-        assert code == 0 and out.startswith(f"produced {RECORDS} records to {TOPIC};") \
-            and "--command-config" in out, \
-            (code, out, err)
-        with Admin(info["bootstrap"], security=find_stack(data_dir).client_security) as admin:
-            replicas = {len(p.replicas) for p in admin.describe_topics([TOPIC])[TOPIC].partitions}
-            min_isr = admin.describe_configs([TOPIC])[TOPIC]["min.insync.replicas"]
-        assert (replicas, min_isr.value, min_isr.is_default) == ({3}, "2", True)
-        _seed_refuses_one_replica(data_dir, info["bootstrap"])
-        code, out, err = _seed(["seed", "--data-dir", str(data_dir), "--topic", TYPED_TOPIC,
-                                "--typed", "--records", str(RECORDS), "--partitions", "2",
-                                "--hours", str(HOURS)])
-        assert code == 0 and out.startswith(f"produced {RECORDS} records to {TYPED_TOPIC};"), \
-            (code, out, err)
-        yield SeededStack(data_dir, info)
-    finally:
+    # The store outlives the stack: `strata down` is done inside, then the store stops.
+    with S3Server.serving(tmp, BUCKET) as store, pytest.MonkeyPatch.context() as environment:
         try:
-            if (data_dir / "stack.json").exists():
-                ok(strata("down", "--data-dir", str(data_dir), cwd=tmp))
+            # The AWS variables of `strata up` (its tier job inherits them), the seeding and
+            # the kernel, as a user exports them in a shell.
+            for key, value in store.environment().items():
+                environment.setenv(key, value)
+            # No --brokers: the CLI's default, as `make up` runs it (3 brokers, RF 3, min ISR 2).
+            _, info = up_on_free_ports(data_dir, tmp, reaper, "--secure", "--warehouse",
+                                       WAREHOUSE, brokers=3, size_flag=False)
+            assert info["warehouse"] == WAREHOUSE and SECRET_KEY not in str(info)
+            assert info["security"]["security_protocol"] == "SASL_SSL"
+            assert [p["name"] for p in info["processes"] if p["name"].startswith("broker-")] \
+                == ["broker-0", "broker-1", "broker-2"]
+            # Seeded as notebooks/README.md says, with the stack's replication factor (its
+            # acks=all writes need 2 of the 3 replicas in sync).
+            code, out, err = _seed(["seed", "--data-dir", str(data_dir), "--topic", TOPIC,
+                                    "--records", str(RECORDS), "--partitions", "2",
+                                    "--hours", str(HOURS)])
+            assert code == 0 and out.startswith(f"produced {RECORDS} records to {TOPIC};") \
+                and "--command-config" in out, \
+                (code, out, err)
+            security = find_stack(data_dir).client_security
+            with Admin(info["bootstrap"], security=security) as admin:
+                described = admin.describe_topics([TOPIC])[TOPIC]
+                replicas = {len(p.replicas) for p in described.partitions}
+                min_isr = admin.describe_configs([TOPIC])[TOPIC]["min.insync.replicas"]
+            assert (replicas, min_isr.value, min_isr.is_default) == ({3}, "2", True)
+            _seed_refuses_one_replica(data_dir, info["bootstrap"])
+            code, out, err = _seed(["seed", "--data-dir", str(data_dir), "--topic", TYPED_TOPIC,
+                                    "--typed", "--records", str(RECORDS), "--partitions", "2",
+                                    "--hours", str(HOURS)])
+            assert code == 0 and out.startswith(f"produced {RECORDS} records to {TYPED_TOPIC};"), \
+                (code, out, err)
+            yield SeededStack(data_dir, info)
         finally:
-            reaper.reap()
-            store.stop()
-            environment.undo()
+            try:
+                if (data_dir / "stack.json").exists():
+                    ok(strata("down", "--data-dir", str(data_dir), cwd=tmp))
+            finally:
+                reaper.reap()
 
 
 @pytest.mark.spark

@@ -50,13 +50,8 @@ PARTITIONS = 2
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = S3Server(tmp_path_factory.mktemp("s3"))
-    server.start()
-    try:
-        server.create_bucket(BUCKET)
+    with S3Server.serving(tmp_path_factory.mktemp("s3"), BUCKET) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _produce(broker: BrokerProcess, count: int) -> dict[int, list[tuple[str, str]]]:

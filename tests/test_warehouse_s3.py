@@ -2,8 +2,7 @@
 (moto's standalone server, ``tests/support/s3_server.py``): concurrent delta-rs
 commits on the store lose nothing, which rests on the store's conditional writes
 (``If-None-Match``), shown directly; the Spark source's tier reader replays a range
-from the store. Spark through S3A (the tier job, a read, OPTIMIZE) is
-tests/test_tier_s3.py's.
+from the store. The tier job and Spark through S3A are tests/test_tier_s3.py's.
 """
 
 from __future__ import annotations
@@ -29,13 +28,8 @@ BUCKET = "strata-warehouse-test"
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = S3Server(tmp_path_factory.mktemp("s3"))
-    server.start()
-    try:
-        server.create_bucket(BUCKET)
+    with S3Server.serving(tmp_path_factory.mktemp("s3"), BUCKET) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -47,11 +41,9 @@ def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 def test_the_store_refuses_a_second_put_if_absent(s3: S3Server) -> None:
     """What delta-rs's commits rely on: ``If-None-Match: *`` succeeds once per key."""
-    import boto3
     from botocore.exceptions import ClientError
 
-    client = boto3.client("s3", **{"endpoint_url": s3.endpoint, "region_name": "us-east-1",
-                                   "aws_access_key_id": "a", "aws_secret_access_key": "b"})
+    client = s3.client()
     key = "probe/_delta_log/00000000000000000000.json"
     client.put_object(Bucket=BUCKET, Key=key, Body=b"first", IfNoneMatch="*")
     with pytest.raises(ClientError, match="PreconditionFailed"):

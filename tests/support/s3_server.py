@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,18 @@ REGION = "us-east-1"
 
 
 class S3Server:
+    @classmethod
+    @contextmanager
+    def serving(cls, log_dir: Path, bucket: str) -> Iterator[S3Server]:
+        """A started server holding an empty ``bucket``; stopped (by PID) on exit."""
+        server = cls(log_dir)
+        try:
+            server.start()
+            server.create_bucket(bucket)
+            yield server
+        finally:
+            server.stop()
+
     def __init__(self, log_dir: Path) -> None:
         self.port = free_port()  #: the front's: what clients use
         self.backend_port = free_port()
