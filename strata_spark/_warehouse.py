@@ -82,7 +82,8 @@ class UnsafeWarehouseError(StrataError):
 
 
 #: Settings under which a commit to an S3 table is no longer a put-if-absent (see
-#: ``Warehouse.unsafe_settings``): (where, key, the value that makes it unsafe, why).
+#: ``Warehouse.unsafe_settings``): (key, the value that makes it unsafe, why); the first
+#: tuple is checked in the environment, the second in a Spark session's settings.
 _UNSAFE_ENV: Final = (
     ("AWS_S3_ALLOW_UNSAFE_RENAME", "true",
      "delta-rs then commits with a plain PUT, which replaces a version another writer "
