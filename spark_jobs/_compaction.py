@@ -1,6 +1,7 @@
 """The compacted table of a ``cleanup.policy=compact`` topic: the latest record per key.
 
-Kept with one ``MERGE`` per partition and pass, from the rows of the topic's tier table
+Kept with one ``MERGE`` per partition and pass (delta-rs: ``_commits.merge_latest``;
+Spark only finds the latest row per key), from the rows of the topic's tier table
 the compacted table does not have yet (so it never reads the brokers twice):
 
 * within the range, only the newest record of each (partition, key) counts;
@@ -20,12 +21,12 @@ Keys are matched per partition, as Kafka compacts per partition.
 from __future__ import annotations
 
 import time
-import uuid
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from spark_jobs._tables import TableLocation, compacted_table, ensure_table
+from spark_jobs._commits import create_table, delete_tombstones, merge_latest
+from spark_jobs._tables import TableLocation, compacted_table
 from strata_spark import Warehouse
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,8 +59,7 @@ def compact_range(spark: SparkSession, warehouse: Warehouse, topic: str,
     compacted table; returns how many keys the range carried. ``value_type``: a typed
     topic's value struct (the table is created with it, and ``properties``)."""
     target = compacted_table(warehouse, topic)
-    ensure_table(spark, target, compacted_ddl(value_type), "partition", properties)
-    view = f"strata_compact_{uuid.uuid4().hex}"
+    create_table(spark, target, compacted_ddl(value_type), ["partition"], properties or {})
     latest = spark.sql(f"""
         SELECT key, value, partition, offset, timestamp, headers FROM (
           SELECT *, row_number() OVER (PARTITION BY partition, key ORDER BY offset DESC) AS n
@@ -67,24 +67,15 @@ def compact_range(spark: SparkSession, warehouse: Warehouse, topic: str,
           WHERE partition = {partition} AND offset >= {start} AND offset < {end}
             AND key IS NOT NULL)
         WHERE n = 1""")
-    latest.createOrReplaceTempView(view)
-    try:
-        spark.sql(f"""
-            MERGE INTO {target.sql} AS t USING {view} AS s
-            ON t.partition = s.partition AND t.key = s.key
-            WHEN MATCHED AND s.offset > t.offset THEN UPDATE SET *
-            WHEN NOT MATCHED THEN INSERT *""")
-    finally:
-        spark.catalog.dropTempView(view)
-    history = target.open().history(1)
-    metrics = history[0].get("operationMetrics") or {} if history else {}
-    return int(metrics.get("numSourceRows", 0))
+    # At most one row per key of the range reaches the driver, as Arrow.
+    return merge_latest(target, latest.toArrow(), partition)
 
 
 def drop_tombstones(spark: SparkSession, warehouse: Warehouse, topic: str,
                     delete_retention_ms: int) -> None:
     """Delete tombstones older than ``delete.retention.ms`` from the compacted table;
-    skipped (no commit) when the file statistics show no null value old enough."""
+    skipped (no commit) when the file statistics show no null value old enough (a file
+    without a null count or a minimum timestamp is read)."""
     target = compacted_table(warehouse, topic)
     if not target.exists():
         return
@@ -94,8 +85,9 @@ def drop_tombstones(spark: SparkSession, warehouse: Warehouse, topic: str,
         candidates = [ts for nulls, ts in zip(files.column("null_count.value").to_pylist(),
                                               files.column("min.timestamp").to_pylist(),
                                               strict=True)
-                      if nulls and ts is not None and ts.timestamp() * 1000 < cutoff_ms]
+                      # No null count (delta-rs records none for binary): may have nulls.
+                      if (nulls is None or nulls > 0)
+                      and (ts is None or ts.timestamp() * 1000 < cutoff_ms)]
         if not candidates:
             return
-    spark.sql(f"DELETE FROM {target.sql} WHERE value IS NULL "
-              f"AND timestamp < timestamp_millis({cutoff_ms})")
+    delete_tombstones(target, cutoff_ms)

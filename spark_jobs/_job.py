@@ -24,7 +24,7 @@ One pass (``TierJob.run_once``), per topic with ``tier.enable=true``:
 Typed topics (``value.schema.subject`` set): a pass reads under the subject's latest
 version (pinned for its tasks) and the table's ``value`` is a struct of it. A table made
 under an older version is evolved before the pass writes rows of the new one, when the
-new version only adds fields (``ALTER TABLE ADD COLUMNS``; rows written before read the
+new version only adds fields (``_commits.add_fields``; rows written before read the
 added fields as null in Spark, and as the schema's default through the Spark source);
 any other difference fails the topic's pass with ``TierTableMismatchError`` and writes
 nothing. A typed topic with ``cleanup.policy=compact`` gets a compacted table with the
@@ -43,7 +43,9 @@ Why it cannot duplicate or skip, whenever it is killed:
 * two jobs never write one topic at once: the lease is exclusive, every progress write
   is fenced by it, and a job that cannot renew it stops writing; should a job stalled
   past its TTL still reach a Delta commit, that commit's ``txnAppId``/``txnVersion``
-  conflict with the new holder's, so a range is never in the table twice.
+  conflict with the new holder's, so a range is never in the table twice;
+* every commit is delta-rs's, put-if-absent on any store (``_commits``): a stalled job's
+  late commit is refused or rebased on the new holder's, never written over it.
 
 The job needs only the bootstrap servers: it reaches ZooKeeper through the brokers.
 """
@@ -63,6 +65,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from spark_jobs._commits import (
+    add_fields,
+    create_table,
+    delete_rows,
+    optimize,
+    set_properties,
+    vacuum,
+)
 from spark_jobs._compaction import compact_range, drop_tombstones
 from spark_jobs._copy import TierValue, commit_files, copy_ranges, file_value_type
 from spark_jobs._errors import (
@@ -83,7 +93,6 @@ from spark_jobs._tables import (
     as_warehouse,
     committed_offsets,
     compacted_table,
-    ensure_table,
     register_tables,
     table_properties,
     table_topic_id,
@@ -118,9 +127,8 @@ class TierSettings:
     #: Segment bytes copied by one Delta commit at most, over all of a topic's partitions
     #: (each gets an equal share, at least one segment): a killed job redoes at most this.
     max_bytes_per_write: int = 1024 * 1024 * 1024
-    #: ``VACUUM ... RETAIN`` hours. Below Delta's 168-hour safety check only with
-    #: ``spark.databricks.delta.retentionDurationCheck.enabled=false`` (readers of older
-    #: table versions may then miss files).
+    #: ``VACUUM ... RETAIN`` hours (rounded up to whole hours). Below Delta's default of
+    #: 168, readers of table versions older than this may miss files.
     vacuum_retain_hours: float = 168.0
     optimize_interval_s: float = 3600.0
     lease_wait_s: float = 30.0
@@ -412,9 +420,9 @@ class TierJob:
                     if value is not None:
                         properties.update({VALUE_SUBJECT_PROPERTY: value.subject,
                                            VALUE_VERSION_PROPERTY: str(value.version)})
-                    ensure_table(self.spark, path,
+                    create_table(self.spark, path,
                                  tier_ddl(None if value is None else value.arrow_type),
-                                 "partition, date", properties)
+                                 ["partition", "date"], properties)
                     report.table = str(path)
                 self._copy(topic, path, ranges, report,
                            None if value is None else value.tier_value)
@@ -487,7 +495,7 @@ class TierJob:
 
     def _evolve(self, topic: str, path: TableLocation, value: _TypedValue) -> None:
         """Bring the table's ``value`` to ``value``'s version: add the fields it adds
-        (``ALTER TABLE ADD COLUMNS``, each after the field it follows), then record the
+        (delta-rs, each at the end of its struct: ``_commits.add_fields``), then record the
         version. Anything else is refused before a row is written."""
         from pyspark.sql.types import StructType
 
@@ -517,10 +525,9 @@ class TierJob:
                 "Register a version that only adds fields (with defaults), or move the "
                 "table away (and its history with it) so that the job starts a new one")
         self._check_lease(topic)
-        for column in added:
-            self.spark.sql(f"ALTER TABLE {path.sql} ADD COLUMNS ({column})")
-        self.spark.sql(f"ALTER TABLE {path.sql} SET TBLPROPERTIES "
-                       f"('{VALUE_VERSION_PROPERTY}' = '{value.version}')")
+        if added:
+            add_fields(path, "value", file_value_type(value.arrow_type))
+        set_properties(path, {VALUE_VERSION_PROPERTY: str(value.version)})
         log.info("%s: value evolved to %s version %d (%s)", path, value.subject,
                  value.version, ", ".join(added) or "no new field")
 
@@ -583,24 +590,21 @@ class TierJob:
                 saved = self._advance(topic, part.partition, tiered_up_to=part.tiered_up_to,
                                       tier_start=min(cuts[part.partition], part.tiered_up_to))
                 part.tier_start = saved.tier_start
-        before = table.version()
         began = time.monotonic()
-        predicate = " OR ".join(f"(partition = {p} AND offset < {x})" for p, x in cuts.items())
+        predicate = " OR ".join(f'("partition" = {p} AND "offset" < {x})'
+                                for p, x in cuts.items())
         self._check_lease(topic)
-        self.spark.sql(f"DELETE FROM {path.sql} WHERE {predicate}")
+        report.retention_deleted_records += delete_rows(path, predicate)
         log.info("retention DELETE on %s (%s) took %.2f s", path, predicate,
                  time.monotonic() - began)
-        table = path.open()
-        if table.version() > before:
-            metrics = table.history(1)[0].get("operationMetrics") or {}
-            report.retention_deleted_records += int(metrics.get("numDeletedRows", 0))
         self._vacuum(path)
         report.vacuumed = True
 
     def _vacuum(self, path: TableLocation) -> None:
         began = time.monotonic()
-        self.spark.sql(f"VACUUM {path.sql} RETAIN {self.settings.vacuum_retain_hours} HOURS")
-        log.info("VACUUM of %s took %.2f s", path, time.monotonic() - began)
+        removed = vacuum(path, self.settings.vacuum_retain_hours)
+        log.info("VACUUM of %s deleted %d files in %.2f s", path, removed,
+                 time.monotonic() - began)
 
     def _maintain(self, path: TableLocation) -> bool:
         """OPTIMIZE then VACUUM ``path`` when its last OPTIMIZE is older than the interval
@@ -618,7 +622,7 @@ class TierJob:
         if time.time() * 1000 - last < self.settings.optimize_interval_s * 1000:
             return False
         began = time.monotonic()
-        self.spark.sql(f"OPTIMIZE {path.sql}")
+        optimize(path)
         log.info("OPTIMIZE of %s took %.2f s", path, time.monotonic() - began)
         self._vacuum(path)  # the files OPTIMIZE replaced go once the retain period passes
         return True
@@ -686,8 +690,9 @@ def _refuse_earlier_topic_table(path: TableLocation, holding: str, topic: str, t
 
 
 def _added_fields(current: Any, target: Any, path: str, added: list[str]) -> str | None:
-    """Collect into ``added`` the ``ADD COLUMNS`` clauses that turn struct ``current`` into
-    ``target``; what else differs (a refusal naming the field), or None."""
+    """Collect into ``added`` the fields (as ``ADD COLUMNS`` clauses: what the log says)
+    that turn struct ``current`` into ``target``; what else differs (a refusal naming the
+    field), or None."""
     from pyspark.sql.types import StructType
 
     have = {f.name: f for f in current.fields}

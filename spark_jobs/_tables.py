@@ -9,17 +9,16 @@ Warehouse``; one Delta table per topic)::
                                      per key (tombstones kept until delete.retention.ms)
 
 Two directories rather than a ``<topic>_compacted`` suffix because a topic may itself be
-called ``x_compacted``. Tables are created with deletion vectors off: total retention
-deletes rows, and the Spark source reads the tier with delta-rs in Spark's Python
-workers, where plain rewritten Parquet files are the simplest thing to read correctly.
+called ``x_compacted``. Tables are created, and every commit to them made, by delta-rs
+(``_commits``: put-if-absent commits on any store), with deletion vectors off.
 
 Typed topics (docs/typed-topics.md): ``value`` is a struct of the topic's value schema
 (``tier_ddl``: ``strata_spark.spark_ddl`` of the types Spark's Arrow interchange has),
 and the table records the subject and version its ``value`` has in the properties
 ``strata.valueSubject`` / ``strata.valueSchemaVersion``. When the subject gets a new
-version that only adds fields, the job adds them to the table (``ALTER TABLE ... ADD
-COLUMNS``) before it writes rows of that version; any other change of ``value`` is
-refused (``TierTableMismatchError``), never made silently.
+version that only adds fields, the job adds them to the table (delta-rs, at the end of
+their struct: ``_commits.add_fields``) before it writes rows of that version; any other
+change of ``value`` is refused (``TierTableMismatchError``), never made silently.
 
 Catalog names: ``strata.<name>`` and ``strata_compacted.<name>``, where ``<name>`` is the
 topic with every character outside ``[A-Za-z0-9_]`` replaced by ``_`` (Spark's session
@@ -55,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["CATALOG_DB", "COMPACTED_DB", "TIER_DDL", "TIER_PROPERTIES", "TOPIC_ID_PROPERTY",
            "VALUE_SUBJECT_PROPERTY", "VALUE_VERSION_PROPERTY", "TableLocation", "app_id",
            "as_warehouse", "catalog_name", "committed_offsets", "compacted_path",
-           "compacted_table", "ensure_table", "register_tables", "table_path",
+           "compacted_table", "register_tables", "table_path",
            "table_properties", "table_topic_id", "tier_ddl", "tier_table", "tiered_topics"]
 
 log = logging.getLogger("strata.spark_jobs.tables")
@@ -68,7 +67,6 @@ TIER_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGIN
             "timestamp TIMESTAMP, timestampType INT, "
             "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, date DATE")
 
-_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
 #: The tier table's own properties: Delta statistics only for the columns readers filter
 #: on (tier reads prune by offset, retention cuts by timestamp; the partition columns
 #: are in the log anyway). Statistics of the binary and nested columns cost more to
@@ -201,15 +199,6 @@ def catalog_name(topic: str) -> str:
 
 def _sql_literal(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
-
-
-def ensure_table(spark: SparkSession, table: TableLocation, ddl: str, partitioned_by: str,
-                 properties: dict[str, str] | None = None) -> None:
-    """Create an empty Delta table at ``table`` unless one is there (idempotent)."""
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in
-                      {**_TABLE_PROPERTIES, **(properties or {})}.items())
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {table.sql} ({ddl}) USING DELTA "
-              f"PARTITIONED BY ({partitioned_by}) TBLPROPERTIES ({props})")
 
 
 def table_topic_id(table: TableLocation) -> str | None:

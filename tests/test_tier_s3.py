@@ -220,3 +220,58 @@ def test_tier_to_the_object_store_survives_a_kill_and_an_outage_and_replays(
         assert [o for o, _, _ in mine] == list(range(len(records))), f"partition {p}"
         assert [(k, v) for _, k, v in mine] == records, f"partition {p}: contents"
         assert 0 < state[p][1] < len(records), "the replay did not span both tiers"
+
+    # 4. Maintenance on the store, every commit delta-rs's: the topic made compacted and
+    # more records sent, a pass copies them (a second file per partition), MERGEs the
+    # latest record per key into compacted/<topic> and OPTIMIZEs and VACUUMs both tables;
+    # then total retention DELETEs the tier table's rows and VACUUM (retaining 0 hours)
+    # deletes their files from the store.
+    with Admin(strata_broker.bootstrap) as admin:
+        admin.alter_configs(TOPIC, set={"cleanup.policy": "compact"})
+    more = _produce(strata_broker, 4_000)
+    for p in sent:
+        sent[p].extend(more[p])
+    maintain = _tier_job(strata_broker, s3, log, "--once", "--optimize-interval-s", "0")
+    assert maintain.wait(300) == 0, log.read_text(errors="replace")[-4000:]
+    state = _tier_state(strata_broker)
+    assert all(state[p][0] > closed[p] for p in sent), "the pass copied nothing new"
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        options = {"AWS_ALLOW_HTTP": "true"}
+        tier = DeltaTable(f"s3://{BUCKET}/wh/topics/{TOPIC}", storage_options=options)
+        assert "OPTIMIZE" in [h.get("operation") for h in tier.history(10)]
+        rows = pa.table(tier.to_pyarrow_dataset().to_table(
+            columns=["partition", "offset", "key", "value"])).to_pylist()
+        compacted = DeltaTable(f"s3://{BUCKET}/wh/compacted/{TOPIC}", storage_options=options)
+        latest = {(r["partition"], r["key"].decode()): r["value"].decode() for r in pa.table(
+            compacted.to_pyarrow_dataset().to_table()).to_pylist()}
+    model: dict[tuple[int, str], str] = {}
+    for p, records in sent.items():
+        mine = sorted((r["offset"], r["key"].decode(), r["value"].decode())
+                      for r in rows if r["partition"] == p)
+        assert [o for o, _, _ in mine] == list(range(state[p][0])), f"partition {p}: offsets"
+        assert [(k, v) for _, k, v in mine] == records[:state[p][0]], f"partition {p}"
+        for key, value in records[:state[p][0]]:
+            model[(p, key)] = value
+    assert latest == model
+    with Admin(strata_broker.bootstrap) as admin:
+        admin.alter_configs(TOPIC, set={"cleanup.policy": "delete", "retention.ms": "0"})
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        tier = DeltaTable(f"s3://{BUCKET}/wh/topics/{TOPIC}", storage_options=options)
+        parquet = {uri.removeprefix(f"s3://{BUCKET}/") for uri in tier.file_uris()}
+    assert parquet and parquet <= s3.keys(BUCKET, f"wh/topics/{TOPIC}/")
+    expire = _tier_job(strata_broker, s3, log, "--once", "--vacuum-retain-hours", "0")
+    assert expire.wait(300) == 0, log.read_text(errors="replace")[-4000:]
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        tier = DeltaTable(f"s3://{BUCKET}/wh/topics/{TOPIC}", storage_options=options)
+        assert tier.to_pyarrow_dataset().count_rows() == 0
+        assert "DELETE" in [h.get("operation") for h in tier.history(10)]
+    left = {k for k in s3.keys(BUCKET, f"wh/topics/{TOPIC}/") if k.endswith(".parquet")}
+    assert not left & parquet, "VACUUM left the deleted files in the store"
+    assert all(start == tiered for tiered, start, _ in _tier_state(strata_broker).values())
+    assert SECRET_KEY not in log.read_text(errors="replace")

@@ -438,7 +438,6 @@ def test_total_retention_deletes_the_oldest_prefix_from_delta_and_never_a_hole(
     late = produce(strata_broker, topic, 1_500, partitions=1, timestamp_ms=now - 3 * day)
     with TierJob(spark, settings(strata_broker, tmp_path,
                                  vacuum_retain_hours=0.0)) as job:
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         report = job.run_once([topic])
     assert report.topics[0].retention_deleted_records == len(old[0])
     assert report.topics[0].vacuumed

@@ -61,8 +61,9 @@ def register(sub: Any) -> None:
                      help="segment bytes per Delta commit at most, over all partitions of "
                      "a topic (default 1 GiB; a killed job redoes at most this)")
     run.add_argument("--vacuum-retain-hours", type=float, default=168.0,
-                     help="VACUUM RETAIN hours after retention deletes (default 168; lower "
-                     "values turn off Delta's safety check for this job)")
+                     help="VACUUM RETAIN hours after retention deletes (default 168, rounded up "
+                     "to whole hours; below it, reads of older table versions may miss "
+                     "files)")
     run.add_argument("--optimize-interval-s", type=float, default=3600.0,
                      help="OPTIMIZE a table when its last OPTIMIZE is older (default 3600)")
     run.add_argument("--lease-wait-s", type=float, default=30.0,
@@ -78,20 +79,17 @@ def register(sub: Any) -> None:
     run.set_defaults(handler=_run)
 
 
-def tier_spark_session(vacuum_retain_hours: float = 168.0,
-                       warehouse: Warehouse | None = None) -> SparkSession:
+def tier_spark_session(warehouse: Warehouse | None = None) -> SparkSession:
     """The job's SparkSession: ``strata_spark.spark_session`` (``conf/``, the driver on
     127.0.0.1 for a local master unless configured otherwise) with 2 shuffle partitions,
-    Delta's retention check off when VACUUM may keep less than Delta's 7 days, and what
-    an object-store ``warehouse`` needs (``Warehouse.spark_conf``: the S3A connector,
-    the endpoint; no credential)."""
+    and what an object-store ``warehouse`` needs (``Warehouse.spark_conf``: the S3A
+    connector, the endpoint; no credential). The job's commits are delta-rs's, so no
+    Delta commit setting (VACUUM's retention check among them) applies here."""
     from strata_spark import spark_session
 
     conf = {"spark.sql.shuffle.partitions": "2"}
     if warehouse is not None:
         conf.update(warehouse.spark_conf())
-    if vacuum_retain_hours < 168:
-        conf["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
     return spark_session("strata-tier", conf)
 
 
@@ -126,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     metrics = JobMetrics(args.metrics_port) if args.metrics_port is not None else None
     where = settings.warehouse
     assert not isinstance(where, (str, Path))  # parsed by TierSettings
-    job = TierJob(lambda: tier_spark_session(settings.vacuum_retain_hours, where), settings)
+    job = TierJob(lambda: tier_spark_session(where), settings)
     try:
         if args.every is not None:
             signal.signal(signal.SIGTERM, on_signal)
