@@ -12,7 +12,8 @@
 # section (`strata perf scale`: a three-broker stack of its own; SCALE_PARTITIONS,
 # SCALE_TOPICS and SCALE_GROUP_MEMBERS change its size); `scripts/bench.sh security` the
 # TLS/SASL cost and the ACL/user propagation delay; `scripts/bench.sh records` the
-# per-record Python API next to the columnar one; `scripts/bench.sh transactions` the
+# per-record Python API next to the columnar one; `scripts/bench.sh cpu` the CPU per
+# million records at fixed rates; `scripts/bench.sh transactions` the
 # transactional producer and read_committed consumer; `scripts/bench.sh standing` the
 # same-run table of Strata beside Apache Kafka that opens docs/benchmarks.md.
 set -euo pipefail
@@ -167,6 +168,23 @@ bench_scale() {
     || echo "== strata perf scale FAILED (exit $?): its error is above"
 }
 
+# `scripts/bench.sh cpu`: CPU seconds per million records of the producer, the consumer
+# and each broker at fixed rates (issue [3.7]; strata_tools/perf_cpu.py): acks=1 on one
+# broker, then acks=all on three (RF 3, min ISR 2); 10 s of records a case.
+bench_cpu() {
+  local base
+  base=$(free_base 0 10 40 70)
+  "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
+  echo "== CPU per million records at fixed rates, one broker, acks=1, 8 partitions, 100-byte records"
+  "$PYTHON" -m strata_tools.perf_cpu --data-dir "$DATA" --acks 1
+  "$STRATA" down --data-dir "$DATA" >/dev/null
+  base=$(free_base 0 10 11 12 40 41 42 70)
+  "$STRATA" up --data-dir "$DATA3" --base-port "$base" --brokers 3 --no-tier >/dev/null
+  echo "== the same, three brokers, RF 3, min ISR 2, acks=all"
+  "$PYTHON" -m strata_tools.perf_cpu --data-dir "$DATA3" --acks all
+  "$STRATA" down --data-dir "$DATA3" >/dev/null
+}
+
 echo "== machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "== code: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- brokers strata || echo ' + uncommitted changes'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 if [[ "${1:-}" == "replication" ]]; then
@@ -191,6 +209,10 @@ if [[ "${1:-}" == "groups" ]]; then
 fi
 if [[ "${1:-}" == "scale" ]]; then
   bench_scale
+  exit 0
+fi
+if [[ "${1:-}" == "cpu" ]]; then
+  bench_cpu
   exit 0
 fi
 
@@ -305,6 +327,7 @@ echo "== Delta tiering (local[2]): 4,000,000 100-byte random records, 4 partitio
 "$STRATA" down --data-dir "$DATA" >/dev/null
 
 bench_records
+bench_cpu
 bench_replication
 bench_transactions
 bench_groups

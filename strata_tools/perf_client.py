@@ -121,13 +121,19 @@ def percentile(ordered: list[float], q: float, digits: int) -> float:
 
 
 def summarize(records: int, value_bytes: int, seconds: float,
-              latencies_ms: list[float] | None) -> dict[str, Any]:
+              latencies_ms: list[float] | None, cpu_s: float | None = None) -> dict[str, Any]:
+    """The figures of a run. ``cpu_s``: this process's CPU time (every thread: the
+    caller's and the client's I/O thread) over the same interval, reported with its
+    cost per million records (issue [3.7]: CPU at a given rate, not only speed)."""
     out: dict[str, Any] = {
         "records": records,
         "seconds": round(seconds, 3),
         "records_per_sec": round(records / seconds) if seconds > 0 else 0,
         "mb_per_sec": round(value_bytes / seconds / 1e6, 2) if seconds > 0 else 0,
     }
+    if cpu_s is not None:
+        out["cpu_s"] = round(cpu_s, 3)
+        out["cpu_s_per_million"] = round(cpu_s / records * 1e6, 2) if records else 0
     if latencies_ms:
         ordered = sorted(latencies_ms)
 
@@ -147,6 +153,8 @@ def _print(result: dict[str, Any], fmt: str, what: str) -> None:
         return
     line = (f"{what}: {result['records']} records in {result['seconds']} s, "
             f"{result['records_per_sec']:,} records/s, {result['mb_per_sec']} MB/s")
+    if "cpu_s" in result:
+        line += f", CPU {result['cpu_s']} s ({result['cpu_s_per_million']} s per million)"
     latency = result.get("latency_ms")
     if latency:
         line += (f", latency ms avg {latency['avg']} p50 {latency['p50']} p95 "
@@ -343,7 +351,7 @@ def _produce_records(args: argparse.Namespace) -> int:
         producer.partitions_for(topic)  # metadata before the clock starts
         if txn is not None:
             producer.init_transactions()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if txn is not None:
             producer.begin_transaction()
             txn.opened()
@@ -383,10 +391,11 @@ def _produce_records(args: argparse.Namespace) -> int:
             producer.flush()
             errors.extend(e for f in futures if (e := f.exception()) is not None)
         seconds = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
     if errors:
         print(f"strata perf produce: {len(errors)} delivery failure(s), first: {errors[0]}")
         return 1
-    result = summarize(n, n * args.record_size, seconds, latencies)
+    result = summarize(n, n * args.record_size, seconds, latencies, cpu)
     result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})
     if txn is not None:
         result.update(txn.result())
@@ -441,7 +450,7 @@ async def _produce(args: argparse.Namespace) -> int:
         await producer.partitions_for(args.topic)  # metadata before the clock starts
         if txn is not None:
             await producer.init_transactions()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if txn is not None:
             await producer.begin_transaction()
             txn.opened()
@@ -473,10 +482,12 @@ async def _produce(args: argparse.Namespace) -> int:
             txn.commits_ms.append((time.perf_counter() - began) * 1000)
         await producer.flush()
         seconds = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
     if errors:
         print(f"strata perf produce: {len(errors)} send(s) failed, first: {errors[0]}")
         return 1
-    result = summarize(len(latencies), len(latencies) * args.record_size, seconds, latencies)
+    result = summarize(len(latencies), len(latencies) * args.record_size, seconds, latencies,
+                       cpu)
     result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})
     if txn is not None:
         result.update(txn.result())
@@ -526,6 +537,7 @@ def _consume_records(args: argparse.Namespace) -> int:
         consumer.assign(partitions)
         consumer.seek_to_beginning(partitions)
         start = last = time.perf_counter()
+        cpu_start = time.process_time()
         idle = IdleTimer(args.timeout_ms)  # only time inside empty polls is silence
         while records < args.num_records and not idle.expired:
             idle.start()
@@ -537,12 +549,12 @@ def _consume_records(args: argparse.Namespace) -> int:
             count, size = _read_each(batch, args.num_records - records, latencies)
             records += count
             value_bytes += size
-        seconds = last - start
+        seconds, cpu = last - start, time.process_time() - cpu_start
     if records < args.num_records:
         print(f"strata perf consume: only {records} of {args.num_records} records arrived "
               f"within --timeout-ms {args.timeout_ms}")
         return 1
-    result = summarize(records, value_bytes, seconds, latencies)
+    result = summarize(records, value_bytes, seconds, latencies, cpu)
     result["api"] = "records"
     _print(result, args.format, "consume")
     return 0
@@ -567,7 +579,7 @@ async def _consume(args: argparse.Namespace) -> int:
         consumer.assign(partitions)
         await consumer.seek_to_beginning(partitions)
         start = time.perf_counter()
-        last = start
+        last, cpu_start = start, time.process_time()
         idle = IdleTimer(args.timeout_ms)  # only time inside empty polls is silence
         while records < args.num_records and not idle.expired:
             if args.api == "async-records":
@@ -596,12 +608,12 @@ async def _consume(args: argparse.Namespace) -> int:
             # loop free of per-record Python.
             picks = pa.arange(0, table.num_rows, max(1, table.num_rows // 64))
             latencies.extend(float(v) for v in ages.take(picks).to_pylist())
-        seconds = last - start
+        seconds, cpu = last - start, time.process_time() - cpu_start
     if records < args.num_records:
         print(f"strata perf consume: only {records} of {args.num_records} records arrived "
               f"within --timeout-ms {args.timeout_ms}")
         return 1
-    result = summarize(records, value_bytes, seconds, latencies)
+    result = summarize(records, value_bytes, seconds, latencies, cpu)
     result["api"] = args.api
     result["isolation_level"] = args.isolation_level
     _print(result, args.format, "consume")

@@ -142,6 +142,9 @@ def test_perf_produce_and_consume_print_the_figures(broker: BrokerProcess) -> No
     consumed = json.loads(ok(strata(broker, "perf", "consume", "--topic", "cli-perf",
                                     "--num-records", "20000", "--format", "json")))
     assert consumed["records"] == 20000 and consumed["mb_per_sec"] > 0
+    for figures in (produced, consumed):  # the process's CPU over the run, per million
+        assert 0 < figures["cpu_s"] < 60, figures
+        assert figures["cpu_s_per_million"] == round(figures["cpu_s"] / 20000 * 1e6, 2)
     for api in ("records", "async-records"):
         one_by_one = json.loads(ok(strata(
             broker, "perf", "consume", "--topic", "cli-perf", "--num-records", "20000",
@@ -155,12 +158,31 @@ def test_perf_produce_and_consume_print_the_figures(broker: BrokerProcess) -> No
             "--api", api, "--acks", "all", "--format", "json")))
         assert per_record["records"] == 2000 and per_record["api"] == api
         assert per_record["latency_ms"]["max"] > 0  # sampled acknowledgements came back
+        assert per_record["cpu_s"] > 0
     # --api produce checks every delivery: records the broker refuses fail the run.
     ok(strata(broker, "topic", "create", "cli-perf-small", "-c", "max.message.bytes=2000"))
     refused = strata(broker, "perf", "produce", "--topic", "cli-perf-small", "--num-records",
                      "100", "--record-size", "5000", "--api", "produce")
     assert refused.returncode == 1 and b"delivery failure" in refused.stdout, refused
     assert b"Traceback" not in refused.stderr
+
+
+def test_perf_cpu_reports_every_process_per_million_records(
+        broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue [3.7]'s benchmark, one small case: the producer's and consumer's CPU from
+    their own JSON, the broker's from /proc, at the rate asked."""
+    from strata_tools.perf_cpu import broker_cpu_seconds, run_case, table
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    before = broker_cpu_seconds(broker.pid)
+    row = run_case(broker.bootstrap, [broker.pid], rate=5000, chunk=100, acks="1",
+                   seconds=2, partitions=2)
+    assert broker_cpu_seconds(broker.pid) > before
+    assert row["records"] == 10000 and 0 < row["rate_reached"] <= 6000, row
+    assert row["producer_cpu_s_per_million"] > 0 and row["consumer_cpu_s_per_million"] > 0
+    assert len(row["broker_cpu_s_per_million"]) == 1 and row["broker_cpu_s_per_million"][0] > 0
+    assert row["e2e_p99_ms"] is not None and row["e2e_p99_ms"] >= row["e2e_p50_ms"]
+    assert "| 5,000 | 100 | 1 |" in table([row])
 
 
 def test_consume_from_a_timestamp(broker: BrokerProcess) -> None:
