@@ -48,6 +48,7 @@ import contextlib
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -155,11 +156,27 @@ class StateRecorder:
             return sorted(self.seen.get((topic, partition), {}).values(),
                           key=lambda v: v.version)
 
-    def refresh(self) -> None:
-        """Read every watched znode now, so versions written since are known too."""
+    def refresh(self, txn_log_dir: Path | None = None) -> None:
+        """Read every watched znode now, so versions written since are known too; and,
+        given ZooKeeper's transaction log directory (``<data>/version-2``), every
+        version written at all, including those a watch folded (``txn_log_states``)."""
         for key in list(self.seen):
             data, stat = self.zk.get(self.path(*key))
             self._add(key, data, stat)
+        if txn_log_dir is None:
+            return
+        keys = {self.path(*key): key for key in self.seen}
+        for path, version, zxid, data in txn_log_states(txn_log_dir):
+            if path not in keys:
+                continue
+            key = keys[path]
+            value = json.loads(data.decode())
+            found = StateVersion(version, zxid, int(value["leader"]),
+                                 int(value["leader_epoch"]),
+                                 tuple(int(b) for b in value["isr"]), time.monotonic())
+            with self._lock:
+                self.seen.setdefault(key, {}).setdefault(version, found)
+
 
     def at_zxid(self, zxid: int) -> dict[tuple[str, int], StateVersion | str]:
         """Per partition: the state version in force at ``zxid`` (the last one written
@@ -180,6 +197,53 @@ class StateRecorder:
                 continue
             out[key] = current
         return out
+
+
+def txn_log_states(log_dir: Path) -> list[tuple[str, int, int, bytes]]:
+    """``(path, version, zxid, data)`` of every create and setData of a partition-state
+    znode in ZooKeeper's transaction log files (``log.<zxid>``), in log order.
+
+    The format (ZooKeeper 3.9, ``FileTxnLog``): a header (magic ``ZKLG``, version, dbid),
+    then per transaction its checksum (8 bytes), length (4), the serialized transaction
+    and an end byte; preallocated zeros end the file. A transaction is a ``TxnHeader``
+    (client id, cxid, zxid, time, type: 32 bytes) and a record: setData (type 5) is path,
+    data, version; the creates (1, 15, 19, 21) path and data (version 0); multi (14) a
+    count of (type, record) pairs. ZooKeeper writes and syncs each transaction before it
+    answers, so after a deregistration was seen the log holds every version before it.
+    """
+    out: list[tuple[str, int, int, bytes]] = []
+
+    def record(kind: int, body: bytes, zxid: int) -> None:
+        if kind in (1, 5, 15, 19, 21):
+            (size,) = struct.unpack_from(">i", body, 0)
+            path = body[4:4 + size].decode()
+            (length,) = struct.unpack_from(">i", body, 4 + size)
+            data = body[8 + size:8 + size + length]
+            version = struct.unpack_from(">i", body, 8 + size + length)[0] if kind == 5 else 0
+            if path.endswith("/state") and "/partitions/" in path:
+                out.append((path, version, zxid, data))
+        elif kind == 14:
+            (count,) = struct.unpack_from(">i", body, 0)
+            at = 4
+            for _ in range(count):
+                sub, length = struct.unpack_from(">ii", body, at)
+                record(sub, body[at + 8:at + 8 + length], zxid)
+                at += 8 + length
+
+    for log in sorted(log_dir.glob("log.*"), key=lambda f: int(f.name[4:], 16)):
+        raw = log.read_bytes()
+        if len(raw) < 16 or struct.unpack_from(">i", raw, 0)[0] != 0x5A4B4C47:
+            continue
+        at = 16
+        while at + 12 <= len(raw):
+            _, length = struct.unpack_from(">qi", raw, at)
+            if length <= 0 or at + 12 + length > len(raw):
+                break  # the preallocated tail, or a transaction still being written
+            txn = raw[at + 12:at + 12 + length]
+            at += 12 + length + 1
+            _, _, zxid, _, kind = struct.unpack_from(">qiqqi", txn, 0)
+            record(kind, txn[32:], zxid)
+    return out
 
 
 @dataclass(slots=True)
@@ -345,7 +409,9 @@ def _deregister(cluster: Cluster, recorder: StateRecorder, broker_id: int) -> De
         result.unknown.append(f"{ids} changed {after.cversion - before.cversion} times "
                               f"(not just the delete of {broker_id}): its pzxid "
                               f"{after.pzxid:#x} may not be that delete's zxid")
-    recorder.refresh()
+    # Watches fold quick writes under load; ZooKeeper's own log has every version.
+    server = getattr(cluster, "zk_server", None)
+    recorder.refresh(None if server is None else server.data_dir / "version-2")
     for (topic, partition), state in recorder.at_zxid(after.pzxid).items():
         name = f"{topic}-{partition}"
         if isinstance(state, str):
