@@ -1403,14 +1403,12 @@ def _brokers_cpu_seconds(pids: Iterable[int]) -> float:
     """CPU seconds (user + system) the broker processes ``pids`` have used so far (the
     pids are looked up once per phase: the stack's status probes a broker, which a
     loaded machine may not answer in time)."""
-    tick = os.sysconf("SC_CLK_TCK")
+    from strata_tools.perf_cpu import broker_cpu_seconds
+
     total = 0.0
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        with contextlib.suppress(OSError):  # a broker that exited counts no more
+            total += broker_cpu_seconds(pid)
     return total
 
 
