@@ -6,7 +6,10 @@ connection only), read the frame, decode the request header, and hand the rest t
 dispatcher as its own task, so several requests can be in flight on one connection
 (a long-polling fetch does not block a produce behind it). Responses are written under
 a per-connection lock, whole frame by whole frame; record data goes out with
-``loop.sendfile`` (``os.sendfile`` underneath) straight from the segment files.
+``loop.sendfile`` (``os.sendfile`` underneath) straight from the segment files, except
+regions of at most ``_INLINE_REGION_BYTES``, which are read with one ``os.pread`` and
+written with the rest of the frame (a sendfile round on the loop costs more than the
+copy: followers of ten thousand partitions fetch one small batch from each).
 
 A frame whose header cannot be decoded closes the connection (there is no correlation
 id to answer to). An unknown API or version, or a body that does not decode, gets a
@@ -73,6 +76,8 @@ _REQUEST_LEVEL = (UnsupportedVersionError, InvalidRequestError, IllegalSaslState
                   GroupAuthorizationFailedError, BrokerNotAvailableError)
 #: Piece size of the copying path for record data on TLS connections.
 _TLS_COPY_BYTES = 256 * 1024
+#: Record regions up to this size are copied into the response instead of sendfile'd.
+_INLINE_REGION_BYTES = 64 * 1024
 
 
 class _RegionFile:
@@ -231,6 +236,15 @@ class ConnectionHandler:
                     total += len(chunk)
                 elif self._tls:
                     await self._copy_region(chunk)
+                    total += chunk.length
+                elif chunk.length <= _INLINE_REGION_BYTES:
+                    # A small region is copied: one pread is cheaper than a sendfile
+                    # round on the loop (a fetch of ten thousand partitions holding one
+                    # batch each spent a sixth of the broker's CPU in sendfile calls).
+                    piece = os.pread(chunk.fileno(), chunk.length, chunk.position)
+                    if len(piece) != chunk.length:  # the file shrank under us (truncation)
+                        raise OSError(f"read {len(piece)} of {chunk.length} bytes of {chunk}")
+                    self.writer.write(piece)
                     total += chunk.length
                 else:
                     await self.writer.drain()
