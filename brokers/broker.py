@@ -41,7 +41,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any, Final
 
 from brokers.acl import AclCache
@@ -718,9 +718,9 @@ class Broker:
             self.zookeeper.watch_topic_configs(topic.name, self.threadsafe(
                 lambda configs, name=topic.name: self.on_configs_changed(name, configs)))
             self.zookeeper.watch_topic(topic.name, self.threadsafe(self._on_topic_changed))
-        log.info("loaded %d topic(s) (%d partitions, %d replicas here): %s", len(topics),
-                 len(keys), len(hosted), ", ".join(names[:5]) + (" ..." if len(names) > 5
-                                                                 else ""))
+        log.info("loaded %d topic(s) (%d partitions, %d replicas here; logs: %s): %s",
+                 len(topics), len(keys), len(hosted), self.log_manager.last_open_timing or "-",
+                 ", ".join(names[:5]) + (" ..." if len(names) > 5 else ""))
 
     def _open_replica(self, topic: TopicDefinition, p: int, config: LogConfig,
                       state: PartitionState) -> None:
@@ -813,6 +813,13 @@ class Broker:
     async def _on_shutting_down(self, ids: set[int]) -> None:
         self.metadata.shutting_down = ids
         await self.controller.elect_leaders()
+
+    def high_watermark_entries(self, partitions: Iterable[Partition],
+                               keep: Collection[PartitionKey]) -> dict[PartitionKey, int]:
+        return self.log_manager.high_watermark_entries(partitions, keep)
+
+    def write_high_watermarks(self, entries: dict[PartitionKey, int]) -> None:
+        self.log_manager.write_high_watermarks(entries)
 
     def apply_partition_state(self, name: str, p: int, state: PartitionState, *,
                               force: bool = False, quiet: bool = False) -> bool:

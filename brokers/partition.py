@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Collection, Coroutine
@@ -71,7 +72,9 @@ __all__ = ["FetchSessionClock", "FollowerPosition", "LeaderAppend", "Partition",
 log = logging.getLogger("strata.brokers.partition")
 
 METADATA_FILE: Final = "partition.metadata"
-HIGH_WATERMARK_FILE: Final = "high-watermark"
+#: The per-partition HW file of versions before the data directory's checkpoint
+#: (``brokers/log/checkpoint.py``, ``PartitionOffsetsCheckpoint``): read as a fallback.
+LEGACY_HIGH_WATERMARK_FILE: Final = "high-watermark"
 
 # Threads that wait for group-commit fsyncs (flush.policy=always). Separate from the
 # default executor so slow disks never starve ZooKeeper calls made via to_thread.
@@ -166,7 +169,13 @@ class FollowerPosition:
 
 class Partition:
     def __init__(self, topic: str, partition: int, topic_id: str, directory: Path,
-                 config: LogConfig, broker_id: int) -> None:
+                 config: LogConfig, broker_id: int, *, new: bool = False,
+                 recorded_high_watermark: int | None = None) -> None:
+        """Open (or create) the replica's log in ``directory``. ``new``: the caller
+        listed the data directory and ``directory`` is not there, so nothing is read
+        back (``PartitionLog``'s ``new``); the log is created with its metadata file.
+        ``recorded_high_watermark``: this replica's entry in the data directory's
+        high-watermark checkpoint (``LogManager``), if it has one."""
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -189,19 +198,21 @@ class Partition:
         # (first offset, end offset) of sink commit groups above the HW: the HW never
         # stops inside one, so consumers see a commit whole or not at all.
         self._open_groups: list[tuple[int, int]] = []
-        self.log = PartitionLog(directory, config)
-        if read_topic_id(directory) != topic_id:  # a restart finds it written already
-            (directory / METADATA_FILE).write_text(
-                json.dumps({"version": 1, "topic_id": topic_id}))
+        self.log = PartitionLog(directory, config, new=new)
+        new = self.log.created_new
+        if new or read_topic_id(directory) != topic_id:  # a restart finds it written already
+            _write_topic_id(directory, topic_id)
         self.producers = ProducerStateManager(directory)
-        self._load_producer_state()
-        # Written every few seconds for every partition whose HW moved: without fsyncs
-        # (ten thousand partitions would mean twenty thousand per round). A machine
-        # crash can only leave a lower HW, which the leader moves up again; a clean
-        # close makes it durable.
-        self._hw_checkpoint = OffsetCheckpoint(directory / HIGH_WATERMARK_FILE, sync=False,
-                                               in_place_when_deferred=True)
-        recorded = self._hw_checkpoint.read()
+        if not new:
+            self._load_producer_state()
+        # The HW is checkpointed for every hosted replica in one file per data
+        # directory, every few rounds of ISR upkeep and at close (``LogManager``): a
+        # machine crash can only leave a lower HW, which the leader moves up again.
+        # Without an entry there, the per-partition file of earlier versions is read
+        # (never written any more).
+        recorded = recorded_high_watermark
+        if recorded is None and not new:
+            recorded = OffsetCheckpoint(directory / LEGACY_HIGH_WATERMARK_FILE).read()
         torn = self.producers.open_commit()
         if torn is not None and (recorded is None or torn >= recorded):
             # A crash in the middle of a sink commit's group append: the group must be
@@ -214,7 +225,7 @@ class Partition:
         elif torn is not None:
             log.error("%s-%d: a sink commit from offset %d has no end batch but is below "
                       "the high watermark %d; keeping it", topic, partition, torn, recorded)
-        self.staging = StagingArea(directory)
+        self.staging = StagingArea(directory, new=new)
         self._high_watermark_cap: int | None = None
         # No checkpoint: a log from before replication existed (everything in it was
         # acknowledged by its only replica), or a brand-new empty one.
@@ -676,13 +687,6 @@ class Partition:
         proposed += [b for b in keep if b not in proposed]  # never drop ISR members by order
         return proposed if sorted(proposed) != sorted(self.isr) else None
 
-    def write_high_watermark_checkpoint(self, high_watermark: int | None = None, *,
-                                        sync: bool = False) -> None:
-        """Persist the HW (or a value of it read earlier, from a worker thread);
-        ``sync``: durably (at close), not only past a process crash."""
-        self._hw_checkpoint.write(self.high_watermark if high_watermark is None
-                                  else high_watermark, sync=sync)
-
     async def wait_durable(self, end_offset: int) -> None:
         if self.log.config.flush_policy is FlushPolicy.ALWAYS:
             loop = asyncio.get_running_loop()
@@ -809,16 +813,14 @@ class Partition:
 
     # ------------------------------------------------------------------ lifecycle
     def close(self, *, mark_clean: bool = True) -> None:
-        """Snapshot, checkpoint and close the log (``PartitionLog.close``, whose
-        ``mark_clean`` this passes on; :meth:`mark_clean` writes the marker later)."""
+        """Snapshot the producer state and close the log (``PartitionLog.close``, whose
+        ``mark_clean`` this passes on; :meth:`mark_clean` writes the marker later). The
+        HW is the log manager's to checkpoint (``LogManager.close_logs``)."""
         # After a disk error the state in memory may not match what is on disk (a torn
         # sink group, a write that half failed): no snapshot, so the next open rebuilds
         # the state from the log itself.
         if not self.log.is_offline:
             self.snapshot_producer_state()
-            # A log that never held a record reads its missing HW as 0 already.
-            if self.log.log_end_offset or self._hw_checkpoint.path.exists():
-                self.write_high_watermark_checkpoint(sync=True)
         self.log.close(mark_clean=mark_clean)
 
     def mark_clean(self) -> None:
@@ -829,6 +831,16 @@ class Partition:
             self.log.close()
         finally:  # a disk error while closing must not keep a deleted topic's files
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _write_topic_id(directory: Path, topic_id: str) -> None:
+    """``partition.metadata``: one ``open``/``write``/``close`` (a text-mode file object
+    adds three more calls, which count when ten thousand logs are created at once)."""
+    fd = os.open(directory / METADATA_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, json.dumps({"version": 1, "topic_id": topic_id}).encode())
+    finally:
+        os.close(fd)
 
 
 def read_topic_id(directory: Path) -> str | None:

@@ -645,7 +645,7 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(interval)
             try:
-                changed = []
+                changed = False
                 hosted = self.registry.hosted
                 sliced = time.monotonic()
                 for key, partition in list(hosted.items()):
@@ -659,31 +659,25 @@ class ReplicaManager:
                         continue  # dropped or replaced during a pause
                     if partition.is_leader:
                         self.consider_isr(key, partition)
-                    if not partition.log.is_offline \
+                    if not changed and not partition.log.is_offline \
                             and checkpointed.get(key) != partition.high_watermark:
-                        changed.append((key, partition, partition.high_watermark))
-                if changed:
-                    # fsyncs: off the event loop, and only for HWs that moved.
-                    await asyncio.to_thread(self._write_checkpoints, changed, checkpointed)
+                        changed = True
+                if changed or len(checkpointed) > len(hosted) + len(self.registry.offline):
+                    # One file for every replica, written off the event loop, and only
+                    # when a HW moved (or replicas went away).
+                    entries = self.host.high_watermark_entries(
+                        [p for p in hosted.values() if not p.log.is_offline],
+                        keep=self.registry.offline)
+                    try:
+                        await asyncio.to_thread(self.host.write_high_watermarks, entries)
+                        checkpointed = entries
+                    except OSError as err:
+                        log.error("the high-watermark checkpoint could not be written: %s; "
+                                  "trying again next round", err)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("ISR upkeep round failed; trying again next round")
-
-    @staticmethod
-    def _write_checkpoints(changed: list[tuple[PartitionKey, Partition, int]],
-                           checkpointed: dict[PartitionKey, int]) -> None:
-        """Write the HW checkpoints that moved (worker thread). One after the other: each
-        is one in-place ``pwrite`` without fsync (``OffsetCheckpoint``'s lower-bound
-        mode), and 10,000 of them (one acks=all record to each partition) take 0.04 s
-        on one thread, where eight threads would contend for the GIL."""
-        for key, partition, high_watermark in changed:
-            try:
-                partition.write_high_watermark_checkpoint(high_watermark)
-            except OSError as err:
-                log.error("high-watermark checkpoint of %s failed: %s", partition.name, err)
-                continue
-            checkpointed[key] = high_watermark
 
     async def _write_isrs(self) -> None:
         """Write the queued ISR proposals: everything queued while a batch is in flight

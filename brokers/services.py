@@ -28,7 +28,7 @@ them only through ``host.threadsafe`` callbacks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -90,6 +90,15 @@ class ReplicaHost(_Lifecycle, Protocol):
 
     def apply_partition_state(self, name: str, p: int, state: PartitionState, *,
                               force: bool = False, quiet: bool = False) -> bool: ...
+
+    def high_watermark_entries(self, partitions: Iterable[Partition],
+                               keep: Collection[PartitionKey]) -> dict[PartitionKey, int]:
+        """``LogManager.high_watermark_entries`` (on the loop)."""
+        ...
+
+    def write_high_watermarks(self, entries: dict[PartitionKey, int]) -> None:
+        """``LogManager.write_high_watermarks`` (worker thread)."""
+        ...
 
 
 class ControllerHost(ReplicaHost, Protocol):

@@ -91,10 +91,12 @@ class _StagedFile:
 
 
 class StagingArea:
-    def __init__(self, partition_dir: Path) -> None:
+    def __init__(self, partition_dir: Path, *, new: bool = False) -> None:
+        """``new``: the partition's directory was just created (nothing to recover)."""
         self.directory = partition_dir / STAGING_DIR
         self._files: dict[str, _StagedFile] = {}
-        self._recover()
+        if not new:
+            self._recover()
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:

@@ -20,9 +20,10 @@ import pytest
 from brokers.config import BrokerConfig
 from brokers.coordination import TopicDefinition
 from brokers.log import LogConfig, PartitionLog, durability
+from brokers.log.checkpoint import PartitionOffsetsCheckpoint
 from brokers.log.partition_log import CLEAN_SHUTDOWN_FILE
-from brokers.log_manager import LogManager
-from brokers.partition import Partition
+from brokers.log_manager import HIGH_WATERMARK_CHECKPOINT_FILE, LogManager
+from brokers.partition import Partition, read_topic_id
 from brokers.services import PartitionRegistry
 from wire.errors import LogStorageError
 from wire.record_batch import build_batch
@@ -179,9 +180,9 @@ def test_opening_new_and_clean_logs_is_one_sync_and_recovery_fsyncs(
 def test_a_bulk_close_writes_only_what_a_reopen_needs(tmp_path: Path) -> None:
     """Closing in bulk (fsyncs deferred): a log that never held a record gets nothing
     but its marker (its missing checkpoints, snapshot and indexes read as empty), a
-    written log gets its checkpoints, the high watermark in the fixed-length in-place
-    form (the recovery point never: see checkpoint.py); both reopen cleanly to the same
-    state."""
+    written log gets its checkpoints; every high watermark goes into the data
+    directory's one checkpoint file, none into a partition's directory; both reopen
+    cleanly to the same state."""
     manager = _manager(tmp_path)
     topic = TopicDefinition("t", "id-1", {p: [0] for p in range(2)})
     hosted = [(topic, p, LogConfig(segment_bytes=4096)) for p in range(2)]
@@ -194,11 +195,12 @@ def test_a_bulk_close_writes_only_what_a_reopen_needs(tmp_path: Path) -> None:
     asyncio.run(manager.close_logs([empty, written]))
     assert set(os.listdir(tmp_path / "t-0")) - before == {CLEAN_SHUTDOWN_FILE}
     files = set(os.listdir(tmp_path / "t-1"))
-    assert {"high-watermark", "recovery-point", "leader-epoch-checkpoint",
+    assert {"recovery-point", "leader-epoch-checkpoint",
             f"{3:020d}.snapshot", f"{0:020d}.index", f"{0:020d}.timeindex"} <= files
-    assert (tmp_path / "t-1" / "high-watermark").read_text() == f"0\n{2:020d}\n"
+    assert "high-watermark" not in files
     assert (tmp_path / "t-1" / "recovery-point").read_text() == "0\n3\n"  # atomic
-    assert not any(name.endswith(".tmp") for name in files)
+    assert (tmp_path / HIGH_WATERMARK_CHECKPOINT_FILE).read_text() == "0\n2\nt 0 0\nt 1 2\n"
+    assert not any(name.endswith(".tmp") for name in [*files, *os.listdir(tmp_path)])
 
     again = asyncio.run(manager.open_logs(hosted))
     assert all(isinstance(p, Partition) and p.log.opened_cleanly for p in again)
@@ -241,3 +243,73 @@ def test_a_failed_sync_leaves_no_marker_and_keeps_opened_logs_offline(
     again = asyncio.run(manager.open_logs(hosted))
     assert all(isinstance(p, LogStorageError) for p in again), again
     assert "check the disk" in str(again[0])
+
+
+def test_the_high_watermark_checkpoint_is_one_file_per_data_directory(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``PartitionOffsetsCheckpoint``: entries round-trip; a missing, truncated or
+    malformed file reads as empty (reported), so every replica falls back as for a
+    missing value; the writer leaves no temporary file."""
+    path = tmp_path / HIGH_WATERMARK_CHECKPOINT_FILE
+    checkpoint = PartitionOffsetsCheckpoint(path)
+    assert checkpoint.read() == {}
+    entries = {("a.b-c_d", 0): 0, ("a.b-c_d", 17): 12_345_678_901, ("x", 3): 5}
+    checkpoint.write(entries)
+    assert PartitionOffsetsCheckpoint(path).read() == entries
+    assert os.listdir(tmp_path) == [HIGH_WATERMARK_CHECKPOINT_FILE]
+    good = path.read_bytes()
+    for bad in (good[:-3], b"1" + good[1:], good.replace(b"\n3\n", b"\n4\n", 1),
+                good.replace(b" 5\n", b" -5\n"), good.replace(b" 5\n", b" five\n"),
+                b"0\n1\nt 0\n", b"\xff\n", b""):
+        path.write_bytes(bad)
+        caplog.clear()
+        assert checkpoint.read() == {}, bad
+        assert "taken as missing" in caplog.text, bad
+
+
+def test_high_watermarks_come_from_the_data_directory_file_then_the_old_per_log_file(
+        tmp_path: Path) -> None:
+    """At open a replica's HW is its entry in the data directory's checkpoint; a log
+    without one (written by an older version) reads its old per-partition file; with
+    neither it is the log end. The entry is capped at the log end."""
+    manager = _manager(tmp_path)
+    topic = TopicDefinition("t", "id-1", {p: [0] for p in range(4)})
+    hosted = [(topic, p, LogConfig()) for p in range(4)]
+    logs = [p for p in asyncio.run(manager.open_logs(hosted)) if isinstance(p, Partition)]
+    for partition in logs:
+        for i in range(5):
+            partition.log.append(build_batch([str(i).encode()]))
+    asyncio.run(manager.close_logs(logs))
+    # The close recorded the HW each replica had (0: nothing replicated yet).
+    assert PartitionOffsetsCheckpoint(tmp_path / HIGH_WATERMARK_CHECKPOINT_FILE).read() == \
+        {("t", p): 0 for p in range(4)}
+    PartitionOffsetsCheckpoint(tmp_path / HIGH_WATERMARK_CHECKPOINT_FILE).write(
+        {("t", 0): 3, ("t", 1): 99})
+    # Partition 2 has only an older version's file; 3 has nothing.
+    (tmp_path / "t-2" / "high-watermark").write_text(f"0\n{4:020d}\n")
+    (tmp_path / "t-0" / "high-watermark").write_text(f"0\n{1:020d}\n")  # the file wins
+    reopened = [p for p in asyncio.run(_manager(tmp_path).open_logs(hosted))
+                if isinstance(p, Partition)]
+    assert [p.high_watermark for p in reopened] == [3, 5, 4, 5]
+    asyncio.run(manager.close_logs(reopened))
+
+
+def test_a_new_log_is_created_without_reading_and_opens_like_any_other(
+        tmp_path: Path) -> None:
+    """``new=True`` (the caller listed the data directory): the log is created with one
+    ``mkdir`` and its ``.log`` and metadata files, in the state an open of an empty
+    directory finds; when the directory exists after all it is opened as usual."""
+    config = LogConfig(segment_bytes=4096)
+    fresh = Partition("t", 0, "id-1", tmp_path / "t-0", config, 0, new=True)
+    assert fresh.log.created_new
+    assert sorted(os.listdir(tmp_path / "t-0")) == [f"{0:020d}.log", "partition.metadata"]
+    assert read_topic_id(tmp_path / "t-0") == "id-1"
+    state = (fresh.log.log_end_offset, fresh.log.log_start_offset, fresh.log.recovery_point,
+             fresh.high_watermark, fresh.log.leader_epochs, fresh.log.opened_cleanly)
+    assert state == (0, 0, 0, 0, (), False)
+    fresh.log.append(build_batch([b"a", b"b"]))
+    fresh.close()
+    again = Partition("t", 0, "id-1", tmp_path / "t-0", config, 0, new=True)
+    assert not again.log.created_new and again.log.opened_cleanly
+    assert again.log.log_end_offset == 2
+    again.close()

@@ -27,6 +27,21 @@ Not so the recovery point: an overwrite in place is not ordered after the log's 
 writes (a rename is, on ext4), and a recovery point ahead of the durable data would make
 recovery refuse the log; it is always replaced atomically.
 
+``PartitionOffsetsCheckpoint`` (one per data directory, Kafka's
+``replication-offset-checkpoint``): the high watermark of every replica hosted there,
+one file for all of them::
+
+    0\n                          format version
+    <count>\n                    number of entries
+    <topic> <partition> <offset>\n   count lines (topic names have no spaces)
+
+Written whole with ``write_atomically`` (temporary file fsynced, renamed over, the
+directory fsynced when asked): a crash leaves the old file or the new one. One write per
+round for every partition, where a file per partition meant ten thousand file
+creations the first time ten thousand new partitions took a record, and ten thousand
+more writes at every close. A missing, unreadable or malformed file reads as empty (a
+malformed one is reported): every replica then falls back as for a missing value.
+
 ``CleanShutdownMarker``: an empty file whose presence says the previous process closed
 the log cleanly (all data flushed, indexes written). The log deletes it as soon as it
 opens, so a crash of *this* process is detected next time.
@@ -34,14 +49,19 @@ opens, so a crash of *this* process is detected next time.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 from brokers.log import durability
 
-__all__ = ["CleanShutdownMarker", "OffsetCheckpoint", "fsync_directory", "fsync_file",
-           "write_atomically"]
+__all__ = ["CleanShutdownMarker", "OffsetCheckpoint", "PartitionOffsetsCheckpoint",
+           "fsync_directory", "fsync_file", "write_atomically"]
+
+log = logging.getLogger("strata.brokers.log")
 
 _VERSION: Final = "0"
 
@@ -144,6 +164,65 @@ class OffsetCheckpoint:
             os.pwrite(fd, b"%s\n%020d\n" % (_VERSION.encode("ascii"), offset), 0)
         finally:
             os.close(fd)
+
+
+class PartitionOffsetsCheckpoint:
+    """One offset per partition, for every partition of a data directory, in one file
+    (see the module docstring). Writes are serialised (a routine write still running
+    in its thread when the close writes); each replaces the whole file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def read(self) -> dict[tuple[str, int], int]:
+        """Every entry; empty when the file is missing or malformed (logged)."""
+        try:
+            text = self.path.read_text(encoding="ascii")
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as err:
+            log.warning("%s is unreadable (%s); every high watermark in it is taken as "
+                        "missing", self.path, err)
+            return {}
+        lines = text.split("\n")
+        entries: dict[tuple[str, int], int] = {}
+        try:
+            if lines[0] != _VERSION or lines[-1] != "":
+                raise ValueError("unknown version or truncated")
+            count = int(lines[1])
+            if len(lines) != count + 3:
+                raise ValueError(f"{len(lines) - 3} entries where the header says {count}")
+            for line in lines[2:2 + count]:
+                topic, partition, offset = line.split(" ")
+                value = int(offset)
+                if value < 0 or int(partition) < 0:
+                    raise ValueError(f"negative number in {line!r}")
+                entries[(topic, int(partition))] = value
+        except (ValueError, IndexError) as err:
+            log.warning("%s is malformed (%s); every high watermark in it is taken as "
+                        "missing", self.path, err)
+            return {}
+        return entries
+
+    def write(self, entries: Mapping[tuple[str, int], int], *, sync: bool = True) -> None:
+        """Replace the file with ``entries``; ``sync`` also fsyncs the directory (the
+        temporary file is always fsynced, unless this thread defers its fsyncs)."""
+        body = "".join(f"{topic} {p} {offset}\n" for (topic, p), offset in entries.items())
+        data = f"{_VERSION}\n{len(entries)}\n{body}".encode("ascii")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with self._lock:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                durability.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            if sync:
+                fsync_directory(self.path.parent)
 
 
 class CleanShutdownMarker:

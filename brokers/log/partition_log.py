@@ -170,7 +170,13 @@ class PartitionLog:
     """A partition's segments, checkpoints and policies; see the module docstring."""
 
     def __init__(self, directory: Path | str, config: LogConfig | None = None,
-                 *, clock: Callable[[], int] = _now_ms) -> None:
+                 *, clock: Callable[[], int] = _now_ms, new: bool = False) -> None:
+        """Open the log in ``directory`` (created if missing; recovered if needed).
+
+        ``new``: the caller knows ``directory`` does not exist (it listed the parent):
+        the log is created without looking for files a new directory cannot hold (one
+        ``mkdir`` and one file creation, where an open of an empty directory costs a
+        dozen calls). If the directory exists after all, it is opened as usual."""
         self.directory = Path(directory)
         self.config = config or LogConfig()
         self._clock = clock
@@ -199,13 +205,42 @@ class PartitionLog:
         self._truncations = 0
         self.recovery_point = 0
         self.log_start_offset = 0
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._open()
+        #: The log was created in a new directory (``new`` and it did not exist).
+        self.created_new = new and self._make_directory()
+        if self.created_new:
+            self._open_new()
+        else:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._open()
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self._last_flush_ms = self._clock()
         self._group_commit = GroupCommit(self._flush_for_group_commit, self.recovery_point)
 
     # ------------------------------------------------------------------ opening
+    def _make_directory(self) -> bool:
+        """Create the log's directory; ``False`` if it exists already."""
+        try:
+            os.mkdir(self.directory)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        return True
+
+    def _open_new(self) -> None:
+        """The state ``_open`` finds in an empty directory, without reading it: one
+        empty segment at offset 0, checkpoints absent (they read as 0), no epochs, no
+        clean-shutdown marker to remove."""
+        self._recovery_checkpoint.absent(reads_as=0)
+        self._start_checkpoint.absent(reads_as=0)
+        segment = LogSegment(self.directory, 0, self.config.index_interval_bytes,
+                             create=True, gaps=self._gaps, in_new_directory=True)
+        if self.config.flush_policy is not FlushPolicy.NONE:
+            fsync_directory(self.directory)
+        self._segments = [segment]
+        self._base_offsets = [0]
+        self._epochs = LeaderEpochCache(self.directory / LEADER_EPOCH_FILE)
+
     def _open(self) -> None:
         # One listing of the directory instead of a glob per file kind: opening ten
         # thousand logs (a broker's start, a burst of topic creations) is mostly this.

@@ -169,7 +169,7 @@ class LogSegment:
 
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
                  *, create: bool, gaps: GapBound | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, in_new_directory: bool = False) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.gaps = gaps if gaps is not None else GapBound()
@@ -189,7 +189,10 @@ class LogSegment:
         #: log to rebuild it (``PartitionLog.txn_index_lost``).
         self.txn_index_lost = False
         self._file: SegmentFile | None = SegmentFile(self.log_path, create=create)
-        self.size = os.fstat(self._file.fd).st_size
+        # A segment created in a directory made a moment ago (a new log) is empty and
+        # has no stale index files to remove: no ``fstat``, no ``unlink``s (a burst of
+        # ten thousand new logs is mostly file-system calls).
+        self.size = 0 if create and in_new_directory else os.fstat(self._file.fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
         self._relative_offset_of_max_timestamp = 0
@@ -201,7 +204,7 @@ class LogSegment:
         self._lock = threading.RLock()
         self._detached = False
         self.rolled_at_ms = time.time_ns() // 1_000_000
-        if create:
+        if create and not in_new_directory:
             self.offset_index.clear()
             self.time_index.clear()
             self.txn_index.clear()
