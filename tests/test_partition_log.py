@@ -1025,11 +1025,10 @@ def test_timestamp_lookup_over_an_undecodable_payload_answers_the_batch_start(
     log.close()
 
 
-def test_a_lower_bound_checkpoint_skips_fsyncs_until_made_durable(
+def test_an_offset_checkpoint_is_durable_and_skips_rewriting_its_value(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The high watermark's checkpoint (``sync=False``) is rewritten often for many
-    partitions: atomically, without fsync; ``write(..., sync=True)`` (at close) fsyncs
-    once, even when the value is already on disk."""
+    """``OffsetCheckpoint.write`` replaces the file atomically and fsyncs the file and
+    its directory; writing the value already on disk does nothing."""
     synced: list[int] = []
     real_fsync = os.fsync
 
@@ -1038,24 +1037,12 @@ def test_a_lower_bound_checkpoint_skips_fsyncs_until_made_durable(
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", counting_fsync)
-    checkpoint = OffsetCheckpoint(tmp_path / "high-watermark", sync=False)
-    checkpoint.write(5)
-    inode = (tmp_path / "high-watermark").stat().st_ino
-    checkpoint.write(7)
-    assert OffsetCheckpoint(tmp_path / "high-watermark").read() == 7 and not synced
-    # Overwritten in place: the same file, one length, no temporary file or rename.
-    assert (tmp_path / "high-watermark").stat().st_ino == inode
-    assert (tmp_path / "high-watermark").read_bytes() == b"0\n" + b"7".zfill(20) + b"\n"
-    assert not (tmp_path / "high-watermark.tmp").exists()
-    checkpoint.write(7, sync=True)  # same value, not durable yet: file and directory
+    checkpoint = OffsetCheckpoint(tmp_path / "recovery-point")
+    checkpoint.write(3)
+    assert len(synced) == 2 and OffsetCheckpoint(tmp_path / "recovery-point").read() == 3
+    checkpoint.write(3)
     assert len(synced) == 2
-    checkpoint.write(7, sync=True)  # durable already: nothing to do
-    checkpoint.write(7)
-    assert len(synced) == 2
-    checkpoint.write(12_345_678_901)  # in place over the shorter durable file
-    assert OffsetCheckpoint(tmp_path / "high-watermark").read() == 12_345_678_901
-    checkpoint.write(8)
-    assert OffsetCheckpoint(tmp_path / "high-watermark").read() == 8 and len(synced) == 2
-    durable = OffsetCheckpoint(tmp_path / "recovery-point")
-    durable.write(3)
-    assert len(synced) == 4 and durable.read() == 3
+    checkpoint.write(12_345_678_901)
+    assert len(synced) == 4
+    assert OffsetCheckpoint(tmp_path / "recovery-point").read() == 12_345_678_901
+    assert os.listdir(tmp_path) == ["recovery-point"]

@@ -10,30 +10,13 @@ and the directory is fsynced, so a crash leaves either the old or the new value,
 a torn one. A missing or unreadable checkpoint reads as ``None`` and the log falls
 back to the safe default (recover everything; log start at the first segment).
 
-A lower-bound checkpoint (``OffsetCheckpoint(sync=False)``, the high watermark, written
-every few seconds for every partition whose value moved) is instead overwritten in
-place between durable writes: the offset zero-padded to 20 digits, so the file keeps
-one length (23 bytes) and one ``pwrite`` at offset 0 replaces the value without a new
-file, a rename or a directory change. That write is whole or absent after a process
-crash; after a machine crash the file holds the old or the new value (a 23-byte write
-inside one sector, and a file that does not change size), or for a first write the old
-state, a missing or empty file, which reads as ``None``. Ten thousand of them take
-0.04 s where temporary files and renames took 0.46 s (measured on the 2-core VM).
-The high watermark (``in_place_when_deferred``) is written the same way at close when
-its writer's fsyncs are deferred (``durability.deferred_fsyncs``, a broker closing
-thousands of logs): the file-system sync that follows makes it durable, and a value
-that reached the disk before the log data it covers is cut to the log end when read.
-Not so the recovery point: an overwrite in place is not ordered after the log's own
-writes (a rename is, on ext4), and a recovery point ahead of the durable data would make
-recovery refuse the log; it is always replaced atomically.
-
 ``PartitionOffsetsCheckpoint`` (one per data directory, Kafka's
 ``replication-offset-checkpoint``): the high watermark of every replica hosted there,
 one file for all of them::
 
-    0\n                          format version
-    <count>\n                    number of entries
-    <topic> <partition> <offset>\n   count lines (topic names have no spaces)
+    0\\n                          format version
+    <count>\\n                    number of entries
+    <topic> <partition> <offset>\\n   count lines (topic names have no spaces)
 
 Written whole with ``write_atomically`` (temporary file fsynced, renamed over, the
 directory fsynced when asked): a crash leaves the old file or the new one. One write per
@@ -103,24 +86,14 @@ fsync_directory = durability.fsync_directory
 
 
 class OffsetCheckpoint:
-    """An offset persisted atomically in ``path`` (see the module docstring).
+    """An offset persisted atomically and durably in ``path`` (see the module
+    docstring); writing the value already on disk is skipped."""
 
-    ``sync=False``: routine writes skip the fsyncs (``write_atomically(sync=False)``),
-    for a value that is only a lower bound a reader can fall back below, such as a high
-    watermark: a machine crash may leave an older value or none, never a torn or a
-    higher one. ``write(..., sync=True)`` (at close) makes the value durable.
-    """
-
-    def __init__(self, path: Path, *, sync: bool = True,
-                 in_place_when_deferred: bool = False) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self._sync = sync
-        self._in_place_when_deferred = in_place_when_deferred
-        # The value on disk as this object last read or wrote it, and whether it was
-        # fsynced: writing it again (idle partitions at every close) would only cost
-        # two fsyncs.
+        # The value on disk as this object last read or wrote it: writing it again (idle
+        # partitions at every close) would only cost two fsyncs.
         self._on_disk: int | None = None
-        self._durable = True
 
     def read(self) -> int | None:
         try:
@@ -139,31 +112,12 @@ class OffsetCheckpoint:
         takes that as ``reads_as``: writing that value is then skipped too (a new log's
         recovery point and log start are 0 until they move)."""
         self._on_disk = reads_as
-        self._durable = True
 
-    def write(self, offset: int, *, sync: bool | None = None) -> None:
-        durable = self._sync if sync is None else sync
-        if offset == self._on_disk and (self._durable or not durable):
+    def write(self, offset: int) -> None:
+        if offset == self._on_disk:
             return
-        if durable and self._in_place_when_deferred and durability.deferring():
-            # Durable by the caller's file-system sync; in place (see the module
-            # docstring): a crash before it leaves the old value or the new one.
-            self._overwrite_in_place(offset)
-        elif durable:
-            write_atomically(self.path, f"{_VERSION}\n{offset}\n".encode("ascii"))
-        else:
-            self._overwrite_in_place(offset)
+        write_atomically(self.path, f"{_VERSION}\n{offset}\n".encode("ascii"))
         self._on_disk = offset
-        self._durable = durable
-
-    def _overwrite_in_place(self, offset: int) -> None:
-        """One fixed-length ``pwrite`` (see the module docstring). A shorter file left by
-        a durable write is simply extended; no checkpoint is ever longer."""
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, b"%s\n%020d\n" % (_VERSION.encode("ascii"), offset), 0)
-        finally:
-            os.close(fd)
 
 
 class PartitionOffsetsCheckpoint:
