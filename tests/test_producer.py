@@ -1259,3 +1259,25 @@ def test_first_sends_to_many_topics_share_one_metadata_request(broker: BrokerPro
     # 40 topics the producer had never seen, asked for at once: one round trip (a second
     # at most, for a send that arrived while the first was in flight), not 40.
     assert 1 <= asked <= 2, asked
+
+
+@pytest.mark.parametrize("records", [1, 5, 32, 33, 400])
+def test_a_batch_encodes_the_same_timestamps_whatever_its_size(records: int) -> None:
+    """``Batch.encode`` turns a batch of up to ``_SMALL_BATCH`` records' nanosecond
+    timestamps into milliseconds in Python and a larger one with pyarrow's cast: both
+    truncate, and the header's bounds match the column."""
+    from strata.client._accumulator import _SMALL_BATCH, Batch
+    from wire.record_batch import Compression, decode_batch, validate
+
+    batch = Batch("t", 0, 0.0, 30.0)
+    stamps = [1_700_000_000_123_456_789 + (i * 7_919_000_003) % 50_000_000_000
+              for i in range(records)]
+    batch.values.extend(b"v%d" % i for i in range(records))
+    batch.timestamps.extend(stamps)
+    encoded = batch.encode(Compression.NONE, -1, -1, -1)
+    header = validate(encoded)
+    _, payload = decode_batch(encoded)
+    expected = [t // 1_000_000 for t in stamps]
+    assert payload.column(2).to_pylist() == expected
+    assert (header.first_timestamp, header.max_timestamp) == (min(expected), max(expected))
+    assert (records <= _SMALL_BATCH) == (records in (1, 5, 32))

@@ -553,3 +553,36 @@ def test_batches_to_table_with_offset_gaps_selects_by_offset_value() -> None:
                              end_offset=6)
     assert table.column("offset").to_pylist() == [1, 5]
     assert table.column("value").to_pylist() == [b"b", b"c"]
+
+
+def _stream_of(record_batch: pa.RecordBatch, codec: str | None = None) -> bytes:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+    with pa.ipc.new_stream(sink, record_batch.schema, options=options) as writer:
+        writer.write_batch(record_batch)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 1000])
+def test_an_uncompressed_batch_is_the_stream_pyarrows_writer_makes(rows: int) -> None:
+    """``encode_record_batch`` writes an uncompressed ``PAYLOAD_SCHEMA`` batch as a
+    cached schema message, the batch message and the end-of-stream marker instead of
+    running pyarrow's stream writer: the payload must be those bytes exactly, keys,
+    nulls and headers included, and decode to the same records."""
+    values = [None if i % 7 == 3 else bytes([i % 256]) * (i % 50) for i in range(rows)]
+    keys = [None if i % 2 else b"k%d" % i for i in range(rows)]
+    headers = [None if i % 3 else [("h", b"v%d" % i)] for i in range(rows)]
+    timestamps = [1_700_000_000_000 + (i * 37) % 1000 for i in range(rows)]
+    for given_bounds in (None, (min(timestamps), max(timestamps))):
+        batch = build_batch(values, keys=keys, headers=headers, timestamps=timestamps,
+                            timestamp_bounds=given_bounds)
+        header = validate(batch)
+        assert (header.first_timestamp, header.max_timestamp) == \
+            (min(timestamps), max(timestamps))
+        _, record_batch = decode_batch(batch)
+        assert batch[HEADER_SIZE:] == _stream_of(record_batch)
+        assert record_batch.column(1).to_pylist() == values
+        assert record_batch.column(0).to_pylist() == keys
+    # Compressed batches still go through the writer (and decode the same).
+    zstd = build_batch(values, keys=keys, timestamps=timestamps, compression="zstd")
+    assert decode_batch(zstd)[1].column(1).to_pylist() == values
