@@ -12,6 +12,12 @@
 # the clients' metadata (a Metadata request to a broker), with ZooKeeper's view beside.
 # The JSON of every figure goes to $SCALE_JSON (default: a temp file, named on stderr);
 # the table to stdout. Options are passed on, e.g. `--partitions 2000 --topics 20`.
+#
+# Comparing runs (A/B): give each run a fresh `--data-dir DIR` and delete nothing until
+# every run is done. On an ext4 without a journal (this project's VM) the inode
+# allocator skips inodes freed in the last one to five minutes, and creating 30,000
+# log directories right after a run removed its own (the temp dir's default) took 2-4x
+# longer (docs/benchmarks.md, "Third pass").
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=$HERE/.venv/bin/python
