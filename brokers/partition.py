@@ -9,8 +9,9 @@ computes it as the minimum log end offset over the ISR, from the positions its f
 report in their fetches (a follower whose position is unknown since this broker became
 leader holds the HW where it is). It never moves backwards while this broker leads, and
 consumers never read at or past it. A follower takes the leader's HW from each fetch
-answer (capped by its own log end). The HW is checkpointed (``high-watermark``) on close
-and periodically, so a restarted replica does not expose records it cannot know were
+answer (capped by its own log end). The HW is checkpointed (the data directory's
+``replication-offset-checkpoint``, written by the log manager) on close and
+periodically, so a restarted replica does not expose records it cannot know were
 committed.
 
 ISR: the leader proposes changes (``isr_change``), the broker writes them to ZooKeeper
