@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from brokers.log.checkpoint import PartitionOffsetsCheckpoint
+from brokers.log_manager import HIGH_WATERMARK_CHECKPOINT_FILE
 from strata.client import Consumer, Producer, TopicPartition
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster import Cluster
@@ -358,3 +360,37 @@ def test_a_short_zookeeper_stall_changes_no_leadership(cluster: Cluster) -> None
         assert "registered again after a lost session" not in cluster.broker_log(broker_id)
     assert read_all(cluster, "stall", 0, 101) == \
         [b"first"] + [f"s{i}".encode() for i in range(0, 200, 2)]
+
+
+def test_every_replicas_high_watermark_is_checkpointed_and_survives_a_crash(
+        cluster: Cluster) -> None:
+    """The ISR upkeep writes each broker's ``replication-offset-checkpoint`` (one file per
+    data directory, Kafka's) with the HW of every replica it hosts, leaders and followers
+    alike, and nothing per partition. After SIGKILL of every broker (no close: only the
+    routine writes count) the files hold the acknowledged HWs, and the restarted cluster
+    serves them."""
+    cluster.create_topic("hwfile", 3, 3, {"min.insync.replicas": "2"})
+    cluster.wait_until_healthy("hwfile")
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        futures = [producer.send("hwfile", b"v%d" % i, partition=i % 3) for i in range(90)]
+        producer.flush()
+        assert all(f.result(timeout=30).offset >= 0 for f in futures)
+    expected = {("hwfile", p): 30 for p in range(3)}
+
+    def checkpointed() -> dict[int, dict[tuple[str, int], int]]:
+        return {b: {k: v for k, v in PartitionOffsetsCheckpoint(
+                    broker.data_dir / HIGH_WATERMARK_CHECKPOINT_FILE).read().items()
+                    if k[0] == "hwfile"}
+                for b, broker in cluster.brokers.items()}
+
+    cluster.wait_for("every broker's checkpoint to hold HW 30 for each of its replicas",
+                     checkpointed, lambda files: all(f == expected for f in files.values()), 30)
+    for broker_id in list(cluster.brokers):
+        cluster.kill(broker_id)
+    assert all(files == expected for files in checkpointed().values())
+    assert not any((cluster.partition_dir(b, "hwfile", p) / "high-watermark").exists()
+                   for b in cluster.brokers for p in range(3))
+    for broker_id in list(cluster.brokers):
+        cluster.restart(broker_id)
+    cluster.wait_until_healthy("hwfile")
+    assert cluster.high_watermarks("hwfile") == {0: 30, 1: 30, 2: 30}
