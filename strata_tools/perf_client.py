@@ -9,7 +9,9 @@ no per-record Python); ``--api send`` awaits the asyncio ``send`` once per recor
 future per record); ``--api produce`` is the loop a Python application writes,
 ``for ...: producer.produce(topic, value)`` on the blocking ``Producer`` (no future per
 record; every failure would still be raised by the final ``flush``, which fails the
-run); ``--api blocking-send`` the same loop with the blocking ``send``, keeping every
+run); ``--api produce-callback`` the same loop with an ``on_delivery`` callback on every
+record (confluent-kafka's usual loop; the run fails unless every callback came);
+``--api blocking-send`` the same loop with the blocking ``send``, keeping every
 future and checking each at the end. Latency is measured from the moment a record is
 handed to the producer to its acknowledgement (per chunk for ``--api batch``, every
 64th record for ``produce`` and ``blocking-send``). ``--throughput`` caps records/s.
@@ -84,7 +86,8 @@ def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
                         "below the default max.message.bytes of 1 MiB)")
     parser.add_argument("--linger-ms", type=float, default=5.0)
     parser.add_argument("--compression", choices=("none", "lz4", "zstd"), default="none")
-    parser.add_argument("--api", choices=("batch", "send", "produce", "blocking-send"),
+    parser.add_argument("--api", choices=("batch", "send", "produce", "produce-callback",
+                                          "blocking-send"),
                         default="batch")
     parser.add_argument("--chunk-records", type=_positive, default=1000,
                         help="records per send_batch call with --api batch")
@@ -288,7 +291,7 @@ def run_produce(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"strata perf produce: [INVALID_CONFIG] {problem}")
         return 2
-    if args.api in ("produce", "blocking-send"):
+    if args.api in ("produce", "produce-callback", "blocking-send"):
         return _produce_records(args)
     return asyncio.run(_produce(args))
 
@@ -308,14 +311,22 @@ def _produce_records(args: argparse.Namespace) -> int:
     payload = os.urandom(args.record_size)
     latencies: list[float] = []
     errors: list[BaseException] = []
+    delivered = [0]  # callbacks that reported success (the producer's I/O thread only)
 
     def timed(started: float) -> Any:
         def done(_meta: Any, error: BaseException | None) -> None:
             if error is not None:
                 errors.append(error)
             else:
+                delivered[0] += 1
                 latencies.append((time.perf_counter() - started) * 1000)
         return done
+
+    def counted(_meta: Any, error: BaseException | None) -> None:
+        if error is not None:
+            errors.append(error)
+        else:
+            delivered[0] += 1
 
     topic, n, throughput = args.topic, args.num_records, args.throughput
 
@@ -355,17 +366,18 @@ def _produce_records(args: argparse.Namespace) -> int:
         if txn is not None:
             producer.begin_transaction()
             txn.opened()
-        if args.api == "produce":
+        if args.api in ("produce", "produce-callback"):
             from strata.client import DeliveryFailedError
 
             produce = producer.produce
+            every = counted if args.api == "produce-callback" else None
             try:
                 for i in range(n):
                     if i % LATENCY_SAMPLE == 0:
                         pace(i, start)
                         produce(topic, payload, on_delivery=timed(time.perf_counter()))
                     else:
-                        produce(topic, payload)
+                        produce(topic, payload, on_delivery=every)
                     if txn is not None:
                         maybe_commit(producer, i)
                 if txn is not None and txn.in_txn:
@@ -394,6 +406,10 @@ def _produce_records(args: argparse.Namespace) -> int:
         cpu = time.process_time() - cpu_start
     if errors:
         print(f"strata perf produce: {len(errors)} delivery failure(s), first: {errors[0]}")
+        return 1
+    if args.api == "produce-callback" and delivered[0] != n:
+        print(f"strata perf produce: [UNKNOWN_SERVER_ERROR] {n - delivered[0]} of {n} "
+              "delivery callbacks never came after flush(); report this as a bug")
         return 1
     result = summarize(n, n * args.record_size, seconds, latencies, cpu)
     result.update({"api": args.api, "acks": args.acks, "record_size": args.record_size})

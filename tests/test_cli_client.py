@@ -153,7 +153,7 @@ def test_perf_produce_and_consume_print_the_figures(broker: BrokerProcess) -> No
         assert one_by_one["records"] == 20000 and one_by_one["api"] == api
         # Every record's 100-byte value was touched: 2.0 MB in all.
         assert abs(one_by_one["mb_per_sec"] * one_by_one["seconds"] - 2.0) < 0.05, one_by_one
-    for api in ("send", "produce", "blocking-send"):
+    for api in ("send", "produce", "produce-callback", "blocking-send"):
         per_record = json.loads(ok(strata(
             broker, "perf", "produce", "--topic", "cli-perf", "--num-records", "2000",
             "--api", api, "--acks", "all", "--format", "json")))
