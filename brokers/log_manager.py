@@ -254,7 +254,8 @@ class LogManager:
         Its writes are durable when this returns unless the caller deferred them.
         ``new``: its directory was not in the data directory's listing (nothing to
         read back; ``Partition``'s ``new``). ``recorded_high_watermark``: its entry in
-        the high-watermark checkpoint, if any (read from the file when not given)."""
+        the high-watermark checkpoint, if any (when not given: the entries this manager
+        last read or wrote)."""
         if recorded_high_watermark is None and not new:
             recorded_high_watermark = self._hw_written.get((topic.name, p))
         directory = self.data_dir / f"{topic.name}-{p}"
@@ -350,10 +351,9 @@ class LogManager:
         return entries
 
     def write_high_watermarks(self, entries: dict[PartitionKey, int]) -> None:
-        """(Worker thread) Replace the data directory's high-watermark checkpoint: the
-        temporary file is fsynced, the rename is not (a machine crash may leave the
-        previous file, whose values are lower bounds)."""
-        self._hw_checkpoint.write(entries, sync=False)
+        """(Worker thread) Replace the data directory's high-watermark checkpoint
+        (atomically and durably: ``PartitionOffsetsCheckpoint``)."""
+        self._hw_checkpoint.write(entries)
         self._hw_written = entries
 
     def _write_deferred(self, entries: dict[PartitionKey, int]) -> None:

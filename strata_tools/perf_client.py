@@ -313,20 +313,18 @@ def _produce_records(args: argparse.Namespace) -> int:
     errors: list[BaseException] = []
     delivered = [0]  # callbacks that reported success (the producer's I/O thread only)
 
-    def timed(started: float) -> Any:
-        def done(_meta: Any, error: BaseException | None) -> None:
-            if error is not None:
-                errors.append(error)
-            else:
-                delivered[0] += 1
-                latencies.append((time.perf_counter() - started) * 1000)
-        return done
-
     def counted(_meta: Any, error: BaseException | None) -> None:
         if error is not None:
             errors.append(error)
         else:
             delivered[0] += 1
+
+    def timed(started: float) -> Any:
+        def done(meta: Any, error: BaseException | None) -> None:
+            counted(meta, error)
+            if error is None:
+                latencies.append((time.perf_counter() - started) * 1000)
+        return done
 
     topic, n, throughput = args.topic, args.num_records, args.throughput
 

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["broker_cpu_seconds", "main"]
+__all__ = ["broker_cpu_seconds", "main", "strata_command"]
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -57,7 +57,8 @@ def _stack(data_dir: Path) -> tuple[str, list[int]]:
     return bootstrap, [int(s["pid"]) for s in brokers]
 
 
-def _strata(*args: str) -> list[str]:
+def strata_command(*args: str) -> list[str]:
+    """``strata ARGS`` as this interpreter runs it (the tree it runs from)."""
     return [sys.executable, "-m", "strata_tools.cli", *args]
 
 
@@ -69,10 +70,10 @@ def run_case(bootstrap: str, pids: list[int], rate: int, chunk: int, acks: str,
               "--bootstrap", bootstrap]
     if replicas == 3:
         create += ["-c", "min.insync.replicas=2"]
-    subprocess.run(_strata(*create), check=True, capture_output=True)
+    subprocess.run(strata_command(*create), check=True, capture_output=True)
     records = int(rate * seconds)
     consumer = subprocess.Popen(
-        _strata("perf", "consume", "--bootstrap", bootstrap, "--topic", topic,
+        strata_command("perf", "consume", "--bootstrap", bootstrap, "--topic", topic,
                 "--num-records", str(records), "--timeout-ms", "60000", "--format", "json"),
         stdout=subprocess.PIPE, text=True)
     time.sleep(2.0)  # the consumer assigned and polling before the first record
@@ -81,7 +82,7 @@ def run_case(bootstrap: str, pids: list[int], rate: int, chunk: int, acks: str,
     # batches); larger chunks are ``send_batch`` calls of that many records.
     api = ["--api", "produce"] if chunk == 1 else ["--chunk-records", str(chunk)]
     produced = subprocess.run(
-        _strata("perf", "produce", "--bootstrap", bootstrap, "--topic", topic,
+        strata_command("perf", "produce", "--bootstrap", bootstrap, "--topic", topic,
                 "--num-records", str(records), "--record-size", "100", "--acks", acks,
                 "--throughput", str(rate), *api, "--linger-ms", "1", "--format", "json"),
         check=True, capture_output=True, text=True)

@@ -78,15 +78,18 @@ def _confluent(bootstrap: str, n: int, size: int, callback: bool) -> dict[str, A
 
 
 def _strata(bootstrap: str, n: int, size: int, callback: bool) -> dict[str, Any]:
-    cli = [sys.executable, "-m", "strata_tools.cli"]
-    made = subprocess.run([*cli, "topic", "create", TOPIC, "-p", str(PARTITIONS),
-                           "--bootstrap", bootstrap], capture_output=True, text=True)
+    from strata_tools.perf_cpu import strata_command
+
+    made = subprocess.run(strata_command("topic", "create", TOPIC, "-p", str(PARTITIONS),
+                                         "--bootstrap", bootstrap),
+                          capture_output=True, text=True)
     if made.returncode != 0 and "TOPIC_ALREADY_EXISTS" not in made.stdout + made.stderr:
         raise SystemExit(f"perf_peer: creating {TOPIC} failed: {made.stdout}{made.stderr}")
     out = subprocess.run(
-        [*cli, "perf", "produce", "--bootstrap", bootstrap, "--topic", TOPIC,
-         "--num-records", str(n), "--record-size", str(size), "--acks", "1",
-         "--api", "produce-callback" if callback else "produce", "--format", "json"],
+        strata_command("perf", "produce", "--bootstrap", bootstrap, "--topic", TOPIC,
+                       "--num-records", str(n), "--record-size", str(size), "--acks", "1",
+                       "--api", "produce-callback" if callback else "produce",
+                       "--format", "json"),
         check=True, capture_output=True, text=True).stdout
     result = json.loads(out)
     return {"records_per_sec": round(result["records_per_sec"]),

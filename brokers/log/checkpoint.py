@@ -19,7 +19,7 @@ one file for all of them::
     <topic> <partition> <offset>\\n   count lines (topic names have no spaces)
 
 Written whole with ``write_atomically`` (temporary file fsynced, renamed over, the
-directory fsynced when asked): a crash leaves the old file or the new one. One write per
+directory fsynced): a crash leaves the old file or the new one. One write per
 round for every partition, where a file per partition meant ten thousand file
 creations the first time ten thousand new partitions took a record, and ten thousand
 more writes at every close. A missing, unreadable or malformed file reads as empty (a
@@ -159,24 +159,12 @@ class PartitionOffsetsCheckpoint:
             return {}
         return entries
 
-    def write(self, entries: Mapping[tuple[str, int], int], *, sync: bool = True) -> None:
-        """Replace the file with ``entries``; ``sync`` also fsyncs the directory (the
-        temporary file is always fsynced, unless this thread defers its fsyncs)."""
+    def write(self, entries: Mapping[tuple[str, int], int]) -> None:
+        """Replace the file with ``entries`` (``write_atomically``: durable, or covered by
+        the caller's file-system sync when it defers its fsyncs)."""
         body = "".join(f"{topic} {p} {offset}\n" for (topic, p), offset in entries.items())
-        data = f"{_VERSION}\n{len(entries)}\n{body}".encode("ascii")
-        tmp = self.path.with_name(self.path.name + ".tmp")
         with self._lock:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                durability.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            if sync:
-                fsync_directory(self.path.parent)
+            write_atomically(self.path, f"{_VERSION}\n{len(entries)}\n{body}".encode("ascii"))
 
 
 class CleanShutdownMarker:
