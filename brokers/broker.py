@@ -58,10 +58,12 @@ from brokers.coordination import (
 from brokers.group_coordinator import GroupCoordinator
 from brokers.handlers import RequestHandlers
 from brokers.heap import HeapKeeper
+from brokers.kafka.apis import KafkaApis
+from brokers.kafka.listener import KafkaCodec
 from brokers.log import LogConfig
 from brokers.log_manager import LogManager, raise_open_file_limit
 from brokers.metrics import BrokerMetrics, HealthStats, PartitionStats, TierStats
-from brokers.network import ConnectionHandler
+from brokers.network import ConnectionHandler, StrataCodec
 from brokers.partition import Partition
 from brokers.quotas import QuotaManager
 from brokers.replica_manager import ReplicaManager
@@ -174,6 +176,10 @@ class Broker:
                                         authenticator=self.authenticator, acls=self.acls,
                                         quotas=self.quotas, schemas=self.schemas,
                                         transactions=self.transactions)
+        self._strata_codec = StrataCodec(self.handlers.dispatch)
+        # Kafka's protocol on the kafka.listeners: the same handlers underneath.
+        self.kafka = KafkaCodec(KafkaApis(
+            self.handlers, max_record_bytes=config.socket_request_max_bytes))
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -561,7 +567,8 @@ class Broker:
         peer = writer.get_extra_info("peername")
         session = Session.open(listener, f"{peer[0]}:{peer[1]}" if peer else "?",
                                writer.get_extra_info("ssl_object"))
-        handler = ConnectionHandler(reader, writer, self.handlers.dispatch,
+        handler = ConnectionHandler(reader, writer,
+                                    self.kafka if listener.kafka else self._strata_codec,
                                     self.config.socket_request_max_bytes, self.metrics,
                                     self._connections.discard, session=session,
                                     login_timeout_s=self.config.sasl_authentication_timeout_ms

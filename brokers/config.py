@@ -196,6 +196,11 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "NAME://host:port,... the broker serves (NAME a security protocol: PLAINTEXT, SSL, "
         "SASL_PLAINTEXT, SASL_SSL, or mapped by listener.security.protocol.map); empty: "
         "PLAINTEXT://host:port"),
+    "kafka.listeners": _BrokerKey(
+        "kafka_listeners", str, "",
+        "NAME://host:port,... that speak Kafka's protocol for stock Kafka clients "
+        "(docs/kafka-compatibility.md); a NAME the protocol map does not name is read as "
+        "KAFKA (PLAINTEXT) or KAFKA_<PROTOCOL>, e.g. KAFKA_SASL_SSL; empty: none"),
     "advertised.listeners": _BrokerKey(
         "advertised_listeners", str, "",
         "NAME://host:port clients are told to use per listener (default: the bound "
@@ -314,6 +319,7 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 604_800_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     listeners: str = ""
+    kafka_listeners: str = ""
     advertised_listeners: str = ""
     listener_security_protocol_map: str = ""
     inter_broker_listener_name: str = ""
@@ -347,7 +353,7 @@ class BrokerConfig:
     def parsed_listeners(self) -> list[Listener]:
         return parse_listeners(self.listeners, self.advertised_listeners,
                                self.listener_security_protocol_map, self.host, self.port,
-                               self.advertised_host)
+                               self.advertised_host, self.kafka_listeners)
 
     def inter_broker_listener(self) -> Listener:
         listeners = self.parsed_listeners()
@@ -355,6 +361,11 @@ class BrokerConfig:
             return listeners[0]
         for listener in listeners:
             if listener.name == self.inter_broker_listener_name.upper():
+                if listener.kafka:
+                    raise InvalidConfigError(
+                        f"inter.broker.listener.name={self.inter_broker_listener_name} is a "
+                        "Kafka listener; brokers speak Strata's protocol to each other: name "
+                        "one of listeners")
                 return listener
         raise InvalidConfigError(
             f"inter.broker.listener.name={self.inter_broker_listener_name} is not among "

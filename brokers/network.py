@@ -32,8 +32,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
-from typing import IO, Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import IO, Any, Protocol, cast
 
 from brokers.security import UNAUTHENTICATED_FRAME_BYTES, Session
 from wire.errors import (
@@ -60,7 +60,7 @@ from wire.protocol import (
 from wire.protocol.codec import Chunk
 from wire.protocol.framing import MIN_REQUEST_FRAME
 
-__all__ = ["ConnectionHandler", "Dispatcher"]
+__all__ = ["ConnectionHandler", "Dispatcher", "FrameCodec", "StrataCodec"]
 
 log = logging.getLogger("strata.brokers.network")
 
@@ -69,6 +69,57 @@ MAX_IN_FLIGHT = 32  # requests being handled per connection
 
 # dispatcher(header, body reader, session) -> response message, or None (acks=0)
 Dispatcher = Callable[[RequestHeader, Reader, Session], Awaitable[Message | None]]
+
+
+class FrameCodec(Protocol):
+    """What a listener's protocol adds to the framing: how a request header reads and how
+    an answer is encoded. Strata's own (``StrataCodec``) and Kafka's
+    (``brokers.kafka.KafkaCodec``) share every other part of a connection."""
+
+    def read_header(self, frame: bytes) -> tuple[Any, Any]:
+        """(header, body) of one frame; raises ``StrataError`` if it cannot be read."""
+        ...
+
+    def api_name(self, header: Any) -> str: ...
+
+    async def answer(self, header: Any, body: Any,
+                     session: Session) -> Sequence[Chunk] | None:
+        """The encoded answer (None: none is sent, as for acks=0); raises the
+        request-level errors ``answer_error`` encodes."""
+        ...
+
+    def answer_error(self, header: Any, err: StrataError | None) -> Sequence[Chunk] | None:
+        """The answer to a request that failed as a whole (``err`` None: a broker
+        fault); None: the protocol has no such answer and the connection is closed."""
+        ...
+
+
+class StrataCodec:
+    """Strata's own protocol: ``wire.protocol`` headers and messages."""
+
+    def __init__(self, dispatch: Dispatcher) -> None:
+        self.dispatch = dispatch
+
+    def read_header(self, frame: bytes) -> tuple[RequestHeader, Reader]:
+        return read_request_header(frame)
+
+    def api_name(self, header: RequestHeader) -> str:
+        return _API_NAMES.get(header.api_key, "UNKNOWN")
+
+    async def answer(self, header: RequestHeader, body: Reader,
+                     session: Session) -> list[Chunk] | None:
+        response = await self.dispatch(header, body, session)
+        if response is None:
+            return None
+        return encode_response(header.correlation_id, response, header.api_version)
+
+    def answer_error(self, header: RequestHeader, err: StrataError | None) -> list[Chunk]:
+        if err is None:
+            return encode_response(header.correlation_id,
+                                   ErrorResponse("internal error (see the broker's log)"), 0,
+                                   error_code=-1)
+        return encode_response(header.correlation_id, ErrorResponse(err.message), 0,
+                               error_code=err.code)
 #: Errors a handler may raise for the whole request: answered with the code in the
 #: response header (the client raises the matching error), the connection goes on.
 _REQUEST_LEVEL = (UnsupportedVersionError, InvalidRequestError, IllegalSaslStateError,
@@ -99,7 +150,7 @@ class ConnectionHandler:
     """Serves one client connection; see the module docstring."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 dispatch: Dispatcher, max_frame_bytes: int, metrics: Any,
+                 codec: FrameCodec, max_frame_bytes: int, metrics: Any,
                  on_close: Callable[[ConnectionHandler], None], *, session: Session,
                  login_timeout_s: float = 10.0) -> None:
         self.reader = reader
@@ -107,7 +158,7 @@ class ConnectionHandler:
         self.session = session
         self._tls = writer.get_extra_info("ssl_object") is not None
         self._login_timeout_s = login_timeout_s
-        self.dispatch = dispatch
+        self.codec = codec
         self.max_frame_bytes = max_frame_bytes
         self.metrics = metrics
         self.on_close = on_close
@@ -149,7 +200,7 @@ class ConnectionHandler:
                     return
                 self.metrics.bytes_in.inc(size + FRAME_PREFIX.size)
                 try:
-                    header, body = read_request_header(frame)
+                    header, body = self.codec.read_header(frame)
                 except StrataError as err:
                     log.warning("closing %s: undecodable request header: %s", self.peer, err)
                     return
@@ -193,25 +244,31 @@ class ConnectionHandler:
         if self.in_flight:
             await asyncio.gather(*self.in_flight, return_exceptions=True)
 
-    async def _handle(self, header: RequestHeader, body: Reader, started: float) -> None:
-        api = _API_NAMES.get(header.api_key, "UNKNOWN")
+    async def _handle(self, header: Any, body: Any, started: float) -> None:
+        api = self.codec.api_name(header)
         error_name = "NONE"
+        chunks: Sequence[Chunk] | None
+        why = ""
         try:
-            response = await self.dispatch(header, body, self.session)
-            if response is None:  # acks=0: no answer, but still counted
+            chunks = await self.codec.answer(header, body, self.session)
+            if chunks is None:  # acks=0: no answer, but still counted
                 self.metrics.requests.labels(api, error_name).inc()
                 self.metrics.latency.labels(api).observe(time.perf_counter() - started)
                 return
-            chunks = encode_response(header.correlation_id, response, header.api_version)
         except _REQUEST_LEVEL as err:
-            error_name = err.name
-            chunks = encode_response(header.correlation_id, ErrorResponse(err.message), 0,
-                                     error_code=err.code)
-        except Exception as err:  # a handler bug must not take the broker down
+            error_name, why = err.name, err.message
+            chunks = self.codec.answer_error(header, err)
+        except Exception:  # a handler bug must not take the broker down
             log.exception("request %s from %s failed", header, self.peer)
             error_name = "UNKNOWN_SERVER_ERROR"
-            chunks = encode_response(header.correlation_id,
-                                     ErrorResponse(f"internal error: {err}"), 0, error_code=-1)
+            chunks = self.codec.answer_error(header, None)
+        if chunks is None:  # the protocol cannot say it: the connection is cut
+            log.info("closing %s: %s failed with %s (%s) and its protocol has no answer for "
+                     "that", self.peer, api, error_name, why or "see above")
+            self.metrics.requests.labels(api, error_name).inc()
+            self.closing = True
+            self.writer.transport.abort()
+            return
         try:
             await self._write(chunks)
         except Exception as err:
@@ -226,7 +283,7 @@ class ConnectionHandler:
             if self.session.close_after_answer:
                 self.close()
 
-    async def _write(self, chunks: list[Chunk]) -> None:
+    async def _write(self, chunks: Sequence[Chunk]) -> None:
         loop = asyncio.get_running_loop()
         async with self._write_lock:
             total = 0

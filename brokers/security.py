@@ -65,6 +65,7 @@ class Listener(HasSecurityProtocol):
     port: int
     advertised_host: str
     advertised_port: int  # 0: the port actually bound
+    kafka: bool = False  # speaks Kafka's protocol (kafka.listeners), not Strata's
 
 
 def _endpoints(text: str, key: str) -> list[tuple[str, str, int]]:
@@ -83,9 +84,11 @@ def _endpoints(text: str, key: str) -> list[tuple[str, str, int]]:
 
 
 def parse_listeners(listeners: str, advertised: str, protocol_map: str, host: str, port: int,
-                    advertised_host: str) -> list[Listener]:
+                    advertised_host: str, kafka: str = "") -> list[Listener]:
     """The broker's listeners; ``listeners`` empty: one PLAINTEXT listener on
-    ``host:port`` (the settings before listeners existed)."""
+    ``host:port`` (the settings before listeners existed). ``kafka``: the listeners that
+    speak Kafka's protocol, NAME://host:port,... (a name the map does not give a protocol
+    is read as KAFKA[_PROTOCOL]: KAFKA is PLAINTEXT, KAFKA_SASL_SSL is SASL_SSL)."""
     mapping: dict[str, str] = {}
     for item in (i.strip() for i in (protocol_map or _DEFAULT_MAP).split(",") if i.strip()):
         name, sep, mapped = item.partition(":")
@@ -95,6 +98,18 @@ def parse_listeners(listeners: str, advertised: str, protocol_map: str, host: st
                 f"protocol among {', '.join(SECURITY_PROTOCOLS)}")
         mapping[name.upper()] = mapped.upper()
     bound = _endpoints(listeners, "listeners") if listeners else [("PLAINTEXT", host, port)]
+    kafka_bound = _endpoints(kafka, "kafka.listeners") if kafka else []
+    clash = sorted({n for n, _, _ in bound} & {n for n, _, _ in kafka_bound})
+    if clash:
+        raise InvalidConfigError(
+            f"listener name(s) {', '.join(clash)} are in both listeners and kafka.listeners: "
+            "give the Kafka listeners their own names (e.g. KAFKA, KAFKA_SASL_SSL)")
+    kafka_names = {n for n, _, _ in kafka_bound}
+    for name in kafka_names - set(mapping):
+        implied = "PLAINTEXT" if name == "KAFKA" else name.removeprefix("KAFKA_")
+        if implied in SECURITY_PROTOCOLS:
+            mapping[name] = implied
+    bound = bound + kafka_bound
     told = {n: (h, p) for n, h, p in _endpoints(advertised, "advertised.listeners")}
     unknown = sorted(set(told) - {n for n, _, _ in bound})
     if unknown:
@@ -111,7 +126,8 @@ def parse_listeners(listeners: str, advertised: str, protocol_map: str, host: st
         shown_host, shown_port = told.get(name, (advertised_host or bind_host, 0))
         if shown_host in ("", "0.0.0.0", "::"):
             shown_host = "127.0.0.1" if bind_host in ("", "0.0.0.0", "::") else bind_host
-        out.append(Listener(name, protocol, bind_host, bind_port, shown_host, shown_port))
+        out.append(Listener(name, protocol, bind_host, bind_port, shown_host, shown_port,
+                            kafka=name in kafka_names))
     return out
 
 

@@ -35,8 +35,8 @@ PARTITIONS = 8
 
 def _confluent(bootstrap: str, n: int, size: int, callback: bool) -> dict[str, Any]:
     """confluent-kafka's produce loop (run in a process of its own)."""
-    from confluent_kafka import Producer  # type: ignore[import-not-found]
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[import-not-found]
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if TOPIC not in admin.list_topics(timeout=10).topics:

@@ -130,3 +130,21 @@ class RequestHandlers:
         if api not in BEFORE_LOGIN and getattr(request, "replica_id", -1) < 0:
             self._throttle("request_rate", 1)
         return await self._table[api](request)
+
+    async def handle(self, api: ApiKey, request: Message, session: Session,
+                     client_id: str | None = None) -> Message | None:
+        """Run one already decoded request as ``session`` (the Kafka listener's way in:
+        it decodes Kafka's encoding itself, then every check and handler is the one
+        Strata's own protocol uses). Raises what ``dispatch`` raises."""
+        bind_session(session)
+        session.client_id = client_id or ""
+        if not session.authenticated and api not in BEFORE_LOGIN:
+            session.close_after_answer = True
+            raise IllegalSaslStateError(
+                f"{api.name} before the SASL login finished: listener "
+                f"{session.listener.name} is {session.listener.protocol}; send SaslHandshake "
+                "and SaslAuthenticate first (set security.protocol, sasl.mechanism and the "
+                "credentials in the client)")
+        if api not in BEFORE_LOGIN and getattr(request, "replica_id", -1) < 0:
+            self._throttle("request_rate", 1)
+        return await self._table[api](request)

@@ -89,6 +89,11 @@ class GroupApis(ApiFamily):
                     "transactional id")
         except StrataError as err:
             return FindCoordinatorResponse(*error_fields(err))
+        # The coordinator's address on the listener this request came in on (a client of
+        # a SASL_SSL or Kafka listener must not be sent to another listener's port).
+        registration = self.context.cluster.live_brokers.get(node)
+        if registration is not None:
+            host, port = registration.endpoint(current_session().listener.name)
         return FindCoordinatorResponse(0, None, node, host, port)
 
     async def offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:

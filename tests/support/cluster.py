@@ -217,7 +217,7 @@ class Cluster:
     def __init__(self, base_dir: Path, brokers: int = 3, *, zookeeper_nodes: int = 1,
                  overrides: Mapping[str, str] | None = None,
                  start_timeout: float = 60.0, expect_controller: bool = True,
-                 secure: bool = False, network: bool = False) -> None:
+                 secure: bool = False, network: bool = False, kafka: bool = False) -> None:
         if zookeeper_nodes not in (1, 3):
             raise ValueError("zookeeper_nodes must be 1 or 3")
         self.base_dir = base_dir
@@ -241,6 +241,8 @@ class Cluster:
         self.zk_server: ZooKeeperServer | None = None
         self.zk_ensemble: ZooKeeperEnsemble | None = None
         self.network = Network() if network else None
+        #: Each broker's Kafka listener port (``kafka=True``), by broker id.
+        self.kafka_ports = _distinct_free_ports(brokers) if kafka else []
         self.brokers: dict[int, ClusterBroker] = {}
         try:
             self._make_nodes(base_dir, brokers, zookeeper_nodes, start_timeout, secure)
@@ -286,8 +288,12 @@ class Cluster:
             where: dict[str, Any] = {} if node is None else {
                 "host": node.address, "port": _BROKER_PORT,
                 "command_prefix": Network.prefix(node)}
+            overrides = dict(self.overrides)
+            if self.kafka_ports:
+                name = "KAFKA_SASL_SSL" if secure else "KAFKA"
+                overrides["kafka.listeners"] = f"{name}://127.0.0.1:{self.kafka_ports[b]}"
             self.brokers[b] = ClusterBroker(self.zk_connect, base_dir / f"broker{b}", b,
-                                            dict(self.overrides), listeners, **where)
+                                            overrides, listeners, **where)
 
     def node_of_broker(self, broker_id: int) -> NetworkNode:
         """The network namespace of a broker (``network=True`` only)."""
@@ -317,6 +323,12 @@ class Cluster:
     def bootstrap(self) -> str:
         """Every broker's address: clients find a live one whichever are down."""
         return ",".join(b.bootstrap for b in self.brokers.values())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """host:port,... of the brokers' Kafka listeners (``kafka=True``)."""
+        assert self.kafka_ports, "this cluster has no Kafka listeners (kafka=True)"
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports)
 
     def client_security(self, user: str = "app") -> ClientSecurity:
         """How a client logs in as ``user`` (PLAINTEXT when the cluster is not secure)."""

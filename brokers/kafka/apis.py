@@ -1,0 +1,442 @@
+"""The Kafka listener's APIs: each Kafka request translated into Strata's, answered by
+Strata's own handler, and the answer translated back.
+
+Why translation rather than a second broker: every check (ACLs, quotas, typed-topic
+schemas, idempotence, transactions, the internal-topic guard) and every service (the
+replica manager, the group and transaction coordinators) stays the one Strata's own
+protocol uses, so a Kafka client and a Strata client see the same topic, the same
+offsets and the same group state. What is Kafka's alone lives here: record batches
+(``records.py``), the classic consumer-group protocol (``groups.py``), and the fields
+Strata has no use for (answered with Kafka's neutral values).
+
+Errors: Strata's error codes are Kafka's below 1000; the few of Strata's own map to the
+nearest Kafka code (``kafka_code``). A request that fails as a whole (authorization of
+the cluster, a request before the SASL login) is answered with that code in every
+error field the response has, as Kafka's ``getErrorResponse`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Final
+
+from brokers.kafka.codec import (
+    API_TYPES,
+    VERSIONS,
+    KafkaHeader,
+    encode_answer,
+    unsupported_api_versions,
+)
+from brokers.kafka.groups import ClassicGroups
+from brokers.kafka.records import from_kafka, iter_strata_batches, to_kafka
+from wire.errors import (
+    IllegalSaslStateError,
+    InvalidRecordBatchError,
+    InvalidRequestError,
+    StrataError,
+    UnsupportedVersionError,
+)
+from wire.protocol import (
+    ApiKey,
+    ConfigEntry,
+    CreatableTopic,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+    FindCoordinatorRequest,
+    GroupTopicPartitions,
+    InitProducerIdRequest,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+    MetadataRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetForLeaderEpochPartition,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochTopic,
+    ProducePartition,
+    ProduceRequest,
+    ProduceTopic,
+    ReplicaAssignment,
+)
+
+if TYPE_CHECKING:
+    from brokers.handlers.dispatch import RequestHandlers
+    from brokers.security import Session
+
+__all__ = ["KafkaApis", "kafka_code"]
+
+log = logging.getLogger("strata.brokers.kafka")
+
+_CORRUPT_MESSAGE: Final = 2
+_UNSUPPORTED_VERSION: Final = 35
+_INVALID_REQUEST: Final = 42
+_UNKNOWN_SERVER_ERROR: Final = -1
+#: Strata's own codes (1000 and up) as the Kafka code a Kafka client understands.
+_STRATA_TO_KAFKA: Final = {1503: 87}  # SchemaMismatch: INVALID_RECORD
+
+
+def kafka_code(code: int) -> int:
+    """A Strata error code as a Kafka client reads it."""
+    if code < 1000:
+        return code
+    return _STRATA_TO_KAFKA.get(code, _UNKNOWN_SERVER_ERROR)
+
+
+Translator = Callable[[Any, KafkaHeader, "Session"], Coroutine[Any, Any, Any]]
+
+
+class KafkaApis:
+    """One per broker: Kafka requests in, Kafka answers out (see the module docstring)."""
+
+    def __init__(self, handlers: RequestHandlers, *, max_record_bytes: int) -> None:
+        self.handlers = handlers
+        self.max_record_bytes = max_record_bytes
+        self.groups = ClassicGroups(self._strata)
+        self._table: dict[int, Translator] = {
+            0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
+            8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
+            11: self.groups.join_group, 12: self.groups.heartbeat,
+            13: self.groups.leave_group, 14: self.groups.sync_group,
+            15: self.groups.describe_groups, 16: self.groups.list_groups,
+            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
+            22: self.init_producer_id, 23: self.offset_for_leader_epoch,
+            32: self.describe_configs, 42: self.groups.delete_groups,
+            60: self.describe_cluster,
+        }
+        self._served = {k: v for k, v in VERSIONS.items() if k in self._table}
+
+    async def _strata(self, api: ApiKey, request: Any, session: Session,
+                      header: KafkaHeader) -> Any:
+        return await self.handlers.handle(api, request, session, header.client_id)
+
+    # ------------------------------------------------------------------ the entry
+    async def answer(self, header: KafkaHeader, body: memoryview,
+                     session: Session) -> list[bytes] | None:
+        """The framed answer to one request, or None (acks=0)."""
+        api = header.api_key
+        served = self._served.get(api)
+        if api == 18 and (served is None or header.api_version > served[1]):
+            return [unsupported_api_versions(header)]
+        if served is None:
+            # No response schema to answer in: Kafka closes such a connection.
+            raise UnsupportedVersionError(
+                f"API key {api} is not served on this Kafka listener "
+                "(docs/kafka-compatibility.md lists what is)")
+        _low, high, accepted = served
+        request_type, _response_type = API_TYPES[api]
+        if not accepted <= header.api_version <= high:
+            log.info("%s v%d from %s is not served (%d..%d)", request_type.__name__,
+                     header.api_version, session.peer, accepted, high)
+            raise UnsupportedVersionError(
+                f"{request_type.__name__} version {header.api_version} is not served "
+                f"({accepted}..{high})")
+        try:
+            request = request_type.decode(body, version=header.api_version)
+        except Exception as err:  # the generated decoder raises many kinds
+            raise InvalidRequestError(
+                f"{request_type.__name__} v{header.api_version} does not decode: {err}"
+            ) from None
+        if not session.authenticated and api not in (17, 18, 36):
+            session.close_after_answer = True
+            raise IllegalSaslStateError(
+                f"{request_type.__name__} before the SASL login finished")
+        response = await self._table[api](request, header, session)
+        if response is None:
+            return None
+        return [encode_answer(header, response)]
+
+    # ------------------------------------------------------------------ handshake
+    async def api_versions(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        _, response_type = API_TYPES[18]
+        keys = [response_type.ApiVersion(api_key=k, min_version=v[0], max_version=v[1])
+                for k, v in sorted(self._served.items())]
+        return response_type(error_code=0, api_keys=keys, throttle_time_ms=0)
+
+    async def metadata(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        topics = None if request.topics is None else [t.name for t in request.topics]
+        answer = await self._strata(ApiKey.METADATA, MetadataRequest(topics), session, header)
+        r = API_TYPES[3][1]
+        brokers = [r.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port)
+                   for b in answer.brokers]
+        out_topics = []
+        for t in answer.topics:
+            parts = [r.MetadataResponseTopic.MetadataResponsePartition(
+                error_code=kafka_code(p.error_code), partition_index=p.partition,
+                leader_id=p.leader, leader_epoch=p.leader_epoch, replica_nodes=p.replicas,
+                isr_nodes=p.isr, offline_replicas=[]) for p in t.partitions]
+            out_topics.append(r.MetadataResponseTopic(
+                error_code=kafka_code(t.error_code), name=t.name,
+                is_internal=t.name.startswith("__"), partitions=parts))
+        return r(throttle_time_ms=0, brokers=brokers, cluster_id=answer.cluster_id,
+                 controller_id=answer.controller_id, topics=out_topics)
+
+    # ------------------------------------------------------------------ records
+    async def produce(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        r = API_TYPES[0][1]
+        refused: dict[str, list[Any]] = {}
+        topics: list[ProduceTopic] = []
+        for t in request.topic_data:
+            parts: list[ProducePartition] = []
+            for p in t.partition_data:
+                try:
+                    if p.records is None:
+                        raise InvalidRecordBatchError("records are null")
+                    batch = from_kafka(p.records, max_bytes=self.max_record_bytes)
+                except InvalidRecordBatchError as err:
+                    refused.setdefault(t.name, []).append(
+                        r.TopicProduceResponse.PartitionProduceResponse(
+                            index=p.index, error_code=_CORRUPT_MESSAGE, base_offset=-1,
+                            log_append_time_ms=-1, log_start_offset=-1,
+                            error_message=err.message))
+                    continue
+                parts.append(ProducePartition(p.index, batch))
+            if parts:
+                topics.append(ProduceTopic(t.name, parts))
+        answers: dict[str, list[Any]] = {}
+        if topics:
+            answer = await self._strata(
+                ApiKey.PRODUCE, ProduceRequest(request.acks, request.timeout_ms, topics,
+                                               request.transactional_id), session, header)
+            if answer is None:
+                return None
+            for t in answer.topics:
+                answers[t.name] = [r.TopicProduceResponse.PartitionProduceResponse(
+                    index=p.partition, error_code=kafka_code(p.error_code),
+                    base_offset=p.base_offset, log_append_time_ms=p.log_append_time,
+                    log_start_offset=p.log_start_offset, error_message=p.error_message)
+                    for p in t.partitions]
+        elif request.acks == 0:
+            return None
+        for name, parts in refused.items():
+            answers.setdefault(name, []).extend(parts)
+        return r(responses=[r.TopicProduceResponse(name=n, partition_responses=ps)
+                            for n, ps in answers.items()], throttle_time_ms=0)
+
+    async def fetch(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        topics = [FetchTopic(t.topic, [FetchPartition(
+            p.partition, p.fetch_offset, p.partition_max_bytes,
+            p.current_leader_epoch if header.api_version >= 9 else -1)
+            for p in t.partitions]) for t in request.topics]
+        # Consumer fetch sessions (KIP-227) are declined: every answer carries session id
+        # 0, which tells the client to send full fetches (Strata's sessions are its
+        # followers'). Forgotten topics only mean something inside a session.
+        strata = FetchRequest(
+            topics, max_wait_ms=request.max_wait_ms, min_bytes=request.min_bytes,
+            max_bytes=request.max_bytes, replica_id=-1,
+            isolation_level=request.isolation_level)
+        answer = await self._strata(ApiKey.FETCH, strata, session, header)
+        r = API_TYPES[1][1]
+        P = r.FetchableTopicResponse.PartitionData
+        out = []
+        for t in answer.topics:
+            parts = []
+            for p in t.partitions:
+                records = b"".join(to_kafka(b) for b in iter_strata_batches(p.records)) \
+                    if p.records is not None else b""
+                aborted = [P.AbortedTransaction(producer_id=a.producer_id,
+                                                first_offset=a.first_offset)
+                           for a in p.aborted_transactions] \
+                    if request.isolation_level == 1 else None
+                parts.append(P(
+                    partition_index=p.partition, error_code=kafka_code(p.error_code),
+                    high_watermark=p.high_watermark,
+                    last_stable_offset=p.last_stable_offset if p.last_stable_offset >= 0
+                    else p.high_watermark,
+                    log_start_offset=p.log_start_offset, aborted_transactions=aborted,
+                    preferred_read_replica=-1, records=records))
+            out.append(r.FetchableTopicResponse(topic=t.name, partitions=parts))
+        return r(throttle_time_ms=answer.throttle_time_ms,
+                 error_code=kafka_code(answer.error_code),
+                 session_id=0, responses=out)
+
+    async def list_offsets(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        strata = ListOffsetsRequest(
+            [ListOffsetsTopic(t.name, [ListOffsetsPartition(p.partition_index, p.timestamp)
+                                       for p in t.partitions]) for t in request.topics],
+            replica_id=-1, isolation_level=request.isolation_level
+            if header.api_version >= 2 else 0)
+        answer = await self._strata(ApiKey.LIST_OFFSETS, strata, session, header)
+        r = API_TYPES[2][1]
+        T = r.ListOffsetsTopicResponse
+        return r(throttle_time_ms=0, topics=[T(name=t.name, partitions=[
+            T.ListOffsetsPartitionResponse(
+                partition_index=p.partition, error_code=kafka_code(p.error_code),
+                timestamp=p.timestamp, offset=p.offset, leader_epoch=p.leader_epoch)
+            for p in t.partitions]) for t in answer.topics])
+
+    async def offset_for_leader_epoch(self, request: Any, header: KafkaHeader,
+                                      session: Session) -> Any:
+        strata = OffsetForLeaderEpochRequest([OffsetForLeaderEpochTopic(t.topic, [
+            OffsetForLeaderEpochPartition(p.partition, p.current_leader_epoch, p.leader_epoch)
+            for p in t.partitions]) for t in request.topics], replica_id=-1)
+        answer = await self._strata(ApiKey.OFFSET_FOR_LEADER_EPOCH, strata, session, header)
+        r = API_TYPES[23][1]
+        T = r.OffsetForLeaderTopicResult
+        return r(throttle_time_ms=0, topics=[T(topic=t.name, partitions=[
+            T.EpochEndOffset(error_code=kafka_code(p.error_code), partition=p.partition,
+                             leader_epoch=p.leader_epoch, end_offset=p.end_offset)
+            for p in t.partitions]) for t in answer.topics])
+
+    async def init_producer_id(self, request: Any, header: KafkaHeader,
+                               session: Session) -> Any:
+        strata = InitProducerIdRequest(
+            request.transactional_id, request.transaction_timeout_ms,
+            request.producer_id if header.api_version >= 3 else -1,
+            request.producer_epoch if header.api_version >= 3 else -1)
+        answer = await self._strata(ApiKey.INIT_PRODUCER_ID, strata, session, header)
+        return API_TYPES[22][1](throttle_time_ms=0, error_code=kafka_code(answer.error_code),
+                                producer_id=answer.producer_id,
+                                producer_epoch=answer.producer_epoch)
+
+    # ------------------------------------------------------------------ groups' offsets
+    async def find_coordinator(self, request: Any, header: KafkaHeader,
+                               session: Session) -> Any:
+        r = API_TYPES[10][1]
+        keys = list(request.coordinator_keys) if header.api_version >= 4 else [request.key]
+        key_type = request.key_type if header.api_version >= 1 else 0
+        found = []
+        for key in keys:
+            answer = await self._strata(ApiKey.FIND_COORDINATOR,
+                                        FindCoordinatorRequest(key, key_type), session, header)
+            found.append((key, answer))
+        if header.api_version >= 4:
+            return r(throttle_time_ms=0, coordinators=[r.Coordinator(
+                key=k, node_id=a.node_id, host=a.host, port=a.port,
+                error_code=kafka_code(a.error_code), error_message=a.error_message)
+                for k, a in found])
+        _, a = found[0]
+        return r(throttle_time_ms=0, error_code=kafka_code(a.error_code),
+                 error_message=a.error_message, node_id=a.node_id, host=a.host, port=a.port)
+
+    async def offset_commit(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        member_id, member_epoch = self.groups.committer(
+            request.group_id, request.member_id, request.generation_id_or_member_epoch)
+        strata = OffsetCommitRequest(request.group_id, member_id, member_epoch, [
+            OffsetCommitTopic(t.name, [OffsetCommitPartition(
+                p.partition_index, p.committed_offset, p.committed_metadata)
+                for p in t.partitions]) for t in request.topics])
+        answer = await self._strata(ApiKey.OFFSET_COMMIT, strata, session, header)
+        r = API_TYPES[8][1]
+        T = r.OffsetCommitResponseTopic
+        return r(throttle_time_ms=0, topics=[T(name=t.name, partitions=[
+            T.OffsetCommitResponsePartition(partition_index=p.partition,
+                                            error_code=self.groups.commit_code(p.error_code))
+            for p in t.partitions]) for t in answer.topics])
+
+    async def offset_fetch(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        r = API_TYPES[9][1]
+        if header.api_version >= 8:
+            groups = [(g.group_id, g.topics) for g in request.groups]
+        else:
+            groups = [(request.group_id, request.topics)]
+        results = []
+        for group_id, topics in groups:
+            wanted = None if topics is None else [
+                GroupTopicPartitions(t.name, list(t.partition_indexes)) for t in topics]
+            answer = await self._strata(
+                ApiKey.OFFSET_FETCH, OffsetFetchRequest(
+                    group_id, wanted, require_stable=bool(
+                        getattr(request, "require_stable", False))), session, header)
+            results.append((group_id, answer))
+        if header.api_version >= 8:
+            G = r.OffsetFetchResponseGroup
+            T = G.OffsetFetchResponseTopics
+            return r(throttle_time_ms=0, groups=[G(
+                group_id=g, error_code=kafka_code(a.error_code), topics=[T(
+                    name=t.name, partitions=[T.OffsetFetchResponsePartitions(
+                        partition_index=p.partition, committed_offset=p.offset,
+                        committed_leader_epoch=-1, metadata=p.metadata or "",
+                        error_code=kafka_code(p.error_code)) for p in t.partitions])
+                    for t in a.topics]) for g, a in results])
+        _, a = results[0]
+        T = r.OffsetFetchResponseTopic
+        return r(throttle_time_ms=0, error_code=kafka_code(a.error_code), topics=[T(
+            name=t.name, partitions=[T.OffsetFetchResponsePartition(
+                partition_index=p.partition, committed_offset=p.offset,
+                committed_leader_epoch=-1, metadata=p.metadata or "",
+                error_code=kafka_code(p.error_code)) for p in t.partitions])
+            for t in a.topics])
+
+    # ------------------------------------------------------------------ admin
+    async def create_topics(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        strata = CreateTopicsRequest([CreatableTopic(
+            t.name, t.num_partitions, t.replication_factor,
+            [ConfigEntry(c.name, c.value) for c in t.configs],
+            [ReplicaAssignment(a.partition_index, list(a.broker_ids)) for a in t.assignments])
+            for t in request.topics], timeout_ms=request.timeout_ms,
+            validate_only=request.validate_only)
+        answer = await self._strata(ApiKey.CREATE_TOPICS, strata, session, header)
+        r = API_TYPES[19][1]
+        asked = {t.name: t for t in request.topics}
+        out = []
+        for t in answer.topics:
+            spec = asked.get(t.name)
+            out.append(r.CreatableTopicResult(
+                name=t.name, error_code=kafka_code(t.error_code), error_message=t.error_message,
+                num_partitions=spec.num_partitions if spec else -1,
+                replication_factor=spec.replication_factor if spec else -1, configs=None))
+        return r(throttle_time_ms=0, topics=out)
+
+    async def delete_topics(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        names = [t.name for t in request.topics] if header.api_version >= 6 \
+            else list(request.topic_names)
+        answer = await self._strata(ApiKey.DELETE_TOPICS,
+                                    DeleteTopicsRequest(names, request.timeout_ms), session,
+                                    header)
+        r = API_TYPES[20][1]
+        return r(throttle_time_ms=0, responses=[r.DeletableTopicResult(
+            name=t.name, error_code=kafka_code(t.error_code), error_message=t.error_message)
+            for t in answer.topics])
+
+    async def describe_configs(self, request: Any, header: KafkaHeader,
+                               session: Session) -> Any:
+        r = API_TYPES[32][1]
+        R = r.DescribeConfigsResult
+        results = []
+        topics = [res for res in request.resources if res.resource_type == 2]
+        if topics:
+            answer = await self._strata(
+                ApiKey.DESCRIBE_CONFIGS,
+                DescribeConfigsRequest([res.resource_name for res in topics]), session, header)
+            for t in answer.topics:
+                results.append(R(
+                    error_code=kafka_code(t.error_code), error_message=t.error_message,
+                    resource_type=2, resource_name=t.name, configs=[
+                        R.DescribeConfigsResourceResult(
+                            name=c.name, value=c.value, read_only=False,
+                            config_source=5 if c.is_default else 1, is_sensitive=False,
+                            synonyms=[], config_type=0, documentation=None)
+                        for c in t.configs]))
+        for res in request.resources:
+            if res.resource_type != 2:  # brokers and others: nothing to describe yet
+                results.append(R(error_code=0, error_message=None,
+                                 resource_type=res.resource_type,
+                                 resource_name=res.resource_name, configs=[]))
+        return r(throttle_time_ms=0, results=results)
+
+    async def describe_cluster(self, request: Any, header: KafkaHeader,
+                               session: Session) -> Any:
+        answer = await self._strata(ApiKey.METADATA, MetadataRequest([]), session, header)
+        r = API_TYPES[60][1]
+        return r(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
+                 cluster_id=answer.cluster_id or "", controller_id=answer.controller_id,
+                 brokers=[r.DescribeClusterBroker(broker_id=b.node_id, host=b.host,
+                                                  port=b.port, rack=None)
+                          for b in answer.brokers])
+
+
+def request_level_code(err: StrataError) -> int:
+    """The Kafka code for a request that failed as a whole."""
+    if isinstance(err, UnsupportedVersionError):
+        return _UNSUPPORTED_VERSION
+    if isinstance(err, InvalidRequestError):
+        return _INVALID_REQUEST
+    return kafka_code(err.code)

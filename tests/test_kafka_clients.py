@@ -1,0 +1,356 @@
+"""Stock Kafka clients against the brokers' Kafka listeners (issue [3.6]).
+
+One three-broker cluster whose brokers each open a Kafka listener beside Strata's own
+(``kafka.listeners``), and the clients as users install them from PyPI:
+confluent-kafka (librdkafka, the C client most languages wrap) and kafka-python. Each
+test uses what a user would: the clients' admin, producer and consumer APIs, and checks
+what the other side sees:
+
+* admin: create, describe (metadata and configs) and delete topics;
+* idempotent acks=all produce with every compression codec librdkafka has (none, gzip,
+  snappy, lz4, zstd), keys, null values and headers, read back by a Kafka consumer and by
+  Strata's own consumer with the same offsets, bytes and timestamps;
+* records written by Strata's producer read by both Kafka clients;
+* a consumer group of three processes (cooperative-sticky): every record read, the
+  partitions spread over the members with no partition held by two of them;
+* commit and resume; seek by offset and by timestamp (ListOffsets);
+* one group mixing a Strata consumer and a Kafka consumer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer as KConsumer
+from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import Producer as KProducer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from kafka import KafkaConsumer as PyConsumer
+from kafka import KafkaProducer as PyProducer
+
+from strata.client import Consumer, Producer
+from tests.support.cluster import Cluster
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with Cluster(tmp_path_factory.mktemp("kafka"), brokers=3, kafka=True) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def kafka(cluster: Cluster) -> str:
+    return cluster.kafka_bootstrap
+
+
+@pytest.fixture(scope="module")
+def admin(kafka: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": kafka})
+
+
+def create(admin: AdminClient, name: str, partitions: int = 3, rf: int = 3,
+           config: dict[str, str] | None = None) -> str:
+    futures = admin.create_topics([NewTopic(name, partitions, rf, config=config or {})],
+                                  operation_timeout=20)
+    futures[name].result(30)
+    wait_for(f"topic {name} led on every partition",
+             lambda: admin.list_topics(name, timeout=5).topics[name],
+             lambda t: t.error is None and len(t.partitions) == partitions
+             and all(p.leader >= 0 for p in t.partitions.values()), timeout=30)
+    return name
+
+
+def read_kafka(kafka: str, topic: str, count: int, *, group: str | None = None,
+               timeout: float = 30.0, **config: Any) -> list[Any]:
+    """``count`` records of ``topic`` read by librdkafka from the beginning."""
+    consumer = KConsumer({"bootstrap.servers": kafka, "group.id": group or f"r-{topic}",
+                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                          **config})
+    try:
+        consumer.subscribe([topic])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            for m in consumer.consume(1000, 0.5):
+                if m.error() is None:
+                    out.append(m)
+                elif m.error().code() != KafkaError._PARTITION_EOF:
+                    raise AssertionError(f"consumer error: {m.error()}")
+        return out
+    finally:
+        consumer.close()
+
+
+def read_strata(bootstrap: str, topic: str, partitions: int, count: int,
+                timeout: float = 30.0) -> list[Any]:
+    consumer = Consumer(bootstrap, auto_offset_reset="earliest")
+    try:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            out.extend(consumer.poll(timeout_ms=300))
+        return out
+    finally:
+        consumer.close()
+
+
+# ----------------------------------------------------------------------------- admin
+def test_admin_creates_describes_and_deletes_topics(admin: AdminClient) -> None:
+    name = create(admin, "k-admin", partitions=4, config={"retention.ms": "3600000"})
+    metadata = admin.list_topics(name, timeout=10).topics[name]
+    assert sorted(metadata.partitions) == [0, 1, 2, 3]
+    assert all(len(p.replicas) == 3 and len(p.isrs) >= 2
+               for p in metadata.partitions.values())
+    configs = admin.describe_configs([ConfigResource("topic", name)])
+    (described,) = configs.values()
+    entries = described.result(20)
+    assert entries["retention.ms"].value == "3600000"
+    with pytest.raises(Exception, match="already exists"):
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(20)
+    admin.delete_topics([name], operation_timeout=20)[name].result(30)
+    wait_for("topic deleted", lambda: admin.list_topics(timeout=5).topics,
+             lambda topics: name not in topics, timeout=30)
+
+
+# ----------------------------------------------------------------------------- records
+def test_every_codec_round_trips_through_both_protocols(admin: AdminClient, kafka: str,
+                                                         cluster: Cluster) -> None:
+    topic = create(admin, "k-codecs", partitions=3)
+    sent: dict[tuple[str, int], tuple[bytes | None, bytes | None, list[Any], int]] = {}
+    acked: dict[tuple[str, int], tuple[int, int]] = {}
+    base_ts = int(time.time() * 1000) - 60_000
+    for codec in CODECS:
+        producer = KProducer({"bootstrap.servers": kafka, "enable.idempotence": True,
+                              "acks": "all", "compression.type": codec, "linger.ms": 5})
+        errors: list[Any] = []
+
+        def delivered(err: Any, msg: Any, codec: str = codec) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                acked[(codec, int(msg.key()[1:]))] = (msg.partition(), msg.offset())
+
+        for i in range(200):
+            key = None if i % 7 == 3 else b"k%d" % i
+            value = None if i % 11 == 5 else f"{codec}-{i}-".encode() * (1 + i % 13)
+            headers = [("codec", codec.encode()), ("i", str(i).encode())] if i % 2 else []
+            sent[(codec, i)] = (key, value, headers, base_ts + i)
+            producer.produce(topic, key=b"#%d" % i if key is None else b"k%d" % i,
+                             value=value, headers=headers, timestamp=base_ts + i,
+                             on_delivery=delivered, partition=i % 3)
+        assert producer.flush(30) == 0
+        assert errors == []
+    assert len(acked) == len(CODECS) * 200
+    # Offsets: one per record, no gaps, no duplicates, per partition.
+    per_partition: dict[int, list[int]] = {}
+    for partition, offset in acked.values():
+        per_partition.setdefault(partition, []).append(offset)
+    for offsets in per_partition.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+
+    def expected(codec: str, i: int) -> tuple[Any, ...]:
+        key, value, headers, ts = sent[(codec, i)]
+        return (b"#%d" % i if key is None else key, value, [tuple(h) for h in headers], ts)
+
+    by_offset = {v: k for k, v in acked.items()}
+    kafka_read = read_kafka(kafka, topic, len(acked))
+    assert len(kafka_read) == len(acked)
+    for m in kafka_read:
+        codec, i = by_offset[(m.partition(), m.offset())]
+        assert (m.key(), m.value(), [tuple(h) for h in (m.headers() or [])],
+                m.timestamp()[1]) == expected(codec, i)
+    strata_read = read_strata(cluster.bootstrap, topic, 3, len(acked))
+    assert len(strata_read) == len(acked)
+    for r in strata_read:
+        codec, i = by_offset[(r.partition, r.offset)]
+        assert (r.key, r.value, [tuple(h) for h in r.headers], r.timestamp) == \
+            expected(codec, i)
+
+
+def test_kafka_python_producer_and_consumer(admin: AdminClient, kafka: str,
+                                            cluster: Cluster) -> None:
+    topic = create(admin, "k-python", partitions=2)
+    producer = PyProducer(bootstrap_servers=kafka, acks="all", enable_idempotence=True,
+                          compression_type="gzip")
+    futures = [producer.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2,
+                             headers=[("n", str(i).encode())]) for i in range(100)]
+    producer.flush(30)
+    metas = [f.get(30) for f in futures]
+    producer.close()
+    assert sorted((m.partition, m.offset) for m in metas) == \
+        sorted((p, o) for p in range(2) for o in range(50))
+    consumer = PyConsumer(topic, bootstrap_servers=kafka, group_id="py-group",
+                          auto_offset_reset="earliest", enable_auto_commit=False,
+                          consumer_timeout_ms=10_000)
+    got = []
+    for m in consumer:
+        got.append((m.partition, m.offset, m.key, m.value, m.headers))
+        if len(got) == 100:
+            break
+    consumer.commit()
+    consumer.close()
+    assert sorted(got) == sorted((i % 2, i // 2, b"k%d" % i, b"v%d" % i,
+                                  [("n", str(i).encode())]) for i in range(100))
+    strata = read_strata(cluster.bootstrap, topic, 2, 100)
+    assert sorted((r.partition, r.offset, r.value) for r in strata) == \
+        sorted((i % 2, i // 2, b"v%d" % i) for i in range(100))
+
+
+def test_strata_producer_read_by_kafka_clients(admin: AdminClient, kafka: str,
+                                               cluster: Cluster) -> None:
+    topic = create(admin, "k-from-strata", partitions=2)
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        futures = [producer.send(topic, value=b"s%d" % i, key=b"k%d" % i, partition=i % 2,
+                                 headers=[("from", b"strata")] if i % 3 == 0 else None)
+                   for i in range(300)]
+        producer.flush()
+        written = {(f.result().partition, f.result().offset): i for i, f in
+                   enumerate(futures)}
+    for m in read_kafka(kafka, topic, 300):
+        i = written[(m.partition(), m.offset())]
+        assert (m.key(), m.value()) == (b"k%d" % i, b"s%d" % i)
+        assert (m.headers() or []) == ([("from", b"strata")] if i % 3 == 0 else [])
+    consumer = PyConsumer(bootstrap_servers=kafka, auto_offset_reset="earliest",
+                          enable_auto_commit=False, consumer_timeout_ms=10_000)
+    from kafka import TopicPartition as PyTP
+
+    consumer.assign([PyTP(topic, 0), PyTP(topic, 1)])
+    got = {(m.partition, m.offset): m.value for m in consumer}
+    consumer.close()
+    assert got == {k: b"s%d" % i for k, i in written.items()}
+
+
+# ----------------------------------------------------------------------------- groups
+def test_group_of_kafka_processes_shares_the_partitions(admin: AdminClient,
+                                                        kafka: str) -> None:
+    topic = create(admin, "k-group", partitions=6)
+    stop = threading.Event()
+    produced: list[tuple[int, int]] = []
+
+    def produce() -> None:  # records keep arriving while the members join
+        producer = KProducer({"bootstrap.servers": kafka, "acks": "all", "linger.ms": 2})
+        i = 0
+        while not stop.is_set():
+            for _ in range(30):
+                producer.produce(topic, value=f"g{i}".encode(), partition=i % 6,
+                                 on_delivery=lambda e, m: produced.append(
+                                     (m.partition(), m.offset())) if e is None else None)
+                i += 1
+            producer.poll(0)
+            time.sleep(0.05)
+        producer.flush(30)
+
+    feeder = threading.Thread(target=produce)
+    feeder.start()
+    members = [subprocess.Popen(
+        [sys.executable, "-m", "tests.support.kafka_member", kafka, topic, "k-group", "4"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        time.sleep(8)
+    finally:
+        stop.set()
+        feeder.join()
+    outputs = []
+    for member in members:
+        out, _ = member.communicate(timeout=90)
+        assert member.returncode == 0
+        outputs.append([json.loads(line) for line in out.splitlines()])
+    read = {(p, o) for events in outputs for e in events for p, o, _ in e.get("read", [])}
+    assert set(produced) <= read, f"{len(set(produced) - read)} records never read"
+    # Every member was given partitions: the group spread them.
+    for events in outputs:
+        assert any(e.get("assigned") for e in events), "a member was never given a partition"
+    assert not any(e.get("error") for events in outputs for e in events)
+
+
+def test_commit_resume_and_seek(admin: AdminClient, kafka: str) -> None:
+    topic = create(admin, "k-resume", partitions=1)
+    producer = KProducer({"bootstrap.servers": kafka, "acks": "all"})
+    base = int(time.time() * 1000) - 100_000
+    for i in range(100):
+        producer.produce(topic, value=b"r%d" % i, partition=0, timestamp=base + 1000 * i)
+    assert producer.flush(30) == 0
+    first = KConsumer({"bootstrap.servers": kafka, "group.id": "resume",
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    first.assign([TopicPartition(topic, 0, 0)])
+    got: list[Any] = []
+    while len(got) < 40:
+        got.extend(m for m in first.consume(40 - len(got), 1.0) if m.error() is None)
+    first.commit(offsets=[TopicPartition(topic, 0, 40)], asynchronous=False)
+    first.close()
+    second = KConsumer({"bootstrap.servers": kafka, "group.id": "resume",
+                        "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    assert second.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 40
+    second.subscribe([topic])
+    resumed: list[Any] = []
+    deadline = time.monotonic() + 30
+    while not resumed and time.monotonic() < deadline:
+        resumed = [m for m in second.consume(10, 1.0) if m.error() is None]
+    assert resumed[0].offset() == 40 and resumed[0].value() == b"r40"
+    # Seek by timestamp: the first record at or after base + 70.5 s is offset 71.
+    (found,) = second.offsets_for_times([TopicPartition(topic, 0, base + 70_500)], timeout=10)
+    assert found.offset == 71
+    low, high = second.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    assert (low, high) == (0, 100)
+    second.close()
+    seeker = KConsumer({"bootstrap.servers": kafka, "group.id": "seek",
+                        "enable.auto.commit": False})
+    seeker.assign([TopicPartition(topic, 0, 90)])
+    tail: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(tail) < 10 and time.monotonic() < deadline:
+        tail.extend(m for m in seeker.consume(10, 1.0) if m.error() is None)
+    seeker.close()
+    assert [m.offset() for m in tail] == list(range(90, 100))
+
+
+def test_one_group_mixes_a_strata_and_a_kafka_member(admin: AdminClient, kafka: str,
+                                                     cluster: Cluster) -> None:
+    topic = create(admin, "k-mixed", partitions=4)
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        for i in range(400):
+            producer.send(topic, value=b"m%d" % i, partition=i % 4)
+        producer.flush()
+    strata = Consumer(cluster.bootstrap, group_id="mixed", auto_offset_reset="earliest",
+                      enable_auto_commit=False)
+    strata.subscribe([topic])
+    kafka_member = KConsumer({"bootstrap.servers": kafka, "group.id": "mixed",
+                              "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                              "partition.assignment.strategy": "cooperative-sticky",
+                              "heartbeat.interval.ms": 500})
+    kafka_member.subscribe([topic])
+    read: dict[str, set[tuple[int, int]]] = {"strata": set(), "kafka": set()}
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            for r in strata.poll(timeout_ms=100):
+                read["strata"].add((r.partition, r.offset))
+            for m in kafka_member.consume(200, 0.1):
+                if m.error() is None:
+                    read["kafka"].add((m.partition(), m.offset()))
+            both = strata.assignment() and kafka_member.assignment()
+            if both and len(read["strata"] | read["kafka"]) == 400:
+                break
+        strata_held = {tp.partition for tp in strata.assignment()}
+        kafka_held = {tp.partition for tp in kafka_member.assignment()}
+    finally:
+        strata.close()
+        kafka_member.close()
+    assert read["strata"] | read["kafka"] == {(p, o) for p in range(4) for o in range(100)}
+    assert strata_held and kafka_held, (strata_held, kafka_held)
+    assert not strata_held & kafka_held
