@@ -280,6 +280,8 @@ def _print_status(status: StackStatus, fmt: str, headline: str) -> None:
     endpoints = status.endpoints()
     print(f"ZooKeeper: {endpoints['zookeeper'] or '-'}")
     print(f"Bootstrap: {endpoints['bootstrap'] or '-'}")
+    print(f"Kafka:     {endpoints['kafka_bootstrap'] or '-'}  (stock Kafka clients, kcat, "
+          "Spark's format(\"kafka\"): bootstrap.servers)")
     print(f"Gateway:   {endpoints['gateway'] or '-'}")
     print(f"Warehouse: {status.warehouse or status.data_dir / 'warehouse'}  (Delta tables of "
           "tiered topics; "

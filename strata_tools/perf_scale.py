@@ -311,9 +311,10 @@ def _free_base(brokers: int) -> int:
     port while it is down."""
     from procs import PortInUseError, check_port_free
 
-    high = min(_ephemeral_low(), 65536) - 80
+    high = min(_ephemeral_low(), 65536) - 110
     low = max(1024, high - 12_000)
-    ports = [0, 9, 70, *(10 + i for i in range(brokers)), *(40 + i for i in range(brokers))]
+    ports = [0, 9, 70, *(10 + i for i in range(brokers)), *(40 + i for i in range(brokers)),
+             *(80 + i for i in range(brokers))]
     for _ in range(500):
         base = random.randrange(low, high)
         try:

@@ -94,7 +94,7 @@ class Stacks:
         self.kafka = ""
 
     def up(self) -> None:
-        base = _free_base([0, 9, 10, 11, 12, 40, 41, 42, 70])
+        base = _free_base([0, 9, 10, 11, 12, 40, 41, 42, 70, 80, 81, 82])
         report = json.loads(_strata("up", "--data-dir", str(self.strata_dir), "--brokers", "3",
                                     "--no-tier", "--base-port", str(base), "--format", "json"))
         self.strata = report.get("bootstrap") or ",".join(

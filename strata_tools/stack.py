@@ -20,6 +20,7 @@ Port plan for base port P (:data:`ZOOKEEPER_PEER_OFFSET` and friends)::
     ZooKeeper node k (0-based)    client P+k, quorum P+3+k, election P+6+k  (P..P+8)
     broker i (i < 30)             P+10+i                                    (P+10..P+39)
     broker i metrics              P+40+i                                    (P+40..P+69)
+    broker i Kafka listener       P+80+i                                    (P+80..P+109)
     ingest gateway (HTTP)         P+9
     tiering job metrics (HTTP)    P+70
 
@@ -212,15 +213,22 @@ class StackStatus:
         )
 
     def endpoints(self) -> dict[str, str | None]:
-        """Endpoint per key. ``bootstrap`` is "" and ``gateway`` None until they exist."""
+        """Endpoint per key. ``bootstrap`` and ``kafka_bootstrap`` (the brokers' Kafka
+        listeners) are "" and ``gateway`` None until they exist."""
         found: dict[str, list[str]] = {}
         for p in self.processes:
             if p.state in ("started", "running"):
                 found.setdefault(p.record.endpoint_key, []).append(p.record.endpoint)
-        out: dict[str, str | None] = {"bootstrap": "", "zookeeper": None, "gateway": None,
+        out: dict[str, str | None] = {"bootstrap": "", "kafka_bootstrap": "",
+                                      "zookeeper": None, "gateway": None,
                                       "tier_metrics": None}
         for key, values in found.items():
             out[key] = ",".join(values)
+        # Each broker's Kafka listener sits at a fixed offset from its own port.
+        out["kafka_bootstrap"] = ",".join(
+            f"{p.record.endpoint.rpartition(':')[0]}:{kafka_port_of(p.record.port)}"
+            for p in self.processes
+            if p.record.endpoint_key == "bootstrap" and p.state in ("started", "running"))
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -343,10 +351,17 @@ def zookeeper_services(nodes: int = 1) -> tuple[ServiceSpec, ...]:
 
 BROKER_PORT_OFFSET = 10
 BROKER_METRICS_OFFSET = 40
+#: Each broker's Kafka-protocol listener (stock Kafka clients; docs/kafka-compatibility.md).
+KAFKA_PORT_OFFSET = 80
 MAX_BROKERS = 30
 #: Brokers of a new stack: the smallest cluster in which a topic survives losing a broker
 #: with acks=all and min.insync.replicas=2.
 DEFAULT_BROKERS = 3
+
+
+def kafka_port_of(broker_port: int) -> int:
+    """The port of the Kafka listener of the broker on ``broker_port``."""
+    return broker_port - BROKER_PORT_OFFSET + KAFKA_PORT_OFFSET
 
 
 def replication_defaults(brokers: int) -> list[str]:
@@ -370,11 +385,16 @@ def _start_broker(broker_id: int, brokers: int) -> Callable[[StackContext, int],
         log_path = data / "broker.log"
         metrics_port = port - BROKER_PORT_OFFSET + BROKER_METRICS_OFFSET
         check_port_free(ctx.host, metrics_port, f"broker-{broker_id} metrics")
+        kafka_port = kafka_port_of(port)
+        check_port_free(ctx.host, kafka_port, f"broker-{broker_id} Kafka listener")
         secure = SecureStack(ctx.data_dir)
         where = ["--host", ctx.host, "--port", str(port)]
+        kafka = f"KAFKA://{ctx.host}:{kafka_port}"
         if secure.enabled:
             secure.ensure_users(zookeeper)
             where = secure.broker_overrides(ctx.host, port)
+            kafka = f"KAFKA_SASL_SSL://{ctx.host}:{kafka_port}"
+        where += ["--override", f"kafka.listeners={kafka}"]
         args = [sys.executable, "-m", "brokers", "--broker-id", str(broker_id), *where,
                 "--data-dir", str(data / "logs"), "--zookeeper", zookeeper,
                 "--metrics-port", str(metrics_port), *replication_defaults(brokers)]

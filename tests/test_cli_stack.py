@@ -90,16 +90,18 @@ def stack_ports(base: int, brokers: int = 1, zookeeper_nodes: int = 1) -> list[i
     zookeeper = [base] if zookeeper_nodes == 1 else \
         [base + offset + k for offset in (0, 3, 6) for k in range(zookeeper_nodes)]
     return [*zookeeper, base + 9, *(base + 10 + i for i in range(brokers)),
-            *(base + 40 + i for i in range(brokers)), base + 70]
+            *(base + 40 + i for i in range(brokers)), base + 70,
+            *(base + 80 + i for i in range(brokers))]
 
 
 def free_base_port(brokers: int = 1, attempts: int = 500, zookeeper_nodes: int = 1) -> int:
-    """A base port P whose whole port plan (P[..P+8], P+9, P+10+i, P+40+i, P+70) is free now.
+    """A base port P whose whole port plan (P[..P+8], P+9, P+10+i, P+40+i, P+70, P+80+i) is
+    free now.
 
     Taken from below the ephemeral range: outgoing connections of concurrent tests take
     ephemeral ports and could land on P+10 between this check and `strata up`.
     """
-    high = min(_ephemeral_low(), 65536) - 80
+    high = min(_ephemeral_low(), 65536) - 110
     low = max(1024, high - 12000)
     rng = random.Random()
     for _ in range(attempts):
@@ -156,6 +158,7 @@ def test_up_status_up_again_down(
         port, info = up_on_free_ports(data_dir, tmp_path, reaper)
         assert info["zookeeper"] == f"127.0.0.1:{port}"
         assert info["bootstrap"] == f"127.0.0.1:{port + 10}"
+        assert info["kafka_bootstrap"] == f"127.0.0.1:{port + 80}"
         assert info["gateway"] == f"http://127.0.0.1:{port + 9}"
         zk, broker, gateway, tier = info["processes"]
         assert zk["name"] == "zookeeper" and zk["port"] == port and zk["state"] == "started"
@@ -198,6 +201,8 @@ def test_up_status_up_again_down(
             (info["gateway"], token)
         text = ok(strata("status", "--data-dir", str(data_dir), cwd=tmp_path))
         assert f"Gateway:   {info['gateway']}" in text and token in text
+        assert f"Kafka:     {info['kafka_bootstrap']}" in text
+        assert status_info["kafka_bootstrap"] == info["kafka_bootstrap"]
 
         again = strata("up", "--data-dir", str(data_dir), "--format", "json", cwd=tmp_path)
         assert again.returncode == 0, again.stderr
@@ -408,7 +413,7 @@ def test_up_defaults_to_three_brokers_that_replicate(tmp_path: Path, reaper: Any
     get three replicas and min.insync.replicas=2 (the stack survives losing a broker)."""
     data_dir = tmp_path / "stack"
     try:
-        _, info = up_on_free_ports(data_dir, tmp_path, reaper, brokers=3, size_flag=False)
+        base, info = up_on_free_ports(data_dir, tmp_path, reaper, brokers=3, size_flag=False)
         assert [p["name"] for p in info["processes"]] == [
             "zookeeper", "broker-0", "broker-1", "broker-2", "gateway", "tier"]
         with Admin(info["bootstrap"]) as admin:
@@ -420,6 +425,26 @@ def test_up_defaults_to_three_brokers_that_replicate(tmp_path: Path, reaper: Any
             assert configs["min.insync.replicas"].value == "2"
         report = _produce(info["bootstrap"], "replicated", ["k:v"], tmp_path)
         assert report, report
+        # Every broker opened its Kafka listener: a stock Kafka client reads that record
+        # and writes one Strata's consumer reads back.
+        from confluent_kafka import Consumer as KafkaConsumer
+        from confluent_kafka import Producer as KafkaProducer
+
+        kafka = info["kafka_bootstrap"]
+        assert kafka == ",".join(f"127.0.0.1:{base + 80 + i}" for i in range(3))
+        producer = KafkaProducer({"bootstrap.servers": kafka, "acks": "all"})
+        producer.produce("replicated", key=b"from", value=b"kafka", partition=0)
+        assert producer.flush(30) == 0
+        consumer = KafkaConsumer({"bootstrap.servers": kafka, "group.id": "up-test",
+                                  "auto.offset.reset": "earliest"})
+        consumer.subscribe(["replicated"])
+        seen: list[tuple[bytes, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 2 and time.monotonic() < deadline:
+            seen += [(m.key(), m.value()) for m in consumer.consume(10, 1.0)
+                     if m.error() is None]
+        consumer.close()
+        assert sorted(seen) == [(b"from", b"kafka"), (b"k", b"v")]
         # The notebooks' helpers on a plaintext stack (tests/test_notebooks.py runs the
         # notebooks on a secured one): no security options, and `seed` works as the
         # notebooks' README says.

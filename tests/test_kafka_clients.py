@@ -14,12 +14,19 @@ what the other side sees:
 * a consumer group of three processes (cooperative-sticky): every record read, the
   partitions spread over the members with no partition held by two of them;
 * commit and resume; seek by offset and by timestamp (ListOffsets);
-* one group mixing a Strata consumer and a Kafka consumer.
+* one group mixing a Strata consumer and a Kafka consumer;
+* on the wire: KIP-511's ApiVersions fallback, UNSUPPORTED_VERSION for an unknown API
+  (the connection goes on), Produce v0-2 advertised but refused, an undecodable body
+  closing only its connection, and random frames (hypothesis) after which the listener
+  still serves.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -33,6 +40,8 @@ from confluent_kafka import Consumer as KConsumer
 from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka import Producer as KProducer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka import KafkaConsumer as PyConsumer
 from kafka import KafkaProducer as PyProducer
 
@@ -139,7 +148,8 @@ def test_every_codec_round_trips_through_both_protocols(admin: AdminClient, kafk
                               "acks": "all", "compression.type": codec, "linger.ms": 5})
         errors: list[Any] = []
 
-        def delivered(err: Any, msg: Any, codec: str = codec) -> None:
+        def delivered(err: Any, msg: Any, codec: str = codec,
+                      errors: list[Any] = errors) -> None:
             if err is not None:
                 errors.append(err)
             else:
@@ -354,3 +364,93 @@ def test_one_group_mixes_a_strata_and_a_kafka_member(admin: AdminClient, kafka: 
     assert read["strata"] | read["kafka"] == {(p, o) for p in range(4) for o in range(100)}
     assert strata_held and kafka_held, (strata_held, kafka_held)
     assert not strata_held & kafka_held
+
+
+# ----------------------------------------------------------------------------- the wire
+def _connect(kafka: str) -> socket.socket:
+    host, port = kafka.split(",")[0].split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _exchange(sock: socket.socket, frame: bytes) -> bytes:
+    sock.sendall(frame)
+    (size,) = struct.unpack(">i", _recv(sock, 4))
+    return _recv(sock, size)
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)}/{n} bytes")
+        data += chunk
+    return data
+
+
+def _frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    header = struct.pack(">hhih", api_key, version, correlation_id, 3) + b"raw"
+    if version >= 3 and api_key == 18:
+        header += b"\x00"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def test_unknown_apis_and_versions_get_kafkas_answers(kafka: str) -> None:
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    with _connect(kafka) as sock:
+        # KIP-511: a newer ApiVersions than ours gets the v0 format, error 35, our range.
+        answer = _exchange(sock, _frame(18, 9, 1, b"\x01\x01\x00"))
+        assert struct.unpack_from(">i", answer)[0] == 1
+        decoded = ApiVersionsResponse.decode(answer[4:], version=0)
+        assert decoded.error_code == 35 and decoded.api_keys[0].api_key == 18
+        # An API key nobody serves: the header and UNSUPPORTED_VERSION; the line goes on.
+        answer = _exchange(sock, _frame(999, 0, 2, b""))
+        assert struct.unpack(">ih", answer) == (2, 35)
+        body = ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+        answer = _exchange(sock, _frame(18, 3, 3, body.encode(version=3)))
+        served = ApiVersionsResponse.decode(answer[4:], version=3)
+        assert served.error_code == 0
+        assert {k.api_key for k in served.api_keys} >= {0, 1, 2, 3, 8, 9, 10, 11, 12, 13,
+                                                         14, 18, 19, 20, 22}
+        # Produce v2 is advertised (librdkafka's compression check) but refused.
+        old = ProduceRequest(acks=1, timeout_ms=1000, topic_data=[
+            ProduceRequest.TopicProduceData(name="k-old", partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=0,
+                                                                     records=b"")])])
+        answer = _exchange(sock, _frame(0, 2, 4, old.encode(version=2)))
+        refused = ProduceResponse.decode(answer[4:], version=2)
+        assert refused.responses[0].partition_responses[0].error_code == 35
+    # A body that does not decode closes that connection only.
+    with _connect(kafka) as sock:
+        sock.sendall(_frame(3, 1, 5, b"\x00\x00\x00\x05\x00"))
+        with pytest.raises((ConnectionError, OSError)):
+            _exchange(sock, _frame(18, 0, 6, b""))
+    with _connect(kafka) as sock:
+        assert _exchange(sock, _frame(18, 0, 7, b""))[:6] == struct.pack(">ih", 7, 0)
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(
+    st.binary(max_size=200),
+    st.binary(max_size=200).map(lambda b: struct.pack(">i", len(b)) + b),
+    st.tuples(st.sampled_from([0, 1, 2, 3, 8, 9, 10, 11, 14, 18, 19, 22, 32]),
+              st.integers(-1, 20), st.binary(max_size=200))
+    .map(lambda t: _frame(t[0], t[1], 1, t[2]))))
+def test_random_frames_hurt_nothing(kafka: str, frame: bytes) -> None:
+    with _connect(kafka) as sock, contextlib.suppress(OSError):
+        sock.sendall(frame)
+        sock.settimeout(0.05)
+        sock.recv(65536)
+
+
+def test_the_listener_serves_after_the_fuzz(admin: AdminClient, kafka: str) -> None:
+    topic = create(admin, "k-after-fuzz", partitions=1)
+    producer = KProducer({"bootstrap.servers": kafka, "acks": "all",
+                          "enable.idempotence": True})
+    producer.produce(topic, value=b"still here")
+    assert producer.flush(20) == 0
+    (m,) = read_kafka(kafka, topic, 1)
+    assert m.value() == b"still here"

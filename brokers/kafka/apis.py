@@ -65,6 +65,8 @@ from wire.protocol import (
     ProduceRequest,
     ProduceTopic,
     ReplicaAssignment,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
 )
 
 if TYPE_CHECKING:
@@ -106,9 +108,11 @@ class KafkaApis:
             11: self.groups.join_group, 12: self.groups.heartbeat,
             13: self.groups.leave_group, 14: self.groups.sync_group,
             15: self.groups.describe_groups, 16: self.groups.list_groups,
-            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
+            17: self.sasl_handshake, 18: self.api_versions, 19: self.create_topics,
+            20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch,
-            32: self.describe_configs, 42: self.groups.delete_groups,
+            32: self.describe_configs, 36: self.sasl_authenticate,
+            42: self.groups.delete_groups,
             60: self.describe_cluster,
         }
         self._served = {k: v for k, v in VERSIONS.items() if k in self._table}
@@ -126,12 +130,15 @@ class KafkaApis:
         if api == 18 and (served is None or header.api_version > served[1]):
             return [unsupported_api_versions(header)]
         if served is None:
-            # No response schema to answer in: Kafka closes such a connection.
+            # No response schema to answer in: the listener answers the header and 35.
             raise UnsupportedVersionError(
                 f"API key {api} is not served on this Kafka listener "
                 "(docs/kafka-compatibility.md lists what is)")
         _low, high, accepted = served
         request_type, _response_type = API_TYPES[api]
+        if api == 0 and 0 <= header.api_version < accepted:
+            # Advertised (KAFKA-18659) but refused, partition by partition, as Kafka 4.
+            return [encode_answer(header, self._refuse_old_produce(body, header))]
         if not accepted <= header.api_version <= high:
             log.info("%s v%d from %s is not served (%d..%d)", request_type.__name__,
                      header.api_version, session.peer, accepted, high)
@@ -153,12 +160,44 @@ class KafkaApis:
             return None
         return [encode_answer(header, response)]
 
+    @staticmethod
+    def _refuse_old_produce(body: memoryview, header: KafkaHeader) -> Any:
+        request_type, r = API_TYPES[0]
+        try:
+            request = request_type.decode(body, version=header.api_version)
+        except Exception as err:
+            raise InvalidRequestError(f"ProduceRequest v{header.api_version} does not "
+                                      f"decode: {err}") from None
+        message = (f"Produce v{header.api_version} (message format v0/v1) is not served; "
+                   f"use a client that sends v{VERSIONS[0][2]}+ (Kafka 0.11 or later)")
+        return r(responses=[r.TopicProduceResponse(name=t.name, partition_responses=[
+            r.TopicProduceResponse.PartitionProduceResponse(
+                index=p.index, error_code=_UNSUPPORTED_VERSION, base_offset=-1,
+                error_message=message) for p in t.partition_data]) for t in request.topic_data],
+            throttle_time_ms=0)
+
     # ------------------------------------------------------------------ handshake
     async def api_versions(self, request: Any, header: KafkaHeader, session: Session) -> Any:
         _, response_type = API_TYPES[18]
         keys = [response_type.ApiVersion(api_key=k, min_version=v[0], max_version=v[1])
                 for k, v in sorted(self._served.items())]
         return response_type(error_code=0, api_keys=keys, throttle_time_ms=0)
+
+    async def sasl_handshake(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        answer = await self._strata(ApiKey.SASL_HANDSHAKE,
+                                    SaslHandshakeRequest(request.mechanism), session, header)
+        return API_TYPES[17][1](error_code=kafka_code(answer.error_code),
+                                mechanisms=list(answer.mechanisms))
+
+    async def sasl_authenticate(self, request: Any, header: KafkaHeader,
+                                session: Session) -> Any:
+        answer = await self._strata(ApiKey.SASL_AUTHENTICATE,
+                                    SaslAuthenticateRequest(bytes(request.auth_bytes)),
+                                    session, header)
+        return API_TYPES[36][1](error_code=kafka_code(answer.error_code),
+                                error_message=answer.error_message,
+                                auth_bytes=answer.auth_bytes,
+                                session_lifetime_ms=answer.session_lifetime_ms)
 
     async def metadata(self, request: Any, header: KafkaHeader, session: Session) -> Any:
         topics = None if request.topics is None else [t.name for t in request.topics]

@@ -79,6 +79,12 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from wire.errors import InvalidRequestError
 
@@ -102,12 +108,14 @@ VERSIONS: Final[dict[int, tuple[int, int, int]]] = {
     14: (0, 5, 0),    # SyncGroup
     15: (0, 5, 0),    # DescribeGroups
     16: (0, 5, 0),    # ListGroups
+    17: (1, 1, 1),    # SaslHandshake (v0's unframed tokens are not served)
     18: (0, 4, 0),    # ApiVersions
     19: (2, 7, 2),    # CreateTopics
     20: (1, 6, 1),    # DeleteTopics
     22: (0, 5, 0),    # InitProducerId
     23: (2, 4, 2),    # OffsetForLeaderEpoch
     32: (1, 4, 1),    # DescribeConfigs
+    36: (0, 2, 0),    # SaslAuthenticate
     37: (0, 3, 0),    # CreatePartitions
     42: (0, 2, 0),    # DeleteGroups
     44: (0, 1, 0),    # IncrementalAlterConfigs
@@ -129,12 +137,14 @@ API_TYPES: Final[dict[int, tuple[Any, Any]]] = {
     14: (SyncGroupRequest, SyncGroupResponse),
     15: (DescribeGroupsRequest, DescribeGroupsResponse),
     16: (ListGroupsRequest, ListGroupsResponse),
+    17: (SaslHandshakeRequest, SaslHandshakeResponse),
     18: (ApiVersionsRequest, ApiVersionsResponse),
     19: (CreateTopicsRequest, CreateTopicsResponse),
     20: (DeleteTopicsRequest, DeleteTopicsResponse),
     22: (InitProducerIdRequest, InitProducerIdResponse),
     23: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
+    36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
