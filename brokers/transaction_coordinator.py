@@ -469,7 +469,9 @@ class TransactionCoordinator:
         result = answer.topics[0].partitions[0]
         return AddOffsetsToTxnResponse(result.error_code, result.error_message)
 
-    async def end_txn(self, request: EndTxnRequest) -> EndTxnResponse:
+    async def end_txn(self, request: EndTxnRequest, *, tv2: bool = True) -> EndTxnResponse:
+        """``tv2`` False: Kafka's rules before KIP-890 part 2 (the epoch is not bumped; the
+        Kafka listener's clients)."""
         try:
             shard = await self._shard_of(request.transactional_id)
             meta = shard.txns.get(request.transactional_id)
@@ -479,7 +481,7 @@ class TransactionCoordinator:
                     "call init_transactions() first")
             await self._spare_id()
             step = meta.end_txn(request.producer_id, request.producer_epoch,
-                                request.committed, _now_ms(), self._allocate)
+                                request.committed, _now_ms(), self._allocate, tv2=tv2)
             if step.error is None:
                 await self._apply(shard, meta, step)
         except StrataError as err:

@@ -454,3 +454,60 @@ def test_the_listener_serves_after_the_fuzz(admin: AdminClient, kafka: str) -> N
     assert producer.flush(20) == 0
     (m,) = read_kafka(kafka, topic, 1)
     assert m.value() == b"still here"
+
+
+# ----------------------------------------------------------------------------- transactions
+def test_transactions_commit_abort_and_read_committed(admin: AdminClient, kafka: str,
+                                                      cluster: Cluster) -> None:
+    source = create(admin, "k-txn-in", partitions=1)
+    sink = create(admin, "k-txn-out", partitions=2)
+    feed = KProducer({"bootstrap.servers": kafka, "acks": "all"})
+    for i in range(10):
+        feed.produce(source, value=b"in%d" % i, partition=0)
+    assert feed.flush(20) == 0
+    producer = KProducer({"bootstrap.servers": kafka, "transactional.id": "k-txn-app",
+                          "acks": "all"})
+    producer.init_transactions(30)
+    # An aborted transaction: nothing of it may reach a read_committed reader.
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(sink, value=b"aborted%d" % i, partition=i % 2)
+    producer.flush(20)
+    producer.abort_transaction(30)
+    # Consume-transform-produce: the outputs and the input offsets commit together.
+    reader = KConsumer({"bootstrap.servers": kafka, "group.id": "k-txn-group",
+                        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                        "isolation.level": "read_committed"})
+    reader.assign([TopicPartition(source, 0, 0)])
+    inputs: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(inputs) < 10 and time.monotonic() < deadline:
+        inputs += [m for m in reader.consume(10, 1.0) if m.error() is None]
+    producer.begin_transaction()
+    for m in inputs:
+        producer.produce(sink, value=m.value().replace(b"in", b"out"), partition=m.offset() % 2)
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 10)],
+                                         reader.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+    reader.close()
+    committed = read_kafka(kafka, sink, 10, group="k-txn-rc",
+                           **{"isolation.level": "read_committed"})
+    assert sorted(m.value() for m in committed) == sorted(b"out%d" % i for i in range(10))
+    everything = read_kafka(kafka, sink, 15, group="k-txn-ru",
+                            **{"isolation.level": "read_uncommitted"})
+    assert sorted(m.value() for m in everything) == sorted(
+        [b"out%d" % i for i in range(10)] + [b"aborted%d" % i for i in range(5)])
+    check = KConsumer({"bootstrap.servers": kafka, "group.id": "k-txn-group"})
+    assert check.committed([TopicPartition(source, 0)], timeout=10)[0].offset == 10
+    check.close()
+    # Strata's own read_committed consumer agrees, offsets and all.
+    strata = Consumer(cluster.bootstrap, auto_offset_reset="earliest",
+                      isolation_level="read_committed")
+    strata.assign([(sink, 0), (sink, 1)])
+    got: list[Any] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 10 and time.monotonic() < deadline:
+        got += strata.poll(timeout_ms=300)
+    strata.close()
+    assert sorted((r.partition, r.offset, r.value) for r in got) == \
+        sorted((m.partition(), m.offset(), m.value()) for m in committed)

@@ -150,7 +150,10 @@ class TransactionApis(ApiFamily):
     async def end_txn(self, request: EndTxnRequest) -> EndTxnResponse:
         try:
             self._require("WRITE", "TRANSACTIONAL_ID", request.transactional_id)
-            return await self.transactions.end_txn(request)
+            # Kafka's clients (EndTxn before v5) keep their epoch across transactions:
+            # the Kafka listener's end them by Kafka's older rules (no epoch bump).
+            return await self.transactions.end_txn(
+                request, tv2=not current_session().listener.kafka)
         except StrataError as err:
             return EndTxnResponse(*error_fields(err))
 

@@ -38,12 +38,15 @@ from wire.errors import (
     UnsupportedVersionError,
 )
 from wire.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
     ApiKey,
     ConfigEntry,
     CreatableTopic,
     CreateTopicsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
+    EndTxnRequest,
     FetchPartition,
     FetchRequest,
     FetchTopic,
@@ -67,6 +70,10 @@ from wire.protocol import (
     ReplicaAssignment,
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
+    TxnOffsetCommitPartition,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitTopic,
+    TxnTopic,
 )
 
 if TYPE_CHECKING:
@@ -111,6 +118,8 @@ class KafkaApis:
             17: self.sasl_handshake, 18: self.api_versions, 19: self.create_topics,
             20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch,
+            24: self.add_partitions_to_txn, 25: self.add_offsets_to_txn, 26: self.end_txn,
+            28: self.txn_offset_commit,
             32: self.describe_configs, 36: self.sasl_authenticate,
             42: self.groups.delete_groups,
             60: self.describe_cluster,
@@ -334,6 +343,55 @@ class KafkaApis:
         return API_TYPES[22][1](throttle_time_ms=0, error_code=kafka_code(answer.error_code),
                                 producer_id=answer.producer_id,
                                 producer_epoch=answer.producer_epoch)
+
+    # ------------------------------------------------------------------ transactions
+    async def add_partitions_to_txn(self, request: Any, header: KafkaHeader,
+                                    session: Session) -> Any:
+        answer = await self._strata(ApiKey.ADD_PARTITIONS_TO_TXN, AddPartitionsToTxnRequest(
+            request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            [TxnTopic(t.name, list(t.partitions)) for t in request.v3_and_below_topics]),
+            session, header)
+        r = API_TYPES[24][1]
+        T = r.AddPartitionsToTxnTopicResult
+        return r(throttle_time_ms=0, results_by_topic_v3_and_below=[T(
+            name=t.name, results_by_partition=[T.AddPartitionsToTxnPartitionResult(
+                partition_index=p.partition, partition_error_code=kafka_code(p.error_code))
+                for p in t.partitions]) for t in answer.topics])
+
+    async def add_offsets_to_txn(self, request: Any, header: KafkaHeader,
+                                 session: Session) -> Any:
+        answer = await self._strata(ApiKey.ADD_OFFSETS_TO_TXN, AddOffsetsToTxnRequest(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.group_id), session, header)
+        return API_TYPES[25][1](throttle_time_ms=0, error_code=kafka_code(answer.error_code))
+
+    async def end_txn(self, request: Any, header: KafkaHeader, session: Session) -> Any:
+        answer = await self._strata(ApiKey.END_TXN, EndTxnRequest(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            bool(request.committed)), session, header)
+        return API_TYPES[26][1](throttle_time_ms=0, error_code=kafka_code(answer.error_code))
+
+    async def txn_offset_commit(self, request: Any, header: KafkaHeader,
+                                session: Session) -> Any:
+        if header.api_version >= 3:
+            member_id, member_epoch = self.groups.committer(
+                request.group_id, request.member_id, request.generation_id)
+            instance_id = request.group_instance_id
+        else:
+            member_id, member_epoch, instance_id = None, -1, None
+        answer = await self._strata(ApiKey.TXN_OFFSET_COMMIT, TxnOffsetCommitRequest(
+            request.transactional_id, request.group_id, request.producer_id,
+            request.producer_epoch, member_id, member_epoch, instance_id,
+            [TxnOffsetCommitTopic(t.name, [TxnOffsetCommitPartition(
+                p.partition_index, p.committed_offset, p.committed_metadata)
+                for p in t.partitions]) for t in request.topics]), session, header)
+        r = API_TYPES[28][1]
+        T = r.TxnOffsetCommitResponseTopic
+        return r(throttle_time_ms=0, topics=[T(name=t.name, partitions=[
+            T.TxnOffsetCommitResponsePartition(
+                partition_index=p.partition, error_code=self.groups.commit_code(p.error_code))
+            for p in t.partitions]) for t in answer.topics])
 
     # ------------------------------------------------------------------ groups' offsets
     async def find_coordinator(self, request: Any, header: KafkaHeader,

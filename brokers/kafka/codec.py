@@ -79,6 +79,16 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -114,6 +124,10 @@ VERSIONS: Final[dict[int, tuple[int, int, int]]] = {
     20: (1, 6, 1),    # DeleteTopics
     22: (0, 5, 0),    # InitProducerId
     23: (2, 4, 2),    # OffsetForLeaderEpoch
+    24: (0, 3, 0),    # AddPartitionsToTxn (v4+: brokers' batched verification)
+    25: (0, 3, 0),    # AddOffsetsToTxn
+    26: (0, 3, 0),    # EndTxn (v4+: KIP-890's epoch bump, not served)
+    28: (0, 3, 0),    # TxnOffsetCommit
     32: (1, 4, 1),    # DescribeConfigs
     36: (0, 2, 0),    # SaslAuthenticate
     37: (0, 3, 0),    # CreatePartitions
@@ -143,6 +157,10 @@ API_TYPES: Final[dict[int, tuple[Any, Any]]] = {
     20: (DeleteTopicsRequest, DeleteTopicsResponse),
     22: (InitProducerIdRequest, InitProducerIdResponse),
     23: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+    24: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+    25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+    26: (EndTxnRequest, EndTxnResponse),
+    28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
