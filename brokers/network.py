@@ -4,7 +4,8 @@ Per connection: read a 4-byte size, check it against ``socket.request.max.bytes`
 the smallest possible header *before* reading the frame (a bad size closes that
 connection only), read the frame, decode the request header, and hand the rest to the
 dispatcher as its own task, so several requests can be in flight on one connection
-(a long-polling fetch does not block a produce behind it). Responses are written under
+(a long-polling fetch does not block a produce behind it). On a Kafka listener the
+answers still go out in the requests' order, as Kafka's clients require. Responses are written under
 a per-connection lock, whole frame by whole frame; record data goes out with
 ``loop.sendfile`` (``os.sendfile`` underneath) straight from the segment files, except
 regions of at most ``_INLINE_REGION_BYTES``, which are read with one ``os.pread`` and
@@ -82,6 +83,10 @@ class FrameCodec(Protocol):
 
     def api_name(self, header: Any) -> str: ...
 
+    #: True: answers go out in the order the requests came (Kafka's rule); False: as
+    #: each is ready (Strata's clients match them by correlation id).
+    ordered: bool
+
     async def answer(self, header: Any, body: Any,
                      session: Session) -> Sequence[Chunk] | None:
         """The encoded answer (None: none is sent, as for acks=0); raises the
@@ -96,6 +101,8 @@ class FrameCodec(Protocol):
 
 class StrataCodec:
     """Strata's own protocol: ``wire.protocol`` headers and messages."""
+
+    ordered = False
 
     def __init__(self, dispatch: Dispatcher) -> None:
         self.dispatch = dispatch
@@ -159,6 +166,10 @@ class ConnectionHandler:
         self._tls = writer.get_extra_info("ssl_object") is not None
         self._login_timeout_s = login_timeout_s
         self.codec = codec
+        # Kafka's clients match answers to requests by order (the Java client checks
+        # each correlation id against the oldest request in flight); Strata's by id.
+        self._ordered = bool(getattr(codec, "ordered", False))
+        self._last_turn: asyncio.Future[None] | None = None
         self.max_frame_bytes = max_frame_bytes
         self.metrics = metrics
         self.on_close = on_close
@@ -204,7 +215,13 @@ class ConnectionHandler:
                 except StrataError as err:
                     log.warning("closing %s: undecodable request header: %s", self.peer, err)
                     return
-                task = asyncio.create_task(self._handle(header, body, time.perf_counter()))
+                previous, turn = None, None
+                if self._ordered:
+                    previous = self._last_turn
+                    turn = asyncio.get_running_loop().create_future()
+                    self._last_turn = turn
+                task = asyncio.create_task(self._handle(header, body, time.perf_counter(),
+                                                        previous, turn))
                 self.in_flight.add(task)
                 task.add_done_callback(self._done)
         finally:
@@ -244,7 +261,21 @@ class ConnectionHandler:
         if self.in_flight:
             await asyncio.gather(*self.in_flight, return_exceptions=True)
 
-    async def _handle(self, header: Any, body: Any, started: float) -> None:
+    async def _handle(self, header: Any, body: Any, started: float,
+                      previous: asyncio.Future[None] | None = None,
+                      turn: asyncio.Future[None] | None = None) -> None:
+        """Answer one request. ``previous``/``turn`` (protocols whose answers must
+        follow the requests' order, ``FrameCodec.ordered``): this answer is written once
+        ``previous`` is done, and ``turn`` is done once this one is written or known to
+        have none; the requests themselves still run side by side."""
+        try:
+            await self._answer(header, body, started, previous)
+        finally:
+            if turn is not None and not turn.done():
+                turn.set_result(None)
+
+    async def _answer(self, header: Any, body: Any, started: float,
+                      previous: asyncio.Future[None] | None) -> None:
         api = self.codec.api_name(header)
         error_name = "NONE"
         chunks: Sequence[Chunk] | None
@@ -252,6 +283,8 @@ class ConnectionHandler:
         try:
             chunks = await self.codec.answer(header, body, self.session)
             if chunks is None:  # acks=0: no answer, but still counted
+                if previous is not None:
+                    await previous
                 self.metrics.requests.labels(api, error_name).inc()
                 self.metrics.latency.labels(api).observe(time.perf_counter() - started)
                 return
@@ -262,6 +295,8 @@ class ConnectionHandler:
             log.exception("request %s from %s failed", header, self.peer)
             error_name = "UNKNOWN_SERVER_ERROR"
             chunks = self.codec.answer_error(header, None)
+        if previous is not None:
+            await previous
         if chunks is None:  # the protocol cannot say it: the connection is cut
             log.info("closing %s: %s failed with %s (%s) and its protocol has no answer for "
                      "that", self.peer, api, error_name, why or "see above")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up: .venv with the package (editable) and its pinned tools, plus the
-# Delta and S3A jars in ~/.m2 so Spark's spark.jars.packages resolver finds them with no
+# Delta, S3A and Spark Kafka connector jars in ~/.m2 so Spark's spark.jars.packages resolver finds them with no
 # network.
 # A second run on a ready machine checks two stamps and exits: no pip, no mvn, no download.
 set -euo pipefail
@@ -18,13 +18,18 @@ DELTA_STORAGE_JAR="$HOME/.m2/repository/io/delta/delta-storage/4.4.0/delta-stora
 S3A_ARTIFACT=org.apache.hadoop:hadoop-aws:3.5.0
 S3A_JAR="$HOME/.m2/repository/org/apache/hadoop/hadoop-aws/3.5.0/hadoop-aws-3.5.0.jar"
 S3A_SDK_JAR="$HOME/.m2/repository/software/amazon/awssdk/bundle/2.35.4/bundle-2.35.4.jar"
+# Spark's own Kafka connector (format("kafka") against the brokers' Kafka listeners;
+# tests/test_spark_kafka.py, docs/kafka-compatibility.md); it brings kafka-clients 3.9.2.
+KAFKA_CONNECTOR_ARTIFACT=org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0
+KAFKA_CONNECTOR_JAR="$HOME/.m2/repository/org/apache/spark/spark-sql-kafka-0-10_2.13/4.2.0/spark-sql-kafka-0-10_2.13-4.2.0.jar"
+KAFKA_CLIENTS_JAR="$HOME/.m2/repository/org/apache/kafka/kafka-clients/3.9.2/kafka-clients-3.9.2.jar"
 STAMP=$VENV/.strata-setup-stamp
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
     && [ -f "$DELTA_JAR" ] && [ -f "$DELTA_STORAGE_JAR" ] && [ -f "$S3A_JAR" ] \
-    && [ -f "$S3A_SDK_JAR" ]; then
-  echo "setup: up to date (.venv, Delta and S3A jars ready)"
+    && [ -f "$S3A_SDK_JAR" ] && [ -f "$KAFKA_CONNECTOR_JAR" ] && [ -f "$KAFKA_CLIENTS_JAR" ]; then
+  echo "setup: up to date (.venv, Delta, S3A and Spark Kafka connector jars ready)"
   exit 0
 fi
 
@@ -65,6 +70,11 @@ fi
 if [ ! -f "$S3A_JAR" ] || [ ! -f "$S3A_SDK_JAR" ]; then
   echo "setup: fetching $S3A_ARTIFACT and the AWS SDK bundle from Maven Central into ~/.m2"
   mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.6.1:get -Dartifact="$S3A_ARTIFACT"
+fi
+if [ ! -f "$KAFKA_CONNECTOR_JAR" ] || [ ! -f "$KAFKA_CLIENTS_JAR" ]; then
+  echo "setup: fetching $KAFKA_CONNECTOR_ARTIFACT and kafka-clients from Maven Central into ~/.m2"
+  mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.6.1:get \
+    -Dartifact="$KAFKA_CONNECTOR_ARTIFACT"
 fi
 echo "$want" > "$STAMP"
 echo "setup: done"

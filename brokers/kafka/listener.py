@@ -30,6 +30,10 @@ log = logging.getLogger("strata.brokers.kafka")
 class KafkaCodec:
     """``brokers.network.FrameCodec`` for Kafka's protocol (see the module docstring)."""
 
+    #: Kafka's clients take answers in the requests' order (the Java client fails a
+    #: connection whose next answer is not for its oldest request).
+    ordered = True
+
     def __init__(self, apis: KafkaApis) -> None:
         self.apis = apis
 
