@@ -511,3 +511,29 @@ def test_transactions_commit_abort_and_read_committed(admin: AdminClient, kafka:
     strata.close()
     assert sorted((r.partition, r.offset, r.value) for r in got) == \
         sorted((m.partition(), m.offset(), m.value()) for m in committed)
+
+
+def test_incremental_alter_configs(admin: AdminClient) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    topic = create(admin, "k-configs", partitions=1)
+    change = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([change]).values():
+        future.result(30)
+    (described,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    entries = described.result(20)
+    assert (entries["retention.ms"].value, entries["cleanup.policy"].value) == \
+        ("7200000", "compact")
+    undo = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+    for future in admin.incremental_alter_configs([undo]).values():
+        future.result(30)
+    (described,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    assert described.result(20)["retention.ms"].is_default
+    append = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.APPEND)])
+    with pytest.raises(Exception, match="APPEND and SUBTRACT"):
+        for future in admin.incremental_alter_configs([append]).values():
+            future.result(30)

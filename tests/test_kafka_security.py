@@ -88,3 +88,51 @@ def test_plaintext_to_the_tls_port_gets_nothing(cluster: Cluster) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=5)
+
+
+def test_kafka_admin_manages_acls_and_scram_users(cluster: Cluster) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(settings(cluster, "admin"))
+    admin.create_topics([NewTopic("acl-kafka", 1, 1)])["acl-kafka"].result(30)
+    # A new SCRAM user, made by a Kafka admin client, logs in over the Kafka listener.
+    upsert = UserScramCredentialUpsertion(
+        "kafka-made", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"s3cret")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
+    described = admin.describe_user_scram_credentials(["kafka-made"])["kafka-made"].result(30)
+    assert [(c.mechanism, c.iterations) for c in described.scram_credential_infos] == \
+        [(ScramMechanism.SCRAM_SHA_512, 8192)]
+    binding = AclBinding(ResourceType.TOPIC, "acl-", ResourcePatternType.PREFIXED,
+                         "User:kafka-made", "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+    for future in admin.create_acls([binding]).values():
+        future.result(30)
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY,
+                                  "User:kafka-made", None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+    assert admin.describe_acls(everything).result(30) == [binding]
+
+    def write(password: str = "s3cret") -> list[Any]:
+        outcome: list[Any] = []
+        producer = KProducer({**settings(cluster, "kafka-made", password=password),
+                              "acks": "all", "enable.idempotence": False,
+                              "message.timeout.ms": 5000})
+        producer.produce("acl-kafka", value=b"x",
+                         on_delivery=lambda err, msg: outcome.append(err or msg.offset()))
+        producer.flush(10)
+        return outcome
+
+    assert write() == [0]
+    for future in admin.delete_acls([everything]).values():
+        assert future.result(30) == [binding]
+    assert [e.code() for e in write()] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]

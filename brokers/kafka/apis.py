@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
+from brokers.kafka.admin import KafkaAdmin
 from brokers.kafka.codec import (
     API_TYPES,
     VERSIONS,
@@ -109,6 +110,7 @@ class KafkaApis:
         self.handlers = handlers
         self.max_record_bytes = max_record_bytes
         self.groups = ClassicGroups(self._strata)
+        self.admin = KafkaAdmin(self._strata)
         self._table: dict[int, Translator] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
@@ -119,9 +121,13 @@ class KafkaApis:
             20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch,
             24: self.add_partitions_to_txn, 25: self.add_offsets_to_txn, 26: self.end_txn,
-            28: self.txn_offset_commit,
+            28: self.txn_offset_commit, 29: self.admin.describe_acls,
+            30: self.admin.create_acls, 31: self.admin.delete_acls,
             32: self.describe_configs, 36: self.sasl_authenticate,
-            42: self.groups.delete_groups,
+            42: self.groups.delete_groups, 44: self.admin.incremental_alter_configs,
+            50: self.admin.describe_user_scram_credentials,
+            51: self.admin.alter_user_scram_credentials,
+            65: self.admin.describe_transactions, 66: self.admin.list_transactions,
             60: self.describe_cluster,
         }
         self._served = {k: v for k, v in VERSIONS.items() if k in self._table}

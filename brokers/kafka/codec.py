@@ -26,24 +26,38 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kafka.protocol.admin import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -128,12 +142,19 @@ VERSIONS: Final[dict[int, tuple[int, int, int]]] = {
     25: (0, 3, 0),    # AddOffsetsToTxn
     26: (0, 3, 0),    # EndTxn (v4+: KIP-890's epoch bump, not served)
     28: (0, 3, 0),    # TxnOffsetCommit
+    29: (1, 3, 1),    # DescribeAcls
+    30: (1, 3, 1),    # CreateAcls
+    31: (1, 3, 1),    # DeleteAcls
     32: (1, 4, 1),    # DescribeConfigs
     36: (0, 2, 0),    # SaslAuthenticate
     37: (0, 3, 0),    # CreatePartitions
     42: (0, 2, 0),    # DeleteGroups
     44: (0, 1, 0),    # IncrementalAlterConfigs
+    50: (0, 0, 0),    # DescribeUserScramCredentials
+    51: (0, 0, 0),    # AlterUserScramCredentials
     60: (0, 1, 0),    # DescribeCluster
+    65: (0, 0, 0),    # DescribeTransactions
+    66: (0, 1, 0),    # ListTransactions (v2's transactional-id pattern is not served)
 }
 
 #: api key -> (request class, response class) of kafka.protocol.
@@ -161,12 +182,19 @@ API_TYPES: Final[dict[int, tuple[Any, Any]]] = {
     25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     26: (EndTxnRequest, EndTxnResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    29: (DescribeAclsRequest, DescribeAclsResponse),
+    30: (CreateAclsRequest, CreateAclsResponse),
+    31: (DeleteAclsRequest, DeleteAclsResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    50: (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
+    51: (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
     60: (DescribeClusterRequest, DescribeClusterResponse),
+    65: (DescribeTransactionsRequest, DescribeTransactionsResponse),
+    66: (ListTransactionsRequest, ListTransactionsResponse),
 }
 
 _FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
