@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 
 import wire.protocol
-from brokers.docgen import render, render_configuration
+from brokers.docgen import render, render_configuration, with_kafka_apis
 from wire.protocol import apis, messages
 
 #: Every API family module under wire/protocol/apis/ (a new one is found by itself).
@@ -25,6 +25,12 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 def test_protocol_doc_matches_the_message_schemas() -> None:
     assert (DOCS / "protocol.md").read_text() == render(), \
         "docs/protocol.md is stale: run `python -m brokers.docgen`"
+
+
+def test_kafka_compatibility_doc_lists_the_served_apis() -> None:
+    text = (DOCS / "kafka-compatibility.md").read_text()
+    assert text == with_kafka_apis(text), \
+        "docs/kafka-compatibility.md's API table is stale: run `python -m brokers.docgen`"
 
 
 def test_configuration_doc_matches_the_config_keys() -> None:

@@ -112,49 +112,65 @@ from kafka.protocol.sasl import (
 
 from wire.errors import InvalidRequestError
 
-__all__ = ["API_TYPES", "VERSIONS", "KafkaHeader", "encode_answer", "read_header",
+__all__ = ["API_TYPES", "NOTES", "VERSIONS", "KafkaHeader", "encode_answer", "read_header",
            "unsupported_api_versions"]
 
 #: api key -> (advertised min, advertised max, lowest accepted). Topic-id versions
 #: (Produce 13, Fetch 13+, OffsetCommit/OffsetFetch 10) are not served yet: every client
 #: negotiates down to the names versions.
 VERSIONS: Final[dict[int, tuple[int, int, int]]] = {
-    0: (0, 12, 3),    # Produce
-    1: (4, 12, 4),    # Fetch
-    2: (1, 10, 1),    # ListOffsets
-    3: (0, 12, 0),    # Metadata
-    8: (2, 9, 2),     # OffsetCommit
-    9: (1, 9, 1),     # OffsetFetch
-    10: (0, 6, 0),    # FindCoordinator
-    11: (0, 9, 0),    # JoinGroup
-    12: (0, 4, 0),    # Heartbeat
-    13: (0, 5, 0),    # LeaveGroup
-    14: (0, 5, 0),    # SyncGroup
-    15: (0, 5, 0),    # DescribeGroups
-    16: (0, 5, 0),    # ListGroups
-    17: (1, 1, 1),    # SaslHandshake (v0's unframed tokens are not served)
-    18: (0, 4, 0),    # ApiVersions
-    19: (2, 7, 2),    # CreateTopics
-    20: (1, 6, 1),    # DeleteTopics
-    22: (0, 5, 0),    # InitProducerId
-    23: (2, 4, 2),    # OffsetForLeaderEpoch
-    24: (0, 3, 0),    # AddPartitionsToTxn (v4+: brokers' batched verification)
-    25: (0, 3, 0),    # AddOffsetsToTxn
-    26: (0, 3, 0),    # EndTxn (v4+: KIP-890's epoch bump, not served)
-    28: (0, 3, 0),    # TxnOffsetCommit
-    29: (1, 3, 1),    # DescribeAcls
-    30: (1, 3, 1),    # CreateAcls
-    31: (1, 3, 1),    # DeleteAcls
-    32: (1, 4, 1),    # DescribeConfigs
-    36: (0, 2, 0),    # SaslAuthenticate
-    37: (0, 3, 0),    # CreatePartitions
-    42: (0, 2, 0),    # DeleteGroups
-    44: (0, 1, 0),    # IncrementalAlterConfigs
-    50: (0, 0, 0),    # DescribeUserScramCredentials
-    51: (0, 0, 0),    # AlterUserScramCredentials
-    60: (0, 1, 0),    # DescribeCluster
-    65: (0, 0, 0),    # DescribeTransactions
-    66: (0, 1, 0),    # ListTransactions (v2's transactional-id pattern is not served)
+    0: (0, 12, 3),  # Produce
+    1: (4, 12, 4),  # Fetch
+    2: (1, 10, 1),  # ListOffsets
+    3: (0, 12, 0),  # Metadata
+    8: (2, 9, 2),  # OffsetCommit
+    9: (1, 9, 1),  # OffsetFetch
+    10: (0, 6, 0),  # FindCoordinator
+    11: (0, 9, 0),  # JoinGroup
+    12: (0, 4, 0),  # Heartbeat
+    13: (0, 5, 0),  # LeaveGroup
+    14: (0, 5, 0),  # SyncGroup
+    15: (0, 5, 0),  # DescribeGroups
+    16: (0, 5, 0),  # ListGroups
+    17: (1, 1, 1),  # SaslHandshake
+    18: (0, 4, 0),  # ApiVersions
+    19: (2, 7, 2),  # CreateTopics
+    20: (1, 6, 1),  # DeleteTopics
+    22: (0, 5, 0),  # InitProducerId
+    23: (2, 4, 2),  # OffsetForLeaderEpoch
+    24: (0, 3, 0),  # AddPartitionsToTxn
+    25: (0, 3, 0),  # AddOffsetsToTxn
+    26: (0, 3, 0),  # EndTxn
+    28: (0, 3, 0),  # TxnOffsetCommit
+    29: (1, 3, 1),  # DescribeAcls
+    30: (1, 3, 1),  # CreateAcls
+    31: (1, 3, 1),  # DeleteAcls
+    32: (1, 4, 1),  # DescribeConfigs
+    36: (0, 2, 0),  # SaslAuthenticate
+    42: (0, 2, 0),  # DeleteGroups
+    44: (0, 1, 0),  # IncrementalAlterConfigs
+    50: (0, 0, 0),  # DescribeUserScramCredentials
+    51: (0, 0, 0),  # AlterUserScramCredentials
+    60: (0, 1, 0),  # DescribeCluster
+    65: (0, 0, 0),  # DescribeTransactions
+    66: (0, 1, 0),  # ListTransactions
+}
+
+#: What a client should know about an API's served range (docs/kafka-compatibility.md).
+NOTES: Final[dict[int, str]] = {
+    0: "advertised from v0 for librdkafka's compression check (KAFKA-18659), served from "
+       "v3 (v0-2 get UNSUPPORTED_VERSION per partition); v13 (topic ids) not served",
+    1: "v13+ (topic ids) not served; consumer fetch sessions (KIP-227) are declined: "
+       "session id 0, full fetches",
+    3: "v13 (top-level error code) not served; topic ids are not sent",
+    8: "v10 (topic ids) not served",
+    9: "v10 (topic ids) not served",
+    11: "classic protocol on Strata's coordinator: the coordinator assigns (no leader "
+        "member)",
+    17: "v0's unframed tokens are not served",
+    24: "v4+: brokers' batched verification",
+    26: "v4+: KIP-890's epoch bump, not served",
+    66: "v2's transactional-id pattern is not served",
 }
 
 #: api key -> (request class, response class) of kafka.protocol.
