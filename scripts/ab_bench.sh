@@ -30,7 +30,7 @@ side() {
   dir=$(cd "$1" && pwd)
   S="$PYTHON -m strata_tools.cli"
   export PYTHONPATH=$dir
-  data=$(mktemp -d /tmp/strata-ab.XXXXXX); base=$(free_base 0 9 10 40 70)
+  data=$(mktemp -d /tmp/strata-ab.XXXXXX); base=$(free_base 0 9 10 40 70 80)
   (cd "$dir" && $S up --data-dir "$data" --base-port "$base" --brokers 1 --no-tier >/dev/null 2>&1)
   bs=127.0.0.1:$((base + 10))
   (cd "$dir" && $S topic create ab-100 -p 8 --bootstrap "$bs" >/dev/null
@@ -41,7 +41,7 @@ side() {
    done
    echo "$1 round $2: one broker produce $p consume$c")
   (cd "$dir" && $S down --data-dir "$data" >/dev/null); rm -rf "$data"
-  data=$(mktemp -d /tmp/strata-ab.XXXXXX); base=$(free_base 0 9 10 11 12 40 41 42 70)
+  data=$(mktemp -d /tmp/strata-ab.XXXXXX); base=$(free_base 0 9 10 11 12 40 41 42 70 80 81 82)
   (cd "$dir" && $S up --data-dir "$data" --base-port "$base" --brokers 3 --no-tier >/dev/null 2>&1)
   bs=127.0.0.1:$((base + 10)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 12))
   (cd "$dir" && $S topic create ab-rf3 -p 8 -r 3 -c min.insync.replicas=2 --bootstrap "$bs" >/dev/null
@@ -55,7 +55,7 @@ transactions() {
   dir=$(cd "$1" && pwd)
   S="$PYTHON -m strata_tools.cli"
   export PYTHONPATH=$dir
-  data=$(mktemp -d /tmp/strata-ab.XXXXXX); base=$(free_base 0 9 10 11 12 40 41 42 70)
+  data=$(mktemp -d /tmp/strata-ab.XXXXXX); base=$(free_base 0 9 10 11 12 40 41 42 70 80 81 82)
   (cd "$dir" && $S up --data-dir "$data" --base-port "$base" --brokers 3 --no-tier >/dev/null 2>&1)
   bs=127.0.0.1:$((base + 10)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 12))
   (cd "$dir" && $S topic create ab-txn -p 8 -r 3 -c min.insync.replicas=2 --bootstrap "$bs" >/dev/null

@@ -14,8 +14,9 @@
 # TLS/SASL cost and the ACL/user propagation delay; `scripts/bench.sh records` the
 # per-record Python API next to the columnar one; `scripts/bench.sh cpu` the CPU per
 # million records at fixed rates; `scripts/bench.sh transactions` the
-# transactional producer and read_committed consumer; `scripts/bench.sh standing` the
-# same-run table of Strata beside Apache Kafka that opens docs/benchmarks.md.
+# transactional producer and read_committed consumer; `scripts/bench.sh kafka` stock
+# Kafka clients on Strata's Kafka listener beside Apache Kafka; `scripts/bench.sh standing`
+# the same-run table of Strata beside Apache Kafka that opens docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRATA=.venv/bin/strata
@@ -37,7 +38,7 @@ trap cleanup EXIT
 # throughput at full speed, latency at half the measured rate, then leader failover.
 bench_replication() {
   local base bootstrap full rate half
-  base=$(free_base 0 10 11 12 40 41 42 70)
+  base=$(free_base 0 10 11 12 40 41 42 70 80 81 82)
   "$STRATA" up --data-dir "$DATA3" --base-port "$base" --brokers 3 >/dev/null
   bootstrap="127.0.0.1:$((base + 10)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 12))"
   "$STRATA" topic create bench-rf3 -p 8 -r 3 -c min.insync.replicas=2 \
@@ -69,7 +70,7 @@ bench_replication() {
 # to the columnar calls on the same topic.
 bench_records() {
   local base
-  base=$(free_base 0 10 40 70)
+  base=$(free_base 0 10 40 70 80)
   "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
   local bootstrap="127.0.0.1:$((base + 10))"
   "$STRATA" topic create bench-records -p 8 --bootstrap "$bootstrap" >/dev/null
@@ -89,7 +90,7 @@ bench_records() {
 # `scripts/bench.sh tier`: only the tiering benchmark, on its own one-broker stack.
 bench_tier() {
   local base
-  base=$(free_base 0 10 40 70)
+  base=$(free_base 0 10 40 70 80)
   STRATA_LOG_RETENTION_CHECK_INTERVAL_MS=1000 \
     "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
   echo "== Delta tiering (local[2]): 4,000,000 100-byte random records, 4 partitions"
@@ -107,7 +108,7 @@ bench_tier_s3() {
   records=${TIER_S3_RECORDS:-1000000}
   big=${TIER_S3_BIG_RECORDS:-200}
   rounds=${TIER_S3_ROUNDS:-2}
-  base=$(free_base 0 10 40 70)
+  base=$(free_base 0 10 40 70 80)
   s3port=$(free_base 0)
   STRATA_LOG_RETENTION_CHECK_INTERVAL_MS=1000 \
     "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
@@ -145,7 +146,7 @@ bench_tier_s3() {
 # own one-broker stack (every consumer a process of its own).
 bench_groups() {
   local base
-  base=$(free_base 0 10 40 70)
+  base=$(free_base 0 10 40 70 80)
   "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
   echo "== consumer groups: a 5th member joins 4 on 32 partitions (3,200 records/s produced), then 1 vs 4 members reading 1,000,000 records"
   "$STRATA" perf group --bootstrap "127.0.0.1:$((base + 10))" --partitions 32 --consumers 4 \
@@ -173,12 +174,12 @@ bench_scale() {
 # broker, then acks=all on three (RF 3, min ISR 2); 10 s of records a case.
 bench_cpu() {
   local base
-  base=$(free_base 0 10 40 70)
+  base=$(free_base 0 10 40 70 80)
   "$STRATA" up --data-dir "$DATA" --base-port "$base" --brokers 1 --no-tier >/dev/null
   echo "== CPU per million records at fixed rates, one broker, acks=1, 8 partitions, 100-byte records"
   "$PYTHON" -m strata_tools.perf_cpu --data-dir "$DATA" --acks 1
   "$STRATA" down --data-dir "$DATA" >/dev/null
-  base=$(free_base 0 10 11 12 40 41 42 70)
+  base=$(free_base 0 10 11 12 40 41 42 70 80 81 82)
   "$STRATA" up --data-dir "$DATA3" --base-port "$base" --brokers 3 --no-tier >/dev/null
   echo "== the same, three brokers, RF 3, min ISR 2, acks=all"
   "$PYTHON" -m strata_tools.perf_cpu --data-dir "$DATA3" --acks all
@@ -222,7 +223,7 @@ bench_security() {
   local base
   echo "== PLAINTEXT vs SASL_SSL (SCRAM-SHA-256, TLS), one broker, 8 partitions, 100-byte records"
   "$STRATA" perf security
-  base=$(free_base 0 9 10 11 12 40 41 42 70)
+  base=$(free_base 0 9 10 11 12 40 41 42 70 80 81 82)
   "$STRATA" up --secure --data-dir "$DATA_SECURE" --base-port "$base" --brokers 3 \
     --no-tier >/dev/null
   echo "== ACL and SCRAM-user changes reaching each of three secured brokers (strata up --secure), 20 rounds"
@@ -249,11 +250,22 @@ if [[ "${1:-}" == "standing" ]]; then
   bench_standing
   exit 0
 fi
+# `scripts/bench.sh kafka`: stock Kafka clients (ProducerPerformance/ConsumerPerformance,
+# confluent-kafka) against Strata's Kafka listener, against Apache Kafka, and Strata's own
+# client against its own protocol, in turn (strata_tools/perf_kafka.py; issue [3.6]).
+bench_kafka() {
+  echo "== stock Kafka clients: Strata's Kafka listener, Apache Kafka, Strata's own protocol"
+  "$PYTHON" -m strata_tools.perf_kafka --rounds "${KAFKA_ROUNDS:-2}"
+}
+if [[ "${1:-}" == "kafka" ]]; then
+  bench_kafka
+  exit 0
+fi
 # The [3.3] transaction figures: idempotent vs transactions of 100, 1,000 and 10,000
 # records (1 KiB, acks=all, RF 3) and read_committed vs read_uncommitted consumption.
 bench_transactions() {
   local base bootstrap
-  base=$(free_base 0 10 11 12 40 41 42 70)
+  base=$(free_base 0 10 11 12 40 41 42 70 80 81 82)
   "$STRATA" up --data-dir "$DATA3" --base-port "$base" --brokers 3 --no-tier >/dev/null
   bootstrap="127.0.0.1:$((base + 10)),127.0.0.1:$((base + 11)),127.0.0.1:$((base + 12))"
   "$STRATA" topic create bench-txn -p 8 -r 3 -c min.insync.replicas=2 \
@@ -289,7 +301,7 @@ fi
 echo "== strata perf log (storage engine, in-process)"
 "$STRATA" perf log
 
-BASE=$(free_base 0 10 40 70)
+BASE=$(free_base 0 10 40 70 80)
 # Retention every second (default 5 min) so the tier benchmark sees tiered segments
 # leave the broker promptly; nothing else here relies on retention. --no-tier: the
 # tier benchmark runs its own job, which the stack's must not race for its topic.
@@ -336,4 +348,5 @@ bench_security
 
 echo "== HTTP ingest gateway (scripts/bench_gateway.sh: its own stack)"
 bash scripts/bench_gateway.sh
+bench_kafka
 bench_standing

@@ -104,7 +104,7 @@ run_rate() {  # run_rate LABEL RATE BATCH CONNECTIONS
 
 echo "== machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "== code: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- brokers strata ingest_gateway || echo ' + uncommitted changes'), $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2), locust $("$LOCUST" --version 2>&1 | awk '{print $2}')"
-BASE=$(free_base 0 9 10 40 70)
+BASE=$(free_base 0 9 10 40 70 80)
 "$STRATA" up --data-dir "$DATA" --base-port "$BASE" --brokers 1 >/dev/null
 BOOTSTRAP="127.0.0.1:$((BASE + 10))"
 TOPIC=bench-gw

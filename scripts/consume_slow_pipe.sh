@@ -24,7 +24,7 @@ import random, socket
 for _ in range(200):
     base = random.randrange(20000, 60000, 100)
     try:
-        for port in range(base, base + 80):
+        for port in range(base, base + 110):
             with socket.socket() as s:
                 s.bind(('127.0.0.1', port))
     except OSError:

@@ -27,7 +27,7 @@ one() {
   # shellcheck source=scripts/free_base.sh
   . "$HERE/scripts/free_base.sh"
   data=$(mktemp -d /tmp/strata-gateway-ab.XXXXXX)
-  base=$(free_base 0 9 10 40 70)
+  base=$(free_base 0 9 10 40 70 80)
   "${strata[@]}" up --data-dir "$data" --base-port "$base" --brokers 1 --no-tier >/dev/null 2>&1 \
     || "${strata[@]}" up --data-dir "$data" --base-port "$base" --brokers 1 >/dev/null
   bootstrap="127.0.0.1:$((base + 10))"

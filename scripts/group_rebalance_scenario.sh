@@ -33,13 +33,13 @@ RECORDS=12000
 failed=0
 
 free_base_port() {
-  # 80 consecutive free ports (the stack uses P .. P+72).
+  # 110 consecutive free ports (the stack uses P .. P+109).
   "$PYTHON" - <<'EOF'
 import random, socket
 for _ in range(200):
     base = random.randrange(20000, 60000, 100)
     try:
-        for port in range(base, base + 80):
+        for port in range(base, base + 110):
             with socket.socket() as s:
                 s.bind(("127.0.0.1", port))
     except OSError:

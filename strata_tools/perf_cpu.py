@@ -154,7 +154,7 @@ def run_kafka_case(data_dir: Path, bootstrap: str, pids: list[int], rate: int, a
     import threading
 
     from strata_tools import kafka_local
-    from strata_tools.perf_standing import _PERF_LINE
+    from strata_tools.perf_standing import PERF_LINE as _PERF_LINE
 
     state = kafka_local._read_state(data_dir.resolve())
     assert state is not None

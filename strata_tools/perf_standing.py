@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["PARTITIONS", "PERF_LINE", "Stacks", "kafka_tool", "machine", "main", "strata_cli"]
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -80,6 +80,16 @@ def _strata(*args: str, timeout: float = 900) -> str:
 
 def _kafka(*args: str, timeout: float = 900) -> str:
     return _run([PY, "-m", "strata_tools.kafka_local", *args], timeout)
+
+
+def strata_cli(*args: str, timeout: float = 900) -> str:
+    """Run the ``strata`` command; its stdout (raises with its output if it failed)."""
+    return _strata(*args, timeout=timeout)
+
+
+def kafka_tool(cls: str, *args: str, timeout: float = 900) -> str:
+    """Run one of Kafka's tools classes (``strata_tools.kafka_local tool``)."""
+    return _kafka("tool", cls, *args, timeout=timeout)
 
 
 # ----------------------------------------------------------------------------- stacks
@@ -123,7 +133,7 @@ class Stacks:
 # ----------------------------------------------------------------------------- cases
 
 _KAFKA_PRODUCER = ["linger.ms=5", "batch.size=524288"]
-_PERF_LINE = re.compile(
+PERF_LINE = re.compile(
     r"(?P<n>\d+) records sent, (?P<rate>[\d.]+) records/sec \((?P<mb>[\d.]+) MB/sec\), "
     r"(?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max latency, (?P<p50>\d+) ms 50th, "
     r"(?P<p95>\d+) ms 95th, (?P<p99>\d+) ms 99th")
@@ -138,7 +148,7 @@ def _kafka_produce(stacks: Stacks, topic: str, n: int, size: int, acks: str,
     if txn is not None:
         args += ["--transactional-id", txn, "--transaction-duration-ms", "100"]
     out = _kafka(*args)
-    found = list(_PERF_LINE.finditer(out))
+    found = list(PERF_LINE.finditer(out))
     if not found:
         raise RuntimeError(f"ProducerPerformance printed no summary:\n{out[-2000:]}")
     m = found[-1]
@@ -235,7 +245,8 @@ def cases(scale: float) -> list[Case]:
 # ----------------------------------------------------------------------------- report
 
 
-def _machine() -> str:
+def machine() -> str:
+    """One line describing this machine (CPUs, memory, kernel, Python)."""
     cpus = os.cpu_count()
     mem = ""
     try:
@@ -250,7 +261,7 @@ def _machine() -> str:
 def markdown(results: dict[str, dict[str, list[dict[str, float]]]], rounds: int,
              case_list: list[Case], started: str) -> str:
     lines = [
-        f"Measured {started} UTC on {_machine()}; `python -m strata_tools.perf_standing "
+        f"Measured {started} UTC on {machine()}; `python -m strata_tools.perf_standing "
         f"--rounds {rounds}` (`scripts/bench.sh standing`): each case on Strata then on "
         "Apache Kafka 4.1.2, A, B, A, B; the median of the rounds. Strata: 3 brokers, "
         "`strata perf` (Python client); Kafka: 3 KRaft nodes, ProducerPerformance / "

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from brokers.kafka import records
 from brokers.kafka.codec import VERSIONS, encode_answer, read_header, unsupported_api_versions
 from brokers.kafka.groups import decode_subscription, encode_assignment
 from brokers.kafka.records import from_kafka, to_kafka
@@ -229,3 +230,46 @@ def test_group_protocol_encodings() -> None:
     assert assignment == (struct.pack(">hi", 0, 2) + struct.pack(">h", 1) + b"a"
                           + struct.pack(">iii", 2, 0, 2) + struct.pack(">h", 1) + b"b"
                           + struct.pack(">ii", 1, 1) + struct.pack(">i", -1))
+
+
+# ----------------------------------------------------------------------------- C vs Python
+def test_the_c_codec_is_built() -> None:
+    """`make setup` builds brokers/kafka/_v2codec.c; without it the listener falls back to
+    the Python walk, which is several times slower (docs/kafka-compatibility.md)."""
+    assert records._v2codec is not None
+
+
+_values = st.one_of(st.none(), st.binary(max_size=40))
+_headers = st.lists(st.tuples(st.text(max_size=8), _values), max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_values, _values, st.integers(-5, 10**6), _headers), min_size=1,
+                max_size=30),
+       st.integers(0, 4))
+def test_c_and_python_codecs_agree(rows: list[tuple[bytes | None, bytes | None, int,
+                                                    list[tuple[str, bytes | None]]]],
+                                   codec: int) -> None:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=5, producer_epoch=0, base_sequence=0,
+                                        batch_size=1 << 20)
+    base = 1_700_000_000_000
+    for i, (key, value, ts, headers) in enumerate(rows):
+        builder.append(i, timestamp=base + ts, key=key, value=value, headers=headers)
+    plain = bytes(builder.build())
+    sent = plain if codec == 0 else recompress(plain, codec)
+    with_c = from_kafka(sent, max_bytes=LIMIT)
+    saved = records._v2codec
+    records._v2codec = None
+    try:
+        with_python = from_kafka(sent, max_bytes=LIMIT)
+        back_python = to_kafka(with_c)
+    finally:
+        records._v2codec = saved
+    assert decode_batch(with_c)[1].to_pylist() == decode_batch(with_python)[1].to_pylist()
+    fields = ("attributes", "last_offset_delta", "first_timestamp", "max_timestamp",
+              "producer_id", "producer_epoch", "base_sequence", "record_count")
+    c_header, python_header = decode_batch(with_c)[0], decode_batch(with_python)[0]
+    assert [getattr(c_header, f) for f in fields] == [getattr(python_header, f) for f in fields]
+    assert to_kafka(with_c) == back_python
+    assert oracle(to_kafka(with_c)) == oracle(plain)

@@ -25,9 +25,11 @@ Invariants:
 * Control batches (transaction markers) map one to one: Strata's control payload *is*
   Kafka's control record (key: version, type; value: version, coordinator epoch).
 
-Cost: both directions walk the records in Python (about 2-3 us a record). That is the
-listener's known hot spot (docs/kafka-compatibility.md, "Performance"); the columns are
-built from whole lists, never one Arrow call per record.
+Cost: the records are walked in C (``_v2codec.c``: one call per batch returns whole
+Arrow buffers, wrapped with ``pyarrow.Array.from_buffers``; no Python object per record).
+Where that extension was not built (a source tree without a compiler), the same walk
+runs in Python (``_decode_py``/``_encode_py``, about 2-3 us a record), which is also the
+oracle the tests compare the C codec with.
 
 Thread-safety: pure functions.
 """
@@ -42,6 +44,7 @@ from typing import Final, cast
 
 import crc32c as _crc32c
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from wire.errors import InvalidRecordBatchError
 from wire.record_batch import (
@@ -49,10 +52,20 @@ from wire.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAX_RECORDS_PER_BATCH,
+    PAYLOAD_SCHEMA,
     build_batch,
     decode_batch,
+    encode_record_batch,
     peek_header,
 )
+
+try:
+    from brokers.kafka import _v2codec  # type: ignore[attr-defined]
+except ImportError:  # not built (a source tree without a C compiler): the Python walk
+    _v2codec = None
+
+_HEADERS_TYPE: Final = PAYLOAD_SCHEMA.field("headers").type
+_HEADER_FIELDS: Final = tuple(_HEADERS_TYPE.value_type)
 
 __all__ = ["KAFKA_MAGIC", "from_kafka", "to_kafka", "iter_strata_batches"]
 
@@ -208,6 +221,59 @@ def from_kafka(batch: bytes | bytearray | memoryview, *, max_bytes: int) -> byte
     codec = attributes & _COMPRESSION_MASK
     if codec:
         body = _decompress(codec, body, max_bytes)
+    transactional = bool(attributes & _TRANSACTIONAL_BIT)
+    if _v2codec is not None:
+        try:
+            columns = _decode_c(body, count, first_ts)
+        except ValueError as err:
+            raise InvalidRecordBatchError(str(err)) from None
+        ts = columns[2]
+        return encode_record_batch(
+            pa.RecordBatch.from_arrays(columns, schema=PAYLOAD_SCHEMA),
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            base_sequence=base_sequence, transactional=transactional,
+            timestamp_bounds=(pc.min(ts).as_py(), pc.max(ts).as_py()))
+    return _decode_py(body, count, first_ts, producer_id, producer_epoch, base_sequence,
+                      transactional)
+
+
+def _bitmap(data: bytes, nulls: int) -> pa.Buffer | None:
+    return None if nulls == 0 else pa.py_buffer(data)
+
+
+def _decode_c(body: bytes, count: int, first_ts: int) -> list[pa.Array]:
+    """The four payload columns of ``count`` records, from the C walk's buffers."""
+    assert _v2codec is not None
+    (ts, kv, ko, kd, key_nulls, vv, vo, vd, value_nulls, hv, ho, hdr_nulls, hko, hkd, hvv,
+     hvo, hvd, hv_nulls, headers) = _v2codec.decode(body, count)
+    keys = pa.Array.from_buffers(pa.binary(), count, [_bitmap(kv, key_nulls),
+                                                      pa.py_buffer(ko), pa.py_buffer(kd)],
+                                 null_count=key_nulls)
+    values = pa.Array.from_buffers(pa.binary(), count, [_bitmap(vv, value_nulls),
+                                                        pa.py_buffer(vo), pa.py_buffer(vd)],
+                                   null_count=value_nulls)
+    deltas = pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(ts)])
+    timestamps = pc.add(deltas, pa.scalar(first_ts, pa.int64()))
+    header_keys = pa.Array.from_buffers(pa.string(), headers,
+                                        [None, pa.py_buffer(hko), pa.py_buffer(hkd)])
+    header_values = pa.Array.from_buffers(pa.binary(), headers,
+                                          [_bitmap(hvv, hv_nulls), pa.py_buffer(hvo),
+                                           pa.py_buffer(hvd)], null_count=hv_nulls)
+    try:
+        header_keys.validate(full=True)  # UTF-8, as Kafka's keys must be
+    except pa.ArrowInvalid:
+        raise ValueError("a header key is not UTF-8") from None
+    entries = pa.StructArray.from_arrays([header_keys, header_values],
+                                         fields=list(_HEADER_FIELDS))
+    header_lists = pa.Array.from_buffers(_HEADERS_TYPE, count,
+                                         [_bitmap(hv, hdr_nulls), pa.py_buffer(ho)],
+                                         null_count=hdr_nulls, children=[entries])
+    return [keys, values, timestamps, header_lists]
+
+
+def _decode_py(body: bytes, count: int, first_ts: int, producer_id: int,
+               producer_epoch: int, base_sequence: int, transactional: bool) -> bytes:
+    """``from_kafka``'s walk in Python: the fallback, and the tests' oracle for C."""
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     timestamps: list[int] = []
@@ -272,7 +338,7 @@ def from_kafka(batch: bytes | bytearray | memoryview, *, max_bytes: int) -> byte
         values, keys=keys, timestamps=timestamps,
         headers=headers if any(h is not None for h in headers) else None,
         producer_id=producer_id, producer_epoch=producer_epoch,
-        base_sequence=base_sequence, transactional=bool(attributes & _TRANSACTIONAL_BIT),
+        base_sequence=base_sequence, transactional=transactional,
         timestamp_bounds=(min(timestamps), max(timestamps)))
 
 
@@ -314,13 +380,41 @@ def to_kafka(batch: bytes | bytearray | memoryview) -> bytes:
 
 
 def _encode_records(payload: pa.RecordBatch, first_ts: int) -> bytes:
-    keys = payload.column("key").to_pylist()
     value_column = payload.column("value")
     if not pa.types.is_binary(value_column.type):
         raise InvalidRecordBatchError(
             "a typed topic's batch has no Kafka encoding yet: read typed topics with the "
             "Strata client or Spark")
-    values = value_column.to_pylist()
+    if _v2codec is not None:
+        return _encode_c(payload, first_ts)
+    return _encode_py(payload, first_ts)
+
+
+def _encode_c(payload: pa.RecordBatch, first_ts: int) -> bytes:
+    assert _v2codec is not None
+    keys, values, timestamps, headers = (payload.column(i) for i in range(4))
+    entries = headers.values  # the struct child, unsliced (offsets index into it)
+    header_keys, header_values = entries.field(0), entries.field(1)
+    key_valid, key_off, key_data = keys.buffers()
+    value_valid, value_off, value_data = values.buffers()
+    ts_data = timestamps.buffers()[1]
+    hdr_valid, hdr_off = headers.buffers()[:2]
+    hk_off, hk_data = header_keys.buffers()[1:3]
+    hv_valid, hv_off, hv_data = header_values.buffers()
+    ts_bytes = memoryview(ts_data)[timestamps.offset * 8:]
+    return bytes(_v2codec.encode(
+        len(payload), first_ts, ts_bytes,
+        key_valid, key_off, key_data, keys.offset,
+        value_valid, value_off, value_data, values.offset,
+        hdr_valid, hdr_off, headers.offset,
+        hk_off, hk_data, header_keys.offset + entries.offset,
+        hv_valid, hv_off, hv_data, header_values.offset + entries.offset))
+
+
+def _encode_py(payload: pa.RecordBatch, first_ts: int) -> bytes:
+    """``to_kafka``'s records in Python: the fallback, and the tests' oracle for C."""
+    keys = payload.column("key").to_pylist()
+    values = payload.column("value").to_pylist()
     timestamps = payload.column("timestamp").to_pylist()
     header_lists = payload.column("headers").to_pylist()
     out = bytearray()

@@ -1,0 +1,258 @@
+"""Stock Kafka clients against Strata's Kafka listener and against Apache Kafka, one run.
+
+    python -m strata_tools.perf_kafka [--rounds 2] [--scale 1.0] [--markdown FILE]
+    (``scripts/bench.sh kafka``; ``make bench`` runs it)
+
+Starts a three-broker Strata stack (``strata up --brokers 3 --no-tier``: every broker
+opens its Kafka listener) and a three-node Apache Kafka 4.1 cluster
+(``strata_tools.kafka_local``) on free ports, creates the same topics on both, then runs
+each case with **the same client** against Strata's Kafka listener and against Kafka, and
+the matching ``strata perf produce|consume`` against Strata's own protocol, A, B, C, A, B,
+C (this machine's speed drifts within a run). The clients: Kafka's ProducerPerformance and
+ConsumerPerformance (the Java client, kafka-tools from Maven Central) and confluent-kafka's
+``produce`` loop (librdkafka; ``strata_tools.perf_peer``). Cases: 100-byte and 1 KiB
+records, acks=1 on a topic of one replica and acks=all on three (min ISR 2), 8 partitions
+each; consume 100-byte records. "Strata, own protocol" is ``strata perf produce|consume``
+(the Python client's columnar path) on the same topic and record size: the listener's
+ratio to it compares two protocols *and* two clients (the Java tool is client-bound well
+below either broker's limit; confluent-kafka is the closer peer). The table gives the
+median of the rounds, Strata's Kafka listener against Kafka (the issue's target: at least
+1.0x) and against Strata's own protocol (at least 0.8x). Both stacks are stopped at the
+end (only their own PIDs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strata_tools.perf_standing import PARTITIONS, Stacks, kafka_tool, machine, strata_cli
+
+__all__ = ["main"]
+
+_PRODUCER = ["linger.ms=5", "batch.size=524288"]
+
+
+class KafkaStacks(Stacks):
+    """The standing's two stacks, plus the Strata brokers' Kafka listeners."""
+
+    kafka_listener = ""
+
+    def up(self) -> None:
+        super().up()
+        status = json.loads(strata_cli("status", "--data-dir", str(self.strata_dir),
+                                       "--format", "json"))
+        self.kafka_listener = status["kafka_bootstrap"]
+        for name, size in (("k-1", 1), ("k-3", 3)):
+            configs = ["min.insync.replicas=2"] if size == 3 else []
+            for system in ("strata", "kafka"):
+                if system == "strata":
+                    strata_cli("topic", "create", name, "-p", str(PARTITIONS), "-r", str(size),
+                               *[x for c in configs for x in ("-c", c)],
+                               "--bootstrap", self.strata)
+                else:
+                    kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                               self.kafka, "--create", "--topic", name, "--partitions",
+                               str(PARTITIONS), "--replication-factor", str(size),
+                               *[x for c in configs for x in ("--config", c)])
+
+
+def _java_produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> dict[str, float]:
+    from strata_tools.perf_standing import PERF_LINE
+
+    out = kafka_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                     "--num-records", str(n), "--record-size", str(size), "--throughput", "-1",
+                     "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}",
+                     *_PRODUCER)
+    found = list(PERF_LINE.finditer(out))
+    if not found:
+        raise RuntimeError(f"ProducerPerformance printed no summary:\n{out[-2000:]}")
+    return {"rate": float(found[-1]["rate"]), "p99_ms": float(found[-1]["p99"])}
+
+
+def _java_consume(bootstrap: str, topic: str, n: int) -> dict[str, float]:
+    out = kafka_tool("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
+                     bootstrap, "--topic", topic, "--messages", str(n), "--timeout", "60000",
+                     "--group", f"perf-kafka-{time.time_ns()}")
+    lines = [line for line in out.splitlines() if line.strip()]
+    row = dict(zip([h.strip() for h in lines[-2].split(",")],
+                   [v.strip() for v in lines[-1].split(",")], strict=False))
+    return {"rate": float(row.get("fetch.nMsg.sec") or row["nMsg.sec"])}
+
+
+def _confluent_produce(bootstrap: str, topic: str, n: int, size: int,
+                       acks: str) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-m", "strata_tools.perf_kafka", "--confluent-run", bootstrap, topic,
+         str(n), str(size), acks], check=True, capture_output=True, text=True,
+        timeout=900).stdout
+    return {"rate": float(json.loads(out)["records_per_sec"])}
+
+
+def _confluent_run(bootstrap: str, topic: str, n: int, size: int, acks: str) -> dict[str, Any]:
+    import os
+
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks,
+                         "enable.idempotence": acks == "all", "linger.ms": 5})
+    producer.list_topics(topic, timeout=10)
+    value = os.urandom(size)
+    produce, poll = producer.produce, producer.poll
+    start = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                produce(topic, value)
+                break
+            except BufferError:
+                poll(0.001)
+    if producer.flush(300) != 0:
+        raise SystemExit("confluent-kafka: records left undelivered after 300 s")
+    return {"records_per_sec": round(n / (time.perf_counter() - start))}
+
+
+def _own_produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> dict[str, float]:
+    result = json.loads(strata_cli("perf", "produce", "--bootstrap", bootstrap, "--topic",
+                                   topic, "--num-records", str(n), "--record-size", str(size),
+                                   "--acks", acks, "--format", "json"))
+    return {"rate": float(result["records_per_sec"]),
+            "p99_ms": float(result["latency_ms"]["p99"])}
+
+
+def _own_consume(bootstrap: str, topic: str, n: int) -> dict[str, float]:
+    result = json.loads(strata_cli("perf", "consume", "--bootstrap", bootstrap, "--topic",
+                                   topic, "--num-records", str(n), "--format", "json"))
+    return {"rate": float(result["records_per_sec"])}
+
+
+Run = Callable[[KafkaStacks], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One line of the table: the client against Strata's Kafka listener and against
+    Kafka, and Strata's own client against Strata (``own`` None: no counterpart)."""
+
+    name: str
+    listener: Run
+    kafka: Run
+    own: Run | None
+
+
+def cases(scale: float) -> list[Case]:
+    def n(count: int) -> int:
+        return max(1000, int(count * scale))
+
+    out: list[Case] = []
+    for size, count in ((100, 1_000_000), (1024, 300_000)):
+        for acks, topic in (("1", "k-1"), ("all", "k-3")):
+            rf = "RF 1" if topic == "k-1" else "RF 3"
+            label = f"{size} B, acks={acks}, {rf}"
+
+            def java(which: str, topic: str = topic, size: int = size, acks: str = acks,
+                     count: int = count) -> Run:
+                return lambda s: _java_produce(getattr(s, which), topic, n(count), size, acks)
+
+            def own(topic: str = topic, size: int = size, acks: str = acks,
+                    count: int = count) -> Run:
+                return lambda s: _own_produce(s.strata, topic, n(count), size, acks)
+
+            out.append(Case(f"ProducerPerformance, {label}", java("kafka_listener"),
+                            java("kafka"), own()))
+            if size == 100:
+                def conf(which: str, topic: str = topic, acks: str = acks,
+                         count: int = count) -> Run:
+                    return lambda s: _confluent_produce(getattr(s, which), topic, n(count),
+                                                        100, acks)
+
+                out.append(Case(f"confluent-kafka produce loop, {label}",
+                                conf("kafka_listener"), conf("kafka"), own()))
+    out.append(Case("ConsumerPerformance, 100 B (the acks=1 topic, from the start)",
+                    lambda s: _java_consume(s.kafka_listener, "k-1", n(1_000_000)),
+                    lambda s: _java_consume(s.kafka, "k-1", n(1_000_000)),
+                    lambda s: _own_consume(s.strata, "k-1", n(1_000_000))))
+    return out
+
+
+def markdown(results: dict[str, dict[str, list[dict[str, float]]]], case_list: list[Case],
+             rounds: int, started: str) -> str:
+    lines = [
+        f"Measured {started} UTC on {machine()}; `python -m strata_tools.perf_kafka --rounds "
+        f"{rounds}` (`scripts/bench.sh kafka`): the same client against Strata's Kafka "
+        "listener (3 brokers, `strata up`), against Apache Kafka 4.1.2 (3 KRaft nodes) and, "
+        "where it has one, Strata's own client against Strata's own protocol, in turn, "
+        "round after round; the median of the rounds; records/s; 8 partitions.",
+        "",
+        "| case | Strata, Kafka listener | Apache Kafka | Strata, own protocol | listener / "
+        "Kafka | listener / own |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for case in case_list:
+        got = results[case.name]
+        listener = statistics.median(f["rate"] for f in got["listener"])
+        kafka = statistics.median(f["rate"] for f in got["kafka"])
+        own = statistics.median(f["rate"] for f in got["own"]) if got["own"] else None
+        lines.append(
+            f"| {case.name} | {listener:,.0f} | {kafka:,.0f} | "
+            f"{'-' if own is None else f'{own:,.0f}'} | {listener / kafka:.2f}x | "
+            f"{'-' if own is None else f'{listener / own:.2f}x'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["--confluent-run"]:
+        bootstrap, topic, n, size, acks = args_in[1:6]
+        print(json.dumps(_confluent_run(bootstrap, topic, int(n), int(size), acks)))
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m strata_tools.perf_kafka",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply every record count (0.1 for a quick look)")
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="run only the cases whose name contains TEXT (repeatable)")
+    parser.add_argument("--markdown", type=Path, default=None)
+    args = parser.parse_args(args_in)
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    case_list = [c for c in cases(args.scale)
+                 if not args.only or any(text in c.name for text in args.only)]
+    if not case_list:
+        parser.error("--only matches no case; the cases are: "
+                     + "; ".join(c.name for c in cases(args.scale)))
+    results: dict[str, dict[str, list[dict[str, float]]]] = {
+        c.name: {"listener": [], "kafka": [], "own": []} for c in case_list}
+    stacks = KafkaStacks()
+    try:
+        stacks.up()
+        print(f"strata {stacks.strata} (Kafka listener {stacks.kafka_listener}); "
+              f"kafka {stacks.kafka}", flush=True)
+        for round_ in range(args.rounds):
+            for case in case_list:
+                for side, run in (("listener", case.listener), ("kafka", case.kafka),
+                                  ("own", case.own)):
+                    if run is None:
+                        continue
+                    figures = run(stacks)
+                    results[case.name][side].append(figures)
+                    print(f"round {round_ + 1} {side:8} {case.name}: {figures}", flush=True)
+    finally:
+        stacks.down()
+    table = markdown(results, case_list, args.rounds, started)
+    print(table)
+    if args.markdown is not None:
+        args.markdown.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
