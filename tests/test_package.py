@@ -43,7 +43,8 @@ from zookeeper.launcher import ZooKeeperServer
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
-CORE = {"pyarrow", "kazoo", "crc32c", "prometheus-client", "cryptography", "fastavro"}
+CORE = {"pyarrow", "kazoo", "crc32c", "prometheus-client", "cryptography", "fastavro",
+        "kafka-python"}
 #: What a broker host must not need (each extra's heavy packages).
 NOT_IN_CORE = {"pyspark", "delta-spark", "deltalake", "fastapi", "uvicorn", "matplotlib",
                "ipykernel", "pandas"}
@@ -104,7 +105,7 @@ class Installed:
 
 #: What the build's copy of the checkout leaves out: hidden entries (version control,
 #: the virtual environment, caches, the local stack's data) and earlier build output.
-NOT_SOURCES = shutil.ignore_patterns(".*", "__pycache__", "*.pyc", "*.egg-info", "build",
+NOT_SOURCES = shutil.ignore_patterns(".*", "__pycache__", "*.pyc", "*.so", "*.egg-info", "build",
                                      "dist", "spark-warehouse", "metastore_db", "derby.log")
 
 
