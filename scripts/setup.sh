@@ -28,7 +28,8 @@ want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
     && [ -f "$DELTA_JAR" ] && [ -f "$DELTA_STORAGE_JAR" ] && [ -f "$S3A_JAR" ] \
-    && [ -f "$S3A_SDK_JAR" ] && [ -f "$KAFKA_CONNECTOR_JAR" ] && [ -f "$KAFKA_CLIENTS_JAR" ]; then
+    && [ -f "$S3A_SDK_JAR" ] && [ -f "$KAFKA_CONNECTOR_JAR" ] && [ -f "$KAFKA_CLIENTS_JAR" ] \
+    && command -v kcat >/dev/null; then
   echo "setup: up to date (.venv, Delta, S3A and Spark Kafka connector jars ready)"
   exit 0
 fi
@@ -44,6 +45,12 @@ fi
 if ! command -v mvn >/dev/null; then
   echo "setup: installing maven from Debian packages"
   apt-get update -qq && apt-get install -y -qq maven >/dev/null
+fi
+if ! command -v kcat >/dev/null; then
+  # A stock Kafka tool the tests run against the brokers' Kafka listeners
+  # (tests/test_kafka_clients.py; docs/kafka-compatibility.md).
+  echo "setup: installing kcat (the Kafka command-line client) from Debian packages"
+  apt-get update -qq && apt-get install -y -qq kcat >/dev/null
 fi
 if ! command -v wrk >/dev/null; then
   echo "setup: installing wrk (HTTP load generator of scripts/bench_gateway.sh) from Debian packages"

@@ -537,3 +537,29 @@ def test_incremental_alter_configs(admin: AdminClient) -> None:
     with pytest.raises(Exception, match="APPEND and SUBTRACT"):
         for future in admin.incremental_alter_configs([append]).values():
             future.result(30)
+
+
+# ----------------------------------------------------------------------------- kcat
+def test_kcat_produces_lists_and_consumes(admin: AdminClient, kafka: str,
+                                          cluster: Cluster) -> None:
+    """kcat from Debian (librdkafka 2.0, which only compresses when Produce is advertised
+    from v0, KAFKA-18659) as a user runs it at a shell: -P with keys, a header and snappy,
+    -L, and -C with JSON output."""
+    topic = create(admin, "k-kcat", partitions=2)
+    lines = "".join(f"key{i}:value {i}\n" for i in range(50))
+    produced = subprocess.run(["kcat", "-b", kafka, "-t", topic, "-P", "-K:", "-z", "snappy",
+                               "-H", "via=kcat", "-p", "1"], input=lines, text=True,
+                              capture_output=True, timeout=60, check=False)
+    assert produced.returncode == 0, produced.stderr
+    listed = subprocess.run(["kcat", "-b", kafka, "-L", "-t", topic], text=True,
+                            capture_output=True, timeout=60, check=True).stdout
+    assert " 3 brokers:" in listed and f'topic "{topic}" with 2 partitions' in listed
+    consumed = subprocess.run(["kcat", "-b", kafka, "-t", topic, "-C", "-e", "-o", "beginning",
+                               "-J"], text=True, capture_output=True, timeout=60, check=True)
+    records = [json.loads(line) for line in consumed.stdout.splitlines() if line.strip()]
+    assert [(r["partition"], r["offset"], r["key"], r["payload"], r["headers"])
+            for r in records] == [(1, i, f"key{i}", f"value {i}", ["via", "kcat"])
+                                  for i in range(50)]
+    strata = read_strata(cluster.bootstrap, topic, 2, 50)
+    assert [(r.offset, r.key, r.value, r.headers) for r in strata] == \
+        [(i, f"key{i}".encode(), f"value {i}".encode(), [("via", b"kcat")]) for i in range(50)]
