@@ -47,10 +47,11 @@ LONGEST_MODULES_FIRST = (
     "test_notebooks", "test_cli_stack", "test_txn_faults", "test_spark_txn",
     "test_replication", "test_group_faults", "test_cli_client", "test_network_partitions",
     "test_spark_source", "test_consumer_groups", "test_spark_typed", "test_transactions",
-    "test_security", "test_spark_sink", "test_perf_spark", "test_package", "test_cli_cluster",
+    "test_security", "test_kafka_clients", "test_spark_sink", "test_perf_spark", "test_package", "test_cli_cluster",
     "test_spark_tier_replay", "test_cli_transactions", "test_gateway",
     "test_stack_rolling_restart", "test_perf_scale", "test_warehouse_s3", "test_sink_protocol",
-    "test_typed_topics", "test_gateway_schema",
+    "test_typed_topics", "test_gateway_schema", "test_spark_kafka", "test_kafka_security",
+    "test_kafka_faults",
 )
 
 
