@@ -29,7 +29,7 @@ want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
     && [ -f "$DELTA_JAR" ] && [ -f "$DELTA_STORAGE_JAR" ] && [ -f "$S3A_JAR" ] \
     && [ -f "$S3A_SDK_JAR" ] && [ -f "$KAFKA_CONNECTOR_JAR" ] && [ -f "$KAFKA_CLIENTS_JAR" ] \
-    && command -v kcat >/dev/null; then
+    && command -v kcat >/dev/null && compgen -G "brokers/kafka/_v2codec*.so" >/dev/null; then
   echo "setup: up to date (.venv, Delta, S3A and Spark Kafka connector jars ready)"
   exit 0
 fi
