@@ -731,6 +731,12 @@ class SchemaCheck:
             self._versions[subject] = fetched
         return fetched
 
+    async def schema_of(self, subject: str, schema_id: int) -> ParsedSchema | None:
+        """The schema of ``schema_id`` if it is a live version of ``subject`` (cached as
+        ``verdict``'s lookups are; the Kafka listener's typed topics)."""
+        _, versions = await self._subject(subject, schema_id, time.monotonic())
+        return versions.get(schema_id)
+
     def forget(self) -> None:
         """Drop every cached verdict and version (a registry change was handled here, or
         tests); fetches in flight are not cached when they end."""

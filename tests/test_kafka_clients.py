@@ -563,3 +563,145 @@ def test_kcat_produces_lists_and_consumes(admin: AdminClient, kafka: str,
     strata = read_strata(cluster.bootstrap, topic, 2, 50)
     assert [(r.offset, r.key, r.value, r.headers) for r in strata] == \
         [(i, f"key{i}".encode(), f"value {i}".encode(), [("via", b"kcat")]) for i in range(50)]
+
+
+# ----------------------------------------------------------------------------- typed topics
+ORDER = ('{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}, '
+         '{"name": "item", "type": "string"}, {"name": "qty", "type": ["null", "int"]}]}')
+
+
+def test_confluent_framed_avro_lands_as_typed_columns(admin: AdminClient, kafka: str,
+                                                      cluster: Cluster) -> None:
+    """A Kafka producer writing a typed topic as a Confluent serializer does (magic 0,
+    schema id, Avro body): the broker checks the id against the topic's subject, stores
+    typed columns (what Strata's consumer and Spark read), and a Kafka consumer gets the
+    framed values back. Unframed values and unknown ids are refused for that partition."""
+    import io
+
+    import fastavro
+
+    from strata.client import Admin
+    from wire.schema import confluent_frame, parse_confluent_frame
+
+    with Admin(cluster.bootstrap) as strata_admin:
+        schema_id = strata_admin.register_schema("k-orders-value", ORDER)
+    topic = create(admin, "k-orders", partitions=1,
+                   config={"value.schema.subject": "k-orders-value"})
+    parsed = fastavro.parse_schema(json.loads(ORDER))
+    orders = [{"id": i, "item": f"item-{i}", "qty": None if i % 4 == 0 else i} for i in range(30)]
+
+    def framed(order: dict[str, Any], sid: int = schema_id) -> bytes:
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, parsed, order)
+        return confluent_frame(sid, body.getvalue())
+
+    outcomes: list[Any] = []
+    producer = KProducer({"bootstrap.servers": kafka, "acks": "all", "linger.ms": 20})
+    for order in orders:
+        producer.produce(topic, key=str(order["id"]).encode(), value=framed(order),
+                         partition=0, on_delivery=lambda e, m: outcomes.append(e))
+    assert producer.flush(30) == 0 and outcomes == [None] * 30
+    for bad in (b"plain bytes", framed(orders[0], sid=schema_id + 1000)):
+        refused: list[Any] = []
+        single = KProducer({"bootstrap.servers": kafka, "acks": "all", "retries": 0})
+        single.produce(topic, value=bad, partition=0, on_delivery=lambda e, m,
+                       into=refused: into.append(e))
+        single.flush(30)
+        assert [e.code() for e in refused] == [KafkaError.INVALID_RECORD], refused
+    back = read_kafka(kafka, topic, 30)
+    assert [parse_confluent_frame(m.value())[0] for m in back] == [schema_id] * 30
+    assert [fastavro.schemaless_reader(io.BytesIO(parse_confluent_frame(m.value())[1]),
+                                       parsed, None) for m in back] == orders
+    consumer = Consumer(cluster.bootstrap, auto_offset_reset="earliest")
+    consumer.assign([(topic, 0)])
+    table = consumer.poll_arrow(timeout_ms=5000)
+    deadline = time.monotonic() + 20
+    while table.num_rows < 30 and time.monotonic() < deadline:
+        more = consumer.poll_arrow(timeout_ms=500)
+        if more.num_rows:
+            import pyarrow as pa
+
+            table = pa.concat_tables([table, more])
+    consumer.close()
+    assert table.column("value").type.names == ["id", "item", "qty"]
+    assert table.column("value").to_pylist() == orders
+
+
+# ----------------------------------------------------------------------------- aiokafka
+def test_aiokafka_producer_group_consumer_and_commit(admin: AdminClient, kafka: str) -> None:
+    """aiokafka (asyncio, its own protocol classes): idempotent acks=all sends with
+    headers and lz4-free gzip compression, a group consumer that commits, and a second
+    consumer of the group that resumes after the commit."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AioTP
+
+    topic = create(admin, "k-aio", partitions=2)
+
+    async def run() -> tuple[list[Any], int, list[int]]:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka, acks="all",
+                                    enable_idempotence=True, compression_type="gzip")
+        await producer.start()
+        try:
+            sent = [await producer.send_and_wait(topic, f"a{i}".encode(), key=b"k",
+                                                 partition=i % 2,
+                                                 headers=[("n", str(i).encode())])
+                    for i in range(40)]
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka, group_id="aio-group",
+                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        got: list[Any] = []
+        try:
+            while len(got) < 30:
+                batches = await consumer.getmany(timeout_ms=1000, max_records=30 - len(got))
+                for records in batches.values():
+                    got.extend(records)
+            await consumer.commit({AioTP(topic, p): max(r.offset for r in got
+                                                         if r.partition == p) + 1
+                                   for p in {r.partition for r in got}})
+        finally:
+            await consumer.stop()
+        resumed = AIOKafkaConsumer(topic, bootstrap_servers=kafka, group_id="aio-group",
+                                   auto_offset_reset="earliest", enable_auto_commit=False)
+        await resumed.start()
+        rest: list[Any] = []
+        try:
+            deadline = time.monotonic() + 30
+            while len(got) + len(rest) < 40 and time.monotonic() < deadline:
+                batches = await resumed.getmany(timeout_ms=1000)
+                for records in batches.values():
+                    rest.extend(records)
+        finally:
+            await resumed.stop()
+        return got + rest, len(sent), [m.offset for m in sent]
+
+    records, sent, offsets = asyncio.run(run())
+    assert sent == 40 and sorted(offsets) == sorted(list(range(20)) * 2)
+    assert sorted((r.partition, r.offset, r.value, list(r.headers)) for r in records) == \
+        sorted((i % 2, i // 2, f"a{i}".encode(), [("n", str(i).encode())]) for i in range(40))
+
+
+def test_confluent_framed_json_schema_lands_as_typed_columns(admin: AdminClient, kafka: str,
+                                                             cluster: Cluster) -> None:
+    from strata.client import Admin
+    from wire.schema import confluent_frame, parse_confluent_frame
+
+    schema = json.dumps({"type": "object", "properties": {
+        "sku": {"type": "string"}, "price": {"type": "number"}}, "required": ["sku"]})
+    with Admin(cluster.bootstrap) as strata_admin:
+        schema_id = strata_admin.register_schema("k-prices-value", schema, "JSON")
+    topic = create(admin, "k-prices", partitions=1,
+                   config={"value.schema.subject": "k-prices-value"})
+    rows = [{"sku": f"s{i}", "price": i * 1.5} for i in range(10)]
+    producer = KProducer({"bootstrap.servers": kafka, "acks": "all", "linger.ms": 20})
+    for row in rows:
+        producer.produce(topic, value=confluent_frame(schema_id, json.dumps(row).encode()),
+                         partition=0)
+    assert producer.flush(30) == 0
+    back = [parse_confluent_frame(m.value()) for m in read_kafka(kafka, topic, 10)]
+    assert [(sid, json.loads(body)) for sid, body in back] == [(schema_id, r) for r in rows]
+    strata = read_strata(cluster.bootstrap, topic, 1, 10)
+    assert [r.value for r in strata] == rows  # typed: the decoded objects

@@ -31,10 +31,12 @@ from brokers.kafka.codec import (
 )
 from brokers.kafka.groups import ClassicGroups
 from brokers.kafka.records import from_kafka, iter_strata_batches, to_kafka
+from brokers.kafka.typed import to_framed, to_typed
 from wire.errors import (
     IllegalSaslStateError,
     InvalidRecordBatchError,
     InvalidRequestError,
+    SchemaMismatchError,
     StrataError,
     UnsupportedVersionError,
 )
@@ -79,6 +81,7 @@ from wire.protocol import (
 
 if TYPE_CHECKING:
     from brokers.handlers.dispatch import RequestHandlers
+    from brokers.schema_registry import SchemaCheck
     from brokers.security import Session
 
 __all__ = ["KafkaApis", "kafka_code"]
@@ -134,6 +137,18 @@ class KafkaApis:
         # docs/kafka-compatibility.md's table is VERSIONS: every key in it is answered.
         assert set(VERSIONS) == set(self._table), set(VERSIONS) ^ set(self._table)
         self._served = dict(VERSIONS)
+
+    def _subject(self, topic: str, partition: int) -> str:
+        """The value subject of a typed topic's partition hosted here ("" otherwise)."""
+        hosted = self.handlers.context.registry.hosted.get((topic, partition))
+        return hosted.config.value_schema_subject if hosted is not None else ""
+
+    def _schema_check(self) -> SchemaCheck:
+        check = self.handlers.context.schema_check
+        if check is None:
+            raise SchemaMismatchError("this broker has no schema registry; typed topics "
+                                      "cannot be written or read through it")
+        return check
 
     async def _strata(self, api: ApiKey, request: Any, session: Session,
                       header: KafkaHeader) -> Any:
@@ -247,12 +262,25 @@ class KafkaApis:
                     if p.records is None:
                         raise InvalidRecordBatchError("records are null")
                     batch = from_kafka(p.records, max_bytes=self.max_record_bytes)
-                except InvalidRecordBatchError as err:
+                    subject = self._subject(t.name, p.index)
+                    if subject:
+                        batch = await to_typed(batch, t.name, subject, self._schema_check())
+                except Exception as err:
+                    # A conversion bug must fail this partition, not the connection
+                    # (librdkafka would resend the same request for ever).
+                    if isinstance(err, StrataError):
+                        code = _CORRUPT_MESSAGE if type(err) is InvalidRecordBatchError \
+                            else kafka_code(err.code)
+                        message = err.message
+                    else:
+                        log.exception("converting a Kafka batch for %s-%d failed", t.name,
+                                      p.index)
+                        code, message = _UNKNOWN_SERVER_ERROR, f"internal error: {err!r}"
                     refused.setdefault(t.name, []).append(
                         r.TopicProduceResponse.PartitionProduceResponse(
-                            index=p.index, error_code=_CORRUPT_MESSAGE, base_offset=-1,
+                            index=p.index, error_code=code, base_offset=-1,
                             log_append_time_ms=-1, log_start_offset=-1,
-                            error_message=err.message))
+                            error_message=message))
                     continue
                 parts.append(ProducePartition(p.index, batch))
             if parts:
@@ -297,15 +325,27 @@ class KafkaApis:
             parts = []
             for p in t.partitions:
                 error_code = kafka_code(p.error_code)
+                subject = self._subject(t.name, p.partition)
                 try:
-                    records = b"".join(to_kafka(b) for b in iter_strata_batches(p.records)) \
-                        if p.records is not None else b""
-                except InvalidRecordBatchError as err:
-                    # A typed topic's columns have no Kafka encoding yet: the partition
-                    # fails, the rest of the answer stands.
-                    log.info("fetch of %s-%d from %s: %s", t.name, p.partition,
-                             session.peer, err.message)
-                    records, error_code = b"", _INVALID_RECORD
+                    batches = list(iter_strata_batches(p.records)) \
+                        if p.records is not None else []
+                    if subject and batches:
+                        check = self._schema_check()
+                        batches = [await to_framed(b, t.name, subject, check)
+                                   for b in batches]
+                    records = b"".join(to_kafka(b) for b in batches)
+                except Exception as err:
+                    # A typed value that cannot be framed (its schema is gone), or a
+                    # conversion bug: the partition fails, the rest of the answer stands.
+                    if isinstance(err, StrataError):
+                        log.info("fetch of %s-%d from %s: %s", t.name, p.partition,
+                                 session.peer, err.message)
+                        error_code = _INVALID_RECORD
+                    else:
+                        log.exception("converting %s-%d for a Kafka fetch failed", t.name,
+                                      p.partition)
+                        error_code = _UNKNOWN_SERVER_ERROR
+                    records = b""
                 aborted = [P.AbortedTransaction(producer_id=a.producer_id,
                                                 first_offset=a.first_offset)
                            for a in p.aborted_transactions] \
