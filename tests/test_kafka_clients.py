@@ -268,10 +268,10 @@ def test_group_of_kafka_processes_shares_the_partitions(admin: AdminClient,
     feeder = threading.Thread(target=produce)
     feeder.start()
     members = [subprocess.Popen(
-        [sys.executable, "-m", "tests.support.kafka_member", kafka, topic, "k-group", "4"],
+        [sys.executable, "-m", "tests.support.kafka_member", kafka, topic, "k-group", "3"],
         cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(3)]
     try:
-        time.sleep(8)
+        time.sleep(5)
     finally:
         stop.set()
         feeder.join()

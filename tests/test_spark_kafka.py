@@ -34,7 +34,7 @@ COUNT = 300
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("spark-kafka"), brokers=3, kafka=True) as c:
+    with Cluster(tmp_path_factory.mktemp("spark-kafka"), brokers=1, kafka=True) as c:
         yield c
 
 
@@ -43,7 +43,7 @@ def test_spark_kafka_connector_reads_and_writes_strata_topics(cluster: Cluster,
     kafka = cluster.kafka_bootstrap
     admin = AdminClient({"bootstrap.servers": kafka})
     for name, partitions in (("spark-in", 3), ("spark-out", 2)):
-        admin.create_topics([NewTopic(name, partitions, 3)])[name].result(30)
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
     time.sleep(1)
     producer = KProducer({"bootstrap.servers": kafka, "acks": "all",
                           "enable.idempotence": True, "compression.type": "lz4"})
