@@ -625,6 +625,19 @@ def test_confluent_framed_avro_lands_as_typed_columns(admin: AdminClient, kafka:
     consumer.close()
     assert table.column("value").type.names == ["id", "item", "qty"]
     assert table.column("value").to_pylist() == orders
+    # In a transaction: the commit marker sits among typed batches and a read_committed
+    # Kafka reader still gets every framed value.
+    txn = KProducer({"bootstrap.servers": kafka, "transactional.id": "k-orders-txn"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    more = [{"id": 100 + i, "item": "late", "qty": i} for i in range(2)]
+    for order in more:
+        txn.produce(topic, value=framed(order), partition=0)
+    txn.commit_transaction(30)
+    committed = read_kafka(kafka, topic, 32, group="k-orders-rc",
+                           **{"isolation.level": "read_committed"})
+    assert [fastavro.schemaless_reader(io.BytesIO(parse_confluent_frame(m.value())[1]),
+                                       parsed, None) for m in committed] == orders + more
 
 
 # ----------------------------------------------------------------------------- aiokafka

@@ -77,8 +77,8 @@ def test_a_wrong_password_gets_no_session(cluster: Cluster) -> None:
     admin = AdminClient({**settings(cluster, "app", password="not-the-password"),
                          "error_cb": errors.append})
     with pytest.raises(KafkaException):
-        admin.list_topics(timeout=3)
-    admin.poll(1)
+        admin.list_topics(timeout=2)
+    admin.poll(0.5)
     # librdkafka reports Strata's own sentence with Kafka's error code.
     assert any(e.code() == KafkaError._AUTHENTICATION
                and "wrong user name or password" in e.str() for e in errors), errors[:3]
@@ -87,7 +87,7 @@ def test_a_wrong_password_gets_no_session(cluster: Cluster) -> None:
 def test_plaintext_to_the_tls_port_gets_nothing(cluster: Cluster) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
     with pytest.raises(KafkaException):
-        admin.list_topics(timeout=5)
+        admin.list_topics(timeout=2)
 
 
 def test_kafka_admin_manages_acls_and_scram_users(cluster: Cluster) -> None:

@@ -36,6 +36,7 @@ from wire.record_batch import (
     crc_of,
     decode_batch,
     encode_record_batch,
+    peek_header,
     value_schema_id,
 )
 from wire.schema import (
@@ -114,9 +115,11 @@ async def to_framed(batch: bytes, topic: str, subject: str, check: SchemaCheck) 
     """A typed batch (as the log holds it) with each value in Confluent's wire format;
     the header (offsets, producer fields, attributes) unchanged. Other batches as
     they are."""
+    if peek_header(batch).is_control:  # a transaction marker: no payload to frame
+        return batch
     header, payload = decode_batch(batch, verify=False)
     schema_id = value_schema_id(payload.schema)
-    if schema_id is None or header.is_control:
+    if schema_id is None:
         return batch
     parsed = await _schema(check, topic, subject, schema_id)
     values = payload.column("value")
