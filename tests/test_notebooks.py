@@ -147,6 +147,28 @@ def _seed_refuses_one_replica(data_dir: Path, bootstrap: str) -> None:
         admin.delete_topics(["one-replica"])  # it is tier-enabled: keep it from the tier job
 
 
+def _kafka_client_reads(kafka: str, security: Any) -> None:
+    """`strata up --secure`'s Kafka listeners (KAFKA_SASL_SSL): librdkafka logs in with the
+    stack's SCRAM user over TLS, checking the stack's CA, and reads the seeded records."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    consumer = KafkaConsumer({
+        "bootstrap.servers": kafka, "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": security.sasl_mechanism, "sasl.username": security.username,
+        "sasl.password": security.password, "ssl.ca.location": security.ssl_cafile,
+        "group.id": "secure-stack-kafka-check", "enable.auto.commit": False})
+    try:
+        consumer.assign([KafkaPartition(TOPIC, 0, 0)])
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += [m for m in consumer.consume(10, 1.0) if m.error() is None]
+    finally:
+        consumer.close()
+    assert [m.offset() for m in got[:10]] == list(range(10))
+
+
 @pytest.fixture(scope="module")
 def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededStack]:
     tmp = tmp_path_factory.mktemp("notebooks")
@@ -180,6 +202,7 @@ def seeded_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeededSta
                 replicas = {len(p.replicas) for p in described.partitions}
                 min_isr = admin.describe_configs([TOPIC])[TOPIC]["min.insync.replicas"]
             assert (replicas, min_isr.value, min_isr.is_default) == ({3}, "2", True)
+            _kafka_client_reads(info["kafka_bootstrap"], security)
             _seed_refuses_one_replica(data_dir, info["bootstrap"])
             code, out, err = _seed(["seed", "--data-dir", str(data_dir), "--topic", TYPED_TOPIC,
                                     "--typed", "--records", str(RECORDS), "--partitions", "2",
