@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -204,17 +205,25 @@ def test_bad_input_exits_1_with_one_line_and_changes_nothing(cluster: Cluster) -
         (("--replicas", "0:2,1", "--wait", "--timeout", "0"), ("--timeout expects",)),
         (("--replicas", "0:2,1", "--wait", "--timeout", "soon"), ("--timeout expects",)),
     ]
-    for args, words in cases:
-        one_line_error(cli(boot, "topic", "reassign", "cli-bad", *args), *words)
-    one_line_error(cli(boot, "topic", "reassign", "cli-nope", "--replicas", "0:1"),
-                   "UNKNOWN_TOPIC_OR_PARTITION", "cli-nope")
     elect = ("cluster", "elect-preferred-leaders")
-    one_line_error(cli(boot, *elect, "--partition", "0"), "--partition needs --topic")
-    one_line_error(cli(boot, *elect, "--topic", "cli-nope"), "UNKNOWN_TOPIC_OR_PARTITION")
-    one_line_error(cli(boot, *elect, "--topic", "cli-bad", "--partition", "7"),
-                   "topic cli-bad has no partition 7")
-    one_line_error(cli(boot, *elect, "--topic", "cli-bad", "--partition", "x"),
-                   "--partition expects a partition number")
+    runs: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
+        (("topic", "reassign", "cli-bad", *args), words) for args, words in cases]
+    runs += [
+        (("topic", "reassign", "cli-nope", "--replicas", "0:1"),
+         ("UNKNOWN_TOPIC_OR_PARTITION", "cli-nope")),
+        ((*elect, "--partition", "0"), ("--partition needs --topic",)),
+        ((*elect, "--topic", "cli-nope"), ("UNKNOWN_TOPIC_OR_PARTITION",)),
+        ((*elect, "--topic", "cli-bad", "--partition", "7"),
+         ("topic cli-bad has no partition 7",)),
+        ((*elect, "--topic", "cli-bad", "--partition", "x"),
+         ("--partition expects a partition number",)),
+    ]
+    # Every command is refused and changes nothing, so they may run side by side (each
+    # is a process start; one after another they took most of this test's time).
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda run: cli(boot, *run[0]), runs))
+    for (_, words), result in zip(runs, results, strict=True):
+        one_line_error(result, *words)
 
     # A broker that exists but is down.
     cluster.stop(2)

@@ -113,23 +113,13 @@ class RequestHandlers:
             raise UnsupportedVersionError(
                 f"unknown api key {header.api_key}; this broker speaks "
                 f"{sorted(int(k) for k in ApiKey)}") from None
-        if not session.authenticated and api not in BEFORE_LOGIN:
-            session.close_after_answer = True
-            raise IllegalSaslStateError(
-                f"{api.name} before the SASL login finished: listener "
-                f"{session.listener.name} is {session.listener.protocol}; send SaslHandshake "
-                "and SaslAuthenticate first (set security_protocol, sasl_mechanism and the "
-                "credentials in the client)")
+        _require_login(api, session)
         low, high = API_VERSIONS[api]
         if not low <= header.api_version <= high:
             raise UnsupportedVersionError(
                 f"{api.name} version {header.api_version} is not supported (supported: "
                 f"{low}..{high}); upgrade the broker or downgrade the client")
-        request = decode(REQUEST_TYPES[api], body, header.api_version)
-        # Replication is never throttled: a quota must not slow the brokers' own copies.
-        if api not in BEFORE_LOGIN and getattr(request, "replica_id", -1) < 0:
-            self._throttle("request_rate", 1)
-        return await self._table[api](request)
+        return await self._run(api, decode(REQUEST_TYPES[api], body, header.api_version))
 
     async def handle(self, api: ApiKey, request: Message, session: Session,
                      client_id: str | None = None) -> Message | None:
@@ -138,13 +128,23 @@ class RequestHandlers:
         Strata's own protocol uses). Raises what ``dispatch`` raises."""
         bind_session(session)
         session.client_id = client_id or ""
-        if not session.authenticated and api not in BEFORE_LOGIN:
-            session.close_after_answer = True
-            raise IllegalSaslStateError(
-                f"{api.name} before the SASL login finished: listener "
-                f"{session.listener.name} is {session.listener.protocol}; send SaslHandshake "
-                "and SaslAuthenticate first (set security.protocol, sasl.mechanism and the "
-                "credentials in the client)")
+        _require_login(api, session)
+        return await self._run(api, request)
+
+    async def _run(self, api: ApiKey, request: Message) -> Message | None:
+        # Replication is never throttled: a quota must not slow the brokers' own copies.
         if api not in BEFORE_LOGIN and getattr(request, "replica_id", -1) < 0:
             self._throttle("request_rate", 1)
         return await self._table[api](request)
+
+
+def _require_login(api: ApiKey, session: Session) -> None:
+    """A request other than the login's own on a session that has not logged in fails
+    (and the connection closes after the answer)."""
+    if not session.authenticated and api not in BEFORE_LOGIN:
+        session.close_after_answer = True
+        raise IllegalSaslStateError(
+            f"{api.name} before the SASL login finished: listener "
+            f"{session.listener.name} is {session.listener.protocol}; send SaslHandshake "
+            "and SaslAuthenticate first (set the client's security protocol, SASL "
+            "mechanism and credentials)")
