@@ -13,8 +13,9 @@ acks=1), ``--record-size`` random bytes, null keys; timed from the first ``produ
 the end of ``flush()``; CPU is the producing process's. Prints a Markdown table (the
 median of the rounds, and Strata / confluent-kafka).
 
-confluent-kafka is not a project dependency: install it where this runs (``pip install
-confluent-kafka``), or the run stops with that advice. Never run by the tests.
+confluent-kafka is a development dependency (``make setup`` installs it; the Kafka
+listener's tests use it too); where it is missing the run stops with that advice. Never
+run by the tests.
 """
 
 from __future__ import annotations
