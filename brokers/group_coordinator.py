@@ -743,10 +743,10 @@ class GroupCoordinator:
                     await task
 
     # ------------------------------------------------------------------ FindCoordinator
-    async def find(self, group_id: str) -> tuple[int, str, int]:
-        """(node id, host, port) of the group's coordinator."""
+    async def find(self, group_id: str, listener: str = "") -> tuple[int, str, int]:
+        """(node id, host, port on ``listener``) of the group's coordinator."""
         self._check_group_id(group_id)
-        return await self._topic.find(group_id)
+        return await self._topic.find(group_id, listener)
 
     async def _create_offsets_topic(self) -> None:
         # 100 MiB segments (Kafka's choice for this topic): compaction only ever cleans

@@ -56,8 +56,10 @@ class KeyedTopic:
         self._create = create
         self._creating: asyncio.Task[None] | None = None
 
-    async def find(self, key: str) -> tuple[int, str, int]:
-        """(node id, host, port) of the live leader of ``key``'s partition; retriable
+    async def find(self, key: str, listener: str = "") -> tuple[int, str, int]:
+        """(node id, host, port on ``listener``) of the live leader of ``key``'s partition
+        (a client is sent to the listener it came in on; "": the broker's first address);
+        retriable
         COORDINATOR_NOT_AVAILABLE while the topic is created or the partition has none."""
         topic = self.cluster.topics.get(self.name)
         if topic is None:
@@ -73,7 +75,7 @@ class KeyedTopic:
             raise CoordinatorNotAvailableError(
                 f"{self.name}-{p} ({self.noun} {key!r}) has no live leader right now; "
                 "retry after a short back-off")
-        return leader.broker_id, leader.host, leader.port
+        return (leader.broker_id, *leader.endpoint(listener))
 
 
 async def create_internal_topic(name: str, partitions: int, *, config: BrokerConfig,

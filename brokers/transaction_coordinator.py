@@ -202,10 +202,10 @@ class TransactionCoordinator:
         self._connections.clear()
 
     # ------------------------------------------------------------------ FindCoordinator
-    async def find(self, transactional_id: str) -> tuple[int, str, int]:
-        """(node id, host, port) of the id's coordinator."""
+    async def find(self, transactional_id: str, listener: str = "") -> tuple[int, str, int]:
+        """(node id, host, port on ``listener``) of the id's coordinator."""
         self._check_id(transactional_id)
-        return await self._topic.find(transactional_id)
+        return await self._topic.find(transactional_id, listener)
 
     async def _create_topic(self) -> None:
         await create_internal_topic(

@@ -24,6 +24,7 @@ what the other side sees:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import socket
 import struct
@@ -282,9 +283,27 @@ def test_group_of_kafka_processes_shares_the_partitions(admin: AdminClient,
         outputs.append([json.loads(line) for line in out.splitlines()])
     read = {(p, o) for events in outputs for e in events for p, o, _ in e.get("read", [])}
     assert set(produced) <= read, f"{len(set(produced) - read)} records never read"
-    # Every member was given partitions: the group spread them.
-    for events in outputs:
+    # Every member was given partitions (the group spread them), and no partition was
+    # held by two members at once: each member's holding of a partition runs from its
+    # assignment to its revocation (or to its closing), and those spans never overlap.
+    spans: dict[int, list[tuple[float, float, int]]] = {}
+    for member, events in enumerate(outputs):
         assert any(e.get("assigned") for e in events), "a member was never given a partition"
+        held: dict[int, float] = {}
+        for e in events:
+            for p in e.get("assigned", []):
+                held[p] = e["at"]
+            for p in e.get("revoked", []):
+                if p in held:  # (close revokes again what the span already ended)
+                    spans.setdefault(p, []).append((held.pop(p), e["at"], member))
+            if e.get("closing"):
+                for p, since in held.items():
+                    spans.setdefault(p, []).append((since, e["at"], member))
+                held = {}
+    for p, held_by in spans.items():
+        ordered = sorted(held_by)
+        for (_, end, a), (start, _, b) in itertools.pairwise(ordered):
+            assert a == b or end <= start, f"partition {p} held by members {a} and {b} at once"
     assert not any(e.get("error") for events in outputs for e in events)
 
 

@@ -72,6 +72,9 @@ class GroupApis(ApiFamily):
         }
 
     async def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        # The coordinator's address on the listener this request came in on (a client of
+        # a SASL_SSL or Kafka listener must not be sent to another listener's port).
+        listener = current_session().listener.name
         try:
             if request.key_type == KEY_TYPE_TRANSACTION:
                 self._require("DESCRIBE", "TRANSACTIONAL_ID", request.key)
@@ -79,21 +82,16 @@ class GroupApis(ApiFamily):
                 if transactions is None:
                     raise CoordinatorNotAvailableError(
                         "this broker has no transaction coordinator; upgrade it")
-                node, host, port = await transactions.find(request.key)
+                node, host, port = await transactions.find(request.key, listener)
             elif request.key_type == KEY_TYPE_GROUP:
                 self._require("DESCRIBE", "GROUP", request.key)
-                node, host, port = await self.groups.find(request.key)
+                node, host, port = await self.groups.find(request.key, listener)
             else:
                 raise InvalidRequestError(
                     f"key_type {request.key_type} is not known: 0 a group, 1 a "
                     "transactional id")
         except StrataError as err:
             return FindCoordinatorResponse(*error_fields(err))
-        # The coordinator's address on the listener this request came in on (a client of
-        # a SASL_SSL or Kafka listener must not be sent to another listener's port).
-        registration = self.context.cluster.live_brokers.get(node)
-        if registration is not None:
-            host, port = registration.endpoint(current_session().listener.name)
         return FindCoordinatorResponse(0, None, node, host, port)
 
     async def offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:

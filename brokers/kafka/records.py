@@ -157,10 +157,8 @@ def _decompress(codec: int, data: bytes, limit: int) -> bytes:
             return out
         if codec == 2:
             return _snappy(data, limit)
-        if codec == 3:
-            return _lz4_frame(data, limit)
-        if codec == 4:
-            return _zstd(data, limit)
+        if codec in (3, 4):
+            return _framed(_CODEC_NAMES[codec], data, limit)
     except InvalidRecordBatchError:
         raise
     except (zlib.error, gzip.BadGzipFile, pa.ArrowException, OSError, ValueError) as err:
@@ -171,21 +169,12 @@ def _decompress(codec: int, data: bytes, limit: int) -> bytes:
         "3 lz4, 4 zstd)")
 
 
-def _lz4_frame(data: bytes, limit: int) -> bytes:
-    # pyarrow's "lz4" codec is the LZ4 frame format Kafka's v2 batches use; its
-    # one-shot decompress needs the size, so stream it in bounded pieces.
-    stream = pa.input_stream(pa.py_buffer(data), compression="lz4")
-    out = stream.read(limit + 1)
+def _framed(codec: str, data: bytes, limit: int) -> bytes:
+    """LZ4 frame or zstd frame data (what Kafka's v2 batches use; pyarrow's "lz4" is the
+    frame format), read as a stream: the one-shot decompress needs the size up front."""
+    out = pa.input_stream(pa.py_buffer(data), compression=codec).read(limit + 1)
     if len(out) > limit:
-        raise InvalidRecordBatchError(f"lz4 data expands past {limit} bytes")
-    return bytes(out)
-
-
-def _zstd(data: bytes, limit: int) -> bytes:
-    stream = pa.input_stream(pa.py_buffer(data), compression="zstd")
-    out = stream.read(limit + 1)
-    if len(out) > limit:
-        raise InvalidRecordBatchError(f"zstd data expands past {limit} bytes")
+        raise InvalidRecordBatchError(f"{codec} data expands past {limit} bytes")
     return bytes(out)
 
 

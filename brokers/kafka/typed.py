@@ -129,8 +129,10 @@ async def to_framed(batch: bytes, topic: str, subject: str, check: SchemaCheck) 
         valid = values.is_valid().to_pylist()
         bodies = [text if ok else None
                   for ok, text in zip(valid, to_json_values(values), strict=True)]
-    framed = pa.array([None if b is None else confluent_frame(schema_id, b) for b in bodies],
-                      pa.binary())
+    # The 5-byte header joined to every body in one call; a null body stays null.
+    framed = pc.binary_join_element_wise(
+        pa.scalar(confluent_frame(schema_id, b""), pa.binary()), pa.array(bodies, pa.binary()),
+        pa.scalar(b"", pa.binary()))
     plain = pa.RecordBatch.from_arrays(
         [payload.column("key"), framed, payload.column("timestamp"),
          payload.column("headers")], schema=PAYLOAD_SCHEMA)

@@ -2,9 +2,10 @@
 process of its own: ``python -m tests.support.kafka_member BOOTSTRAP TOPIC GROUP IDLE_S``.
 
 It subscribes with the cooperative-sticky assignor, commits after each poll, and prints
-one JSON line per event: ``{"assigned": [p, ...]}``, ``{"revoked": [p, ...]}``,
-``{"read": [[p, offset, value], ...]}``, and ``{"done": true}`` once no record came for
-``IDLE_S`` seconds (after it read at least one), when it closes (leaving the group).
+one JSON line per event, each with its wall-clock time ``at``: ``{"assigned": [p, ...]}``,
+``{"revoked": [p, ...]}``, ``{"read": [[p, offset, value], ...]}``, ``{"closing": true}``
+once no record came for ``IDLE_S`` seconds (after it read at least one), just before it
+closes (leaving the group), and ``{"done": true}`` after.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def main(argv: list[str]) -> int:
     bootstrap, topic, group, idle_s = argv[0], argv[1], argv[2], float(argv[3])
 
     def say(event: dict[str, Any]) -> None:
-        print(json.dumps(event), flush=True)
+        print(json.dumps({**event, "at": time.time()}), flush=True)
 
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
@@ -45,6 +46,7 @@ def main(argv: list[str]) -> int:
             say({"read": read})
             consumer.commit(asynchronous=False)
             last, seen = time.monotonic(), True
+    say({"closing": True})  # its partitions may move only after this (LeaveGroup)
     consumer.close()
     say({"done": True})
     return 0

@@ -27,61 +27,32 @@ class KafkaWorkload(Workload):
     def __init__(self, kafka_bootstrap: str, topic: str, partitions: int, **kw: Any) -> None:
         super().__init__(kafka_bootstrap, topic, partitions, **kw)
 
-    def _run(self, index: int) -> None:
+    def _open(self, index: int) -> Any:
         from confluent_kafka import Producer
 
-        room = threading.Semaphore(self.max_pending)
-        producer = Producer({
+        return Producer({
             "bootstrap.servers": self.bootstrap, "client.id": f"kafka-nemesis-{index}",
             "enable.idempotence": True, "acks": "all", "linger.ms": 5,
             # As the Strata workload: a request stuck on a dead or paused leader is given
             # up after 5 s and retried elsewhere; a record fails only after 90 s.
             "request.timeout.ms": 5000, "message.timeout.ms": 90_000,
             "retry.backoff.ms": 100})
-        try:
-            seq = 0
-            interval = 1.0 / self.rate
-            next_at = time.monotonic()
-            while not self._stop.is_set():
-                producer.poll(0)  # delivery reports run here, on this thread
-                if not room.acquire(timeout=0.2):
-                    continue
-                partition = self.partition_of(index, seq)
-                outcome = Outcome(index, seq, partition, time.monotonic())
-                try:
-                    producer.produce(self.topic, self.value(index, seq),
-                                     key=self.key(index, seq), partition=partition,
-                                     on_delivery=functools.partial(self._delivered, outcome,
-                                                                   room))
-                except Exception as err:  # not handed over: it must never show up
-                    with self._lock:
-                        self.refused[(index, seq)] = repr(err)
-                    room.release()
-                else:
-                    with self._lock:
-                        self.outcomes[(index, seq)] = outcome
-                seq += 1
-                next_at += interval
-                pause = next_at - time.monotonic()
-                if pause > 0:
-                    self._stop.wait(pause)
-                elif pause < -1.0:
-                    next_at = time.monotonic()
-        finally:
-            producer.flush(self._drain_timeout)
+
+    def _send(self, producer: Any, outcome: Outcome, value: Any, key: bytes | None,
+              room: threading.Semaphore) -> None:
+        producer.produce(self.topic, value, key=key, partition=outcome.partition,
+                         on_delivery=functools.partial(self._delivered, outcome, room))
+
+    def _serve(self, producer: Any) -> None:
+        producer.poll(0)  # delivery reports run here, on the producing thread
+
+    def _close(self, producer: Any) -> None:
+        producer.flush(self._drain_timeout)
 
     def _delivered(self, outcome: Outcome, room: threading.Semaphore, err: Any,
                    msg: Any) -> None:
-        try:
-            if err is None:
-                with self._lock:
-                    outcome.offset = msg.offset()
-                    outcome.acked_at = time.monotonic()
-                    self._ack_times[outcome.partition].append(outcome.acked_at)
-            else:
-                outcome.error = str(err)
-        finally:
-            room.release()
+        self._settle(outcome, room, None if err is None else str(err),
+                     msg.offset() if err is None else None)
 
 
 def read_partitions_kafka(kafka_bootstrap: str, topic: str, high_watermarks: dict[int, int],

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from strata.client import Consumer, Producer, TopicPartition
-from strata.client.producer import ProducerOptions, RecordMetadata
+from strata.client.producer import ProducerOptions
 from tests.support.cluster import Cluster
 from wire.connection import BrokerConnection
 from wire.errors import InvalidRecordBatchError
@@ -218,21 +218,23 @@ class Workload:
             self.errors.append(err)
 
     def _run(self, index: int) -> None:
+        """One producer's paced loop; ``_open``/``_send``/``_serve``/``_close`` are the
+        client's part (a subclass may bring another client, tests/support/kafka_workload)."""
         room = threading.Semaphore(self.max_pending)
-        options: ProducerOptions = {**self.options, "client_id": f"nemesis-{index}"}
-        producer = Producer(self.bootstrap, **options)
+        producer = self._open(index)
         try:
             seq = 0
             interval = 1.0 / self.rate
             next_at = time.monotonic()
             while not self._stop.is_set():
+                self._serve(producer)
                 if not room.acquire(timeout=0.2):
                     continue
                 partition = self.partition_of(index, seq)
                 outcome = Outcome(index, seq, partition, time.monotonic())
                 try:
-                    future = producer.send(self.topic, self.value(index, seq),
-                                           key=self.key(index, seq), partition=partition)
+                    self._send(producer, outcome, self.value(index, seq), self.key(index, seq),
+                               room)
                 except Exception as err:  # not handed over: it must never show up
                     with self._lock:
                         self.refused[(index, seq)] = repr(err)
@@ -240,8 +242,6 @@ class Workload:
                 else:
                     with self._lock:
                         self.outcomes[(index, seq)] = outcome
-                    future.add_done_callback(
-                        functools.partial(self._completed, outcome, room=room))
                 seq += 1
                 next_at += interval
                 pause = next_at - time.monotonic()
@@ -250,19 +250,41 @@ class Workload:
                 elif pause < -1.0:  # far behind (blocked on a stall): do not burst
                     next_at = time.monotonic()
         finally:
-            producer.close(timeout=self._drain_timeout)
+            self._close(producer)
+
+    def _open(self, index: int) -> Any:
+        options: ProducerOptions = {**self.options, "client_id": f"nemesis-{index}"}
+        return Producer(self.bootstrap, **options)
+
+    def _send(self, producer: Any, outcome: Outcome, value: Any, key: bytes | None,
+              room: threading.Semaphore) -> None:
+        """Hand one record to the client (raises if it was not taken); ``room`` is
+        released once its outcome is known (``_settle``)."""
+        future = producer.send(self.topic, value, key=key, partition=outcome.partition)
+        future.add_done_callback(functools.partial(self._completed, outcome, room=room))
+
+    def _serve(self, producer: Any) -> None:
+        """Run the client's pending callbacks, for clients that need a call for it."""
+
+    def _close(self, producer: Any) -> None:
+        producer.close(timeout=self._drain_timeout)
 
     def _completed(self, outcome: Outcome, future: Any, *, room: threading.Semaphore) -> None:
+        error = future.exception()
+        self._settle(outcome, room, None if error is None else repr(error),
+                     None if error is not None else future.result().offset)
+
+    def _settle(self, outcome: Outcome, room: threading.Semaphore, error: str | None,
+                offset: int | None) -> None:
+        """Record one record's outcome: acknowledged at ``offset``, or failed."""
         try:
-            error = future.exception()
             if error is None:
-                meta: RecordMetadata = future.result()
                 with self._lock:
-                    outcome.offset = meta.offset
+                    outcome.offset = offset
                     outcome.acked_at = time.monotonic()
                     self._ack_times[outcome.partition].append(outcome.acked_at)
             else:
-                outcome.error = repr(error)
+                outcome.error = error
         finally:
             room.release()
 
