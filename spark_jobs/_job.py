@@ -137,6 +137,12 @@ class TierSettings:
     lease_ttl_s: float = 30.0
     #: How to reach the brokers (their listener's protocol, SASL user, TLS files).
     security: ClientSecurity = PLAINTEXT
+    #: After a pass that touched a table, register the warehouse's tables in the job's
+    #: session catalog (``register_tables``), for a caller that goes on querying that
+    #: session (a notebook's). ``strata tier run`` turns it off: its session ends with
+    #: the job, and the registration (Spark reading every table's Delta log) cost
+    #: seconds a pass, about 8 s on S3A.
+    register_catalog: bool = True
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
     def __post_init__(self) -> None:
@@ -284,7 +290,8 @@ class TierJob:
                     raise
                 log.exception("tiering %s failed; the next pass retries it", name)
                 report.topics.append(TopicReport(name, error=f"{type(err).__name__}: {err}"))
-        if self.spark_started and any(t.table for t in report.topics):
+        if (self.settings.register_catalog and self.spark_started
+                and any(t.table for t in report.topics)):
             register_tables(self.spark, self._warehouse)
         report.seconds = round(time.monotonic() - began, 3)
         return report

@@ -115,7 +115,10 @@ def _run(args: argparse.Namespace) -> int:
                             max_bytes_per_write=args.max_bytes_per_write,
                             vacuum_retain_hours=args.vacuum_retain_hours,
                             optimize_interval_s=args.optimize_interval_s,
-                            lease_wait_s=args.lease_wait_s, lease_ttl_s=args.lease_ttl_s)
+                            lease_wait_s=args.lease_wait_s, lease_ttl_s=args.lease_ttl_s,
+                            # The session is the job's own and ends with it: nobody
+                            # queries its catalog (TierSettings.register_catalog).
+                            register_catalog=False)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
