@@ -23,14 +23,22 @@ S3A_SDK_JAR="$HOME/.m2/repository/software/amazon/awssdk/bundle/2.35.4/bundle-2.
 KAFKA_CONNECTOR_ARTIFACT=org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0
 KAFKA_CONNECTOR_JAR="$HOME/.m2/repository/org/apache/spark/spark-sql-kafka-0-10_2.13/4.2.0/spark-sql-kafka-0-10_2.13-4.2.0.jar"
 KAFKA_CLIENTS_JAR="$HOME/.m2/repository/org/apache/kafka/kafka-clients/3.9.2/kafka-clients-3.9.2.jar"
+# franz-go's own integration tests (pkg/kgo), compiled from the Go module proxy at the
+# version tests/franz_go/go.mod pins, run by tests/test_franz_go.py against the brokers'
+# Kafka listeners. Outside the checkout, like the jars; `source` names the module's
+# directory in Go's module cache (some tests read their own sources).
+FRANZ_GO_VERSION=$(sed -n 's|^require github.com/twmb/franz-go \(v[^ ]*\)$|\1|p' tests/franz_go/go.mod)
+FRANZ_GO_TEST="$HOME/.cache/strata/franz-go-$FRANZ_GO_VERSION/kgo.test"
 STAMP=$VENV/.strata-setup-stamp
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh tests/franz_go/go.mod tests/franz_go/go.sum \
+  | sha256sum | cut -d' ' -f1)
 
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
     && [ -f "$DELTA_JAR" ] && [ -f "$DELTA_STORAGE_JAR" ] && [ -f "$S3A_JAR" ] \
     && [ -f "$S3A_SDK_JAR" ] && [ -f "$KAFKA_CONNECTOR_JAR" ] && [ -f "$KAFKA_CLIENTS_JAR" ] \
-    && command -v kcat >/dev/null && compgen -G "brokers/kafka/_v2codec*.so" >/dev/null; then
-  echo "setup: up to date (.venv, Delta, S3A and Spark Kafka connector jars ready)"
+    && command -v kcat >/dev/null && compgen -G "brokers/kafka/_v2codec*.so" >/dev/null \
+    && [ -x "$FRANZ_GO_TEST" ] && [ -f "$(dirname "$FRANZ_GO_TEST")/source" ]; then
+  echo "setup: up to date (.venv, Delta, S3A and Spark Kafka connector jars, franz-go tests ready)"
   exit 0
 fi
 
@@ -82,6 +90,20 @@ if [ ! -f "$KAFKA_CONNECTOR_JAR" ] || [ ! -f "$KAFKA_CLIENTS_JAR" ]; then
   echo "setup: fetching $KAFKA_CONNECTOR_ARTIFACT and kafka-clients from Maven Central into ~/.m2"
   mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.6.1:get \
     -Dartifact="$KAFKA_CONNECTOR_ARTIFACT"
+fi
+if [ ! -x "$FRANZ_GO_TEST" ] || [ ! -f "$(dirname "$FRANZ_GO_TEST")/source" ]; then
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  if [ ! -x "$GO" ]; then
+    echo "setup: Go 1.26 or newer is required to build franz-go's tests for tests/test_franz_go.py (https://go.dev/dl/)" >&2
+    exit 1
+  fi
+  echo "setup: building franz-go $FRANZ_GO_VERSION's pkg/kgo tests (Go module proxy) into ${FRANZ_GO_TEST%/*}"
+  mkdir -p "$(dirname "$FRANZ_GO_TEST")"
+  (cd tests/franz_go \
+    && GOFLAGS=-mod=readonly "$GO" test -c -o "$FRANZ_GO_TEST.part" github.com/twmb/franz-go/pkg/kgo \
+    && GOFLAGS=-mod=readonly "$GO" list -m -f '{{.Dir}}' github.com/twmb/franz-go \
+      > "$(dirname "$FRANZ_GO_TEST")/source")
+  mv "$FRANZ_GO_TEST.part" "$FRANZ_GO_TEST"
 fi
 echo "$want" > "$STAMP"
 echo "setup: done"

@@ -45,7 +45,7 @@ LONGEST_MODULES_FIRST = (
     "test_faults", "test_spark_cluster", "test_spark_exactly_once", "test_tiering",
     "test_tier_s3",
     "test_notebooks", "test_cli_stack", "test_txn_faults", "test_spark_txn",
-    "test_replication", "test_group_faults", "test_cli_client", "test_network_partitions",
+    "test_replication", "test_group_faults", "test_franz_go", "test_cli_client", "test_network_partitions",
     "test_spark_source", "test_consumer_groups", "test_spark_typed", "test_transactions",
     "test_security", "test_kafka_clients", "test_spark_sink", "test_perf_spark",
     "test_package", "test_cli_cluster",
