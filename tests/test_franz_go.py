@@ -116,7 +116,7 @@ def test_franz_go_integration_suite_passes(binary: Path, cluster: Cluster,
     env = {**os.environ, "KGO_SEEDS": cluster.kafka_bootstrap,
            "KGO_TEST_RECORDS": str(RECORDS), "KGO_LOG_LEVEL": "none"}
     run = subprocess.run(
-        [str(binary), "-test.v", "-test.timeout", "480s", "-test.count", "1",
+        [str(binary), "-test.v", "-test.timeout", "480s", "-test.count", "1", "-test.parallel", "8",
          "-test.skip", "^(" + "|".join(map(re.escape, skipped)) + ")$"],
         cwd=source, env=env, capture_output=True, text=True, timeout=540)
     output = run.stdout + run.stderr
