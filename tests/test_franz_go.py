@@ -7,8 +7,9 @@ a three-broker cluster's Kafka listeners (``KGO_SEEDS``), replication factor 3, 
 franz-go's CI does against Kafka: topic admin, idempotent produce of every codec, the
 consumer in all its modes (direct, regex, pause, purge, fetch limits), consumer groups
 with the range and cooperative-sticky balancers chaining records through ETL stages
-with members joining and leaving, and transactional ETL (``TestTxnEtl``: read-process-
-write with aborts, read_committed). The allow-list is the binary's whole test list
+with members joining and leaving, transactional ETL (``TestTxnEtl``: read-process-
+write with aborts, read_committed), and SCRAM-SHA-256 logins (right and wrong) on a
+second, KAFKA_SASL_PLAINTEXT listener. The allow-list is the binary's whole test list
 minus ``tests/franz_go/excluded.txt``, where each exclusion has its reason; every test
 run must PASS, none may skip itself, and a stale exclusion fails too.
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from strata.client import Admin
 from tests.support.cluster import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -36,6 +38,7 @@ VERSION = re.search(r"^require github\.com/twmb/franz-go (v\S+)$",
 BUILT = Path.home() / ".cache" / "strata" / f"franz-go-{VERSION}"
 BINARY = BUILT / "kgo.test"
 RECORDS = 500
+SCRAM_USER, SCRAM_PASSWORD = "franz", "franz-go-scram-secret"
 _RESULT = re.compile(r"^--- (PASS|FAIL|SKIP): (\S+) \(")
 
 
@@ -83,7 +86,10 @@ def binary() -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("franz-go"), brokers=3, kafka=True) as c:
+    with Cluster(tmp_path_factory.mktemp("franz-go"), brokers=3, kafka=True,
+                 kafka_sasl=True) as c:
+        with Admin(c.bootstrap) as admin:  # the SCRAM tests' user (KGO_TEST_SCRAM)
+            admin.upsert_scram_credential(SCRAM_USER, SCRAM_PASSWORD)
         yield c
 
 
@@ -114,6 +120,8 @@ def test_franz_go_integration_suite_passes(binary: Path, cluster: Cluster,
     assert len(listed) > 100, listed
     skipped = excluded()
     env = {**os.environ, "KGO_SEEDS": cluster.kafka_bootstrap,
+           "KGO_TEST_SCRAM_SEEDS": cluster.kafka_sasl_bootstrap,
+           "KGO_TEST_SCRAM": f"{SCRAM_USER}:{SCRAM_PASSWORD}:256",
            "KGO_TEST_RECORDS": str(RECORDS), "KGO_LOG_LEVEL": "none"}
     run = subprocess.run(
         [str(binary), "-test.v", "-test.timeout", "480s", "-test.count", "1", "-test.parallel", "8",

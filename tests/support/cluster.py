@@ -217,7 +217,8 @@ class Cluster:
     def __init__(self, base_dir: Path, brokers: int = 3, *, zookeeper_nodes: int = 1,
                  overrides: Mapping[str, str] | None = None,
                  start_timeout: float = 60.0, expect_controller: bool = True,
-                 secure: bool = False, network: bool = False, kafka: bool = False) -> None:
+                 secure: bool = False, network: bool = False, kafka: bool = False,
+                 kafka_sasl: bool = False) -> None:
         if zookeeper_nodes not in (1, 3):
             raise ValueError("zookeeper_nodes must be 1 or 3")
         self.base_dir = base_dir
@@ -243,6 +244,10 @@ class Cluster:
         self.network = Network() if network else None
         #: Each broker's Kafka listener port (``kafka=True``), by broker id.
         self.kafka_ports = _distinct_free_ports(brokers) if kafka else []
+        #: With ``kafka_sasl=True`` (and ``kafka=True``, not ``secure``), a second Kafka
+        #: listener per broker, KAFKA_SASL_PLAINTEXT (SCRAM and PLAIN logins, no TLS),
+        #: beside the plaintext one.
+        self.kafka_sasl_ports = _distinct_free_ports(brokers) if kafka and kafka_sasl else []
         self.brokers: dict[int, ClusterBroker] = {}
         try:
             self._make_nodes(base_dir, brokers, zookeeper_nodes, start_timeout, secure)
@@ -292,6 +297,9 @@ class Cluster:
             if self.kafka_ports:
                 name = "KAFKA_SASL_SSL" if secure else "KAFKA"
                 overrides["kafka.listeners"] = f"{name}://127.0.0.1:{self.kafka_ports[b]}"
+                if self.kafka_sasl_ports:
+                    overrides["kafka.listeners"] += (
+                        f",KAFKA_SASL_PLAINTEXT://127.0.0.1:{self.kafka_sasl_ports[b]}")
             self.brokers[b] = ClusterBroker(self.zk_connect, base_dir / f"broker{b}", b,
                                             overrides, listeners, **where)
 
@@ -323,6 +331,12 @@ class Cluster:
     def bootstrap(self) -> str:
         """Every broker's address: clients find a live one whichever are down."""
         return ",".join(b.bootstrap for b in self.brokers.values())
+
+    @property
+    def kafka_sasl_bootstrap(self) -> str:
+        """host:port,... of the brokers' KAFKA_SASL_PLAINTEXT listeners (``kafka_sasl``)."""
+        assert self.kafka_sasl_ports, "this cluster has no SASL Kafka listeners (kafka_sasl)"
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_sasl_ports)
 
     @property
     def kafka_bootstrap(self) -> str:
