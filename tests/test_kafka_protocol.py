@@ -273,3 +273,26 @@ def test_c_and_python_codecs_agree(rows: list[tuple[bytes | None, bytes | None, 
     assert [getattr(c_header, f) for f in fields] == [getattr(python_header, f) for f in fields]
     assert to_kafka(with_c) == back_python
     assert oracle(to_kafka(with_c)) == oracle(plain)
+
+
+def test_a_timestamp_past_int64_is_refused_by_both_walks() -> None:
+    """first_ts + a record's delta beyond int64 is a corrupt batch (CORRUPT_MESSAGE), in C
+    and in Python alike, never a wrapped timestamp or an internal error."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    builder.append(0, timestamp=0, key=None, value=b"a", headers=[])
+    builder.append(1, timestamp=10, key=None, value=b"b", headers=[])
+    batch = bytearray(builder.build())
+    struct.pack_into(">q", batch, 27, (1 << 63) - 5)  # first_ts: the second record overflows
+    _crc(batch)
+    assert records._v2codec is not None
+    with pytest.raises(InvalidRecordBatchError, match="record 1: its timestamp overflows"):
+        from_kafka(bytes(batch), max_bytes=LIMIT)
+    saved = records._v2codec
+    records._v2codec = None
+    try:
+        with pytest.raises(InvalidRecordBatchError, match="record 1: its timestamp overflows"):
+            from_kafka(bytes(batch), max_bytes=LIMIT)
+    finally:
+        records._v2codec = saved

@@ -7,7 +7,9 @@
  * data), which records.py wraps with pyarrow.Array.from_buffers. No Python object is made
  * per record in either direction.
  *
- * decode(records, count) -> tuple of bytes objects, see decode()'s comment.
+ * decode(records, count, first_ts) -> tuple of bytes objects and counts, see decode()'s
+ *        comment (timestamps come back absolute, with their minimum and maximum: pyarrow's
+ *        compute functions cost 6-20 us a call, more than the walk itself).
  * encode(n, first_ts, ts, key_valid, key_off, key_data, key_at, value_valid, value_off,
  *        value_data, value_at, hdr_valid, hdr_off, hdr_at, hk_off, hk_data, hk_at,
  *        hv_valid, hv_off, hv_data, hv_at) -> bytes of the n records.
@@ -123,17 +125,21 @@ static int read_field(const unsigned char *p, Py_ssize_t end, Py_ssize_t *pos, b
 }
 
 /*
- * decode(records: bytes-like, count: int) -> (
- *     ts_delta (int64 x count), key_valid, key_off, key_data, key_nulls,
- *     value_valid, value_off, value_data, value_nulls,
+ * decode(records: bytes-like, count: int, first_ts: int) -> (
+ *     ts (int64 x count: first_ts + each record's delta), key_valid, key_off, key_data,
+ *     key_nulls, value_valid, value_off, value_data, value_nulls,
  *     hdr_valid, hdr_off (int32 x count+1), hdr_nulls,
- *     hk_off, hk_data, hv_valid, hv_off, hv_data, hv_nulls, header_count)
- * Records must number 0..count-1 (offset deltas) and fill `records` exactly.
+ *     hk_off, hk_data, hv_valid, hv_off, hv_data, hv_nulls, header_count,
+ *     min_ts, max_ts)
+ * Records must number 0..count-1 (offset deltas) and fill `records` exactly; a timestamp
+ * that overflows int64 is malformed. With count 0, min_ts and max_ts are first_ts.
  */
 static PyObject *decode(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "y*n", &view, &count)) return NULL;
+    long long first_ts;
+    if (!PyArg_ParseTuple(args, "y*nL", &view, &count, &first_ts)) return NULL;
+    int64_t min_ts = first_ts, max_ts = first_ts;
     const unsigned char *p = view.buf;
     Py_ssize_t end = view.len, pos = 0;
     buf_t ts = {0}, kv = {0}, ko = {0}, kd = {0}, vv = {0}, vo = {0}, vd = {0};
@@ -159,7 +165,14 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                          (long long)offset_delta);
             goto done;
         }
-        if (buf_put(&ts, &ts_delta, 8) < 0) goto done;
+        int64_t stamp;
+        if (__builtin_add_overflow((int64_t)first_ts, ts_delta, &stamp)) {
+            PyErr_Format(PyExc_ValueError, "record %zd: its timestamp overflows", i);
+            goto done;
+        }
+        if (i == 0 || stamp < min_ts) min_ts = stamp;
+        if (i == 0 || stamp > max_ts) max_ts = stamp;
+        if (buf_put(&ts, &stamp, 8) < 0) goto done;
         Py_ssize_t before = kd.len;
         (void)before;
         int64_t peek;
@@ -218,9 +231,9 @@ static PyObject *decode(PyObject *self, PyObject *args) {
              *t9 = buf_bytes(&hko), *t10 = buf_bytes(&hkd), *t11 = buf_bytes(&hvv),
              *t12 = buf_bytes(&hvo), *t13 = buf_bytes(&hvd);
     if (t0 && t1 && t2 && t3 && t4 && t5 && t6 && t7 && t8 && t9 && t10 && t11 && t12 && t13)
-        result = Py_BuildValue("(NNNNnNNNnNNnNNNNNnn)", t0, t1, t2, t3, key_nulls, t4, t5, t6,
-                               value_nulls, t7, t8, hdr_nulls, t9, t10, t11, t12, t13,
-                               hv_nulls, headers);
+        result = Py_BuildValue("(NNNNnNNNnNNnNNNNNnnLL)", t0, t1, t2, t3, key_nulls, t4, t5,
+                               t6, value_nulls, t7, t8, hdr_nulls, t9, t10, t11, t12, t13,
+                               hv_nulls, headers, (long long)min_ts, (long long)max_ts);
     else {
         Py_XDECREF(t0); Py_XDECREF(t1); Py_XDECREF(t2); Py_XDECREF(t3); Py_XDECREF(t4);
         Py_XDECREF(t5); Py_XDECREF(t6); Py_XDECREF(t7); Py_XDECREF(t8); Py_XDECREF(t9);

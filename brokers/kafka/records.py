@@ -44,7 +44,6 @@ from typing import Final, cast
 
 import crc32c as _crc32c
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from wire.errors import InvalidRecordBatchError
 from wire.record_batch import (
@@ -77,6 +76,10 @@ _TRANSACTIONAL_BIT: Final = 0x10
 _CONTROL_BIT: Final = 0x20
 _CODEC_NAMES: Final = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+
+
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -213,15 +216,14 @@ def from_kafka(batch: bytes | bytearray | memoryview, *, max_bytes: int) -> byte
     transactional = bool(attributes & _TRANSACTIONAL_BIT)
     if _v2codec is not None:
         try:
-            columns = _decode_c(body, count, first_ts)
+            columns, bounds = _decode_c(body, count, first_ts)
         except ValueError as err:
             raise InvalidRecordBatchError(str(err)) from None
-        ts = columns[2]
         return encode_record_batch(
             pa.RecordBatch.from_arrays(columns, schema=PAYLOAD_SCHEMA),
             producer_id=producer_id, producer_epoch=producer_epoch,
             base_sequence=base_sequence, transactional=transactional,
-            timestamp_bounds=(pc.min(ts).as_py(), pc.max(ts).as_py()))
+            timestamp_bounds=bounds)
     return _decode_py(body, count, first_ts, producer_id, producer_epoch, base_sequence,
                       transactional)
 
@@ -230,19 +232,20 @@ def _bitmap(data: bytes, nulls: int) -> pa.Buffer | None:
     return None if nulls == 0 else pa.py_buffer(data)
 
 
-def _decode_c(body: bytes, count: int, first_ts: int) -> list[pa.Array]:
-    """The four payload columns of ``count`` records, from the C walk's buffers."""
+def _decode_c(body: bytes, count: int, first_ts: int
+              ) -> tuple[list[pa.Array], tuple[int, int]]:
+    """The four payload columns of ``count`` records, from the C walk's buffers, and
+    their (min, max) timestamp."""
     assert _v2codec is not None
     (ts, kv, ko, kd, key_nulls, vv, vo, vd, value_nulls, hv, ho, hdr_nulls, hko, hkd, hvv,
-     hvo, hvd, hv_nulls, headers) = _v2codec.decode(body, count)
+     hvo, hvd, hv_nulls, headers, min_ts, max_ts) = _v2codec.decode(body, count, first_ts)
     keys = pa.Array.from_buffers(pa.binary(), count, [_bitmap(kv, key_nulls),
                                                       pa.py_buffer(ko), pa.py_buffer(kd)],
                                  null_count=key_nulls)
     values = pa.Array.from_buffers(pa.binary(), count, [_bitmap(vv, value_nulls),
                                                         pa.py_buffer(vo), pa.py_buffer(vd)],
                                    null_count=value_nulls)
-    deltas = pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(ts)])
-    timestamps = pc.add(deltas, pa.scalar(first_ts, pa.int64()))
+    timestamps = pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(ts)])
     header_keys = pa.Array.from_buffers(pa.string(), headers,
                                         [None, pa.py_buffer(hko), pa.py_buffer(hkd)])
     header_values = pa.Array.from_buffers(pa.binary(), headers,
@@ -257,7 +260,7 @@ def _decode_c(body: bytes, count: int, first_ts: int) -> list[pa.Array]:
     header_lists = pa.Array.from_buffers(_HEADERS_TYPE, count,
                                          [_bitmap(hv, hdr_nulls), pa.py_buffer(ho)],
                                          null_count=hdr_nulls, children=[entries])
-    return [keys, values, timestamps, header_lists]
+    return [keys, values, timestamps, header_lists], (min_ts, max_ts)
 
 
 def _decode_py(body: bytes, count: int, first_ts: int, producer_id: int,
@@ -320,7 +323,10 @@ def _decode_py(body: bytes, count: int, first_ts: int, producer_id: int,
             raise InvalidRecordBatchError(
                 f"record {expected} is {size} bytes long but its fields take "
                 f"{pos - record_end + size}")
-        timestamps.append(first_ts + ts_delta)
+        stamp = first_ts + ts_delta
+        if not _INT64_MIN <= stamp <= _INT64_MAX:
+            raise InvalidRecordBatchError(f"record {expected}: its timestamp overflows")
+        timestamps.append(stamp)
     if pos != end:
         raise InvalidRecordBatchError(f"{end - pos} bytes follow the batch's last record")
     return build_batch(
