@@ -146,6 +146,16 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     buf_t hv = {0}, ho = {0}, hko = {0}, hkd = {0}, hvv = {0}, hvo = {0}, hvd = {0};
     Py_ssize_t key_nulls = 0, value_nulls = 0, hdr_nulls = 0, hv_nulls = 0, headers = 0;
     PyObject *result = NULL;
+    /* Sized once up front (a record takes at least 7 bytes, so count is bounded by the
+     * input): no buffer is reallocated, and copied again, while the batch is walked. The
+     * key and value bytes together fit in the input; header buffers grow as needed. */
+    Py_ssize_t rows = count < 0 ? 0 : (count > end ? end : count);
+    Py_ssize_t bitmap = rows / 8 + 1;
+    if (buf_reserve(&ts, rows * 8) < 0 || buf_reserve(&ko, rows * 4 + 4) < 0 ||
+        buf_reserve(&vo, rows * 4 + 4) < 0 || buf_reserve(&ho, rows * 4 + 4) < 0 ||
+        buf_reserve(&kv, bitmap) < 0 || buf_reserve(&vv, bitmap) < 0 ||
+        buf_reserve(&hv, bitmap) < 0 || buf_reserve(&vd, end) < 0)
+        goto done;
     if (buf_i32(&ko, 0) < 0 || buf_i32(&vo, 0) < 0 || buf_i32(&ho, 0) < 0 ||
         buf_i32(&hko, 0) < 0 || buf_i32(&hvo, 0) < 0)
         goto done;
@@ -379,6 +389,12 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     if (col_get(hvvalid, hvoff, hvdata, hv_at, &hval, first_header + total_headers) < 0)
         goto done;
     have_hv = 1;
+    /* The output sized once: every field's bytes (at most its column's whole data
+     * buffer) plus a record's framing (length, attributes, deltas, field lengths, header
+     * count: under 40 bytes) and each header's two lengths. A larger batch still grows. */
+    if (buf_reserve(&out, n * 40 + (first_header + total_headers) * 10 + key.data.len +
+                    value.data.len + hkey.data.len + hval.data.len) < 0)
+        goto done;
     const int64_t *tsv = (const int64_t *)ts.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t h0 = 0, h1 = 0;
