@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.support.broker_process import BrokerProcess
+from tests.support.helpers import recv_exactly
 from wire.connection import BrokerConnection
 from wire.errors import InvalidRecordBatchError
 from wire.protocol import (
@@ -97,16 +98,6 @@ def _send_raw(port: int, data: bytes) -> None:
         sock.sendall(data)
         sock.settimeout(0.05)
         sock.recv(65536)
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise AssertionError(f"broker closed the connection after {len(data)}/{n} bytes")
-        data += chunk
-    return data
 
 
 def _produce_frame(batch: bytes, acks: int = 1, correlation_id: int = 1) -> bytes:
@@ -252,8 +243,8 @@ def _produce_and_answer(port: int, batch: bytes, correlation_id: int) -> Any:
     """One well-framed Produce of ``batch`` (acks=1); the broker must answer it."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(_produce_frame(batch, acks=1, correlation_id=correlation_id))
-        (size,) = FRAME_PREFIX.unpack(_recv_exactly(sock, FRAME_PREFIX.size))
-        header, reader = read_response_header(_recv_exactly(sock, size))
+        (size,) = FRAME_PREFIX.unpack(recv_exactly(sock, FRAME_PREFIX.size))
+        header, reader = read_response_header(recv_exactly(sock, size))
     assert header.correlation_id == correlation_id and header.error_code == 0, header
     response = decode(ProduceResponse, reader)
     assert isinstance(response, ProduceResponse)

@@ -48,6 +48,7 @@ from kafka import KafkaProducer as PyProducer
 
 from strata.client import Consumer, Producer
 from tests.support.cluster import Cluster
+from tests.support.helpers import recv_exactly
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -393,18 +394,8 @@ def _connect(kafka: str) -> socket.socket:
 
 def _exchange(sock: socket.socket, frame: bytes) -> bytes:
     sock.sendall(frame)
-    (size,) = struct.unpack(">i", _recv(sock, 4))
-    return _recv(sock, size)
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)}/{n} bytes")
-        data += chunk
-    return data
+    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+    return recv_exactly(sock, size)
 
 
 def _frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from strata.client import Producer, RecordMetadata
@@ -18,3 +19,15 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int = 1, *, star
                    for i in range(start, start + count)]
         producer.flush()
         return [future.result(30) for future in futures]
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``sock`` (a raw protocol test's read of one frame);
+    ConnectionError if the peer closes the connection first."""
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"the peer closed the connection after {len(data)}/{n} bytes")
+        data += chunk
+    return data
