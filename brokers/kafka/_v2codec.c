@@ -146,10 +146,12 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     buf_t hv = {0}, ho = {0}, hko = {0}, hkd = {0}, hvv = {0}, hvo = {0}, hvd = {0};
     Py_ssize_t key_nulls = 0, value_nulls = 0, hdr_nulls = 0, hv_nulls = 0, headers = 0;
     PyObject *result = NULL;
-    /* Sized once up front (a record takes at least 7 bytes, so count is bounded by the
-     * input): no buffer is reallocated, and copied again, while the batch is walked. The
+    /* Sized once up front: no buffer is reallocated, and copied again, while the batch
+     * is walked. A record takes at least 7 bytes (length, attributes, two deltas, two
+     * field lengths, header count), so a batch that claims more records than its bytes
+     * can hold reserves no more than the bytes allow (about 4x the input in all); the
      * key and value bytes together fit in the input; header buffers grow as needed. */
-    Py_ssize_t rows = count < 0 ? 0 : (count > end ? end : count);
+    Py_ssize_t rows = count < 0 ? 0 : (count > end / 7 ? end / 7 : count);
     Py_ssize_t bitmap = rows / 8 + 1;
     if (buf_reserve(&ts, rows * 8) < 0 || buf_reserve(&ko, rows * 4 + 4) < 0 ||
         buf_reserve(&vo, rows * 4 + 4) < 0 || buf_reserve(&ho, rows * 4 + 4) < 0 ||
@@ -392,7 +394,7 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     /* The output sized once: every field's bytes (at most its column's whole data
      * buffer) plus a record's framing (length, attributes, deltas, field lengths, header
      * count: under 40 bytes) and each header's two lengths. A larger batch still grows. */
-    if (buf_reserve(&out, n * 40 + (first_header + total_headers) * 10 + key.data.len +
+    if (buf_reserve(&out, n * 40 + total_headers * 10 + key.data.len +
                     value.data.len + hkey.data.len + hval.data.len) < 0)
         goto done;
     const int64_t *tsv = (const int64_t *)ts.buf;
