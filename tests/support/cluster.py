@@ -243,11 +243,12 @@ class Cluster:
         self.zk_ensemble: ZooKeeperEnsemble | None = None
         self.network = Network() if network else None
         #: Each broker's Kafka listener port (``kafka=True``), by broker id.
-        self.kafka_ports = _distinct_free_ports(brokers) if kafka else []
         #: With ``kafka_sasl=True`` (and ``kafka=True``, not ``secure``), a second Kafka
         #: listener per broker, KAFKA_SASL_PLAINTEXT (SCRAM and PLAIN logins, no TLS),
-        #: beside the plaintext one.
-        self.kafka_sasl_ports = _distinct_free_ports(brokers) if kafka and kafka_sasl else []
+        #: beside the plaintext one. Both sets from one draw, so no port is in both.
+        ports = _distinct_free_ports(brokers * (2 if kafka_sasl else 1)) if kafka else []
+        self.kafka_ports = ports[:brokers]
+        self.kafka_sasl_ports = ports[brokers:]
         self.brokers: dict[int, ClusterBroker] = {}
         try:
             self._make_nodes(base_dir, brokers, zookeeper_nodes, start_timeout, secure)
