@@ -276,12 +276,14 @@ def test_compaction_around_open_committed_and_aborted_transactions(
         # The transaction commits: the rest is cleaned; the aborter's markers (all its
         # transactions aborted) go once delete.retention.ms has passed, with their
         # index entries; the committer's marker stays (its records are still there).
+        # The producer ids are read first: once the LSO moves, the cleaner may remove
+        # aborted-5 before the test could look for it.
+        aborter_pid = producer_id_of(leader_dir, b"aborted-5")
+        committer_pid = producer_id_of(leader_dir, b"committed-1")
         holder.end(commit=True)
         for i in range(10, 14):
             plain.send(f"filler-{i}", "f")
         hw = max(written.records) + 1
-        aborter_pid = producer_id_of(leader_dir, b"aborted-5")
-        committer_pid = producer_id_of(leader_dir, b"committed-1")
         for directory in dirs:
             # Both gone: a segment the cleaner empties is deleted .log first, then its
             # .txnindex (an orphan index is dropped at open; a .log without its index
