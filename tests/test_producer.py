@@ -734,6 +734,67 @@ def test_produce_failures_are_heard(broker: BrokerProcess, face: str) -> None:
         raise KeyError("the block's own error wins")
 
 
+def test_produce_callbacks_of_a_whole_batch(broker: BrokerProcess,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Callbacks on most records of one batch (the ``callbacks`` column), records
+    without one and records sent with a future between them: every callback once, in
+    offset order, with its record's own offset and timestamp; one that raises is logged
+    and the rest still run; a failed batch gives every callback the error and leaves
+    only the records without one to ``DeliveryFailedError``; acks=0 gives offset -1."""
+    topic = create_topic(broker.bootstrap, _topic("callbacks"), partitions=1)
+    heard: list[tuple[int, RecordMetadata | None, BaseException | None]] = []
+
+    def hear(i: int) -> Any:
+        def on_delivery(meta: RecordMetadata | None, err: BaseException | None) -> None:
+            heard.append((i, meta, err))
+            if i == 7:
+                raise RuntimeError("a callback that raises")
+        return on_delivery
+
+    futures: dict[int, concurrent.futures.Future[RecordMetadata]] = {}
+    with Producer(broker.bootstrap, linger_ms=200) as producer:
+        for i in range(60):
+            if i % 10 == 3:
+                producer.produce(topic, b"v%d" % i)  # no callback
+            elif i % 10 == 5:
+                futures[i] = producer.send(topic, b"v%d" % i)
+            elif i == 41:
+                producer.produce(topic, b"v%d" % i, timestamp_ms=1234, on_delivery=hear(i))
+            else:
+                producer.produce(topic, b"v%d" % i, on_delivery=hear(i))
+    table, _ = read_partition(broker.bootstrap, topic, 0)
+    values = table.column("value").to_pylist()
+    stamps = table.column("timestamp").to_pylist()
+    assert values == [b"v%d" % i for i in range(60)]
+    called = [i for i in range(60) if i % 10 not in (3, 5)]
+    assert [i for i, _, _ in heard] == called  # each once, in record order
+    for i, meta, err in heard:
+        assert err is None and meta == RecordMetadata(topic, 0, i, stamps[i])
+    assert stamps[41] == 1234
+    assert {i: f.result(0).offset for i, f in futures.items()} == {i: i for i in futures}
+    assert "a callback that raises" in caplog.text
+
+    small = create_topic(broker.bootstrap, _topic("callbacks-fail"), partitions=1,
+                         configs={"max.message.bytes": "4000"})
+    heard.clear()
+    with Producer(broker.bootstrap, linger_ms=200) as producer:
+        for i in range(40):
+            producer.produce(small, b"L" * 200, on_delivery=None if i % 4 == 0 else hear(i))
+        with pytest.raises(DeliveryFailedError) as report:
+            producer.flush()
+    assert report.value.records == 10
+    assert [i for i, _, _ in heard] == [i for i in range(40) if i % 4]
+    assert all(meta is None and isinstance(err, RecordTooLargeError)
+               for _, meta, err in heard)
+
+    heard.clear()
+    with Producer(broker.bootstrap, acks=0, enable_idempotence=False) as producer:
+        for i in range(5):
+            producer.produce(topic, b"zero", on_delivery=hear(i + 100))
+    assert [(i, meta.offset if meta else None, err) for i, meta, err in heard] == [
+        (i + 100, -1, None) for i in range(5)]
+
+
 def test_produce_from_many_threads_keeps_each_threads_order(broker: BrokerProcess) -> None:
     """The blocking face's fast path under contention: four threads, one partition,
     idempotent acks=all: every record once, each thread's records in its order."""

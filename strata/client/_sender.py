@@ -27,7 +27,6 @@ inside its own methods, and futures are completed outside it.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import time
@@ -41,6 +40,7 @@ from strata.client._cluster import Cluster
 from strata.client._config import ProducerConfig
 from strata.client._delivery import (
     BatchMetadata,
+    DeliveryCallback,
     DeliveryFailedError,
     DeliveryFailure,
     DeliveryFuture,
@@ -93,9 +93,10 @@ _new_tuple: Final = tuple.__new__
 
 def _settle(batch: Batch, results: list[RecordMetadata] | None,
             error: StrataError | None) -> None:
-    """Tell each of ``batch``'s watchers its record's outcome: ``results[i]`` for the
-    i-th watcher, or ``error`` for all. Asyncio futures and callbacks one by one; the
-    batch's ``DeliveryFuture``s together, under their shared condition."""
+    """Tell each of ``batch``'s watchers (futures; callbacks are ``_call_back_ok``'s)
+    its record's outcome: ``results[i]`` for the i-th watcher, or ``error`` for all.
+    Asyncio futures one by one; the batch's ``DeliveryFuture``s together, under their
+    shared condition."""
     assert batch.watchers is not None
     sync_futures: list[DeliveryFuture] = []
     sync_results: list[RecordMetadata] = []
@@ -106,15 +107,61 @@ def _settle(batch: Batch, results: list[RecordMetadata] | None,
                 resolve(watcher, meta)
             else:
                 reject(watcher, error)  # type: ignore[arg-type]  # error when no results
-        elif isinstance(watcher, concurrent.futures.Future):
+        else:
             sync_futures.append(cast(DeliveryFuture, watcher))  # the only kind made
             if meta is not None:
                 sync_results.append(meta)
-        else:
-            call_back(watcher, meta, error)
     if sync_futures and batch.condition is not None:
         complete_sync(batch.condition, sync_futures,
                       sync_results if results is not None else None, error)
+def _call_back_ok(batch: Batch, base_offset: int, log_append_time: int) -> None:
+    """Run the ``on_delivery`` callbacks of an acknowledged ``batch``, in record order.
+
+    The per-record loop of a ``produce`` with a callback on every record, so it is kept
+    to one ``RecordMetadata`` and one call a record (no wrapper per call: the loop
+    resumes after a callback that raised, which is logged)."""
+    callbacks = batch.callbacks
+    assert callbacks is not None
+    topic, partition = batch.topic, batch.partition
+    count = len(callbacks)
+    if base_offset < 0 or log_append_time >= 0 or batch.explicit_ms is not None:
+        # acks=0 (no offsets), LogAppendTime, or timestamps given by the caller.
+        fixed = log_append_time if log_append_time >= 0 and base_offset >= 0 else None
+        _call_back_each(callbacks, [_new_tuple(RecordMetadata, (
+            topic, partition, -1 if base_offset < 0 else base_offset + i,
+            fixed if fixed is not None else batch.timestamp_ms(i)))
+            if callbacks[i] is not None else None for i in range(count)], None)
+        return
+    stamps, new, metadata = batch.timestamps, _new_tuple, RecordMetadata
+    start = 0
+    while start < count:
+        i = start
+        try:
+            for i in range(start, count):
+                callback = callbacks[i]
+                if callback is not None:
+                    callback(new(metadata, (topic, partition, base_offset + i,
+                                            stamps[i] // 1_000_000)), None)
+            return
+        except Exception:
+            log.exception("exception in on_delivery callback %r", callbacks[i])
+            start = i + 1
+
+
+def _call_back_failed(batch: Batch, error: StrataError) -> None:
+    """Run the ``on_delivery`` callbacks of a failed ``batch`` with ``error``."""
+    assert batch.callbacks is not None
+    _call_back_each(batch.callbacks, None, error)
+
+
+def _call_back_each(callbacks: list[DeliveryCallback | None],
+                    results: list[RecordMetadata | None] | None,
+                    error: StrataError | None) -> None:
+    for i, callback in enumerate(callbacks):
+        if callback is not None:
+            call_back(callback, results[i] if results is not None else None, error)
+
+
 #: How long ``send`` keeps asking for metadata of a topic no broker knows.
 UNKNOWN_TOPIC_GRACE_MS: Final = 500
 
@@ -513,13 +560,16 @@ class Sender:
                 topic, partition, base_offset, batch.count, log_append_time)
             group.completed += 1
             group.maybe_finish()
-        elif batch.watchers:
-            # tuple.__new__: a NamedTuple's own __new__ costs three times as much, and
-            # this runs once per record that has a future.
-            _settle(batch, [_new_tuple(RecordMetadata, (
-                topic, partition, -1 if base_offset < 0 else base_offset + index,
-                log_append_time if log_append_time >= 0 and base_offset >= 0
-                else batch.timestamp_ms(index))) for index, _ in batch.watchers], None)
+        else:
+            if batch.watchers:
+                # tuple.__new__: a NamedTuple's own __new__ costs three times as much, and
+                # this runs once per record that has a future.
+                _settle(batch, [_new_tuple(RecordMetadata, (
+                    topic, partition, -1 if base_offset < 0 else base_offset + index,
+                    log_append_time if log_append_time >= 0 and base_offset >= 0
+                    else batch.timestamp_ms(index))) for index, _ in batch.watchers], None)
+            if batch.callbacks:
+                _call_back_ok(batch, base_offset, log_append_time)
         self._done(batch)
 
     def _finish_failed(self, st: PartitionQueue | None, batch: Batch,
@@ -542,6 +592,8 @@ class Sender:
                         batch.count, error)
             if batch.watchers:
                 _settle(batch, None, error)
+            if batch.callbacks:
+                _call_back_failed(batch, error)
             unheard = batch.unwatched()
             if unheard:
                 self.failures.append(
@@ -553,4 +605,4 @@ class Sender:
         for waiter in batch.done_waiters:
             resolve(waiter, None)
         batch.done_waiters.clear()
-        batch.watchers = None
+        batch.watchers = batch.callbacks = None
