@@ -30,13 +30,15 @@ KAFKA_CLIENTS_JAR="$HOME/.m2/repository/org/apache/kafka/kafka-clients/3.9.2/kaf
 FRANZ_GO_VERSION=$(sed -n 's|^require github.com/twmb/franz-go \(v[^ ]*\)$|\1|p' tests/franz_go/go.mod)
 FRANZ_GO_TEST="$HOME/.cache/strata/franz-go-$FRANZ_GO_VERSION/kgo.test"
 STAMP=$VENV/.strata-setup-stamp
+# The C sources too: pip builds the extensions (pyproject's ext-modules) only here.
 want=$(cat pyproject.toml scripts/setup.sh tests/franz_go/go.mod tests/franz_go/go.sum \
-  | sha256sum | cut -d' ' -f1)
+  brokers/kafka/_v2codec.c strata/client/_fastproduce.c | sha256sum | cut -d' ' -f1)
 
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
     && [ -f "$DELTA_JAR" ] && [ -f "$DELTA_STORAGE_JAR" ] && [ -f "$S3A_JAR" ] \
     && [ -f "$S3A_SDK_JAR" ] && [ -f "$KAFKA_CONNECTOR_JAR" ] && [ -f "$KAFKA_CLIENTS_JAR" ] \
     && command -v kcat >/dev/null && compgen -G "brokers/kafka/_v2codec*.so" >/dev/null \
+    && compgen -G "strata/client/_fastproduce*.so" >/dev/null \
     && [ -x "$FRANZ_GO_TEST" ] && [ -f "$(dirname "$FRANZ_GO_TEST")/source" ]; then
   echo "setup: up to date (.venv, Delta, S3A and Spark Kafka connector jars, franz-go tests ready)"
   exit 0

@@ -174,6 +174,11 @@ def test_the_wheel_ships_what_runs_and_splits_its_dependencies(installed: Instal
                    "strata_spark/conf/log4j2.properties", "zookeeper/zoo.cfg.template",
                    "pyspark_strata.py", "strata_tools/cli.py", "brokers/__main__.py"):
         assert needed in names, needed
+    # The C extensions (pyproject's ext-modules), compiled into the wheel: the Kafka
+    # listener's record codec and the blocking producer's fast path (with its types).
+    for extension in ("brokers/kafka/_v2codec", "strata/client/_fastproduce"):
+        assert [n for n in names if n.startswith(extension) and n.endswith(".so")], extension
+    assert "strata/client/_fastproduce.pyi" in names
     assert not [n for n in names if n.startswith("tests/")]
     assert "import_contracts.py" not in names  # make lint's contract types, not the package's
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]

@@ -35,7 +35,13 @@ from typing import Final, cast
 
 import pyarrow as pa
 
-from strata.client._accumulator import Accumulator, Batch, PartitionQueue, Wakeup
+from strata.client._accumulator import (
+    Accumulator,
+    Batch,
+    PartitionQueue,
+    Wakeup,
+    native_columns,
+)
 from strata.client._cluster import Cluster
 from strata.client._config import ProducerConfig
 from strata.client._delivery import (
@@ -209,7 +215,12 @@ class Sender:
             return
         self.wakeup.start()
         self._task = self.loop.create_task(self._run(), name="strata-producer-sender")
-        self.loop.run_in_executor(None, warm_up_encoder)
+        if not native_columns():
+            # pa.array imports pandas at its first Python list (0.4-0.7 s): pay it on
+            # a worker thread now, beside the first metadata round trip. With the C
+            # helper, records of bytes (and keys) never need it; headers and typed
+            # values still do, and pay it at their first batch.
+            self.loop.run_in_executor(None, warm_up_encoder)
         if self.idempotence is not None:
             self.idempotence.start()
 
