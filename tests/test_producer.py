@@ -820,6 +820,156 @@ def test_produce_from_many_threads_keeps_each_threads_order(broker: BrokerProces
         seen[thread].append(i)
     assert all(seen[t] == list(range(per_thread)) for t in range(4))
 
+# ----------------------------------------------------------------- the C fast path
+
+
+def _python_path(producer: Producer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``producer`` take the pure-Python path, as where the C helper is not built."""
+    vars(producer).pop("produce", None)  # the class's method again
+    monkeypatch.setattr(accumulator_module, "_binary_column", None)
+
+
+def test_produce_c_path_is_built_and_used(broker: BrokerProcess) -> None:
+    """`make setup` builds strata/client/_fastproduce.c; a plain producer answers
+    ``produce`` with it, a transactional one keeps the method (each record checks the
+    transaction), and batches are built by its column helper."""
+    from strata.client import _fastproduce
+
+    assert _fastproduce.AVAILABLE and accumulator_module.native_columns()
+    with Producer(broker.bootstrap) as producer:
+        assert type(producer.produce) is _fastproduce.FastProduce
+        assert producer.produce.slow == Producer.produce.__get__(producer, Producer)
+    with Producer(broker.bootstrap, transactional_id=_topic("fast-txn")) as producer:
+        assert "produce" not in vars(producer)
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_produce_paths_write_the_same(broker: BrokerProcess, path: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every way of calling ``produce`` lands the same on the C path and the Python
+    one: positional and keyword forms, callbacks on some records (a sparse column),
+    rich records (the Python path either way), tombstones, records that do not fit the
+    open batch; one partition, so one order."""
+    topic = create_topic(broker.bootstrap, _topic(f"paths-{path}"), partitions=1)
+    heard: list[tuple[int, RecordMetadata | None, BaseException | None]] = []
+
+    def hear(i: int) -> Any:
+        return lambda meta, err: heard.append((i, meta, err))
+
+    expected: list[tuple[bytes | None, bytes | None]] = []
+    with Producer(broker.bootstrap, linger_ms=100, batch_size=4096) as producer:
+        if path == "python":
+            _python_path(producer, monkeypatch)
+        produce = producer.produce
+        for i in range(300):
+            value = b"v%d" % i + b"." * (i % 50)
+            form = i % 10
+            if form == 0:
+                produce(topic, value)
+            elif form == 1:
+                produce(topic, value, on_delivery=hear(i))
+            elif form == 2:
+                produce(topic, value, None, None, None, None, hear(i))
+            elif form == 3:
+                produce(topic, value, key=None, headers=None, partition=None,
+                        timestamp_ms=None, on_delivery=None)
+            elif form == 4:
+                produce(topic, value, b"k%d" % i, on_delivery=hear(i))
+            elif form == 5:
+                produce(topic, value, headers={"h": b"x"})
+            elif form == 6:
+                produce(topic, None, on_delivery=hear(i))  # a tombstone
+            elif form == 7:
+                produce(topic, value, partition=0, on_delivery=hear(i))
+            elif form == 8:
+                produce(topic, value, timestamp_ms=1_000 + i)
+            else:
+                produce(topic, bytearray(value), on_delivery=hear(i))  # not exact bytes
+            expected.append((None if form == 6 else value,
+                             b"k%d" % i if form == 4 else None))
+    table, _ = read_partition(broker.bootstrap, topic, 0)
+    assert list(zip(table.column("value").to_pylist(), table.column("key").to_pylist(),
+                    strict=True)) == expected
+    stamps = table.column("timestamp").to_pylist()
+    assert [stamps[i] for i in range(8, 300, 10)] == [1_000 + i for i in range(8, 300, 10)]
+    called = [i for i in range(300) if i % 10 in (1, 2, 4, 6, 7, 9)]
+    assert [i for i, _, _ in heard] == called
+    assert all(err is None and meta == RecordMetadata(topic, 0, i, stamps[i])
+               for i, meta, err in heard)
+    headers = table.column("headers").to_pylist()
+    assert [i for i, h in enumerate(headers) if h] == list(range(5, 300, 10))
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_produce_rejects_bad_calls_before_queueing(broker: BrokerProcess, path: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad call raises on either path and queues nothing: an unknown keyword, a
+    parameter given twice, a callback that is not callable, a value of no bytes type."""
+    topic = create_topic(broker.bootstrap, _topic(f"bad-calls-{path}"), partitions=1)
+    with Producer(broker.bootstrap, linger_ms=50) as producer:
+        if path == "python":
+            _python_path(producer, monkeypatch)
+        producer.produce(topic, b"first")  # an open sticky batch for the C path
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            producer.produce(topic, b"x", colour=None)
+        with pytest.raises(TypeError, match="multiple values"):
+            producer.produce(topic, b"x", None, key=None)
+        with pytest.raises(TypeError, match="multiple values"):
+            producer.produce(topic, b"x", None, None, None, None, None, on_delivery=None)
+        with pytest.raises(TypeError, match="on_delivery must be a callable"):
+            producer.produce(topic, b"x", on_delivery=42)
+        with pytest.raises(TypeError):
+            producer.produce(topic, 42)
+        with pytest.raises(TypeError):
+            producer.produce(topic)
+        producer.produce(topic, b"last")
+    table, _ = read_partition(broker.bootstrap, topic, 0)
+    assert table.column("value").to_pylist() == [b"first", b"last"]
+
+
+def test_produce_c_path_waits_for_the_accumulator_lock(broker: BrokerProcess) -> None:
+    """The C path appends only while no thread holds the accumulator's lock: with the
+    lock held (as the I/O thread holds it while it seals batches), a ``produce`` of the
+    common record waits for it, as the Python path does, instead of appending under
+    the holder's feet."""
+    topic = create_topic(broker.bootstrap, _topic("lock"), partitions=1)
+    with Producer(broker.bootstrap, linger_ms=50) as producer:
+        producer.produce(topic, b"opens the batch")
+        done = threading.Event()
+
+        def worker() -> None:
+            producer.produce(topic, b"waits")
+            done.set()
+
+        with producer._accumulator.lock:
+            thread = threading.Thread(target=worker)
+            thread.start()
+            assert not done.wait(0.5)  # blocked behind the lock, not appended
+        assert done.wait(10)
+        thread.join(10)
+    table, _ = read_partition(broker.bootstrap, topic, 0)
+    assert table.column("value").to_pylist() == [b"opens the batch", b"waits"]
+
+
+def test_binary_column_matches_arrow() -> None:
+    """``binary_array`` (the C helper's buffers) equals ``pa.array`` for lists of bytes
+    and None of every shape, and hands back anything else untouched."""
+    from strata.client._accumulator import binary_array
+
+    rng = random.Random(7)
+    cases: list[list[bytes | None]] = [[], [b""], [None], [None] * 9, [b"a"] * 8,
+                                       [b"x" * 70_000, None, b""]]
+    cases += [[None if rng.random() < 0.3 else rng.randbytes(rng.randrange(0, 40))
+               for _ in range(rng.randrange(1, 200))] for _ in range(50)]
+    for items in cases:
+        built = binary_array(items)
+        assert isinstance(built, pa.Array)
+        built.validate(full=True)
+        assert built.equals(pa.array(items, pa.binary()))
+    for other in (["text"], [b"a", bytearray(b"b")], [b"a", 1]):
+        assert binary_array(other) is other  # type: ignore[arg-type]
+
+
 
 def test_accumulator_reservations_and_sparse_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Buffer accounting under reservations: an open batch holds a reservation its
@@ -1345,152 +1495,3 @@ def test_a_batch_encodes_the_same_timestamps_whatever_its_size(records: int) -> 
     assert (header.first_timestamp, header.max_timestamp) == (min(expected), max(expected))
     assert (records <= _SMALL_BATCH) == (records in (1, 5, 32))
 
-
-# ----------------------------------------------------------------- the C fast path
-
-
-def _python_path(producer: Producer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``producer`` take the pure-Python path, as where the C helper is not built."""
-    vars(producer).pop("produce", None)  # the class's method again
-    monkeypatch.setattr(accumulator_module, "_binary_column", None)
-
-
-def test_produce_c_path_is_built_and_used(broker: BrokerProcess) -> None:
-    """`make setup` builds strata/client/_fastproduce.c; a plain producer answers
-    ``produce`` with it, a transactional one keeps the method (each record checks the
-    transaction), and batches are built by its column helper."""
-    from strata.client import _fastproduce
-
-    assert _fastproduce.AVAILABLE and accumulator_module.native_columns()
-    with Producer(broker.bootstrap) as producer:
-        assert type(producer.produce) is _fastproduce.FastProduce
-        assert producer.produce.slow == Producer.produce.__get__(producer, Producer)
-    with Producer(broker.bootstrap, transactional_id=_topic("fast-txn")) as producer:
-        assert "produce" not in vars(producer)
-
-
-@pytest.mark.parametrize("path", ["c", "python"])
-def test_produce_paths_write_the_same(broker: BrokerProcess, path: str,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every way of calling ``produce`` lands the same on the C path and the Python
-    one: positional and keyword forms, callbacks on some records (a sparse column),
-    rich records (the Python path either way), tombstones, records that do not fit the
-    open batch; one partition, so one order."""
-    topic = create_topic(broker.bootstrap, _topic(f"paths-{path}"), partitions=1)
-    heard: list[tuple[int, RecordMetadata | None, BaseException | None]] = []
-
-    def hear(i: int) -> Any:
-        return lambda meta, err: heard.append((i, meta, err))
-
-    expected: list[tuple[bytes | None, bytes | None]] = []
-    with Producer(broker.bootstrap, linger_ms=100, batch_size=4096) as producer:
-        if path == "python":
-            _python_path(producer, monkeypatch)
-        produce = producer.produce
-        for i in range(300):
-            value = b"v%d" % i + b"." * (i % 50)
-            form = i % 10
-            if form == 0:
-                produce(topic, value)
-            elif form == 1:
-                produce(topic, value, on_delivery=hear(i))
-            elif form == 2:
-                produce(topic, value, None, None, None, None, hear(i))
-            elif form == 3:
-                produce(topic, value, key=None, headers=None, partition=None,
-                        timestamp_ms=None, on_delivery=None)
-            elif form == 4:
-                produce(topic, value, b"k%d" % i, on_delivery=hear(i))
-            elif form == 5:
-                produce(topic, value, headers={"h": b"x"})
-            elif form == 6:
-                produce(topic, None, on_delivery=hear(i))  # a tombstone
-            elif form == 7:
-                produce(topic, value, partition=0, on_delivery=hear(i))
-            elif form == 8:
-                produce(topic, value, timestamp_ms=1_000 + i)
-            else:
-                produce(topic, bytearray(value), on_delivery=hear(i))  # not exact bytes
-            expected.append((None if form == 6 else value,
-                             b"k%d" % i if form == 4 else None))
-    table, _ = read_partition(broker.bootstrap, topic, 0)
-    assert list(zip(table.column("value").to_pylist(), table.column("key").to_pylist(),
-                    strict=True)) == expected
-    stamps = table.column("timestamp").to_pylist()
-    assert [stamps[i] for i in range(8, 300, 10)] == [1_000 + i for i in range(8, 300, 10)]
-    called = [i for i in range(300) if i % 10 in (1, 2, 4, 6, 7, 9)]
-    assert [i for i, _, _ in heard] == called
-    assert all(err is None and meta == RecordMetadata(topic, 0, i, stamps[i])
-               for i, meta, err in heard)
-    headers = table.column("headers").to_pylist()
-    assert [i for i, h in enumerate(headers) if h] == list(range(5, 300, 10))
-
-
-@pytest.mark.parametrize("path", ["c", "python"])
-def test_produce_rejects_bad_calls_before_queueing(broker: BrokerProcess, path: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bad call raises on either path and queues nothing: an unknown keyword, a
-    parameter given twice, a callback that is not callable, a value of no bytes type."""
-    topic = create_topic(broker.bootstrap, _topic(f"bad-calls-{path}"), partitions=1)
-    with Producer(broker.bootstrap, linger_ms=50) as producer:
-        if path == "python":
-            _python_path(producer, monkeypatch)
-        producer.produce(topic, b"first")  # an open sticky batch for the C path
-        with pytest.raises(TypeError, match="unexpected keyword"):
-            producer.produce(topic, b"x", colour=None)
-        with pytest.raises(TypeError, match="multiple values"):
-            producer.produce(topic, b"x", None, key=None)
-        with pytest.raises(TypeError, match="multiple values"):
-            producer.produce(topic, b"x", None, None, None, None, None, on_delivery=None)
-        with pytest.raises(TypeError, match="on_delivery must be a callable"):
-            producer.produce(topic, b"x", on_delivery=42)
-        with pytest.raises(TypeError):
-            producer.produce(topic, 42)
-        with pytest.raises(TypeError):
-            producer.produce(topic)
-        producer.produce(topic, b"last")
-    table, _ = read_partition(broker.bootstrap, topic, 0)
-    assert table.column("value").to_pylist() == [b"first", b"last"]
-
-
-def test_produce_c_path_waits_for_the_accumulator_lock(broker: BrokerProcess) -> None:
-    """The C path appends only while no thread holds the accumulator's lock: with the
-    lock held (as the I/O thread holds it while it seals batches), a ``produce`` of the
-    common record waits for it, as the Python path does, instead of appending under
-    the holder's feet."""
-    topic = create_topic(broker.bootstrap, _topic("lock"), partitions=1)
-    with Producer(broker.bootstrap, linger_ms=50) as producer:
-        producer.produce(topic, b"opens the batch")
-        done = threading.Event()
-
-        def worker() -> None:
-            producer.produce(topic, b"waits")
-            done.set()
-
-        with producer._accumulator.lock:
-            thread = threading.Thread(target=worker)
-            thread.start()
-            assert not done.wait(0.5)  # blocked behind the lock, not appended
-        assert done.wait(10)
-        thread.join(10)
-    table, _ = read_partition(broker.bootstrap, topic, 0)
-    assert table.column("value").to_pylist() == [b"opens the batch", b"waits"]
-
-
-def test_binary_column_matches_arrow() -> None:
-    """``binary_array`` (the C helper's buffers) equals ``pa.array`` for lists of bytes
-    and None of every shape, and hands back anything else untouched."""
-    from strata.client._accumulator import binary_array
-
-    rng = random.Random(7)
-    cases: list[list[bytes | None]] = [[], [b""], [None], [None] * 9, [b"a"] * 8,
-                                       [b"x" * 70_000, None, b""]]
-    cases += [[None if rng.random() < 0.3 else rng.randbytes(rng.randrange(0, 40))
-               for _ in range(rng.randrange(1, 200))] for _ in range(50)]
-    for items in cases:
-        built = binary_array(items)
-        assert isinstance(built, pa.Array)
-        built.validate(full=True)
-        assert built.equals(pa.array(items, pa.binary()))
-    for other in (["text"], [b"a", bytearray(b"b")], [b"a", 1]):
-        assert binary_array(other) is other  # type: ignore[arg-type]

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #define RECORD_OVERHEAD 16
 
@@ -152,7 +153,16 @@ append(FastProduce *self, PyObject *topic, PyObject *value, PyObject *on_deliver
                 || PyList_GET_SIZE(callbacks) != PyList_GET_SIZE(values))
             goto done;  /* no column yet, or sparse: Accumulator._watch pads it */
     }
+#ifdef CLOCK_REALTIME
+    /* time.time_ns's own clock on POSIX, without the call. */
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+        now = PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    else
+        now = PyObject_CallNoArgs(self->clock);
+#else
     now = PyObject_CallNoArgs(self->clock);
+#endif
     new_room = now ? PyLong_FromSsize_t(room) : NULL;
     if (new_room == NULL)
         goto fail;
@@ -351,7 +361,46 @@ binary_column(PyObject *module, PyObject *items)
     return Py_BuildValue("(NNN)", offsets, data, validity ? validity : Py_NewRef(Py_None));
 }
 
+/* millis(stamps): an array('q') of ns since the epoch as the buffer of an int64
+ * column of ms (truncating, as a unit cast does), with its smallest and largest value:
+ * ``(data, min, max)``; ``(b"", 0, 0)`` for none. One pass, where pyarrow's cast and
+ * min_max cost two dispatches of 10-20 us each per batch. */
+static PyObject *
+millis(PyObject *module, PyObject *stamps)
+{
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(stamps, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (view.itemsize != 8 || view.format == NULL
+            || !(strcmp(view.format, "q") == 0 || strcmp(view.format, "l") == 0)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "millis() wants an array('q')");
+        return NULL;
+    }
+    Py_ssize_t n = view.len / 8;
+    PyObject *data = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (data == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const int64_t *in = (const int64_t *)view.buf;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(data);
+    int64_t lo = 0, hi = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t ms = in[i] / 1000000;  /* C truncates toward zero, like the cast */
+        out[i] = ms;
+        if (i == 0 || ms < lo)
+            lo = ms;
+        if (i == 0 || ms > hi)
+            hi = ms;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(NLL)", data, (long long)lo, (long long)hi);
+}
+
 static PyMethodDef module_methods[] = {
+    {"millis", millis, METH_O, "millis(stamps) -> (int64 ms buffer, min, max)"},
     {"binary_column", binary_column, METH_O,
      "binary_column(items) -> (offsets, data, validity | None) | None"},
     {NULL, NULL, 0, NULL},

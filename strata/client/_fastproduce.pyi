@@ -1,6 +1,7 @@
 """Types of ``_fastproduce.c``, the blocking producer's C fast path (see its source)."""
 
 import threading
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -15,3 +16,5 @@ class FastProduce:
     def __call__(self, *args: object, **kwargs: object) -> None: ...
 
 def binary_column(items: list[bytes | None], /) -> tuple[bytes, bytes, bytes | None] | None: ...
+
+def millis(stamps: array[int], /) -> tuple[bytes, int, int]: ...
