@@ -16,6 +16,8 @@ import contextlib
 import itertools
 import random
 import struct
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -949,6 +951,37 @@ def test_produce_c_path_waits_for_the_accumulator_lock(broker: BrokerProcess) ->
         thread.join(10)
     table, _ = read_partition(broker.bootstrap, topic, 0)
     assert table.column("value").to_pylist() == [b"opens the batch", b"waits"]
+
+
+def test_produce_and_consume_never_import_pandas(broker: BrokerProcess) -> None:
+    """pyarrow imports pandas (0.2-0.5 CPU-s) the first time it converts a Python list
+    or scalar; the per-record produce path (with keys and callbacks) and the consumer's
+    fetch path build their columns and scalars without that, in a fresh process."""
+    topic = create_topic(broker.bootstrap, _topic("no-pandas"), partitions=2)
+    script = f"""
+import sys
+from strata.client import Consumer, Producer, TopicPartition
+heard = []
+with Producer({broker.bootstrap!r}, linger_ms=5) as producer:
+    for i in range(500):
+        producer.produce({topic!r}, b"v%d" % i, key=b"k%d" % (i % 7) if i % 3 else None,
+                         on_delivery=lambda meta, err: heard.append(err))
+assert len(heard) == 500 and not any(heard), heard[:3]
+parts = [TopicPartition({topic!r}, p) for p in (0, 1)]
+with Consumer({broker.bootstrap!r}, auto_offset_reset="earliest") as consumer:
+    consumer.assign(parts)
+    rows = 0
+    for _ in range(50):
+        rows += consumer.poll_arrow(timeout_ms=200).num_rows
+        if rows == 500:
+            break
+assert rows == 500, rows
+print("pandas" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "False"
 
 
 def test_binary_column_matches_arrow() -> None:
