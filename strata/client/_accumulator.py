@@ -166,6 +166,8 @@ def _column(values: Any, name: str) -> pa.Array:
     """A binary Arrow array from an Arrow array/chunked array or a list of bytes/str/None."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
+    if type(values) is list:  # of bytes/None: the C helper's buffers (binary_array)
+        values = binary_array(values)
     if not isinstance(values, pa.Array):
         try:
             values = pa.array(values, pa.binary())
