@@ -197,7 +197,7 @@ def test_request_headers_v1_and_v2_read_like_kafka_writes_them() -> None:
             header.flexible) == (18, 3, 77, "cli", True)
     assert ApiVersionsRequest.decode(bytes(body), version=3).client_software_name == "x"
     answer = ApiVersionsResponse(error_code=0, api_keys=[], throttle_time_ms=0)
-    framed = encode_answer(header, answer)
+    framed = b"".join(encode_answer(header, answer))
     # ApiVersions' response header is v0 even for flexible versions (no tagged fields).
     assert struct.unpack_from(">ii", framed) == (len(framed) - 4, 77)
     assert ApiVersionsResponse.decode(framed[8:], version=3).error_code == 0

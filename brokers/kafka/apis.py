@@ -171,7 +171,7 @@ class KafkaApis:
         request_type, _response_type = API_TYPES[api]
         if api == 0 and 0 <= header.api_version < accepted:
             # Advertised (KAFKA-18659) but refused, partition by partition, as Kafka 4.
-            return [encode_answer(header, self._refuse_old_produce(body, header))]
+            return encode_answer(header, self._refuse_old_produce(body, header))
         if not accepted <= header.api_version <= high:
             log.info("%s v%d from %s is not served (%d..%d)", request_type.__name__,
                      header.api_version, session.peer, accepted, high)
@@ -191,7 +191,7 @@ class KafkaApis:
         response = await self._table[api](request, header, session)
         if response is None:
             return None
-        return [encode_answer(header, response)]
+        return encode_answer(header, response)
 
     @staticmethod
     def _refuse_old_produce(body: memoryview, header: KafkaHeader) -> Any:
@@ -327,8 +327,8 @@ class KafkaApis:
                 error_code = kafka_code(p.error_code)
                 subject = self._subject(t.name, p.partition)
                 try:
-                    batches = list(iter_strata_batches(p.records)) \
-                        if p.records is not None else []
+                    batches: list[bytes | memoryview] = list(
+                        iter_strata_batches(p.records)) if p.records is not None else []
                     if subject and batches:
                         check = self._schema_check()
                         batches = [await to_framed(b, t.name, subject, check)

@@ -276,13 +276,14 @@ def read_header(frame: bytes) -> tuple[KafkaHeader, memoryview]:
     return KafkaHeader(api_key, api_version, correlation_id, client_id, flexible), data[pos:]
 
 
-def encode_answer(header: KafkaHeader, response: Any) -> bytes:
-    """The framed answer: size, response header (v1 when flexible, v0 for ApiVersions),
-    body at the request's version."""
+def encode_answer(header: KafkaHeader, response: Any) -> list[bytes]:
+    """The framed answer as the chunks the connection writes: size and response header
+    (v1 when flexible, v0 for ApiVersions), then the body at the request's version (not
+    joined: a fetch's body is megabytes, and the connection gathers its writes)."""
     body: bytes = response.encode(version=header.api_version)
     tagged = header.flexible and header.api_key != _API_VERSIONS
     head = struct.pack(">ii", 4 + len(body) + (1 if tagged else 0), header.correlation_id)
-    return head + (b"\x00" if tagged else b"") + body
+    return [head + b"\x00" if tagged else head, body]
 
 
 def unsupported_api_versions(header: KafkaHeader) -> bytes:

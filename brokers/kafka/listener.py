@@ -61,7 +61,7 @@ class KafkaCodec:
         if "error_code" in response_type._struct.fields:
             response.error_code = request_level_code(err)
         try:
-            return [encode_answer(header, response)]
+            return encode_answer(header, response)
         except Exception:  # a response without defaults for every field
             log.info("no %s v%d error answer; closing", response_type.__name__,
                      header.api_version)

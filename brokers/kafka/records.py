@@ -343,7 +343,7 @@ def _bytes_field(value: bytes | None) -> bytes:
     return _varint(len(value)) + value
 
 
-def to_kafka(batch: bytes | bytearray | memoryview) -> bytes:
+def to_kafka(batch: bytes | bytearray | memoryview) -> bytearray:
     """One whole Strata batch (as the log holds it) as a Kafka v2 batch with the same
     offsets, producer fields, attributes' meaning and timestamps (uncompressed)."""
     header = peek_header(batch)
@@ -371,7 +371,7 @@ def to_kafka(batch: bytes | bytearray | memoryview) -> bytes:
                      header.base_sequence, header.record_count)
     out[HEADER_SIZE:] = records
     struct.pack_into(">I", out, 17, int(_crc32c.crc32c(memoryview(out)[_CRC_FROM:])))
-    return bytes(out)
+    return out  # (no bytes() copy: the fetch joins the batches into its answer anyway)
 
 
 def _encode_records(payload: pa.RecordBatch, first_ts: int) -> bytes:
@@ -397,13 +397,13 @@ def _encode_c(payload: pa.RecordBatch, first_ts: int) -> bytes:
     hk_off, hk_data = header_keys.buffers()[1:3]
     hv_valid, hv_off, hv_data = header_values.buffers()
     ts_bytes = memoryview(ts_data)[timestamps.offset * 8:]
-    return bytes(_v2codec.encode(
+    return _v2codec.encode(  # type: ignore[no-any-return]
         len(payload), first_ts, ts_bytes,
         key_valid, key_off, key_data, keys.offset,
         value_valid, value_off, value_data, values.offset,
         hdr_valid, hdr_off, headers.offset,
         hk_off, hk_data, header_keys.offset + entries.offset,
-        hv_valid, hv_off, hv_data, header_values.offset + entries.offset))
+        hv_valid, hv_off, hv_data, header_values.offset + entries.offset)
 
 
 def _encode_py(payload: pa.RecordBatch, first_ts: int) -> bytes:
@@ -434,7 +434,7 @@ def _encode_py(payload: pa.RecordBatch, first_ts: int) -> bytes:
     return bytes(out)
 
 
-def iter_strata_batches(records: object) -> Iterable[bytes]:
+def iter_strata_batches(records: object) -> Iterable[memoryview]:
     """The whole batches of a fetch answer's ``records`` (bytes, a file slice, or a
     list of them), in order; a partial batch at the end is dropped (the next fetch
     starts at it)."""
@@ -444,11 +444,12 @@ def iter_strata_batches(records: object) -> Iterable[bytes]:
             continue
         data = part.read_bytes() if hasattr(part, "read_bytes") \
             else bytes(cast(bytes, part))
+        view = memoryview(data)  # batches as views: a slice of bytes would copy each
         pos = 0
         while pos + LOG_OVERHEAD <= len(data):
             (length,) = struct.unpack_from(">i", data, pos + 8)
             end = pos + LOG_OVERHEAD + length
             if length < HEADER_SIZE - LOG_OVERHEAD or end > len(data):
                 break
-            yield data[pos:end]
+            yield view[pos:end]
             pos = end

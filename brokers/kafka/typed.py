@@ -111,7 +111,8 @@ async def to_typed(batch: bytes, topic: str, subject: str, check: SchemaCheck) -
         timestamp_bounds=(header.first_timestamp, header.max_timestamp))
 
 
-async def to_framed(batch: bytes, topic: str, subject: str, check: SchemaCheck) -> bytes:
+async def to_framed(batch: bytes | memoryview, topic: str, subject: str,
+                    check: SchemaCheck) -> bytes | memoryview:
     """A typed batch (as the log holds it) with each value in Confluent's wire format;
     the header (offsets, producer fields, attributes) unchanged. Other batches as
     they are."""
