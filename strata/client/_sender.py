@@ -120,6 +120,8 @@ def _settle(batch: Batch, results: list[RecordMetadata] | None,
     if sync_futures and batch.condition is not None:
         complete_sync(batch.condition, sync_futures,
                       sync_results if results is not None else None, error)
+
+
 def _call_back_ok(batch: Batch, base_offset: int, log_append_time: int) -> None:
     """Run the ``on_delivery`` callbacks of an acknowledged ``batch``, in record order.
 
