@@ -278,12 +278,22 @@ def read_header(frame: bytes) -> tuple[KafkaHeader, memoryview]:
 
 def encode_answer(header: KafkaHeader, response: Any) -> list[bytes]:
     """The framed answer as the chunks the connection writes: size and response header
-    (v1 when flexible, v0 for ApiVersions), then the body at the request's version (not
-    joined: a fetch's body is megabytes, and the connection gathers its writes)."""
+    (v1 when flexible, v0 for ApiVersions), then the body at the request's version. A
+    small answer is one chunk (each chunk is a ``send`` call of its own); a large one
+    (a fetch's megabytes) keeps its body apart rather than copying it behind the head."""
     body: bytes = response.encode(version=header.api_version)
     tagged = header.flexible and header.api_key != _API_VERSIONS
     head = struct.pack(">ii", 4 + len(body) + (1 if tagged else 0), header.correlation_id)
-    return [head + b"\x00" if tagged else head, body]
+    if tagged:
+        head += b"\x00"
+    if len(body) < _JOIN_BELOW:
+        return [head + body]
+    return [head, body]
+
+
+#: Answers whose body is smaller than this are written as one chunk (a copy this size
+#: costs less than a second ``send`` call).
+_JOIN_BELOW: Final = 64 * 1024
 
 
 def unsupported_api_versions(header: KafkaHeader) -> bytes:
