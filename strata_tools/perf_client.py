@@ -464,9 +464,10 @@ async def _produce(args: argparse.Namespace) -> int:
         await producer.partitions_for(args.topic)  # metadata before the clock starts
         if txn is not None:
             await producer.init_transactions()
-        # The column sent over and over, built before the clock starts (pa.array makes
-        # pyarrow import pandas, a one-time cost that is not the producer's).
-        chunk = pa.array([payload] * args.chunk_records, pa.binary())
+        if args.api == "batch":
+            # The column sent over and over, built before the clock starts (pa.array
+            # makes pyarrow import pandas, a one-time cost that is not the producer's).
+            chunk = pa.array([payload] * args.chunk_records, pa.binary())
         start, cpu_start = time.perf_counter(), time.process_time()
         if txn is not None:
             await producer.begin_transaction()

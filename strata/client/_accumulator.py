@@ -125,7 +125,7 @@ Chunks: TypeAlias = list[tuple[int | None, pa.RecordBatch, int]]
 #: Who hears a record's outcome: a future (``send``) or an ``on_delivery`` callback.
 Watcher: TypeAlias = "AnyFuture | DeliveryCallback"
 #: The futures a watcher can be (anything else is an ``on_delivery`` callback).
-_FUTURE_TYPES: Final = (DeliveryFuture, asyncio.Future, concurrent.futures.Future)
+_FUTURE_TYPES: Final = (asyncio.Future, concurrent.futures.Future)  # (DeliveryFuture is one)
 
 
 # --------------------------------------------------------------------------- records

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final, cast
 
 import pyarrow as pa
@@ -134,11 +134,8 @@ def _call_back_ok(batch: Batch, base_offset: int, log_append_time: int) -> None:
     count = len(callbacks)
     if base_offset < 0 or log_append_time >= 0 or batch.explicit_ms is not None:
         # acks=0 (no offsets), LogAppendTime, or timestamps given by the caller.
-        fixed = log_append_time if log_append_time >= 0 and base_offset >= 0 else None
-        _call_back_each(callbacks, [_new_tuple(RecordMetadata, (
-            topic, partition, -1 if base_offset < 0 else base_offset + i,
-            fixed if fixed is not None else batch.timestamp_ms(i)))
-            if callbacks[i] is not None else None for i in range(count)], None)
+        _call_back_each(callbacks, _metadata(batch, range(count), base_offset,
+                                             log_append_time), None)
         return
     stamps, new, metadata = batch.timestamps, _new_tuple, RecordMetadata
     start = 0
@@ -156,6 +153,17 @@ def _call_back_ok(batch: Batch, base_offset: int, log_append_time: int) -> None:
             start = i + 1
 
 
+def _metadata(batch: Batch, indexes: Iterable[int], base_offset: int,
+              log_append_time: int) -> list[RecordMetadata]:
+    """The ``RecordMetadata`` of records ``indexes`` of an acknowledged ``batch``
+    (``tuple.__new__``: a NamedTuple's own ``__new__`` costs three times as much)."""
+    topic, partition = batch.topic, batch.partition
+    fixed = log_append_time if log_append_time >= 0 and base_offset >= 0 else None
+    return [_new_tuple(RecordMetadata, (
+        topic, partition, -1 if base_offset < 0 else base_offset + i,
+        fixed if fixed is not None else batch.timestamp_ms(i))) for i in indexes]
+
+
 def _call_back_failed(batch: Batch, error: StrataError) -> None:
     """Run the ``on_delivery`` callbacks of a failed ``batch`` with ``error``."""
     assert batch.callbacks is not None
@@ -163,7 +171,7 @@ def _call_back_failed(batch: Batch, error: StrataError) -> None:
 
 
 def _call_back_each(callbacks: list[DeliveryCallback | None],
-                    results: list[RecordMetadata | None] | None,
+                    results: list[RecordMetadata] | None,
                     error: StrataError | None) -> None:
     for i, callback in enumerate(callbacks):
         if callback is not None:
@@ -575,12 +583,8 @@ class Sender:
             group.maybe_finish()
         else:
             if batch.watchers:
-                # tuple.__new__: a NamedTuple's own __new__ costs three times as much, and
-                # this runs once per record that has a future.
-                _settle(batch, [_new_tuple(RecordMetadata, (
-                    topic, partition, -1 if base_offset < 0 else base_offset + index,
-                    log_append_time if log_append_time >= 0 and base_offset >= 0
-                    else batch.timestamp_ms(index))) for index, _ in batch.watchers], None)
+                _settle(batch, _metadata(batch, (index for index, _ in batch.watchers),
+                                         base_offset, log_append_time), None)
             if batch.callbacks:
                 _call_back_ok(batch, base_offset, log_append_time)
         self._done(batch)
