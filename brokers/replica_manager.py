@@ -498,15 +498,19 @@ class ReplicaManager:
         deadline = time.monotonic() + max_wait
         while True:
             changed, session.dirty = session.dirty, set()
-            wanted = session.candidates(changed, hosted)
-            view = FetchRequest([FetchTopic(t, ps) for t, ps in wanted.items()],
-                                max_bytes=request.max_bytes, replica_id=replica)
-            response, _, _ = self._read(view, authorize)
+            if session.held:
+                changed |= session.held
+                session.held = set()
+            wanted, urgent = session.candidates(changed, hosted)
             remaining = deadline - time.monotonic()
-            if response.topics or remaining <= 0 or not session.partitions \
-                    or self.host.stopping:
+            if urgent or remaining <= 0 or not session.partitions or self.host.stopping:
+                view = FetchRequest([FetchTopic(t, ps) for t, ps in wanted.items()],
+                                    max_bytes=request.max_bytes, replica_id=replica)
+                response, _, _ = self._read(view, authorize)
                 break
-            # Nothing changed anywhere: park until a partition of the session changes.
+            # Nothing to send, or only high watermarks that moved (held for the next
+            # answer: fetch_session's docstring): park until a partition changes.
+            session.held.update((t, p.partition) for t, ps in wanted.items() for p in ps)
             session.woken = asyncio.get_running_loop().create_future()
             try:
                 if not session.dirty:

@@ -97,25 +97,41 @@ def test_a_session_answers_only_what_changed(leader: Cluster) -> None:
             (code, _, size), = [v for p, v in _answered(woken).items() if p == 2]
             assert code == 0 and size > 0 and set(_answered(woken)) <= {2}
 
-            # The follower says it has it (offset 1): the HW moves and is reported once.
+            # The follower says it has it (offset 1): the HW moves and is reported once,
+            # but a moved HW alone does not end the long poll (as in Kafka, only records
+            # or an error do): it is told when the poll ends.
+            started = time.monotonic()
             caught_up = await fetch(_request({2: 1}, epoch=3, session_id=session))
             assert _answered(caught_up) == {2: (0, 1, 0)}
+            assert time.monotonic() - started >= 0.25
             quiet = await fetch(_request({}, epoch=4, session_id=session))
             assert _answered(quiet) == {}
 
+            # A held HW travels with the next answer that has records, however soon.
+            await asyncio.to_thread(produce, broker, TOPIC, 2, build_batch([b"z"]), 1)
+            second = await fetch(_request({}, epoch=5, session_id=session))
+            assert [p for p, (_, _, size) in _answered(second).items() if size] == [2]
+            parked = asyncio.ensure_future(fetch(_request({2: 2}, epoch=6, session_id=session,
+                                                          wait_ms=10_000)))
+            await asyncio.sleep(0.3)
+            assert not parked.done(), "a moved HW alone answered the long poll"
+            await asyncio.to_thread(produce, broker, TOPIC, 0, build_batch([b"w"]), 1)
+            woken = _answered(await asyncio.wait_for(parked, 5))
+            assert woken[2] == (0, 2, 0) and woken[0][2] > 0 and set(woken) == {0, 2}
+
             # A forgotten partition is not answered any more, even with new data.
-            forgot = await fetch(_request({}, epoch=5, session_id=session, forget=[3],
+            forgot = await fetch(_request({0: 1}, epoch=7, session_id=session, forget=[3],
                                           wait_ms=0))
-            assert _answered(forgot) == {}
+            assert 3 not in _answered(forgot)
             await asyncio.to_thread(produce, broker, TOPIC, 3, build_batch([b"y"]), 1)
-            after = await fetch(_request({}, epoch=6, session_id=session, wait_ms=300))
+            after = await fetch(_request({}, epoch=8, session_id=session, wait_ms=300))
             assert 3 not in _answered(after)
 
             # Out of step: the session ends; unknown: refused.
-            skipped = await fetch(_request({}, epoch=9, session_id=session))
+            skipped = await fetch(_request({}, epoch=11, session_id=session))
             assert skipped.error_code == InvalidFetchSessionEpochError.code
             assert skipped.topics == []
-            gone = await fetch(_request({}, epoch=7, session_id=session))
+            gone = await fetch(_request({}, epoch=9, session_id=session))
             assert gone.error_code == FetchSessionIdNotFoundError.code
 
             # A new session starts from the positions it is given.

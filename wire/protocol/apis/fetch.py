@@ -134,7 +134,10 @@ class FetchRequest(Message):
     ``topics`` lists only partitions added or whose fetch offset or epoch changed, the
     others keep what the session holds, and ``forgotten_topics`` leaves some; the answer
     lists only partitions with records, an error, or offsets that changed since the
-    session last answered them. An unknown session answers FETCH_SESSION_ID_NOT_FOUND,
+    session last answered them; it is sent as soon as one partition has records or an
+    error (or a new log start or end), while a high watermark that alone moved waits for
+    the next such answer or the end of ``max_wait_ms``, as Kafka's follower fetches do.
+    An unknown session answers FETCH_SESSION_ID_NOT_FOUND,
     another epoch than the next INVALID_FETCH_SESSION_EPOCH (top-level ``error_code``):
     the follower then opens a new session. Every request of a session also counts as a
     fetch, at the offset the session holds, of each partition it does not list: an
