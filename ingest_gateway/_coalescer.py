@@ -199,7 +199,7 @@ class Coalescer:
                         parts.append((start, end, SendFailed(err, False)))
                         raise _Stop(slices[number + 1:], err) from None
                     queued.append((start, end, delivery))
-                    self.state.metrics.batch_records.observe(end - start)
+                    self.state.metrics.batch(end - start)
         except _Stop as stop:
             # later slices stay unsent: sending them would put them before the failed ones
             parts += [(start, end, SendFailed(stop.error, False)) for start, end in stop.rest]

@@ -409,7 +409,7 @@ class Produce:
                         log.exception("queueing %d typed record(s) failed", end - start)
                     fail(rows[start:], err, False)
                     break
-                self.state.metrics.batch_records.observe(end - start)
+                self.state.metrics.batch(end - start)
         batches: list[list[BatchMetadata]] = []
         for piece, future in queued:
             try:
