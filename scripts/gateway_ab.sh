@@ -4,7 +4,8 @@
 # tree (`strata up --brokers 1 --no-tier`; older trees without --no-tier get their
 # default), an 8-partition topic, `strata gateway --no-auth --workers 2`, 3 s of warm-up,
 # then `wrk -t1 -c64 -d10s` with load_tests/wrk_produce.lua (100-byte records, acks=all).
-# Prints "<commit> <requests/s> <non-2xx lines>" per run; stops exactly what it started.
+# Prints "<commit> <requests/s> <non-2xx lines> <workers' CPU us per request>" per run
+# (the CPU from /proc/<worker>/stat over the 10 s run); stops exactly what it started.
 #
 #   git worktree add /tmp/old <commit>; ln -s "$PWD/.venv" /tmp/old/.venv
 #   scripts/gateway_ab.sh /tmp/old . 2
@@ -15,6 +16,17 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 LUA=$HERE/load_tests/wrk_produce.lua
 command -v wrk >/dev/null || { echo "gateway_ab: wrk is not installed (make setup)" >&2; exit 1; }
+
+# User + system CPU ticks of the gateway's worker processes (children of pid $1).
+worker_ticks() {
+  local sum=0 pid f
+  for pid in $(pgrep -P "$1"); do
+    f=$(cut -d')' -f2 "/proc/$pid/stat" 2>/dev/null) || continue
+    set -- $f
+    sum=$(( sum + ${12} + ${13} ))
+  done
+  echo "$sum"
+}
 
 one() {
   local tree strata data base bootstrap gw url cluster out
@@ -42,9 +54,16 @@ one() {
   cluster=$(curl -sf "$url/v3/clusters" |
     "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["cluster_id"])')
   wrk -t1 -c8 -d3s -s "$LUA" "$url" -- "$cluster" bench-gw 1 100 >/dev/null
+  local before after
+  before=$(worker_ticks "$gw")
   out=$(wrk -t1 -c64 -d10s --latency -s "$LUA" "$url" -- "$cluster" bench-gw 1 100)
-  echo "$(git -C "$tree" rev-parse --short HEAD) $(echo "$out" | awk '/Requests\/sec/{print $2}')" \
-    "$(echo "$out" | grep -c Non-2xx)"
+  after=$(worker_ticks "$gw")
+  local rps total
+  rps=$(echo "$out" | awk '/Requests\/sec/{print $2}')
+  total=$(echo "$out" | awk '/requests in/{print $1}')
+  # commit, requests/s, non-2xx lines, the gateway workers' CPU (us) per request
+  echo "$(git -C "$tree" rev-parse --short HEAD) $rps $(echo "$out" | grep -c Non-2xx)" \
+    "$(( (after - before) * 1000000 / $(getconf CLK_TCK) / total ))us/req"
   kill -TERM "$gw" 2>/dev/null; wait "$gw" 2>/dev/null
   "${strata[@]}" down --data-dir "$data" >/dev/null 2>&1
   rm -rf "$data"
