@@ -602,7 +602,8 @@ def test_send_batch_columnar_fast_path(broker: BrokerProcess) -> None:
     topic = create_topic(broker.bootstrap, _topic("columnar"), partitions=4)
     values = pa.array([f"{i:08d}".encode() for i in range(20_000)], pa.binary())
     with Producer(broker.bootstrap, batch_size=64 * 1024) as producer:
-        parts = producer.send_batch(topic, values, partition=2).result(30)
+        parts = producer.send_batch(topic, values, partition=2,
+                                    timestamp_ms=1_700_000_000_123).result(30)
         assert sum(p.record_count for p in parts) == 20_000 and len(parts) > 1
         assert [p.base_offset for p in parts] == list(itertools.accumulate(
             [0] + [p.record_count for p in parts[:-1]]))
@@ -614,6 +615,10 @@ def test_send_batch_columnar_fast_path(broker: BrokerProcess) -> None:
     assert own.column("value").equals(pa.chunked_array([values]))
     mine = [h for h in headers if h.base_offset < 20_000]
     assert [h.record_count for h in mine] == [p.record_count for p in parts]
+    # Every row and each batch header's bounds carry the one timestamp given.
+    assert set(own.column("timestamp").to_pylist()) == {1_700_000_000_123}
+    assert {(h.first_timestamp, h.max_timestamp) for h in mine} == \
+        {(1_700_000_000_123, 1_700_000_000_123)}
     # Chunks hold about batch_size estimated bytes (8-byte values + 16 = 24 each) and
     # their encoding carries only their own rows, not the whole input column.
     assert all(h.record_count <= 64 * 1024 // 24 + 1 for h in mine)
@@ -626,6 +631,36 @@ def test_send_batch_columnar_fast_path(broker: BrokerProcess) -> None:
         got = table.slice(meta.base_offset, meta.record_count).column("key").to_pylist()
         assert all(partition_for_key(k, 4) == meta.partition for k in got)
     assert sum(p.record_count for p in keyed) == 500
+
+
+def test_small_send_batch_calls_share_wire_batches_under_load(broker: BrokerProcess) -> None:
+    """Chunks that queue behind a partition's in-flight batch join one wire batch (up to
+    batch_size); each call's future still names exactly its own rows' offsets."""
+    topic = create_topic(broker.bootstrap, _topic("merged"), partitions=1)
+    calls = [[f"{c:04d}-{i:02d}".encode() for i in range(1 + c % 7)] for c in range(300)]
+
+    async def send_all() -> list[list[Any]]:
+        async with AsyncProducer(broker.bootstrap, linger_ms=0,
+                                 batch_size=4 * 1024) as producer:
+            futures = [await producer.send_batch(topic, pa.array(values, pa.binary()),
+                                                 partition=0, timestamp_ms=1_000 + c)
+                       for c, values in enumerate(calls)]
+            return [await future for future in futures]
+
+    results = asyncio.run(send_all())
+    table, headers = read_partition(broker.bootstrap, topic, 0)
+    stored = table.column("value").to_pylist()
+    stamps = table.column("timestamp").to_pylist()
+    assert len(stored) == sum(map(len, calls))
+    for c, (values, parts) in enumerate(zip(calls, results, strict=True)):
+        got = [v for p in parts for v in stored[p.base_offset:p.base_offset + p.record_count]]
+        assert got == values, f"call {c}: its futures name other rows"
+        assert all(stamps[p.base_offset] == 1_000 + c for p in parts)
+    assert len(headers) < len(calls) // 4, "the small calls were not merged"
+    assert all(h.size <= 2 * 4 * 1024 for h in headers)
+    for h in headers:  # each batch's timestamp bounds cover its merged chunks
+        own = stamps[h.base_offset:h.base_offset + h.record_count]
+        assert (h.first_timestamp, h.max_timestamp) == (min(own), max(own))
 
 
 # --------------------------------------------------------------------------- produce()
@@ -1113,6 +1148,8 @@ def test_produce_rejects_bad_records_before_queueing(broker: BrokerProcess) -> N
         for bad, error in ((-1, "must be in 0.."), (1 << 63, "must be in 0..")):
             with pytest.raises(ValueError, match=error):
                 producer.produce(topic, b"x", timestamp_ms=bad)
+            with pytest.raises(ValueError, match=error):
+                producer.send_batch(topic, [b"x", b"y"], timestamp_ms=bad)
         with pytest.raises(TypeError, match="must be bytes"):
             producer.produce(topic, 5)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="partition 3 does not exist"):
@@ -1223,7 +1260,7 @@ def _full_accumulator(**options: Any) -> tuple[asyncio.AbstractEventLoop, Accumu
     loop.call_soon(wakeup.start)
     loop.run_until_complete(asyncio.sleep(0))
     chunks = accumulator.plan_columns("t", 1, pa.array([b"v" * 84] * 20), None, 0, 0)
-    assert [(rows.num_rows, size) for _, rows, size in chunks] == [(5, 500)] * 4
+    assert [(rows.num_rows, size, ts) for _, rows, size, ts in chunks] == [(5, 500, 0)] * 4
     return loop, accumulator, chunks
 
 

@@ -120,8 +120,9 @@ Key: TypeAlias = bytes | bytearray | memoryview | str | None
 Value: TypeAlias = bytes | bytearray | memoryview | str | TypedValue | None
 Headers: TypeAlias = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None
 Header: TypeAlias = tuple[str, bytes | None]
-#: ``send_batch`` input cut into ``(partition or None=sticky, payload, size)`` chunks.
-Chunks: TypeAlias = list[tuple[int | None, pa.RecordBatch, int]]
+#: ``send_batch`` input cut into ``(partition or None=sticky, payload, size, timestamp)``
+#: chunks; ``timestamp`` (ms) is every row's (``send_batch`` gives all rows one).
+Chunks: TypeAlias = list[tuple[int | None, pa.RecordBatch, int, int]]
 #: Who hears a record's outcome: a future (``send``) or an ``on_delivery`` callback.
 Watcher: TypeAlias = "AnyFuture | DeliveryCallback"
 #: The futures a watcher can be (anything else is an ``on_delivery`` callback).
@@ -208,10 +209,36 @@ class Batch:
     subtraction, not a buffer check); once sealed, the size estimate of its records.
     """
 
-    __slots__ = ("arrow", "attempts", "base_sequence", "callbacks", "condition", "created",
-                 "deadline", "done_waiters", "encoded", "explicit_ms", "finished", "group",
-                 "group_index", "headers", "keys", "last_error", "partition", "retry_at",
-                 "room", "size", "timestamps", "topic", "values", "watchers")
+    __slots__ = (
+        "arrow",
+        "arrow_more",
+        "arrow_ms",
+        "arrow_rows",
+        "attempts",
+        "base_sequence",
+        "callbacks",
+        "condition",
+        "created",
+        "deadline",
+        "done_waiters",
+        "encoded",
+        "explicit_ms",
+        "finished",
+        "group",
+        "group_index",
+        "headers",
+        "keys",
+        "last_error",
+        "merged",
+        "partition",
+        "retry_at",
+        "room",
+        "size",
+        "timestamps",
+        "topic",
+        "values",
+        "watchers",
+    )
 
     def __init__(self, topic: str, partition: int, now: float, delivery_timeout_s: float) -> None:
         self.topic = topic
@@ -228,7 +255,15 @@ class Batch:
         self.watchers: list[tuple[int, AnyFuture]] | None = None
         self.callbacks: list[DeliveryCallback | None] | None = None
         self.condition: threading.Condition | None = None  # shared by DeliveryFutures
+        # A send_batch chunk: its rows, the later chunks merged into it (``merge``), the
+        # rows of all of them, and the smallest and largest of their timestamps (each
+        # chunk's rows share one).
         self.arrow: pa.RecordBatch | None = None
+        self.arrow_more: list[pa.RecordBatch] | None = None
+        self.arrow_rows = 0
+        self.arrow_ms = (0, 0)
+        #: ``(group, index in its parts, first row here, rows)`` of each merged chunk.
+        self.merged: list[tuple[SendBatchGroup, int, int, int]] | None = None
         self.group: SendBatchGroup | None = None
         self.group_index = -1
         self.size = 0
@@ -244,7 +279,7 @@ class Batch:
     @property
     def count(self) -> int:
         """Records in the batch."""
-        return len(self.values) if self.arrow is None else self.arrow.num_rows
+        return len(self.values) if self.arrow is None else self.arrow_rows
 
     def timestamp_ms(self, index: int) -> int:
         """The create time of record ``index``, in ms since the epoch."""
@@ -269,10 +304,13 @@ class Batch:
     def encode(self, compression: Compression, producer_id: int, producer_epoch: int,
                base_sequence: int, transactional: bool = False) -> bytes:
         if self.arrow is not None:
-            return encode_record_batch(self.arrow, compression=compression,
+            rows = self.arrow if self.arrow_more is None \
+                else pa.concat_batches([self.arrow, *self.arrow_more])
+            return encode_record_batch(rows, compression=compression,
                                        producer_id=producer_id, producer_epoch=producer_epoch,
                                        base_sequence=base_sequence,
-                                       transactional=transactional)
+                                       transactional=transactional,
+                                       timestamp_bounds=self.arrow_ms)
         bounds: tuple[int, int] | None = None
         stamps = self.timestamps
         if self.explicit_ms is None and _millis is not None:
@@ -310,6 +348,21 @@ class Batch:
                            producer_id=producer_id, producer_epoch=producer_epoch,
                            base_sequence=base_sequence, value_schema_id=schema_id,
                            transactional=transactional, timestamp_bounds=bounds)
+
+    def merge(self, rows: pa.RecordBatch, size: int, timestamp_ms: int,
+              group: SendBatchGroup, index: int) -> None:
+        """Append a later ``send_batch`` chunk of the same partition to this queued,
+        never-sent chunk batch (``Accumulator._merge_target`` says when it may)."""
+        if self.arrow_more is None:
+            self.arrow_more = []
+        if self.merged is None:
+            self.merged = []
+        self.arrow_more.append(rows)
+        self.merged.append((group, index, self.arrow_rows, rows.num_rows))
+        self.arrow_rows += rows.num_rows
+        low, high = self.arrow_ms
+        self.arrow_ms = (min(low, timestamp_ms), max(high, timestamp_ms))
+        self.size += size
 
     def unwatched(self) -> int:
         """Records nobody holds a future or callback for (``produce`` without one)."""
@@ -394,6 +447,22 @@ def binary_array(items: list[bytes | None]) -> pa.Array | list[bytes | None]:
 def native_columns() -> bool:
     """Whether ``binary_array`` builds columns in C (``_fastproduce`` is built)."""
     return _binary_column is not None
+
+
+_NULLS: dict[tuple[pa.DataType, int], pa.Array] = {}
+
+
+def _nulls(n: int, type_: pa.DataType) -> pa.Array:
+    """An all-null column of ``n`` rows, shared (Arrow arrays are immutable): the keys
+    and headers of a ``send_batch`` without them cost a ``pa.nulls`` call each per chunk
+    otherwise. A few sizes recur (the caller's chunk size); the cache stays small."""
+    key = (type_, n)
+    column = _NULLS.get(key)
+    if column is None:
+        if len(_NULLS) >= 64:
+            _NULLS.clear()
+        column = _NULLS[key] = pa.nulls(n, type_)
+    return column
 
 
 def _pad(column: list[Any], rows: int) -> None:
@@ -778,11 +847,16 @@ class Accumulator:
         n = len(value_array)
         if n == 0:
             return []
-        key_array = pa.nulls(n, pa.binary()) if keys is None else _column(keys, "keys")
+        key_array = _nulls(n, pa.binary()) if keys is None else _column(keys, "keys")
         if len(key_array) != n:
             raise ValueError(f"keys has {len(key_array)} rows but values has {n}")
         ts = time.time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
-        ts_array = pa.repeat(int_scalar(ts, pa.int64()), n)
+        if not 0 <= ts <= MAX_TIMESTAMP_MS:
+            raise ValueError(f"timestamp_ms={timestamp_ms} must be in 0..{MAX_TIMESTAMP_MS} "
+                             "(ms since the epoch)")
+        # The constant column from its buffer: pa.repeat cost ~20 us a call here.
+        ts_array = pa.Array.from_buffers(pa.int64(), n,
+                                         [None, pa.py_buffer(array("q", (ts,)) * n)])
         # The (all-null) headers column is added per chunk: Arrow's IPC writer does not
         # trim a *sliced* list array, so a slice of a big one would carry all its offsets.
         payload = pa.RecordBatch.from_arrays([key_array, value_array, ts_array],
@@ -802,8 +876,8 @@ class Accumulator:
             estimate = rows.nbytes + rows.num_rows * RECORD_OVERHEAD
             if estimate <= self.config.batch_size and rows.num_rows <= MAX_RECORDS_PER_BATCH:
                 out.append((target, pa.RecordBatch.from_arrays(
-                    [*rows.columns, pa.nulls(rows.num_rows, _HEADERS_TYPE)],
-                    schema=payload_schema), estimate))
+                    [*rows.columns, _nulls(rows.num_rows, _HEADERS_TYPE)],
+                    schema=payload_schema), estimate, ts))
                 continue
             # Scalars are passed as Arrow scalars made without pa.scalar: given a Python
             # int, pyarrow retries a failing optional import on every call (about 70 us
@@ -827,15 +901,16 @@ class Accumulator:
                     stop = min(end, start + MAX_RECORDS_PER_BATCH)
                     part = rows.slice(start, stop - start)
                     chunk = pa.RecordBatch.from_arrays(
-                        [*part.columns, pa.nulls(stop - start, _HEADERS_TYPE)],
+                        [*part.columns, _nulls(stop - start, _HEADERS_TYPE)],
                         schema=payload_schema)
                     before = cumulative[start - 1].as_py() if start else 0
-                    out.append((target, chunk, cumulative[stop - 1].as_py() - before))
+                    out.append((target, chunk, cumulative[stop - 1].as_py() - before, ts))
                     start = stop
         return out
 
     def _append_chunk_locked(self, topic: str, num_partitions: int, target: int | None,
-                             rows: pa.RecordBatch, size: int, group: SendBatchGroup) -> bool:
+                             rows: pa.RecordBatch, size: int, timestamp_ms: int,
+                             group: SendBatchGroup) -> bool:
         """Queue one pre-built chunk as its own batch (lock held); ``False``: no space."""
         if self.closing:
             raise ProducerClosedError("send_batch() after close(): create a new producer")
@@ -844,20 +919,51 @@ class Accumulator:
         partition = self._sticky.partition(topic, num_partitions) if target is None else target
         st = self._queue(topic, partition, num_partitions)
         self._close_open(st)  # records sent earlier to this partition go first
-        batch = Batch(topic, partition, time.monotonic(), self.config.delivery_timeout_ms / 1000)
-        batch.arrow = rows
-        batch.size = size
-        batch.group = group
-        batch.group_index = len(group.parts)
+        index = len(group.parts)
         group.parts.append(None)
         group.expected += 1
-        st.queue.append(batch)
+        tail = self._merge_target(st, rows, size)
+        if tail is not None:
+            tail.merge(rows, size, timestamp_ms, group, index)
+        else:
+            batch = Batch(topic, partition, time.monotonic(),
+                          self.config.delivery_timeout_ms / 1000)
+            batch.arrow = rows
+            batch.arrow_rows = rows.num_rows
+            batch.arrow_ms = (timestamp_ms, timestamp_ms)
+            batch.size = size
+            batch.group = group
+            batch.group_index = index
+            st.queue.append(batch)
         self._active[st.key] = st
         self.buffered += size
         self._sticky.batch_closed(topic, partition, num_partitions)
         self._sticky_queues.pop(topic, None)
         self._sticky_batches.pop(topic, None)
         return True
+
+    def _merge_target(self, st: PartitionQueue, rows: pa.RecordBatch, size: int
+                      ) -> Batch | None:
+        """The queued chunk batch of ``st`` that a new chunk may join (lock held), if any.
+
+        Only the last of two or more queued batches, never the head: the sender encodes
+        a partition's head (outside the lock) and nothing behind it, so a batch behind
+        the head has no bytes and no sequence yet. Chunks queue behind a head only while
+        that partition has a batch in flight, i.e. under load: then consecutive small
+        ``send_batch`` calls share one wire batch (up to ``batch_size`` and
+        ``MAX_RECORDS_PER_BATCH``), where each used to cost a batch of its own to
+        encode, append, replicate and decode; an idle producer's chunks still go at once.
+        """
+        queue = st.queue
+        if len(queue) < 2:
+            return None
+        tail = queue[-1]
+        if tail.arrow is None or tail.encoded is not None or tail.attempts \
+                or tail.size + size > self.config.batch_size \
+                or tail.arrow_rows + rows.num_rows > MAX_RECORDS_PER_BATCH \
+                or not tail.arrow.schema.equals(rows.schema, check_metadata=True):
+            return None
+        return tail
 
     def append_chunks_blocking(self, topic: str, num_partitions: int, chunks: Chunks,
                                group: SendBatchGroup) -> None:
@@ -883,9 +989,9 @@ class Accumulator:
         """
         accepted = 0
         try:
-            for target, rows, size in chunks:
+            for target, rows, size, timestamp_ms in chunks:
                 await retry(partial(self._append_chunk_locked, topic, num_partitions, target,
-                                    rows, size, group))
+                                    rows, size, timestamp_ms, group))
                 accepted += rows.num_rows
                 self.wakeup.set_from_any_thread()
         except BufferFullError as err:

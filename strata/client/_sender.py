@@ -577,10 +577,16 @@ class Sender:
         topic, partition = batch.topic, batch.partition
         if batch.group is not None:
             group = batch.group
+            assert batch.arrow is not None
             group.parts[batch.group_index] = BatchMetadata(
-                topic, partition, base_offset, batch.count, log_append_time)
+                topic, partition, base_offset, batch.arrow.num_rows, log_append_time)
             group.completed += 1
             group.maybe_finish()
+            for other, index, start, rows in batch.merged or ():
+                other.parts[index] = BatchMetadata(
+                    topic, partition, base_offset + start, rows, log_append_time)
+                other.completed += 1
+                other.maybe_finish()
         else:
             if batch.watchers:
                 _settle(batch, _metadata(batch, (index for index, _ in batch.watchers),
@@ -600,10 +606,12 @@ class Sender:
         if self.transactions is not None:
             self.transactions.batch_failed(error)
         if batch.group is not None:
-            if not batch.group.failed:
-                batch.group.failed = True
-                reject(batch.group.future, error)
-                log.warning("%s-%d: send_batch failed: %s", batch.topic, batch.partition, error)
+            for group in (batch.group, *(m[0] for m in batch.merged or ())):
+                if not group.failed:
+                    group.failed = True
+                    reject(group.future, error)
+                    log.warning("%s-%d: send_batch failed: %s", batch.topic, batch.partition,
+                                error)
         else:
             log.warning("%s-%d: %d record(s) failed: %s", batch.topic, batch.partition,
                         batch.count, error)

@@ -301,11 +301,13 @@ class AsyncProducer:
         checked and converted under the subject's latest version), or a ``TypedValue``
         holding values converted already (sent as they are; the broker checks them). With
         ``partition`` given, or no keys, no Python code runs per record: the columns are
-        sliced into ``batch_size`` chunks, each sent as one batch (null keys follow the
-        sticky partitioner, moving on after every chunk). Keyed records are hashed one by
-        one and grouped by partition with Arrow filters. All records share
-        ``timestamp_ms`` (default: now). The future resolves to one ``BatchMetadata`` per
-        wire batch, in send order, or fails with the first error.
+        sliced into ``batch_size`` chunks (null keys follow the sticky partitioner,
+        moving on after every chunk). Keyed records are hashed one by one and grouped by
+        partition with Arrow filters. Each chunk is a wire batch of its own, except that
+        chunks queued behind a partition's in-flight batch (under load) join the last
+        queued one up to ``batch_size``. All records share ``timestamp_ms`` (default:
+        now). The future resolves to one ``BatchMetadata`` per chunk (its own rows'
+        first offset and count), in send order, or fails with the first error.
         """
         if self._sender is not None and self._sender.transactions is not None:
             self._sender.transactions.tm.require_open("send_batch()")
