@@ -62,7 +62,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from procs import PortInUseError, check_port_free, cmdline, kill_pid, pid_alive
 from strata_tools.secure import SecureStack
@@ -532,6 +532,11 @@ ZOOKEEPER_SERVICE = ServiceSpec(
     start=_start_zookeeper,
     healthy=_zookeeper_healthy,
 )
+
+
+#: How long ``up`` gives a recorded process that is alive but not answering (and not
+#: shutting down) to exit before it takes it for a running one (``_past_last_step``).
+LAST_STEP_S: Final = 3.0
 
 
 def _wait_brokers(ctx: StackContext, records: Sequence[ProcessRecord]) -> None:
@@ -1067,8 +1072,10 @@ class Stack:
         SIGTERMed a moment ago (by hand, ``strata down`` in another shell, a rolling
         restart) no longer answers while it closes its logs, and ``up`` then waits for it
         to exit (reporting every few seconds) and starts it again."""
-        if existing is None or spec.closing is None or not spec.closing(existing):
+        if existing is None or spec.closing is None:
             return existing
+        if not spec.closing(existing):
+            return self._past_last_step(spec, existing)
         started = time.monotonic()
         self._say(f"{existing.name} (pid {existing.pid}) is shutting down; waiting for it "
                   "to exit to start it again")
@@ -1088,6 +1095,27 @@ class Stack:
                           f"exit ({now - started:.0f} s)")
             time.sleep(0.1)
         self._say(f"{existing.name} exited after {time.monotonic() - started:.1f} s")
+        if existing.pid_file:
+            Path(existing.pid_file).unlink(missing_ok=True)
+        return None
+
+    def _past_last_step(self, spec: ServiceSpec, existing: ProcessRecord) -> ProcessRecord | None:
+        """``existing`` (not closing), or None if it exits within :data:`LAST_STEP_S`
+        without answering first. A broker removes its ``shutting-down`` file as the last
+        step of its shutdown and exits a moment later (longer on a busy machine): caught
+        in between, it is alive, not closing and no longer serving, and was taken for a
+        running broker, so ``up`` failed with "did not start" when it exited. A process
+        that answers, or is still alive after that short wait (one starting up), is
+        ``existing`` as before."""
+        deadline = time.monotonic() + LAST_STEP_S
+        while existing.alive() and not spec.healthy(self.host, existing.port):
+            if time.monotonic() >= deadline:
+                return existing
+            time.sleep(0.1)
+        if existing.alive():
+            return existing
+        self._say(f"{existing.name} (pid {existing.pid}) had just finished shutting down; "
+                  "starting it again")
         if existing.pid_file:
             Path(existing.pid_file).unlink(missing_ok=True)
         return None

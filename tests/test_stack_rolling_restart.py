@@ -174,3 +174,49 @@ def test_up_waits_for_a_broker_that_is_shutting_down(tmp_path: Path, reaper: Any
     finally:
         ok(strata("down", "--data-dir", str(data_dir), cwd=tmp_path))
         reaper.reap()
+
+
+def test_up_takes_a_broker_in_its_last_step_of_shutdown_for_one_that_stopped(
+        tmp_path: Path) -> None:
+    """A broker removes its shutting-down file as its shutdown's last step and exits a
+    moment later; `up` caught in between saw it alive, not closing, not answering, took it
+    for a running broker and failed with "did not start" once it exited (seen under a
+    full test run's load). Now a recorded broker that is not answering gets a moment to
+    exit, and one that does is started again; one that stays (starting up, or hung) is
+    what it was."""
+    import sys
+
+    from strata_tools.stack import LAST_STEP_S, ProcessRecord, ServiceSpec, Stack
+
+    marker = f"strata-last-step-{os.getpid()}-{time.monotonic_ns()}"
+    spec = ServiceSpec(name="broker-9", port_offset=0, endpoint_key="bootstrap",
+                       start=lambda ctx, port: None,  # type: ignore[arg-type,return-value]
+                       healthy=lambda host, port: False, closing=lambda record: False)
+    stack = Stack(tmp_path / "stack", services=[spec], progress=lambda line: None)
+
+    def record_of(seconds: float) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+        process = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})",
+                                    marker])
+        time.sleep(0.2)  # exec'd: its command line carries the marker
+        return process, ProcessRecord(name="broker-9", pid=process.pid, port=1, marker=marker,
+                                      endpoint_key="bootstrap", endpoint="127.0.0.1:1",
+                                      log=str(tmp_path / "log"))
+
+    exiting, record = record_of(1.0)
+    try:
+        assert record.alive()
+        started = time.monotonic()
+        assert stack._past_shutdown(spec, record) is None  # it exited: start it again
+        assert time.monotonic() - started < LAST_STEP_S
+    finally:
+        exiting.kill()
+        exiting.wait()
+
+    staying, record = record_of(60.0)
+    try:
+        started = time.monotonic()
+        assert stack._past_shutdown(spec, record) is record  # alive all along: as before
+        assert LAST_STEP_S <= time.monotonic() - started < LAST_STEP_S + 2
+    finally:
+        staying.kill()
+        staying.wait()
