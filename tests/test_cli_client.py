@@ -151,8 +151,10 @@ def test_perf_produce_and_consume_print_the_figures(broker: BrokerProcess) -> No
             broker, "perf", "consume", "--topic", "cli-perf", "--num-records", "20000",
             "--api", api, "--format", "json")))
         assert one_by_one["records"] == 20000 and one_by_one["api"] == api
-        # Every record's 100-byte value was touched: 2.0 MB in all.
-        assert abs(one_by_one["mb_per_sec"] * one_by_one["seconds"] - 2.0) < 0.05, one_by_one
+        # Every record's 100-byte value was touched: 2.0 MB in all (``seconds`` is rounded
+        # to the ms: a run of 19 ms is off by up to 2.6 % that way).
+        assert abs(one_by_one["mb_per_sec"] * one_by_one["seconds"] - 2.0) \
+            <= 0.0005 * one_by_one["mb_per_sec"] + 0.02, one_by_one
     for api in ("send", "produce", "produce-callback", "blocking-send"):
         per_record = json.loads(ok(strata(
             broker, "perf", "produce", "--topic", "cli-perf", "--num-records", "2000",

@@ -450,12 +450,18 @@ def native_columns() -> bool:
 
 
 _NULLS: dict[tuple[pa.DataType, int], pa.Array] = {}
+#: Columns of more rows are made afresh: their offsets would pin megabytes, and a call
+#: that big does not notice one ``pa.nulls``.
+_NULLS_MAX_ROWS: Final = 16_384
 
 
 def _nulls(n: int, type_: pa.DataType) -> pa.Array:
     """An all-null column of ``n`` rows, shared (Arrow arrays are immutable): the keys
     and headers of a ``send_batch`` without them cost a ``pa.nulls`` call each per chunk
-    otherwise. A few sizes recur (the caller's chunk size); the cache stays small."""
+    otherwise. A few sizes recur (the caller's chunk size); the cache stays small (at
+    most 64 columns of at most ``_NULLS_MAX_ROWS`` rows)."""
+    if n > _NULLS_MAX_ROWS:
+        return pa.nulls(n, type_)
     key = (type_, n)
     column = _NULLS.get(key)
     if column is None:
