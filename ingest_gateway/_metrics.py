@@ -11,8 +11,9 @@ every 0.2 s (``flush``, which ``/metrics`` also calls first): in multiprocess mo
 ``inc`` or ``observe`` is a locked write to a shared file with a pid check, which cost
 about 4 % of a worker's CPU at 12,000 single-record requests/s when done per request.
 A histogram's gathered observations are applied per bucket (its sum once, each bucket's
-count once); prometheus-client is pinned, and ``_Pending`` checks at start-up that the
-histogram children have the ``_sum`` / ``_buckets`` / ``_upper_bounds`` it relies on.
+count once); prometheus-client is pinned, and ``_check_histogram_internals`` checks at
+start-up that histogram children have the ``_sum`` / ``_buckets`` / ``_upper_bounds``
+it relies on.
 """
 
 from __future__ import annotations

@@ -224,12 +224,10 @@ class Batch:
         "encoded",
         "explicit_ms",
         "finished",
-        "group",
-        "group_index",
         "headers",
         "keys",
         "last_error",
-        "merged",
+        "members",
         "partition",
         "retry_at",
         "room",
@@ -262,10 +260,8 @@ class Batch:
         self.arrow_more: list[pa.RecordBatch] | None = None
         self.arrow_rows = 0
         self.arrow_ms = (0, 0)
-        #: ``(group, index in its parts, first row here, rows)`` of each merged chunk.
-        self.merged: list[tuple[SendBatchGroup, int, int, int]] | None = None
-        self.group: SendBatchGroup | None = None
-        self.group_index = -1
+        #: ``(group, index in its parts, first row here, rows)`` of each chunk in it.
+        self.members: list[tuple[SendBatchGroup, int, int, int]] | None = None
         self.size = 0
         self.room = 0
         self.encoded: bytes | None = None
@@ -353,12 +349,11 @@ class Batch:
               group: SendBatchGroup, index: int) -> None:
         """Append a later ``send_batch`` chunk of the same partition to this queued,
         never-sent chunk batch (``Accumulator._merge_target`` says when it may)."""
+        assert self.members is not None
         if self.arrow_more is None:
             self.arrow_more = []
-        if self.merged is None:
-            self.merged = []
         self.arrow_more.append(rows)
-        self.merged.append((group, index, self.arrow_rows, rows.num_rows))
+        self.members.append((group, index, self.arrow_rows, rows.num_rows))
         self.arrow_rows += rows.num_rows
         low, high = self.arrow_ms
         self.arrow_ms = (min(low, timestamp_ms), max(high, timestamp_ms))
@@ -938,8 +933,7 @@ class Accumulator:
             batch.arrow_rows = rows.num_rows
             batch.arrow_ms = (timestamp_ms, timestamp_ms)
             batch.size = size
-            batch.group = group
-            batch.group_index = index
+            batch.members = [(group, index, 0, rows.num_rows)]
             st.queue.append(batch)
         self._active[st.key] = st
         self.buffered += size

@@ -575,18 +575,12 @@ class Sender:
         if not self.accumulator.release(st, batch):
             return
         topic, partition = batch.topic, batch.partition
-        if batch.group is not None:
-            group = batch.group
-            assert batch.arrow is not None
-            group.parts[batch.group_index] = BatchMetadata(
-                topic, partition, base_offset, batch.arrow.num_rows, log_append_time)
-            group.completed += 1
-            group.maybe_finish()
-            for other, index, start, rows in batch.merged or ():
-                other.parts[index] = BatchMetadata(
+        if batch.members is not None:
+            for group, index, start, rows in batch.members:
+                group.parts[index] = BatchMetadata(
                     topic, partition, base_offset + start, rows, log_append_time)
-                other.completed += 1
-                other.maybe_finish()
+                group.completed += 1
+                group.maybe_finish()
         else:
             if batch.watchers:
                 _settle(batch, _metadata(batch, (index for index, _ in batch.watchers),
@@ -605,8 +599,8 @@ class Sender:
             self.idempotence.restart(st.key)
         if self.transactions is not None:
             self.transactions.batch_failed(error)
-        if batch.group is not None:
-            for group in (batch.group, *(m[0] for m in batch.merged or ())):
+        if batch.members is not None:
+            for group, *_ in batch.members:
                 if not group.failed:
                     group.failed = True
                     reject(group.future, error)
