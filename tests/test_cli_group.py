@@ -340,3 +340,44 @@ def test_consume_prints_every_record_when_its_pipe_is_not_read_for_longer_than_t
             committed = admin.list_group_offsets(group)
         assert {tp.partition: c.offset for tp, c in committed.items()} == \
             {0: count // 3, 1: count // 3, 2: count // 3}
+
+
+def test_group_consume_does_not_count_the_wait_for_its_first_partitions(
+        broker: BrokerProcess, reaper: ProcessReaper, tmp_path: Path) -> None:
+    """``--timeout-ms`` with ``--group`` counts silence only once the group has given the
+    member partitions. A first member (a ``strata consume --group`` whose stdout nobody
+    reads) holds every partition, blocked in a print, until ``--max-poll-interval-ms
+    4000`` makes it leave; a second member with ``--timeout-ms 1000`` waits those seconds
+    without counting them, then prints every record. Before, it ended after about a
+    second with "0 record(s) consumed" while 3,000 records waited (as a slow join on a
+    busy machine did in CI)."""
+    topic = group = "cli-join-wait"
+    count = 3000
+    value = "{:06d}" + "x" * 200
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 3, 1)])
+    produce(broker.bootstrap, topic, count, 3, value=value)
+    env = dict(os.environ, PYTHONPATH=str(REPO), STRATA_BOOTSTRAP=broker.bootstrap)
+    argv = [sys.executable, "-m", "strata_tools.cli", "consume", topic, "--group", group,
+            "--from-beginning", "--format", "json"]
+    with (tmp_path / "first.err").open("w") as err:
+        first = subprocess.Popen([*argv, "--max-poll-interval-ms", "4000"],
+                                 stdout=subprocess.PIPE, stderr=err, env=env)
+    reaper.track(first.pid, topic)
+    try:
+        assert first.stdout is not None
+        readable, _, _ = select.select([first.stdout], [], [], 60)
+        assert readable and first.poll() is None, (tmp_path / "first.err").read_text()
+        with (tmp_path / "second.err").open("w") as err:
+            second = subprocess.Popen([*argv, "-n", str(count), "--timeout-ms", "1000"],
+                                      stdout=subprocess.PIPE, stderr=err, env=env)
+        reaper.track(second.pid, topic)
+        out, _ = second.communicate(timeout=90)
+    finally:
+        first.kill()
+        first.wait(30)
+    stderr = (tmp_path / "second.err").read_text()
+    assert second.returncode == 0, stderr
+    assert f"{count} record(s) consumed" in stderr, stderr
+    values = sorted(json.loads(line)["value"][:6] for line in out.decode().splitlines())
+    assert values == [f"{i:06d}" for i in range(count)], stderr

@@ -23,7 +23,11 @@ Stops after ``-n COUNT`` records, or once polls that together waited ``--timeout
 came back empty, or on Ctrl-C / SIGTERM. Only time spent waiting in polls counts, as in
 Kafka's console consumer: time spent printing (a pipe whose reader is slow or not reading
 yet blocks the print) is not silence, so records that are waiting are never left behind
-because the output was slow.
+because the output was slow. With ``--group``, neither is the time before the group
+gives this member its first partitions (the join, or a previous member that still holds
+them): on a busy machine a join can take longer than the timeout, and ending then would
+leave every record waiting. A member the group gives no partition (more members than
+partitions) starts counting after ``JOIN_GRACE_S`` (30 s).
 
 A group member whose printing blocks for longer than ``--max-poll-interval-ms`` (default
 300,000, as Kafka's ``max.poll.interval.ms``) leaves its group, so that the group's other
@@ -66,6 +70,10 @@ __all__ = ["register"]
 #: Seconds between two commits of what ``consume --group`` printed.
 COMMIT_INTERVAL_S = 1.0
 
+#: Seconds a ``--group`` consumer waits for its first partitions before empty polls count
+#: towards ``--timeout-ms`` (see the module's docstring).
+JOIN_GRACE_S = 30.0
+
 
 def register(sub: Any) -> None:
     consume = sub.add_parser("consume", help="print records of a topic")
@@ -83,7 +91,8 @@ def register(sub: Any) -> None:
                          help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, default=None,
                          help="stop once polls that together waited this long came back "
-                         "empty (time spent printing does not count)")
+                         "empty (time spent printing, or with --group waiting for the "
+                         "first partitions, does not count)")
     consume.add_argument("--key-separator", default=None, metavar="SEP",
                          help="text output: print key SEP value")
     consume.add_argument("--value-format", default="json", choices=("json", "confluent"),
@@ -261,13 +270,18 @@ def _consume_group(args: argparse.Namespace) -> int:
         try:
             try:
                 consumer.subscribe([args.topic], on_revoke=revoked, on_lost=lost)
-                last_commit = time.monotonic()
+                last_commit = subscribed = time.monotonic()
                 idle = IdleTimer(args.timeout_ms)
+                joined = False  # the group has given this member partitions
                 while (args.count is None or count < args.count) and not idle.expired:
                     wanted = None if args.count is None else args.count - count
                     idle.start()
                     records = consumer.poll(timeout_ms=200, max_records=wanted)
-                    idle.stop(len(records))
+                    joined = joined or bool(records) or bool(consumer.assignment())
+                    if joined or time.monotonic() - subscribed >= JOIN_GRACE_S:
+                        idle.stop(len(records))
+                    else:
+                        idle.progress()  # still waiting for partitions: not silence
                     print_all(records)  # may block on a full pipe: not silence
                     if uncommitted and time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
                         commit()
