@@ -107,6 +107,11 @@ def test_the_checker_fails_bad_runs() -> None:
     assert verdict(listed, {"TestC": "why", "TestGone": "why"}, good) \
         == [f"excluded.txt names TestGone, which franz-go {VERSION} does not have"]
     assert verdict(listed, {"TestB": "why", "TestC": "why"}, good) == ["TestB is excluded but ran"]
+    noisy = ("    --- PASS: TestA/seed#1 (0.00s)\n    helpers_test.go:12: boom\n"
+             "--- FAIL: TestB (3.2s)\n    --- FAIL: TestB/sub (1s)\nFAIL\n")
+    assert failures(noisy).splitlines() == [
+        "    helpers_test.go:12: boom", "--- FAIL: TestB (3.2s)",
+        "    --- FAIL: TestB/sub (1s)", "FAIL"]
 
 
 def test_franz_go_integration_suite_passes(binary: Path, cluster: Cluster,
@@ -131,9 +136,18 @@ def test_franz_go_integration_suite_passes(binary: Path, cluster: Cluster,
     (tmp_path / "franz-go.log").write_text(output)
     problems = verdict(listed, skipped, output)
     if run.returncode != 0 or problems:
-        failing = [line for line in output.splitlines()
-                   if line.startswith(("--- FAIL", "    ", "panic", "FAIL"))
-                   and "deleting topic" not in line]
         raise AssertionError(
             f"franz-go {VERSION} against Strata: exit {run.returncode}; "
-            f"{'; '.join(problems) or 'see the output'}\n" + "\n".join(failing[-80:]))
+            f"{'; '.join(problems) or 'see the output'}\n" + failures(output)
+            + f"\n(whole output: {tmp_path / 'franz-go.log'}); "
+            + ("; ".join(problems) or f"exit {run.returncode}"))
+
+
+def failures(output: str) -> str:
+    """The lines of ``output`` that say what failed: ``--- FAIL`` lines (any depth), the
+    ``file_test.go:N:`` messages and panics, at most 80, not the thousands of passing
+    subtests' lines (which once pushed the verdict out of CI's view)."""
+    wanted = re.compile(r"^\s*(--- FAIL|panic|FAIL\b)|^\s+\S+_test\.go:\d+:")
+    lines = [line for line in output.splitlines()
+             if wanted.match(line) and "deleting topic" not in line]
+    return "\n".join(lines[-80:])

@@ -34,7 +34,7 @@ from strata.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from tests.support.broker_process import REPO, BrokerProcess
 from tests.support.spark_standalone import SparkStandalone
 
-pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(900)]
 
 RECORDS = 6_000
 PARTITIONS = 2
@@ -101,7 +101,12 @@ class Driver:
             self.lines.append(line)
 
     def wait(self, timeout: float) -> int:
-        return self.process.wait(timeout)
+        """The exit status; an assertion with the driver's last lines if it runs on."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the driver still runs after {timeout:.0f} s; its last "
+                                 f"lines:\n{self.tail()}") from None
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -153,7 +158,7 @@ def test_pipeline_with_its_driver_killed_tiering_a_read_and_a_query_on_executors
     partial = len(_sink_records(broker.bootstrap))
     second = Driver(cluster, "all", broker.bootstrap, checkpoint, warehouse)
     try:
-        assert second.wait(300) == 0, second.tail()
+        assert second.wait(480) == 0, second.tail()
     finally:
         second.kill()
     got = _sink_records(broker.bootstrap)
