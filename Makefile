@@ -35,11 +35,13 @@ lint: setup
 # longest first, in tests/conftest.py's order (--no-loadscope-reorder: xdist would
 # otherwise sort them by number of tests, which starts the longest, one-test modules
 # last and leaves the other workers idle while they run). TEST_WORKERS=0 runs in this
-# process.
+# process. --tb=short: a failure shows its line and message, not the whole test's source
+# (CI shows the head and tail of the output; long tracebacks pushed failures' messages
+# out of it).
 TEST_WORKERS ?= 3
 
 test: setup lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 --tb=short $(PYTEST_ARGS)
 
 # The tiers (each test module declares one, `pytestmark = pytest.mark.unit`, and
 # tests/conftest.py fails the collection of a module that does not): unit is pure
