@@ -40,7 +40,7 @@ from strata.client import Admin, NewTopic, Producer
 from tests.support.broker_process import REPO, BrokerProcess
 from tests.support.s3_server import SECRET_KEY, S3Server
 
-pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(900)]
 
 BUCKET = "strata-tier-test"
 SEGMENT_BYTES = 64 * 1024
