@@ -13,12 +13,16 @@ ConsumerPerformance (the Java client, kafka-tools from Maven Central) and conflu
 ``produce`` loop (librdkafka; ``strata_tools.perf_peer``). Cases: 100-byte and 1 KiB
 records, acks=1 on a topic of one replica and acks=all on three (min ISR 2), 8 partitions
 each; consume 100-byte records. "Strata, own protocol" is ``strata perf produce|consume``
-(the Python client's columnar path) on the same topic and record size: the listener's
-ratio to it compares two protocols *and* two clients (the Java tool is client-bound well
-below either broker's limit; confluent-kafka is the closer peer). The table gives the
-median of the rounds, Strata's Kafka listener against Kafka (the issue's target: at least
-1.0x) and against Strata's own protocol (at least 0.8x). Both stacks are stopped at the
-end (only their own PIDs).
+on the same topic and record size: beside the Java tools, the Python client's columnar
+path (``send_batch``, ``poll_arrow``), so that ratio compares two protocols *and* two
+clients (the Java tool is client-bound well below either broker's limit); beside
+confluent-kafka's loops, the Python client's loop of the same shape (``--api produce``:
+one ``produce`` call per record; ``--api records``: one record object per record from
+``poll``), so that ratio compares the two protocols under two per-record Python loops,
+one over librdkafka and one over Strata's client. The table gives the median of the
+rounds, Strata's Kafka listener against Kafka (the issue's target: at least 1.0x) and
+against Strata's own protocol (at least 0.8x). Both stacks are stopped at the end (only
+their own PIDs).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strata_tools.perf_cpu import _kafka_stack, _stack, broker_cpu_seconds
 from strata_tools.perf_standing import PARTITIONS, Stacks, kafka_tool, machine, strata_cli
 
 __all__ = ["main"]
@@ -120,17 +125,56 @@ def _confluent_run(bootstrap: str, topic: str, n: int, size: int, acks: str) -> 
     return {"records_per_sec": round(n / (time.perf_counter() - start))}
 
 
-def _own_produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> dict[str, float]:
+def _confluent_consume(bootstrap: str, topic: str, n: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-m", "strata_tools.perf_kafka", "--confluent-consume", bootstrap,
+         topic, str(n)], check=True, capture_output=True, text=True, timeout=900).stdout
+    return {"rate": float(json.loads(out)["records_per_sec"])}
+
+
+def _confluent_consume_run(bootstrap: str, topic: str, n: int) -> dict[str, Any]:
+    """confluent-kafka's ``Consumer.consume()`` loop (its batch call: up to 10,000
+    message objects a call, each touched; ``poll()``, one a call, reached a fifth of
+    it), the peer of ``strata perf consume --api records``: every partition of ``topic``
+    assigned from its start (no group), timed from the assignment to the ``n``-th
+    record, as ``strata perf consume`` times its own."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"perf-{time.time_ns()}",
+                         "enable.auto.commit": False})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        consume = consumer.consume
+        got, start = 0, time.perf_counter()
+        deadline = time.monotonic() + 300
+        while got < n:
+            messages = consume(min(10_000, n - got), 1.0)
+            if not messages and time.monotonic() > deadline:
+                raise SystemExit(f"confluent-kafka: {got} of {n} records in 300 s")
+            for message in messages:
+                if message.error() is not None:
+                    raise SystemExit(f"confluent-kafka: {message.error()}")
+                message.value()
+            got += len(messages)
+        return {"records_per_sec": round(n / (time.perf_counter() - start))}
+    finally:
+        consumer.close()
+
+
+def _own_produce(bootstrap: str, topic: str, n: int, size: int, acks: str,
+                 api: str = "batch") -> dict[str, float]:
     result = json.loads(strata_cli("perf", "produce", "--bootstrap", bootstrap, "--topic",
                                    topic, "--num-records", str(n), "--record-size", str(size),
-                                   "--acks", acks, "--format", "json"))
+                                   "--acks", acks, "--api", api, "--format", "json"))
     return {"rate": float(result["records_per_sec"]),
             "p99_ms": float(result["latency_ms"]["p99"])}
 
 
-def _own_consume(bootstrap: str, topic: str, n: int) -> dict[str, float]:
+def _own_consume(bootstrap: str, topic: str, n: int, api: str = "arrow") -> dict[str, float]:
     result = json.loads(strata_cli("perf", "consume", "--bootstrap", bootstrap, "--topic",
-                                   topic, "--num-records", str(n), "--format", "json"))
+                                   topic, "--num-records", str(n), "--api", api,
+                                   "--format", "json"))
     return {"rate": float(result["records_per_sec"])}
 
 
@@ -146,6 +190,7 @@ class Case:
     listener: Run
     kafka: Run
     own: Run | None
+    records: int = 0  # per run: the brokers' CPU is reported per million of them
 
 
 def cases(scale: float) -> list[Case]:
@@ -163,11 +208,11 @@ def cases(scale: float) -> list[Case]:
                 return lambda s: _java_produce(getattr(s, which), topic, n(count), size, acks)
 
             def own(topic: str = topic, size: int = size, acks: str = acks,
-                    count: int = count) -> Run:
-                return lambda s: _own_produce(s.strata, topic, n(count), size, acks)
+                    count: int = count, api: str = "batch") -> Run:
+                return lambda s: _own_produce(s.strata, topic, n(count), size, acks, api)
 
             out.append(Case(f"ProducerPerformance, {label}", java("kafka_listener"),
-                            java("kafka"), own()))
+                            java("kafka"), own(), n(count)))
             if size == 100:
                 def conf(which: str, topic: str = topic, acks: str = acks,
                          count: int = count) -> Run:
@@ -175,11 +220,17 @@ def cases(scale: float) -> list[Case]:
                                                         100, acks)
 
                 out.append(Case(f"confluent-kafka produce loop, {label}",
-                                conf("kafka_listener"), conf("kafka"), own()))
+                                conf("kafka_listener"), conf("kafka"), own(api="produce"),
+                                n(count)))
     out.append(Case("ConsumerPerformance, 100 B (the acks=1 topic, from the start)",
                     lambda s: _java_consume(s.kafka_listener, "k-1", n(1_000_000)),
                     lambda s: _java_consume(s.kafka, "k-1", n(1_000_000)),
-                    lambda s: _own_consume(s.strata, "k-1", n(1_000_000))))
+                    lambda s: _own_consume(s.strata, "k-1", n(1_000_000)), n(1_000_000)))
+    out.append(Case("confluent-kafka consume loop, 100 B (the acks=1 topic, from the start)",
+                    lambda s: _confluent_consume(s.kafka_listener, "k-1", n(1_000_000)),
+                    lambda s: _confluent_consume(s.kafka, "k-1", n(1_000_000)),
+                    lambda s: _own_consume(s.strata, "k-1", n(1_000_000), "records"),
+                    n(1_000_000)))
     return out
 
 
@@ -205,6 +256,27 @@ def markdown(results: dict[str, dict[str, list[dict[str, float]]]], case_list: l
             f"| {case.name} | {listener:,.0f} | {kafka:,.0f} | "
             f"{'-' if own is None else f'{own:,.0f}'} | {listener / kafka:.2f}x | "
             f"{'-' if own is None else f'{listener / own:.2f}x'} |")
+    lines += [
+        "",
+        "The brokers' CPU over the same runs (user + system from `/proc/<pid>/stat`, the "
+        "three brokers together, CPU seconds per million records; the median of the "
+        "rounds): what each protocol costs the brokers, whichever client is the faster. "
+        "Efficiency = the other side's CPU per record / the listener's.",
+        "",
+        "| case | Strata, Kafka listener | Apache Kafka | Strata, own protocol | efficiency "
+        "/ Kafka | efficiency / own |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for case in case_list:
+        got = results[case.name]
+        cpu = {side: statistics.median(f["broker_cpu_s_per_million"] for f in runs)
+               for side, runs in got.items() if runs}
+        own_cpu, listener_cpu = cpu.get("own"), cpu["listener"]
+        lines.append(
+            f"| {case.name} | {cpu['listener']:.2f} | {cpu['kafka']:.2f} | "
+            f"{'-' if own_cpu is None else f'{own_cpu:.2f}'} | "
+            f"{cpu['kafka'] / cpu['listener']:.2f}x | "
+            f"{'-' if own_cpu is None else f'{own_cpu / listener_cpu:.2f}x'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -213,6 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_in[:1] == ["--confluent-run"]:
         bootstrap, topic, n, size, acks = args_in[1:6]
         print(json.dumps(_confluent_run(bootstrap, topic, int(n), int(size), acks)))
+        return 0
+    if args_in[:1] == ["--confluent-consume"]:
+        bootstrap, topic, n = args_in[1:4]
+        print(json.dumps(_confluent_consume_run(bootstrap, topic, int(n))))
         return 0
     parser = argparse.ArgumentParser(prog="python -m strata_tools.perf_kafka",
                                      description=__doc__.split("\n\n")[0])
@@ -236,13 +312,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         stacks.up()
         print(f"strata {stacks.strata} (Kafka listener {stacks.kafka_listener}); "
               f"kafka {stacks.kafka}", flush=True)
+        pids = {"strata": _stack(stacks.strata_dir)[1],
+                "kafka": _kafka_stack(stacks.kafka_dir)[1]}
         for round_ in range(args.rounds):
             for case in case_list:
                 for side, run in (("listener", case.listener), ("kafka", case.kafka),
                                   ("own", case.own)):
                     if run is None:
                         continue
+                    brokers = pids["kafka" if side == "kafka" else "strata"]
+                    before = sum(broker_cpu_seconds(pid) for pid in brokers)
                     figures = run(stacks)
+                    spent = sum(broker_cpu_seconds(pid) for pid in brokers) - before
+                    figures["broker_cpu_s_per_million"] = round(spent / case.records * 1e6, 2)
                     results[case.name][side].append(figures)
                     print(f"round {round_ + 1} {side:8} {case.name}: {figures}", flush=True)
     finally:
