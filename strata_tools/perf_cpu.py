@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["broker_cpu_seconds", "main", "strata_command"]
+__all__ = ["broker_cpu_seconds", "kafka_stack", "main", "strata_command", "strata_stack"]
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -48,7 +48,7 @@ def broker_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def _stack(data_dir: Path) -> tuple[str, list[int]]:
+def strata_stack(data_dir: Path) -> tuple[str, list[int]]:
     state = json.loads((data_dir / "stack.json").read_text())
     services = state["processes"]
     brokers = sorted((s for s in services if str(s.get("name", "")).startswith("broker")),
@@ -103,7 +103,7 @@ def run_case(bootstrap: str, pids: list[int], rate: int, chunk: int, acks: str,
     }
 
 
-def _kafka_stack(data_dir: Path) -> tuple[str, list[int]]:
+def kafka_stack(data_dir: Path) -> tuple[str, list[int]]:
     from strata_tools import kafka_local
 
     state = kafka_local._read_state(data_dir.resolve())
@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--partitions", type=int, default=8)
     args = parser.parse_args(argv)
-    bootstrap, pids = _stack(args.data_dir)
-    kafka = None if args.kafka_data_dir is None else _kafka_stack(args.kafka_data_dir)
+    bootstrap, pids = strata_stack(args.data_dir)
+    kafka = None if args.kafka_data_dir is None else kafka_stack(args.kafka_data_dir)
     rows = []
     for acks in args.acks.split(","):
         for rate in (int(r) for r in args.rates.split(",")):

@@ -215,14 +215,13 @@ def bench_spark_e2e(bootstrap: str, *, rate: int = 5000, seconds: int = 30, warm
             with Consumer(bootstrap, auto_offset_reset="earliest",
                           isolation_level="read_committed") as consumer:
                 consumer.assign([TopicPartition(sink, p) for p in range(partitions)])
-                give_up = time.monotonic() + FIRST_RECORD_TIMEOUT_S
-                count_from = end = float("inf")  # set by the first record out
-                while (now := time.monotonic()) < end and (end < float("inf")
-                                                           or now < give_up):
+                # Until the first record out: the start-up bound; then warmup + window.
+                count_from, end = float("inf"), time.monotonic() + FIRST_RECORD_TIMEOUT_S
+                while time.monotonic() < end:
                     table = consumer.poll_arrow(timeout_ms=100)
                     received = time.time_ns() / 1_000_000
                     now = time.monotonic()
-                    if table.num_rows and end == float("inf"):
+                    if table.num_rows and count_from == float("inf"):
                         count_from = now + warmup
                         end = count_from + seconds
                     if table.num_rows and now >= count_from:
