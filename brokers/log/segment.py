@@ -75,6 +75,7 @@ from wire.record_batch import (
     BatchHeader,
     TimestampType,
     decode_batch,
+    int_scalar,
     peek_header,
     validate,
 )
@@ -82,6 +83,9 @@ from wire.record_batch import (
 __all__ = ["FileSlice", "GapBound", "LogSegment", "SegmentFile", "segment_file_name"]
 
 log = logging.getLogger("strata.brokers.log")
+
+#: A boolean scalar made without ``pa.scalar`` (which imports pandas the first time).
+_TRUE: Final = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(b"\x01")])[0]
 
 MAX_RELATIVE_OFFSET: Final = 2**32 - 1
 _VERIFY_CHUNK: Final = 8 << 20  # bytes read per step when verifying
@@ -768,9 +772,10 @@ class LogSegment:
                 return header.base_offset + skip, header.first_timestamp
             candidates = payload.column(2).slice(skip)
             # An Arrow scalar, not a Python int: pyarrow retries a failing optional import
-            # on every call given a Python scalar (about 70 us here).
-            at_or_after = pc.greater_equal(candidates, pa.scalar(timestamp, pa.int64()))
-            index: int = pc.index(at_or_after, True).as_py()
+            # on every call given a Python scalar (about 70 us here); and not
+            # ``pa.scalar``, which imports pandas the first time (wire's int_scalar).
+            at_or_after = pc.greater_equal(candidates, int_scalar(timestamp, pa.int64()))
+            index: int = pc.index(at_or_after, _TRUE).as_py()
             if index >= 0:
                 return header.base_offset + skip + index, int(candidates[index].as_py())
         return None
