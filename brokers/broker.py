@@ -62,7 +62,13 @@ from brokers.kafka.apis import KafkaApis
 from brokers.kafka.listener import KafkaCodec
 from brokers.log import LogConfig
 from brokers.log_manager import LogManager, raise_open_file_limit
-from brokers.metrics import BrokerMetrics, HealthStats, PartitionStats, TierStats
+from brokers.metrics import (
+    BrokerMetrics,
+    FetchCacheCollector,
+    HealthStats,
+    PartitionStats,
+    TierStats,
+)
 from brokers.network import ConnectionHandler, StrataCodec
 from brokers.partition import Partition
 from brokers.quotas import QuotaManager
@@ -179,7 +185,11 @@ class Broker:
         self._strata_codec = StrataCodec(self.handlers.dispatch)
         # Kafka's protocol on the kafka.listeners: the same handlers underneath.
         self.kafka = KafkaCodec(KafkaApis(
-            self.handlers, max_record_bytes=config.socket_request_max_bytes))
+            self.handlers, max_record_bytes=config.socket_request_max_bytes,
+            fetch_cache_bytes=config.kafka_fetch_cache_bytes))
+        cache = self.kafka.apis.converted
+        self.metrics.registry.register(
+            FetchCacheCollector(lambda: (cache.hits, cache.misses, cache.bytes)))
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:

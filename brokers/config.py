@@ -201,6 +201,12 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "NAME://host:port,... that speak Kafka's protocol for stock Kafka clients "
         "(docs/kafka-compatibility.md); a NAME the protocol map does not name is read as "
         "KAFKA (PLAINTEXT) or KAFKA_<PROTOCOL>, e.g. KAFKA_SASL_SSL; empty: none"),
+    "kafka.fetch.cache.bytes": _BrokerKey(
+        "kafka_fetch_cache_bytes", int, 256 << 20,
+        "memory for batches a Kafka listener's fetch has converted to RecordBatch v2: "
+        "later readers of the same recent data get them without converting again "
+        "(docs/kafka-compatibility.md); 0: convert every fetch",
+        lambda v: v >= 0, ">= 0"),
     "advertised.listeners": _BrokerKey(
         "advertised_listeners", str, "",
         "NAME://host:port clients are told to use per listener (default: the bound "
@@ -320,6 +326,7 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     listeners: str = ""
     kafka_listeners: str = ""
+    kafka_fetch_cache_bytes: int = 256 << 20
     advertised_listeners: str = ""
     listener_security_protocol_map: str = ""
     inter_broker_listener_name: str = ""

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 __all__ = ["BrokerMetrics", "HealthStats", "PartitionStats", "TierStats"]
@@ -130,6 +130,26 @@ class _HealthCollector(Collector):
         offline.add_metric([], offline_count)
         yield under
         yield offline
+
+
+class FetchCacheCollector(Collector):
+    """The Kafka listener's converted-batch cache (brokers/kafka/fetch_cache.py):
+    ``source`` returns its (hits, misses, bytes)."""
+
+    def __init__(self, source: Callable[[], tuple[int, int, int]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Any]:
+        hits, misses, size = self._source()
+        yield CounterMetricFamily(
+            "strata_kafka_fetch_cache_hits",
+            "batches a Kafka fetch took from the converted-batch cache", value=hits)
+        yield CounterMetricFamily(
+            "strata_kafka_fetch_cache_misses",
+            "batches a Kafka fetch converted to RecordBatch v2", value=misses)
+        yield GaugeMetricFamily(
+            "strata_kafka_fetch_cache_bytes", "bytes the converted-batch cache holds",
+            value=size)
 
 
 def _no_health() -> HealthStats:

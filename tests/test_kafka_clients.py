@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,20 @@ def read_strata(bootstrap: str, topic: str, partitions: int, count: int,
         consumer.close()
 
 
+def fetch_cache_counts(cluster: Cluster) -> tuple[int, int]:
+    """(hits, misses) of the Kafka listeners' converted-batch caches, from the brokers'
+    own metrics endpoints."""
+    totals = {"hits": 0.0, "misses": 0.0}
+    for broker in cluster.brokers.values():
+        text = urllib.request.urlopen(
+            f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+        for line in text.splitlines():
+            for name in totals:
+                if line.startswith(f"strata_kafka_fetch_cache_{name}_total "):
+                    totals[name] += float(line.split()[1])
+    return int(totals["hits"]), int(totals["misses"])
+
+
 # ----------------------------------------------------------------------------- admin
 def test_admin_creates_describes_and_deletes_topics(admin: AdminClient) -> None:
     name = create(admin, "k-admin", partitions=4, config={"retention.ms": "3600000"})
@@ -186,6 +201,18 @@ def test_every_codec_round_trips_through_both_protocols(admin: AdminClient, kafk
         codec, i = by_offset[(m.partition(), m.offset())]
         assert (m.key(), m.value(), [tuple(h) for h in (m.headers() or [])],
                 m.timestamp()[1]) == expected(codec, i)
+    # A second Kafka reader gets the same records from the brokers' converted-batch
+    # caches (brokers/kafka/fetch_cache.py): nothing is converted again.
+    hits, misses = fetch_cache_counts(cluster)
+    again = read_kafka(kafka, topic, len(acked), group=f"again-{topic}")
+
+    def seen(ms: list[Any]) -> list[tuple[Any, ...]]:
+        return sorted((m.partition(), m.offset(), m.key(), m.value(), m.headers(),
+                       m.timestamp()) for m in ms)
+
+    assert seen(again) == seen(kafka_read)
+    hits_after, misses_after = fetch_cache_counts(cluster)
+    assert hits_after > hits and misses_after == misses
     strata_read = read_strata(cluster.bootstrap, topic, 3, len(acked))
     assert len(strata_read) == len(acked)
     for r in strata_read:
@@ -579,6 +606,20 @@ def test_kcat_produces_lists_and_consumes(admin: AdminClient, kafka: str,
 ORDER = ('{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}, '
          '{"name": "item", "type": "string"}, {"name": "qty", "type": ["null", "int"]}]}')
 
+def test_brokers_never_load_pandas(cluster: Cluster) -> None:
+    """After this module's groups, commits, seeks by timestamp and transactions (the
+    tests above; the typed topics' tests come after it), no broker has pandas loaded:
+    pyarrow imports it for a conversion of Python lists or scalars, which the
+    coordinators' writes and the timestamp lookup used to make (0.3-1 s of CPU inside
+    the first such request, 60 MB a broker). Its C extensions would be mapped into the
+    process. (A typed topic's Kafka records are converted from Python values, which
+    does load it.)"""
+    for broker in cluster.brokers.values():
+        assert broker.running
+        maps = Path(f"/proc/{broker.pid}/maps").read_text()
+        assert "/pandas/" not in maps, f"broker {broker.broker_id} loaded pandas"
+
+
 
 def test_confluent_framed_avro_lands_as_typed_columns(admin: AdminClient, kafka: str,
                                                       cluster: Cluster) -> None:
@@ -728,3 +769,4 @@ def test_confluent_framed_json_schema_lands_as_typed_columns(admin: AdminClient,
     assert [(sid, json.loads(body)) for sid, body in back] == [(schema_id, r) for r in rows]
     strata = read_strata(cluster.bootstrap, topic, 1, 10)
     assert [r.value for r in strata] == rows  # typed: the decoded objects
+

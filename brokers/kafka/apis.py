@@ -18,7 +18,7 @@ error field the response has, as Kafka's ``getErrorResponse`` does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from brokers.kafka.admin import KafkaAdmin
@@ -29,9 +29,14 @@ from brokers.kafka.codec import (
     encode_answer,
     unsupported_api_versions,
 )
+from brokers.kafka.fetch_answer import Aborted, FetchAnswer
+from brokers.kafka.fetch_answer import FetchPartition as FetchAnswerPartition
+from brokers.kafka.fetch_answer import FetchTopic as FetchAnswerTopic
+from brokers.kafka.fetch_cache import ConvertedBatches
 from brokers.kafka.groups import ClassicGroups
 from brokers.kafka.records import from_kafka, iter_strata_batches, to_kafka
 from brokers.kafka.typed import to_framed, to_typed
+from brokers.log.segment import FileSlice
 from wire.errors import (
     IllegalSaslStateError,
     InvalidRecordBatchError,
@@ -78,6 +83,7 @@ from wire.protocol import (
     TxnOffsetCommitTopic,
     TxnTopic,
 )
+from wire.protocol.codec import Chunk
 
 if TYPE_CHECKING:
     from brokers.handlers.dispatch import RequestHandlers
@@ -110,9 +116,13 @@ Translator = Callable[[Any, KafkaHeader, "Session"], Coroutine[Any, Any, Any]]
 class KafkaApis:
     """One per broker: Kafka requests in, Kafka answers out (see the module docstring)."""
 
-    def __init__(self, handlers: RequestHandlers, *, max_record_bytes: int) -> None:
+    def __init__(self, handlers: RequestHandlers, *, max_record_bytes: int,
+                 fetch_cache_bytes: int = 0) -> None:
         self.handlers = handlers
         self.max_record_bytes = max_record_bytes
+        #: Batches converted for earlier fetches (fetch_cache.py: later readers of the
+        #: same recent data skip the conversion).
+        self.converted = ConvertedBatches(fetch_cache_bytes)
         self.groups = ClassicGroups(self._strata)
         self.admin = KafkaAdmin(self._strata)
         self._table: dict[int, Translator] = {
@@ -156,7 +166,7 @@ class KafkaApis:
 
     # ------------------------------------------------------------------ the entry
     async def answer(self, header: KafkaHeader, body: memoryview,
-                     session: Session) -> list[bytes] | None:
+                     session: Session) -> list[Chunk] | None:
         """The framed answer to one request, or None (acks=0)."""
         api = header.api_key
         served = self._served.get(api)
@@ -318,22 +328,13 @@ class KafkaApis:
             max_bytes=request.max_bytes, replica_id=-1,
             isolation_level=request.isolation_level)
         answer = await self._strata(ApiKey.FETCH, strata, session, header)
-        r = API_TYPES[1][1]
-        P = r.FetchableTopicResponse.PartitionData
         out = []
         for t in answer.topics:
             parts = []
             for p in t.partitions:
                 error_code = kafka_code(p.error_code)
-                subject = self._subject(t.name, p.partition)
                 try:
-                    batches: list[bytes | memoryview] = list(
-                        iter_strata_batches(p.records)) if p.records is not None else []
-                    if subject and batches:
-                        check = self._schema_check()
-                        batches = [await to_framed(b, t.name, subject, check)
-                                   for b in batches]
-                    records = b"".join(to_kafka(b) for b in batches)
+                    records = await self._v2_records(t.name, p.partition, p.records)
                 except Exception as err:
                     # A typed value that cannot be framed (its schema is gone), or a
                     # conversion bug: the partition fails, the rest of the answer stands.
@@ -345,22 +346,35 @@ class KafkaApis:
                         log.exception("converting %s-%d for a Kafka fetch failed", t.name,
                                       p.partition)
                         error_code = _UNKNOWN_SERVER_ERROR
-                    records = b""
-                aborted = [P.AbortedTransaction(producer_id=a.producer_id,
-                                                first_offset=a.first_offset)
+                    records = ()
+                aborted = [Aborted(a.producer_id, a.first_offset)
                            for a in p.aborted_transactions] \
                     if request.isolation_level == 1 else None
-                parts.append(P(
-                    partition_index=p.partition, error_code=error_code,
-                    high_watermark=p.high_watermark,
-                    last_stable_offset=p.last_stable_offset if p.last_stable_offset >= 0
-                    else p.high_watermark,
-                    log_start_offset=p.log_start_offset, aborted_transactions=aborted,
-                    preferred_read_replica=-1, records=records))
-            out.append(r.FetchableTopicResponse(topic=t.name, partitions=parts))
-        return r(throttle_time_ms=answer.throttle_time_ms,
-                 error_code=kafka_code(answer.error_code),
-                 session_id=0, responses=out)
+                parts.append(FetchAnswerPartition(
+                    p.partition, error_code, p.high_watermark,
+                    p.last_stable_offset if p.last_stable_offset >= 0 else p.high_watermark,
+                    p.log_start_offset, aborted, records))
+            out.append(FetchAnswerTopic(t.name, parts))
+        return FetchAnswer(answer.throttle_time_ms, kafka_code(answer.error_code), 0, out)
+
+    async def _v2_records(self, topic: str, partition: int,
+                          records: object) -> Sequence[bytes | bytearray | memoryview]:
+        """A fetch answer's ``records`` (a file slice of Strata batches, or bytes) as
+        RecordBatch v2 batches: typed topics' values framed (never cached), the rest
+        through the converted-batch cache (fetch_cache.py). From a file slice only the
+        21 bytes that name a batch are read when the cache has it."""
+        if records is None:
+            return []
+        subject = self._subject(topic, partition)
+        cache = self.converted
+        if subject or not cache.enabled or not isinstance(records, FileSlice):
+            batches = list(iter_strata_batches(records))
+            if subject and batches:
+                check = self._schema_check()
+                framed = [await to_framed(b, topic, subject, check) for b in batches]
+                return [to_kafka(b) for b in framed]
+            return [cache.converted(topic, partition, b, to_kafka) for b in batches]
+        return cache.from_slice(topic, partition, records, to_kafka)
 
     async def list_offsets(self, request: Any, header: KafkaHeader, session: Session) -> Any:
         strata = ListOffsetsRequest(

@@ -110,7 +110,9 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from brokers.kafka.fetch_answer import FetchAnswer
 from wire.errors import InvalidRequestError
+from wire.protocol.codec import Chunk
 
 __all__ = ["API_TYPES", "NOTES", "VERSIONS", "KafkaHeader", "encode_answer", "read_header",
            "unsupported_api_versions"]
@@ -276,13 +278,21 @@ def read_header(frame: bytes) -> tuple[KafkaHeader, memoryview]:
     return KafkaHeader(api_key, api_version, correlation_id, client_id, flexible), data[pos:]
 
 
-def encode_answer(header: KafkaHeader, response: Any) -> list[bytes]:
+def encode_answer(header: KafkaHeader, response: Any) -> list[Chunk]:
     """The framed answer as the chunks the connection writes: size and response header
     (v1 when flexible, v0 for ApiVersions), then the body at the request's version. A
     small answer is one chunk (each chunk is a ``send`` call of its own); a large one
-    (a fetch's megabytes) keeps its body apart rather than copying it behind the head."""
-    body: bytes = response.encode(version=header.api_version)
+    keeps its body apart rather than copying it behind the head. A ``FetchAnswer``
+    (fetch_answer.py) brings its own chunks: its records are never copied here."""
     tagged = header.flexible and header.api_key != _API_VERSIONS
+    if isinstance(response, FetchAnswer):
+        chunks = response.chunks(header.api_version)
+        size = sum(len(c) for c in chunks)
+        head = struct.pack(">ii", 4 + size + (1 if tagged else 0), header.correlation_id)
+        if tagged:
+            head += b"\x00"
+        return [head + chunks[0], *chunks[1:]]  # the first chunk is the fields' run
+    body: bytes = response.encode(version=header.api_version)
     head = struct.pack(">ii", 4 + len(body) + (1 if tagged else 0), header.correlation_id)
     if tagged:
         head += b"\x00"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from brokers.kafka.apis import KafkaApis, request_level_code
 from brokers.kafka.codec import API_TYPES, KafkaHeader, encode_answer, read_header
 from wire.errors import StrataError, UnsupportedVersionError
+from wire.protocol.codec import Chunk
 
 if TYPE_CHECKING:
     from brokers.security import Session
@@ -46,10 +47,10 @@ class KafkaCodec:
             else "KAFKA_UNKNOWN"
 
     async def answer(self, header: KafkaHeader, body: memoryview,
-                     session: Session) -> list[bytes] | None:
+                     session: Session) -> list[Chunk] | None:
         return await self.apis.answer(header, body, session)
 
-    def answer_error(self, header: KafkaHeader, err: StrataError | None) -> list[bytes] | None:
+    def answer_error(self, header: KafkaHeader, err: StrataError | None) -> list[Chunk] | None:
         if not isinstance(err, UnsupportedVersionError):
             return None  # Kafka closes the connection
         types = API_TYPES.get(header.api_key)

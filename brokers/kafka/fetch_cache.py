@@ -1,0 +1,131 @@
+"""The Kafka listener's cache of batches already converted to RecordBatch v2.
+
+Why: the log holds Strata batches (Arrow payloads); a Kafka client's fetch gets each one
+re-encoded as RecordBatch v2 (``records.to_kafka``: the Arrow decode, the C record walk
+and the CRC, 0.1-0.3 us a record, most of a listener fetch's broker time). The design
+reads each record about three times for every write (1M records/s in, 3M/s out:
+consumer groups fanning out over the same recent data), so every reader after the first
+of a batch gets the converted bytes from here. Kafka's own brokers send the page
+cache's bytes with ``sendfile``; this is that page cache for the second encoding.
+
+Layout: an LRU map from a batch's identity to its converted bytes, bounded by the sum
+of the values' lengths (``kafka.fetch.cache.bytes``; 0 turns it off).
+
+Identity, and why a stale entry cannot be served: the key is the topic, the partition
+and the batch's first 21 bytes as the log holds them: base offset, length, leader epoch,
+magic and CRC-32C. The CRC covers every byte after it (attributes, producer fields,
+timestamps, the payload), so a different batch at the same offset (a follower's log
+truncated and rewritten after a leader change, a compacted segment, a deleted and
+re-created topic) has a different key unless a CRC-32C collides on a batch of the same
+length, offset and epoch. Entries are never invalidated; they age out.
+
+Thread-safety: the broker's event loop only (no lock). Crash behaviour: nothing on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from wire.record_batch import HEADER_SIZE, LOG_OVERHEAD
+
+if TYPE_CHECKING:
+    from brokers.log.segment import FileSlice
+
+__all__ = ["ConvertedBatches", "KEY_BYTES"]
+
+#: Base offset (8), length (4), leader epoch (4), magic (1), CRC (4).
+KEY_BYTES: Final = 21
+
+_LENGTH: Final = struct.Struct(">i")
+
+#: Bytes charged for an entry beyond its value (the key, the map's node).
+_ENTRY_OVERHEAD: Final = 200
+
+
+class ConvertedBatches:
+    """Converted v2 batches by identity (see the module docstring), at most
+    ``max_bytes`` of them; ``hits`` / ``misses`` count lookups."""
+
+    __slots__ = ("_entries", "_key_bytes", "_max_bytes", "bytes", "hits", "misses")
+
+    def __init__(self, max_bytes: int, *, key_bytes: int = KEY_BYTES) -> None:
+        """``key_bytes``: how much of a batch's head names it (``KEY_BYTES``; the
+        tests shorten it to show their check catches a key without the CRC)."""
+        if max_bytes < 0:
+            raise ValueError("max_bytes must be >= 0")
+        self._max_bytes = max_bytes
+        self._key_bytes = key_bytes
+        self._entries: OrderedDict[tuple[str, int, bytes], bytes | bytearray] = OrderedDict()
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def enabled(self) -> bool:
+        return self._max_bytes > 0
+
+    def from_slice(self, topic: str, partition: int, found: FileSlice,
+                   convert: Callable[[memoryview], bytes | bytearray]
+                   ) -> list[bytes | bytearray]:
+        """The whole batches of a segment slice, converted: for each, its first
+        ``KEY_BYTES`` are read (``os.pread``), and the rest only when the cache does not
+        have it. A partial batch at the end is dropped, as ``iter_strata_batches`` does
+        (the next fetch starts at it)."""
+        fd = found.fileno()
+        pos, end = found.position, found.position + found.length
+        entries = self._entries
+        out: list[bytes | bytearray] = []
+        while pos + HEADER_SIZE <= end:
+            head = os.pread(fd, self._key_bytes, pos)
+            (length,) = _LENGTH.unpack_from(head, 8)
+            stop = pos + LOG_OVERHEAD + length
+            if length < HEADER_SIZE - LOG_OVERHEAD or stop > end:
+                break
+            key = (topic, partition, head)
+            value = entries.get(key)
+            if value is not None:
+                entries.move_to_end(key)
+                self.hits += 1
+            else:
+                self.misses += 1
+                value = convert(memoryview(os.pread(fd, stop - pos, pos)))
+                self._put(key, value)
+            out.append(value)
+            pos = stop
+        return out
+
+    def converted(self, topic: str, partition: int, batch: memoryview,
+                  convert: Callable[[memoryview], bytes | bytearray]) -> bytes | bytearray:
+        """``convert(batch)``, from the cache when this batch was converted before.
+        The value returned must not be changed by the caller."""
+        if not self._max_bytes:
+            return convert(batch)
+        key = (topic, partition, batch[:self._key_bytes].tobytes())
+        entries = self._entries
+        found = entries.get(key)
+        if found is not None:
+            entries.move_to_end(key)
+            self.hits += 1
+            return found
+        self.misses += 1
+        value = convert(batch)
+        self._put(key, value)
+        return value
+
+    def _put(self, key: tuple[str, int, bytes], value: bytes | bytearray) -> None:
+        size = len(value) + _ENTRY_OVERHEAD
+        if size > self._max_bytes:
+            return
+        entries = self._entries
+        entries[key] = value
+        self.bytes += size
+        while self.bytes > self._max_bytes:
+            _, old = entries.popitem(last=False)
+            self.bytes -= len(old) + _ENTRY_OVERHEAD
