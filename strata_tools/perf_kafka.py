@@ -12,7 +12,11 @@ C (this machine's speed drifts within a run). The clients: Kafka's ProducerPerfo
 ConsumerPerformance (the Java client, kafka-tools from Maven Central) and confluent-kafka's
 ``produce`` loop (librdkafka; ``strata_tools.perf_peer``). Cases: 100-byte and 1 KiB
 records, acks=1 on a topic of one replica and acks=all on three (min ISR 2), 8 partitions
-each; consume 100-byte records. "Strata, own protocol" is ``strata perf produce|consume``
+each; consume 100-byte records, twice: the acks=1 topic from its start (the same records
+round after round: after their first read the listener serves them from its
+converted-batch cache, as it does a second consumer group, brokers/kafka/fetch_cache.py)
+and a new topic per run, read for the first time (every batch converted; written
+beforehand, outside the measurement). "Strata, own protocol" is ``strata perf produce|consume``
 on the same topic and record size: beside the Java tools, the Python client's columnar
 path (``send_batch``, ``poll_arrow``), so that ratio compares two protocols *and* two
 clients (the Java tool is client-bound well below either broker's limit); beside
@@ -192,6 +196,27 @@ class Case:
     kafka: Run
     own: Run | None
     records: int = 0  # per run: the brokers' CPU is reported per million of them
+    #: Run before each side's measurement, outside its time and CPU (side: "listener",
+    #: "kafka" or "own").
+    prepare: Callable[[KafkaStacks, str], None] | None = None
+
+
+def _fresh_topic(stacks: KafkaStacks, side: str, n: int, into: dict[str, str]) -> None:
+    """A new 8-partition RF 1 topic holding ``n`` 100-byte records, for a read that
+    finds nothing in the listener's converted-batch cache: written by ``strata perf
+    produce`` on Strata (the own protocol never touches that cache), by
+    ProducerPerformance on Kafka. Its name goes to ``into["topic"]``."""
+    name = f"k-fresh-{side}-{time.time_ns()}"
+    if side == "kafka":
+        kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", stacks.kafka,
+                   "--create", "--topic", name, "--partitions", str(PARTITIONS),
+                   "--replication-factor", "1")
+        _java_produce(stacks.kafka, name, n, 100, "1")
+    else:
+        strata_cli("topic", "create", name, "-p", str(PARTITIONS), "-r", "1",
+                   "--bootstrap", stacks.strata)
+        _own_produce(stacks.strata, name, n, 100, "1")
+    into["topic"] = name
 
 
 def cases(scale: float) -> list[Case]:
@@ -227,6 +252,13 @@ def cases(scale: float) -> list[Case]:
                     lambda s: _java_consume(s.kafka_listener, "k-1", n(1_000_000)),
                     lambda s: _java_consume(s.kafka, "k-1", n(1_000_000)),
                     lambda s: _own_consume(s.strata, "k-1", n(1_000_000)), n(1_000_000)))
+    fresh: dict[str, str] = {}
+    out.append(Case(
+        "ConsumerPerformance, 100 B, first read (a new topic: nothing converted yet)",
+        lambda s: _java_consume(s.kafka_listener, fresh["topic"], n(1_000_000)),
+        lambda s: _java_consume(s.kafka, fresh["topic"], n(1_000_000)),
+        lambda s: _own_consume(s.strata, fresh["topic"], n(1_000_000)), n(1_000_000),
+        prepare=lambda s, side: _fresh_topic(s, side, n(1_000_000), fresh)))
     out.append(Case("confluent-kafka consume loop, 100 B (the acks=1 topic, from the start)",
                     lambda s: _confluent_consume(s.kafka_listener, "k-1", n(1_000_000)),
                     lambda s: _confluent_consume(s.kafka, "k-1", n(1_000_000)),
@@ -321,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   ("own", case.own)):
                     if run is None:
                         continue
+                    if case.prepare is not None:
+                        case.prepare(stacks, side)
                     brokers = pids["kafka" if side == "kafka" else "strata"]
                     before = sum(broker_cpu_seconds(pid) for pid in brokers)
                     figures = run(stacks)
