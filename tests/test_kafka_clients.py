@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -430,6 +431,70 @@ def _frame(api_key: int, version: int, correlation_id: int, body: bytes) -> byte
     if version >= 3 and api_key == 18:
         header += b"\x00"
     return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def _v2_batches(records: bytes) -> list[tuple[int, int]]:
+    """(base offset, size) of each whole RecordBatch v2 in a fetch's records."""
+    out, pos = [], 0
+    while pos + 12 <= len(records):
+        base, length = struct.unpack_from(">qi", records, pos)
+        out.append((base, 12 + length))
+        pos += 12 + length
+    return out
+
+
+def test_fetch_limits_count_the_bytes_the_client_receives(admin: AdminClient, kafka: str,
+                                                          cluster: Cluster) -> None:
+    """max.partition.fetch.bytes / fetch.max.bytes bound the RecordBatch v2 bytes a
+    Kafka consumer gets, as on Kafka, not the larger Arrow batches the log holds: two
+    batches of 4,600 x 100 B (about 500 KB each as v2, 560 KB as Arrow) come in one
+    1 MiB fetch. KIP-74: a partition whose first batch exceeds its limit still
+    returns that one batch when it is the first with data; a later one returns none."""
+    from brokers.kafka.codec import API_TYPES
+
+    FetchRequest, FetchResponse = API_TYPES[1]
+    brokers = admin.list_topics(timeout=10).brokers
+    host = brokers[min(brokers)]
+    topic = "k-limits"
+    # Both partitions on one broker, so that one request reaches both.
+    admin.create_topics([NewTopic(topic, 2, replica_assignment=[[host.id], [host.id]])],
+                        operation_timeout=20)[topic].result(30)
+    wait_for(f"topic {topic} led", lambda: admin.list_topics(topic, timeout=5).topics[topic],
+             lambda t: t.error is None and len(t.partitions) == 2
+             and all(p.leader == host.id for p in t.partitions.values()), timeout=30)
+    with Producer(cluster.bootstrap, acks="all", linger_ms=0,
+                  batch_size=4 << 20) as producer:
+        for partition in (0, 0, 1):
+            values = [os.urandom(100) for _ in range(4600)]
+            producer.send_batch(topic, values, partition=partition).result(30)
+            producer.flush(30)
+
+    def fetch(partition_max: int, max_bytes: int = 50 << 20) -> dict[int, list[Any]]:
+        request = FetchRequest(
+            replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=max_bytes,
+            isolation_level=0, session_id=0, session_epoch=-1, topics=[
+                FetchRequest.FetchTopic(topic=topic, partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=p, current_leader_epoch=-1, fetch_offset=0,
+                        log_start_offset=-1, partition_max_bytes=partition_max)
+                    for p in (0, 1)])], forgotten_topics_data=[], rack_id="")
+        with socket.create_connection((host.host, host.port), timeout=10) as sock:
+            answer = _exchange(sock, _frame(1, 11, 9, request.encode(version=11)))
+        decoded = FetchResponse.decode(answer[4:], version=11)
+        return {p.partition_index: _v2_batches(bytes(p.records or b""))
+                for t in decoded.responses for p in t.partitions}
+
+    got = fetch(1 << 20)
+    assert [b[0] for b in got[0]] == [0, 4600] and len(got[1]) == 1
+    first = got[0][0][1]
+    assert 480_000 < first < 520_000 and sum(s for _, s in got[0]) <= 1 << 20
+    # One byte short of both batches: the first only.
+    assert [b[0] for b in fetch(sum(s for _, s in got[0]) - 1)[0]] == [0]
+    # Limits below a batch: the first partition still brings one (KIP-74), the second
+    # none; the response budget (max_bytes) too.
+    tiny = fetch(1000)
+    assert [b[0] for b in tiny[0]] == [0] and tiny[1] == []
+    assert fetch(1 << 20, max_bytes=first + 10) == {0: got[0][:1], 1: []}
 
 
 def test_unknown_apis_and_versions_get_kafkas_answers(kafka: str) -> None:
