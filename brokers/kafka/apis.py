@@ -114,9 +114,14 @@ def kafka_code(code: int) -> int:
 Translator = Callable[[Any, KafkaHeader, "Session"], Coroutine[Any, Any, Any]]
 
 
+#: Stored bytes read for a Kafka fetch per byte of its limits: enough for two 500 KB
+#: v2 batches of 100-byte records under a 1 MiB limit, little read and not sent.
+_WIDEN: Final = 1.25
+
+
 def _widened(limit: int) -> int:
     """A client's fetch byte limit as the limit on the stored batches read for it."""
-    return min(max(limit, 0) * 2, 0x7FFFFFFF)
+    return min(int(max(limit, 0) * _WIDEN), 0x7FFFFFFF)
 
 
 def _within(batches: Sequence[bytes | bytearray | memoryview], limit: int, *,
@@ -345,12 +350,14 @@ class KafkaApis:
         # The client's byte limits are about the RecordBatch v2 it receives; the log's
         # uncompressed Arrow batches are larger (about 1.15x for 100-byte records:
         # fixed-width offsets and timestamps where v2 has varints; more for smaller
-        # records). Read with twice the limits, then keep what fits the client's
-        # limits once converted (``_within``; a compressed batch read beyond them is
-        # cut there too). With the limits applied to the stored bytes a 1 MiB
+        # records). Read with the limits widened by ``_WIDEN``, then keep what fits the
+        # client's limits once converted (``_within``; a compressed batch read beyond
+        # them is cut there too). With the limits applied to the stored bytes a 1 MiB
         # partition limit brought one 500 KB batch a fetch where Kafka sends two, and
         # consumers made twice the round trips. What is read and not sent is converted
-        # once and cached.
+        # once and cached. The consumer byte quota counts the stored bytes read, so a
+        # catching-up Kafka consumer is counted up to _WIDEN / 1.15 of what it gets
+        # (docs/security.md).
         topics = [FetchTopic(t.topic, [FetchPartition(
             p.partition, p.fetch_offset, _widened(p.partition_max_bytes),
             p.current_leader_epoch if header.api_version >= 9 else -1)
