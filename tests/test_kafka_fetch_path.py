@@ -96,6 +96,10 @@ def test_a_partial_batch_at_the_slice_end_is_left_for_the_next_fetch(tmp_path: P
                       found.next_offset)
     cache = ConvertedBatches(1 << 20)
     assert [bytes(b) for b in cache.from_slice("t", 0, cut, to_kafka)] == _truth(log)[:2]
+    # A slice that runs past the file's end (the file cut under it) ends where it does.
+    past = type(found)(found.file, found.position, found.length + 500, found.first_offset,
+                       found.next_offset)
+    assert [bytes(b) for b in cache.from_slice("t", 0, past, to_kafka)] == _truth(log)
 
 
 @pytest.mark.parametrize("key_bytes, stale_expected", [(KEY_BYTES, False), (16, True)])

@@ -84,6 +84,8 @@ class ConvertedBatches:
         out: list[bytes | bytearray] = []
         while pos + HEADER_SIZE <= end:
             head = os.pread(fd, self._key_bytes, pos)
+            if len(head) < self._key_bytes:  # the file ends early: as a partial batch
+                break
             (length,) = _LENGTH.unpack_from(head, 8)
             stop = pos + LOG_OVERHEAD + length
             if length < HEADER_SIZE - LOG_OVERHEAD or stop > end:
