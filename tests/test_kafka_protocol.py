@@ -296,3 +296,27 @@ def test_a_timestamp_past_int64_is_refused_by_both_walks() -> None:
             from_kafka(bytes(batch), max_bytes=LIMIT)
     finally:
         records._v2codec = saved
+
+
+def test_the_c_encoder_writes_past_its_size_bound_by_growing() -> None:
+    """The C encoder writes into a bytearray sized once at an upper bound that arrays
+    passing Arrow's validation never pass (and leaves ``prefix`` zero bytes for the batch
+    header). Header lists that overlap across a null row (which that validation would
+    refuse) pass the bound; the encoder then grows its output, never overruns it."""
+    codec = records._v2codec
+    assert codec is not None
+    zeros4 = struct.pack("<4i", 0, 0, 0, 0)
+    args = (3, 0, struct.pack("<3q", 0, 0, 0),
+            None, zeros4, b"", 0,  # keys: three empty
+            None, zeros4, b"", 0,  # values: three empty
+            bytes([0b101]), struct.pack("<4i", 0, 50, 0, 50), 0,  # rows 0 and 2: [0, 50)
+            struct.pack("<51i", *range(0, 5100, 100)), b"k" * 5000, 0,
+            None, struct.pack("<51i", *[0] * 51), b"", 0)
+    plain = codec.encode(*args)
+    framed = codec.encode(*args, 61)
+    assert isinstance(framed, bytearray) and framed[:61] == bytes(61)
+    assert framed[61:] == plain
+    # Two records of 50 headers of 100-byte keys each, past the 5,740-byte bound.
+    assert len(plain) > 2 * 50 * 101 > 3 * 40 + 50 * 10 + 5000
+    with pytest.raises(ValueError):
+        codec.encode(*args, -1)

@@ -12,7 +12,10 @@
  *        compute functions cost 6-20 us a call, more than the walk itself).
  * encode(n, first_ts, ts, key_valid, key_off, key_data, key_at, value_valid, value_off,
  *        value_data, value_at, hdr_valid, hdr_off, hdr_at, hk_off, hk_data, hk_at,
- *        hv_valid, hv_off, hv_data, hv_at) -> bytes of the n records.
+ *        hv_valid, hv_off, hv_data, hv_at[, prefix]) -> a bytearray: ``prefix`` zero
+ *        bytes (room for the batch header), then the n records. It is allocated once at
+ *        the records' upper bound and written in place (no copy; a 500 KB batch spent
+ *        a third of its conversion in the copies of the bytes-then-bytearray version).
  *
  * Invariants: every read is bounds-checked against the input; a malformed record raises
  * ValueError with the record's index (records.py turns it into CORRUPT_MESSAGE). Offsets
@@ -28,10 +31,18 @@
 typedef struct {
     char *data;
     Py_ssize_t len, cap;
+    PyObject *owner; /* a bytearray whose buffer data is (grown by resizing it), or NULL */
 } buf_t;
 
 static int buf_reserve(buf_t *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap) return 0;
+    if (b->owner) {
+        Py_ssize_t want = b->cap * 2 > b->len + extra ? b->cap * 2 : b->len + extra;
+        if (PyByteArray_Resize(b->owner, want) < 0) return -1;
+        b->data = PyByteArray_AS_STRING(b->owner);
+        b->cap = PyByteArray_GET_SIZE(b->owner);
+        return 0;
+    }
     Py_ssize_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra) cap *= 2;
     char *p = PyMem_Realloc(b->data, cap);
@@ -353,19 +364,24 @@ static Py_ssize_t field_size(const column_t *c, Py_ssize_t i) {
 }
 
 static PyObject *encode(PyObject *self, PyObject *args) {
-    Py_ssize_t n, key_at, value_at, hdr_at, hk_at, hv_at;
+    Py_ssize_t n, key_at, value_at, hdr_at, hk_at, hv_at, prefix = 0;
     long long first_ts;
     PyObject *ts_o, *kvalid, *koff, *kdata, *vvalid, *voff, *vdata, *hvalid, *hoff;
     PyObject *hkoff, *hkdata, *hvvalid, *hvoff, *hvdata;
-    if (!PyArg_ParseTuple(args, "nLOOOOnOOOnOOnOOnOOOn", &n, &first_ts, &ts_o, &kvalid, &koff,
-                          &kdata, &key_at, &vvalid, &voff, &vdata, &value_at, &hvalid, &hoff,
-                          &hdr_at, &hkoff, &hkdata, &hk_at, &hvvalid, &hvoff, &hvdata, &hv_at))
+    if (!PyArg_ParseTuple(args, "nLOOOOnOOOnOOnOOnOOOn|n", &n, &first_ts, &ts_o, &kvalid,
+                          &koff, &kdata, &key_at, &vvalid, &voff, &vdata, &value_at, &hvalid,
+                          &hoff, &hdr_at, &hkoff, &hkdata, &hk_at, &hvvalid, &hvoff, &hvdata,
+                          &hv_at, &prefix))
         return NULL;
+    if (prefix < 0) {
+        PyErr_SetString(PyExc_ValueError, "prefix must be >= 0");
+        return NULL;
+    }
     Py_buffer ts;
     column_t key, value, hdr, hkey, hval;
     int have_ts = 0, have_k = 0, have_v = 0, have_h = 0, have_hk = 0, have_hv = 0;
     buf_t out = {0};
-    PyObject *result = NULL;
+    PyObject *result = NULL, *array = NULL;
     if (PyObject_GetBuffer(ts_o, &ts, PyBUF_SIMPLE) < 0) goto done;
     have_ts = 1;
     if (ts.len < n * 8) {
@@ -393,10 +409,17 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     have_hv = 1;
     /* The output sized once: every field's bytes (at most its column's whole data
      * buffer) plus a record's framing (length, attributes, deltas, field lengths, header
-     * count: under 40 bytes) and each header's two lengths. A larger batch still grows. */
-    if (buf_reserve(&out, n * 40 + total_headers * 10 + key.data.len +
-                    value.data.len + hkey.data.len + hval.data.len) < 0)
-        goto done;
+     * count: at most 36 bytes) and each header's two lengths (at most 10). Arrays that
+     * pass Arrow's validation stay within it; others grow the bytearray. */
+    array = PyByteArray_FromStringAndSize(NULL, prefix + n * 40 + total_headers * 10 +
+                                          key.data.len + value.data.len + hkey.data.len +
+                                          hval.data.len);
+    if (array == NULL) goto done;
+    out.data = PyByteArray_AS_STRING(array);
+    out.cap = PyByteArray_GET_SIZE(array);
+    out.owner = array;
+    memset(out.data, 0, prefix);
+    out.len = prefix;
     const int64_t *tsv = (const int64_t *)ts.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t h0 = 0, h1 = 0;
@@ -432,9 +455,11 @@ static PyObject *encode(PyObject *self, PyObject *args) {
         for (Py_ssize_t h = h0; h < h1; h++)
             if (put_field(&out, &hkey, h) < 0 || put_field(&out, &hval, h) < 0) goto done;
     }
-    result = buf_bytes(&out);
+    if (PyByteArray_Resize(array, out.len) < 0) goto done;
+    result = array;
+    array = NULL;
 done:
-    PyMem_Free(out.data);
+    Py_XDECREF(array);
     if (have_ts) PyBuffer_Release(&ts);
     if (have_k) col_release(&key);
     if (have_v) col_release(&value);

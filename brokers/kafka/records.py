@@ -361,31 +361,36 @@ def to_kafka(batch: bytes | bytearray | memoryview) -> bytearray:
         records = _varint(len(record)) + record
         if header.delete_horizon_ms is not None:
             first_ts = header.max_timestamp
+        out = bytearray(HEADER_SIZE + len(records))
+        out[HEADER_SIZE:] = records
     else:
         _, payload = decode_batch(batch, verify=False)
-        records = _encode_records(payload, first_ts)
-    out = bytearray(HEADER_SIZE + len(records))
+        out = _encode_records(payload, first_ts, prefix=HEADER_SIZE)
     HEADER.pack_into(out, 0, header.base_offset, len(out) - LOG_OVERHEAD, header.leader_epoch,
                      KAFKA_MAGIC, 0, attributes, header.last_offset_delta, first_ts,
                      header.max_timestamp, header.producer_id, header.producer_epoch,
                      header.base_sequence, header.record_count)
-    out[HEADER_SIZE:] = records
     struct.pack_into(">I", out, 17, int(_crc32c.crc32c(memoryview(out)[_CRC_FROM:])))
     return out  # (no bytes() copy: the fetch joins the batches into its answer anyway)
 
 
-def _encode_records(payload: pa.RecordBatch, first_ts: int) -> bytes:
+def _encode_records(payload: pa.RecordBatch, first_ts: int, *,
+                    prefix: int = 0) -> bytearray:
+    """The records as v2 bytes after ``prefix`` zero bytes (the batch header's room)."""
     value_column = payload.column("value")
     if not pa.types.is_binary(value_column.type):
         raise InvalidRecordBatchError(
             "a typed topic's batch has no Kafka encoding yet: read typed topics with the "
             "Strata client or Spark")
     if _v2codec is not None:
-        return _encode_c(payload, first_ts)
-    return _encode_py(payload, first_ts)
+        return _encode_c(payload, first_ts, prefix)
+    records = _encode_py(payload, first_ts)
+    out = bytearray(prefix + len(records))
+    out[prefix:] = records
+    return out
 
 
-def _encode_c(payload: pa.RecordBatch, first_ts: int) -> bytes:
+def _encode_c(payload: pa.RecordBatch, first_ts: int, prefix: int = 0) -> bytearray:
     assert _v2codec is not None
     keys, values, timestamps, headers = (payload.column(i) for i in range(4))
     entries = headers.values  # the struct child, unsliced (offsets index into it)
@@ -403,7 +408,7 @@ def _encode_c(payload: pa.RecordBatch, first_ts: int) -> bytes:
         value_valid, value_off, value_data, values.offset,
         hdr_valid, hdr_off, headers.offset,
         hk_off, hk_data, header_keys.offset + entries.offset,
-        hv_valid, hv_off, hv_data, header_values.offset + entries.offset)
+        hv_valid, hv_off, hv_data, header_values.offset + entries.offset, prefix)
 
 
 def _encode_py(payload: pa.RecordBatch, first_ts: int) -> bytes:
