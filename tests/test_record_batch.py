@@ -610,3 +610,15 @@ def test_decode_batch_rejects_mangled_bodies_behind_the_standard_schema(
     decoded.validate(full=True)
     assert decoded.num_rows == 120
     decoded.column("value").to_pylist()
+
+
+def test_list_columns_are_refused_as_pa_array_refuses_them() -> None:
+    """build_batch builds list columns without pa.array (which imports pandas); what
+    pa.array refuses is still refused: bools or None as timestamps, str as values."""
+    for bad in ([True, 2], [1, None]):
+        with pytest.raises(InvalidRecordBatchError):
+            build_batch([b"a", b"b"], timestamps=bad)
+    ok = decode_batch(build_batch([b"a", None], keys=[None, b"k"], timestamps=[5, -1]))[1]
+    assert ok.to_pylist() == [
+        {"key": None, "value": b"a", "timestamp": 5, "headers": None},
+        {"key": b"k", "value": None, "timestamp": -1, "headers": None}]

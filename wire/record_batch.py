@@ -655,6 +655,8 @@ def _sequence_array(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array 
     other input (``pa.array`` then converts it, and says what is wrong)."""
     n = len(values)
     if arrow_type == pa.int64():
+        if not all(type(v) is int for v in values):
+            return None  # (bools, None, numpy ints: pa.array's answer, as before)
         try:
             data = array.array("q", values)
         except (TypeError, OverflowError):

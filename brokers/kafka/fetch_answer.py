@@ -13,8 +13,8 @@ Layout: FetchResponse v4-v12 of Apache Kafka's ``FetchResponse.json``, only the 
 this listener sets (the tagged fields DivergingEpoch, CurrentLeader and SnapshotId are
 never sent; v13+ is not served). v12 is flexible: compact arrays, strings and records
 (unsigned varint length + 1) and an empty tagged-field section after every struct.
-tests/test_kafka_listener.py checks the bytes against kafka-python's encoder for every
-version served.
+tests/test_kafka_fetch_path.py checks the bytes against kafka-python's encoder for
+every version served.
 """
 
 from __future__ import annotations

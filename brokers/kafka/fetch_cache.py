@@ -24,6 +24,7 @@ Thread-safety: the broker's event loop only (no lock). Crash behaviour: nothing 
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections import OrderedDict
@@ -41,6 +42,11 @@ __all__ = ["ConvertedBatches", "KEY_BYTES"]
 KEY_BYTES: Final = 21
 
 _LENGTH: Final = struct.Struct(">i")
+
+
+def _read_converted(convert: Callable[[memoryview], bytes | bytearray], fd: int,
+                    position: int, size: int) -> bytes | bytearray:
+    return convert(memoryview(os.pread(fd, size, position)))
 
 #: Bytes charged for an entry beyond its value (the key, the map's node).
 _ENTRY_OVERHEAD: Final = 200
@@ -80,7 +86,6 @@ class ConvertedBatches:
         (the next fetch starts at it)."""
         fd = found.fileno()
         pos, end = found.position, found.position + found.length
-        entries = self._entries
         out: list[bytes | bytearray] = []
         while pos + HEADER_SIZE <= end:
             head = os.pread(fd, self._key_bytes, pos)
@@ -90,16 +95,9 @@ class ConvertedBatches:
             stop = pos + LOG_OVERHEAD + length
             if length < HEADER_SIZE - LOG_OVERHEAD or stop > end:
                 break
-            key = (topic, partition, head)
-            value = entries.get(key)
-            if value is not None:
-                entries.move_to_end(key)
-                self.hits += 1
-            else:
-                self.misses += 1
-                value = convert(memoryview(os.pread(fd, stop - pos, pos)))
-                self._put(key, value)
-            out.append(value)
+            out.append(self._lookup((topic, partition, head),
+                                    functools.partial(_read_converted, convert, fd, pos,
+                                                      stop - pos)))
             pos = stop
         return out
 
@@ -107,9 +105,12 @@ class ConvertedBatches:
                   convert: Callable[[memoryview], bytes | bytearray]) -> bytes | bytearray:
         """``convert(batch)``, from the cache when this batch was converted before.
         The value returned must not be changed by the caller."""
-        if not self._max_bytes:
-            return convert(batch)
-        key = (topic, partition, batch[:self._key_bytes].tobytes())
+        return self._lookup((topic, partition, batch[:self._key_bytes].tobytes()),
+                            lambda: convert(batch))
+
+    def _lookup(self, key: tuple[str, int, bytes],
+                make: Callable[[], bytes | bytearray]) -> bytes | bytearray:
+        """The entry for ``key`` (now the most recent), or ``make()``, kept when it fits."""
         entries = self._entries
         found = entries.get(key)
         if found is not None:
@@ -117,17 +118,13 @@ class ConvertedBatches:
             self.hits += 1
             return found
         self.misses += 1
-        value = convert(batch)
-        self._put(key, value)
-        return value
-
-    def _put(self, key: tuple[str, int, bytes], value: bytes | bytearray) -> None:
+        value = make()
         size = len(value) + _ENTRY_OVERHEAD
-        if size > self._max_bytes:
-            return
-        entries = self._entries
+        if size > self._max_bytes:  # (always, when the cache is off)
+            return value
         entries[key] = value
         self.bytes += size
         while self.bytes > self._max_bytes:
             _, old = entries.popitem(last=False)
             self.bytes -= len(old) + _ENTRY_OVERHEAD
+        return value
