@@ -536,7 +536,11 @@ class Broker:
         path = self.data_dir / SHUTTING_DOWN_FILE
         with contextlib.suppress(OSError):
             if on:
-                path.write_text(f"{os.getpid()}\n")
+                # Whole or absent, never empty: `strata up` reading an empty file (created,
+                # not yet written) took the broker for a hung one and waited 300 s for it.
+                tmp = path.with_name(SHUTTING_DOWN_FILE + ".tmp")
+                tmp.write_text(f"{os.getpid()}\n")
+                os.replace(tmp, path)
             else:
                 path.unlink(missing_ok=True)
 

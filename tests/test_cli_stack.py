@@ -52,16 +52,23 @@ def strata(*args: str, cwd: Path, bootstrap: str | None = None,
     env.update(extra)
     if bootstrap is not None:
         env["STRATA_BOOTSTRAP"] = bootstrap
-    return subprocess.run(
-        [*_strata_command(), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-    )
+    try:
+        return subprocess.run(
+            [*_strata_command(), *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            input=stdin,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired as exc:  # say what it had printed, not just the time
+        def text(data: str | bytes | None) -> str:
+            return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+        raise AssertionError(f"`strata {' '.join(args)}` did not finish within 120 s; "
+                             f"stdout: {text(exc.stdout)[-3000:]!r}; "
+                             f"stderr: {text(exc.stderr)[-3000:]!r}") from None
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

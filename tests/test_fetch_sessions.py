@@ -42,7 +42,11 @@ TOPIC = "sessions"
 
 @pytest.fixture(scope="module")
 def leader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("sessions"), brokers=2) as cluster:
+    # A long lag time: replica 1 is this test's own fetches, which a loaded machine may
+    # space out by seconds; an ISR shrink mid-test would move the HW without a follower
+    # and break the steps below that count on it (CI, 2026-11-30).
+    with Cluster(tmp_path_factory.mktemp("sessions"), brokers=2,
+                 overrides={"replica.lag.time.max.ms": "120000"}) as cluster:
         create_assigned(cluster, TOPIC, {p: [0, 1] for p in range(4)})
         assert cluster.stop(1) == 0
         yield cluster

@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,19 @@ def _records(data_dir: Path) -> dict[str, dict[str, Any]]:
 
 def _brokers(data_dir: Path) -> dict[str, dict[str, Any]]:
     return {name: p for name, p in _records(data_dir).items() if name.startswith("broker-")}
+
+
+def _marker_pid(marker: Path) -> int | None:
+    try:
+        text = marker.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _collect(stream: Any, lines: list[str]) -> None:
+    for line in iter(stream.readline, ""):
+        lines.append(line)
 
 
 def _wait_for(predicate: Any, timeout: float, what: str) -> None:
@@ -126,7 +140,8 @@ def test_up_waits_for_a_broker_that_is_shutting_down(tmp_path: Path, reaper: Any
         os.kill(zookeeper, signal.SIGSTOP)
         try:
             os.kill(pid, signal.SIGTERM)
-            _wait_for(marker.exists, 30, "the broker wrote its shutting-down file")
+            _wait_for(lambda: _marker_pid(marker) == pid, 30,
+                      "the broker wrote its shutting-down file")
             os.kill(pid, signal.SIGSTOP)  # a shutdown that takes as long as the test wants
         finally:
             os.kill(zookeeper, signal.SIGCONT)
@@ -144,11 +159,23 @@ def test_up_waits_for_a_broker_that_is_shutting_down(tmp_path: Path, reaper: Any
                 [*_strata_command(), "up", "--data-dir", str(data_dir), "--format", "json"],
                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 stdin=subprocess.DEVNULL)
-            time.sleep(4)
-            assert waiting.poll() is None, waiting.communicate()
+            said: list[str] = []
+            reader = threading.Thread(target=_collect, args=(waiting.stderr, said),
+                                      daemon=True)
+            reader.start()
+            # Resume the broker only once `up` says it is waiting for it (a fixed sleep
+            # was too short for a loaded machine: `up` had not looked yet, found the
+            # broker gone and simply started it).
+            _wait_for(lambda: any("is shutting down; waiting" in line for line in said)
+                      or waiting.poll() is not None, 120, "`up` to wait for broker-1")
+            time.sleep(1)
+            assert waiting.poll() is None, (said, waiting.communicate())
         finally:
             os.kill(pid, signal.SIGCONT)
-        out, err = waiting.communicate(timeout=120)
+        waiting.wait(timeout=120)
+        reader.join(10)
+        assert waiting.stdout is not None
+        out, err = waiting.stdout.read(), "".join(said)
         _track_recorded(reaper, data_dir)
         assert waiting.returncode == 0, (out, err)
         assert f"broker-1 (pid {pid}) is shutting down; waiting for it to exit" in err, err
