@@ -189,7 +189,8 @@ class Broker:
             fetch_cache_bytes=config.kafka_fetch_cache_bytes))
         cache = self.kafka.apis.converted
         self.metrics.registry.register(
-            FetchCacheCollector(lambda: (cache.hits, cache.misses, cache.bytes)))
+            FetchCacheCollector(
+                lambda: (cache.hits, cache.misses, cache.kept, cache.bytes)))
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:

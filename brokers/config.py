@@ -203,9 +203,10 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
         "KAFKA (PLAINTEXT) or KAFKA_<PROTOCOL>, e.g. KAFKA_SASL_SSL; empty: none"),
     "kafka.fetch.cache.bytes": _BrokerKey(
         "kafka_fetch_cache_bytes", int, 256 << 20,
-        "memory for batches a Kafka listener's fetch has converted to RecordBatch v2: "
-        "later readers of the same recent data get them without converting again "
-        "(docs/kafka-compatibility.md); 0: convert every fetch",
+        "memory for RecordBatch v2 batches a Kafka listener keeps: those its fetches "
+        "converted and those Kafka clients produced through it, so that later readers "
+        "of the same recent data get them without converting (docs/kafka-compatibility"
+        ".md); 0: convert every fetch",
         lambda v: v >= 0, ">= 0"),
     "advertised.listeners": _BrokerKey(
         "advertised_listeners", str, "",

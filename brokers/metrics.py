@@ -134,19 +134,22 @@ class _HealthCollector(Collector):
 
 class FetchCacheCollector(Collector):
     """The Kafka listener's converted-batch cache (brokers/kafka/fetch_cache.py):
-    ``source`` returns its (hits, misses, bytes)."""
+    ``source`` returns its (hits, misses, kept, bytes)."""
 
-    def __init__(self, source: Callable[[], tuple[int, int, int]]) -> None:
+    def __init__(self, source: Callable[[], tuple[int, int, int, int]]) -> None:
         self._source = source
 
     def collect(self) -> Iterator[Any]:
-        hits, misses, size = self._source()
+        hits, misses, kept, size = self._source()
         yield CounterMetricFamily(
             "strata_kafka_fetch_cache_hits",
             "batches a Kafka fetch took from the converted-batch cache", value=hits)
         yield CounterMetricFamily(
             "strata_kafka_fetch_cache_misses",
             "batches a Kafka fetch converted to RecordBatch v2", value=misses)
+        yield CounterMetricFamily(
+            "strata_kafka_fetch_cache_kept",
+            "batches Kafka clients produced, kept as sent for Kafka readers", value=kept)
         yield GaugeMetricFamily(
             "strata_kafka_fetch_cache_bytes", "bytes the converted-batch cache holds",
             value=size)

@@ -6,27 +6,30 @@
 Starts a three-broker Strata stack (``strata up --brokers 3 --no-tier``: every broker
 opens its Kafka listener) and a three-node Apache Kafka 4.1 cluster
 (``strata_tools.kafka_local``) on free ports, creates the same topics on both, then runs
-each case with **the same client** against Strata's Kafka listener and against Kafka, and
-the matching ``strata perf produce|consume`` against Strata's own protocol, A, B, C, A, B,
-C (this machine's speed drifts within a run). The clients: Kafka's ProducerPerformance and
-ConsumerPerformance (the Java client, kafka-tools from Maven Central) and confluent-kafka's
-``produce`` loop (librdkafka; ``strata_tools.perf_peer``). Cases: 100-byte and 1 KiB
-records, acks=1 on a topic of one replica and acks=all on three (min ISR 2), 8 partitions
-each; consume 100-byte records, twice: the acks=1 topic from its start (the same records
-round after round: after their first read the listener serves them from its
-converted-batch cache, as it does a second consumer group, brokers/kafka/fetch_cache.py)
-and a new topic per run, read for the first time (every batch converted; written
-beforehand, outside the measurement). "Strata, own protocol" is ``strata perf produce|consume``
-on the same topic and record size: beside the Java tools, the Python client's columnar
-path (``send_batch``, ``poll_arrow``), so that ratio compares two protocols *and* two
-clients (the Java tool is client-bound well below either broker's limit); beside
-confluent-kafka's loops, the Python client's loop of the same shape (``--api produce``:
-one ``produce`` call per record; ``--api records``: one record object per record from
-``poll``), so that ratio compares the two protocols under two per-record Python loops,
-one over librdkafka and one over Strata's client. The table gives the median of the
-rounds, Strata's Kafka listener against Kafka (the issue's target: at least 1.0x) and
-against Strata's own protocol (at least 0.8x). Both stacks are stopped at the end (only
-their own PIDs).
+each case with **the same client** against Strata's Kafka listener and against Kafka,
+and the matching ``strata perf produce|consume`` against Strata's own protocol, A, B, C,
+A, B, C (this machine's speed drifts within a run). The clients: Kafka's
+ProducerPerformance and ConsumerPerformance (the Java client, kafka-tools from Maven
+Central) and confluent-kafka's ``produce`` loop (librdkafka;
+``strata_tools.perf_peer``). Cases: 100-byte and 1 KiB records, acks=1 on a topic of one
+replica and acks=all on three (min ISR 2), 8 partitions each; consume 100-byte records,
+three times: the acks=1 topic from its start (the same records round after round: after
+their first read the listener serves them from its converted-batch cache, as it does a
+second consumer group, brokers/kafka/fetch_cache.py), and a new topic per run, read for
+the first time, written beforehand (outside the measurement) by ProducerPerformance
+(through the listener, which keeps the batches as the producer sent them: what a Kafka
+user's consumers read) and by Strata's own client (on Kafka: ProducerPerformance; every
+batch converted on its first read). "Strata, own protocol" is ``strata perf
+produce|consume`` on the same topic and record size: beside the Java tools, the Python
+client's columnar path (``send_batch``, ``poll_arrow``), so that ratio compares two
+protocols *and* two clients (the Java tool is client-bound well below either broker's
+limit); beside confluent-kafka's loops, the Python client's loop of the same shape
+(``--api produce``: one ``produce`` call per record; ``--api records``: one record
+object per record from ``poll``), so that ratio compares the two protocols under two
+per-record Python loops, one over librdkafka and one over Strata's client. The table
+gives the median of the rounds, Strata's Kafka listener against Kafka (the issue's
+target: at least 1.0x) and against Strata's own protocol (at least 0.8x). Both stacks
+are stopped at the end (only their own PIDs).
 """
 
 from __future__ import annotations
@@ -201,11 +204,14 @@ class Case:
     prepare: Callable[[KafkaStacks, str], None] | None = None
 
 
-def _fresh_topic(stacks: KafkaStacks, side: str, n: int, into: dict[str, str]) -> None:
-    """A new 8-partition RF 1 topic holding ``n`` 100-byte records, for a read that
-    finds nothing in the listener's converted-batch cache: written by ``strata perf
-    produce`` on Strata (the own protocol never touches that cache), by
-    ProducerPerformance on Kafka. Its name goes to ``into["topic"]``."""
+def _fresh_topic(stacks: KafkaStacks, side: str, n: int, into: dict[str, str],
+                 java_writes: bool = False) -> None:
+    """A new 8-partition RF 1 topic holding ``n`` 100-byte records, written by
+    ProducerPerformance on Kafka and, on Strata, by ``strata perf produce`` (Strata's
+    own protocol: nothing in the listener's cache of v2 batches, every batch converted
+    on its first read) or, with ``java_writes``, by ProducerPerformance through the
+    Kafka listener (which keeps the batches as sent: a Kafka user's first read). Its
+    name goes to ``into["topic"]``."""
     name = f"k-fresh-{side}-{time.time_ns()}"
     if side == "kafka":
         kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", stacks.kafka,
@@ -215,7 +221,10 @@ def _fresh_topic(stacks: KafkaStacks, side: str, n: int, into: dict[str, str]) -
     else:
         strata_cli("topic", "create", name, "-p", str(PARTITIONS), "-r", "1",
                    "--bootstrap", stacks.strata)
-        _own_produce(stacks.strata, name, n, 100, "1")
+        if java_writes:
+            _java_produce(stacks.kafka_listener, name, n, 100, "1")
+        else:
+            _own_produce(stacks.strata, name, n, 100, "1")
     into["topic"] = name
 
 
@@ -253,8 +262,16 @@ def cases(scale: float) -> list[Case]:
                     lambda s: _java_consume(s.kafka, "k-1", n(1_000_000)),
                     lambda s: _own_consume(s.strata, "k-1", n(1_000_000)), n(1_000_000)))
     fresh: dict[str, str] = {}
+    written: dict[str, str] = {}
     out.append(Case(
-        "ConsumerPerformance, 100 B, first read (a new topic: nothing converted yet)",
+        "ConsumerPerformance, 100 B, first read of a new topic ProducerPerformance wrote",
+        lambda s: _java_consume(s.kafka_listener, written["topic"], n(1_000_000)),
+        lambda s: _java_consume(s.kafka, written["topic"], n(1_000_000)),
+        None, n(1_000_000),
+        prepare=lambda s, side: _fresh_topic(s, side, n(1_000_000), written, True)))
+    out.append(Case(
+        "ConsumerPerformance, 100 B, first read of a new topic Strata's client wrote "
+        "(every batch converted)",
         lambda s: _java_consume(s.kafka_listener, fresh["topic"], n(1_000_000)),
         lambda s: _java_consume(s.kafka, fresh["topic"], n(1_000_000)),
         lambda s: _own_consume(s.strata, fresh["topic"], n(1_000_000)), n(1_000_000),

@@ -122,10 +122,10 @@ def read_strata(bootstrap: str, topic: str, partitions: int, count: int,
         consumer.close()
 
 
-def fetch_cache_counts(cluster: Cluster) -> tuple[int, int]:
-    """(hits, misses) of the Kafka listeners' converted-batch caches, from the brokers'
-    own metrics endpoints."""
-    totals = {"hits": 0.0, "misses": 0.0}
+def fetch_cache_counts(cluster: Cluster) -> tuple[int, int, int]:
+    """(hits, misses, kept) of the Kafka listeners' converted-batch caches, from the
+    brokers' own metrics endpoints."""
+    totals = {"hits": 0.0, "misses": 0.0, "kept": 0.0}
     for broker in cluster.brokers.values():
         text = urllib.request.urlopen(
             f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
@@ -133,7 +133,7 @@ def fetch_cache_counts(cluster: Cluster) -> tuple[int, int]:
             for name in totals:
                 if line.startswith(f"strata_kafka_fetch_cache_{name}_total "):
                     totals[name] += float(line.split()[1])
-    return int(totals["hits"]), int(totals["misses"])
+    return int(totals["hits"]), int(totals["misses"]), int(totals["kept"])
 
 
 # ----------------------------------------------------------------------------- admin
@@ -158,6 +158,7 @@ def test_admin_creates_describes_and_deletes_topics(admin: AdminClient) -> None:
 def test_every_codec_round_trips_through_both_protocols(admin: AdminClient, kafka: str,
                                                          cluster: Cluster) -> None:
     topic = create(admin, "k-codecs", partitions=3)
+    _, _, kept_before = fetch_cache_counts(cluster)
     sent: dict[tuple[str, int], tuple[bytes | None, bytes | None, list[Any], int]] = {}
     acked: dict[tuple[str, int], tuple[int, int]] = {}
     base_ts = int(time.time() * 1000) - 60_000
@@ -196,15 +197,22 @@ def test_every_codec_round_trips_through_both_protocols(admin: AdminClient, kafk
         return (b"#%d" % i if key is None else key, value, [tuple(h) for h in headers], ts)
 
     by_offset = {v: k for k, v in acked.items()}
+    # Every batch was kept as its producer sent it (each codec's own compression), under
+    # the offsets and epoch the log gave it: the first Kafka read converts nothing, and
+    # its records (checked below) are the ones sent.
+    hits, misses, kept = fetch_cache_counts(cluster)
+    assert kept > kept_before
     kafka_read = read_kafka(kafka, topic, len(acked))
     assert len(kafka_read) == len(acked)
+    hits_after, misses_after, _ = fetch_cache_counts(cluster)
+    assert hits_after > hits and misses_after == misses
     for m in kafka_read:
         codec, i = by_offset[(m.partition(), m.offset())]
         assert (m.key(), m.value(), [tuple(h) for h in (m.headers() or [])],
                 m.timestamp()[1]) == expected(codec, i)
     # A second Kafka reader gets the same records from the brokers' converted-batch
     # caches (brokers/kafka/fetch_cache.py): nothing is converted again.
-    hits, misses = fetch_cache_counts(cluster)
+    hits, misses, _ = fetch_cache_counts(cluster)
     again = read_kafka(kafka, topic, len(acked), group=f"again-{topic}")
 
     def seen(ms: list[Any]) -> list[tuple[Any, ...]]:
@@ -212,7 +220,7 @@ def test_every_codec_round_trips_through_both_protocols(admin: AdminClient, kafk
                        m.timestamp()) for m in ms)
 
     assert seen(again) == seen(kafka_read)
-    hits_after, misses_after = fetch_cache_counts(cluster)
+    hits_after, misses_after, _ = fetch_cache_counts(cluster)
     assert hits_after > hits and misses_after == misses
     strata_read = read_strata(cluster.bootstrap, topic, 3, len(acked))
     assert len(strata_read) == len(acked)

@@ -123,6 +123,34 @@ def test_a_batch_rewritten_at_the_same_offset_is_never_served_stale(
     assert stale is stale_expected
 
 
+def test_a_kept_batch_is_served_only_for_the_stored_batch_it_names(tmp_path: Path) -> None:
+    """``keep`` (a produced batch, as its client sent it): served for the stored batch
+    whose head it was filed under, and for no other: not once that batch is rewritten
+    at the same offset, not under a head with another leader epoch."""
+    log = _log(tmp_path)
+    log.append(_batch(b"one"))
+    log.append(_batch(b"two"), leader_epoch=0)
+    (found,) = _slices(log)
+    stored = [bytes(b) for b in iter_strata_batches(found)]
+    cache = ConvertedBatches(1 << 20)
+    sent = b"as the producer sent it"
+    cache.keep("t", 0, stored[1][:KEY_BYTES], sent)
+    wrong_epoch = stored[0][:12] + (7).to_bytes(4, "big") + stored[0][16:KEY_BYTES]
+    cache.keep("t", 0, wrong_epoch, b"never served")
+    assert cache.kept == 2
+    assert [bytes(b) for b in cache.from_slice("t", 0, found, to_kafka)] == \
+        [_truth(log)[0], sent]
+    assert (cache.hits, cache.misses) == (1, 1)
+    # Kept again under the same head: replaced, counted once in the bytes.
+    held = cache.bytes
+    cache.keep("t", 0, stored[1][:KEY_BYTES], b"as the producer sent it!")
+    assert cache.bytes == held + 1
+    # Rewritten at the same offset (same length and epoch, other records): converted.
+    log.truncate_to(5)
+    log.append(_batch(b"TWO"))
+    assert _read(log, cache) == _truth(log)
+
+
 def test_the_cache_stays_within_its_bytes_and_forgets_the_oldest(tmp_path: Path) -> None:
     log = _log(tmp_path)
     for i in range(20):

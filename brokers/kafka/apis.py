@@ -137,6 +137,16 @@ def _within(batches: Sequence[bytes | bytearray | memoryview], limit: int, *,
     return batches
 
 
+#: RecordBatch v2's header (and Strata's, field for field): the base offset at 0, the
+#: leader epoch at 12, the attributes at 21, then the fields compared up to byte 61.
+_V2_HEAD: Final = 61
+_OFFSET: Final = struct.Struct(">q")
+_EPOCH: Final = struct.Struct(">i")
+_ATTRIBUTES: Final = struct.Struct(">h")
+_COMPRESSION_ATTRIBUTES: Final = 0x07
+_TRANSACTIONAL_ATTRIBUTE: Final = 0x10
+
+
 def _last_offset(batch: bytes | bytearray | memoryview) -> int:
     """The last offset of a v2 batch (base offset + last offset delta)."""
     base, = struct.unpack_from(">q", batch, 0)
@@ -296,6 +306,9 @@ class KafkaApis:
         r = API_TYPES[0][1]
         refused: dict[str, list[Any]] = {}
         topics: list[ProduceTopic] = []
+        # Batches to remember as their client sent them, for Kafka readers (fetch_cache.py).
+        keep = self.converted.enabled and request.acks != 0
+        produced: dict[tuple[str, int], tuple[Any, bytes]] = {}
         for t in request.topic_data:
             parts: list[ProducePartition] = []
             for p in t.partition_data:
@@ -306,6 +319,8 @@ class KafkaApis:
                     subject = self._subject(t.name, p.index)
                     if subject:
                         batch = await to_typed(batch, t.name, subject, self._schema_check())
+                    elif keep:
+                        produced[(t.name, p.index)] = (p.records, batch)
                 except Exception as err:
                     # A conversion bug must fail this partition, not the connection
                     # (librdkafka would resend the same request for ever).
@@ -334,6 +349,11 @@ class KafkaApis:
             if answer is None:
                 return None
             for t in answer.topics:
+                for p in t.partitions:
+                    pair = produced.get((t.name, p.partition))
+                    if pair is not None and p.error_code == 0 and p.base_offset >= 0 \
+                            and p.log_append_time < 0:
+                        self._keep_produced(t.name, p.partition, p.base_offset, *pair)
                 answers[t.name] = [r.TopicProduceResponse.PartitionProduceResponse(
                     index=p.partition, error_code=kafka_code(p.error_code),
                     base_offset=p.base_offset, log_append_time_ms=p.log_append_time,
@@ -345,6 +365,32 @@ class KafkaApis:
             answers.setdefault(name, []).extend(parts)
         return r(responses=[r.TopicProduceResponse(name=n, partition_responses=ps)
                             for n, ps in answers.items()], throttle_time_ms=0)
+
+    def _keep_produced(self, topic: str, partition: int, base_offset: int, sent: Any,
+                       stored: bytes) -> None:
+        """Remember ``sent`` (a client's v2 batch, appended at ``base_offset`` as
+        ``stored``) as the v2 form of the stored batch, when the conversion would give
+        its header the same fields: the same last offset delta, timestamps, producer
+        id, epoch and sequence, record count and transactional bit, and no other
+        attribute than its compression. The leader epoch is the partition's now, which
+        is the one the append used unless leadership moved meanwhile (then the key
+        names no stored batch: never served)."""
+        hosted = self.handlers.context.registry.hosted.get((topic, partition))
+        if hosted is None or len(sent) < _V2_HEAD or len(stored) < _V2_HEAD:
+            return
+        raw = memoryview(sent)
+        if raw[23:_V2_HEAD] != memoryview(stored)[23:_V2_HEAD]:
+            return
+        (attributes,) = _ATTRIBUTES.unpack_from(raw, 21)
+        transactional = _ATTRIBUTES.unpack_from(stored, 21)[0] & _TRANSACTIONAL_ATTRIBUTE
+        if attributes & ~_COMPRESSION_ATTRIBUTES != transactional:
+            return
+        value = bytearray(raw)
+        _OFFSET.pack_into(value, 0, base_offset)
+        _EPOCH.pack_into(value, 12, hosted.leader_epoch)
+        self.converted.keep(topic, partition,
+                            bytes(value[:8]) + stored[8:12] + bytes(value[12:16]) + stored[16:21],
+                            value)
 
     async def fetch(self, request: Any, header: KafkaHeader, session: Session) -> Any:
         # The client's byte limits are about the RecordBatch v2 it receives; the log's

@@ -11,13 +11,26 @@ cache's bytes with ``sendfile``; this is that page cache for the second encoding
 Layout: an LRU map from a batch's identity to its converted bytes, bounded by the sum
 of the values' lengths (``kafka.fetch.cache.bytes``; 0 turns it off).
 
+Produced batches go in too: a batch a Kafka client produced through the listener is
+kept as the client sent it (the v2 bytes Kafka's own brokers would store and serve),
+with the offset and leader epoch the log gave it, under the key the stored batch has
+(``KafkaApis._keep_produced``). The usual Kafka deployment, Kafka clients on both sides
+reading recent data, then converts nothing: the consumer gets the producer's bytes
+(and its compression), as from Kafka. Only a batch whose header the conversion would
+write the same way is kept (CreateTime, the same timestamps, producer fields and
+count; never a typed topic's, whose values are reframed on the way out).
+
 Identity, and why a stale entry cannot be served: the key is the topic, the partition
 and the batch's first 21 bytes as the log holds them: base offset, length, leader epoch,
 magic and CRC-32C. The CRC covers every byte after it (attributes, producer fields,
 timestamps, the payload), so a different batch at the same offset (a follower's log
 truncated and rewritten after a leader change, a compacted segment, a deleted and
 re-created topic) has a different key unless a CRC-32C collides on a batch of the same
-length, offset and epoch. Entries are never invalidated; they age out.
+length, offset and epoch. A kept produced batch is filed under the head its stored
+batch was given (offset and epoch assigned by the log, length, magic and CRC of the
+converted batch): if the listener's guess of that head is wrong (the leader epoch moved
+during the append), the entry names no stored batch and is never served. Entries are
+never invalidated; they age out.
 
 Thread-safety: the broker's event loop only (no lock). Crash behaviour: nothing on disk.
 """
@@ -54,9 +67,10 @@ _ENTRY_OVERHEAD: Final = 200
 
 class ConvertedBatches:
     """Converted v2 batches by identity (see the module docstring), at most
-    ``max_bytes`` of them; ``hits`` / ``misses`` count lookups."""
+    ``max_bytes`` of them; ``hits`` / ``misses`` count lookups, ``kept`` the produced
+    batches remembered (``keep``)."""
 
-    __slots__ = ("_entries", "_key_bytes", "_max_bytes", "bytes", "hits", "misses")
+    __slots__ = ("_entries", "_key_bytes", "_max_bytes", "bytes", "hits", "kept", "misses")
 
     def __init__(self, max_bytes: int, *, key_bytes: int = KEY_BYTES) -> None:
         """``key_bytes``: how much of a batch's head names it (``KEY_BYTES``; the
@@ -69,6 +83,7 @@ class ConvertedBatches:
         self.bytes = 0
         self.hits = 0
         self.misses = 0
+        self.kept = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -119,12 +134,27 @@ class ConvertedBatches:
             return found
         self.misses += 1
         value = make()
+        self._insert(key, value)
+        return value
+
+    def keep(self, topic: str, partition: int, head: bytes, value: bytes | bytearray) -> None:
+        """Remember ``value`` as the v2 form of the stored batch whose first bytes are
+        ``head`` (a produced batch, kept by the listener as its client sent it). A
+        ``head`` that names no stored batch is harmless: nothing ever looks it up."""
+        key = (topic, partition, head[:self._key_bytes])
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.bytes -= len(old) + _ENTRY_OVERHEAD
+        self._insert(key, value)
+        self.kept += 1
+
+    def _insert(self, key: tuple[str, int, bytes], value: bytes | bytearray) -> None:
         size = len(value) + _ENTRY_OVERHEAD
         if size > self._max_bytes:  # (always, when the cache is off)
-            return value
+            return
+        entries = self._entries
         entries[key] = value
         self.bytes += size
         while self.bytes > self._max_bytes:
             _, old = entries.popitem(last=False)
             self.bytes -= len(old) + _ENTRY_OVERHEAD
-        return value
