@@ -308,7 +308,7 @@ class KafkaApis:
         topics: list[ProduceTopic] = []
         # Batches to remember as their client sent them, for Kafka readers (fetch_cache.py).
         keep = self.converted.enabled and request.acks != 0
-        produced: dict[tuple[str, int], tuple[Any, bytes]] = {}
+        produced: dict[tuple[str, int], tuple[bytearray, bytes]] = {}
         for t in request.topic_data:
             parts: list[ProducePartition] = []
             for p in t.partition_data:
@@ -319,8 +319,8 @@ class KafkaApis:
                     subject = self._subject(t.name, p.index)
                     if subject:
                         batch = await to_typed(batch, t.name, subject, self._schema_check())
-                    elif keep:
-                        produced[(t.name, p.index)] = (p.records, batch)
+                    elif keep:  # a copy: the request's buffer is not ours after an await
+                        produced[(t.name, p.index)] = (bytearray(p.records), batch)
                 except Exception as err:
                     # A conversion bug must fail this partition, not the connection
                     # (librdkafka would resend the same request for ever).
@@ -366,31 +366,29 @@ class KafkaApis:
         return r(responses=[r.TopicProduceResponse(name=n, partition_responses=ps)
                             for n, ps in answers.items()], throttle_time_ms=0)
 
-    def _keep_produced(self, topic: str, partition: int, base_offset: int, sent: Any,
+    def _keep_produced(self, topic: str, partition: int, base_offset: int, sent: bytearray,
                        stored: bytes) -> None:
-        """Remember ``sent`` (a client's v2 batch, appended at ``base_offset`` as
-        ``stored``) as the v2 form of the stored batch, when the conversion would give
-        its header the same fields: the same last offset delta, timestamps, producer
-        id, epoch and sequence, record count and transactional bit, and no other
-        attribute than its compression. The leader epoch is the partition's now, which
-        is the one the append used unless leadership moved meanwhile (then the key
-        names no stored batch: never served)."""
+        """Remember ``sent`` (a copy of a client's v2 batch, appended at ``base_offset``
+        as ``stored``; patched here) as the v2 form of the stored batch, when the
+        conversion would give its header the same fields: the same last offset delta,
+        timestamps, producer id, epoch and sequence, record count and transactional
+        bit, and no other attribute than its compression. The leader epoch is the
+        partition's now, which is the one the append used unless leadership moved
+        meanwhile (then the key names no stored batch: never served)."""
         hosted = self.handlers.context.registry.hosted.get((topic, partition))
         if hosted is None or len(sent) < _V2_HEAD or len(stored) < _V2_HEAD:
             return
-        raw = memoryview(sent)
-        if raw[23:_V2_HEAD] != memoryview(stored)[23:_V2_HEAD]:
+        if sent[23:_V2_HEAD] != stored[23:_V2_HEAD]:
             return
-        (attributes,) = _ATTRIBUTES.unpack_from(raw, 21)
+        (attributes,) = _ATTRIBUTES.unpack_from(sent, 21)
         transactional = _ATTRIBUTES.unpack_from(stored, 21)[0] & _TRANSACTIONAL_ATTRIBUTE
         if attributes & ~_COMPRESSION_ATTRIBUTES != transactional:
             return
-        value = bytearray(raw)
-        _OFFSET.pack_into(value, 0, base_offset)
-        _EPOCH.pack_into(value, 12, hosted.leader_epoch)
+        _OFFSET.pack_into(sent, 0, base_offset)
+        _EPOCH.pack_into(sent, 12, hosted.leader_epoch)
         self.converted.keep(topic, partition,
-                            bytes(value[:8]) + stored[8:12] + bytes(value[12:16]) + stored[16:21],
-                            value)
+                            bytes(sent[:8]) + stored[8:12] + bytes(sent[12:16]) + stored[16:21],
+                            sent)
 
     async def fetch(self, request: Any, header: KafkaHeader, session: Session) -> Any:
         # The client's byte limits are about the RecordBatch v2 it receives; the log's
