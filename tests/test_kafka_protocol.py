@@ -24,9 +24,9 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from brokers.kafka import records
 from brokers.kafka.codec import VERSIONS, encode_answer, read_header, unsupported_api_versions
 from brokers.kafka.groups import decode_subscription, encode_assignment
-from brokers.kafka.records import from_kafka, to_kafka
+from brokers.kafka.records import as_stored, from_kafka, to_kafka
 from wire.errors import InvalidRecordBatchError
-from wire.record_batch import ControlType, build_control_batch, decode_batch
+from wire.record_batch import ControlType, build_control_batch, decode_batch, set_base_offset
 
 pytestmark = pytest.mark.unit
 
@@ -107,6 +107,43 @@ def test_offsets_and_transactional_bit_survive_the_round_trip() -> None:
     back = DefaultRecordBatch(to_kafka(bytes(strata)))
     assert back.is_transactional and back.base_offset == 1000
     assert [r.offset for r in back] == list(range(1000, 1005))
+
+
+@pytest.mark.parametrize("transactional, codec", [(False, 0), (True, 0), (False, 1)])
+def test_a_produced_batch_is_kept_as_the_v2_form_of_the_batch_stored(
+        transactional: bool, codec: int) -> None:
+    """``as_stored``: the producer's bytes (its compression kept) stamped with the log's
+    offset and epoch, filed under the head the stored batch has; they read back as the
+    records the conversion gives."""
+    sent = kafka_batch(transactional=transactional)
+    sent = recompress(sent, codec) if codec else sent
+    stored = from_kafka(sent, max_bytes=LIMIT)
+    kept = bytearray(sent)
+    head = as_stored(kept, stored, 1000, 4)
+    in_log = bytearray(stored)
+    set_base_offset(in_log, 1000, 4)  # what the log does to the stored batch
+    assert head == bytes(in_log[:21])
+    assert struct.unpack_from(">qii", kept, 0)[::2] == (1000, 4)
+    assert kept[8:12] == sent[8:12] and kept[16:] == sent[16:]  # nothing else touched
+    assert oracle(bytes(kept)) == oracle(bytes(to_kafka(bytes(in_log))))
+
+
+def test_a_produced_batch_the_conversion_would_rewrite_is_not_kept() -> None:
+    """A header ``to_kafka`` would write otherwise: a max timestamp that is not the
+    records' own, a LogAppendTime claim; ``sent`` is left as it was."""
+    sent = bytearray(kafka_batch())
+    stored = from_kafka(bytes(sent), max_bytes=LIMIT)
+    wrong_max = bytearray(sent)
+    struct.pack_into(">q", wrong_max, 35, 1)
+    _crc(wrong_max)
+    claims_append_time = bytearray(sent)
+    struct.pack_into(">h", claims_append_time, 21, 0x08)
+    _crc(claims_append_time)
+    transactional = bytearray(kafka_batch(transactional=True))
+    for other in (wrong_max, claims_append_time, transactional):
+        before = bytes(other)
+        assert as_stored(other, stored, 1000, 4) is None
+        assert bytes(other) == before
 
 
 def test_a_strata_transaction_marker_is_a_kafka_control_batch() -> None:

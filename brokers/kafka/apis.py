@@ -35,7 +35,7 @@ from brokers.kafka.fetch_answer import FetchPartition as FetchAnswerPartition
 from brokers.kafka.fetch_answer import FetchTopic as FetchAnswerTopic
 from brokers.kafka.fetch_cache import ConvertedBatches
 from brokers.kafka.groups import ClassicGroups
-from brokers.kafka.records import from_kafka, iter_strata_batches, to_kafka
+from brokers.kafka.records import as_stored, from_kafka, iter_strata_batches, to_kafka
 from brokers.kafka.typed import to_framed, to_typed
 from brokers.log.segment import FileSlice
 from wire.errors import (
@@ -135,16 +135,6 @@ def _within(batches: Sequence[bytes | bytearray | memoryview], limit: int, *,
         if size > limit and (i or not first):
             return batches[:i]
     return batches
-
-
-#: RecordBatch v2's header (and Strata's, field for field): the base offset at 0, the
-#: leader epoch at 12, the attributes at 21, then the fields compared up to byte 61.
-_V2_HEAD: Final = 61
-_OFFSET: Final = struct.Struct(">q")
-_EPOCH: Final = struct.Struct(">i")
-_ATTRIBUTES: Final = struct.Struct(">h")
-_COMPRESSION_ATTRIBUTES: Final = 0x07
-_TRANSACTIONAL_ATTRIBUTE: Final = 0x10
 
 
 def _last_offset(batch: bytes | bytearray | memoryview) -> int:
@@ -369,26 +359,16 @@ class KafkaApis:
     def _keep_produced(self, topic: str, partition: int, base_offset: int, sent: bytearray,
                        stored: bytes) -> None:
         """Remember ``sent`` (a copy of a client's v2 batch, appended at ``base_offset``
-        as ``stored``; patched here) as the v2 form of the stored batch, when the
-        conversion would give its header the same fields: the same last offset delta,
-        timestamps, producer id, epoch and sequence, record count and transactional
-        bit, and no other attribute than its compression. The leader epoch is the
+        as ``stored``) as the v2 form of the stored batch, when ``records.as_stored``
+        says the conversion would write the same header. The leader epoch is the
         partition's now, which is the one the append used unless leadership moved
         meanwhile (then the key names no stored batch: never served)."""
         hosted = self.handlers.context.registry.hosted.get((topic, partition))
-        if hosted is None or len(sent) < _V2_HEAD or len(stored) < _V2_HEAD:
+        if hosted is None:
             return
-        if sent[23:_V2_HEAD] != stored[23:_V2_HEAD]:
-            return
-        (attributes,) = _ATTRIBUTES.unpack_from(sent, 21)
-        transactional = _ATTRIBUTES.unpack_from(stored, 21)[0] & _TRANSACTIONAL_ATTRIBUTE
-        if attributes & ~_COMPRESSION_ATTRIBUTES != transactional:
-            return
-        _OFFSET.pack_into(sent, 0, base_offset)
-        _EPOCH.pack_into(sent, 12, hosted.leader_epoch)
-        self.converted.keep(topic, partition,
-                            bytes(sent[:8]) + stored[8:12] + bytes(sent[12:16]) + stored[16:21],
-                            sent)
+        head = as_stored(sent, stored, base_offset, hosted.leader_epoch)
+        if head is not None:
+            self.converted.keep(topic, partition, head, sent)
 
     async def fetch(self, request: Any, header: KafkaHeader, session: Session) -> Any:
         # The client's byte limits are about the RecordBatch v2 it receives; the log's

@@ -56,6 +56,7 @@ from wire.record_batch import (
     decode_batch,
     encode_record_batch,
     peek_header,
+    set_base_offset,
 )
 
 try:
@@ -66,7 +67,7 @@ except ImportError:  # not built (a source tree without a C compiler): the Pytho
 _HEADERS_TYPE: Final = PAYLOAD_SCHEMA.field("headers").type
 _HEADER_FIELDS: Final = tuple(_HEADERS_TYPE.value_type)
 
-__all__ = ["KAFKA_MAGIC", "from_kafka", "to_kafka", "iter_strata_batches"]
+__all__ = ["KAFKA_MAGIC", "as_stored", "from_kafka", "to_kafka", "iter_strata_batches"]
 
 KAFKA_MAGIC: Final = 2
 _CRC_FROM: Final = 21
@@ -74,6 +75,7 @@ _COMPRESSION_MASK: Final = 0x07
 _TIMESTAMP_TYPE_BIT: Final = 0x08
 _TRANSACTIONAL_BIT: Final = 0x10
 _CONTROL_BIT: Final = 0x20
+_ATTRIBUTES: Final = struct.Struct(">h")
 _CODEC_NAMES: Final = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
 
@@ -341,6 +343,27 @@ def _bytes_field(value: bytes | None) -> bytes:
     if value is None:
         return b"\x01"  # varint -1
     return _varint(len(value)) + value
+
+
+def as_stored(sent: bytearray, stored: bytes, base_offset: int,
+              leader_epoch: int) -> bytes | None:
+    """A produced v2 batch ``sent`` made the v2 form of ``stored`` (``from_kafka(sent)``)
+    as the log holds it at ``base_offset`` in ``leader_epoch``: both fields stamped into
+    ``sent`` (in place), and the head (``KEY_BYTES`` of fetch_cache.py) the stored batch
+    then has returned. None, with ``sent`` untouched, when ``to_kafka`` would write the
+    header differently: another last offset delta, first or max timestamp, producer id,
+    epoch, sequence or count (a client's max timestamp that is not its records' own),
+    another transactional bit, or any attribute beyond the compression codec (a
+    LogAppendTime claim). The producer's compression is kept, as Kafka keeps it."""
+    if len(sent) < HEADER_SIZE or len(stored) < HEADER_SIZE or \
+            sent[23:HEADER_SIZE] != stored[23:HEADER_SIZE]:
+        return None
+    (attributes,) = _ATTRIBUTES.unpack_from(sent, _CRC_FROM)
+    (stored_attributes,) = _ATTRIBUTES.unpack_from(stored, _CRC_FROM)
+    if attributes & ~_COMPRESSION_MASK != stored_attributes & _TRANSACTIONAL_BIT:
+        return None
+    set_base_offset(sent, base_offset, leader_epoch)
+    return bytes(sent[:8]) + stored[8:12] + bytes(sent[12:16]) + stored[16:_CRC_FROM]
 
 
 def to_kafka(batch: bytes | bytearray | memoryview) -> bytearray:
