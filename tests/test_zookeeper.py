@@ -83,6 +83,35 @@ def test_running_server_is_found_through_its_directory(
     assert zookeeper_server.is_running()  # the failed start did not disturb it
 
 
+def test_server_jvmflags_reach_the_running_jvm(
+    zookeeper_server: ZooKeeperServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$SERVER_JVMFLAGS`` (zkServer.sh's variable) is on the real JVM's command line,
+    after the defaults; the suite's own (tests/conftest.py) shows it for every server."""
+    argv = Path(f"/proc/{zookeeper_server.pid}/cmdline").read_bytes().split(b"\0")
+    flags = os.environ["SERVER_JVMFLAGS"].split()
+    assert flags and all(f.encode() in argv for f in flags), argv
+    assert argv.index(flags[0].encode()) > argv.index(b"-XX:+UseSerialGC")
+    # Quoted as a shell would; an unbalanced quote is refused before anything starts.
+    monkeypatch.setenv("SERVER_JVMFLAGS", "-Xmx64m '-Dstrata.note=two words'")
+    command = ZooKeeperServer(tmp_path / "zk", free_port()).command()
+    assert command[command.index("-Xmx64m") + 1] == "-Dstrata.note=two words"
+    monkeypatch.setenv("SERVER_JVMFLAGS", "-Dx='open")
+    server = ZooKeeperServer(tmp_path / "zk-bad", free_port(), start_timeout=30)
+    with pytest.raises(ZooKeeperError, match=r"SERVER_JVMFLAGS=.*fix its quoting"):
+        server.start()
+    assert server.pid is None and not server.is_running()
+    # A flag the JVM refuses: the start fails with the JVM's own words in the log tail.
+    monkeypatch.setenv("SERVER_JVMFLAGS", "-XX:+NoSuchStrataFlag")
+    server = ZooKeeperServer(tmp_path / "zk-refused", free_port(), start_timeout=30)
+    try:
+        with pytest.raises(ZooKeeperStartError) as info:
+            server.start()
+        assert "NoSuchStrataFlag" in info.value.log_tail
+    finally:
+        server.stop(grace=1.0)
+
+
 def test_port_in_use_is_a_clear_error_and_starts_nothing(tmp_path: Path) -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))

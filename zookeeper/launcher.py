@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shlex
 import shutil
 import socket
 import string
@@ -198,6 +199,20 @@ def ensemble_health(addresses: Sequence[tuple[str, int]], timeout: float = 1.0) 
     return EnsembleHealth(
         tuple((f"{host}:{port}", server_mode(host, port, timeout)) for host, port in addresses)
     )
+
+
+def _server_jvm_flags() -> list[str]:
+    """``$SERVER_JVMFLAGS``, the variable ZooKeeper's own ``zkServer.sh`` reads for the
+    server's JVM options, split as a shell would; they come after the defaults above, so
+    a ``-Xmx`` there wins. E.g. ``-XX:TieredStopAtLevel=1`` (the client compiler only)
+    halves the CPU a short-lived server spends starting; the test suite sets that."""
+    value = os.environ.get("SERVER_JVMFLAGS", "")
+    try:
+        return shlex.split(value)
+    except ValueError as err:
+        raise ZooKeeperError(
+            f"SERVER_JVMFLAGS={value!r} cannot be split into JVM options ({err}); fix its "
+            "quoting or unset it") from None
 
 
 def _java_executable() -> str:
@@ -419,6 +434,7 @@ class ZooKeeperServer:
             f"-Xmx{self.heap}",
             "-Xms32m",
             "-XX:+UseSerialGC",  # one GC thread: the dev machines have two cores
+            *_server_jvm_flags(),
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             "-Dzookeeper.jmx.log4j.disable=true",

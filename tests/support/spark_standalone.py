@@ -52,6 +52,12 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
+#: JVM options of the master, the worker and the executors: they live for one test, so the
+#: C2 compiler's threads would be mostly start-up cost (see SPARK_SUBMIT_OPTS in
+#: tests/conftest.py).
+_SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 class SparkStandalone:
     def __init__(self, directory: Path, cores: int = 2, memory: str = "2g") -> None:
         self.directory = directory
@@ -69,6 +75,8 @@ class SparkStandalone:
                ) -> subprocess.Popen[str]:
         env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
                    SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
+                   # The client compiler only, as the suite's drivers (tests/conftest.py).
+                   SPARK_DAEMON_JAVA_OPTS=_SHORT_LIVED_JVM,
                    SPARK_LOG_DIR=str(self.directory / "logs"))
         env.pop("SPARK_CONF_DIR", None)
         env.pop("PYSPARK_SUBMIT_ARGS", None)
@@ -119,6 +127,7 @@ class SparkStandalone:
                   "--conf spark.driver.bindAddress=127.0.0.1 "
                   f"--conf spark.executor.cores={self.cores} "
                   f"--conf spark.cores.max={self.cores} --conf spark.executor.memory=1g "
+                  f"--conf 'spark.executor.extraJavaOptions={_SHORT_LIVED_JVM}' "
                   "pyspark-shell")
         return dict(os.environ, PYSPARK_SUBMIT_ARGS=submit, **extra)
 
