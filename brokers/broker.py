@@ -190,7 +190,8 @@ class Broker:
         cache = self.kafka.apis.converted
         self.metrics.registry.register(
             FetchCacheCollector(
-                lambda: (cache.hits, cache.misses, cache.kept, cache.bytes)))
+                lambda: (cache.hits, cache.misses, cache.kept, cache.ahead,
+                         cache.bytes)))
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:

@@ -204,9 +204,10 @@ BROKER_KEYS: Final[dict[str, _BrokerKey]] = {
     "kafka.fetch.cache.bytes": _BrokerKey(
         "kafka_fetch_cache_bytes", int, 256 << 20,
         "memory for RecordBatch v2 batches a Kafka listener keeps: those its fetches "
-        "converted and those Kafka clients produced through it, so that later readers "
-        "of the same recent data get them without converting (docs/kafka-compatibility"
-        ".md); 0: convert every fetch",
+        "converted, those it converted ahead of a reader's next fetch and those Kafka "
+        "clients produced through it, so that later readers of the same recent data get "
+        "them without converting (docs/kafka-compatibility.md); 0: convert every fetch "
+        "while the reader waits",
         lambda v: v >= 0, ">= 0"),
     "advertised.listeners": _BrokerKey(
         "advertised_listeners", str, "",

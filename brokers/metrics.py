@@ -134,13 +134,13 @@ class _HealthCollector(Collector):
 
 class FetchCacheCollector(Collector):
     """The Kafka listener's converted-batch cache (brokers/kafka/fetch_cache.py):
-    ``source`` returns its (hits, misses, kept, bytes)."""
+    ``source`` returns its (hits, misses, kept, ahead, bytes)."""
 
-    def __init__(self, source: Callable[[], tuple[int, int, int, int]]) -> None:
+    def __init__(self, source: Callable[[], tuple[int, int, int, int, int]]) -> None:
         self._source = source
 
     def collect(self) -> Iterator[Any]:
-        hits, misses, kept, size = self._source()
+        hits, misses, kept, ahead, size = self._source()
         yield CounterMetricFamily(
             "strata_kafka_fetch_cache_hits",
             "batches a Kafka fetch took from the converted-batch cache", value=hits)
@@ -150,6 +150,10 @@ class FetchCacheCollector(Collector):
         yield CounterMetricFamily(
             "strata_kafka_fetch_cache_kept",
             "batches Kafka clients produced, kept as sent for Kafka readers", value=kept)
+        yield CounterMetricFamily(
+            "strata_kafka_fetch_cache_ahead",
+            "of the misses, batches converted ahead of the Kafka reader that will fetch "
+            "them next", value=ahead)
         yield GaugeMetricFamily(
             "strata_kafka_fetch_cache_bytes", "bytes the converted-batch cache holds",
             value=size)

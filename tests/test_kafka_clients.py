@@ -283,6 +283,47 @@ def test_strata_producer_read_by_kafka_clients(admin: AdminClient, kafka: str,
     assert got == {k: b"s%d" % i for k, i in written.items()}
 
 
+def fetch_cache_ahead(cluster: Cluster) -> int:
+    """Of the misses, the batches the listeners converted ahead of their reader."""
+    total = 0.0
+    for broker in cluster.brokers.values():
+        text = urllib.request.urlopen(
+            f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+        total += sum(float(line.split()[1]) for line in text.splitlines()
+                     if line.startswith("strata_kafka_fetch_cache_ahead_total "))
+    return int(total)
+
+
+def test_a_kafka_reader_of_strata_written_data_finds_its_next_batches_converted(
+        admin: AdminClient, kafka: str, cluster: Cluster) -> None:
+    """Data Strata's own producer wrote is converted to v2 on its first read; the
+    listener converts what a reader will fetch next while it takes in what it got
+    (``KafkaApis._read_ahead``), so only the reader's first fetch waits for a
+    conversion. One partition, small fetches (64 KiB): many round trips, each of which
+    must find its batches converted already, and the records must be the ones sent."""
+    topic = create(admin, "k-ahead", partitions=1)
+    count = 20_000
+    with Producer(cluster.bootstrap, acks="all", batch_size=16_384) as producer:
+        for start in range(0, count, 1000):
+            producer.send_batch(topic, [b"v%06d-" % i + b"x" * 90
+                                        for i in range(start, start + 1000)],
+                                keys=[b"k%d" % (i % 7) for i in range(start, start + 1000)],
+                                partition=0).result(30)
+    hits, misses, _ = fetch_cache_counts(cluster)
+    ahead = fetch_cache_ahead(cluster)
+    got = read_kafka(kafka, topic, count, group=f"ahead-{topic}",
+                     **{"max.partition.fetch.bytes": 65536})
+    assert [(m.offset(), m.key(), m.value()) for m in got] == [
+        (i, b"k%d" % (i % 7), b"v%06d-" % i + b"x" * 90) for i in range(count)]
+    hits_after, misses_after, _ = fetch_cache_counts(cluster)
+    converted_ahead = fetch_cache_ahead(cluster) - ahead
+    converted_waiting = misses_after - misses - converted_ahead
+    # ~2 MB in 64 KiB fetches: some thirty round trips. Only the first one's batches
+    # (at most 1.25 x 64 KiB of them, 80-odd here) are converted while the reader waits.
+    assert converted_ahead > 0 and hits_after > hits, (converted_ahead, hits_after - hits)
+    assert converted_waiting * 10 <= converted_ahead, (converted_waiting, converted_ahead)
+
+
 # ----------------------------------------------------------------------------- groups
 def test_group_of_kafka_processes_shares_the_partitions(admin: AdminClient,
                                                         kafka: str) -> None:

@@ -20,6 +20,11 @@ reading recent data, then converts nothing: the consumer gets the producer's byt
 write the same way is kept (CreateTime, the same timestamps, producer fields and
 count; never a typed topic's, whose values are reframed on the way out).
 
+Batches are also converted ahead of a reader: when a fetch's answer stops short of the
+high watermark, the listener converts what that reader will fetch next while it takes
+in what it got (``KafkaApis._read_ahead``), so a consumer catching up on data Strata's
+own clients wrote does not wait for a conversion on each round trip.
+
 Identity, and why a stale entry cannot be served: the key is the topic, the partition
 and the batch's first 21 bytes as the log holds them: base offset, length, leader epoch,
 magic and CRC-32C. The CRC covers every byte after it (attributes, producer fields,
@@ -68,9 +73,10 @@ _ENTRY_OVERHEAD: Final = 200
 class ConvertedBatches:
     """Converted v2 batches by identity (see the module docstring), at most
     ``max_bytes`` of them; ``hits`` / ``misses`` count lookups, ``kept`` the produced
-    batches remembered (``keep``)."""
+    batches remembered (``keep``), ``ahead`` the misses converted ahead of a reader."""
 
-    __slots__ = ("_entries", "_key_bytes", "_max_bytes", "bytes", "hits", "kept", "misses")
+    __slots__ = ("_entries", "_key_bytes", "_max_bytes", "ahead", "bytes", "hits", "kept",
+                 "misses")
 
     def __init__(self, max_bytes: int, *, key_bytes: int = KEY_BYTES) -> None:
         """``key_bytes``: how much of a batch's head names it (``KEY_BYTES``; the
@@ -84,6 +90,9 @@ class ConvertedBatches:
         self.hits = 0
         self.misses = 0
         self.kept = 0
+        #: Of ``misses``, the batches converted ahead of their reader
+        #: (``KafkaApis._read_ahead``) rather than for a fetch waiting on them.
+        self.ahead = 0
 
     def __len__(self) -> int:
         return len(self._entries)
