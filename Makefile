@@ -26,11 +26,12 @@ lint: setup
 	$(VENV)/bin/lint-imports --no-logo
 
 # Three worker processes, each running whole modules (--dist loadfile keeps a module's
-# fixtures, its ZooKeeper, brokers and SparkSession, on one worker). Most of a test's
-# time is waiting for processes, elections and timeouts: a full run keeps the two cores
-# about half busy (26 CPU-min in 24 min on 2026-11-30). Four workers ran in 18-21 min
-# that day, but their load showed timing-sensitive tests (three fixed, one a real race
-# in `strata up`); until a sweep of such tests, three.
+# fixtures, its ZooKeeper, brokers and SparkSession, on one worker). On 2026-11-30 a run
+# kept both cores 99-100 % busy from start to end (brokers, Spark JVMs and PySpark's
+# Python workers the most), so more workers do not help: four ran 1,615-1,674 s that day
+# where three ran 1,405 s. Short-lived JVMs run with the client compiler only
+# (tests/conftest.py: SPARK_SUBMIT_OPTS, SERVER_JVMFLAGS, SPARK_LAUNCHER_OPTS), which
+# roughly halves their CPU; three workers then ran 882-977 s on 2026-12-01.
 # The modules go out
 # longest first, in tests/conftest.py's order (--no-loadscope-reorder: xdist would
 # otherwise sort them by number of tests, which starts the longest, one-test modules
