@@ -28,11 +28,11 @@ lint: setup
 # Three worker processes, each running whole modules (--dist loadfile keeps a module's
 # fixtures, its ZooKeeper, brokers and SparkSession, on one worker). On 2026-11-30 a run
 # kept both cores 99-100 % busy from start to end (brokers, Spark JVMs and PySpark's
-# Python workers the most), so more workers do not help: four ran 1,615-1,674 s that day
-# where three ran 1,405 s. Short-lived JVMs run with the client compiler only
-# (tests/conftest.py: SPARK_SUBMIT_OPTS, SERVER_JVMFLAGS, SPARK_LAUNCHER_OPTS): a Spark
-# session's CPU about halves, a ZooKeeper's drops by a third; three workers then ran
-# 882-977 s on 2026-12-01.
+# Python workers the most), so more workers do not help (four were not faster than three
+# in that day's runs, which were hours apart). Short-lived JVMs run with the client
+# compiler only (tests/conftest.py: SPARK_SUBMIT_OPTS, SERVER_JVMFLAGS,
+# SPARK_LAUNCHER_OPTS): measured one JVM at a time, a Spark session's CPU about halves
+# and a ZooKeeper's drops by a third.
 # The modules go out
 # longest first, in tests/conftest.py's order (--no-loadscope-reorder: xdist would
 # otherwise sort them by number of tests, which starts the longest, one-test modules

@@ -122,10 +122,11 @@ def read_strata(bootstrap: str, topic: str, partitions: int, count: int,
         consumer.close()
 
 
-def fetch_cache_counts(cluster: Cluster) -> tuple[int, int, int]:
-    """(hits, misses, kept) of the Kafka listeners' converted-batch caches, from the
-    brokers' own metrics endpoints."""
-    totals = {"hits": 0.0, "misses": 0.0, "kept": 0.0}
+def fetch_cache_counts(cluster: Cluster) -> dict[str, int]:
+    """The Kafka listeners' converted-batch cache counters, summed over the brokers from
+    their own metrics endpoints: ``hits``, ``misses``, ``kept`` and ``ahead`` (of the
+    misses, the batches converted ahead of their reader)."""
+    totals = dict.fromkeys(("hits", "misses", "kept", "ahead"), 0.0)
     for broker in cluster.brokers.values():
         text = urllib.request.urlopen(
             f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
@@ -133,7 +134,7 @@ def fetch_cache_counts(cluster: Cluster) -> tuple[int, int, int]:
             for name in totals:
                 if line.startswith(f"strata_kafka_fetch_cache_{name}_total "):
                     totals[name] += float(line.split()[1])
-    return int(totals["hits"]), int(totals["misses"]), int(totals["kept"])
+    return {name: int(value) for name, value in totals.items()}
 
 
 # ----------------------------------------------------------------------------- admin
@@ -158,7 +159,7 @@ def test_admin_creates_describes_and_deletes_topics(admin: AdminClient) -> None:
 def test_every_codec_round_trips_through_both_protocols(admin: AdminClient, kafka: str,
                                                          cluster: Cluster) -> None:
     topic = create(admin, "k-codecs", partitions=3)
-    _, _, kept_before = fetch_cache_counts(cluster)
+    kept_before = fetch_cache_counts(cluster)["kept"]
     sent: dict[tuple[str, int], tuple[bytes | None, bytes | None, list[Any], int]] = {}
     acked: dict[tuple[str, int], tuple[int, int]] = {}
     base_ts = int(time.time() * 1000) - 60_000
@@ -200,19 +201,19 @@ def test_every_codec_round_trips_through_both_protocols(admin: AdminClient, kafk
     # Every batch was kept as its producer sent it (each codec's own compression), under
     # the offsets and epoch the log gave it: the first Kafka read converts nothing, and
     # its records (checked below) are the ones sent.
-    hits, misses, kept = fetch_cache_counts(cluster)
-    assert kept > kept_before
+    before = fetch_cache_counts(cluster)
+    assert before["kept"] > kept_before
     kafka_read = read_kafka(kafka, topic, len(acked))
     assert len(kafka_read) == len(acked)
-    hits_after, misses_after, _ = fetch_cache_counts(cluster)
-    assert hits_after > hits and misses_after == misses
+    after = fetch_cache_counts(cluster)
+    assert after["hits"] > before["hits"] and after["misses"] == before["misses"]
     for m in kafka_read:
         codec, i = by_offset[(m.partition(), m.offset())]
         assert (m.key(), m.value(), [tuple(h) for h in (m.headers() or [])],
                 m.timestamp()[1]) == expected(codec, i)
     # A second Kafka reader gets the same records from the brokers' converted-batch
     # caches (brokers/kafka/fetch_cache.py): nothing is converted again.
-    hits, misses, _ = fetch_cache_counts(cluster)
+    before = fetch_cache_counts(cluster)
     again = read_kafka(kafka, topic, len(acked), group=f"again-{topic}")
 
     def seen(ms: list[Any]) -> list[tuple[Any, ...]]:
@@ -220,8 +221,8 @@ def test_every_codec_round_trips_through_both_protocols(admin: AdminClient, kafk
                        m.timestamp()) for m in ms)
 
     assert seen(again) == seen(kafka_read)
-    hits_after, misses_after, _ = fetch_cache_counts(cluster)
-    assert hits_after > hits and misses_after == misses
+    after = fetch_cache_counts(cluster)
+    assert after["hits"] > before["hits"] and after["misses"] == before["misses"]
     strata_read = read_strata(cluster.bootstrap, topic, 3, len(acked))
     assert len(strata_read) == len(acked)
     for r in strata_read:
@@ -283,17 +284,6 @@ def test_strata_producer_read_by_kafka_clients(admin: AdminClient, kafka: str,
     assert got == {k: b"s%d" % i for k, i in written.items()}
 
 
-def fetch_cache_ahead(cluster: Cluster) -> int:
-    """Of the misses, the batches the listeners converted ahead of their reader."""
-    total = 0.0
-    for broker in cluster.brokers.values():
-        text = urllib.request.urlopen(
-            f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
-        total += sum(float(line.split()[1]) for line in text.splitlines()
-                     if line.startswith("strata_kafka_fetch_cache_ahead_total "))
-    return int(total)
-
-
 def test_a_kafka_reader_of_strata_written_data_finds_its_next_batches_converted(
         admin: AdminClient, kafka: str, cluster: Cluster) -> None:
     """Data Strata's own producer wrote is converted to v2 on its first read; the
@@ -309,18 +299,17 @@ def test_a_kafka_reader_of_strata_written_data_finds_its_next_batches_converted(
                                         for i in range(start, start + 1000)],
                                 keys=[b"k%d" % (i % 7) for i in range(start, start + 1000)],
                                 partition=0).result(30)
-    hits, misses, _ = fetch_cache_counts(cluster)
-    ahead = fetch_cache_ahead(cluster)
+    before = fetch_cache_counts(cluster)
     got = read_kafka(kafka, topic, count, group=f"ahead-{topic}",
                      **{"max.partition.fetch.bytes": 65536})
     assert [(m.offset(), m.key(), m.value()) for m in got] == [
         (i, b"k%d" % (i % 7), b"v%06d-" % i + b"x" * 90) for i in range(count)]
-    hits_after, misses_after, _ = fetch_cache_counts(cluster)
-    converted_ahead = fetch_cache_ahead(cluster) - ahead
-    converted_waiting = misses_after - misses - converted_ahead
+    after = fetch_cache_counts(cluster)
+    converted_ahead = after["ahead"] - before["ahead"]
+    converted_waiting = after["misses"] - before["misses"] - converted_ahead
     # ~2 MB in 64 KiB fetches: some thirty round trips. Only the first one's batches
     # (at most 1.25 x 64 KiB of them, 80-odd here) are converted while the reader waits.
-    assert converted_ahead > 0 and hits_after > hits, (converted_ahead, hits_after - hits)
+    assert converted_ahead > 0 and after["hits"] > before["hits"], (before, after)
     assert converted_waiting * 10 <= converted_ahead, (converted_waiting, converted_ahead)
 
 
