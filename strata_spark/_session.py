@@ -6,7 +6,7 @@ so notebooks, jobs and tests share one definition. Spark reads that file only th
 ``SPARK_CONF_DIR`` and only when the JVM starts, so the variable must be set before the
 first session in the process; this module does that.
 
-Two more things only a JVM launch can settle, also done here:
+Three more things only a JVM launch can settle, also done here:
 
 * **The loopback.** Left alone, Spark binds the driver (its RPC endpoint and the block
   manager) to the machine's external interface whenever the hostname resolves to
@@ -23,6 +23,9 @@ Two more things only a JVM launch can settle, also done here:
   incubator-module notice) is dropped once the start succeeded; a failed start prints
   everything. From then on both are passed through to this process's stdout and stderr
   unchanged.
+* **Package jars in place.** A ``local`` session reads the jars ``spark.jars.packages``
+  resolved where Ivy put them instead of copying them into ``spark.local.dir`` at each
+  start (:class:`_InPlace`).
 
 We deliberately do not use ``delta.configure_spark_with_delta_pip``: it would ask Ivy for
 ``io.delta:delta-spark_2.13:<pip version>`` (4.4.1), which does not exist on Maven Central
@@ -41,6 +44,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:  # pragma: no cover - import only for the annotation
     from pyspark.sql import SparkSession
@@ -291,6 +295,118 @@ def _launch_jvm(options: Mapping[str, str]) -> None:
         stream.release(started=True)
 
 
+#: The settings through which spark-submit hands a session its dependencies, each a
+#: comma-separated list: ``spark.jars`` (the executors fetch and load them),
+#: ``spark.files`` (the executors fetch them) and ``spark.submit.pyFiles`` (PySpark copies
+#: them into the session's files directory and puts ``.jar``/``.zip``/``.egg`` ones on the
+#: Python path).
+_DEPENDENCY_KEYS = ("spark.jars", "spark.files", "spark.submit.pyFiles")
+
+
+def _local_path(entry: str) -> str | None:
+    """The local file a dependency entry names (``file:`` URI or plain path), else None."""
+    if entry.startswith("file:"):
+        return unquote(urlparse(entry).path) or None
+    if "://" in entry or not entry.startswith("/"):
+        return None
+    return entry
+
+
+class _InPlace:
+    """Dependencies of a local session read where they are instead of copied.
+
+    spark-submit resolves ``spark.jars.packages`` into jars in Ivy's directory, puts them
+    on the driver's class path and also lists each one in ``spark.jars``, ``spark.files``
+    and ``spark.submit.pyFiles``. For those three lists Spark copies every jar into the
+    session's files directory under ``spark.local.dir`` (the local executor fetches jars
+    and files; PySpark copies the Python files) on each start: with the S3A connector,
+    whose AWS SDK bundle alone is 686 MB, 741 MB per session, left behind by a driver
+    that is killed. On a ``local`` master the executor runs in the driver's JVM and loads
+    classes through the driver's class loader, which has the jars already, so the copies
+    buy nothing.
+
+    :func:`_dependencies_in_place` therefore removes from the three lists every entry
+    that is a local file on the driver's class path (``settings``), and :meth:`link`
+    gives the files directory a symbolic link to each instead of a copy, with the Python
+    path entries PySpark would have made: ``SparkFiles.get`` and imports from a package
+    jar behave as before. Everything else (a cluster master, a remote or non-jar entry,
+    a class loader this cannot read) is left to Spark. Spark deletes the files directory
+    with ``rm -rf`` semantics at stop, removing the links, never their targets.
+    """
+
+    def __init__(self, settings: dict[str, str], files: list[str], python: list[str]) -> None:
+        self.settings = settings
+        self._files = files
+        self._python = python
+
+    def link(self, session: SparkSession) -> None:
+        if not self._files:
+            return
+        from pyspark import SparkFiles
+
+        context = session.sparkContext
+        root = Path(SparkFiles.getRootDirectory())
+        for path in self._files:
+            target = root / Path(path).name
+            if target.exists() or target.is_symlink():
+                continue
+            try:
+                target.symlink_to(path)
+            except OSError:
+                import shutil
+
+                shutil.copyfile(path, target)
+        includes = context._python_includes
+        if includes is None:
+            return
+        for path in self._python:
+            name = Path(path).name
+            if name not in includes:
+                includes.append(name)
+                sys.path.insert(1, str(root / name))
+
+
+def _dependencies_in_place() -> _InPlace:
+    """What :class:`_InPlace` changes for the session about to be built in this
+    process's JVM (nothing unless its master is ``local``)."""
+    from pyspark import SparkContext
+
+    nothing = _InPlace({}, [], [])
+    jvm = SparkContext._jvm
+    if jvm is None or SparkContext._active_spark_context is not None:
+        return nothing
+    system = jvm.System
+    master = (system.getProperty("spark.master") or "").strip()
+    if not _is_local(master):
+        return nothing
+    try:
+        loader = jvm.Thread.currentThread().getContextClassLoader()
+        on_class_path = {unquote(urlparse(str(url)).path) for url in loader.getURLs()
+                         if str(url).startswith("file:")}
+    except Exception:  # py4j errors: not a URLClassLoader, or the JVM went away
+        return nothing
+    settings: dict[str, str] = {}
+    files: list[str] = []
+    python: list[str] = []
+    for key in _DEPENDENCY_KEYS:
+        value = system.getProperty(key) or ""
+        entries = [e.strip() for e in value.split(",") if e.strip()]
+        kept: list[str] = []
+        for entry in entries:
+            path = _local_path(entry)
+            if path is None or path not in on_class_path or not os.path.isfile(path):
+                kept.append(entry)
+                continue
+            if path not in files:
+                files.append(path)
+            if key == "spark.submit.pyFiles" and path.lower().endswith((".jar", ".zip",
+                                                                         ".egg")):
+                python.append(path)
+        if len(kept) != len(entries):
+            settings[key] = ",".join(kept)
+    return _InPlace(settings, files, python)
+
+
 def spark_session(app_name: str, extra_conf: Mapping[str, str] | None = None) -> SparkSession:
     """Return a SparkSession configured from ``conf/spark-defaults.conf``.
 
@@ -338,8 +454,11 @@ def spark_session(app_name: str, extra_conf: Mapping[str, str] | None = None) ->
         # to its builder only, or the next session here (a notebook after the tier
         # pass, a test module after another) would inherit them.
         _launch_jvm({k: v for k, v in options.items() if not k.startswith("spark.sql.")})
+        in_place = _dependencies_in_place()
+        options.update(in_place.settings)
         builder = SparkSession.builder
         for key, value in options.items():
             builder = builder.config(key, value)
         session: SparkSession = builder.getOrCreate()
+    in_place.link(session)
     return session

@@ -241,3 +241,45 @@ def test_an_address_the_user_sets_wins(_one_jvm: None) -> None:
         assert session.range(10).count() == 10
     finally:
         session.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_local_session_reads_its_package_jars_in_place(tier_session: Any,
+                                                         tmp_path: Path) -> None:
+    """spark-submit lists each jar of ``spark.jars.packages`` for the executor and for
+    PySpark, which would copy all of them into the session's files directory on every
+    start (741 MB with the S3A connector). A local session links them instead: the
+    directory holds links to Ivy's jars and no copy, Delta's classes still load in the
+    executor, a Python worker still starts, and stopping the session removes the links,
+    never the jars they point to."""
+    from pyspark import SparkFiles
+    from pyspark.sql.functions import udf
+
+    root = Path(SparkFiles.getRootDirectory())
+    conf = tier_session.sparkContext.getConf()
+    packages = [p for p in (conf.get("spark.jars.packages") or "").split(",") if p]
+    assert any(p.startswith("io.delta:delta-spark") for p in packages), packages
+    entries = sorted(root.iterdir())
+    jars = [e for e in entries if e.name.endswith(".jar")]
+    delta = [e for e in jars if e.name.startswith("io.delta_delta-spark")]
+    assert delta, entries
+    copies = [e for e in jars if not e.is_symlink()]
+    assert not copies, f"copied into {root}: {[e.name for e in copies]}"
+    targets = [e.resolve() for e in jars]
+    assert all(t.is_file() and t.parent != root for t in targets), targets
+    for key in ("spark.jars", "spark.files", "spark.submit.pyFiles"):
+        assert not {str(t) for t in targets} & {
+            e.removeprefix("file://") for e in (conf.get(key) or "").split(",")}, key
+    # PySpark's Python path entry for a package jar is kept (as it would be for a copy).
+    assert str(root / delta[0].name) in sys.path
+
+    table = str(tmp_path / "in-place")
+    plus_one = udf(lambda x: x + 1, "long")  # a Python worker, started by the executor
+    tier_session.range(5).select(plus_one("id").alias("id")).write.format("delta").save(table)
+    assert sorted(r.id for r in tier_session.read.format("delta").load(table).collect()) == \
+        [1, 2, 3, 4, 5]
+
+    tier_session.stop()
+    assert not root.exists()
+    assert all(t.is_file() for t in targets), "stopping the session removed Ivy's jars"
