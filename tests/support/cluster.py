@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Self
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from procs import free_port
@@ -369,6 +370,16 @@ class Cluster:
         self.events.append(line)
         print(line, flush=True)
 
+    def _zookeeper_state(self) -> str:
+        """Whether the cluster's ZooKeeper servers still run, and their logs' last lines
+        (why a client could not connect: a server that died says so there)."""
+        servers = ([self.zk_server] if self.zk_server is not None
+                   else list(self.zk_ensemble.nodes) if self.zk_ensemble is not None else [])
+        return "; ".join(
+            f"{server.connect_string} {'running' if server.is_running() else 'exited'} "
+            f"({server.describe_pid()}), log {server.log_path} ends:\n{server.log_tail()}"
+            for server in servers)
+
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Self:
         try:
@@ -380,7 +391,11 @@ class Cluster:
             self._zk = KazooClient(hosts=self.zk_connect, timeout=10.0,
                                    connection_retry={"max_tries": -1, "delay": 0.1,
                                                      "max_delay": 1.0})
-            self._zk.start(timeout=15)
+            try:
+                self._zk.start(timeout=15)
+            except KazooTimeoutError as exc:
+                raise RuntimeError(f"cannot reach ZooKeeper at {self.zk_connect}: "
+                                   f"{self._zookeeper_state()}") from exc
             if self.security is not None:
                 self.security.bootstrap_zookeeper(self.zk_connect)
             for broker in self.brokers.values():
