@@ -271,14 +271,25 @@ def test_a_local_session_reads_its_package_jars_in_place(tier_session: Any,
     for key in ("spark.jars", "spark.files", "spark.submit.pyFiles"):
         assert not {str(t) for t in targets} & {
             e.removeprefix("file://") for e in (conf.get(key) or "").split(",")}, key
-    # PySpark's Python path entry for a package jar is kept (as it would be for a copy).
-    assert str(root / delta[0].name) in sys.path
+    # On the Python path (driver and workers): the package jars that hold Python (Delta's
+    # has its Python API), not the others, whose directories every import would read.
+    # (A process that started several sessions has one entry per session's directory.)
+    assert {Path(p).name for p in sys.path if p.endswith(".jar")} == {delta[0].name}
 
     table = str(tmp_path / "in-place")
-    plus_one = udf(lambda x: x + 1, "long")  # a Python worker, started by the executor
-    tier_session.range(5).select(plus_one("id").alias("id")).write.format("delta").save(table)
-    assert sorted(r.id for r in tier_session.read.format("delta").load(table).collect()) == \
-        [1, 2, 3, 4, 5]
+
+    plus_one = udf(lambda x: x + 1, "long")
+    worker_jars = udf(lambda _: ",".join(Path(p).name for p in __import__("sys").path
+                                         if p.endswith(".jar")), "string")
+    # A Python worker, started by the executor, runs the UDFs and reports its path.
+    rows = tier_session.range(5).select(plus_one("id").alias("id"),
+                                        worker_jars("id").alias("jars"))
+    rows.write.format("delta").save(table)
+    written = tier_session.read.format("delta").load(table).collect()
+    assert sorted(r.id for r in written) == [1, 2, 3, 4, 5]
+    package_jars = {e.name for e in jars}  # Spark adds its own spark-core jar: not ours
+    assert {frozenset(set(r.jars.split(",")) & package_jars) for r in written} == \
+        {frozenset({delta[0].name})}
 
     tier_session.stop()
     assert not root.exists()
