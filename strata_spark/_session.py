@@ -25,7 +25,8 @@ Three more things only a JVM launch can settle, also done here:
   unchanged.
 * **Package jars in place.** A ``local`` session reads the jars ``spark.jars.packages``
   resolved where Ivy put them instead of copying them into ``spark.local.dir`` at each
-  start (:class:`_InPlace`).
+  start, and any session puts on the Python path only those of them that hold Python
+  (:class:`_InPlace`, :func:`_holds_python`).
 
 We deliberately do not use ``delta.configure_spark_with_delta_pip``: it would ask Ivy for
 ``io.delta:delta-spark_2.13:<pip version>`` (4.4.1), which does not exist on Maven Central
