@@ -325,9 +325,10 @@ class _InPlace:
     session's files directory under ``spark.local.dir`` (the local executor fetches jars
     and files; PySpark copies the Python files) on each start: with the S3A connector,
     whose AWS SDK bundle alone is 686 MB, 741 MB per session, left behind by a driver
-    that is killed. On a ``local`` master the executor runs in the driver's JVM and loads
-    classes through the driver's class loader, which has the jars already, so the copies
-    buy nothing.
+    that is killed. On a ``local`` or ``local[N]`` master the executor runs in the
+    driver's JVM and loads classes through the driver's class loader, which has the jars
+    already, so the copies buy nothing (not so on ``local-cluster[...]``, whose
+    executors are JVMs of their own).
 
     :func:`_dependencies_in_place` therefore removes from the three lists every entry
     that is a local file on the driver's class path (``settings``), and :meth:`link`
@@ -409,9 +410,9 @@ def _holds_python(path: str) -> bool:
 
 def _dependencies_in_place() -> _InPlace:
     """What :class:`_InPlace` changes for the session about to be built in this
-    process's JVM: on a ``local`` master, the jars on the driver's class path are linked
-    instead of copied; on any master, a jar of ``spark.submit.pyFiles`` without Python
-    in it is left off the Python path (:func:`_holds_python`)."""
+    process's JVM: on a ``local``/``local[N]`` master, the jars on the driver's class
+    path are linked instead of copied; on any master, a jar of ``spark.submit.pyFiles``
+    without Python in it is left off the Python path (:func:`_holds_python`)."""
     from pyspark import SparkContext
 
     nothing = _InPlace({}, [], [])
@@ -419,7 +420,10 @@ def _dependencies_in_place() -> _InPlace:
     if jvm is None or SparkContext._active_spark_context is not None:
         return nothing
     system = jvm.System
-    local = _is_local((system.getProperty("spark.master") or "").strip())
+    master = (system.getProperty("spark.master") or "").strip()
+    # Not local-cluster[...]: its executors are JVMs of their own, without the driver's
+    # class loader, and need Spark's copies.
+    local = master == "local" or master.startswith("local[")
     on_class_path: set[str] = set()
     if local:
         try:
