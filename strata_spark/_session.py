@@ -334,7 +334,8 @@ class _InPlace:
     that is a local file on the driver's class path (``settings``), and :meth:`link`
     gives the files directory a symbolic link to each instead of a copy, with the Python
     path entries PySpark would have made for the jars that hold Python (on any master,
-    the others stay off the Python path: :func:`_holds_python`): ``SparkFiles.get`` and
+    the others stay off the Python path where Spark still delivers them as files:
+    :func:`_holds_python`): ``SparkFiles.get`` and
     imports from a package jar behave as before. Everything else (a cluster master's
     copies, a remote or non-jar entry, a class loader this cannot read) is left to
     Spark. Spark deletes the files directory with ``rm -rf`` semantics at stop, removing
@@ -408,11 +409,19 @@ def _holds_python(path: str) -> bool:
         return True
 
 
-def _dependencies_in_place() -> _InPlace:
-    """What :class:`_InPlace` changes for the session about to be built in this
-    process's JVM: on a ``local``/``local[N]`` master, the jars on the driver's class
-    path are linked instead of copied; on any master, a jar of ``spark.submit.pyFiles``
-    without Python in it is left off the Python path (:func:`_holds_python`)."""
+def _dependencies_in_place(options: Mapping[str, str], launched: bool) -> _InPlace:
+    """What :class:`_InPlace` changes for the session about to be built with ``options``
+    in the JVM this process started (``launched``: by this call): on a ``local`` or
+    ``local[N]`` master, the jars on the driver's class path are linked instead of
+    copied; on any master, a jar of ``spark.submit.pyFiles`` without Python in it that
+    Spark still delivers through ``spark.files`` is left off the Python path
+    (:func:`_holds_python`).
+
+    The lists come from the JVM's system properties when the JVM was launched by this
+    call (spark-submit merged the caller's lists with the resolved packages there, so
+    they replace the caller's raw ones); for a later session in a running JVM, from the
+    caller's ``options`` where it names them (what the builder would have applied).
+    """
     from pyspark import SparkContext
 
     nothing = _InPlace({}, [], [])
@@ -420,7 +429,7 @@ def _dependencies_in_place() -> _InPlace:
     if jvm is None or SparkContext._active_spark_context is not None:
         return nothing
     system = jvm.System
-    master = (system.getProperty("spark.master") or "").strip()
+    master = (options.get("spark.master") or system.getProperty("spark.master") or "").strip()
     # Not local-cluster[...]: its executors are JVMs of their own, without the driver's
     # class loader, and need Spark's copies.
     local = master == "local" or master.startswith("local[")
@@ -432,30 +441,40 @@ def _dependencies_in_place() -> _InPlace:
                              if str(url).startswith("file:")}
         except Exception:  # py4j errors: not a URLClassLoader, or the JVM went away
             on_class_path = set()
+
+    def listed(key: str) -> list[str]:
+        value = (system.getProperty(key) if launched or key not in options
+                 else options[key]) or ""
+        return [e.strip() for e in value.split(",") if e.strip()]
+
+    shipped_as_files = {_local_path(e) for e in listed("spark.files")}
     settings: dict[str, str] = {}
     files: list[str] = []
     python: list[str] = []
     for key in _DEPENDENCY_KEYS:
-        value = system.getProperty(key) or ""
-        entries = [e.strip() for e in value.split(",") if e.strip()]
+        entries = listed(key)
         kept: list[str] = []
         for entry in entries:
             path = _local_path(entry)
             if path is None or not os.path.isfile(path):
                 kept.append(entry)
                 continue
+            in_place = path in on_class_path
             importable = key == "spark.submit.pyFiles" and (
                 not path.lower().endswith(".jar") or _holds_python(path))
-            if key == "spark.submit.pyFiles" and not importable:
-                continue  # nothing to import: neither copied nor on the Python path
-            if path not in on_class_path:
+            if key == "spark.submit.pyFiles" and not importable and (
+                    in_place or path in shipped_as_files):
+                if in_place and path not in files:
+                    files.append(path)
+                continue  # nothing to import; SparkFiles still has it (a link or a copy)
+            if not in_place:
                 kept.append(entry)
                 continue
             if path not in files:
                 files.append(path)
             if importable and path.lower().endswith((".jar", ".zip", ".egg")):
                 python.append(path)
-        if len(kept) != len(entries):
+        if len(kept) != len(entries) or (launched and key in options):
             settings[key] = ",".join(kept)
     return _InPlace(settings, files, python)
 
@@ -506,8 +525,11 @@ def spark_session(app_name: str, extra_conf: Mapping[str, str] | None = None) ->
         # properties that every later SparkContext reads: a session's SQL settings go
         # to its builder only, or the next session here (a notebook after the tier
         # pass, a test module after another) would inherit them.
+        from pyspark import SparkContext
+
+        launched = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
         _launch_jvm({k: v for k, v in options.items() if not k.startswith("spark.sql.")})
-        in_place = _dependencies_in_place()
+        in_place = _dependencies_in_place(options, launched)
         options.update(in_place.settings)
         builder = SparkSession.builder
         for key, value in options.items():

@@ -294,3 +294,16 @@ def test_a_local_session_reads_its_package_jars_in_place(tier_session: Any,
     tier_session.stop()
     assert not root.exists()
     assert all(t.is_file() for t in targets), "stopping the session removed Ivy's jars"
+
+    # A later session in the same JVM: its own files are kept, the package jars linked.
+    mine = tmp_path / "lookup.csv"
+    mine.write_text("a,1\n")
+    later = spark_session("strata-test-later", {"spark.files": str(mine)})
+    try:
+        later_root = Path(SparkFiles.getRootDirectory())
+        assert later_root != root
+        assert Path(SparkFiles.get(mine.name)).read_text() == "a,1\n"
+        assert (later_root / delta[0].name).is_symlink()
+        assert later.range(3).select(plus_one("id")).count() == 3
+    finally:
+        later.stop()
