@@ -41,6 +41,7 @@ import mmap
 import os
 import re
 import shlex
+import shutil
 import struct
 import sys
 import threading
@@ -266,16 +267,16 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _launch_jvm(options: Mapping[str, str]) -> None:
+def _launch_jvm(options: Mapping[str, str]) -> bool:
     """Start the Spark JVM (``spark-submit``, as the builder would) with its stdout and
     stderr through :class:`_JvmStream` (Ivy prints its settings line to stdout, the rest
     to stderr). Nothing to do if this process already has a JVM, or if PySpark is told
-    to attach to an existing gateway."""
+    to attach to an existing gateway; returns whether it started one."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
-        return
+        return False
     conf = SparkConf()
     for key, value in options.items():
         conf.set(key, value)
@@ -297,6 +298,7 @@ def _launch_jvm(options: Mapping[str, str]) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
     for stream in streams:
         stream.release(started=True)
+    return True
 
 
 #: The settings through which spark-submit hands a session its dependencies, each a
@@ -335,11 +337,10 @@ class _InPlace:
     gives the files directory a symbolic link to each instead of a copy, with the Python
     path entries PySpark would have made for the jars that hold Python (on any master,
     the others stay off the Python path where Spark still delivers them as files:
-    :func:`_holds_python`): ``SparkFiles.get`` and
-    imports from a package jar behave as before. Everything else (a cluster master's
-    copies, a remote or non-jar entry, a class loader this cannot read) is left to
-    Spark. Spark deletes the files directory with ``rm -rf`` semantics at stop, removing
-    the links, never their targets.
+    :func:`_holds_python`): ``SparkFiles.get`` and imports from a package jar behave as
+    before. Everything else (a cluster master's copies, a remote or non-jar entry, a
+    class loader this cannot read) is left to Spark. Spark deletes the files directory
+    with ``rm -rf`` semantics at stop, removing the links, never their targets.
     """
 
     def __init__(self, settings: dict[str, str], files: list[str], python: list[str]) -> None:
@@ -361,8 +362,6 @@ class _InPlace:
             try:
                 target.symlink_to(path)
             except OSError:
-                import shutil
-
                 shutil.copyfile(path, target)
         includes = context._python_includes
         if includes is None:
@@ -380,8 +379,9 @@ def _holds_python(path: str) -> bool:
 
     PySpark puts every jar of ``spark.submit.pyFiles`` on the Python path of the driver
     and of each Python worker, ahead of site-packages, so every later import reads the
-    central directory of each jar first: 0.8 CPU-s per process with Delta's 31 jars and
-    4.5 with the S3A connector's AWS SDK bundle (a 52 MB directory), measured here. Only
+    central directory of each jar first: importing pyarrow and the client took 0.8 CPU-s
+    more with the 40 jars of Delta and Spark's Kafka connector on the path, 4.5 more
+    with the S3A connector's three added (its AWS SDK bundle has a 52 MB directory). Only
     the central directory is searched (mapped, not read); a name ending in ``.py`` or
     ``.pyc`` holds the bytes ``.py``, so an archive without them holds no Python, and one
     with them is listed properly. An archive this cannot parse counts as holding Python,
@@ -460,20 +460,19 @@ def _dependencies_in_place(options: Mapping[str, str], launched: bool) -> _InPla
                 kept.append(entry)
                 continue
             in_place = path in on_class_path
-            importable = key == "spark.submit.pyFiles" and (
-                not path.lower().endswith(".jar") or _holds_python(path))
-            if key == "spark.submit.pyFiles" and not importable and (
-                    in_place or path in shipped_as_files):
-                if in_place and path not in files:
-                    files.append(path)
-                continue  # nothing to import; SparkFiles still has it (a link or a copy)
+            if in_place and path not in files:
+                files.append(path)
+            if key == "spark.submit.pyFiles":
+                if path.lower().endswith(".jar") and not _holds_python(path):
+                    # Nothing to import. Dropped where SparkFiles still has it (a link, or
+                    # Spark's copy through spark.files); else Spark copies it as before.
+                    if not (in_place or path in shipped_as_files):
+                        kept.append(entry)
+                    continue
+                if in_place and path.lower().endswith((".jar", ".zip", ".egg")):
+                    python.append(path)
             if not in_place:
                 kept.append(entry)
-                continue
-            if path not in files:
-                files.append(path)
-            if importable and path.lower().endswith((".jar", ".zip", ".egg")):
-                python.append(path)
         if len(kept) != len(entries) or (launched and key in options):
             settings[key] = ",".join(kept)
     return _InPlace(settings, files, python)
@@ -525,10 +524,8 @@ def spark_session(app_name: str, extra_conf: Mapping[str, str] | None = None) ->
         # properties that every later SparkContext reads: a session's SQL settings go
         # to its builder only, or the next session here (a notebook after the tier
         # pass, a test module after another) would inherit them.
-        from pyspark import SparkContext
-
-        launched = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
-        _launch_jvm({k: v for k, v in options.items() if not k.startswith("spark.sql.")})
+        launched = _launch_jvm(
+            {k: v for k, v in options.items() if not k.startswith("spark.sql.")})
         in_place = _dependencies_in_place(options, launched)
         options.update(in_place.settings)
         builder = SparkSession.builder
